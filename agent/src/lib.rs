@@ -1,0 +1,14 @@
+//! The Heddle node agent. It is the only component that touches hardware.
+
+pub mod facts;
+pub mod lifecycle;
+
+/// Logs go to stderr so `facts` output on stdout stays clean JSON.
+pub fn init_tracing() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("HEDDLE_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

@@ -1,0 +1,33 @@
+use clap::{Parser, Subcommand};
+
+/// Heddle node agent.
+#[derive(Parser)]
+#[command(name = "heddle-agent", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print this node's facts as JSON.
+    Facts(heddle_agent::facts::FactsArgs),
+    /// Enroll (once), then heartbeat, report facts, claim and run jobs, upload results.
+    Run(heddle_agent::lifecycle::RunArgs),
+}
+
+fn main() -> std::process::ExitCode {
+    heddle_agent::init_tracing();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Facts(args) => heddle_agent::facts::command(args),
+        Command::Run(args) => heddle_agent::lifecycle::command(args),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("heddle-agent: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

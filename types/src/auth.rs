@@ -1,0 +1,146 @@
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// What an API token may do. Ordered: each role can do everything the previous one can.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Reads everything except secrets.
+    Viewer,
+    /// Starts and cancels runs, manages sites and tuning profiles.
+    Operator,
+    /// Manages tokens, agents and plugins.
+    Admin,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Viewer => "viewer",
+            Role::Operator => "operator",
+            Role::Admin => "admin",
+        }
+    }
+}
+
+impl std::str::FromStr for Role {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "viewer" => Ok(Role::Viewer),
+            "operator" => Ok(Role::Operator),
+            "admin" => Ok(Role::Admin),
+            other => Err(format!("unknown role {other:?} (expected viewer, operator or admin)")),
+        }
+    }
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct TokenCreate {
+    /// Unique name, e.g. `ci-pipeline`.
+    pub name: String,
+    pub role: Role,
+    /// Days until the token stops working; never expires when absent.
+    #[serde(default)]
+    pub expires_in_days: Option<u32>,
+}
+
+/// A token as listed: never contains the secret.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TokenInfo {
+    pub id: Uuid,
+    pub name: String,
+    pub role: Role,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub revoked_at: Option<DateTime<Utc>>,
+    pub last_used_at: Option<DateTime<Utc>>,
+}
+
+/// Returned once, at creation: the only time the secret is visible.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TokenCreated {
+    #[serde(flatten)]
+    pub info: TokenInfo,
+    pub token: String,
+}
+
+/// Who the presented credential belongs to.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct WhoAmI {
+    pub name: String,
+    pub role: Role,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct EnrollmentTokenCreate {
+    /// Free-form label, e.g. the rack or site the token is for.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// How many agents may enroll with it (default 1000).
+    #[serde(default)]
+    pub max_uses: Option<u32>,
+    /// Hours until it expires (default 24).
+    #[serde(default)]
+    pub expires_in_hours: Option<u32>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct EnrollmentTokenInfo {
+    pub id: Uuid,
+    pub name: Option<String>,
+    pub max_uses: i32,
+    pub uses: i32,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct EnrollmentTokenCreated {
+    #[serde(flatten)]
+    pub info: EnrollmentTokenInfo,
+    pub token: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AgentInfo {
+    pub id: Uuid,
+    pub node_id: Uuid,
+    pub hostname: String,
+    pub version: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub last_heartbeat_at: Option<DateTime<Utc>>,
+    pub revoked_at: Option<DateTime<Utc>>,
+    /// `online`, `stale` or `offline`, from the heartbeat age.
+    pub health: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AuditEntry {
+    pub id: i64,
+    pub at: DateTime<Utc>,
+    pub actor: String,
+    pub action: String,
+    pub target: String,
+    pub detail: serde_json::Value,
+}

@@ -1,0 +1,1 @@
+//! Node facts: what the agent reports about its hardware and software.

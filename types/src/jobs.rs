@@ -1,0 +1,249 @@
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// Life cycle of one job (the part of a run that one agent executes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum JobState {
+    Queued,
+    Leased,
+    Running,
+    Succeeded,
+    Failed,
+    Cancelled,
+    /// Ended without running because the node lacks what the test needs (e.g. no RDMA device).
+    Skipped,
+}
+
+impl JobState {
+    pub const ALL: [JobState; 7] = [
+        JobState::Queued,
+        JobState::Leased,
+        JobState::Running,
+        JobState::Succeeded,
+        JobState::Failed,
+        JobState::Cancelled,
+        JobState::Skipped,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Leased => "leased",
+            JobState::Running => "running",
+            JobState::Succeeded => "succeeded",
+            JobState::Failed => "failed",
+            JobState::Cancelled => "cancelled",
+            JobState::Skipped => "skipped",
+        }
+    }
+
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            JobState::Succeeded | JobState::Failed | JobState::Cancelled | JobState::Skipped
+        )
+    }
+}
+
+impl std::str::FromStr for JobState {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        JobState::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| format!("unknown job state {s:?}"))
+    }
+}
+
+impl std::fmt::Display for JobState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What to run. `kind` is a string (`nccl`, `rdma`, `ucx`, `p2p`, `sweep`, ...) so new test
+/// types need no schema change; `params` is interpreted by the agent's runner for that kind.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct JobSpec {
+    pub kind: String,
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub params: serde_json::Value,
+    /// Environment applied to the test's child process (NCCL_*, UCX_*...).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Wall-clock limit for the test on the agent.
+    #[serde(default)]
+    pub timeout_s: Option<u32>,
+}
+
+/// Request to start a run on one or more nodes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RunCreate {
+    #[serde(flatten)]
+    pub spec: JobSpec,
+    /// Node ids or hostnames; one job per node, ranked in this order.
+    pub nodes: Vec<String>,
+    /// Attempts before a job whose agent vanished is failed (default 3).
+    #[serde(default)]
+    pub max_attempts: Option<u32>,
+    #[serde(default)]
+    pub label: Option<String>,
+}
+
+/// Aggregate state of a run, derived from its jobs.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Run {
+    pub id: Uuid,
+    pub label: Option<String>,
+    pub spec: JobSpec,
+    /// `queued`, `running`, `succeeded`, `failed`, `cancelled` or `skipped`.
+    pub state: String,
+    pub created_by: String,
+    pub created_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub jobs: Vec<Job>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Job {
+    pub id: Uuid,
+    pub run_id: Uuid,
+    pub node_id: Uuid,
+    pub hostname: String,
+    pub rank: i32,
+    pub world_size: i32,
+    pub state: JobState,
+    pub attempts: i32,
+    pub max_attempts: i32,
+    pub lease_expires_at: Option<DateTime<Utc>>,
+    pub cancel_requested: bool,
+    pub error: Option<String>,
+    pub progress: Option<Progress>,
+    pub created_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// How far a long job has come, reported with lease renewals.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct Progress {
+    /// 0.0 ..= 1.0 when known.
+    #[serde(default)]
+    pub fraction: Option<f64>,
+    pub message: String,
+}
+
+/// One measured row: one message size of a sweep, one cell of a tuning grid, ...
+/// The columns mirror nccl-tests; perftest/UCX figures that have no column go in `extra`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ResultRow {
+    pub size_bytes: i64,
+    #[serde(default)]
+    pub count: Option<i64>,
+    #[serde(default)]
+    pub dtype: Option<String>,
+    #[serde(default)]
+    pub op: Option<String>,
+    #[serde(default)]
+    pub root: Option<i32>,
+    #[serde(default)]
+    pub in_place: Option<bool>,
+    #[serde(default)]
+    pub time_us: Option<f64>,
+    #[serde(default)]
+    pub algbw_gbs: Option<f64>,
+    #[serde(default)]
+    pub busbw_gbs: Option<f64>,
+    /// Elements that failed validation.
+    #[serde(default)]
+    pub wrong: Option<i64>,
+    /// Which cell of a sweep this row belongs to, e.g. `NCCL_ALGO=Ring`.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub extra: serde_json::Value,
+}
+
+/// Final outcome an agent reports for a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    Succeeded,
+    Failed,
+    Skipped,
+    Cancelled,
+}
+
+impl Outcome {
+    pub fn job_state(self) -> JobState {
+        match self {
+            Outcome::Succeeded => JobState::Succeeded,
+            Outcome::Failed => JobState::Failed,
+            Outcome::Skipped => JobState::Skipped,
+            Outcome::Cancelled => JobState::Cancelled,
+        }
+    }
+}
+
+/// A job's result as uploaded by the agent. `upload_key` makes the upload idempotent: the
+/// agent generates it once, spools it with the result, and re-sends it on every retry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ResultUpload {
+    pub upload_key: String,
+    pub outcome: Outcome,
+    /// Why it failed or was skipped, with the evidence.
+    #[serde(default)]
+    pub reason: Option<String>,
+    #[serde(default)]
+    pub exit_code: Option<i32>,
+    #[serde(default)]
+    pub stderr_tail: Option<String>,
+    /// Run metadata: NCCL version, transport, channels, tool versions...
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub summary: serde_json::Value,
+    #[serde(default)]
+    pub rows: Vec<ResultRow>,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: DateTime<Utc>,
+}
+
+/// A stored result, as returned by the API.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct JobResult {
+    pub id: Uuid,
+    pub job_id: Uuid,
+    pub node_id: Uuid,
+    pub hostname: String,
+    pub outcome: Outcome,
+    pub reason: Option<String>,
+    pub exit_code: Option<i32>,
+    pub stderr_tail: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub summary: serde_json::Value,
+    pub rows: Vec<ResultRow>,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: DateTime<Utc>,
+    pub received_at: DateTime<Utc>,
+}

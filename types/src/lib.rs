@@ -1,0 +1,19 @@
+//! Wire types shared by every Heddle component.
+//!
+//! This crate owns the JSON shapes that cross a process boundary: the REST API, the agent
+//! protocol and the node facts. It does no I/O so the dashboard (wasm) can depend on it.
+//! With the `openapi` feature the types also derive `utoipa::ToSchema`, which is how the
+//! server's OpenAPI document describes them.
+
+pub mod agent;
+pub mod auth;
+pub mod error;
+pub mod facts;
+pub mod jobs;
+pub mod nodes;
+pub mod plugins;
+
+pub use error::ErrorBody;
+
+/// Header carrying the idempotency key of a result upload (also present in the body).
+pub const UPLOAD_KEY_HEADER: &str = "idempotency-key";

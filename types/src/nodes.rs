@@ -1,0 +1,131 @@
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct NodeSummary {
+    pub id: Uuid,
+    pub hostname: String,
+    pub site: Option<String>,
+    /// `online`, `stale` or `offline`, from the agent's heartbeat age.
+    pub health: String,
+    pub gpu_model: Option<String>,
+    pub gpu_count: i32,
+    pub hcas: Vec<String>,
+    pub port_states: Vec<String>,
+    pub link_layers: Vec<String>,
+    pub traits: BTreeMap<String, String>,
+    pub last_seen_at: Option<DateTime<Utc>>,
+    pub facts_updated_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct NodeDetail {
+    #[serde(flatten)]
+    pub summary: NodeSummary,
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub facts: Option<serde_json::Value>,
+    pub facts_sha256: Option<String>,
+    pub recommendations: Vec<Recommendation>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct FactsSnapshot {
+    pub id: i64,
+    pub facts_sha256: String,
+    pub collected_at: DateTime<Utc>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub facts: serde_json::Value,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct NodeUpdate {
+    /// Site name to attach the node to; `null` detaches it.
+    pub site: Option<String>,
+}
+
+/// An environment variable recommended for jobs on a node, and who recommended it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Recommendation {
+    pub name: String,
+    pub value: String,
+    pub reason: String,
+    /// `plugin:<name>@<version>` or `tuning:<profile>`.
+    pub source: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RecommendationSet {
+    /// Replaces every recommendation of this source on the node.
+    pub source: String,
+    pub items: Vec<RecommendationItem>,
+    #[serde(default)]
+    pub traits: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RecommendationItem {
+    pub name: String,
+    pub value: String,
+    #[serde(default)]
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct SiteCreate {
+    pub name: String,
+    #[serde(default)]
+    pub traits: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Site {
+    pub id: Uuid,
+    pub name: String,
+    pub traits: BTreeMap<String, String>,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct TuningProfileCreate {
+    pub name: String,
+    /// Node (id or hostname) the profile applies to; a site-wide profile when absent.
+    #[serde(default)]
+    pub node: Option<String>,
+    #[serde(default)]
+    pub site: Option<String>,
+    pub env: BTreeMap<String, String>,
+    /// The run whose results chose these values, if any.
+    #[serde(default)]
+    pub source_run_id: Option<Uuid>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TuningProfile {
+    pub id: Uuid,
+    pub name: String,
+    pub node_id: Option<Uuid>,
+    pub site_id: Option<Uuid>,
+    pub env: BTreeMap<String, String>,
+    pub source_run_id: Option<Uuid>,
+    pub created_by: String,
+    pub created_at: DateTime<Utc>,
+}
