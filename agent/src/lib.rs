@@ -1,7 +1,10 @@
 //! The Heddle node agent. It is the only component that touches hardware.
 
+pub mod client;
 pub mod facts;
 pub mod lifecycle;
+pub mod runner;
+pub mod spool;
 
 /// Logs go to stderr so `facts` output on stdout stays clean JSON.
 pub fn init_tracing() {

@@ -14,12 +14,16 @@ enum Command {
     Facts(heddle_agent::facts::FactsArgs),
     /// Enroll (once), then heartbeat, report facts, claim and run jobs, upload results.
     Run(heddle_agent::lifecycle::RunArgs),
+    /// Runs one test inside a child process of `run` (input on stdin, events on stdout).
+    #[command(hide = true)]
+    Child(heddle_agent::runner::ChildArgs),
 }
 
 fn main() -> std::process::ExitCode {
     heddle_agent::init_tracing();
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Child(args) => return heddle_agent::runner::child_command(args),
         Command::Facts(args) => heddle_agent::facts::command(args),
         Command::Run(args) => heddle_agent::lifecycle::command(args),
     };

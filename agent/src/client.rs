@@ -1,0 +1,470 @@
+//! HTTP client of the agent protocol (`/api/v1/agent/...`), with fail-over between server
+//! replicas.
+//!
+//! Every call tries the server that answered last, then the others in order. A transport
+//! error or a 5xx moves on to the next replica; any other answer is the server's word and
+//! is returned. The client itself never sleeps: backoff belongs to the caller, who knows
+//! whether the call is worth repeating.
+
+use std::sync::RwLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use base64::Engine as _;
+use heddle_types::ErrorBody;
+use heddle_types::agent::{
+    EnrollRequest, EnrollResponse, FactsAccepted, HeartbeatRequest, HeartbeatResponse, JobLease,
+    LeaseRenew, LeaseRenewed, RendezvousBlob, UploadAccepted,
+};
+use heddle_types::jobs::ResultUpload;
+use reqwest::{Method, StatusCode};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use uuid::Uuid;
+
+const API_PREFIX: &str = "/api/v1";
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Upper bound for one ordinary request; rendezvous waits add their own timeout to it.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// No replica could be reached (connection refused, timeout, reset...). Retry later.
+    #[error("no server reachable ({tried} tried): {last}")]
+    Unreachable { tried: usize, last: String },
+    /// Every replica reached answered 5xx. Retry later.
+    #[error("server unavailable: {status} {message}")]
+    Unavailable { status: u16, message: String },
+    /// The credential (or enrollment token) was refused: the agent was revoked or the
+    /// token is wrong. Retrying cannot help.
+    #[error("unauthorized: {message}")]
+    Unauthorized { message: String },
+    /// Any other non-success answer, e.g. 409 or 404.
+    #[error("server answered {status} {error}: {message}")]
+    Rejected {
+        status: u16,
+        error: String,
+        message: String,
+    },
+    #[error("unexpected response body for {what}: {detail}")]
+    Decode { what: String, detail: String },
+    #[error("invalid server URL {url:?}: {reason}")]
+    BadUrl { url: String, reason: String },
+    #[error("invalid rendezvous name {0:?}: use letters, digits, '.', '_' or '-'")]
+    BadName(String),
+}
+
+impl ClientError {
+    /// Worth repeating after a pause: the network or the server may come back.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ClientError::Unreachable { .. } | ClientError::Unavailable { .. } => true,
+            ClientError::Rejected { status, .. } => *status == 408 || *status == 429,
+            _ => false,
+        }
+    }
+
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            ClientError::Unavailable { status, .. } | ClientError::Rejected { status, .. } => {
+                Some(*status)
+            }
+            ClientError::Unauthorized { .. } => Some(401),
+            _ => None,
+        }
+    }
+}
+
+/// The answer to a lease renewal.
+#[derive(Debug, Clone)]
+pub enum RenewOutcome {
+    Renewed(LeaseRenewed),
+    /// 409: the job was requeued or handed to another agent; stop working on it.
+    LeaseLost(String),
+}
+
+/// The answer to a result upload. Every variant is definitive: the spool entry can go.
+#[derive(Debug, Clone)]
+pub enum UploadOutcome {
+    /// 201 (`created: true`) or 200 (`created: false`, this key was stored before).
+    Stored(UploadAccepted),
+    /// 409: the job already holds a different result.
+    Conflict(String),
+    /// 404: the server does not know the job.
+    UnknownJob(String),
+}
+
+pub struct Client {
+    http: reqwest::Client,
+    servers: Vec<String>,
+    current: AtomicUsize,
+    credential: RwLock<Option<String>>,
+}
+
+impl Client {
+    /// `servers` are base URLs such as `http://heddle-1:8080`; a trailing `/` is ignored.
+    pub fn new(servers: &[String]) -> Result<Client, ClientError> {
+        let mut clean = Vec::with_capacity(servers.len());
+        for url in servers {
+            let trimmed = url.trim().trim_end_matches('/');
+            if trimmed.is_empty() {
+                continue;
+            }
+            let parsed = reqwest::Url::parse(trimmed).map_err(|e| ClientError::BadUrl {
+                url: url.clone(),
+                reason: e.to_string(),
+            })?;
+            if !matches!(parsed.scheme(), "http" | "https") {
+                return Err(ClientError::BadUrl {
+                    url: url.clone(),
+                    reason: "scheme must be http or https".into(),
+                });
+            }
+            clean.push(trimmed.to_string());
+        }
+        if clean.is_empty() {
+            return Err(ClientError::BadUrl {
+                url: String::new(),
+                reason: "no server URL given".into(),
+            });
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .timeout(REQUEST_TIMEOUT)
+            // An agent is long-lived: keep at most one idle connection per replica.
+            .pool_max_idle_per_host(1)
+            .user_agent(concat!("heddle-agent/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| ClientError::BadUrl {
+                url: clean.join(","),
+                reason: e.to_string(),
+            })?;
+        Ok(Client {
+            http,
+            servers: clean,
+            current: AtomicUsize::new(0),
+            credential: RwLock::new(None),
+        })
+    }
+
+    pub fn set_credential(&self, credential: String) {
+        *self.credential.write().expect("credential lock") = Some(credential);
+    }
+
+    /// The replica that answered last.
+    pub fn current_server(&self) -> &str {
+        &self.servers[self.current.load(Ordering::Relaxed) % self.servers.len()]
+    }
+
+    pub async fn enroll(&self, req: &EnrollRequest) -> Result<EnrollResponse, ClientError> {
+        let resp = self
+            .send(Method::POST, "/agent/enroll", Some(req), None, false)
+            .await?;
+        expect_json(resp, "enroll", &[StatusCode::CREATED, StatusCode::OK]).await
+    }
+
+    pub async fn heartbeat(
+        &self,
+        req: &HeartbeatRequest,
+    ) -> Result<HeartbeatResponse, ClientError> {
+        let resp = self
+            .send(Method::POST, "/agent/heartbeat", Some(req), None, true)
+            .await?;
+        expect_json(resp, "heartbeat", &[StatusCode::OK]).await
+    }
+
+    pub async fn put_facts(&self, facts: &impl Serialize) -> Result<FactsAccepted, ClientError> {
+        let resp = self
+            .send(Method::PUT, "/agent/facts", Some(facts), None, true)
+            .await?;
+        expect_json(resp, "facts", &[StatusCode::OK, StatusCode::CREATED]).await
+    }
+
+    /// `None` when nothing is queued for this node (204).
+    pub async fn claim(&self) -> Result<Option<JobLease>, ClientError> {
+        let resp = self
+            .send::<()>(Method::POST, "/agent/jobs/claim", None, None, true)
+            .await?;
+        if resp.status() == StatusCode::NO_CONTENT {
+            return Ok(None);
+        }
+        expect_json(resp, "claim", &[StatusCode::OK]).await.map(Some)
+    }
+
+    pub async fn renew(&self, job_id: Uuid, req: &LeaseRenew) -> Result<RenewOutcome, ClientError> {
+        let path = format!("/agent/jobs/{job_id}/renew");
+        let resp = self.send(Method::POST, &path, Some(req), None, true).await?;
+        if resp.status() == StatusCode::CONFLICT {
+            return Ok(RenewOutcome::LeaseLost(error_message(resp).await.1));
+        }
+        expect_json(resp, "renew", &[StatusCode::OK])
+            .await
+            .map(RenewOutcome::Renewed)
+    }
+
+    pub async fn upload_result(
+        &self,
+        job_id: Uuid,
+        upload: &ResultUpload,
+    ) -> Result<UploadOutcome, ClientError> {
+        let path = format!("/agent/jobs/{job_id}/result");
+        let resp = self
+            .send_with(Method::POST, &path, Some(upload), None, true, |b| {
+                b.header(heddle_types::UPLOAD_KEY_HEADER, &upload.upload_key)
+            })
+            .await?;
+        match resp.status() {
+            StatusCode::CONFLICT => Ok(UploadOutcome::Conflict(error_message(resp).await.1)),
+            StatusCode::NOT_FOUND => Ok(UploadOutcome::UnknownJob(error_message(resp).await.1)),
+            _ => expect_json(resp, "result upload", &[StatusCode::CREATED, StatusCode::OK])
+                .await
+                .map(UploadOutcome::Stored),
+        }
+    }
+
+    /// Publishes `blob` under `name` for the other ranks of `run_id`.
+    pub async fn rendezvous_put(
+        &self,
+        run_id: Uuid,
+        name: &str,
+        blob: &[u8],
+    ) -> Result<(), ClientError> {
+        check_name(name)?;
+        let path = format!("/agent/rendezvous/{run_id}/{name}");
+        let body = RendezvousBlob {
+            blob_b64: base64::engine::general_purpose::STANDARD.encode(blob),
+        };
+        let resp = self.send(Method::PUT, &path, Some(&body), None, true).await?;
+        if resp.status().is_success() {
+            return Ok(());
+        }
+        Err(rejected(resp).await)
+    }
+
+    /// Waits up to `wait` for `name` to be published; `None` when the server gave up (408).
+    pub async fn rendezvous_get(
+        &self,
+        run_id: Uuid,
+        name: &str,
+        wait: Duration,
+    ) -> Result<Option<Vec<u8>>, ClientError> {
+        check_name(name)?;
+        let path = format!(
+            "/agent/rendezvous/{run_id}/{name}?timeout_ms={}",
+            wait.as_millis()
+        );
+        let resp = self
+            .send::<()>(Method::GET, &path, None, Some(REQUEST_TIMEOUT + wait), true)
+            .await?;
+        if resp.status() == StatusCode::REQUEST_TIMEOUT {
+            return Ok(None);
+        }
+        let blob: RendezvousBlob = expect_json(resp, "rendezvous", &[StatusCode::OK]).await?;
+        base64::engine::general_purpose::STANDARD
+            .decode(blob.blob_b64.as_bytes())
+            .map(Some)
+            .map_err(|e| ClientError::Decode {
+                what: "rendezvous blob".into(),
+                detail: e.to_string(),
+            })
+    }
+
+    async fn send<B: Serialize + ?Sized>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+        timeout: Option<Duration>,
+        auth: bool,
+    ) -> Result<reqwest::Response, ClientError> {
+        self.send_with(method, path, body, timeout, auth, |b| b).await
+    }
+
+    /// Sends to each replica in turn, starting with the last one that answered.
+    async fn send_with<B: Serialize + ?Sized>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+        timeout: Option<Duration>,
+        auth: bool,
+        extra: impl Fn(reqwest::RequestBuilder) -> reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, ClientError> {
+        let credential = if auth {
+            self.credential.read().expect("credential lock").clone()
+        } else {
+            None
+        };
+        let start = self.current.load(Ordering::Relaxed);
+        let n = self.servers.len();
+        let mut last: Option<ClientError> = None;
+        for i in 0..n {
+            let idx = (start + i) % n;
+            let url = format!("{}{API_PREFIX}{path}", self.servers[idx]);
+            let mut builder = self.http.request(method.clone(), &url);
+            if let Some(body) = body {
+                builder = builder.json(body);
+            }
+            if let Some(cred) = &credential {
+                builder = builder.bearer_auth(cred);
+            }
+            if let Some(t) = timeout {
+                builder = builder.timeout(t);
+            }
+            builder = extra(builder);
+            match builder.send().await {
+                Ok(resp) if resp.status().is_server_error() => {
+                    let status = resp.status().as_u16();
+                    let (_, message) = error_message(resp).await;
+                    tracing::debug!(server = %self.servers[idx], status, %message, "replica answered with a server error");
+                    last = Some(ClientError::Unavailable { status, message });
+                }
+                Ok(resp) => {
+                    if idx != start % n {
+                        tracing::info!(server = %self.servers[idx], "switched to server replica");
+                        self.current.store(idx, Ordering::Relaxed);
+                    }
+                    if resp.status() == StatusCode::UNAUTHORIZED {
+                        return Err(ClientError::Unauthorized {
+                            message: error_message(resp).await.1,
+                        });
+                    }
+                    return Ok(resp);
+                }
+                Err(err) => {
+                    tracing::debug!(server = %self.servers[idx], error = %err, "replica unreachable");
+                    last = Some(ClientError::Unreachable {
+                        tried: n,
+                        last: format!("{}: {}", self.servers[idx], error_chain(&err)),
+                    });
+                }
+            }
+        }
+        Err(last.expect("at least one server is configured"))
+    }
+}
+
+fn check_name(name: &str) -> Result<(), ClientError> {
+    let ok = !name.is_empty()
+        && name.len() <= 128
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if ok { Ok(()) } else { Err(ClientError::BadName(name.into())) }
+}
+
+/// reqwest's top-level message ("error sending request") hides the cause; show the chain.
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut out = err.to_string();
+    let mut source = err.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+async fn expect_json<T: DeserializeOwned>(
+    resp: reqwest::Response,
+    what: &str,
+    ok: &[StatusCode],
+) -> Result<T, ClientError> {
+    if !ok.contains(&resp.status()) {
+        return Err(rejected(resp).await);
+    }
+    let bytes = resp.bytes().await.map_err(|e| ClientError::Unreachable {
+        tried: 1,
+        last: error_chain(&e),
+    })?;
+    serde_json::from_slice(&bytes).map_err(|e| ClientError::Decode {
+        what: what.into(),
+        detail: e.to_string(),
+    })
+}
+
+async fn rejected(resp: reqwest::Response) -> ClientError {
+    let status = resp.status().as_u16();
+    let (error, message) = error_message(resp).await;
+    ClientError::Rejected {
+        status,
+        error,
+        message,
+    }
+}
+
+/// `(error, message)` from an `ErrorBody`, or the raw text when the body is not one.
+async fn error_message(resp: reqwest::Response) -> (String, String) {
+    let status = resp.status();
+    let text = resp.text().await.unwrap_or_default();
+    match serde_json::from_str::<ErrorBody>(&text) {
+        Ok(body) => (body.error, body.message),
+        Err(_) => (
+            status.canonical_reason().unwrap_or("error").to_lowercase(),
+            text.chars().take(512).collect(),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_validated_and_trimmed() {
+        let c = Client::new(&["http://a:1/".into(), " ".into(), "http://b:2".into()]).unwrap();
+        assert_eq!(c.servers, vec!["http://a:1", "http://b:2"]);
+        assert!(matches!(
+            Client::new(&["ftp://a".into()]),
+            Err(ClientError::BadUrl { .. })
+        ));
+        assert!(matches!(Client::new(&[]), Err(ClientError::BadUrl { .. })));
+    }
+
+    #[test]
+    fn rendezvous_names_are_restricted() {
+        assert!(check_name("nccl-id.0").is_ok());
+        assert!(check_name("../etc").is_err());
+        assert!(check_name("a b").is_err());
+        assert!(check_name("").is_err());
+    }
+
+    #[tokio::test]
+    async fn fails_over_to_a_live_replica() {
+        // A replica that refuses connections, then one that answers 204 to a claim.
+        let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let dead_url = format!("http://{}", dead.local_addr().unwrap());
+        drop(dead);
+        let live = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let live_url = format!("http://{}", live.local_addr().unwrap());
+        let server = tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let (mut sock, _) = live.accept().await.unwrap();
+            let mut buf = vec![0u8; 4096];
+            let n = sock.read(&mut buf).await.unwrap();
+            let req = String::from_utf8_lossy(&buf[..n]).into_owned();
+            sock.write_all(b"HTTP/1.1 204 No Content\r\nconnection: close\r\n\r\n")
+                .await
+                .unwrap();
+            req
+        });
+        let client = Client::new(&[dead_url.clone(), live_url.clone()]).unwrap();
+        client.set_credential("secret".into());
+        assert!(client.claim().await.unwrap().is_none());
+        assert_eq!(client.current_server(), live_url);
+        let req = server.await.unwrap();
+        assert!(req.starts_with("POST /api/v1/agent/jobs/claim "), "{req}");
+        assert!(req.to_lowercase().contains("authorization: bearer secret"), "{req}");
+    }
+
+    #[tokio::test]
+    async fn unreachable_everywhere_is_transient() {
+        let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", dead.local_addr().unwrap());
+        drop(dead);
+        let client = Client::new(&[url]).unwrap();
+        let err = client.claim().await.unwrap_err();
+        assert!(err.is_transient(), "{err}");
+        assert!(matches!(err, ClientError::Unreachable { .. }));
+    }
+}

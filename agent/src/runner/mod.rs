@@ -1,0 +1,153 @@
+//! Test runners. Every test runs in a child process — the agent binary re-executed with
+//! the hidden `child` subcommand — so a crash, a hang or a leak in a test cannot take the
+//! agent down, and the job's environment (`NCCL_*`, `UCX_*`...) reaches that test only.
+//!
+//! A job kind is one module exposing `run(&ChildInput, &mut Emitter) -> Result<(), RunError>`
+//! and one line in [`KINDS`]. The parent side (spawn, timeout, kill, stderr tail) lives in
+//! [`supervise`] and knows nothing about kinds.
+
+pub mod fail;
+pub mod memcpy;
+pub mod protocol;
+pub mod sleep;
+pub mod supervise;
+
+use std::io::{Read, Write};
+use std::process::ExitCode;
+
+use protocol::{ChildEvent, ChildInput, Emitter};
+
+/// Why a test did not succeed, as seen inside the child.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("invalid params: {0}")]
+    Params(String),
+    /// The node lacks what the test needs; the outcome is `skipped`, not `failed`.
+    #[error("{0}")]
+    Skip(String),
+    /// The test ran and failed; the child exits with `code`.
+    #[error("{message}")]
+    Failed { code: u8, message: String },
+    #[error("cannot write to the agent: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Where a kind writes its events: the child's stdout, or a buffer in tests.
+pub type Sink<'a> = Emitter<&'a mut dyn Write>;
+
+pub type RunFn = fn(&ChildInput, &mut Sink<'_>) -> Result<(), RunError>;
+
+pub struct Kind {
+    pub name: &'static str,
+    pub run: RunFn,
+}
+
+/// The built-in job kinds.
+pub const KINDS: &[Kind] = &[
+    Kind {
+        name: "memcpy",
+        run: memcpy::run,
+    },
+    Kind {
+        name: "sleep",
+        run: sleep::run,
+    },
+    Kind {
+        name: "fail",
+        run: fail::run,
+    },
+];
+
+pub fn find(kind: &str) -> Option<&'static Kind> {
+    KINDS.iter().find(|k| k.name == kind)
+}
+
+/// Arguments of the hidden `child` subcommand; the input comes on stdin.
+#[derive(Debug, clap::Args)]
+pub struct ChildArgs {}
+
+/// Entry point of the child process: read the input, run the kind, exit with its status.
+pub fn child_command(_args: ChildArgs) -> ExitCode {
+    let mut raw = Vec::new();
+    if let Err(err) = std::io::stdin().read_to_end(&mut raw) {
+        eprintln!("heddle-agent child: cannot read input: {err}");
+        return ExitCode::from(2);
+    }
+    let input: ChildInput = match serde_json::from_slice(&raw) {
+        Ok(input) => input,
+        Err(err) => {
+            eprintln!("heddle-agent child: invalid input: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    let Some(kind) = find(&input.kind) else {
+        eprintln!("unsupported job kind: {}", input.kind);
+        return ExitCode::from(2);
+    };
+    let mut stdout = std::io::stdout().lock();
+    let mut emitter: Sink<'_> = Emitter::new(&mut stdout);
+    match (kind.run)(&input, &mut emitter) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(RunError::Skip(reason)) => {
+            eprintln!("skipped: {reason}");
+            match emitter.emit(&ChildEvent::Skipped { reason }) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(_) => ExitCode::from(2),
+            }
+        }
+        Err(RunError::Failed { code, message }) => {
+            eprintln!("{message}");
+            ExitCode::from(code.max(1))
+        }
+        Err(err) => {
+            eprintln!("{err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Reads an optional numeric parameter, rejecting wrong types instead of ignoring them.
+pub(crate) fn param_f64(params: &serde_json::Value, name: &str) -> Result<Option<f64>, RunError> {
+    match params.get(name) {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(v) => v
+            .as_f64()
+            .filter(|x| x.is_finite())
+            .map(Some)
+            .ok_or_else(|| RunError::Params(format!("{name} must be a number, got {v}"))),
+    }
+}
+
+pub(crate) fn param_u64(params: &serde_json::Value, name: &str) -> Result<Option<u64>, RunError> {
+    match params.get(name) {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(v) => v.as_u64().map(Some).ok_or_else(|| {
+            RunError::Params(format!("{name} must be a non-negative integer, got {v}"))
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_are_unique_and_found() {
+        for k in KINDS {
+            assert_eq!(find(k.name).map(|f| f.name), Some(k.name));
+            assert_eq!(KINDS.iter().filter(|o| o.name == k.name).count(), 1);
+        }
+        assert!(find("nccl-allreduce-from-the-future").is_none());
+    }
+
+    #[test]
+    fn params_are_typed() {
+        let p = serde_json::json!({"a": 3, "b": "x", "c": -1, "d": 1.5});
+        assert_eq!(param_u64(&p, "a").unwrap(), Some(3));
+        assert_eq!(param_u64(&p, "missing").unwrap(), None);
+        assert!(param_u64(&p, "b").is_err());
+        assert!(param_u64(&p, "c").is_err());
+        assert_eq!(param_f64(&p, "d").unwrap(), Some(1.5));
+        assert!(param_f64(&p, "b").is_err());
+    }
+}

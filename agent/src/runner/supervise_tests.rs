@@ -1,0 +1,165 @@
+//! The supervisor against small shell scripts standing in for test children.
+
+use super::*;
+use uuid::Uuid;
+
+fn sh(script: &str, timeout: Option<Duration>) -> ChildSpec {
+    ChildSpec {
+        program: "/bin/sh".into(),
+        args: vec!["-c".into(), script.into()],
+        input: ChildInput {
+            kind: "script".into(),
+            params: serde_json::json!({"x": 1}),
+            job_id: Uuid::nil(),
+            run_id: Uuid::nil(),
+            rank: 0,
+            world_size: 1,
+        },
+        env: BTreeMap::from([("HEDDLE_TEST_VAR".to_string(), "from-job".to_string())]),
+        timeout,
+    }
+}
+
+async fn run(spec: ChildSpec) -> ChildReport {
+    let (_stop_tx, stop_rx) = watch::channel(None);
+    let (progress_tx, _progress_rx) = watch::channel(None);
+    supervise(spec, stop_rx, progress_tx).await
+}
+
+#[test]
+fn tail_keeps_the_last_bytes() {
+    let mut t = Tail::new(8);
+    t.push(b"hello ");
+    t.push(b"world!");
+    assert_eq!(t.text(), "o world!");
+    t.push(&[b'x'; 20]);
+    assert_eq!(t.text(), "xxxxxxxx");
+    let mut u = Tail::new(3);
+    u.push("aé".as_bytes()); // 'é' is two bytes: a cut in the middle must not show junk
+    u.push("é".as_bytes());
+    assert_eq!(u.text(), "é");
+}
+
+#[tokio::test]
+async fn success_with_events_input_and_env() {
+    let script = r#"
+        input=$(cat)
+        case "$input" in *'"kind":"script"'*) ;; *) echo "bad input: $input" >&2; exit 9;; esac
+        echo '{"event":"progress","fraction":0.5,"message":"half"}'
+        echo '{"event":"row","row":{"size_bytes":8,"time_us":1.0,"algbw_gbs":0.008}}'
+        echo "not an event"
+        echo "{\"event\":\"summary\",\"summary\":{\"var\":\"$HEDDLE_TEST_VAR\"}}"
+        echo "some log" >&2
+    "#;
+    let r = run(sh(script, None)).await;
+    assert_eq!(r.end, ChildEnd::Exited(0), "{}", r.stderr_tail);
+    assert_eq!(r.rows.len(), 1);
+    assert_eq!(r.summary["var"], "from-job");
+    assert_eq!(r.unparsed_lines, 1);
+    assert_eq!(r.stderr_tail, "some log\n");
+    let up = r.into_upload("k".into());
+    assert_eq!(up.outcome, Outcome::Succeeded);
+    assert_eq!(up.exit_code, Some(0));
+    assert_eq!(up.summary["unparsed_stdout_lines"], 1);
+}
+
+#[tokio::test]
+async fn job_env_does_not_leak_into_the_agent() {
+    let _ = run(sh("true", None)).await;
+    assert!(std::env::var("HEDDLE_TEST_VAR").is_err());
+}
+
+#[tokio::test]
+async fn failure_reports_status_and_last_stderr_line() {
+    let r = run(sh("echo first >&2; echo 'link is down' >&2; exit 3", None)).await;
+    let (outcome, reason, code) = r.outcome();
+    assert_eq!(outcome, Outcome::Failed);
+    assert_eq!(code, Some(3));
+    assert_eq!(reason.as_deref(), Some("exited with status 3: link is down"));
+}
+
+#[tokio::test]
+async fn stderr_tail_is_bounded() {
+    let r = run(sh("head -c 100000 /dev/zero | tr '\\0' 'a' >&2; echo END >&2; exit 1", None)).await;
+    assert_eq!(r.stderr_tail.len(), STDERR_TAIL_BYTES);
+    assert!(r.stderr_tail.ends_with("aEND\n"));
+}
+
+#[tokio::test]
+async fn a_crash_is_a_signal() {
+    let r = run(sh("kill -SEGV $$", None)).await;
+    assert_eq!(r.end, ChildEnd::Signaled(libc::SIGSEGV));
+    assert_eq!(
+        r.outcome().1.as_deref(),
+        Some("killed by signal 11 (SIGSEGV)")
+    );
+}
+
+#[tokio::test]
+async fn skipped_event_with_success_is_a_skip() {
+    let r = run(sh(r#"echo '{"event":"skipped","reason":"no GPU"}'"#, None)).await;
+    let (outcome, reason, _) = r.outcome();
+    assert_eq!(outcome, Outcome::Skipped);
+    assert_eq!(reason.as_deref(), Some("no GPU"));
+}
+
+#[tokio::test]
+async fn timeout_kills_the_whole_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("grandchild.pid");
+    // The grandchild keeps stdout open; the supervisor must neither hang nor leave it.
+    let script = format!("sleep 30 & echo $! > {}; wait", pidfile.display());
+    let start = std::time::Instant::now();
+    let r = run(sh(&script, Some(Duration::from_millis(500)))).await;
+    assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+    assert_eq!(r.end, ChildEnd::TimedOut(Duration::from_millis(500)));
+    assert_eq!(r.outcome().1.as_deref(), Some("timed out after 0 s"));
+    let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    assert!(is_dead(pid), "grandchild {pid} survived");
+}
+
+#[tokio::test]
+async fn stop_request_ends_the_child() {
+    let (stop_tx, stop_rx) = watch::channel(None);
+    let (progress_tx, mut progress_rx) = watch::channel(None);
+    let script = r#"echo '{"event":"progress","message":"started"}'; exec sleep 30"#;
+    let task = tokio::spawn(supervise(sh(script, None), stop_rx, progress_tx));
+    progress_rx.changed().await.unwrap();
+    assert_eq!(
+        progress_rx.borrow().as_ref().map(|p| p.message.clone()),
+        Some("started".into())
+    );
+    stop_tx.send(Some(StopReason::Cancelled)).unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.end, ChildEnd::Stopped(StopReason::Cancelled));
+    assert_eq!(r.outcome().0, Outcome::Cancelled);
+}
+
+#[tokio::test]
+async fn missing_program_is_a_spawn_failure() {
+    let mut spec = sh("true", None);
+    spec.program = "/nonexistent/heddle-agent".into();
+    let r = run(spec).await;
+    assert!(matches!(r.end, ChildEnd::SpawnFailed(_)));
+    assert_eq!(r.outcome().0, Outcome::Failed);
+}
+
+/// Gone, or a zombie waiting for a reaper (the container's init may never reap it).
+fn is_dead(pid: i32) -> bool {
+    for _ in 0..50 {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Err(_) => return true,
+            Ok(stat) => {
+                let state = stat.rsplit(')').next().unwrap_or("").trim_start().chars().next();
+                if state == Some('Z') || state == Some('X') {
+                    return true;
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
