@@ -1,1 +1,73 @@
+//! The Heddle control-plane server.
+//!
+//! Stateless: every replica keeps its state in Postgres, so several may share one database.
+//! `router.rs` lists every route; handlers live in `api/`, SQL next to the types it returns.
 
+pub mod api;
+pub mod auth;
+pub mod config;
+pub mod dashboard;
+pub mod db;
+pub mod error;
+pub mod leases;
+pub mod metrics;
+pub mod router;
+#[cfg(feature = "test-support")]
+pub mod testing;
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use sqlx::postgres::PgPoolOptions;
+
+pub use config::Config;
+
+/// What every handler can reach. Cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    pub db: sqlx::PgPool,
+    pub config: Arc<Config>,
+    pub metrics: Arc<metrics::Metrics>,
+}
+
+/// Connects to Postgres and applies migrations (serialised across replicas by sqlx's
+/// advisory lock).
+pub async fn connect(config: &Config) -> anyhow::Result<sqlx::PgPool> {
+    let pool = PgPoolOptions::new()
+        .max_connections(config.db_max_connections)
+        .acquire_timeout(std::time::Duration::from_secs(5))
+        .connect(&config.database_url)
+        .await
+        .with_context(|| "connecting to Postgres (HEDDLE_DATABASE_URL)")?;
+    sqlx::migrate!("../migrations").run(&pool).await.context("applying migrations")?;
+    Ok(pool)
+}
+
+impl AppState {
+    pub async fn new(config: Config) -> anyhow::Result<Self> {
+        let db = connect(&config).await?;
+        Ok(AppState { db, config: Arc::new(config), metrics: Arc::new(metrics::Metrics::new()) })
+    }
+}
+
+/// Serves the API on `listener` until `shutdown` resolves, then drains in-flight requests.
+/// Also runs this replica's lease reaper for as long as it serves.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    if let Some(token) = auth::bootstrap_admin(&state.db, state.config.admin_token.as_deref()).await? {
+        // Printed once, on the first start against an empty database.
+        println!("heddle-server: created admin token (shown once): {token}");
+        tracing::warn!("created the first admin token; it was printed on stdout and is not logged");
+    }
+    let reaper = tokio::spawn(leases::run_reaper(state.clone()));
+    let app = router::app(state);
+    tracing::info!(addr = %listener.local_addr()?, "serving");
+    let result = axum::serve(listener, app.into_make_service_with_connect_info::<std::net::SocketAddr>())
+        .with_graceful_shutdown(shutdown)
+        .await;
+    reaper.abort();
+    result.context("serving HTTP")
+}

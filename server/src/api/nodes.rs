@@ -1,0 +1,483 @@
+//! Nodes, their facts history, sites, recommendations, tuning profiles and the env export.
+
+use std::collections::BTreeMap;
+
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use chrono::{DateTime, Utc};
+use heddle_types::auth::Role;
+use heddle_types::nodes::*;
+use serde::Deserialize;
+use uuid::Uuid;
+
+use crate::auth::Caller;
+use crate::db;
+use crate::error::{ApiError, ApiResult, Json, Path, Query};
+use crate::AppState;
+
+#[derive(sqlx::FromRow)]
+struct NodeRow {
+    id: Uuid,
+    hostname: String,
+    site: Option<String>,
+    gpu_model: Option<String>,
+    gpu_count: i32,
+    hcas: Vec<String>,
+    port_states: Vec<String>,
+    link_layers: Vec<String>,
+    traits: sqlx::types::Json<BTreeMap<String, String>>,
+    last_seen_at: Option<DateTime<Utc>>,
+    facts_updated_at: Option<DateTime<Utc>>,
+}
+
+const NODE_SELECT: &str = "SELECT n.id, n.hostname, s.name AS site, n.gpu_model, n.gpu_count, n.hcas,
+    n.port_states, n.link_layers, n.traits, n.last_seen_at, n.facts_updated_at
+    FROM nodes n LEFT JOIN sites s ON s.id = n.site_id";
+
+impl NodeRow {
+    fn summary(self, hb: std::time::Duration) -> NodeSummary {
+        NodeSummary {
+            health: db::health(self.last_seen_at, hb).to_string(),
+            id: self.id,
+            hostname: self.hostname,
+            site: self.site,
+            gpu_model: self.gpu_model,
+            gpu_count: self.gpu_count,
+            hcas: self.hcas,
+            port_states: self.port_states,
+            link_layers: self.link_layers,
+            traits: self.traits.0,
+            last_seen_at: self.last_seen_at,
+            facts_updated_at: self.facts_updated_at,
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct NodeFilter {
+    /// Substring of the hostname (case-insensitive).
+    hostname: Option<String>,
+    /// Exact GPU model, e.g. `NVIDIA H200`.
+    gpu_model: Option<String>,
+    /// Nodes with at least this many GPUs.
+    min_gpus: Option<i32>,
+    /// Nodes that have this HCA, e.g. `mlx5_0`.
+    hca: Option<String>,
+    /// Nodes with at least one port in this state, e.g. `ACTIVE` or `DOWN`.
+    port_state: Option<String>,
+    /// Nodes with at least one port of this link layer: `InfiniBand` or `Ethernet`.
+    link_layer: Option<String>,
+    site: Option<String>,
+    /// `key=value` site trait set by plugins, e.g. `cloud=azure`.
+    #[serde(rename = "trait")]
+    trait_: Option<String>,
+    /// `online`, `stale` or `offline`.
+    health: Option<String>,
+    limit: Option<i64>,
+}
+
+/// List nodes, filtered by the facts people ask about.
+#[utoipa::path(get, path = "/api/v1/nodes", tag = "nodes", security(("bearer" = [])), params(NodeFilter),
+    responses((status = 200, body = [NodeSummary]), (status = 400, body = heddle_types::ErrorBody)))]
+pub async fn list_nodes(State(state): State<AppState>, caller: Caller, Query(f): Query<NodeFilter>) -> ApiResult<Json<Vec<NodeSummary>>> {
+    caller.require(Role::Viewer)?;
+    let trait_filter = match &f.trait_ {
+        None => None,
+        Some(kv) => {
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| ApiError::BadRequest(format!("trait filter {kv:?} must be key=value")))?;
+            Some(serde_json::json!({ k: v }))
+        }
+    };
+    let hb = state.config.heartbeat_interval().as_secs_f64();
+    let (min_age, max_age): (Option<f64>, Option<f64>) = match f.health.as_deref() {
+        None => (None, None),
+        Some("online") => (None, Some(hb * 2.5)),
+        Some("stale") => (Some(hb * 2.5), Some(hb * 10.0)),
+        Some("offline") => (Some(hb * 10.0), None),
+        Some(other) => return Err(ApiError::BadRequest(format!("health {other:?} must be online, stale or offline"))),
+    };
+    let rows: Vec<NodeRow> = sqlx::query_as(&format!(
+        "{NODE_SELECT}
+         WHERE ($1::text IS NULL OR n.hostname ILIKE '%' || $1 || '%')
+           AND ($2::text IS NULL OR n.gpu_model = $2)
+           AND ($3::int IS NULL OR n.gpu_count >= $3)
+           AND ($4::text IS NULL OR $4 = ANY(n.hcas))
+           AND ($5::text IS NULL OR $5 = ANY(n.port_states))
+           AND ($6::text IS NULL OR $6 = ANY(n.link_layers))
+           AND ($7::text IS NULL OR s.name = $7)
+           AND ($8::jsonb IS NULL OR n.traits @> $8)
+           AND ($9::float8 IS NULL OR coalesce(n.last_seen_at < now() - make_interval(secs => $9), true))
+           AND ($10::float8 IS NULL OR n.last_seen_at >= now() - make_interval(secs => $10))
+         ORDER BY n.hostname LIMIT $11"
+    ))
+    .bind(f.hostname)
+    .bind(f.gpu_model)
+    .bind(f.min_gpus)
+    .bind(f.hca)
+    .bind(f.port_state)
+    .bind(f.link_layer)
+    .bind(f.site)
+    .bind(trait_filter)
+    .bind(min_age)
+    .bind(max_age)
+    .bind(super::limit(f.limit, 500))
+    .fetch_all(&state.db)
+    .await?;
+    let hb = state.config.heartbeat_interval();
+    Ok(Json(rows.into_iter().map(|r| r.summary(hb)).collect()))
+}
+
+/// One node (by id or hostname) with its latest facts and recommendations.
+#[utoipa::path(get, path = "/api/v1/nodes/{node}", tag = "nodes", security(("bearer" = [])),
+    params(("node" = String, Path, description = "node id or hostname")),
+    responses((status = 200, body = NodeDetail), (status = 404, body = heddle_types::ErrorBody)))]
+pub async fn get_node(State(state): State<AppState>, caller: Caller, Path(key): Path<String>) -> ApiResult<Json<NodeDetail>> {
+    caller.require(Role::Viewer)?;
+    let id = db::resolve_node(&state.db, &key).await?;
+    let row: NodeRow = sqlx::query_as(&format!("{NODE_SELECT} WHERE n.id = $1")).bind(id).fetch_one(&state.db).await?;
+    let (facts, facts_sha256): (Option<serde_json::Value>, Option<String>) =
+        sqlx::query_as("SELECT facts, facts_sha256 FROM nodes WHERE id = $1").bind(id).fetch_one(&state.db).await?;
+    Ok(Json(NodeDetail {
+        summary: row.summary(state.config.heartbeat_interval()),
+        facts,
+        facts_sha256,
+        recommendations: effective_env(&state.db, id).await?,
+    }))
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryQuery {
+    limit: Option<i64>,
+}
+
+/// Past facts of a node, newest first: one entry per change.
+#[utoipa::path(get, path = "/api/v1/nodes/{node}/facts/history", tag = "nodes", security(("bearer" = [])),
+    params(("node" = String, Path), HistoryQuery), responses((status = 200, body = [FactsSnapshot])))]
+pub async fn facts_history(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(key): Path<String>,
+    Query(q): Query<HistoryQuery>,
+) -> ApiResult<Json<Vec<FactsSnapshot>>> {
+    caller.require(Role::Viewer)?;
+    let id = db::resolve_node(&state.db, &key).await?;
+    let rows: Vec<(i64, String, DateTime<Utc>, serde_json::Value)> = sqlx::query_as(
+        "SELECT id, facts_sha256, collected_at, facts FROM node_facts_history WHERE node_id = $1 ORDER BY id DESC LIMIT $2",
+    )
+    .bind(id)
+    .bind(super::limit(q.limit, 20))
+    .fetch_all(&state.db)
+    .await?;
+    Ok(Json(
+        rows.into_iter()
+            .map(|(id, facts_sha256, collected_at, facts)| FactsSnapshot { id, facts_sha256, collected_at, facts })
+            .collect(),
+    ))
+}
+
+/// Attach a node to a site (or detach it).
+#[utoipa::path(patch, path = "/api/v1/nodes/{node}", tag = "nodes", security(("bearer" = [])),
+    params(("node" = String, Path)), request_body = NodeUpdate,
+    responses((status = 204), (status = 404, body = heddle_types::ErrorBody)))]
+pub async fn update_node(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(key): Path<String>,
+    Json(req): Json<NodeUpdate>,
+) -> ApiResult<StatusCode> {
+    caller.require(Role::Operator)?;
+    let mut tx = state.db.begin().await?;
+    let id = db::resolve_node(&mut *tx, &key).await?;
+    let site_id = match &req.site {
+        Some(name) => Some(db::resolve_site(&mut *tx, name).await?),
+        None => None,
+    };
+    sqlx::query("UPDATE nodes SET site_id = $2 WHERE id = $1").bind(id).bind(site_id).execute(&mut *tx).await?;
+    db::audit(&mut *tx, &caller.actor(), "node.update", &format!("node:{id}"), serde_json::json!({"site": req.site})).await?;
+    tx.commit().await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The environment a job on this node should run with: plugin recommendations, overridden
+/// by site tuning profiles, overridden by node tuning profiles. Sorted by name.
+pub async fn effective_env(db: &sqlx::PgPool, node: Uuid) -> Result<Vec<Recommendation>, sqlx::Error> {
+    let recs: Vec<(String, String, String, String)> = sqlx::query_as(
+        "SELECT name, value, reason, source FROM recommendations WHERE node_id = $1 ORDER BY source, name",
+    )
+    .bind(node)
+    .fetch_all(db)
+    .await?;
+    let profiles: Vec<(String, sqlx::types::Json<BTreeMap<String, String>>, bool)> = sqlx::query_as(
+        "SELECT p.name, p.env, p.node_id IS NOT NULL FROM tuning_profiles p
+         WHERE p.node_id = $1 OR p.site_id = (SELECT site_id FROM nodes WHERE id = $1)
+         ORDER BY p.node_id IS NOT NULL, p.created_at",
+    )
+    .bind(node)
+    .fetch_all(db)
+    .await?;
+    let mut merged: BTreeMap<String, Recommendation> = BTreeMap::new();
+    for (name, value, reason, source) in recs {
+        merged.insert(name.clone(), Recommendation { name, value, reason, source });
+    }
+    for (profile, env, node_level) in profiles {
+        let scope = if node_level { "node" } else { "site" };
+        for (name, value) in env.0 {
+            let reason = format!("chosen by {scope} tuning profile {profile:?}");
+            merged.insert(name.clone(), Recommendation { name, value, reason, source: format!("tuning:{profile}") });
+        }
+    }
+    Ok(merged.into_values().collect())
+}
+
+/// Single-quotes a value for POSIX shells.
+fn shell_quote(value: &str) -> String {
+    if !value.is_empty() && value.chars().all(|c| c.is_ascii_alphanumeric() || "_-.,:/=@+".contains(c)) {
+        value.to_string()
+    } else {
+        format!("'{}'", value.replace('\'', r"'\''"))
+    }
+}
+
+/// `export NAME=VALUE` lines for a job script to `source`.
+#[utoipa::path(get, path = "/api/v1/nodes/{node}/env", tag = "nodes", security(("bearer" = [])),
+    params(("node" = String, Path)),
+    responses((status = 200, content_type = "text/plain", body = String), (status = 404, body = heddle_types::ErrorBody)))]
+pub async fn node_env(State(state): State<AppState>, caller: Caller, Path(key): Path<String>) -> ApiResult<impl IntoResponse> {
+    caller.require(Role::Viewer)?;
+    let id = db::resolve_node(&state.db, &key).await?;
+    let mut out = format!("# Heddle environment for node {key}\n");
+    for r in effective_env(&state.db, id).await? {
+        out.push_str(&format!("# {} ({})\nexport {}={}\n", r.reason.replace('\n', " "), r.source, r.name, shell_quote(&r.value)));
+    }
+    Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], out))
+}
+
+/// Replace one source's recommendations and traits on a node (plugins write through this).
+#[utoipa::path(put, path = "/api/v1/nodes/{node}/recommendations", tag = "nodes", security(("bearer" = [])),
+    params(("node" = String, Path)), request_body = RecommendationSet,
+    responses((status = 204), (status = 422, body = heddle_types::ErrorBody)))]
+pub async fn put_recommendations(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(key): Path<String>,
+    Json(req): Json<RecommendationSet>,
+) -> ApiResult<StatusCode> {
+    caller.require(Role::Operator)?;
+    if req.source.is_empty() || req.source.len() > 200 {
+        return Err(ApiError::Unprocessable("source must be 1-200 characters".into()));
+    }
+    for item in &req.items {
+        db::check_env_name(&item.name)?;
+        db::check_env_value(&item.name, &item.value)?;
+    }
+    let mut tx = state.db.begin().await?;
+    let id = db::resolve_node(&mut *tx, &key).await?;
+    replace_recommendations(&mut tx, id, &req).await?;
+    db::audit(&mut *tx, &caller.actor(), "node.recommendations", &format!("node:{id}"),
+        serde_json::json!({"source": req.source, "count": req.items.len()})).await?;
+    tx.commit().await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Replaces every recommendation of `set.source` on the node and merges its traits.
+pub async fn replace_recommendations(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    node: Uuid,
+    set: &RecommendationSet,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("DELETE FROM recommendations WHERE node_id = $1 AND source = $2")
+        .bind(node)
+        .bind(&set.source)
+        .execute(&mut **tx)
+        .await?;
+    for item in &set.items {
+        sqlx::query(
+            "INSERT INTO recommendations (node_id, source, name, value, reason) VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (node_id, source, name) DO UPDATE SET value = EXCLUDED.value, reason = EXCLUDED.reason",
+        )
+        .bind(node)
+        .bind(&set.source)
+        .bind(&item.name)
+        .bind(&item.value)
+        .bind(&item.reason)
+        .execute(&mut **tx)
+        .await?;
+    }
+    if !set.traits.is_empty() {
+        sqlx::query("UPDATE nodes SET traits = traits || $2 WHERE id = $1")
+            .bind(node)
+            .bind(sqlx::types::Json(&set.traits))
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(())
+}
+
+#[derive(sqlx::FromRow)]
+struct SiteRow {
+    id: Uuid,
+    name: String,
+    traits: sqlx::types::Json<BTreeMap<String, String>>,
+    created_at: DateTime<Utc>,
+}
+
+impl From<SiteRow> for Site {
+    fn from(r: SiteRow) -> Self {
+        Site { id: r.id, name: r.name, traits: r.traits.0, created_at: r.created_at }
+    }
+}
+
+#[utoipa::path(post, path = "/api/v1/sites", tag = "nodes", security(("bearer" = [])), request_body = SiteCreate,
+    responses((status = 201, body = Site), (status = 409, body = heddle_types::ErrorBody)))]
+pub async fn create_site(State(state): State<AppState>, caller: Caller, Json(req): Json<SiteCreate>) -> ApiResult<(StatusCode, Json<Site>)> {
+    caller.require(Role::Operator)?;
+    db::check_name("site name", &req.name)?;
+    let mut tx = state.db.begin().await?;
+    let row: SiteRow = sqlx::query_as(
+        "INSERT INTO sites (id, name, traits) VALUES ($1, $2, $3) RETURNING id, name, traits, created_at",
+    )
+    .bind(Uuid::new_v4())
+    .bind(&req.name)
+    .bind(sqlx::types::Json(&req.traits))
+    .fetch_one(&mut *tx)
+    .await
+    .map_err(|e| match ApiError::from(e) {
+        ApiError::Conflict(_) => ApiError::Conflict(format!("a site named {:?} already exists", req.name)),
+        other => other,
+    })?;
+    db::audit(&mut *tx, &caller.actor(), "site.create", &format!("site:{}", req.name), serde_json::json!({})).await?;
+    tx.commit().await?;
+    Ok((StatusCode::CREATED, Json(row.into())))
+}
+
+#[utoipa::path(get, path = "/api/v1/sites", tag = "nodes", security(("bearer" = [])), responses((status = 200, body = [Site])))]
+pub async fn list_sites(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Vec<Site>>> {
+    caller.require(Role::Viewer)?;
+    let rows: Vec<SiteRow> =
+        sqlx::query_as("SELECT id, name, traits, created_at FROM sites ORDER BY name").fetch_all(&state.db).await?;
+    Ok(Json(rows.into_iter().map(Into::into).collect()))
+}
+
+#[derive(sqlx::FromRow)]
+struct ProfileRow {
+    id: Uuid,
+    name: String,
+    node_id: Option<Uuid>,
+    site_id: Option<Uuid>,
+    env: sqlx::types::Json<BTreeMap<String, String>>,
+    source_run_id: Option<Uuid>,
+    created_by: String,
+    created_at: DateTime<Utc>,
+}
+
+impl From<ProfileRow> for TuningProfile {
+    fn from(r: ProfileRow) -> Self {
+        TuningProfile {
+            id: r.id,
+            name: r.name,
+            node_id: r.node_id,
+            site_id: r.site_id,
+            env: r.env.0,
+            source_run_id: r.source_run_id,
+            created_by: r.created_by,
+            created_at: r.created_at,
+        }
+    }
+}
+
+const PROFILE_COLUMNS: &str = "id, name, node_id, site_id, env, source_run_id, created_by, created_at";
+
+/// Keep a set of env values (e.g. a sweep's winner) for a node or a site; it feeds the
+/// env export.
+#[utoipa::path(post, path = "/api/v1/tuning-profiles", tag = "nodes", security(("bearer" = [])),
+    request_body = TuningProfileCreate, responses((status = 201, body = TuningProfile), (status = 422, body = heddle_types::ErrorBody)))]
+pub async fn create_profile(
+    State(state): State<AppState>,
+    caller: Caller,
+    Json(req): Json<TuningProfileCreate>,
+) -> ApiResult<(StatusCode, Json<TuningProfile>)> {
+    caller.require(Role::Operator)?;
+    db::check_name("profile name", &req.name)?;
+    if req.node.is_some() == req.site.is_some() {
+        return Err(ApiError::Unprocessable("give exactly one of node or site".into()));
+    }
+    if req.env.is_empty() {
+        return Err(ApiError::Unprocessable("env must set at least one variable".into()));
+    }
+    for (k, v) in &req.env {
+        db::check_env_name(k)?;
+        db::check_env_value(k, v)?;
+    }
+    let mut tx = state.db.begin().await?;
+    let node_id = match &req.node {
+        Some(n) => Some(db::resolve_node(&mut *tx, n).await?),
+        None => None,
+    };
+    let site_id = match &req.site {
+        Some(s) => Some(db::resolve_site(&mut *tx, s).await?),
+        None => None,
+    };
+    let row: ProfileRow = sqlx::query_as(&format!(
+        "INSERT INTO tuning_profiles (id, name, node_id, site_id, env, source_run_id, created_by)
+         VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING {PROFILE_COLUMNS}"
+    ))
+    .bind(Uuid::new_v4())
+    .bind(&req.name)
+    .bind(node_id)
+    .bind(site_id)
+    .bind(sqlx::types::Json(&req.env))
+    .bind(req.source_run_id)
+    .bind(caller.actor())
+    .fetch_one(&mut *tx)
+    .await
+    .map_err(|e| match ApiError::from(e) {
+        ApiError::Conflict(_) => ApiError::Conflict(format!("a tuning profile named {:?} already exists", req.name)),
+        other => other,
+    })?;
+    db::audit(&mut *tx, &caller.actor(), "tuning_profile.create", &format!("tuning_profile:{}", req.name),
+        serde_json::json!({"env": req.env})).await?;
+    tx.commit().await?;
+    Ok((StatusCode::CREATED, Json(row.into())))
+}
+
+#[utoipa::path(get, path = "/api/v1/tuning-profiles", tag = "nodes", security(("bearer" = [])),
+    responses((status = 200, body = [TuningProfile])))]
+pub async fn list_profiles(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Vec<TuningProfile>>> {
+    caller.require(Role::Viewer)?;
+    let rows: Vec<ProfileRow> = sqlx::query_as(&format!("SELECT {PROFILE_COLUMNS} FROM tuning_profiles ORDER BY name"))
+        .fetch_all(&state.db)
+        .await?;
+    Ok(Json(rows.into_iter().map(Into::into).collect()))
+}
+
+#[utoipa::path(delete, path = "/api/v1/tuning-profiles/{id}", tag = "nodes", security(("bearer" = [])),
+    params(("id" = Uuid, Path)), responses((status = 204), (status = 404, body = heddle_types::ErrorBody)))]
+pub async fn delete_profile(State(state): State<AppState>, caller: Caller, Path(id): Path<Uuid>) -> ApiResult<StatusCode> {
+    caller.require(Role::Operator)?;
+    let mut tx = state.db.begin().await?;
+    let gone: Option<(String,)> =
+        sqlx::query_as("DELETE FROM tuning_profiles WHERE id = $1 RETURNING name").bind(id).fetch_optional(&mut *tx).await?;
+    let (name,) = gone.ok_or_else(|| ApiError::NotFound(format!("no tuning profile {id}")))?;
+    db::audit(&mut *tx, &caller.actor(), "tuning_profile.delete", &format!("tuning_profile:{name}"), serde_json::json!({})).await?;
+    tx.commit().await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shell_quote;
+
+    #[test]
+    fn quoting_survives_a_shell() {
+        assert_eq!(shell_quote("mlx5_0:1"), "mlx5_0:1");
+        assert_eq!(shell_quote(""), "''");
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+        assert_eq!(shell_quote("$(rm -rf /)"), "'$(rm -rf /)'");
+    }
+}

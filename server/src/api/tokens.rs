@@ -1,0 +1,290 @@
+//! API tokens, enrollment tokens, agents and the audit log: who may do what.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use chrono::{DateTime, Utc};
+use heddle_types::auth::*;
+use serde::Deserialize;
+use uuid::Uuid;
+
+use crate::auth::{self, Caller};
+use crate::db;
+use crate::error::{ApiError, ApiResult, Json, Path, Query};
+use crate::AppState;
+
+#[derive(sqlx::FromRow)]
+struct TokenRow {
+    id: Uuid,
+    name: String,
+    role: String,
+    created_at: DateTime<Utc>,
+    expires_at: Option<DateTime<Utc>>,
+    revoked_at: Option<DateTime<Utc>>,
+    last_used_at: Option<DateTime<Utc>>,
+}
+
+impl TryFrom<TokenRow> for TokenInfo {
+    type Error = ApiError;
+    fn try_from(r: TokenRow) -> Result<Self, ApiError> {
+        Ok(TokenInfo {
+            id: r.id,
+            name: r.name,
+            role: r.role.parse().map_err(|e: String| ApiError::Internal(anyhow::anyhow!(e)))?,
+            created_at: r.created_at,
+            expires_at: r.expires_at,
+            revoked_at: r.revoked_at,
+            last_used_at: r.last_used_at,
+        })
+    }
+}
+
+const TOKEN_COLUMNS: &str = "id, name, role, created_at, expires_at, revoked_at, last_used_at";
+
+/// Who am I: the name and role of the presented token.
+#[utoipa::path(get, path = "/api/v1/whoami", tag = "tokens", security(("bearer" = [])),
+    responses((status = 200, body = WhoAmI), (status = 401, body = heddle_types::ErrorBody)))]
+pub async fn whoami(caller: Caller) -> Json<WhoAmI> {
+    Json(WhoAmI { name: caller.name, role: caller.role })
+}
+
+/// Create an API token. The secret is in the response and nowhere else.
+#[utoipa::path(post, path = "/api/v1/tokens", tag = "tokens", security(("bearer" = [])), request_body = TokenCreate,
+    responses((status = 201, body = TokenCreated), (status = 409, body = heddle_types::ErrorBody)))]
+pub async fn create_token(
+    State(state): State<AppState>,
+    caller: Caller,
+    Json(req): Json<TokenCreate>,
+) -> ApiResult<(StatusCode, Json<TokenCreated>)> {
+    caller.require(Role::Admin)?;
+    db::check_name("token name", &req.name)?;
+    let secret = auth::new_secret(auth::API_TOKEN_PREFIX);
+    let expires_at = req.expires_in_days.map(|d| Utc::now() + chrono::Duration::days(i64::from(d.min(3650))));
+    let mut tx = state.db.begin().await?;
+    let row: TokenRow = sqlx::query_as(&format!(
+        "INSERT INTO api_tokens (id, name, role, token_sha256, expires_at) VALUES ($1, $2, $3, $4, $5)
+         RETURNING {TOKEN_COLUMNS}"
+    ))
+    .bind(Uuid::new_v4())
+    .bind(&req.name)
+    .bind(req.role.as_str())
+    .bind(auth::sha256_hex(&secret))
+    .bind(expires_at)
+    .fetch_one(&mut *tx)
+    .await
+    .map_err(|e| match ApiError::from(e) {
+        ApiError::Conflict(_) => ApiError::Conflict(format!("a token named {:?} already exists", req.name)),
+        other => other,
+    })?;
+    db::audit(&mut *tx, &caller.actor(), "token.create", &format!("token:{}", req.name), serde_json::json!({"role": req.role})).await?;
+    tx.commit().await?;
+    Ok((StatusCode::CREATED, Json(TokenCreated { info: row.try_into()?, token: secret })))
+}
+
+/// List API tokens (never their secrets).
+#[utoipa::path(get, path = "/api/v1/tokens", tag = "tokens", security(("bearer" = [])),
+    responses((status = 200, body = [TokenInfo])))]
+pub async fn list_tokens(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Vec<TokenInfo>>> {
+    caller.require(Role::Admin)?;
+    let rows: Vec<TokenRow> = sqlx::query_as(&format!("SELECT {TOKEN_COLUMNS} FROM api_tokens ORDER BY created_at"))
+        .fetch_all(&state.db)
+        .await?;
+    Ok(Json(rows.into_iter().map(TryInto::try_into).collect::<Result<_, _>>()?))
+}
+
+/// Revoke an API token. It stops working at once.
+#[utoipa::path(delete, path = "/api/v1/tokens/{id}", tag = "tokens", security(("bearer" = [])),
+    params(("id" = Uuid, Path)), responses((status = 204), (status = 404, body = heddle_types::ErrorBody)))]
+pub async fn revoke_token(State(state): State<AppState>, caller: Caller, Path(id): Path<Uuid>) -> ApiResult<StatusCode> {
+    caller.require(Role::Admin)?;
+    let mut tx = state.db.begin().await?;
+    let name: Option<(String,)> = sqlx::query_as(
+        "UPDATE api_tokens SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1 RETURNING name",
+    )
+    .bind(id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let (name,) = name.ok_or_else(|| ApiError::NotFound(format!("no token {id}")))?;
+    db::audit(&mut *tx, &caller.actor(), "token.revoke", &format!("token:{name}"), serde_json::json!({})).await?;
+    tx.commit().await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(sqlx::FromRow)]
+struct EnrollRow {
+    id: Uuid,
+    name: Option<String>,
+    max_uses: i32,
+    uses: i32,
+    created_at: DateTime<Utc>,
+    expires_at: DateTime<Utc>,
+    revoked_at: Option<DateTime<Utc>>,
+}
+
+impl From<EnrollRow> for EnrollmentTokenInfo {
+    fn from(r: EnrollRow) -> Self {
+        EnrollmentTokenInfo {
+            id: r.id,
+            name: r.name,
+            max_uses: r.max_uses,
+            uses: r.uses,
+            created_at: r.created_at,
+            expires_at: r.expires_at,
+            revoked_at: r.revoked_at,
+        }
+    }
+}
+
+const ENROLL_COLUMNS: &str = "id, name, max_uses, uses, created_at, expires_at, revoked_at";
+
+/// Create an enrollment token that agents exchange for their own credential.
+#[utoipa::path(post, path = "/api/v1/enrollment-tokens", tag = "agents", security(("bearer" = [])),
+    request_body = EnrollmentTokenCreate, responses((status = 201, body = EnrollmentTokenCreated)))]
+pub async fn create_enrollment_token(
+    State(state): State<AppState>,
+    caller: Caller,
+    Json(req): Json<EnrollmentTokenCreate>,
+) -> ApiResult<(StatusCode, Json<EnrollmentTokenCreated>)> {
+    caller.require(Role::Admin)?;
+    let max_uses = req.max_uses.unwrap_or(1000);
+    if max_uses == 0 || max_uses > 1_000_000 {
+        return Err(ApiError::Unprocessable("max_uses must be between 1 and 1000000".into()));
+    }
+    let hours = i64::from(req.expires_in_hours.unwrap_or(24).clamp(1, 24 * 365));
+    let secret = auth::new_secret(auth::ENROLL_TOKEN_PREFIX);
+    let mut tx = state.db.begin().await?;
+    let row: EnrollRow = sqlx::query_as(&format!(
+        "INSERT INTO enrollment_tokens (id, name, token_sha256, max_uses, created_by, expires_at)
+         VALUES ($1, $2, $3, $4, $5, now() + make_interval(hours => $6)) RETURNING {ENROLL_COLUMNS}"
+    ))
+    .bind(Uuid::new_v4())
+    .bind(&req.name)
+    .bind(auth::sha256_hex(&secret))
+    .bind(i32::try_from(max_uses).unwrap_or(i32::MAX))
+    .bind(caller.actor())
+    .bind(i32::try_from(hours).unwrap_or(24))
+    .fetch_one(&mut *tx)
+    .await?;
+    db::audit(&mut *tx, &caller.actor(), "enrollment_token.create", &format!("enrollment_token:{}", row.id),
+        serde_json::json!({"max_uses": max_uses, "expires_in_hours": hours})).await?;
+    tx.commit().await?;
+    Ok((StatusCode::CREATED, Json(EnrollmentTokenCreated { info: row.into(), token: secret })))
+}
+
+#[utoipa::path(get, path = "/api/v1/enrollment-tokens", tag = "agents", security(("bearer" = [])),
+    responses((status = 200, body = [EnrollmentTokenInfo])))]
+pub async fn list_enrollment_tokens(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Vec<EnrollmentTokenInfo>>> {
+    caller.require(Role::Admin)?;
+    let rows: Vec<EnrollRow> =
+        sqlx::query_as(&format!("SELECT {ENROLL_COLUMNS} FROM enrollment_tokens ORDER BY created_at"))
+            .fetch_all(&state.db)
+            .await?;
+    Ok(Json(rows.into_iter().map(Into::into).collect()))
+}
+
+#[utoipa::path(delete, path = "/api/v1/enrollment-tokens/{id}", tag = "agents", security(("bearer" = [])),
+    params(("id" = Uuid, Path)), responses((status = 204), (status = 404, body = heddle_types::ErrorBody)))]
+pub async fn revoke_enrollment_token(State(state): State<AppState>, caller: Caller, Path(id): Path<Uuid>) -> ApiResult<StatusCode> {
+    caller.require(Role::Admin)?;
+    let mut tx = state.db.begin().await?;
+    let done = sqlx::query("UPDATE enrollment_tokens SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    if done.rows_affected() == 0 {
+        return Err(ApiError::NotFound(format!("no enrollment token {id}")));
+    }
+    db::audit(&mut *tx, &caller.actor(), "enrollment_token.revoke", &format!("enrollment_token:{id}"), serde_json::json!({})).await?;
+    tx.commit().await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(sqlx::FromRow)]
+struct AgentRow {
+    id: Uuid,
+    node_id: Uuid,
+    hostname: String,
+    version: Option<String>,
+    created_at: DateTime<Utc>,
+    last_heartbeat_at: Option<DateTime<Utc>>,
+    revoked_at: Option<DateTime<Utc>>,
+}
+
+/// List agents with their health.
+#[utoipa::path(get, path = "/api/v1/agents", tag = "agents", security(("bearer" = [])),
+    responses((status = 200, body = [AgentInfo])))]
+pub async fn list_agents(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Vec<AgentInfo>>> {
+    caller.require(Role::Viewer)?;
+    let rows: Vec<AgentRow> = sqlx::query_as(
+        "SELECT a.id, a.node_id, n.hostname, a.version, a.created_at, a.last_heartbeat_at, a.revoked_at
+         FROM agents a JOIN nodes n ON n.id = a.node_id ORDER BY n.hostname, a.created_at",
+    )
+    .fetch_all(&state.db)
+    .await?;
+    let hb = state.config.heartbeat_interval();
+    Ok(Json(
+        rows.into_iter()
+            .map(|r| AgentInfo {
+                health: if r.revoked_at.is_some() { "revoked".into() } else { db::health(r.last_heartbeat_at, hb).into() },
+                id: r.id,
+                node_id: r.node_id,
+                hostname: r.hostname,
+                version: r.version,
+                created_at: r.created_at,
+                last_heartbeat_at: r.last_heartbeat_at,
+                revoked_at: r.revoked_at,
+            })
+            .collect(),
+    ))
+}
+
+/// Revoke an agent: its credential stops working and its running jobs are requeued.
+#[utoipa::path(delete, path = "/api/v1/agents/{id}", tag = "agents", security(("bearer" = [])),
+    params(("id" = Uuid, Path)), responses((status = 204), (status = 404, body = heddle_types::ErrorBody)))]
+pub async fn revoke_agent(State(state): State<AppState>, caller: Caller, Path(id): Path<Uuid>) -> ApiResult<StatusCode> {
+    caller.require(Role::Admin)?;
+    let mut tx = state.db.begin().await?;
+    let done = sqlx::query("UPDATE agents SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    if done.rows_affected() == 0 {
+        return Err(ApiError::NotFound(format!("no agent {id}")));
+    }
+    // Its leases end now rather than at expiry: nobody will renew them.
+    sqlx::query("UPDATE jobs SET lease_expires_at = now() WHERE lease_agent_id = $1 AND state IN ('leased', 'running')")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    db::audit(&mut *tx, &caller.actor(), "agent.revoke", &format!("agent:{id}"), serde_json::json!({})).await?;
+    tx.commit().await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct AuditQuery {
+    /// Most recent entries first; at most 1000.
+    limit: Option<i64>,
+    /// Only entries whose action starts with this, e.g. `plugin.`.
+    action: Option<String>,
+}
+
+/// The audit log of writes, newest first.
+#[utoipa::path(get, path = "/api/v1/audit", tag = "tokens", security(("bearer" = [])), params(AuditQuery),
+    responses((status = 200, body = [AuditEntry])))]
+pub async fn audit_log(State(state): State<AppState>, caller: Caller, Query(q): Query<AuditQuery>) -> ApiResult<Json<Vec<AuditEntry>>> {
+    caller.require(Role::Admin)?;
+    let rows: Vec<(i64, DateTime<Utc>, String, String, String, serde_json::Value)> = sqlx::query_as(
+        "SELECT id, at, actor, action, target, detail FROM audit_log
+         WHERE ($1::text IS NULL OR starts_with(action, $1)) ORDER BY id DESC LIMIT $2",
+    )
+    .bind(q.action)
+    .bind(super::limit(q.limit, 100))
+    .fetch_all(&state.db)
+    .await?;
+    Ok(Json(
+        rows.into_iter()
+            .map(|(id, at, actor, action, target, detail)| AuditEntry { id, at, actor, action, target, detail })
+            .collect(),
+    ))
+}

@@ -1,0 +1,72 @@
+//! Server configuration: every knob is a flag and a `HEDDLE_*` environment variable.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, Clone, clap::Parser)]
+#[command(name = "heddle-server", version, about = "Heddle control-plane server")]
+pub struct Config {
+    /// Address to listen on.
+    #[arg(long, env = "HEDDLE_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+
+    /// Postgres URL. Migrations are applied at start-up.
+    #[arg(long, env = "HEDDLE_DATABASE_URL")]
+    pub database_url: String,
+
+    /// Largest number of Postgres connections this replica opens.
+    #[arg(long, env = "HEDDLE_DB_MAX_CONNECTIONS", default_value_t = 20)]
+    pub db_max_connections: u32,
+
+    /// Seconds between agent heartbeats. A job whose agent stops heartbeating is requeued
+    /// (or failed after its last attempt) within two of these intervals.
+    #[arg(long, env = "HEDDLE_HEARTBEAT_INTERVAL_S", default_value_t = 10)]
+    pub heartbeat_interval_s: u32,
+
+    /// Admin token to create at start-up if no token with this value exists (instead of a
+    /// random one printed on first start).
+    #[arg(long, env = "HEDDLE_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+
+    /// Largest request body accepted by JSON endpoints, in bytes.
+    #[arg(long, env = "HEDDLE_MAX_BODY_BYTES", default_value_t = 1 << 20)]
+    pub max_body_bytes: usize,
+
+    /// Largest result upload (many result rows), in bytes.
+    #[arg(long, env = "HEDDLE_MAX_RESULT_BYTES", default_value_t = 16 << 20)]
+    pub max_result_bytes: usize,
+
+    /// Largest plugin component accepted, in bytes.
+    #[arg(long, env = "HEDDLE_MAX_PLUGIN_BYTES", default_value_t = 16 << 20)]
+    pub max_plugin_bytes: usize,
+
+    /// Folder holding the built dashboard (index.html and its wasm/js); a minimal status
+    /// page is served when absent.
+    #[arg(long, env = "HEDDLE_DASHBOARD_DIR")]
+    pub dashboard_dir: Option<PathBuf>,
+
+    /// Log as JSON lines instead of human-readable text.
+    #[arg(long, env = "HEDDLE_LOG_JSON", default_value_t = false)]
+    pub log_json: bool,
+}
+
+impl Config {
+    /// A configuration for tests and embedding: defaults everywhere but the database.
+    pub fn for_database(database_url: impl Into<String>) -> Self {
+        use clap::Parser;
+        let mut cfg = Config::parse_from(["heddle-server", "--database-url", "unused"]);
+        cfg.database_url = database_url.into();
+        cfg
+    }
+
+    pub fn heartbeat_interval(&self) -> Duration {
+        Duration::from_secs(u64::from(self.heartbeat_interval_s.max(1)))
+    }
+
+    /// How long a lease lives without renewal: 1.5 heartbeats, so with the reaper ticking
+    /// every quarter heartbeat a dead agent's job is requeued within 1.75 intervals.
+    pub fn lease_ttl(&self) -> Duration {
+        self.heartbeat_interval() * 3 / 2
+    }
+}

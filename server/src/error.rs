@@ -1,0 +1,144 @@
+//! The API's one error type. Every handler returns `Result<_, ApiError>`; this file is the
+//! only place that turns errors into HTTP responses.
+
+use axum::extract::rejection::{BytesRejection, JsonRejection, PathRejection, QueryRejection};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use heddle_types::ErrorBody;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{0}")]
+    Unauthorized(String),
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    PayloadTooLarge(String),
+    #[error("{0}")]
+    Unprocessable(String),
+    #[error("{0}")]
+    Timeout(&'static str, String),
+    #[error("database unavailable")]
+    Unavailable(#[source] sqlx::Error),
+    #[error("internal error")]
+    Internal(#[from] anyhow::Error),
+}
+
+impl ApiError {
+    fn status_and_code(&self) -> (StatusCode, &'static str) {
+        match self {
+            ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
+            ApiError::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
+            ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            ApiError::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            ApiError::Unprocessable(_) => (StatusCode::UNPROCESSABLE_ENTITY, "unprocessable"),
+            ApiError::Timeout(code, _) => (StatusCode::REQUEST_TIMEOUT, code),
+            ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        }
+    }
+}
+
+impl From<sqlx::Error> for ApiError {
+    fn from(err: sqlx::Error) -> Self {
+        match &err {
+            sqlx::Error::RowNotFound => ApiError::NotFound("no such object".into()),
+            sqlx::Error::Database(db) => match db.kind() {
+                sqlx::error::ErrorKind::UniqueViolation => {
+                    ApiError::Conflict(format!("already exists ({})", db.constraint().unwrap_or("unique")))
+                }
+                sqlx::error::ErrorKind::ForeignKeyViolation => {
+                    ApiError::Unprocessable(format!("refers to a missing object ({})", db.constraint().unwrap_or("foreign key")))
+                }
+                sqlx::error::ErrorKind::CheckViolation | sqlx::error::ErrorKind::NotNullViolation => {
+                    ApiError::Unprocessable(format!("invalid value ({})", db.constraint().unwrap_or("check")))
+                }
+                _ => ApiError::Internal(err.into()),
+            },
+            sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => ApiError::Unavailable(err),
+            _ => ApiError::Internal(err.into()),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status_and_code();
+        let message = match &self {
+            ApiError::Internal(err) => {
+                tracing::error!(error = ?err, "internal error");
+                "internal error; see the server log".to_string()
+            }
+            ApiError::Unavailable(err) => {
+                tracing::warn!(error = %err, "database unavailable");
+                "the database is unavailable; retry later".to_string()
+            }
+            other => other.to_string(),
+        };
+        let mut response = (status, axum::Json(ErrorBody { error: code.to_string(), message })).into_response();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            response.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from_static("1"));
+        }
+        response
+    }
+}
+
+fn rejection(status: StatusCode, text: String) -> ApiError {
+    match status {
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::PayloadTooLarge(text),
+        StatusCode::UNPROCESSABLE_ENTITY => ApiError::Unprocessable(text),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => ApiError::BadRequest(text),
+        _ => ApiError::BadRequest(text),
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(r: JsonRejection) -> Self {
+        rejection(r.status(), r.body_text())
+    }
+}
+impl From<PathRejection> for ApiError {
+    fn from(r: PathRejection) -> Self {
+        ApiError::BadRequest(r.body_text())
+    }
+}
+impl From<QueryRejection> for ApiError {
+    fn from(r: QueryRejection) -> Self {
+        ApiError::BadRequest(r.body_text())
+    }
+}
+impl From<BytesRejection> for ApiError {
+    fn from(r: BytesRejection) -> Self {
+        rejection(r.status(), r.body_text())
+    }
+}
+
+/// `axum::Json` whose rejections are `ApiError`s, so malformed bodies get the same
+/// `{error, message}` shape as everything else.
+#[derive(Debug, axum::extract::FromRequest)]
+#[from_request(via(axum::Json), rejection(ApiError))]
+pub struct Json<T>(pub T);
+
+impl<T: serde::Serialize> IntoResponse for Json<T> {
+    fn into_response(self) -> Response {
+        axum::Json(self.0).into_response()
+    }
+}
+
+#[derive(Debug, axum::extract::FromRequestParts)]
+#[from_request(via(axum::extract::Path), rejection(ApiError))]
+pub struct Path<T>(pub T);
+
+#[derive(Debug, axum::extract::FromRequestParts)]
+#[from_request(via(axum::extract::Query), rejection(ApiError))]
+pub struct Query<T>(pub T);
+
+pub type ApiResult<T> = Result<T, ApiError>;

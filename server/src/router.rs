@@ -1,0 +1,121 @@
+//! Every HTTP route of the server, in one place. The OpenAPI document is generated from
+//! the handlers' `#[utoipa::path]` annotations as they are registered here.
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::response::IntoResponse;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::trace::TraceLayer;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::api::{agent, health, nodes, plugins, runs, tokens};
+use crate::error::ApiError;
+use crate::{AppState, dashboard, metrics};
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "Heddle API", description = "Control plane for GPU cluster networks: inventory, tests, plugins."),
+    modifiers(&SecuritySchemes),
+    tags(
+        (name = "nodes", description = "Inventory, facts, recommendations and the env export"),
+        (name = "runs", description = "Tests and tuning sweeps run by agents"),
+        (name = "plugins", description = "WebAssembly plugins"),
+        (name = "tokens", description = "API tokens and the audit log"),
+        (name = "agents", description = "Agent enrollment and revocation"),
+        (name = "agent", description = "The protocol agents speak (agent credentials)"),
+        (name = "health", description = "Liveness, readiness and metrics (no auth)"),
+    )
+)]
+struct ApiDoc;
+
+struct SecuritySchemes;
+
+impl Modify for SecuritySchemes {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        let bearer = || SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build());
+        components.add_security_scheme("bearer", bearer());
+        components.add_security_scheme("agent", bearer());
+    }
+}
+
+fn api(state: &AppState) -> OpenApiRouter<AppState> {
+    let large_results = OpenApiRouter::new()
+        .routes(routes!(agent::upload_result))
+        .layer(DefaultBodyLimit::max(state.config.max_result_bytes));
+    let large_plugins = OpenApiRouter::new()
+        .routes(routes!(plugins::upload))
+        .layer(DefaultBodyLimit::max(state.config.max_plugin_bytes));
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        // Health and metrics: no auth.
+        .routes(routes!(health::healthz))
+        .routes(routes!(health::readyz))
+        .routes(routes!(health::metrics))
+        // Tokens, agents, audit.
+        .routes(routes!(tokens::whoami))
+        .routes(routes!(tokens::create_token, tokens::list_tokens))
+        .routes(routes!(tokens::revoke_token))
+        .routes(routes!(tokens::create_enrollment_token, tokens::list_enrollment_tokens))
+        .routes(routes!(tokens::revoke_enrollment_token))
+        .routes(routes!(tokens::list_agents))
+        .routes(routes!(tokens::revoke_agent))
+        .routes(routes!(tokens::audit_log))
+        // Inventory.
+        .routes(routes!(nodes::list_nodes))
+        .routes(routes!(nodes::get_node, nodes::update_node))
+        .routes(routes!(nodes::facts_history))
+        .routes(routes!(nodes::node_env))
+        .routes(routes!(nodes::put_recommendations))
+        .routes(routes!(nodes::create_site, nodes::list_sites))
+        .routes(routes!(nodes::create_profile, nodes::list_profiles))
+        .routes(routes!(nodes::delete_profile))
+        // Runs.
+        .routes(routes!(runs::create_run, runs::list_runs))
+        .routes(routes!(runs::get_run))
+        .routes(routes!(runs::cancel_run))
+        .routes(routes!(runs::run_results))
+        // Plugins.
+        .merge(large_plugins)
+        .routes(routes!(plugins::list))
+        .routes(routes!(plugins::versions))
+        .routes(routes!(plugins::download))
+        .routes(routes!(plugins::enable))
+        .routes(routes!(plugins::disable))
+        // Agent protocol.
+        .routes(routes!(agent::enroll))
+        .routes(routes!(agent::heartbeat))
+        .routes(routes!(agent::put_facts))
+        .routes(routes!(agent::claim))
+        .routes(routes!(agent::renew))
+        .merge(large_results)
+        .routes(routes!(agent::rendezvous_put, agent::rendezvous_get))
+}
+
+/// The OpenAPI document, as served at `/api/v1/openapi.json`.
+pub fn openapi(state: &AppState) -> utoipa::openapi::OpenApi {
+    api(state).split_for_parts().1
+}
+
+pub fn app(state: AppState) -> Router {
+    let (api_router, doc) = api(&state).split_for_parts();
+    let doc_json = std::sync::Arc::new(doc.to_pretty_json().expect("the OpenAPI document serialises"));
+    let api_router = api_router
+        .route(
+            "/api/v1/openapi.json",
+            axum::routing::get(move || {
+                let doc = doc_json.clone();
+                async move { ([(axum::http::header::CONTENT_TYPE, "application/json")], (*doc).clone()) }
+            }),
+        )
+        .route("/api/{*rest}", axum::routing::any(|| async { ApiError::NotFound("no such API route".into()).into_response() }));
+    api_router
+        .merge(dashboard::routes(&state))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), metrics::track))
+        .layer(DefaultBodyLimit::max(state.config.max_body_bytes))
+        .layer(TraceLayer::new_for_http())
+        .layer(CatchPanicLayer::custom(|_| ApiError::Internal(anyhow::anyhow!("handler panicked")).into_response()))
+        .with_state(state)
+}
