@@ -1,0 +1,104 @@
+//! Why a plugin could not be loaded or did not produce a detection.
+//!
+//! One enum for the whole host boundary: the server maps [`HostError::code`] to an HTTP status
+//! (422 for anything the plugin did, 500 for [`HostError::Internal`]), the CLI and the agent
+//! print the `Display` text, which always says what the plugin did and which limit stopped it.
+
+use crate::report::Usage;
+
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    /// The bytes are not a WebAssembly component (a core module, garbage, a truncated file).
+    #[error("not a WebAssembly component: {0}")]
+    NotAComponent(String),
+
+    #[error("component is larger than the {limit}-byte cap ({size} bytes)")]
+    TooLarge { size: usize, limit: usize },
+
+    /// The component imports something outside the sandbox's allow-list.
+    #[error(
+        "component imports `{import}`, which plugins may not use (allowed: heddle:plugin/log, \
+         wasi:cli, wasi:io, wasi:clocks, wasi:random, wasi:filesystem types/preopens with nothing preopened)"
+    )]
+    DisallowedImport { import: String },
+
+    /// Imports within the allow-list that this host cannot satisfy (e.g. an unknown version).
+    #[error("component cannot be linked: {0}")]
+    Link(String),
+
+    /// A valid component, but not of the `heddle:plugin/detector` world.
+    #[error("component does not implement {expected}: it exports [{found}]")]
+    WrongWorld { expected: &'static str, found: String },
+
+    #[error("plugin used its whole fuel budget ({limit} units) without returning: probably an endless loop")]
+    FuelExhausted { limit: u64, usage: Usage },
+
+    #[error("plugin ran past its {limit_ms} ms wall-clock deadline")]
+    Timeout { limit_ms: u64, usage: Usage },
+
+    #[error("plugin tried to grow a memory to {requested} bytes, over the {limit}-byte cap")]
+    MemoryLimit { requested: usize, limit: usize, usage: Usage },
+
+    #[error("plugin returned {size} bytes of output, over the {limit}-byte cap")]
+    OutputTooLarge { size: usize, limit: usize, usage: Usage },
+
+    /// The plugin crashed: a Rust panic, `unreachable`, an out-of-bounds access.
+    #[error("plugin trapped: {message}{}", stderr_suffix(.stderr))]
+    Trap { message: String, stderr: String, usage: Usage },
+
+    /// The plugin ran to completion and reported an error of its own.
+    #[error("plugin reported error `{code}`: {message}")]
+    Plugin { code: String, message: String, usage: Usage },
+
+    #[error("facts are not valid JSON: {0}")]
+    BadFacts(String),
+
+    /// A failure of the host itself, not attributable to the plugin.
+    #[error("plugin host failure: {0}")]
+    Internal(String),
+}
+
+fn stderr_suffix(stderr: &str) -> String {
+    let line = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+    if line.is_empty() { String::new() } else { format!(" (stderr: {})", line.trim()) }
+}
+
+impl HostError {
+    /// A stable, machine-readable name for the failure.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::NotAComponent(_) => "not-a-component",
+            Self::TooLarge { .. } => "too-large",
+            Self::DisallowedImport { .. } => "disallowed-import",
+            Self::Link(_) => "link",
+            Self::WrongWorld { .. } => "wrong-world",
+            Self::FuelExhausted { .. } => "fuel-exhausted",
+            Self::Timeout { .. } => "timeout",
+            Self::MemoryLimit { .. } => "memory-limit",
+            Self::OutputTooLarge { .. } => "output-too-large",
+            Self::Trap { .. } => "trap",
+            Self::Plugin { .. } => "plugin-error",
+            Self::BadFacts(_) => "bad-facts",
+            Self::Internal(_) => "internal",
+        }
+    }
+
+    /// Resources the plugin used before it was stopped, when it got to run at all.
+    pub fn usage(&self) -> Option<&Usage> {
+        match self {
+            Self::FuelExhausted { usage, .. }
+            | Self::Timeout { usage, .. }
+            | Self::MemoryLimit { usage, .. }
+            | Self::OutputTooLarge { usage, .. }
+            | Self::Trap { usage, .. }
+            | Self::Plugin { usage, .. } => Some(usage),
+            _ => None,
+        }
+    }
+
+    /// True when the plugin itself is at fault (bad upload, misbehaviour); false for host
+    /// failures and bad facts.
+    pub fn is_plugin_fault(&self) -> bool {
+        !matches!(self, Self::Internal(_) | Self::BadFacts(_))
+    }
+}

@@ -1,0 +1,346 @@
+//! The engine, the compile cache and the per-call store: where limits are enforced.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
+
+use crate::bindings::exports::heddle::plugin::plugin as wit;
+use crate::bindings::{Detector, DetectorPre};
+use crate::limits::{Limits, MemoryDenied};
+use crate::policy;
+use crate::report::{
+    CompileTime, ComponentInfo, Detection, EnvRecommendation, GpuAffinity, LogLevel, PluginInfo, Report, Usage,
+};
+use crate::sandbox::State;
+use crate::HostError;
+
+/// Engine-wide settings, fixed when the host is created. Per-call limits are [`Limits`].
+#[derive(Debug, Clone)]
+pub struct HostConfig {
+    /// Compiled components kept, keyed by sha256 (oldest evicted first).
+    pub cache_capacity: usize,
+    /// Epoch tick: the granularity of the wall-clock deadline.
+    pub epoch_tick: Duration,
+    /// Pre-allocate this many instance slots (faster store creation, fixed memory ceiling of
+    /// `pooling_max_memory_bytes` per memory). `None` allocates on demand.
+    pub pooling_instances: Option<u32>,
+    pub pooling_max_memory_bytes: usize,
+    /// Stack for WebAssembly code; deep recursion traps instead of overflowing the host.
+    pub max_wasm_stack: usize,
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        Self {
+            cache_capacity: 64,
+            epoch_tick: Duration::from_millis(10),
+            pooling_instances: None,
+            pooling_max_memory_bytes: 256 << 20,
+            max_wasm_stack: 1 << 20,
+        }
+    }
+}
+
+/// A compiled, checked component with its pre-linked instance template.
+struct Prepared {
+    pre: DetectorPre<State>,
+    info: PluginInfo,
+    imports: Vec<String>,
+    sha256: String,
+    size: usize,
+    compile_micros: u64,
+    /// Insertion order, for eviction.
+    seq: u64,
+}
+
+/// Runs detector plugins. Create one per process and share it (`Arc<PluginHost>`): it owns
+/// the engine, the compile cache and the single epoch ticker thread. Calls are synchronous and
+/// CPU-bound; async callers should use `spawn_blocking`.
+pub struct PluginHost {
+    engine: Engine,
+    linker: Linker<State>,
+    cache: Mutex<(HashMap<[u8; 32], Arc<Prepared>>, u64)>,
+    config: HostConfig,
+    _ticker: Ticker,
+}
+
+impl PluginHost {
+    pub fn new(config: HostConfig) -> Result<Self, HostError> {
+        let mut cfg = Config::new();
+        cfg.wasm_component_model(true)
+            .consume_fuel(true)
+            .epoch_interruption(true)
+            .max_wasm_stack(config.max_wasm_stack)
+            .parallel_compilation(true);
+        if let Some(instances) = config.pooling_instances {
+            let mut pool = PoolingAllocationConfig::default();
+            pool.total_component_instances(instances)
+                .total_core_instances(instances * 8)
+                .total_memories(instances)
+                .total_tables(instances * 8)
+                .max_memory_size(config.pooling_max_memory_bytes)
+                .max_memories_per_module(1);
+            cfg.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        }
+        let engine = Engine::new(&cfg).map_err(internal)?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(internal)?;
+        Detector::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s).map_err(internal)?;
+        let ticker = Ticker::start(&engine, config.epoch_tick);
+        Ok(Self { engine, linker, cache: Mutex::new((HashMap::new(), 0)), config, _ticker: ticker })
+    }
+
+    /// Compiles (or fetches from the cache), checks the imports and the world, and calls
+    /// `info()`: everything the server needs to accept an upload.
+    pub fn validate(&self, bytes: &[u8], limits: &Limits) -> Result<ComponentInfo, HostError> {
+        let (prepared, cache_hit) = self.prepare(bytes, limits)?;
+        Ok(ComponentInfo {
+            plugin: prepared.info.clone(),
+            sha256: prepared.sha256.clone(),
+            size_bytes: prepared.size,
+            contract: policy::CONTRACT.to_string(),
+            imports: prepared.imports.clone(),
+            compile_time: CompileTime { micros: if cache_hit { 0 } else { prepared.compile_micros }, cache_hit },
+        })
+    }
+
+    /// Runs `detect` on `facts_json` in a fresh store under `limits`.
+    pub fn run(&self, bytes: &[u8], facts_json: &str, limits: &Limits) -> Result<Report, HostError> {
+        serde_json::from_str::<serde::de::IgnoredAny>(facts_json).map_err(|e| HostError::BadFacts(e.to_string()))?;
+        let (prepared, cache_hit) = self.prepare(bytes, limits)?;
+        let started = Instant::now();
+        let mut store = self.store(limits)?;
+        let outcome = prepared
+            .pre
+            .instantiate(&mut store)
+            .and_then(|instance| instance.heddle_plugin_plugin().call_detect(&mut store, facts_json));
+        let (usage, report_parts) = finish(&mut store, limits, started, cache_hit);
+        let (logs, stdout, stderr) = report_parts;
+        forward_logs(&prepared.info.name, &logs);
+        let detection = match outcome {
+            Err(err) => return Err(classify(err, usage, limits, stderr)),
+            Ok(Err(e)) => return Err(HostError::Plugin { code: e.code, message: e.message, usage }),
+            Ok(Ok(d)) => convert(d),
+        };
+        let size = detection.output_bytes();
+        if size > limits.max_output_bytes {
+            return Err(HostError::OutputTooLarge { size, limit: limits.max_output_bytes, usage });
+        }
+        Ok(Report {
+            plugin: prepared.info.clone(),
+            sha256: prepared.sha256.clone(),
+            detection,
+            usage,
+            logs,
+            stdout,
+            stderr,
+        })
+    }
+
+    /// Number of compiled components held.
+    pub fn cached(&self) -> usize {
+        self.lock_cache().0.len()
+    }
+
+    fn lock_cache(&self) -> std::sync::MutexGuard<'_, (HashMap<[u8; 32], Arc<Prepared>>, u64)> {
+        self.cache.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn store(&self, limits: &Limits) -> Result<Store<State>, HostError> {
+        let mut store = Store::new(&self.engine, State::new(limits));
+        store.limiter(|s| &mut s.limiter);
+        store.set_fuel(limits.fuel).map_err(internal)?;
+        let tick = self.config.epoch_tick.as_nanos().max(1);
+        let ticks = limits.timeout.as_nanos().div_ceil(tick) as u64;
+        // +1: the current tick may be about to end.
+        store.set_epoch_deadline(ticks.max(1) + 1);
+        store.epoch_deadline_trap();
+        Ok(store)
+    }
+
+    fn prepare(&self, bytes: &[u8], limits: &Limits) -> Result<(Arc<Prepared>, bool), HostError> {
+        if bytes.len() > limits.max_component_bytes {
+            return Err(HostError::TooLarge { size: bytes.len(), limit: limits.max_component_bytes });
+        }
+        let key: [u8; 32] = Sha256::digest(bytes).into();
+        if let Some(p) = self.lock_cache().0.get(&key) {
+            return Ok((p.clone(), true));
+        }
+        check_header(bytes)?;
+        let started = Instant::now();
+        // Only ever compiled from wasm bytes: precompiled artifacts (`Component::deserialize`)
+        // are trusted native code and never accepted from outside.
+        let component = Component::from_binary(&self.engine, bytes)
+            .map_err(|e| HostError::NotAComponent(format!("{e:#}")))?;
+        let compile_micros = started.elapsed().as_micros() as u64;
+        let imports = policy::check_imports(&self.engine, &component)?;
+        policy::check_exports(&self.engine, &component)?;
+        let instance_pre = self.linker.instantiate_pre(&component).map_err(|e| HostError::Link(format!("{e:#}")))?;
+        let pre = DetectorPre::new(instance_pre).map_err(|e| HostError::WrongWorld {
+            expected: policy::EXPORT_INTERFACE,
+            found: format!("{e:#}"),
+        })?;
+
+        let started = Instant::now();
+        let mut store = self.store(limits)?;
+        let outcome = pre.instantiate(&mut store).and_then(|i| i.heddle_plugin_plugin().call_info(&mut store));
+        let (usage, (_, _, stderr)) = finish(&mut store, limits, started, false);
+        let info = outcome.map_err(|e| classify(e, usage, limits, stderr))?;
+        let info = PluginInfo { name: info.name, version: info.version, description: info.description };
+        if info.name.is_empty() || info.name.len() > 64 || info.version.len() > 64 || info.description.len() > 1024 {
+            return Err(HostError::NotAComponent(format!(
+                "info() must return a name of 1-64 bytes, a version up to 64 and a description up to 1024 (got {}, {}, {})",
+                info.name.len(),
+                info.version.len(),
+                info.description.len()
+            )));
+        }
+
+        let mut cache = self.lock_cache();
+        cache.1 += 1;
+        let prepared = Arc::new(Prepared {
+            pre,
+            info,
+            imports,
+            sha256: hex::encode(key),
+            size: bytes.len(),
+            compile_micros,
+            seq: cache.1,
+        });
+        if cache.0.len() >= self.config.cache_capacity.max(1)
+            && let Some(oldest) = cache.0.iter().min_by_key(|(_, p)| p.seq).map(|(k, _)| *k)
+        {
+            cache.0.remove(&oldest);
+        }
+        cache.0.insert(key, prepared.clone());
+        tracing::debug!(plugin = %prepared.info.name, sha256 = %prepared.sha256, compile_micros, "compiled plugin");
+        Ok((prepared, false))
+    }
+}
+
+/// Distinguishes "not wasm" and "a core module" from other failures, with the fix for each.
+fn check_header(bytes: &[u8]) -> Result<(), HostError> {
+    match bytes.get(..8) {
+        Some([0, b'a', b's', b'm', _, _, 0x01, 0x00]) => Ok(()),
+        Some([0, b'a', b's', b'm', 0x01, 0x00, 0x00, 0x00]) => Err(HostError::NotAComponent(
+            "this is a core WebAssembly module; build the plugin with `--target wasm32-wasip2` so it is a component"
+                .into(),
+        )),
+        _ => Err(HostError::NotAComponent("missing the WebAssembly magic number: not a .wasm file".into())),
+    }
+}
+
+type Captured = (Vec<crate::report::LogRecord>, String, String);
+
+/// Reads what the call used and produced out of the store.
+fn finish(store: &mut Store<State>, limits: &Limits, started: Instant, cache_hit: bool) -> (Usage, Captured) {
+    let elapsed = started.elapsed();
+    let remaining = store.get_fuel().unwrap_or(0);
+    let state = store.data_mut();
+    let (stdout, stdout_dropped) = state.stdout.take();
+    let (stderr, stderr_dropped) = state.stderr.take();
+    let usage = Usage {
+        fuel_consumed: limits.fuel.saturating_sub(remaining),
+        elapsed,
+        peak_memory_bytes: state.limiter.peak_memory_bytes,
+        cache_hit,
+        logs_dropped: state.logs.dropped,
+        stdout_dropped_bytes: stdout_dropped,
+        stderr_dropped_bytes: stderr_dropped,
+    };
+    (usage, (std::mem::take(&mut state.logs.records), stdout, stderr))
+}
+
+/// Names the limit that stopped a failed call.
+fn classify(err: wasmtime::Error, usage: Usage, limits: &Limits, stderr: String) -> HostError {
+    if let Some(denied) = err.downcast_ref::<MemoryDenied>() {
+        return HostError::MemoryLimit { requested: denied.requested, limit: denied.limit, usage };
+    }
+    match err.downcast_ref::<Trap>() {
+        Some(Trap::OutOfFuel) => HostError::FuelExhausted { limit: limits.fuel, usage },
+        Some(Trap::Interrupt) => {
+            HostError::Timeout { limit_ms: limits.timeout.as_millis().try_into().unwrap_or(u64::MAX), usage }
+        }
+        Some(trap) => {
+            tracing::debug!(error = ?err, "plugin trapped");
+            HostError::Trap { message: trap.to_string(), stderr, usage }
+        }
+        None => HostError::Trap { message: format!("{err:#}"), stderr, usage },
+    }
+}
+
+fn forward_logs(plugin: &str, logs: &[crate::report::LogRecord]) {
+    for r in logs {
+        match r.level {
+            LogLevel::Trace => tracing::trace!(plugin, "{}", r.message),
+            LogLevel::Debug => tracing::debug!(plugin, "{}", r.message),
+            LogLevel::Info => tracing::info!(plugin, "{}", r.message),
+            LogLevel::Warn => tracing::warn!(plugin, "{}", r.message),
+            LogLevel::Error => tracing::error!(plugin, "{}", r.message),
+        }
+    }
+}
+
+fn convert(d: wit::Detection) -> Detection {
+    Detection {
+        traits: d.traits.into_iter().map(|t| (t.key, t.value)).collect(),
+        env: d
+            .env
+            .into_iter()
+            .map(|e| EnvRecommendation { name: e.name, value: e.value, reason: e.reason })
+            .collect(),
+        affinity: d
+            .affinity
+            .into_iter()
+            .map(|a| GpuAffinity { gpu: a.gpu, cpus: a.cpus, numa: a.numa, nic: a.nic, netdev: a.netdev })
+            .collect(),
+        warnings: d.warnings,
+    }
+}
+
+fn internal(e: impl std::fmt::Display) -> HostError {
+    HostError::Internal(e.to_string())
+}
+
+/// The one thread that advances the engine's epoch, which is what turns `Limits::timeout`
+/// into a trap. It stops when the host is dropped.
+struct Ticker {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Ticker {
+    fn start(engine: &Engine, tick: Duration) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let weak = engine.weak();
+        let flag = stop.clone();
+        let handle = std::thread::Builder::new()
+            .name("heddle-plugin-epoch".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    std::thread::sleep(tick);
+                    match weak.upgrade() {
+                        Some(engine) => engine.increment_epoch(),
+                        None => break,
+                    }
+                }
+            })
+            .ok();
+        Self { stop, handle }
+    }
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}

@@ -1,0 +1,154 @@
+//! What a plugin call produced, in host-side (serde) types.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PluginInfo {
+    pub name: String,
+    pub version: String,
+    pub description: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnvRecommendation {
+    pub name: String,
+    pub value: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuAffinity {
+    pub gpu: u32,
+    pub cpus: String,
+    pub numa: Option<i32>,
+    pub nic: Option<String>,
+    pub netdev: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Detection {
+    /// Ordered as the plugin returned them.
+    pub traits: Vec<(String, String)>,
+    pub env: Vec<EnvRecommendation>,
+    pub affinity: Vec<GpuAffinity>,
+    pub warnings: Vec<String>,
+}
+
+impl Detection {
+    pub fn is_empty(&self) -> bool {
+        self.traits.is_empty() && self.env.is_empty() && self.affinity.is_empty() && self.warnings.is_empty()
+    }
+
+    /// Total bytes of every string, which is what the output cap limits.
+    pub fn output_bytes(&self) -> usize {
+        self.traits.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>()
+            + self.env.iter().map(|e| e.name.len() + e.value.len() + e.reason.len()).sum::<usize>()
+            + self
+                .affinity
+                .iter()
+                .map(|a| {
+                    8 + a.cpus.len()
+                        + a.nic.as_ref().map_or(0, String::len)
+                        + a.netdev.as_ref().map_or(0, String::len)
+                })
+                .sum::<usize>()
+            + self.warnings.iter().map(String::len).sum::<usize>()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogLevel {
+    Trace,
+    Debug,
+    Info,
+    Warn,
+    Error,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogRecord {
+    pub level: LogLevel,
+    pub message: String,
+}
+
+/// Resources one call used: what the limits are checked against, and what benchmarks and the
+/// dashboard show.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub fuel_consumed: u64,
+    #[serde(with = "micros")]
+    pub elapsed: Duration,
+    /// Largest linear memory size reached, in bytes.
+    pub peak_memory_bytes: usize,
+    /// Whether the compiled component came from the cache.
+    pub cache_hit: bool,
+    pub logs_dropped: u64,
+    pub stdout_dropped_bytes: u64,
+    pub stderr_dropped_bytes: u64,
+}
+
+mod micros {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(d.as_micros().try_into().unwrap_or(u64::MAX))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        Ok(Duration::from_micros(u64::deserialize(d)?))
+    }
+}
+
+/// A successful `detect` call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Report {
+    pub plugin: PluginInfo,
+    /// Lowercase hex sha256 of the component bytes.
+    pub sha256: String,
+    pub detection: Detection,
+    pub usage: Usage,
+    pub logs: Vec<LogRecord>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// What validating an uploaded component tells the caller.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ComponentInfo {
+    pub plugin: PluginInfo,
+    pub sha256: String,
+    pub size_bytes: usize,
+    /// The contract it implements, e.g. `heddle:plugin@0.1.0`.
+    pub contract: String,
+    /// Every import, sorted (all within the allow-list, or validation would have failed).
+    pub imports: Vec<String>,
+    pub compile_time: CompileTime,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompileTime {
+    /// Zero on a cache hit.
+    pub micros: u64,
+    pub cache_hit: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_bytes_counts_every_string() {
+        let d = Detection {
+            traits: vec![("ab".into(), "cde".into())],
+            env: vec![EnvRecommendation { name: "N".into(), value: "vv".into(), reason: "rrr".into() }],
+            affinity: vec![GpuAffinity { gpu: 0, cpus: "0-3".into(), numa: None, nic: Some("m".into()), netdev: None }],
+            warnings: vec!["w".into()],
+        };
+        assert_eq!(d.output_bytes(), 5 + 6 + (8 + 3 + 1) + 1);
+    }
+}

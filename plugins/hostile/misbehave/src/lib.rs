@@ -1,0 +1,67 @@
+//! A deliberately hostile plugin for the host's containment tests and benchmark. What it does
+//! is chosen by the `hostile` key of the facts it is given, so one component covers every
+//! misbehaviour a real plugin could exhibit.
+
+use heddle_plugin_sdk::{Detection, Facts, Info, Plugin, PluginError, log};
+
+pub struct Misbehave;
+
+impl Plugin for Misbehave {
+    fn info() -> Info {
+        Info::new("misbehave", env!("CARGO_PKG_VERSION"), "misbehaves on request (host tests only)")
+    }
+
+    fn detect(facts: &Facts) -> Result<Detection, PluginError> {
+        let mut d = Detection::default();
+        match facts.str_at("/hostile").unwrap_or("ok") {
+            "ok" => {
+                log::info("behaving");
+                d.add_trait("misbehave.host", facts.str_at("/host/hostname").unwrap_or("?"));
+            }
+            "loop" => {
+                let mut x: u64 = facts.u64_at("/seed").unwrap_or(1);
+                loop {
+                    x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                }
+            }
+            "memory" => {
+                // Grows by 1 MiB pages and touches them so nothing can be optimised away.
+                let mut hoard: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    let mut page = vec![0u8; 1 << 20];
+                    page[hoard.len() % (1 << 20)] = 1;
+                    hoard.push(std::hint::black_box(page));
+                }
+            }
+            "output" => {
+                let big = "x".repeat(1 << 20);
+                for i in 0..64 {
+                    d.add_trait(&format!("junk.{i}"), &big);
+                }
+            }
+            "panic" => panic!("misbehave was asked to panic"),
+            "trap" => {
+                // A plain wasm `unreachable` with no panic message.
+                std::process::abort();
+            }
+            "log-flood" => {
+                for i in 0..100_000 {
+                    log::warn(&format!("flood {i}"));
+                }
+                d.add_trait("misbehave.logged", "100000");
+            }
+            "stdout-flood" => {
+                let line = "y".repeat(1023);
+                for _ in 0..16 * 1024 {
+                    println!("{line}");
+                }
+                d.add_trait("misbehave.printed", "16 MiB");
+            }
+            "error" => return Err(PluginError::new("unsupported", "misbehave was asked to fail")),
+            other => return Err(PluginError::bad_facts(format!("unknown hostile mode {other}"))),
+        }
+        Ok(d)
+    }
+}
+
+heddle_plugin_sdk::export_plugin!(Misbehave);
