@@ -23,6 +23,8 @@ use serde::de::DeserializeOwned;
 use uuid::Uuid;
 
 const API_PREFIX: &str = "/api/v1";
+/// Header naming the agent's hash of the facts document it sends.
+pub const FACTS_SHA_HEADER: &str = "x-heddle-facts-sha256";
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Upper bound for one ordinary request; rendezvous waits add their own timeout to it.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -173,9 +175,17 @@ impl Client {
         expect_json(resp, "heartbeat", &[StatusCode::OK]).await
     }
 
-    pub async fn put_facts(&self, facts: &impl Serialize) -> Result<FactsAccepted, ClientError> {
+    /// `sha256` is the agent's hash of `facts`, the one it reports in heartbeats; sending
+    /// it keeps both sides comparing the same hash.
+    pub async fn put_facts(
+        &self,
+        facts: &impl Serialize,
+        sha256: &str,
+    ) -> Result<FactsAccepted, ClientError> {
         let resp = self
-            .send(Method::PUT, "/agent/facts", Some(facts), None, true)
+            .send_with(Method::PUT, "/agent/facts", Some(facts), None, true, |b| {
+                b.header(FACTS_SHA_HEADER, sha256)
+            })
             .await?;
         expect_json(resp, "facts", &[StatusCode::OK, StatusCode::CREATED]).await
     }

@@ -1,0 +1,288 @@
+//! Claiming jobs and seeing each through: child process, lease renewals, cancellation,
+//! and a spooled result.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use heddle_types::agent::{JobLease, LeaseRenew};
+use heddle_types::jobs::Progress;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
+use uuid::Uuid;
+
+use super::{Agent, Backoff, LifecycleError};
+use crate::client::{ClientError, RenewOutcome, UploadOutcome};
+use crate::runner::protocol::ChildInput;
+use crate::runner::supervise::{ChildEnd, ChildReport, ChildSpec, StopReason, supervise};
+use crate::runner::{self};
+use crate::spool::SpoolEntry;
+
+/// The server refuses progress messages longer than this.
+const MAX_PROGRESS_MESSAGE: usize = 1024;
+
+/// Claims jobs while a slot is free. Waits for the first spool drain so results from
+/// before a restart reach the server before new work starts.
+pub(super) async fn claim_loop(
+    agent: Arc<Agent>,
+    mut drained: watch::Receiver<bool>,
+) -> Result<Infallible, LifecycleError> {
+    if drained.wait_for(|d| *d).await.is_err() {
+        return std::future::pending().await;
+    }
+    let slots = Arc::new(Semaphore::new(agent.cfg.max_parallel as usize));
+    let mut backoff = Backoff::new(Duration::from_secs(1), agent.cfg.backoff_cap);
+    loop {
+        let permit = slots
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed");
+        match agent.client.claim().await {
+            Ok(Some(lease)) => {
+                backoff.reset();
+                tracing::info!(job_id = %lease.job_id, run_id = %lease.run_id, kind = %lease.spec.kind,
+                    attempt = lease.attempt, rank = lease.rank, world_size = lease.world_size, "job claimed");
+                let (stop, check) = agent.register_job(lease.job_id);
+                tokio::spawn(run_job(agent.clone(), lease, stop, check, permit));
+            }
+            Ok(None) => {
+                backoff.reset();
+                drop(permit);
+                tokio::time::sleep(agent.cfg.claim_interval).await;
+            }
+            Err(ClientError::Unauthorized { message }) => return Err(agent.revoked(message)),
+            Err(err) => {
+                drop(permit);
+                let delay = backoff.next_delay();
+                tracing::warn!(error = %err, retry_in = ?delay, failures = backoff.failures(), "cannot claim jobs");
+                tokio::time::sleep(delay).await;
+            }
+        }
+    }
+}
+
+async fn run_job(
+    agent: Arc<Agent>,
+    lease: JobLease,
+    stop: watch::Receiver<Option<StopReason>>,
+    check: Arc<Notify>,
+    _slot: OwnedSemaphorePermit,
+) {
+    let job_id = lease.job_id;
+    let known_kind = runner::find(&lease.spec.kind).is_some();
+    let report = if !known_kind {
+        unsupported(&lease.spec.kind)
+    } else {
+        let spec = ChildSpec {
+            program: agent.cfg.child_program.clone(),
+            args: vec!["child".into()],
+            input: ChildInput {
+                kind: lease.spec.kind.clone(),
+                params: lease.spec.params.clone(),
+                job_id,
+                run_id: lease.run_id,
+                rank: lease.rank,
+                world_size: lease.world_size,
+            },
+            env: lease.spec.env.clone(),
+            timeout: lease.spec.timeout_s.map(|s| Duration::from_secs(u64::from(s))),
+        };
+        let (progress_tx, progress_rx) = watch::channel(None);
+        tokio::select! {
+            report = supervise(spec, stop, progress_tx) => report,
+            never = renew_loop(&agent, &lease, progress_rx, check) => match never {},
+        }
+    };
+    match report.end {
+        ChildEnd::Stopped(StopReason::LeaseLost) => {
+            tracing::warn!(%job_id, "lease lost (job requeued or given to another agent); its result is dropped");
+            agent.unregister_job(job_id);
+            return;
+        }
+        ChildEnd::Stopped(StopReason::Shutdown) => {
+            tracing::info!(%job_id, "job abandoned at shutdown");
+            agent.unregister_job(job_id);
+            return;
+        }
+        _ => {}
+    }
+    let mut upload = report.into_upload(Uuid::new_v4().to_string());
+    if !known_kind {
+        upload.exit_code = None; // no child ran
+    }
+    tracing::info!(%job_id, outcome = ?upload.outcome, reason = upload.reason.as_deref().unwrap_or(""),
+        rows = upload.rows.len(), "job finished");
+    let entry = SpoolEntry {
+        job_id,
+        run_id: lease.run_id,
+        spooled_at: Utc::now(),
+        upload,
+    };
+    let spool = agent.spool.clone();
+    let to_write = entry.clone();
+    let written = tokio::task::spawn_blocking(move || spool.write(&to_write)).await;
+    // Only now, with the result durable, does the job stop counting as running.
+    agent.unregister_job(job_id);
+    match written {
+        Ok(Ok(id)) => {
+            tracing::debug!(%job_id, spool_entry = %id, "result spooled");
+            agent.upload_wake.notify_one();
+        }
+        Ok(Err(err)) => {
+            tracing::error!(%job_id, error = %err, "cannot spool the result; sending it once without a copy on disk");
+            send_unspooled(&agent, &entry).await;
+        }
+        Err(err) => {
+            tracing::error!(%job_id, error = %err, "spool write panicked; sending the result once without a copy on disk");
+            send_unspooled(&agent, &entry).await;
+        }
+    }
+}
+
+/// Last resort when the disk refuses the spool file: one direct attempt.
+async fn send_unspooled(agent: &Agent, entry: &SpoolEntry) {
+    match agent.client.upload_result(entry.job_id, &entry.upload).await {
+        Ok(UploadOutcome::Stored(_)) => tracing::info!(job_id = %entry.job_id, "result uploaded"),
+        Ok(other) => tracing::warn!(job_id = %entry.job_id, answer = ?other, "result not stored"),
+        Err(err) => tracing::error!(job_id = %entry.job_id, error = %err, "result lost: neither spooled nor uploaded"),
+    }
+}
+
+fn unsupported(kind: &str) -> ChildReport {
+    let now = Utc::now();
+    ChildReport {
+        end: ChildEnd::Exited(0),
+        stderr_tail: String::new(),
+        rows: Vec::new(),
+        summary: Default::default(),
+        skipped: Some(format!("unsupported job kind: {kind}")),
+        unparsed_lines: 0,
+        started_at: now,
+        finished_at: now,
+    }
+}
+
+/// How long to wait between renewals: a third of the lease (so two can fail before it
+/// lapses), no more than half a heartbeat, no less than a quarter second.
+pub(crate) fn renew_every(
+    heartbeat: Duration,
+    lease_left: Option<Duration>,
+) -> Duration {
+    let by_lease = lease_left.map_or(heartbeat / 2, |left| left / 3);
+    by_lease
+        .min(heartbeat / 2)
+        .clamp(Duration::from_millis(250), Duration::from_secs(30))
+}
+
+/// Renews the lease (the first renewal marks the job running) with the child's latest
+/// progress, and turns the server's answers into stop requests. Never returns: the job
+/// ends when the child does.
+async fn renew_loop(
+    agent: &Agent,
+    lease: &JobLease,
+    mut progress: watch::Receiver<Option<Progress>>,
+    check: Arc<Notify>,
+) -> Infallible {
+    let job_id = lease.job_id;
+    let mut expires = lease.lease_expires_at;
+    let mut failures = 0u32;
+    let mut first = true;
+    loop {
+        if !first {
+            let left = (expires - Utc::now()).to_std().ok();
+            let mut wait = renew_every(agent.heartbeat_interval(), left);
+            if failures > 0 {
+                wait = wait.min(Duration::from_secs(1));
+            }
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = check.notified() => {}
+            }
+        }
+        first = false;
+        let req = LeaseRenew {
+            progress: progress.borrow_and_update().clone().map(sanitize),
+        };
+        match agent.client.renew(job_id, &req).await {
+            Ok(RenewOutcome::Renewed(r)) => {
+                failures = 0;
+                expires = r.lease_expires_at;
+                if r.cancel {
+                    tracing::info!(%job_id, "job cancelled by the server; stopping its child");
+                    agent.stop_job(job_id, StopReason::Cancelled);
+                    break;
+                }
+            }
+            Ok(RenewOutcome::LeaseLost(message)) => {
+                tracing::warn!(%job_id, %message, "lease lost; stopping the child");
+                agent.stop_job(job_id, StopReason::LeaseLost);
+                break;
+            }
+            Err(ClientError::Unauthorized { message }) => {
+                agent.stop_job(job_id, StopReason::Shutdown);
+                agent.fatal(agent.revoked(message));
+                break;
+            }
+            Err(ClientError::Rejected { status: 404, message, .. }) => {
+                tracing::warn!(%job_id, %message, "the server no longer knows this job; stopping the child");
+                agent.stop_job(job_id, StopReason::LeaseLost);
+                break;
+            }
+            Err(err) => {
+                failures += 1;
+                tracing::warn!(%job_id, error = %err, failures, "lease renewal failed; the child keeps running");
+            }
+        }
+    }
+    std::future::pending().await
+}
+
+fn sanitize(mut p: Progress) -> Progress {
+    if p.message.len() > MAX_PROGRESS_MESSAGE {
+        let mut cut = MAX_PROGRESS_MESSAGE;
+        while !p.message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        p.message.truncate(cut);
+    }
+    p.fraction = p.fraction.filter(|f| f.is_finite()).map(|f| f.clamp(0.0, 1.0));
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renewal_cadence() {
+        let hb = Duration::from_secs(10);
+        assert_eq!(renew_every(hb, Some(Duration::from_secs(15))), Duration::from_secs(5));
+        assert_eq!(renew_every(hb, Some(Duration::from_secs(6))), Duration::from_secs(2));
+        assert_eq!(renew_every(hb, None), Duration::from_secs(5));
+        assert_eq!(renew_every(hb, Some(Duration::ZERO)), Duration::from_millis(250));
+        assert_eq!(
+            renew_every(Duration::from_secs(600), Some(Duration::from_secs(900))),
+            Duration::from_secs(30)
+        );
+    }
+
+    #[test]
+    fn progress_is_made_acceptable() {
+        let p = sanitize(Progress {
+            fraction: Some(1.7),
+            message: "é".repeat(600),
+        });
+        assert_eq!(p.fraction, Some(1.0));
+        assert!(p.message.len() <= MAX_PROGRESS_MESSAGE);
+        assert!(p.message.chars().all(|c| c == 'é'));
+        assert_eq!(sanitize(Progress { fraction: Some(f64::NAN), message: "x".into() }).fraction, None);
+    }
+
+    #[test]
+    fn unknown_kind_is_skipped_with_the_reason() {
+        let up = unsupported("quantum-entangle").into_upload("k".into());
+        assert_eq!(up.outcome, heddle_types::jobs::Outcome::Skipped);
+        assert_eq!(up.reason.as_deref(), Some("unsupported job kind: quantum-entangle"));
+    }
+}

@@ -1,0 +1,427 @@
+//! The agent's life: enroll once, then heartbeat, report facts, claim jobs, run each in a
+//! child process, and upload results through the spool.
+//!
+//! Everything runs on one current-thread tokio runtime: the agent mostly waits, and a
+//! single thread keeps its footprint small (the tests themselves run in child processes).
+//! The loops are independent tasks that share an [`Agent`]:
+//! - `upload`: drains the spool, oldest first; the claim loop starts only after the
+//!   first drain, so results from before a restart go out first;
+//! - `report`: heartbeats (which also renew leases and carry cancellations) and facts;
+//! - `job`: claims, runs, renews and spools.
+//!
+//! A network error never ends the agent: each loop retries with [`Backoff`]. Only a
+//! refused credential (401) does, with exit status 3, because retrying cannot fix it.
+
+mod backoff;
+pub mod facts_link;
+mod job;
+mod report;
+pub mod state;
+mod upload;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::Utc;
+use heddle_types::agent::EnrollRequest;
+use tokio::sync::{Notify, mpsc, watch};
+use uuid::Uuid;
+
+pub use backoff::Backoff;
+
+use crate::client::{Client, ClientError};
+use crate::runner::supervise::StopReason;
+use crate::spool::{Spool, SpoolError};
+use state::{Identity, StateDir, StateError};
+
+pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");
+/// Exit status when the server refuses the agent's credential or enrollment token.
+pub const EXIT_UNAUTHORIZED: i32 = 3;
+/// How long a shutdown waits for children to die and for a last spool upload.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// Server base URL, e.g. `http://heddle:8080`. Repeat the flag or separate URLs with
+    /// commas to list replicas; the agent fails over between them.
+    #[arg(long = "server", env = "HEDDLE_SERVER", value_delimiter = ',', required = true)]
+    pub servers: Vec<String>,
+    /// One-time enrollment token. Only read while the state directory holds no
+    /// credential; once enrolled the agent never enrolls again.
+    #[arg(long, env = "HEDDLE_ENROLL_TOKEN", hide_env_values = true)]
+    pub enroll_token: Option<String>,
+    /// Holds the credential (0600), the result spool and a lock against a second agent.
+    #[arg(long, env = "HEDDLE_STATE_DIR", default_value = "/var/lib/heddle-agent")]
+    pub state_dir: PathBuf,
+    /// Name this node enrolls under; defaults to the kernel's host name.
+    #[arg(long, env = "HEDDLE_HOSTNAME")]
+    pub hostname: Option<String>,
+    /// Jobs run at the same time. One keeps measurements from disturbing each other.
+    #[arg(long, env = "HEDDLE_MAX_PARALLEL", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub max_parallel: u32,
+    /// Pause before asking again when no job is queued (`500ms`, `5s`, `1m`).
+    #[arg(long, env = "HEDDLE_CLAIM_INTERVAL", default_value = "5s", value_parser = parse_duration)]
+    pub claim_interval: Duration,
+    /// How often facts are collected again to notice a change (a new GPU, a port down).
+    #[arg(long, env = "HEDDLE_FACTS_INTERVAL", default_value = "5m", value_parser = parse_duration)]
+    pub facts_interval: Duration,
+    /// Longest pause between attempts to reach an unreachable server.
+    #[arg(long, env = "HEDDLE_BACKOFF_CAP", default_value = "30s", value_parser = parse_duration)]
+    pub backoff_cap: Duration,
+}
+
+/// `250ms`, `5s`, `2m`, `1h`, or a bare number of seconds (`0.5`).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = match s.find(|c: char| c.is_ascii_alphabetic()) {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let n: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration like 500ms, 5s, 2m or 1h"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("unknown unit {unit:?} in {s:?}: use ms, s, m or h")),
+    };
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("{s:?}: {e}"))
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LifecycleError {
+    #[error(
+        "the server refused this agent's credential ({0}). The agent was revoked or \
+         replaced; to enroll again remove {1} and start with a new enrollment token"
+    )]
+    Revoked(String, PathBuf),
+    #[error("the server refused the enrollment token: {0}")]
+    EnrollRefused(String),
+    #[error(
+        "no credential in {0} and no enrollment token: pass --enroll-token or set \
+         HEDDLE_ENROLL_TOKEN"
+    )]
+    NoToken(PathBuf),
+    #[error("enrollment failed: {0}")]
+    Enroll(ClientError),
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error(transparent)]
+    Spool(#[from] SpoolError),
+    #[error("cannot start the runtime: {0}")]
+    Runtime(std::io::Error),
+}
+
+impl LifecycleError {
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            LifecycleError::Revoked(..) | LifecycleError::EnrollRefused(_) => EXIT_UNAUTHORIZED,
+            _ => 1,
+        }
+    }
+}
+
+/// Settings the loops read; fixed at start.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub claim_interval: Duration,
+    pub facts_interval: Duration,
+    pub backoff_cap: Duration,
+    pub max_parallel: u32,
+    /// The binary re-executed with `child` to run a test: this agent's own.
+    pub child_program: PathBuf,
+}
+
+/// Control of one job in progress.
+struct JobHandle {
+    stop: watch::Sender<Option<StopReason>>,
+    /// Asks the job's renewal loop to ask the server now (after a heartbeat named it).
+    check: Arc<Notify>,
+}
+
+/// State shared by the loops.
+pub(crate) struct Agent {
+    pub client: Client,
+    pub spool: Spool,
+    pub hostname: String,
+    pub cfg: Config,
+    pub identity_path: PathBuf,
+    jobs: Mutex<HashMap<Uuid, JobHandle>>,
+    heartbeat_interval_s: AtomicU32,
+    /// Something was spooled.
+    pub upload_wake: Notify,
+    /// The server asked for facts.
+    pub facts_wake: Notify,
+    /// Hash of the facts the server last accepted, reported in heartbeats.
+    pub facts_sha: Mutex<Option<String>>,
+    fatal: mpsc::UnboundedSender<LifecycleError>,
+}
+
+impl Agent {
+    pub fn heartbeat_interval(&self) -> Duration {
+        Duration::from_secs(u64::from(self.heartbeat_interval_s.load(Ordering::Relaxed).max(1)))
+    }
+
+    pub fn set_heartbeat_interval(&self, secs: u32) {
+        self.heartbeat_interval_s.store(secs.max(1), Ordering::Relaxed);
+    }
+
+    pub fn running_jobs(&self) -> Vec<Uuid> {
+        let mut ids: Vec<Uuid> = self.jobs.lock().expect("jobs lock").keys().copied().collect();
+        ids.sort();
+        ids
+    }
+
+    /// Registers a claimed job; returns what its task listens to.
+    fn register_job(&self, id: Uuid) -> (watch::Receiver<Option<StopReason>>, Arc<Notify>) {
+        let (stop, rx) = watch::channel(None);
+        let check = Arc::new(Notify::new());
+        self.jobs.lock().expect("jobs lock").insert(
+            id,
+            JobHandle {
+                stop,
+                check: check.clone(),
+            },
+        );
+        (rx, check)
+    }
+
+    fn unregister_job(&self, id: Uuid) {
+        self.jobs.lock().expect("jobs lock").remove(&id);
+    }
+
+    pub fn stop_job(&self, id: Uuid, reason: StopReason) {
+        if let Some(h) = self.jobs.lock().expect("jobs lock").get(&id) {
+            h.stop.send_if_modified(|cur| {
+                let first = cur.is_none();
+                if first {
+                    *cur = Some(reason);
+                }
+                first
+            });
+        }
+    }
+
+    /// The server says this job should stop; its renewal will learn whether it was
+    /// cancelled (upload `cancelled`) or went to another agent (upload nothing).
+    pub fn check_job(&self, id: Uuid) {
+        if let Some(h) = self.jobs.lock().expect("jobs lock").get(&id) {
+            h.check.notify_one();
+        }
+    }
+
+    fn stop_all(&self, reason: StopReason) {
+        for id in self.running_jobs() {
+            self.stop_job(id, reason);
+        }
+    }
+
+    /// Ends the agent: a task that cannot go on reports here.
+    pub fn fatal(&self, err: LifecycleError) {
+        let _ = self.fatal.send(err);
+    }
+
+    pub fn revoked(&self, message: String) -> LifecycleError {
+        LifecycleError::Revoked(message, self.identity_path.clone())
+    }
+}
+
+/// `heddle-agent run`.
+pub fn command(args: RunArgs) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(LifecycleError::Runtime)?;
+    let result = rt.block_on(run(args));
+    // Dropping the runtime drops the job tasks, whose guards kill any child still alive.
+    drop(rt);
+    match result {
+        Ok(()) => Ok(()),
+        Err(err) if err.exit_code() != 1 => {
+            tracing::error!("{err}");
+            eprintln!("heddle-agent: {err}");
+            std::process::exit(err.exit_code());
+        }
+        Err(err) => Err(err.into()),
+    }
+}
+
+pub async fn run(args: RunArgs) -> Result<(), LifecycleError> {
+    let state = StateDir::open(&args.state_dir)?;
+    let client = Client::new(&args.servers)?;
+    let hostname = args.hostname.clone().unwrap_or_else(kernel_hostname);
+    let identity = match state.load_identity()? {
+        Some(id) => {
+            tracing::info!(agent_id = %id.agent_id, node_id = %id.node_id, "using the stored credential");
+            id
+        }
+        None => {
+            let token = args
+                .enroll_token
+                .clone()
+                .ok_or_else(|| LifecycleError::NoToken(state.path().to_path_buf()))?;
+            let id = enroll(&client, &token, &hostname, args.backoff_cap).await?;
+            state.save_identity(&id)?;
+            tracing::info!(agent_id = %id.agent_id, node_id = %id.node_id, path = %state.identity_path().display(), "enrolled; credential stored");
+            id
+        }
+    };
+    client.set_credential(identity.credential.clone());
+    let spool = Spool::open(state.spool_dir())?;
+    let child_program = std::env::current_exe().map_err(|source| StateError::Io {
+        path: PathBuf::from("/proc/self/exe"),
+        source,
+    })?;
+    let (fatal_tx, mut fatal_rx) = mpsc::unbounded_channel();
+    let agent = Arc::new(Agent {
+        client,
+        spool,
+        hostname,
+        cfg: Config {
+            claim_interval: args.claim_interval,
+            facts_interval: args.facts_interval,
+            backoff_cap: args.backoff_cap,
+            max_parallel: args.max_parallel,
+            child_program,
+        },
+        identity_path: state.identity_path(),
+        jobs: Mutex::new(HashMap::new()),
+        heartbeat_interval_s: AtomicU32::new(10),
+        upload_wake: Notify::new(),
+        facts_wake: Notify::new(),
+        facts_sha: Mutex::new(None),
+        fatal: fatal_tx,
+    });
+    tracing::info!(servers = ?args.servers, max_parallel = args.max_parallel, "agent running");
+
+    let (drained_tx, drained_rx) = watch::channel(false);
+    let outcome = tokio::select! {
+        r = upload::run(agent.clone(), drained_tx) => r.map(|_| ()),
+        r = report::heartbeat_loop(agent.clone()) => r.map(|_| ()),
+        r = report::facts_loop(agent.clone()) => r.map(|_| ()),
+        r = job::claim_loop(agent.clone(), drained_rx) => r.map(|_| ()),
+        Some(err) = fatal_rx.recv() => Err(err),
+        signal = shutdown_signal() => {
+            tracing::info!(signal, "shutting down; running jobs are abandoned and will be requeued");
+            Ok(())
+        }
+    };
+    agent.stop_all(StopReason::Shutdown);
+    let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
+    while !agent.running_jobs().is_empty() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    if outcome.is_ok() && tokio::time::timeout_at(deadline, upload::drain(&agent)).await.is_err() {
+        tracing::warn!(dir = %agent.spool.dir().display(), "results left in the spool; they go out at the next start");
+    }
+    drop(state);
+    outcome
+}
+
+async fn enroll(
+    client: &Client,
+    token: &str,
+    hostname: &str,
+    cap: Duration,
+) -> Result<Identity, LifecycleError> {
+    let req = EnrollRequest {
+        enroll_token: token.to_string(),
+        hostname: hostname.to_string(),
+        agent_version: Some(AGENT_VERSION.to_string()),
+    };
+    let mut backoff = Backoff::new(Duration::from_millis(500), cap);
+    loop {
+        match client.enroll(&req).await {
+            Ok(resp) => {
+                return Ok(Identity {
+                    agent_id: resp.agent_id,
+                    node_id: resp.node_id,
+                    credential: resp.credential,
+                    hostname: hostname.to_string(),
+                    enrolled_at: Utc::now(),
+                });
+            }
+            Err(ClientError::Unauthorized { message }) => {
+                return Err(LifecycleError::EnrollRefused(message));
+            }
+            Err(err) if err.is_transient() => {
+                let delay = backoff.next_delay();
+                tracing::warn!(error = %err, retry_in = ?delay, attempt = backoff.failures(), "cannot enroll yet");
+                tokio::time::sleep(delay).await;
+            }
+            Err(err) => return Err(LifecycleError::Enroll(err)),
+        }
+    }
+}
+
+fn kernel_hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+async fn shutdown_signal() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::warn!("cannot listen for SIGTERM/SIGINT");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("5s").unwrap(), Duration::from_secs(5));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
+        assert_eq!(parse_duration("0.25").unwrap(), Duration::from_millis(250));
+        assert!(parse_duration("5 parsecs").is_err());
+        assert!(parse_duration("-1s").is_err());
+        assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn args_accept_comma_separated_servers() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct T {
+            #[command(flatten)]
+            run: RunArgs,
+        }
+        let t = T::try_parse_from([
+            "x",
+            "--server",
+            "http://a:1,http://b:2",
+            "--server",
+            "http://c:3",
+            "--state-dir",
+            "/tmp/s",
+        ])
+        .unwrap();
+        assert_eq!(t.run.servers, vec!["http://a:1", "http://b:2", "http://c:3"]);
+        assert_eq!(t.run.max_parallel, 1);
+        assert_eq!(t.run.claim_interval, Duration::from_secs(5));
+    }
+}

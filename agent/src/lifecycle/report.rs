@@ -1,0 +1,101 @@
+//! Heartbeats and facts: how the server learns the agent is alive and what its node is.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use heddle_types::agent::HeartbeatRequest;
+use tokio::time::Instant;
+
+use super::{AGENT_VERSION, Agent, Backoff, LifecycleError, facts_link};
+use crate::client::ClientError;
+
+/// Heartbeats at the interval the server names. A heartbeat also renews the leases of the
+/// running jobs, and names those the agent must stop.
+pub(super) async fn heartbeat_loop(agent: Arc<Agent>) -> Result<Infallible, LifecycleError> {
+    let mut backoff = Backoff::new(Duration::from_secs(1), agent.cfg.backoff_cap);
+    let mut down_since: Option<Instant> = None;
+    loop {
+        let req = HeartbeatRequest {
+            agent_version: Some(AGENT_VERSION.to_string()),
+            facts_sha256: agent.facts_sha.lock().expect("facts lock").clone(),
+            running_jobs: agent.running_jobs(),
+        };
+        let delay = match agent.client.heartbeat(&req).await {
+            Ok(resp) => {
+                if let Some(since) = down_since.take() {
+                    tracing::info!(server = agent.client.current_server(), down_for = ?since.elapsed(), "server reachable again");
+                }
+                backoff.reset();
+                agent.set_heartbeat_interval(resp.heartbeat_interval_s);
+                if resp.send_facts {
+                    agent.facts_wake.notify_one();
+                }
+                for id in resp.cancel_jobs {
+                    tracing::info!(job_id = %id, "server asks to stop a job; confirming with a renewal");
+                    agent.check_job(id);
+                }
+                agent.heartbeat_interval()
+            }
+            Err(ClientError::Unauthorized { message }) => return Err(agent.revoked(message)),
+            Err(err) => {
+                down_since.get_or_insert_with(Instant::now);
+                // Retry sooner than the interval at first, never later than it.
+                let delay = backoff.next_delay().min(agent.heartbeat_interval());
+                tracing::warn!(error = %err, retry_in = ?delay, failures = backoff.failures(), "heartbeat failed");
+                delay
+            }
+        };
+        tokio::time::sleep(delay).await;
+    }
+}
+
+/// Sends facts at start, whenever a periodic collection finds them changed, and when the
+/// server asks for them.
+pub(super) async fn facts_loop(agent: Arc<Agent>) -> Result<Infallible, LifecycleError> {
+    let mut backoff = Backoff::new(Duration::from_secs(1), agent.cfg.backoff_cap);
+    let mut sent_sha: Option<String> = None;
+    let mut force = true;
+    // After the server refused a document, requests for facts are not answered with the
+    // same document again until the next collection.
+    let mut refused_sha: Option<String> = None;
+    let mut last_sent: Option<Instant> = None;
+    loop {
+        let hostname = agent.hostname.clone();
+        let doc = tokio::task::spawn_blocking(move || facts_link::collect(&hostname))
+            .await
+            .expect("fact collection does not panic");
+        let changed = sent_sha.as_deref() != Some(doc.sha256.as_str());
+        // A request for facts that crossed our own sending of them needs no second copy.
+        let just_sent = last_sent.is_some_and(|t| t.elapsed() < agent.heartbeat_interval());
+        if (changed || (force && !just_sent)) && refused_sha.as_deref() != Some(doc.sha256.as_str()) {
+            match agent.client.put_facts(&doc.json, &doc.sha256).await {
+                Ok(accepted) => {
+                    tracing::info!(sha256 = %doc.sha256, changed = accepted.changed, "facts sent");
+                    *agent.facts_sha.lock().expect("facts lock") = Some(doc.sha256.clone());
+                    sent_sha = Some(doc.sha256);
+                    last_sent = Some(Instant::now());
+                    force = false;
+                    backoff.reset();
+                }
+                Err(ClientError::Unauthorized { message }) => return Err(agent.revoked(message)),
+                Err(err) if err.is_transient() => {
+                    let delay = backoff.next_delay();
+                    tracing::warn!(error = %err, retry_in = ?delay, "cannot send facts yet");
+                    force = true;
+                    tokio::time::sleep(delay).await;
+                    continue;
+                }
+                Err(err) => {
+                    tracing::error!(error = %err, sha256 = %doc.sha256, "the server refused the facts");
+                    refused_sha = Some(doc.sha256);
+                    force = false;
+                }
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(agent.cfg.facts_interval) => refused_sha = None,
+            () = agent.facts_wake.notified() => force = true,
+        }
+    }
+}
