@@ -215,6 +215,8 @@ pub struct NvLink {
     pub link: u32,
     /// PCI address of the far end: another GPU, or an NVSwitch.
     pub remote_bdf: Option<String>,
+    /// `gpu`, `switch`, `ibmnpu` or `unknown`, as NVML reports the far end.
+    pub remote_kind: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,12 +1,173 @@
 //! Node fact collection from sysfs, NVML and verbs.
+//!
+//! Everything is read relative to a filesystem root so the same code reads the live
+//! machine (`/`) or a fixture tree; NVML, libibverbs, libnccl, environment variables and
+//! IP addresses are consulted only for `/`. Collection never fails as a whole: whatever
+//! cannot be read becomes an entry in `errors`, and missing libraries become [`Probe`]
+//! statements ("no NVML", "no libibverbs", "no RDMA devices").
+//!
+//! [`Probe`]: heddle_types::facts::Probe
+
+mod gpu;
+mod host;
+mod net;
+mod pci;
+mod rdma;
+mod software;
+mod sysfs;
+mod topo;
+mod verbs;
+
+use std::path::PathBuf;
+
+use heddle_types::facts::{FACTS_SCHEMA_VERSION, NodeFacts, Probe, ProbeState, RdmaFacts};
+use sha2::{Digest, Sha256};
+
+pub use topo::render as render_topology;
 
 #[derive(Debug, clap::Args)]
 pub struct FactsArgs {
     /// Filesystem root to read (a fixture tree in tests); NVML and verbs only when `/`.
-    #[arg(long, default_value = "/")]
-    pub root: std::path::PathBuf,
+    #[arg(long, default_value = "/", env = "HEDDLE_FACTS_ROOT")]
+    pub root: PathBuf,
+    /// Indent the JSON for humans.
+    #[arg(long)]
+    pub pretty: bool,
+    /// Print the `nvidia-smi topo -m` style matrix instead of JSON.
+    #[arg(long, conflicts_with = "pretty")]
+    pub topo: bool,
 }
 
-pub fn command(_args: FactsArgs) -> anyhow::Result<()> {
-    anyhow::bail!("fact collection is not built yet")
+/// What to read and which shared libraries to try.
+#[derive(Debug, Clone)]
+pub struct CollectOptions {
+    pub root: PathBuf,
+    /// NVML soname override; `None` lets nvml-wrapper load `libnvidia-ml.so.1`.
+    pub nvml_library: Option<String>,
+    pub verbs_library: String,
+    pub nccl_library: String,
+}
+
+impl Default for CollectOptions {
+    fn default() -> Self {
+        CollectOptions { root: PathBuf::from("/"), nvml_library: None, verbs_library: verbs::DEFAULT_LIBRARY.into(), nccl_library: software::DEFAULT_NCCL_LIBRARY.into() }
+    }
+}
+
+impl CollectOptions {
+    pub fn for_root(root: impl Into<PathBuf>) -> Self {
+        CollectOptions { root: root.into(), ..Default::default() }
+    }
+}
+
+pub fn command(args: FactsArgs) -> anyhow::Result<()> {
+    if !args.root.is_dir() {
+        anyhow::bail!("--root {} is not a directory", args.root.display());
+    }
+    let started = std::time::Instant::now();
+    let facts = collect(&CollectOptions::for_root(&args.root));
+    tracing::debug!(elapsed_ms = started.elapsed().as_millis() as u64, errors = facts.errors.len(), "facts collected");
+    let out = if args.topo {
+        render_topology(&facts.topology)
+    } else if args.pretty {
+        serde_json::to_string_pretty(&facts)? + "\n"
+    } else {
+        serde_json::to_string(&facts)? + "\n"
+    };
+    use std::io::Write;
+    std::io::stdout().lock().write_all(out.as_bytes())?;
+    Ok(())
+}
+
+/// Collects the facts of the node under `opts.root`. Never panics on bad input; see the
+/// module docs for what is consulted when.
+pub fn collect(opts: &CollectOptions) -> NodeFacts {
+    let collected_at = chrono::Utc::now();
+    let mut root = sysfs::Root::new(&opts.root);
+    let live = root.is_live();
+
+    let env = host::environment(&mut root);
+    let host = host::collect(&mut root, &env);
+    let cpu = host::cpu(&mut root);
+    let pci = pci::collect(&mut root);
+    let mut gpus = gpu::from_pci(&pci);
+
+    let (nvml, view) = if live {
+        gpu::query_nvml(&mut root, opts.nvml_library.as_deref())
+    } else {
+        (not_consulted("NVML"), None)
+    };
+    if let Some(view) = &view {
+        gpu::merge(&mut gpus, view);
+    }
+
+    let (rdma_probe, mut rdma_devices) = rdma::collect(&mut root);
+    let verbs_probe = if live { verbs::cross_check(&opts.verbs_library, &mut rdma_devices) } else { not_consulted("libibverbs") };
+
+    let network = net::collect(&mut root);
+    let mut software = software::collect(&mut root, &opts.nccl_library);
+    if let Some(view) = view {
+        software.nvidia_driver = view.driver_version.or(software.nvidia_driver);
+        software.cuda_driver = view.cuda_version;
+    }
+
+    let nvlink_source = match nvml.state {
+        ProbeState::Available => "NVML".to_string(),
+        _ => "no NVML: GPU-to-GPU entries show the PCIe path only, NVLinks are unknown".to_string(),
+    };
+    let topology = topo::build(&gpus, &rdma_devices, &pci, nvlink_source);
+
+    let mut errors = root.take_errors();
+    errors.sort();
+    errors.dedup();
+    NodeFacts {
+        schema_version: FACTS_SCHEMA_VERSION,
+        collected_at,
+        live,
+        host,
+        cpu,
+        pci,
+        nvml,
+        gpus,
+        rdma: RdmaFacts { sysfs: rdma_probe, verbs: verbs_probe, devices: rdma_devices },
+        network,
+        software,
+        topology,
+        errors,
+    }
+}
+
+fn not_consulted(what: &str) -> Probe {
+    Probe { state: ProbeState::NotConsulted, message: format!("{what} not consulted: the root is not `/`, so only files under it were read") }
+}
+
+/// SHA-256 (hex) of the facts' JSON without `collected_at`: equal hashes mean nothing
+/// the agent reports has changed. Serialization goes through `serde_json::Value`, whose
+/// maps are ordered, so the hash does not depend on field order in the struct.
+pub fn facts_sha256(facts: &NodeFacts) -> String {
+    let mut value = serde_json::to_value(facts).expect("facts always serialize");
+    if let Some(obj) = value.as_object_mut() {
+        obj.remove("collected_at");
+    }
+    let bytes = serde_json::to_vec(&value).expect("a JSON value always serializes");
+    hex::encode(Sha256::digest(&bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hash_ignores_collected_at_but_not_content() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("etc")).unwrap();
+        std::fs::write(dir.path().join("etc/hostname"), "a\n").unwrap();
+        let opts = CollectOptions::for_root(dir.path());
+        let mut a = collect(&opts);
+        let mut b = a.clone();
+        b.collected_at += chrono::Duration::seconds(30);
+        assert_eq!(facts_sha256(&a), facts_sha256(&b));
+        a.host.hostname = "b".into();
+        assert_ne!(facts_sha256(&a), facts_sha256(&b));
+    }
 }
