@@ -1,13 +1,9 @@
 //! The one place where the agent loop obtains node facts, so the loop does not depend on
-//! how they are collected.
-//!
-//! Until the full collector in [`crate::facts`] is wired in here, this reports a minimal
-//! document with the stable paths the server indexes (`/host/hostname`). The hash covers
-//! the document without `collected_at`, so unchanged facts keep their hash.
+//! how they are collected ([`crate::facts`] does that).
 
-use chrono::Utc;
-use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
+use serde_json::Value;
+
+use crate::facts::{CollectOptions, collect as collect_facts, facts_sha256};
 
 /// A facts document and the hash the agent reports in heartbeats.
 #[derive(Debug, Clone)]
@@ -16,36 +12,15 @@ pub struct FactsDoc {
     pub sha256: String,
 }
 
-/// Collects the node's facts. Blocking (reads sysfs): call from a blocking thread.
+/// Collects the live node's facts. Blocking (sysfs, NVML, verbs): call it from a blocking
+/// thread. `hostname` is the name the agent enrolled under; it replaces the kernel's in
+/// the document, so the server sees one name for the node.
 pub fn collect(hostname: &str) -> FactsDoc {
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|s| s.trim().to_string())
-        .ok();
-    let cpus = std::thread::available_parallelism().map(|n| n.get()).ok();
-    let json = json!({
-        "schema_version": 1,
-        "collected_at": Utc::now(),
-        "live": true,
-        "host": {"hostname": hostname, "kernel": kernel},
-        "cpu": {"logical_cpus": cpus},
-        "gpus": [],
-        "rdma": {"devices": []},
-    });
-    FactsDoc {
-        sha256: sha256_without_timestamp(&json),
-        json,
-    }
-}
-
-/// sha256 of the compact JSON, `collected_at` left out. serde_json keeps object keys
-/// sorted (no `preserve_order`), so equal documents give equal bytes.
-pub fn sha256_without_timestamp(doc: &Value) -> String {
-    let mut doc = doc.clone();
-    if let Some(obj) = doc.as_object_mut() {
-        obj.remove("collected_at");
-    }
-    let bytes = serde_json::to_vec(&doc).expect("facts always serialize");
-    hex::encode(Sha256::digest(&bytes))
+    let mut facts = collect_facts(&CollectOptions::default());
+    facts.host.hostname = hostname.to_string();
+    let sha256 = facts_sha256(&facts);
+    let json = serde_json::to_value(&facts).expect("facts always serialize");
+    FactsDoc { json, sha256 }
 }
 
 #[cfg(test)]
