@@ -1,0 +1,88 @@
+//! HTTP client for the API: bearer auth, and API errors turned into readable messages.
+
+use heddle_types::ErrorBody;
+use reqwest::{Method, StatusCode};
+use serde::de::DeserializeOwned;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("cannot reach the Heddle server at {url}: {source}")]
+    Unreachable { url: String, source: reqwest::Error },
+    #[error("{status}: {message} ({code})")]
+    Api { status: StatusCode, code: String, message: String },
+    #[error("unexpected answer from the server ({status}): {body}")]
+    Unexpected { status: StatusCode, body: String },
+}
+
+pub struct Client {
+    pub base: String,
+    token: Option<String>,
+    http: reqwest::Client,
+}
+
+impl Client {
+    pub fn new(base: &str, token: Option<String>) -> Self {
+        Client { base: base.trim_end_matches('/').to_string(), token, http: reqwest::Client::new() }
+    }
+
+    async fn send(&self, method: Method, path: &str, body: Option<Body>) -> Result<reqwest::Response, ClientError> {
+        let url = format!("{}{path}", self.base);
+        let mut req = self.http.request(method, &url);
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        req = match body {
+            Some(Body::Json(v)) => req.json(&v),
+            Some(Body::Wasm(bytes)) => req.header("content-type", "application/wasm").body(bytes),
+            None => req,
+        };
+        let resp = req.send().await.map_err(|source| ClientError::Unreachable { url: self.base.clone(), source })?;
+        if resp.status().is_success() {
+            return Ok(resp);
+        }
+        let status = resp.status();
+        let text = resp.text().await.unwrap_or_default();
+        Err(match serde_json::from_str::<ErrorBody>(&text) {
+            Ok(e) => ClientError::Api { status, code: e.error, message: e.message },
+            Err(_) => ClientError::Unexpected { status, body: text },
+        })
+    }
+
+    pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
+        let resp = self.send(Method::GET, path, None).await?;
+        decode(resp).await
+    }
+
+    pub async fn get_text(&self, path: &str) -> Result<String, ClientError> {
+        let resp = self.send(Method::GET, path, None).await?;
+        let status = resp.status();
+        resp.text().await.map_err(|e| ClientError::Unexpected { status, body: e.to_string() })
+    }
+
+    pub async fn post<T: DeserializeOwned>(&self, path: &str, body: serde_json::Value) -> Result<T, ClientError> {
+        let resp = self.send(Method::POST, path, Some(Body::Json(body))).await?;
+        decode(resp).await
+    }
+
+    pub async fn post_wasm<T: DeserializeOwned>(&self, path: &str, bytes: Vec<u8>) -> Result<T, ClientError> {
+        let resp = self.send(Method::POST, path, Some(Body::Wasm(bytes))).await?;
+        decode(resp).await
+    }
+}
+
+enum Body {
+    Json(serde_json::Value),
+    Wasm(Vec<u8>),
+}
+
+async fn decode<T: DeserializeOwned>(resp: reqwest::Response) -> Result<T, ClientError> {
+    let status = resp.status();
+    let text = resp.text().await.unwrap_or_default();
+    serde_json::from_str(&text).map_err(|e| ClientError::Unexpected { status, body: format!("{e}: {text}") })
+}
+
+impl Client {
+    pub async fn delete(&self, path: &str) -> Result<(), ClientError> {
+        self.send(Method::DELETE, path, None).await.map(|_| ())
+    }
+}

@@ -1,0 +1,108 @@
+//! The `heddle` binary against a real server.
+
+use std::process::Command;
+
+use heddle_server::testing::TestServer;
+use serde_json::{Value, json};
+
+struct Heddle {
+    url: String,
+    token: String,
+    config: std::path::PathBuf,
+}
+
+impl Heddle {
+    fn run(&self, args: &[&str]) -> (i32, String, String) {
+        let out = Command::new(env!("CARGO_BIN_EXE_heddle"))
+            .args(args)
+            .env("HEDDLE_URL", &self.url)
+            .env("HEDDLE_TOKEN", &self.token)
+            .env("HEDDLE_CONFIG", &self.config)
+            .output()
+            .unwrap();
+        (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        let mut all = args.to_vec();
+        all.push("--json");
+        let (code, out, err) = self.run(&all);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?} printed no JSON ({e}): {out}"))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cli_drives_the_api() {
+    let server = TestServer::start().await;
+    let dir = std::env::temp_dir().join(format!("heddle-cli-{}", uuid::Uuid::new_v4()));
+    let h = Heddle { url: server.url.clone(), token: server.admin_token.clone(), config: dir.join("cli.json") };
+
+    let (code, out, err) = h.run(&["login"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("admin-from-config (admin)"), "{out}");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&h.config).unwrap().permissions().mode() & 0o777, 0o600);
+
+    // An agent enrolls with a token the CLI makes.
+    let (code, token, err) = h.run(&["agents", "enroll-token", "--max-uses", "2"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("heddle-agent run --server"), "{err}");
+    let resp = reqwest::Client::new()
+        .post(format!("{}/api/v1/agent/enroll", server.url))
+        .json(&json!({"enroll_token": token.trim(), "hostname": "cli-node"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 201);
+
+    let nodes = h.json(&["nodes", "ls"]);
+    assert_eq!(nodes[0]["hostname"], "cli-node");
+    let (code, table, _) = h.run(&["nodes", "ls"]);
+    assert_eq!(code, 0);
+    assert!(table.contains("cli-node") && table.contains("HEALTH"), "{table}");
+    assert_eq!(h.json(&["nodes", "show", "cli-node"])["hostname"], "cli-node");
+
+    let run = h.json(&["runs", "start", "--kind", "memcpy", "--nodes", "cli-node", "--param", "max_bytes=1048576", "--env", "A=1"]);
+    assert_eq!(run["spec"]["params"]["max_bytes"], 1048576);
+    assert_eq!(run["spec"]["env"]["A"], "1");
+    let id = run["id"].as_str().unwrap().to_string();
+    assert_eq!(h.json(&["runs", "ls"]).as_array().unwrap().len(), 1);
+    let cancelled = h.json(&["runs", "cancel", &id]);
+    assert_eq!(cancelled["state"], "cancelled");
+    let (code, _, err) = h.run(&["runs", "watch", &id]);
+    assert_eq!(code, 2, "a cancelled run exits 2: {err}");
+
+    let (code, env, _) = h.run(&["env", "cli-node"]);
+    assert_eq!(code, 0);
+    assert!(env.starts_with("# Heddle environment"), "{env}");
+
+    let (code, secret, _) = h.run(&["tokens", "create", "--name", "ci", "--role", "viewer"]);
+    assert_eq!(code, 0);
+    assert!(secret.trim().starts_with("hdl_"));
+    let tokens = h.json(&["tokens", "ls"]);
+    assert!(tokens.as_array().unwrap().iter().any(|t| t["name"] == "ci" && t["role"] == "viewer"));
+
+    let wasm = dir.join("p.wasm");
+    let mut bytes = vec![0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x00];
+    bytes.extend([7u8; 64]);
+    std::fs::write(&wasm, bytes).unwrap();
+    let v = h.json(&["plugins", "upload", wasm.to_str().unwrap(), "--name", "demo", "--version", "1.0.0"]);
+    assert_eq!(v["size_bytes"], 72);
+    let p = h.json(&["plugins", "enable", "demo"]);
+    assert_eq!(p["active_version"], "1.0.0");
+
+    // Errors carry the server's message and exit 1.
+    let (code, _, err) = h.run(&["nodes", "show", "nope"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("no node with id or hostname \"nope\""), "{err}");
+    let bad = Heddle { url: server.url.clone(), token: "hdl_wrong".into(), config: dir.join("none.json") };
+    let (code, _, err) = bad.run(&["nodes", "ls"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("401"), "{err}");
+    let gone = Heddle { url: "http://127.0.0.1:9".into(), token: "x".into(), config: dir.join("none.json") };
+    let (code, _, err) = gone.run(&["whoami"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("cannot reach the Heddle server"), "{err}");
+    let _ = std::fs::remove_dir_all(dir);
+}
