@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Brings Heddle up on this machine: Postgres (a project-local cluster when none answers),
+# the server, and an agent for this host. Prints the dashboard URL and the admin token.
+# Stop everything with scripts/down.sh. Safe to run again: running parts are kept.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
+state="$repo/.heddle"
+mkdir -p "$state"
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/heddle-target}
+profile=${HEDDLE_PROFILE:-dev}
+bindir="$CARGO_TARGET_DIR/$([[ $profile == dev ]] && echo debug || echo "$profile")"
+listen=${HEDDLE_LISTEN:-127.0.0.1:8080}
+url="http://$listen"
+
+pg=$(scripts/pg-ensure.sh)
+db_url="${pg%/*}/heddle"
+if ! psql "$pg" -tAc "SELECT 1 FROM pg_database WHERE datname = 'heddle'" | grep -q 1; then
+    psql "$pg" -qc "CREATE DATABASE heddle" >/dev/null
+fi
+
+echo "up.sh: building (profile $profile)..." >&2
+cargo build --profile "$profile" -p heddle-server -p heddle-agent -p heddle-cli >&2
+
+if [[ ! -s "$state/admin-token" ]]; then
+    umask 077
+    printf 'hdl_%s\n' "$(head -c 32 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')" >"$state/admin-token"
+fi
+admin=$(cat "$state/admin-token")
+
+alive() { [[ -s "$1" ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+if ! alive "$state/server.pid"; then
+    HEDDLE_DATABASE_URL="$db_url" HEDDLE_LISTEN="$listen" HEDDLE_ADMIN_TOKEN="$admin" \
+    HEDDLE_DASHBOARD_DIR=${HEDDLE_DASHBOARD_DIR:-$repo/frontend/dist} \
+        setsid "$bindir/heddle-server" >>"$state/server.log" 2>&1 < /dev/null &
+    echo $! >"$state/server.pid"
+fi
+for _ in $(seq 1 100); do
+    curl -fsS "$url/readyz" >/dev/null 2>&1 && break
+    alive "$state/server.pid" || { tail -n 20 "$state/server.log" >&2; echo "up.sh: the server stopped; see $state/server.log" >&2; exit 1; }
+    sleep 0.2
+done
+
+if ! alive "$state/agent.pid"; then
+    export HEDDLE_URL="$url" HEDDLE_TOKEN="$admin" HEDDLE_CONFIG="$state/cli.json"
+    enroll=""
+    if [[ ! -s "$state/agent/credential" ]]; then
+        enroll=$("$bindir/heddle" agents enroll-token --max-uses 1 2>/dev/null)
+    fi
+    mkdir -p "$state/agent"
+    HEDDLE_SERVER="$url" HEDDLE_ENROLL_TOKEN="$enroll" HEDDLE_STATE_DIR="$state/agent" \
+        setsid "$bindir/heddle-agent" run >>"$state/agent.log" 2>&1 < /dev/null &
+    echo $! >"$state/agent.pid"
+fi
+
+cat <<MSG
+Heddle is up.
+  dashboard:    $url/
+  API document: $url/api/v1/openapi.json
+  admin token:  $admin
+  CLI:          export HEDDLE_URL=$url HEDDLE_TOKEN=$admin; $bindir/heddle nodes ls
+  logs:         $state/server.log, $state/agent.log
+  stop:         scripts/down.sh
+MSG
