@@ -1,0 +1,252 @@
+//! Simulates a fleet of agents against real `heddle-server` processes on a fresh database:
+//! enrollment, facts, heartbeats at a fixed interval, job claims and result uploads.
+//! Prints requests/s, latency percentiles per request kind, and each server's CPU and RSS.
+//!
+//! `cargo build --release -p heddle-server -p heddle-e2e &&
+//!  HEDDLE_TEST_DATABASE_URL=$(scripts/pg-ensure.sh) target/release/heddle-loadgen --agents 10000`
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use futures::StreamExt;
+use heddle_e2e::{ServerProcess, cpu_ticks, free_port, rss_kib};
+use heddle_server::testing::TestDb;
+use serde_json::json;
+
+#[derive(Parser)]
+#[command(about = "Load generator simulating Heddle agents")]
+struct Args {
+    /// Simulated agents.
+    #[arg(long, default_value_t = 1000)]
+    agents: usize,
+    /// Seconds between one agent's heartbeats.
+    #[arg(long, default_value_t = 10)]
+    heartbeat_s: u64,
+    /// Length of the measured steady state, in seconds.
+    #[arg(long, default_value_t = 30)]
+    duration_s: u64,
+    /// Server processes sharing the database; agents are spread over them.
+    #[arg(long, default_value_t = 1)]
+    replicas: usize,
+    /// Fraction of agents that get a job (claim + result upload of 16 rows) during the run.
+    #[arg(long, default_value_t = 0.1)]
+    job_fraction: f64,
+    /// Print one JSON line instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+const ADMIN: &str = "hdl_loadgen-admin-token-000000000000000000000000000";
+
+#[derive(Default)]
+struct Samples(BTreeMap<&'static str, Vec<f64>>, u64);
+
+impl Samples {
+    fn add(&mut self, kind: &'static str, ms: f64, ok: bool) {
+        self.0.entry(kind).or_default().push(ms);
+        if !ok {
+            self.1 += 1;
+        }
+    }
+}
+
+fn pct(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+struct Agent {
+    credential: String,
+    base: String,
+    has_job: bool,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let db = TestDb::create().await;
+    let mut servers = Vec::new();
+    for _ in 0..args.replicas.max(1) {
+        servers.push(ServerProcess::start(&db.url, free_port(), ADMIN, args.heartbeat_s as u32).await?);
+    }
+    let clients: Vec<reqwest::Client> = (0..64).map(|_| reqwest::Client::new()).collect();
+    let http = &clients[0];
+    let token: serde_json::Value = http
+        .post(format!("{}/api/v1/enrollment-tokens", servers[0].url))
+        .bearer_auth(ADMIN)
+        .json(&json!({"max_uses": args.agents + 1}))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    let token = token["token"].as_str().unwrap().to_string();
+
+    // Enrollment and a first facts upload, 64 at a time.
+    let setup = Instant::now();
+    let samples = Arc::new(Mutex::new(Samples::default()));
+    let job_every = if args.job_fraction > 0.0 { (1.0 / args.job_fraction).round() as usize } else { usize::MAX };
+    let agents: Vec<Agent> = futures::stream::iter(0..args.agents)
+        .map(|i| {
+            let client = clients[i % clients.len()].clone();
+            let base = servers[i % servers.len()].url.clone();
+            let token = token.clone();
+            let samples = samples.clone();
+            async move {
+                let host = format!("sim-{i:05}");
+                let t = Instant::now();
+                let r: serde_json::Value = client
+                    .post(format!("{base}/api/v1/agent/enroll"))
+                    .json(&json!({"enroll_token": token, "hostname": host}))
+                    .send()
+                    .await?
+                    .error_for_status()?
+                    .json()
+                    .await?;
+                samples.lock().unwrap().add("enroll", t.elapsed().as_secs_f64() * 1e3, true);
+                let credential = r["credential"].as_str().unwrap().to_string();
+                let facts = json!({"schema_version": 1, "host": {"hostname": host},
+                    "gpus": (0..8).map(|g| json!({"index": g, "name": "NVIDIA H200"})).collect::<Vec<_>>(),
+                    "rdma": {"devices": (0..4).map(|d| json!({"name": format!("mlx5_{d}"), "ports": [{"port": 1, "state": "ACTIVE", "link_layer": "InfiniBand"}]})).collect::<Vec<_>>()}});
+                let t = Instant::now();
+                let ok = client.put(format!("{base}/api/v1/agent/facts")).bearer_auth(&credential).json(&facts).send().await?.status().is_success();
+                samples.lock().unwrap().add("facts", t.elapsed().as_secs_f64() * 1e3, ok);
+                anyhow::Ok(Agent { credential, base, has_job: i % job_every == 0 })
+            }
+        })
+        .buffer_unordered(64)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<_, _>>()?;
+    let setup_s = setup.elapsed().as_secs_f64();
+
+    // Jobs for a fraction of the nodes, in runs of at most 1000 nodes.
+    let job_hosts: Vec<String> = (0..args.agents).filter(|i| i % job_every == 0).map(|i| format!("sim-{i:05}")).collect();
+    for chunk in job_hosts.chunks(1000) {
+        http.post(format!("{}/api/v1/runs", servers[0].url))
+            .bearer_auth(ADMIN)
+            .json(&json!({"kind": "memcpy", "nodes": chunk}))
+            .send()
+            .await?
+            .error_for_status()?;
+    }
+
+    // Steady state: every agent heartbeats once per interval, at a random phase.
+    let steady = Arc::new(Mutex::new(Samples::default()));
+    let cpu0: Vec<u64> = servers.iter().map(|s| cpu_ticks(s.pid()).unwrap_or(0)).collect();
+    let start = Instant::now();
+    let end = start + Duration::from_secs(args.duration_s);
+    let hb = Duration::from_secs(args.heartbeat_s);
+    let mut tasks = Vec::new();
+    for (i, agent) in agents.into_iter().enumerate() {
+        let client = clients[i % clients.len()].clone();
+        let steady = steady.clone();
+        let phase = hb.mul_f64((i as f64 * 0.618_033_988_75).fract());
+        tasks.push(tokio::spawn(async move {
+            let mut next = tokio::time::Instant::from_std(start) + phase;
+            let mut job_done = !agent.has_job;
+            loop {
+                tokio::time::sleep_until(next).await;
+                if Instant::now() >= end {
+                    break;
+                }
+                let t = Instant::now();
+                let ok = match client
+                    .post(format!("{}/api/v1/agent/heartbeat", agent.base))
+                    .bearer_auth(&agent.credential)
+                    .json(&json!({"agent_version": "loadgen", "running_jobs": []}))
+                    .send()
+                    .await
+                {
+                    Ok(r) => r.status().is_success(),
+                    Err(_) => false,
+                };
+                steady.lock().unwrap().add("heartbeat", t.elapsed().as_secs_f64() * 1e3, ok);
+                if !job_done {
+                    let t = Instant::now();
+                    let r = client.post(format!("{}/api/v1/agent/jobs/claim", agent.base)).bearer_auth(&agent.credential).send().await;
+                    let lease: Option<serde_json::Value> = match r {
+                        Ok(r) if r.status() == 200 => r.json().await.ok(),
+                        _ => None,
+                    };
+                    steady.lock().unwrap().add("claim", t.elapsed().as_secs_f64() * 1e3, lease.is_some());
+                    if let Some(lease) = lease {
+                        let rows: Vec<_> = (0..16).map(|k| json!({"size_bytes": 8i64 << k, "time_us": 10.0 + k as f64, "algbw_gbs": 1.0, "busbw_gbs": 1.0, "wrong": 0})).collect();
+                        let body = json!({"upload_key": uuid::Uuid::new_v4().to_string(), "outcome": "succeeded", "rows": rows,
+                            "started_at": chrono::Utc::now(), "finished_at": chrono::Utc::now()});
+                        let t = Instant::now();
+                        let ok = client
+                            .post(format!("{}/api/v1/agent/jobs/{}/result", agent.base, lease["job_id"].as_str().unwrap()))
+                            .bearer_auth(&agent.credential)
+                            .json(&body)
+                            .send()
+                            .await
+                            .is_ok_and(|r| r.status().is_success());
+                        steady.lock().unwrap().add("result", t.elapsed().as_secs_f64() * 1e3, ok);
+                    }
+                    job_done = true;
+                }
+                next += hb;
+            }
+        }));
+    }
+    let mut rss_peak: Vec<u64> = vec![0; servers.len()];
+    while Instant::now() < end {
+        for (k, s) in servers.iter().enumerate() {
+            rss_peak[k] = rss_peak[k].max(rss_kib(s.pid()).unwrap_or(0));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    for t in tasks {
+        t.await?;
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let ticks = 100.0; // USER_HZ on Linux
+    let cpu: Vec<f64> = servers
+        .iter()
+        .zip(&cpu0)
+        .map(|(s, c0)| (cpu_ticks(s.pid()).unwrap_or(0).saturating_sub(*c0)) as f64 / ticks / elapsed * 100.0)
+        .collect();
+
+    let setup_samples = samples.lock().unwrap();
+    let steady = steady.lock().unwrap();
+    let total: usize = steady.0.values().map(Vec::len).sum();
+    let mut report = serde_json::Map::new();
+    report.insert("agents".into(), json!(args.agents));
+    report.insert("replicas".into(), json!(servers.len()));
+    report.insert("heartbeat_s".into(), json!(args.heartbeat_s));
+    report.insert("steady_s".into(), json!(elapsed));
+    report.insert("requests_per_s".into(), json!(total as f64 / elapsed));
+    report.insert("errors".into(), json!(steady.1 + setup_samples.1));
+    report.insert("server_cpu_percent".into(), json!(cpu));
+    report.insert("server_rss_peak_mib".into(), json!(rss_peak.iter().map(|k| *k as f64 / 1024.0).collect::<Vec<_>>()));
+    report.insert("setup_s".into(), json!(setup_s));
+    let mut kinds = serde_json::Map::new();
+    for (kind, v) in setup_samples.0.iter().chain(steady.0.iter()) {
+        let mut v = v.clone();
+        v.sort_by(f64::total_cmp);
+        kinds.insert(kind.to_string(), json!({"count": v.len(), "p50_ms": pct(&v, 0.5), "p99_ms": pct(&v, 0.99), "max_ms": pct(&v, 1.0)}));
+    }
+    report.insert("latency".into(), serde_json::Value::Object(kinds.clone()));
+    if args.json {
+        println!("{}", serde_json::Value::Object(report));
+    } else {
+        println!("agents {} · replicas {} · heartbeat every {} s · steady state {:.1} s", args.agents, servers.len(), args.heartbeat_s, elapsed);
+        println!("requests/s {:.0} · errors {} · server CPU {:?} % · server RSS peak {:?} MiB",
+            total as f64 / elapsed, steady.1 + setup_samples.1,
+            cpu.iter().map(|c| (c * 10.0).round() / 10.0).collect::<Vec<_>>(),
+            rss_peak.iter().map(|k| (*k as f64 / 1024.0 * 10.0).round() / 10.0).collect::<Vec<_>>());
+        println!("{:<10} {:>8} {:>9} {:>9} {:>9}", "request", "count", "p50 ms", "p99 ms", "max ms");
+        for (kind, v) in &kinds {
+            println!("{:<10} {:>8} {:>9.2} {:>9.2} {:>9.2}", kind, v["count"], v["p50_ms"].as_f64().unwrap(), v["p99_ms"].as_f64().unwrap(), v["max_ms"].as_f64().unwrap());
+        }
+        println!("(setup: {} enrollments + facts in {:.1} s)", args.agents, setup_s);
+    }
+    drop(servers);
+    Ok(())
+}
