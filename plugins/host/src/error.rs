@@ -42,6 +42,11 @@ pub enum HostError {
     #[error("plugin returned {size} bytes of output, over the {limit}-byte cap")]
     OutputTooLarge { size: usize, limit: usize, usage: Usage },
 
+    /// The plugin returned something no consumer could use safely (e.g. an environment
+    /// variable name that is not a shell identifier).
+    #[error("plugin returned invalid output: {0}")]
+    InvalidOutput(String),
+
     /// The plugin crashed: a Rust panic, `unreachable`, an out-of-bounds access.
     #[error("plugin trapped: {message}{}", stderr_suffix(.stderr))]
     Trap { message: String, stderr: String, usage: Usage },
@@ -58,9 +63,13 @@ pub enum HostError {
     Internal(String),
 }
 
+/// The tail of stderr worth putting in a one-line error: a Rust panic prints
+/// "thread … panicked at file:line:col:" then the message, then a `note:` about backtraces.
 fn stderr_suffix(stderr: &str) -> String {
-    let line = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
-    if line.is_empty() { String::new() } else { format!(" (stderr: {})", line.trim()) }
+    let lines: Vec<&str> =
+        stderr.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with("note: ")).collect();
+    let tail = &lines[lines.len().saturating_sub(2)..];
+    if tail.is_empty() { String::new() } else { format!(" (stderr: {})", tail.join(" ")) }
 }
 
 impl HostError {
@@ -76,6 +85,7 @@ impl HostError {
             Self::Timeout { .. } => "timeout",
             Self::MemoryLimit { .. } => "memory-limit",
             Self::OutputTooLarge { .. } => "output-too-large",
+            Self::InvalidOutput(_) => "invalid-output",
             Self::Trap { .. } => "trap",
             Self::Plugin { .. } => "plugin-error",
             Self::BadFacts(_) => "bad-facts",

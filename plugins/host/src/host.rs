@@ -132,6 +132,7 @@ impl PluginHost {
         if size > limits.max_output_bytes {
             return Err(HostError::OutputTooLarge { size, limit: limits.max_output_bytes, usage });
         }
+        check_output(&detection)?;
         Ok(Report {
             plugin: prepared.info.clone(),
             sha256: prepared.sha256.clone(),
@@ -189,7 +190,19 @@ impl PluginHost {
 
         let started = Instant::now();
         let mut store = self.store(limits)?;
-        let outcome = pre.instantiate(&mut store).and_then(|i| i.heddle_plugin_plugin().call_info(&mut store));
+        let instance = match pre.instantiate(&mut store) {
+            Ok(i) => i,
+            // Traps (fuel, memory) are the plugin's doing; anything else is the sandbox refusing
+            // its shape, e.g. a second linear memory.
+            Err(e) if e.downcast_ref::<Trap>().is_none() && e.downcast_ref::<MemoryDenied>().is_none() => {
+                return Err(HostError::Link(format!("{e:#}")));
+            }
+            Err(e) => {
+                let (usage, (_, _, stderr)) = finish(&mut store, limits, started, false);
+                return Err(classify(e, usage, limits, stderr));
+            }
+        };
+        let outcome = instance.heddle_plugin_plugin().call_info(&mut store);
         let (usage, (_, _, stderr)) = finish(&mut store, limits, started, false);
         let info = outcome.map_err(|e| classify(e, usage, limits, stderr))?;
         let info = PluginInfo { name: info.name, version: info.version, description: info.description };
@@ -304,6 +317,23 @@ fn convert(d: wit::Detection) -> Detection {
     }
 }
 
+/// Recommendations end up in shells (`export NAME=VALUE`) and process environments, so names
+/// must be identifiers and nothing may contain NUL.
+fn check_output(d: &Detection) -> Result<(), HostError> {
+    for e in &d.env {
+        let mut chars = e.name.chars();
+        let ident = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !ident {
+            return Err(HostError::InvalidOutput(format!("environment variable name {:?} is not an identifier", e.name)));
+        }
+        if e.value.contains('\0') {
+            return Err(HostError::InvalidOutput(format!("value of {} contains a NUL byte", e.name)));
+        }
+    }
+    Ok(())
+}
+
 fn internal(e: impl std::fmt::Display) -> HostError {
     HostError::Internal(e.to_string())
 }
@@ -342,5 +372,34 @@ impl Drop for Ticker {
         if let Some(h) = self.handle.take() {
             let _ = h.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_env(name: &str, value: &str) -> Detection {
+        Detection {
+            env: vec![EnvRecommendation { name: name.into(), value: value.into(), reason: String::new() }],
+            ..Detection::default()
+        }
+    }
+
+    #[test]
+    fn env_names_must_be_identifiers() {
+        assert!(check_output(&with_env("NCCL_IB_HCA", "mlx5_0")).is_ok());
+        assert!(check_output(&with_env("_X1", "")).is_ok());
+        for bad in ["", "1X", "A-B", "X;rm -rf /", "A B", "X=Y"] {
+            assert_eq!(check_output(&with_env(bad, "v")).unwrap_err().code(), "invalid-output", "{bad:?}");
+        }
+        assert!(check_output(&with_env("X", "a\0b")).is_err());
+    }
+
+    #[test]
+    fn header_check_names_the_problem() {
+        assert!(check_header(b"\0asm\x0d\x00\x01\x00").is_ok());
+        assert!(check_header(b"\0asm\x01\x00\x00\x00").unwrap_err().to_string().contains("core WebAssembly module"));
+        assert!(check_header(b"PK\x03\x04zip!").unwrap_err().to_string().contains("magic number"));
     }
 }
