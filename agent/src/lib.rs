@@ -1,6 +1,7 @@
 //! The Heddle node agent. It is the only component that touches hardware.
 
 pub mod client;
+pub mod detect;
 pub mod facts;
 pub mod lifecycle;
 pub mod runner;

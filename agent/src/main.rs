@@ -12,6 +12,8 @@ struct Cli {
 enum Command {
     /// Print this node's facts as JSON.
     Facts(heddle_agent::facts::FactsArgs),
+    /// Run the detector plugins (built-in and --plugin files) on this node's facts, offline.
+    Detect(heddle_agent::detect::DetectArgs),
     /// Enroll (once), then heartbeat, report facts, claim and run jobs, upload results.
     Run(heddle_agent::lifecycle::RunArgs),
     /// Runs one test inside a child process of `run` (input on stdin, events on stdout).
@@ -25,6 +27,7 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Child(args) => return heddle_agent::runner::child_command(args),
         Command::Facts(args) => heddle_agent::facts::command(args),
+        Command::Detect(args) => heddle_agent::detect::command(args),
         Command::Run(args) => heddle_agent::lifecycle::command(args),
     };
     match result {
