@@ -26,7 +26,10 @@ mkdir -p "$dist"
 copy() { # crate artifact name (underscores) -> dist name
     local src="$profile_dir/$1.wasm"
     [[ -f "$src" ]] || { echo "build-plugins: $src was not produced" >&2; exit 1; }
-    cp "$src" "$dist/$2.wasm.tmp" && mv "$dist/$2.wasm.tmp" "$dist/$2.wasm"
+    # Unchanged bytes keep their mtime, so the agent is not rebuilt for nothing.
+    if ! cmp -s "$src" "$dist/$2.wasm"; then
+        cp "$src" "$dist/$2.wasm.tmp" && mv "$dist/$2.wasm.tmp" "$dist/$2.wasm"
+    fi
     printf '  %-16s %7d bytes\n' "$2.wasm" "$(stat -c %s "$dist/$2.wasm")"
 }
 echo "build-plugins: writing $dist"

@@ -140,6 +140,13 @@ fn panic_is_a_trap_with_the_panic_message() {
 }
 
 #[test]
+fn runaway_recursion_is_a_trap_not_a_host_stack_overflow() {
+    let err = host().run(&dist("misbehave"), &hostile("recurse"), &Limits::default()).unwrap_err();
+    assert_eq!(err.code(), "trap", "{err}");
+    assert!(err.to_string().contains("stack"), "{err}");
+}
+
+#[test]
 fn abort_is_a_trap() {
     let err = host().run(&dist("misbehave"), &hostile("trap"), &Limits::default()).unwrap_err();
     assert_eq!(err.code(), "trap", "{err}");
@@ -220,7 +227,7 @@ fn host_keeps_serving_after_every_hostile_case() {
     let h = PluginHost::new(HostConfig::default()).unwrap();
     let limits = Limits { fuel: 20_000_000, max_memory_bytes: 16 << 20, ..Limits::default() };
     let bad = dist("misbehave");
-    for mode in ["loop", "memory", "output", "panic", "trap"] {
+    for mode in ["loop", "memory", "output", "panic", "trap", "recurse"] {
         assert!(h.run(&bad, &hostile(mode), &limits).is_err(), "{mode}");
     }
     assert!(h.validate(&dist("netclient"), &limits).is_err());

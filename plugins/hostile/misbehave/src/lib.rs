@@ -39,6 +39,9 @@ impl Plugin for Misbehave {
                     d.add_trait(&format!("junk.{i}"), &big);
                 }
             }
+            "recurse" => {
+                d.add_trait("misbehave.depth", &depth(facts.u64_at("/seed").unwrap_or(1)).to_string());
+            }
             "panic" => panic!("misbehave was asked to panic"),
             "trap" => {
                 // A plain wasm `unreachable` with no panic message.
@@ -62,6 +65,12 @@ impl Plugin for Misbehave {
         }
         Ok(d)
     }
+}
+
+/// Unbounded, non-tail recursion: only the host's wasm stack limit stops it.
+#[allow(unconditional_recursion)]
+fn depth(n: u64) -> u64 {
+    std::hint::black_box(depth(std::hint::black_box(n + 1))).wrapping_add(1)
 }
 
 heddle_plugin_sdk::export_plugin!(Misbehave);
