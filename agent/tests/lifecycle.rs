@@ -29,6 +29,10 @@ struct Agent {
 
 impl Agent {
     fn start(server_urls: &[&str], token: Option<&str>, state_dir: &Path) -> Agent {
+        Agent::start_with(server_urls, token, state_dir, &[])
+    }
+
+    fn start_with(server_urls: &[&str], token: Option<&str>, state_dir: &Path, extra: &[&str]) -> Agent {
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let log = state_dir.with_file_name(format!(
@@ -40,6 +44,7 @@ impl Agent {
             .args(["--server", &server_urls.join(",")])
             .args(["--state-dir", state_dir.to_str().unwrap()])
             .args(["--hostname", HOST, "--claim-interval", "200ms", "--backoff-cap", "1s"])
+            .args(extra)
             .env_remove("HEDDLE_ENROLL_TOKEN")
             .env_remove("HEDDLE_SERVER")
             .env("HEDDLE_LOG", "info,heddle_agent=debug")
@@ -488,4 +493,65 @@ async fn revoked_agent_stops_with_status_3() {
     };
     assert_eq!(status.code(), Some(3), "{}", agent.log());
     assert!(agent.log().contains("refused this agent's credential"), "{}", agent.log());
+}
+
+/// Gone, or a zombie nobody reaped yet.
+fn is_dead(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => matches!(stat.rsplit(')').next().unwrap_or("").split_whitespace().next(), Some("Z" | "X")),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_killed_mid_run_leaves_no_orphan_and_the_job_is_retried() {
+    let server = server(1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let mut agent = enrolled_agent(&server, &state).await;
+    let api = Api::new(&server);
+    let run = start_run(&server, json!({"kind": "sleep", "params": {"seconds": 3}})).await;
+    api.wait_job(run, JobState::Running, &agent).await;
+    let child = test_children(agent.pid());
+    assert_eq!(child.len(), 1);
+    agent.sigkill();
+    eventually("orphaned child killed", &agent, || async { is_dead(child[0]).then_some(()) }).await;
+
+    // The lease lapses, the job is requeued, and the restarted agent runs it again.
+    let agent = Agent::start(&[&server.url], None, &state);
+    let done = api.wait_run(run, "succeeded", &agent).await;
+    assert_eq!(done.jobs[0].attempts, 2);
+    assert_eq!(api.results(run).await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_jobs_in_parallel_up_to_the_limit() {
+    let server = server(1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let token = server.enrollment_token().await;
+    let agent = Agent::start_with(&[&server.url], Some(&token), &dir.path().join("state"), &["--max-parallel", "2"]);
+    let api = Api::new(&server);
+    eventually("node", &agent, || async { api.get::<NodeDetail>(&format!("/nodes/{HOST}")).await }).await;
+    let runs: Vec<Uuid> = start_sleep_runs(&server, 3).await;
+    // Two children at once, never three.
+    let mut most = 0;
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(4) {
+        let n = test_children(agent.pid()).len();
+        assert!(n <= 2, "{n} children with --max-parallel 2");
+        most = most.max(n);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(most, 2);
+    for run in runs {
+        api.wait_run(run, "succeeded", &agent).await;
+    }
+}
+
+async fn start_sleep_runs(server: &TestServer, n: usize) -> Vec<Uuid> {
+    let mut ids = Vec::new();
+    for _ in 0..n {
+        ids.push(start_run(server, json!({"kind": "sleep", "params": {"seconds": 3}})).await);
+    }
+    ids
 }
