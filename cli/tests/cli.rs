@@ -83,12 +83,15 @@ async fn cli_drives_the_api() {
     let tokens = h.json(&["tokens", "ls"]);
     assert!(tokens.as_array().unwrap().iter().any(|t| t["name"] == "ci" && t["role"] == "viewer"));
 
-    let wasm = dir.join("p.wasm");
-    let mut bytes = vec![0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x00];
-    bytes.extend([7u8; 64]);
-    std::fs::write(&wasm, bytes).unwrap();
+    let wasm = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/dist/template.wasm");
+    assert!(wasm.exists(), "build the plugins first: scripts/build-plugins.sh");
     let v = h.json(&["plugins", "upload", wasm.to_str().unwrap(), "--name", "demo", "--version", "1.0.0"]);
-    assert_eq!(v["size_bytes"], 72);
+    assert_eq!(v["size_bytes"], std::fs::metadata(&wasm).unwrap().len());
+    let not_wasm = dir.join("garbage.wasm");
+    std::fs::write(&not_wasm, b"garbage").unwrap();
+    let (code, _, err) = h.run(&["plugins", "upload", not_wasm.to_str().unwrap(), "--name", "demo", "--version", "1.0.1"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("not a WebAssembly binary"), "{err}");
     let p = h.json(&["plugins", "enable", "demo"]);
     assert_eq!(p["active_version"], "1.0.0");
 

@@ -41,6 +41,18 @@ pub struct Config {
     #[arg(long, env = "HEDDLE_MAX_PLUGIN_BYTES", default_value_t = 16 << 20)]
     pub max_plugin_bytes: usize,
 
+    /// Fuel (about one unit per WebAssembly instruction) each plugin call may burn.
+    #[arg(long, env = "HEDDLE_PLUGIN_FUEL", default_value_t = 500_000_000)]
+    pub plugin_fuel: u64,
+
+    /// Wall-clock limit of one plugin call, in milliseconds.
+    #[arg(long, env = "HEDDLE_PLUGIN_TIMEOUT_MS", default_value_t = 2000)]
+    pub plugin_timeout_ms: u64,
+
+    /// Largest linear memory a plugin may grow to, in bytes.
+    #[arg(long, env = "HEDDLE_PLUGIN_MAX_MEMORY_BYTES", default_value_t = 64 << 20)]
+    pub plugin_max_memory_bytes: usize,
+
     /// Folder holding the built dashboard (index.html and its wasm/js); a minimal status
     /// page is served when absent.
     #[arg(long, env = "HEDDLE_DASHBOARD_DIR")]
@@ -58,6 +70,16 @@ impl Config {
         let mut cfg = Config::parse_from(["heddle-server", "--database-url", "unused"]);
         cfg.database_url = database_url.into();
         cfg
+    }
+
+    pub fn plugin_limits(&self) -> heddle_plugin_host::Limits {
+        heddle_plugin_host::Limits {
+            fuel: self.plugin_fuel,
+            timeout: Duration::from_millis(self.plugin_timeout_ms.max(1)),
+            max_memory_bytes: self.plugin_max_memory_bytes,
+            max_component_bytes: self.max_plugin_bytes,
+            ..heddle_plugin_host::Limits::default()
+        }
     }
 
     pub fn heartbeat_interval(&self) -> Duration {

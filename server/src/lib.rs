@@ -11,6 +11,7 @@ pub mod db;
 pub mod error;
 pub mod leases;
 pub mod metrics;
+pub mod plugin_runtime;
 pub mod router;
 #[cfg(feature = "test-support")]
 pub mod testing;
@@ -28,6 +29,7 @@ pub struct AppState {
     pub db: sqlx::PgPool,
     pub config: Arc<Config>,
     pub metrics: Arc<metrics::Metrics>,
+    pub plugins: Arc<plugin_runtime::PluginRuntime>,
 }
 
 /// Connects to Postgres and applies migrations (serialised across replicas by sqlx's
@@ -46,12 +48,13 @@ pub async fn connect(config: &Config) -> anyhow::Result<sqlx::PgPool> {
 impl AppState {
     pub async fn new(config: Config) -> anyhow::Result<Self> {
         let db = connect(&config).await?;
-        Ok(AppState { db, config: Arc::new(config), metrics: Arc::new(metrics::Metrics::new()) })
+        let plugins = Arc::new(plugin_runtime::PluginRuntime::new(config.plugin_limits())?);
+        Ok(AppState { db, config: Arc::new(config), metrics: Arc::new(metrics::Metrics::new()), plugins })
     }
 }
 
 /// Serves the API on `listener` until `shutdown` resolves, then drains in-flight requests.
-/// Also runs this replica's lease reaper for as long as it serves.
+/// Also runs this replica's lease reaper and plugin reconciler for as long as it serves.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
@@ -63,11 +66,13 @@ pub async fn serve(
         tracing::warn!("created the first admin token; it was printed on stdout and is not logged");
     }
     let reaper = tokio::spawn(leases::run_reaper(state.clone()));
+    let reconciler = tokio::spawn(plugin_runtime::run_reconciler(state.clone()));
     let app = router::app(state);
     tracing::info!(addr = %listener.local_addr()?, "serving");
     let result = axum::serve(listener, app.into_make_service_with_connect_info::<std::net::SocketAddr>())
         .with_graceful_shutdown(shutdown)
         .await;
     reaper.abort();
+    reconciler.abort();
     result.context("serving HTTP")
 }

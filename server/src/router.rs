@@ -84,6 +84,8 @@ fn api(state: &AppState) -> OpenApiRouter<AppState> {
         .routes(routes!(plugins::download))
         .routes(routes!(plugins::enable))
         .routes(routes!(plugins::disable))
+        .routes(routes!(plugins::dry_run))
+        .routes(routes!(plugins::node_outcomes))
         // Agent protocol.
         .routes(routes!(agent::enroll))
         .routes(routes!(agent::heartbeat))

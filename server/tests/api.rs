@@ -231,7 +231,7 @@ async fn enroll_heartbeat_facts_filters_and_history() {
     // Traits set by a plugin's recommendations are filterable too.
     let (s, _) = api
         .call(Method::PUT, "/api/v1/nodes/nd40-1/recommendations", Some(&admin),
-            Some(json!({"source": "plugin:azure-nd@0.1.0", "traits": {"cloud": "azure"},
+            Some(json!({"source": "survey:azure", "traits": {"cloud": "azure"},
                 "items": [{"name": "NCCL_IB_HCA", "value": "mlx5_0", "reason": "the InfiniBand HCA; rdmaP… is accelerated networking"}]})))
         .await;
     assert_eq!(s, StatusCode::NO_CONTENT);
@@ -269,7 +269,7 @@ async fn env_export_merges_plugins_and_tuning_profiles() {
     let admin = server.admin_token.clone();
     enroll(&api, &server, "env-1").await;
     api.call(Method::PUT, "/api/v1/nodes/env-1/recommendations", Some(&admin), Some(json!({
-        "source": "plugin:runai-roce@0.1.0",
+        "source": "survey:roce",
         "items": [
             {"name": "NCCL_IB_GID_INDEX", "value": "3", "reason": "RoCE v2 IPv4-mapped GID"},
             {"name": "NCCL_SOCKET_NTHREADS", "value": "2", "reason": "default"},
@@ -335,14 +335,15 @@ async fn rendezvous_between_ranks() {
 
 #[tokio::test]
 async fn plugins_upload_versions_enable_rollback_and_audit() {
-    let server = TestServer::start_with(|c| c.max_plugin_bytes = 4096).await;
+    let server = TestServer::start_with(|c| c.max_plugin_bytes = 1 << 20).await;
     let api = Api::new(&server);
     let admin = server.admin_token.clone();
-    let component = |n: u8| -> Vec<u8> { let mut b = vec![0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x00]; b.extend(std::iter::repeat_n(n, 32)); b };
+    let component = |n: u8| -> Vec<u8> { dist(["azure-nd", "runai-roce", "dgx-affinity", "template", "misbehave"][n as usize - 1]) };
     let path = "/api/v1/plugins/azure-nd/versions";
     let (s, v1) = api.raw(Method::POST, &format!("{path}/0.1.0"), Some(&admin), "application/wasm", component(1)).await;
     assert_eq!(s, StatusCode::CREATED, "{v1}");
-    assert_eq!(v1["size_bytes"], 40);
+    assert_eq!(v1["size_bytes"], component(1).len());
+    assert_eq!(v1["contract"], "heddle:plugin@0.1.0");
     assert_eq!(v1["sha256"].as_str().unwrap().len(), 64);
     let (s, again) = api.raw(Method::POST, &format!("{path}/0.1.0"), Some(&admin), "application/wasm", component(1)).await;
     assert_eq!(s, StatusCode::OK);
@@ -352,7 +353,7 @@ async fn plugins_upload_versions_enable_rollback_and_audit() {
     assert_eq!(api.raw(Method::POST, &format!("{path}/0.2.0"), Some(&admin), "application/wasm", component(2)).await.0, StatusCode::CREATED);
     let (s, b) = api.raw(Method::POST, &format!("{path}/0.3.0"), Some(&admin), "application/wasm", b"\0asm\x01\0\0\0".to_vec()).await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
-    let (s, _) = api.raw(Method::POST, &format!("{path}/0.3.0"), Some(&admin), "application/wasm", vec![0; 10_000]).await;
+    let (s, _) = api.raw(Method::POST, &format!("{path}/0.3.0"), Some(&admin), "application/wasm", vec![0; 2 << 20]).await;
     assert_eq!(s, StatusCode::PAYLOAD_TOO_LARGE);
     let (s, _) = api.raw(Method::POST, "/api/v1/plugins/Bad%20Name/versions/1", Some(&admin), "application/wasm", component(3)).await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);

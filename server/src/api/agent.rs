@@ -182,6 +182,9 @@ pub async fn put_facts(
             .await?;
     }
     tx.commit().await?;
+    if changed.is_some() {
+        state.plugins.wake.notify_one();
+    }
     Ok(Json(FactsAccepted { node_id: agent.node_id, facts_sha256: sha, changed: changed.is_some() }))
 }
 

@@ -271,6 +271,9 @@ pub async fn put_recommendations(
     if req.source.is_empty() || req.source.len() > 200 {
         return Err(ApiError::Unprocessable("source must be 1-200 characters".into()));
     }
+    if req.source.starts_with("plugin:") {
+        return Err(ApiError::Unprocessable("sources named plugin:… belong to enabled plugins; enable the plugin instead".into()));
+    }
     for item in &req.items {
         db::check_env_name(&item.name)?;
         db::check_env_value(&item.name, &item.value)?;
@@ -308,13 +311,8 @@ pub async fn replace_recommendations(
         .execute(&mut **tx)
         .await?;
     }
-    if !set.traits.is_empty() {
-        sqlx::query("UPDATE nodes SET traits = traits || $2 WHERE id = $1")
-            .bind(node)
-            .bind(sqlx::types::Json(&set.traits))
-            .execute(&mut **tx)
-            .await?;
-    }
+    crate::plugin_runtime::set_traits(tx, node, &set.source, &set.traits).await?;
+    crate::plugin_runtime::recompute_traits(tx, node).await?;
     Ok(())
 }
 

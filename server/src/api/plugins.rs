@@ -69,6 +69,8 @@ struct VersionRow {
     version: String,
     sha256: String,
     size_bytes: i64,
+    contract: Option<String>,
+    description: Option<String>,
     uploaded_by: String,
     created_at: DateTime<Utc>,
 }
@@ -81,13 +83,15 @@ impl From<VersionRow> for PluginVersion {
             version: r.version,
             sha256: r.sha256,
             size_bytes: r.size_bytes,
+            contract: r.contract,
+            description: r.description,
             uploaded_by: r.uploaded_by,
             created_at: r.created_at,
         }
     }
 }
 
-const VERSION_SELECT: &str = "SELECT v.id, p.name AS plugin, v.version, v.sha256, b.size_bytes, v.uploaded_by, v.created_at
+const VERSION_SELECT: &str = "SELECT v.id, p.name AS plugin, v.version, v.sha256, b.size_bytes, v.contract, v.description, v.uploaded_by, v.created_at
     FROM plugin_versions v JOIN plugins p ON p.id = v.plugin_id JOIN plugin_blobs b ON b.sha256 = v.sha256";
 
 /// Upload a plugin version (the raw component bytes as the body). Uploading the same bytes
@@ -108,7 +112,11 @@ pub async fn upload(
     check_version(&version)?;
     let bytes = body?;
     check_component_bytes(&bytes, state.config.max_plugin_bytes)?;
-    let sha = hex::encode(Sha256::digest(&bytes));
+    // The full check: parses, compiles, and checks the world and every import. Nothing is
+    // stored unless it passes.
+    let bytes = std::sync::Arc::new(bytes.to_vec());
+    let info = state.plugins.validate(bytes.clone()).await.map_err(host_error)?;
+    let sha = hex::encode(Sha256::digest(bytes.as_slice()));
     let mut tx = state.db.begin().await?;
     sqlx::query("INSERT INTO plugin_blobs (sha256, bytes, size_bytes) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING")
         .bind(&sha)
@@ -132,16 +140,22 @@ pub async fn upload(
         Some((stored,)) if stored == sha => StatusCode::OK,
         Some(_) => return Err(ApiError::Conflict(format!("{name} {version} already exists with other bytes; upload a new version"))),
         None => {
-            sqlx::query("INSERT INTO plugin_versions (id, plugin_id, version, sha256, uploaded_by) VALUES ($1, $2, $3, $4, $5)")
+            sqlx::query(
+                "INSERT INTO plugin_versions (id, plugin_id, version, sha256, uploaded_by, contract, description)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            )
                 .bind(Uuid::new_v4())
                 .bind(plugin_id)
                 .bind(&version)
                 .bind(&sha)
                 .bind(caller.actor())
+                .bind(&info.contract)
+                .bind(&info.plugin.description)
                 .execute(&mut *tx)
                 .await?;
             db::audit(&mut *tx, &caller.actor(), "plugin.upload", &format!("plugin:{name}@{version}"),
-                serde_json::json!({"sha256": sha, "size_bytes": bytes.len()})).await?;
+                serde_json::json!({"sha256": sha, "size_bytes": bytes.len(), "reports_name": info.plugin.name,
+                    "reports_version": info.plugin.version, "imports": info.imports})).await?;
             StatusCode::CREATED
         }
     };
@@ -235,6 +249,7 @@ pub async fn enable(
         .await?;
     db::audit(&mut *tx, &caller.actor(), "plugin.enable", &format!("plugin:{name}@{version}"), serde_json::json!({})).await?;
     tx.commit().await?;
+    state.plugins.wake.notify_one();
     let row: PluginRow = sqlx::query_as(&format!("{PLUGIN_SELECT} WHERE p.id = $1")).bind(id).fetch_one(&state.db).await?;
     Ok(Json(row.into()))
 }
@@ -248,8 +263,103 @@ pub async fn disable(State(state): State<AppState>, caller: Caller, Path(name): 
     sqlx::query("UPDATE plugins SET enabled = false WHERE id = $1").bind(id).execute(&mut *tx).await?;
     db::audit(&mut *tx, &caller.actor(), "plugin.disable", &format!("plugin:{name}"), serde_json::json!({})).await?;
     tx.commit().await?;
+    state.plugins.wake.notify_one();
     let row: PluginRow = sqlx::query_as(&format!("{PLUGIN_SELECT} WHERE p.id = $1")).bind(id).fetch_one(&state.db).await?;
     Ok(Json(row.into()))
+}
+
+/// A plugin's failure is the uploader's problem (422); the host's own failure is ours (500).
+fn host_error(err: heddle_plugin_host::HostError) -> ApiError {
+    if err.is_plugin_fault() {
+        ApiError::Unprocessable(format!("{err} [{}]", err.code()))
+    } else {
+        ApiError::Internal(anyhow::anyhow!("plugin host: {err}"))
+    }
+}
+
+/// Run a version against the latest facts of every node (or the listed ones) without
+/// enabling it: per node its output, the difference from what is active now, and the fuel,
+/// time and memory it used.
+#[utoipa::path(post, path = "/api/v1/plugins/{name}/versions/{version}/dry-run", tag = "plugins", security(("bearer" = [])),
+    params(("name" = String, Path), ("version" = String, Path)), request_body = DryRunRequest,
+    responses((status = 200, body = DryRunReport), (status = 404, body = heddle_types::ErrorBody)))]
+pub async fn dry_run(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((name, version)): Path<(String, String)>,
+    Json(req): Json<DryRunRequest>,
+) -> ApiResult<Json<DryRunReport>> {
+    caller.require(Role::Operator)?;
+    let row: Option<(Uuid, String)> = sqlx::query_as(
+        "SELECT p.id, v.sha256 FROM plugin_versions v JOIN plugins p ON p.id = v.plugin_id WHERE p.name = $1 AND v.version = $2",
+    )
+    .bind(&name)
+    .bind(&version)
+    .fetch_optional(&state.db)
+    .await?;
+    let (plugin_id, sha) = row.ok_or_else(|| ApiError::NotFound(format!("no version {version:?} of plugin {name:?}")))?;
+    let node_ids: Option<Vec<Uuid>> = match &req.nodes {
+        Some(keys) => {
+            let mut ids = Vec::with_capacity(keys.len());
+            for k in keys {
+                ids.push(db::resolve_node(&state.db, k).await?);
+            }
+            Some(ids)
+        }
+        None => None,
+    };
+    let nodes: Vec<(Uuid, String, serde_json::Value, Option<serde_json::Value>, Option<String>)> = sqlx::query_as(
+        "SELECT n.id, n.hostname, n.facts, r.output, v.version
+         FROM nodes n
+         LEFT JOIN plugin_results r ON r.node_id = n.id AND r.plugin_id = $1
+         LEFT JOIN plugin_versions v ON v.id = r.version_id
+         WHERE n.facts IS NOT NULL AND ($2::uuid[] IS NULL OR n.id = ANY($2))
+         ORDER BY n.hostname LIMIT $3",
+    )
+    .bind(plugin_id)
+    .bind(&node_ids)
+    .bind(i64::from(req.limit.unwrap_or(500).clamp(1, 5000)))
+    .fetch_all(&state.db)
+    .await?;
+    let bytes = state.plugins.bytes(&state.db, &sha).await?;
+    let mut out = Vec::with_capacity(nodes.len());
+    for (node_id, hostname, facts, active, active_version) in nodes {
+        let result = state.plugins.run(bytes.clone(), std::sync::Arc::new(facts.to_string())).await;
+        let usage = crate::plugin_runtime::usage_json(&result);
+        let (output, error) = match result {
+            Ok(r) => (Some(serde_json::to_value(&r.detection).map_err(|e| ApiError::Internal(e.into()))?), None),
+            Err(e) => (None, Some(format!("{e} [{}]", e.code()))),
+        };
+        let diff = crate::plugin_runtime::diff(active.as_ref(), output.as_ref());
+        out.push(DryRunNode { node_id, hostname, output, error, active_version, diff, usage });
+    }
+    let changed = out.iter().filter(|n| n.diff != OutputDiff::default()).count();
+    let failed = out.iter().filter(|n| n.error.is_some()).count();
+    Ok(Json(DryRunReport { plugin: name, version, nodes: out, changed, failed }))
+}
+
+/// What each enabled plugin said about a node, with the resources it used.
+#[utoipa::path(get, path = "/api/v1/nodes/{node}/plugins", tag = "plugins", security(("bearer" = [])),
+    params(("node" = String, Path)), responses((status = 200, body = [PluginOutcome]), (status = 404, body = heddle_types::ErrorBody)))]
+pub async fn node_outcomes(State(state): State<AppState>, caller: Caller, Path(key): Path<String>) -> ApiResult<Json<Vec<PluginOutcome>>> {
+    caller.require(Role::Viewer)?;
+    let node = db::resolve_node(&state.db, &key).await?;
+    let rows: Vec<(Uuid, String, String, String, Option<serde_json::Value>, Option<String>, serde_json::Value, DateTime<Utc>)> =
+        sqlx::query_as(
+            "SELECT r.node_id, n.hostname, p.name, v.version, r.output, r.error, r.usage, r.ran_at
+             FROM plugin_results r JOIN nodes n ON n.id = r.node_id JOIN plugins p ON p.id = r.plugin_id
+             JOIN plugin_versions v ON v.id = r.version_id WHERE r.node_id = $1 ORDER BY p.name",
+        )
+        .bind(node)
+        .fetch_all(&state.db)
+        .await?;
+    Ok(Json(
+        rows.into_iter()
+            .map(|(node_id, hostname, plugin, version, output, error, usage, ran_at)| PluginOutcome {
+                node_id, hostname, plugin, version, output, error, usage, ran_at,
+            })
+            .collect(),
+    ))
 }
 
 #[cfg(test)]

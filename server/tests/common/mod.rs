@@ -90,3 +90,15 @@ pub fn error_code(body: &Value) -> &str {
     assert!(body["message"].is_string(), "error body without message: {body}");
     body["error"].as_str().unwrap_or_else(|| panic!("error body without code: {body}"))
 }
+
+/// A component built by scripts/build-plugins.sh.
+pub fn dist(name: &str) -> Vec<u8> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/dist").join(format!("{name}.wasm"));
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}; build the plugins first: scripts/build-plugins.sh", path.display()))
+}
+
+/// Facts of a fixture the plugins are tested with.
+pub fn fixture_facts(name: &str) -> Value {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/fixtures").join(format!("{name}.json"));
+    serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap()
+}

@@ -1,0 +1,353 @@
+//! Runs enabled plugins on node facts and keeps their outputs, recommendations and traits in
+//! step with the facts and the plugin set. A reconciler on every replica finds nodes whose
+//! plugin results are missing or stale (facts changed, version changed, plugin disabled) and
+//! re-evaluates them; its writes are idempotent, so replicas racing on a node converge.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use heddle_plugin_host::{ComponentInfo, HostConfig, HostError, Limits, PluginHost, Report};
+use heddle_types::plugins::OutputDiff;
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::AppState;
+
+/// The server's plugin engine: one wasmtime host (compile cache, epoch ticker) per replica.
+pub struct PluginRuntime {
+    host: Arc<PluginHost>,
+    pub limits: Limits,
+    /// Component bytes by sha256, so a hot node loop does not re-read blobs from Postgres.
+    blobs: Mutex<HashMap<String, Arc<Vec<u8>>>>,
+    /// Wakes the reconciler early (facts changed, a plugin was enabled).
+    pub wake: tokio::sync::Notify,
+}
+
+impl PluginRuntime {
+    pub fn new(limits: Limits) -> anyhow::Result<Self> {
+        let host = PluginHost::new(HostConfig::default()).map_err(|e| anyhow::anyhow!("starting the plugin host: {e}"))?;
+        Ok(PluginRuntime { host: Arc::new(host), limits, blobs: Mutex::default(), wake: tokio::sync::Notify::new() })
+    }
+
+    /// Parses and checks an uploaded component (world, imports, size). CPU-bound, so it runs
+    /// on the blocking pool.
+    pub async fn validate(&self, bytes: Arc<Vec<u8>>) -> Result<ComponentInfo, HostError> {
+        let host = self.host.clone();
+        let limits = self.limits;
+        tokio::task::spawn_blocking(move || host.validate(&bytes, &limits))
+            .await
+            .unwrap_or_else(|e| Err(HostError::Internal(format!("validation task failed: {e}"))))
+    }
+
+    pub async fn run(&self, bytes: Arc<Vec<u8>>, facts_json: Arc<String>) -> Result<Report, HostError> {
+        let host = self.host.clone();
+        let limits = self.limits;
+        tokio::task::spawn_blocking(move || host.run(&bytes, &facts_json, &limits))
+            .await
+            .unwrap_or_else(|e| Err(HostError::Internal(format!("plugin task failed: {e}"))))
+    }
+
+    pub async fn bytes(&self, db: &sqlx::PgPool, sha256: &str) -> Result<Arc<Vec<u8>>, sqlx::Error> {
+        if let Some(b) = self.blobs.lock().unwrap().get(sha256) {
+            return Ok(b.clone());
+        }
+        let (bytes,): (Vec<u8>,) =
+            sqlx::query_as("SELECT bytes FROM plugin_blobs WHERE sha256 = $1").bind(sha256).fetch_one(db).await?;
+        let bytes = Arc::new(bytes);
+        let mut cache = self.blobs.lock().unwrap();
+        if cache.len() >= 128 {
+            cache.clear();
+        }
+        cache.insert(sha256.to_string(), bytes.clone());
+        Ok(bytes)
+    }
+}
+
+/// Usage as JSON, from a report or from the error that stopped the plugin.
+pub fn usage_json(result: &Result<Report, HostError>) -> Value {
+    let usage = match result {
+        Ok(r) => Some(&r.usage),
+        Err(e) => e.usage(),
+    };
+    usage.map_or_else(|| serde_json::json!({}), |u| serde_json::to_value(u).unwrap_or_default())
+}
+
+#[derive(sqlx::FromRow)]
+struct Enabled {
+    plugin_id: Uuid,
+    name: String,
+    version_id: Uuid,
+    version: String,
+    sha256: String,
+}
+
+async fn enabled_plugins(db: &sqlx::PgPool) -> Result<Vec<Enabled>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT p.id AS plugin_id, p.name, v.id AS version_id, v.version, v.sha256
+         FROM plugins p JOIN plugin_versions v ON v.id = p.active_version_id WHERE p.enabled ORDER BY p.name",
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// Re-runs every enabled plugin on one node's latest facts and replaces what they said.
+pub async fn evaluate_node(state: &AppState, node: Uuid) -> anyhow::Result<()> {
+    let row: Option<(Option<Value>, Option<String>)> =
+        sqlx::query_as("SELECT facts, facts_sha256 FROM nodes WHERE id = $1").bind(node).fetch_optional(&state.db).await?;
+    let Some((facts, facts_sha)) = row else { return Ok(()) };
+    let plugins = enabled_plugins(&state.db).await?;
+    let mut outcomes = Vec::new();
+    if let (Some(facts), Some(_)) = (&facts, &facts_sha) {
+        let facts_json = Arc::new(facts.to_string());
+        for p in &plugins {
+            let bytes = state.plugins.bytes(&state.db, &p.sha256).await?;
+            outcomes.push(state.plugins.run(bytes, facts_json.clone()).await);
+        }
+    }
+    let facts_sha = facts_sha.unwrap_or_default();
+    let names: Vec<String> = plugins.iter().map(|p| p.name.clone()).collect();
+    let ids: Vec<Uuid> = plugins.iter().map(|p| p.plugin_id).collect();
+    let mut tx = state.db.begin().await?;
+    // Whatever plugins no longer enabled said about this node goes.
+    sqlx::query("DELETE FROM plugin_results WHERE node_id = $1 AND NOT (plugin_id = ANY($2))")
+        .bind(node)
+        .bind(&ids)
+        .execute(&mut *tx)
+        .await?;
+    for table in ["recommendations", "node_traits"] {
+        sqlx::query(&format!(
+            "DELETE FROM {table} WHERE node_id = $1 AND source LIKE 'plugin:%'
+             AND NOT (split_part(substr(source, 8), '@', 1) = ANY($2))"
+        ))
+        .bind(node)
+        .bind(&names)
+        .execute(&mut *tx)
+        .await?;
+    }
+    for (p, result) in plugins.iter().zip(&outcomes) {
+        let (output, error) = match result {
+            Ok(r) => (Some(serde_json::to_value(&r.detection)?), None),
+            Err(e) => (None, Some(format!("{e} [{}]", e.code()))),
+        };
+        sqlx::query(
+            "INSERT INTO plugin_results (node_id, plugin_id, version_id, facts_sha256, output, error, usage, ran_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, now())
+             ON CONFLICT (node_id, plugin_id) DO UPDATE SET version_id = EXCLUDED.version_id,
+                facts_sha256 = EXCLUDED.facts_sha256, output = EXCLUDED.output, error = EXCLUDED.error,
+                usage = EXCLUDED.usage, ran_at = now()",
+        )
+        .bind(node)
+        .bind(p.plugin_id)
+        .bind(p.version_id)
+        .bind(&facts_sha)
+        .bind(&output)
+        .bind(&error)
+        .bind(usage_json(result))
+        .execute(&mut *tx)
+        .await?;
+        let source = format!("plugin:{}@{}", p.name, p.version);
+        sqlx::query("DELETE FROM recommendations WHERE node_id = $1 AND split_part(source, '@', 1) = $2")
+            .bind(node)
+            .bind(format!("plugin:{}", p.name))
+            .execute(&mut *tx)
+            .await?;
+        let traits: BTreeMap<String, String> = match result {
+            Ok(r) => {
+                for e in &r.detection.env {
+                    sqlx::query(
+                        "INSERT INTO recommendations (node_id, source, name, value, reason) VALUES ($1, $2, $3, $4, $5)
+                         ON CONFLICT (node_id, source, name) DO UPDATE SET value = EXCLUDED.value, reason = EXCLUDED.reason",
+                    )
+                    .bind(node)
+                    .bind(&source)
+                    .bind(&e.name)
+                    .bind(&e.value)
+                    .bind(&e.reason)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                r.detection.traits.iter().cloned().collect()
+            }
+            Err(_) => BTreeMap::new(),
+        };
+        set_traits(&mut tx, node, &format!("plugin:{}", p.name), &traits).await?;
+    }
+    recompute_traits(&mut tx, node).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Replaces one source's traits on a node (an empty map removes them).
+pub async fn set_traits(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    node: Uuid,
+    source: &str,
+    traits: &BTreeMap<String, String>,
+) -> Result<(), sqlx::Error> {
+    if traits.is_empty() {
+        sqlx::query("DELETE FROM node_traits WHERE node_id = $1 AND source = $2").bind(node).bind(source).execute(&mut **tx).await?;
+    } else {
+        sqlx::query(
+            "INSERT INTO node_traits (node_id, source, traits) VALUES ($1, $2, $3)
+             ON CONFLICT (node_id, source) DO UPDATE SET traits = EXCLUDED.traits",
+        )
+        .bind(node)
+        .bind(source)
+        .bind(sqlx::types::Json(traits))
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
+}
+
+/// `nodes.traits` is the merge of every source's traits; on a conflict the source that
+/// sorts last wins, as for env recommendations.
+pub async fn recompute_traits(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>, node: Uuid) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE nodes SET traits = coalesce((
+            SELECT jsonb_object_agg(k, v) FROM (
+                SELECT DISTINCT ON (e.key) e.key AS k, e.value AS v
+                FROM node_traits t, jsonb_each(t.traits) e WHERE t.node_id = $1 ORDER BY e.key, t.source DESC) x), '{}'::jsonb)
+         WHERE id = $1",
+    )
+    .bind(node)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Nodes whose plugin results are missing, stale or left over from a disabled plugin.
+async fn stale_nodes(db: &sqlx::PgPool, limit: i64) -> Result<Vec<Uuid>, sqlx::Error> {
+    let rows: Vec<(Uuid,)> = sqlx::query_as(
+        "(SELECT n.id FROM nodes n JOIN plugins p ON p.enabled AND p.active_version_id IS NOT NULL
+          LEFT JOIN plugin_results r ON r.node_id = n.id AND r.plugin_id = p.id
+          WHERE n.facts IS NOT NULL
+            AND (r.node_id IS NULL OR r.version_id <> p.active_version_id OR r.facts_sha256 <> n.facts_sha256))
+         UNION
+         (SELECT r.node_id FROM plugin_results r JOIN plugins p ON p.id = r.plugin_id WHERE NOT p.enabled)
+         UNION
+         (SELECT t.node_id FROM node_traits t WHERE t.source LIKE 'plugin:%' AND NOT EXISTS (
+             SELECT 1 FROM plugins p WHERE p.enabled AND 'plugin:' || p.name = t.source))
+         LIMIT $1",
+    )
+    .bind(limit)
+    .fetch_all(db)
+    .await?;
+    Ok(rows.into_iter().map(|r| r.0).collect())
+}
+
+/// Evaluates stale nodes until none is left; returns how many were evaluated.
+pub async fn reconcile(state: &AppState) -> anyhow::Result<usize> {
+    let mut done = 0;
+    let mut failed_here: Vec<Uuid> = Vec::new();
+    loop {
+        let batch: Vec<Uuid> = stale_nodes(&state.db, 200).await?.into_iter().filter(|n| !failed_here.contains(n)).collect();
+        if batch.is_empty() {
+            return Ok(done);
+        }
+        for node in batch {
+            match evaluate_node(state, node).await {
+                Ok(()) => done += 1,
+                Err(err) => {
+                    tracing::warn!(%node, error = %err, "plugin evaluation failed; will retry on the next tick");
+                    failed_here.push(node);
+                }
+            }
+        }
+    }
+}
+
+pub async fn run_reconciler(state: AppState) {
+    loop {
+        if let Err(err) = reconcile(&state).await {
+            tracing::warn!(error = %err, "plugin reconciler: database error; will retry");
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(5), state.plugins.wake.notified()).await;
+    }
+}
+
+fn env_map(output: Option<&Value>) -> BTreeMap<String, String> {
+    output
+        .and_then(|o| o.get("env"))
+        .and_then(Value::as_array)
+        .map(|list| {
+            list.iter()
+                .filter_map(|e| Some((e.get("name")?.as_str()?.to_string(), e.get("value")?.as_str()?.to_string())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn trait_map(output: Option<&Value>) -> BTreeMap<String, String> {
+    output
+        .and_then(|o| o.get("traits"))
+        .and_then(Value::as_array)
+        .map(|list| {
+            list.iter()
+                .filter_map(|t| Some((t.get(0)?.as_str()?.to_string(), t.get(1)?.as_str()?.to_string())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn warnings(output: Option<&Value>) -> Vec<String> {
+    output
+        .and_then(|o| o.get("warnings"))
+        .and_then(Value::as_array)
+        .map(|l| l.iter().filter_map(|w| w.as_str().map(str::to_string)).collect())
+        .unwrap_or_default()
+}
+
+fn diff_maps(old: &BTreeMap<String, String>, new: &BTreeMap<String, String>, sep: &str) -> (Vec<String>, Vec<String>, Vec<String>) {
+    let added = new.iter().filter(|(k, _)| !old.contains_key(*k)).map(|(k, v)| format!("{k}{sep}{v}")).collect();
+    let removed = old.iter().filter(|(k, _)| !new.contains_key(*k)).map(|(k, v)| format!("{k}{sep}{v}")).collect();
+    let changed = new
+        .iter()
+        .filter_map(|(k, v)| old.get(k).filter(|o| *o != v).map(|o| format!("{k}: {o} -> {v}")))
+        .collect();
+    (added, removed, changed)
+}
+
+/// How a candidate output differs from the active one.
+pub fn diff(active: Option<&Value>, candidate: Option<&Value>) -> OutputDiff {
+    let (env_added, env_removed, env_changed) = diff_maps(&env_map(active), &env_map(candidate), "=");
+    let (traits_added, traits_removed, traits_changed) = diff_maps(&trait_map(active), &trait_map(candidate), "=");
+    let (old_w, new_w) = (warnings(active), warnings(candidate));
+    OutputDiff {
+        env_added,
+        env_removed,
+        env_changed,
+        traits_added,
+        traits_removed,
+        traits_changed,
+        warnings_added: new_w.iter().filter(|w| !old_w.contains(w)).cloned().collect(),
+        warnings_removed: old_w.iter().filter(|w| !new_w.contains(w)).cloned().collect(),
+    }
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn diff_names_what_changes() {
+        let active = json!({"traits": [["cloud", "azure"], ["sku", "ND40rs_v2"]],
+            "env": [{"name": "NCCL_IB_HCA", "value": "mlx5_0", "reason": ""}, {"name": "OLD", "value": "1", "reason": ""}],
+            "warnings": ["w1"]});
+        let candidate = json!({"traits": [["cloud", "azure"], ["sku", "ND96asr_v4"]],
+            "env": [{"name": "NCCL_IB_HCA", "value": "mlx5_1", "reason": ""}, {"name": "NEW", "value": "2", "reason": ""}],
+            "warnings": ["w2"]});
+        let d = diff(Some(&active), Some(&candidate));
+        assert_eq!(d.env_added, ["NEW=2"]);
+        assert_eq!(d.env_removed, ["OLD=1"]);
+        assert_eq!(d.env_changed, ["NCCL_IB_HCA: mlx5_0 -> mlx5_1"]);
+        assert_eq!(d.traits_changed, ["sku: ND40rs_v2 -> ND96asr_v4"]);
+        assert!(d.traits_added.is_empty() && d.traits_removed.is_empty());
+        assert_eq!((d.warnings_added.as_slice(), d.warnings_removed.as_slice()), (&["w2".to_string()][..], &["w1".to_string()][..]));
+        assert_eq!(diff(Some(&active), Some(&active)), OutputDiff::default());
+        assert_eq!(diff(None, Some(&active)).env_added.len(), 2);
+    }
+}
