@@ -215,3 +215,16 @@ fn server_filter_paths_exist_with_the_right_types() {
     let at = v.pointer("/collected_at").unwrap().as_str().unwrap();
     chrono::DateTime::parse_from_rfc3339(at).unwrap();
 }
+
+/// A capture of `heddle-agent facts` on a live 2×H200 node (NVML, NCCL and libibverbs
+/// present, no HCA). It must keep deserializing as the types evolve.
+#[test]
+fn real_h200_capture_still_deserializes() {
+    let text = std::fs::read_to_string(fixture("h200x2-real.json")).unwrap();
+    let f: NodeFacts = serde_json::from_str(&text).unwrap();
+    assert_eq!(f.nvml.state, ProbeState::Available);
+    assert_eq!(f.gpus.len(), 2);
+    assert!(f.gpus.iter().all(|g| g.name.as_deref() == Some("NVIDIA H200") && g.nvlinks.len() == 18 && g.uuid.is_some()));
+    assert_eq!(f.topology.matrix, vec![vec!["X", "NV18"], vec!["NV18", "X"]]);
+    assert!(f.software.nccl.is_some());
+}

@@ -141,7 +141,8 @@ pub fn query_nvml(root: &mut Root, library: Option<&str>) -> (Probe, Option<Nvml
             if !wrapper.is_active().unwrap_or(false) {
                 continue;
             }
-            let remote_bdf = wrapper.remote_pci_info().ok().and_then(|p| normalize_bdf(&p.bus_id));
+            // Inside VMs whose NVSwitches are hidden NVML answers `ffffffff:ff:ff.0`.
+            let remote_bdf = wrapper.remote_pci_info().ok().filter(|p| p.domain != 0xffff_ffff).and_then(|p| normalize_bdf(&p.bus_id));
             let remote_kind = wrapper.remote_device_type(link).ok().map(|t| format!("{t:?}").to_ascii_lowercase());
             nvlinks.push(NvLink { link, remote_bdf, remote_kind });
         }

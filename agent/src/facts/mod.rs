@@ -115,7 +115,7 @@ pub fn collect(opts: &CollectOptions) -> NodeFacts {
         ProbeState::Available => "NVML".to_string(),
         _ => "no NVML: GPU-to-GPU entries show the PCIe path only, NVLinks are unknown".to_string(),
     };
-    let topology = topo::build(&gpus, &rdma_devices, &pci, nvlink_source);
+    let topology = topo::build(&gpus, &rdma_devices, &pci, &cpu.numa_nodes, nvlink_source);
 
     let mut errors = root.take_errors();
     errors.sort();
@@ -142,8 +142,8 @@ fn not_consulted(what: &str) -> Probe {
 }
 
 /// SHA-256 (hex) of the facts' JSON without `collected_at`: equal hashes mean nothing
-/// the agent reports has changed. Serialization goes through `serde_json::Value`, whose
-/// maps are ordered, so the hash does not depend on field order in the struct.
+/// the agent reports has changed. The collectors sort every list, so equal machines
+/// serialize to equal bytes.
 pub fn facts_sha256(facts: &NodeFacts) -> String {
     let mut value = serde_json::to_value(facts).expect("facts always serialize");
     if let Some(obj) = value.as_object_mut() {

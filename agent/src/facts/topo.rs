@@ -1,9 +1,9 @@
 //! The GPU×GPU and GPU×NIC matrix of `nvidia-smi topo -m`, computed from PCI sysfs and
 //! NVML's NVLink table.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use heddle_types::facts::{GpuAffinity, GpuFacts, PciDevice, RdmaDevice, Topology};
+use heddle_types::facts::{GpuAffinity, GpuFacts, NumaNode, PciDevice, RdmaDevice, Topology};
 
 use super::pci::{PciLocation, distance};
 
@@ -34,7 +34,32 @@ pub fn nvlink_counts(gpus: &[GpuFacts]) -> BTreeMap<(usize, usize), u32> {
     out
 }
 
-pub fn build(gpus: &[GpuFacts], rdma: &[RdmaDevice], pci: &[PciDevice], nvlink_source: String) -> Topology {
+/// The NUMA node whose CPUs include all of `cpus`, which is how `topo -m` fills its NUMA
+/// Affinity column when the GPU's own `numa_node` is -1 (common in VMs).
+fn numa_of_cpus(cpus: &str, nodes: &[NumaNode]) -> Option<u32> {
+    let want = expand_cpulist(cpus)?;
+    nodes.iter().find(|n| expand_cpulist(&n.cpulist).is_some_and(|have| !want.is_empty() && want.is_subset(&have))).map(|n| n.id)
+}
+
+fn expand_cpulist(list: &str) -> Option<BTreeSet<u32>> {
+    let mut out = BTreeSet::new();
+    for part in list.trim().split(',').filter(|p| !p.is_empty()) {
+        let (a, b): (u32, u32) = match part.split_once('-') {
+            Some((a, b)) => (a.trim().parse().ok()?, b.trim().parse().ok()?),
+            None => {
+                let v: u32 = part.trim().parse().ok()?;
+                (v, v)
+            }
+        };
+        if b < a || b - a > 65_536 {
+            return None;
+        }
+        out.extend(a..=b);
+    }
+    Some(out)
+}
+
+pub fn build(gpus: &[GpuFacts], rdma: &[RdmaDevice], pci: &[PciDevice], numa_nodes: &[NumaNode], nvlink_source: String) -> Topology {
     let location = |bdf: Option<&str>| -> Option<PciLocation> {
         let dev = pci.iter().find(|d| Some(d.bdf.as_str()) == bdf)?;
         PciLocation::from_path(dev.sysfs_path.as_deref()?, dev.numa_node)
@@ -66,7 +91,14 @@ pub fn build(gpus: &[GpuFacts], rdma: &[RdmaDevice], pci: &[PciDevice], nvlink_s
             };
         }
     }
-    let gpu_affinity = gpus.iter().map(|g| GpuAffinity { gpu: format!("GPU{}", g.index), cpu_affinity: g.cpu_affinity.clone(), numa_node: g.numa_node }).collect();
+    let gpu_affinity = gpus
+        .iter()
+        .map(|g| GpuAffinity {
+            gpu: format!("GPU{}", g.index),
+            cpu_affinity: g.cpu_affinity.clone(),
+            numa_node: g.numa_node.or_else(|| g.cpu_affinity.as_deref().and_then(|c| numa_of_cpus(c, numa_nodes))),
+        })
+        .collect();
     Topology { devices, matrix, gpu_affinity, nvlink_source }
 }
 
@@ -132,7 +164,32 @@ mod tests {
     fn nvswitch_links_give_the_smaller_count() {
         let sw: Vec<(u32, &str, &str)> = (0..18).map(|l| (l, "0000:05:00.0", "switch")).collect();
         let gpus = vec![gpu(0, "0000:18:00.0", &sw), gpu(1, "0000:2a:00.0", &sw[..12])];
-        let t = build(&gpus, &[], &[], "NVML".into());
+        let t = build(&gpus, &[], &[], &[], "NVML".into());
         assert_eq!(t.matrix, vec![vec!["X", "NV12"], vec!["NV12", "X"]]);
+    }
+
+    #[test]
+    fn hidden_nvswitches_still_give_nv18() {
+        // What NVML reports on a 2×H200 VM: 18 active links, remote unknown.
+        let hidden = |g: &mut GpuFacts| {
+            g.nvlinks = (0..18).map(|l| NvLink { link: l, remote_bdf: None, remote_kind: Some("unknown".into()) }).collect();
+            g.numa_node = None;
+            g.cpu_affinity = Some("0-31".into());
+        };
+        let (mut a, mut b) = (gpu(0, "0000:00:06.0", &[]), gpu(1, "0000:00:07.0", &[]));
+        hidden(&mut a);
+        hidden(&mut b);
+        let nodes = [NumaNode { id: 0, cpulist: "0-31".into(), cpu_count: 32 }];
+        let t = build(&[a, b], &[], &[], &nodes, "NVML".into());
+        assert_eq!(t.matrix, vec![vec!["X", "NV18"], vec!["NV18", "X"]]);
+        assert_eq!(t.gpu_affinity[0].numa_node, Some(0), "NUMA affinity derived from the CPU list");
+    }
+
+    #[test]
+    fn cpu_lists_map_to_their_numa_node() {
+        let nodes = [NumaNode { id: 0, cpulist: "0-19,40-59".into(), cpu_count: 40 }, NumaNode { id: 1, cpulist: "20-39,60-79".into(), cpu_count: 40 }];
+        assert_eq!(numa_of_cpus("20-39,60-79", &nodes), Some(1));
+        assert_eq!(numa_of_cpus("0-79", &nodes), None);
+        assert_eq!(numa_of_cpus("junk", &nodes), None);
     }
 }

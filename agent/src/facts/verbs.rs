@@ -124,6 +124,9 @@ unsafe fn query(lib: &Library, devices: &mut [RdmaDevice]) -> Result<Probe, libl
         for d in devices.iter_mut() {
             d.seen_by_verbs.get_or_insert(false);
         }
+        if seen.is_empty() {
+            return Ok(Probe { state: ProbeState::Missing, message: "libibverbs loaded; ibv_get_device_list returned no RDMA devices".into() });
+        }
         let mut message = format!("libibverbs lists {} device(s)", seen.len());
         if !extra.is_empty() {
             message.push_str(&format!("; not in sysfs: {}", extra.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")));
