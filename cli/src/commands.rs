@@ -29,9 +29,12 @@ pub enum Command {
     /// Tests and sweeps.
     #[command(subcommand)]
     Runs(RunsCmd),
-    /// WebAssembly plugins.
+    /// WebAssembly plugins on the server.
     #[command(subcommand)]
     Plugins(PluginsCmd),
+    /// Work on a plugin locally, without a server.
+    #[command(subcommand)]
+    Plugin(PluginCmd),
     /// API tokens.
     #[command(subcommand)]
     Tokens(TokensCmd),
@@ -129,6 +132,24 @@ pub enum PluginsCmd {
         version: Option<String>,
     },
     Disable { name: String },
+}
+
+#[derive(Subcommand)]
+pub enum PluginCmd {
+    /// Run a component on a facts file (from `heddle-agent facts`) in the same sandbox and
+    /// limits as the server, and print what it detected and the resources it used.
+    /// Exit code 1 when the plugin fails or is refused.
+    Test {
+        wasm: std::path::PathBuf,
+        #[arg(long)]
+        facts: std::path::PathBuf,
+        /// Fuel budget of the call.
+        #[arg(long, default_value_t = 500_000_000)]
+        fuel: u64,
+        /// Wall-clock limit in milliseconds.
+        #[arg(long, default_value_t = 2000)]
+        timeout_ms: u64,
+    },
 }
 
 #[derive(Subcommand)]
@@ -254,6 +275,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Runs(cmd) => return runs(&client, cmd, json).await,
         Command::Plugins(cmd) => plugins(&client, cmd, json).await?,
+        Command::Plugin(PluginCmd::Test { wasm, facts, fuel, timeout_ms }) => return plugin_test(&wasm, &facts, fuel, timeout_ms, json),
         Command::Tokens(cmd) => tokens(&client, cmd, json).await?,
         Command::Agents(cmd) => agents(&client, cmd, json, &server).await?,
     }
@@ -501,4 +523,45 @@ async fn agents(client: &Client, cmd: AgentsCmd, json: bool, server: &str) -> an
         }
     }
     Ok(())
+}
+
+fn plugin_test(wasm: &std::path::Path, facts: &std::path::Path, fuel: u64, timeout_ms: u64, json: bool) -> anyhow::Result<ExitCode> {
+    let bytes = std::fs::read(wasm).with_context(|| format!("reading {}", wasm.display()))?;
+    let facts = std::fs::read_to_string(facts).with_context(|| format!("reading {}", facts.display()))?;
+    let limits = heddle_plugin_host::Limits { fuel, timeout: Duration::from_millis(timeout_ms), ..Default::default() };
+    match heddle_plugin_host::run_on_facts_json(&bytes, &facts, &limits) {
+        Ok(report) => {
+            if json {
+                print_json(&report)?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            let d = &report.detection;
+            println!("{} {} — {}", report.plugin.name, report.plugin.version, report.plugin.description);
+            for (k, v) in &d.traits {
+                println!("trait    {k}={v}");
+            }
+            for e in &d.env {
+                println!("env      {}={}    # {}", e.name, e.value, e.reason);
+            }
+            for a in &d.affinity {
+                println!("affinity gpu {} cpus {} numa {} nic {} netdev {}", a.gpu, a.cpus, table::opt(&a.numa), table::opt(&a.nic), table::opt(&a.netdev));
+            }
+            for w in &d.warnings {
+                println!("warning  {w}");
+            }
+            for l in &report.logs {
+                eprintln!("log {:?}: {}", l.level, l.message);
+            }
+            let u = &report.usage;
+            eprintln!("used {} fuel, {} µs, {} KiB peak memory", u.fuel_consumed, u.elapsed.as_micros(), u.peak_memory_bytes / 1024);
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(err) => {
+            eprintln!("heddle: plugin failed [{}]: {err}", err.code());
+            if let Some(u) = err.usage() {
+                eprintln!("used {} fuel, {} µs, {} KiB peak memory before it was stopped", u.fuel_consumed, u.elapsed.as_micros(), u.peak_memory_bytes / 1024);
+            }
+            Ok(ExitCode::FAILURE)
+        }
+    }
 }

@@ -95,6 +95,23 @@ async fn cli_drives_the_api() {
     let p = h.json(&["plugins", "enable", "demo"]);
     assert_eq!(p["active_version"], "1.0.0");
 
+    // Local plugin test, no server needed.
+    let dist = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins");
+    let roce = dist.join("dist/runai-roce.wasm");
+    let facts = dist.join("fixtures/runai-roce.json");
+    let (code, out, err) = h.run(&["plugin", "test", roce.to_str().unwrap(), "--facts", facts.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("env      NCCL_IB_GID_INDEX=9"), "{out}");
+    assert!(err.contains("fuel"), "{err}");
+    let report = h.json(&["plugin", "test", roce.to_str().unwrap(), "--facts", facts.to_str().unwrap()]);
+    assert!(report["usage"]["fuel_consumed"].as_u64().unwrap() > 0);
+    let hostile = std::env::temp_dir().join(format!("hostile-{}.json", uuid::Uuid::new_v4()));
+    std::fs::write(&hostile, r#"{"hostile": "loop"}"#).unwrap();
+    let (code, _, err) = h.run(&["plugin", "test", dist.join("dist/misbehave.wasm").to_str().unwrap(), "--facts", hostile.to_str().unwrap(), "--fuel", "10000000"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("fuel-exhausted"), "{err}");
+    let _ = std::fs::remove_file(hostile);
+
     // Errors carry the server's message and exit 1.
     let (code, _, err) = h.run(&["nodes", "show", "nope"]);
     assert_eq!(code, 1);
