@@ -294,6 +294,15 @@ async fn env_export_merges_plugins_and_tuning_profiles() {
         "export NCCL_SOCKET_NTHREADS=4",
         r"export X_QUOTED='a b'\''c'",
     ]);
+    // Deleting a profile takes its values out of the export.
+    let (_, profiles) = api.get("/api/v1/tuning-profiles", &admin).await;
+    let weird = profiles.as_array().unwrap().iter().find(|p| p["name"] == "env1-weird").unwrap()["id"].as_str().unwrap().to_string();
+    assert_eq!(api.call(Method::DELETE, &format!("/api/v1/tuning-profiles/{weird}"), Some(&admin), None).await.0, StatusCode::NO_CONTENT);
+    assert_eq!(api.call(Method::DELETE, &format!("/api/v1/tuning-profiles/{weird}"), Some(&admin), None).await.0, StatusCode::NOT_FOUND);
+    let (_, after) = api.get("/api/v1/nodes/env-1/env", &admin).await;
+    assert!(after.as_str().unwrap().contains("export NCCL_NSOCKS_PERTHREAD=8"), "the site value shows again: {after}");
+    assert!(!after.as_str().unwrap().contains("X_QUOTED"));
+
     // A shell reads it back unchanged.
     let out = std::process::Command::new("bash").arg("-c").arg(format!("{text}\nprintf '%s|%s' \"$X_QUOTED\" \"$NCCL_IB_HCA\"")).output().unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "a b'c|mlx5_bond_0");
@@ -378,4 +387,31 @@ async fn plugins_upload_versions_enable_rollback_and_audit() {
     let actions: Vec<&str> = audit.as_array().unwrap().iter().map(|a| a["action"].as_str().unwrap()).collect();
     assert_eq!(actions, ["plugin.disable", "plugin.enable", "plugin.enable", "plugin.upload", "plugin.upload"]);
     assert!(audit[0]["actor"].as_str().unwrap().starts_with("token:"));
+}
+
+#[tokio::test]
+async fn first_start_creates_one_admin_token_and_prints_it() {
+    let db = heddle_server::testing::TestDb::create().await;
+    let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
+    // Two replicas starting together on an empty database: exactly one creates the token.
+    let (a, b) = tokio::join!(
+        heddle_server::auth::bootstrap_admin(&pool, None),
+        heddle_server::auth::bootstrap_admin(&pool, None)
+    );
+    let printed: Vec<String> = [a.unwrap(), b.unwrap()].into_iter().flatten().collect();
+    assert_eq!(printed.len(), 1, "one replica prints the token");
+    assert!(printed[0].starts_with("hdl_"));
+    assert_eq!(heddle_server::auth::bootstrap_admin(&pool, None).await.unwrap(), None, "later starts create nothing");
+    let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM api_tokens WHERE role = 'admin'").fetch_one(&pool).await.unwrap();
+    assert_eq!(n, 1);
+    // The printed token works.
+    let server = TestServer::start_on(&db.url, |c| c.admin_token = None).await;
+    let api = Api::new(&server);
+    let (s, me) = api.get("/api/v1/whoami", &printed[0]).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(me["role"], "admin");
+    let (s, list) = api.get("/api/v1/enrollment-tokens", &printed[0]).await;
+    assert_eq!((s, list.as_array().unwrap().len()), (StatusCode::OK, 0));
+    pool.close().await;
+    server.stop().await;
 }
