@@ -1,5 +1,6 @@
 //! The Heddle node agent. It is the only component that touches hardware.
 
+pub mod bench;
 pub mod client;
 pub mod detect;
 pub mod facts;

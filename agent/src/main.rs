@@ -16,6 +16,8 @@ enum Command {
     Detect(heddle_agent::detect::DetectArgs),
     /// Enroll (once), then heartbeat, report facts, claim and run jobs, upload results.
     Run(heddle_agent::lifecycle::RunArgs),
+    /// Run a test from the shell, without a server (e.g. `bench nccl all_reduce -b 8 -e 8G -g 2`).
+    Bench(heddle_agent::bench::BenchArgs),
     /// Runs one test inside a child process of `run` (input on stdin, events on stdout).
     #[command(hide = true)]
     Child(heddle_agent::runner::ChildArgs),
@@ -29,6 +31,7 @@ fn main() -> std::process::ExitCode {
         Command::Facts(args) => heddle_agent::facts::command(args),
         Command::Detect(args) => heddle_agent::detect::command(args),
         Command::Run(args) => heddle_agent::lifecycle::command(args),
+        Command::Bench(args) => heddle_agent::bench::command(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

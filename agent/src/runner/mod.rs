@@ -8,6 +8,7 @@
 
 pub mod fail;
 pub mod memcpy;
+pub mod nccl;
 pub mod protocol;
 pub mod sleep;
 pub mod supervise;
@@ -47,6 +48,10 @@ pub const KINDS: &[Kind] = &[
     Kind {
         name: "memcpy",
         run: memcpy::run,
+    },
+    Kind {
+        name: "nccl",
+        run: nccl::run,
     },
     Kind {
         name: "sleep",

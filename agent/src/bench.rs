@@ -1,0 +1,215 @@
+//! `heddle-agent bench`: the agent's test runners from a shell, without a server, with
+//! nccl-tests' flags and table so results compare line by line with `all_reduce_perf`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+use heddle_types::jobs::ResultRow;
+
+use crate::runner::RunError;
+use crate::runner::nccl::{self, Params, Placement, engine::Topology, loader, rendezvous::Rendezvous, spec};
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub what: Bench,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Bench {
+    /// An NCCL collective over a size sweep, printed like nccl-tests.
+    Nccl(NcclArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct NcclArgs {
+    /// all_reduce, all_gather, reduce_scatter, broadcast, reduce, alltoall or sendrecv.
+    #[arg(value_parser = |s: &str| s.parse::<spec::Collective>())]
+    pub op: spec::Collective,
+    /// Smallest size (K, M, G suffixes are powers of 1024).
+    #[arg(short = 'b', long = "minbytes", default_value = "32M", value_parser = spec::parse_size)]
+    pub min_bytes: u64,
+    /// Largest size.
+    #[arg(short = 'e', long = "maxbytes", default_value = "32M", value_parser = spec::parse_size)]
+    pub max_bytes: u64,
+    /// Multiply the size by this between steps.
+    #[arg(short = 'f', long = "stepfactor", default_value_t = 2)]
+    pub factor: u64,
+    /// Add this many bytes between steps instead of multiplying.
+    #[arg(short = 'i', long = "stepbytes", value_parser = spec::parse_size)]
+    pub step_bytes: Option<u64>,
+    /// GPUs driven by this process (one NCCL rank each).
+    #[arg(short = 'g', long = "ngpus", default_value_t = 1)]
+    pub gpus: usize,
+    /// Warm-up iterations per size (not timed).
+    #[arg(short = 'w', long = "warmup_iters", default_value_t = 5)]
+    pub warmup: u64,
+    /// Timed iterations per size.
+    #[arg(short = 'n', long = "iters", default_value_t = 20)]
+    pub iters: u64,
+    /// Validate results (1) or not (0).
+    #[arg(short = 'c', long = "check", default_value_t = 1)]
+    pub check: u8,
+    /// Data type.
+    #[arg(short = 'd', long = "datatype", default_value = "float", value_parser = |s: &str| s.parse::<spec::Dtype>())]
+    pub dtype: spec::Dtype,
+    /// Reduction op.
+    #[arg(short = 'o', long = "op", default_value = "sum", value_parser = |s: &str| s.parse::<spec::RedOp>())]
+    pub redop: spec::RedOp,
+    /// Root rank of broadcast and reduce.
+    #[arg(short = 'r', long = "root", default_value_t = 0)]
+    pub root: usize,
+    /// Processes taking part (each with `-g` GPUs); more than one needs a rendezvous.
+    #[arg(long, default_value_t = 1)]
+    pub nprocs: usize,
+    /// This process's index among `--nprocs`.
+    #[arg(long, default_value_t = 0)]
+    pub proc_rank: usize,
+    /// First local GPU used; defaults to `proc_rank × g`, right for processes on one host.
+    #[arg(long)]
+    pub first_device: Option<usize>,
+    /// File through which process 0 hands NCCL's id to the others (fresh path per run).
+    #[arg(long)]
+    pub rendezvous_file: Option<PathBuf>,
+    /// Print the rows and summary as JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn command(args: BenchArgs) -> anyhow::Result<()> {
+    match args.what {
+        Bench::Nccl(a) => nccl_command(a),
+    }
+}
+
+impl NcclArgs {
+    pub fn params(&self) -> Result<Params, String> {
+        let p = Params {
+            coll: self.op,
+            dtype: self.dtype,
+            redop: self.redop,
+            root: self.root,
+            sweep: spec::Sweep {
+                min_bytes: self.min_bytes,
+                max_bytes: self.max_bytes,
+                factor: self.factor,
+                step_bytes: self.step_bytes,
+            },
+            warmup: self.warmup,
+            iters: self.iters,
+            gpus: self.gpus,
+            check: self.check != 0,
+        };
+        p.validate()?;
+        Ok(p)
+    }
+
+    pub fn placement(&self) -> Result<Placement, String> {
+        if self.nprocs == 0 || self.proc_rank >= self.nprocs {
+            return Err(format!("--proc-rank {} is not below --nprocs {}", self.proc_rank, self.nprocs));
+        }
+        let rendezvous = match (&self.rendezvous_file, self.nprocs) {
+            (_, 1) => None,
+            (Some(path), _) => Some(Rendezvous::File(path.clone())),
+            (None, n) => return Err(format!("{n} processes need --rendezvous-file")),
+        };
+        let first = self.first_device.unwrap_or(self.proc_rank * self.gpus);
+        Ok(Placement {
+            topology: Topology {
+                devices: (first..first + self.gpus).collect(),
+                first_rank: self.proc_rank * self.gpus,
+                nranks: self.nprocs * self.gpus,
+            },
+            rendezvous,
+        })
+    }
+}
+
+fn nccl_command(a: NcclArgs) -> anyhow::Result<()> {
+    let params = a.params().map_err(anyhow::Error::msg)?;
+    let place = a.placement().map_err(anyhow::Error::msg)?;
+    let log = nccl::prepare_debug_log();
+    match loader::probe() {
+        loader::Probe::Ready => {}
+        loader::Probe::Unavailable(why) => {
+            // Not an error of the command: the node cannot run it, and says why.
+            eprintln!("NCCL unavailable: {why}");
+            if a.json {
+                println!("{}", serde_json::json!({"skipped": format!("NCCL unavailable: {why}")}));
+            }
+            return Ok(());
+        }
+        loader::Probe::NeedsShim { dir, library } => {
+            tracing::debug!(library = %library.display(), shim = %dir.display(), "re-running with a libnccl.so link");
+            let code = loader::rerun_with_shim(&dir, None)?;
+            std::process::exit(code);
+        }
+    }
+    if !a.json {
+        println!(
+            "# heddle-agent bench nccl {}: nranks {} (this process: ranks {}..{} on GPUs {:?}), dtype {}, redop {}, warmup {}, iters {}, check {}",
+            params.coll,
+            place.topology.nranks,
+            place.topology.first_rank,
+            place.topology.first_rank + place.topology.devices.len(),
+            place.topology.devices,
+            params.dtype.name(),
+            params.redop.name(),
+            params.warmup,
+            params.iters,
+            params.check
+        );
+        println!("{}", nccl::table::header());
+    }
+    let mut pending: Option<ResultRow> = None;
+    let json = a.json;
+    let has_ip = params.has_in_place();
+    let mut on_row = |r: &ResultRow, _: usize, _: usize| -> std::io::Result<()> {
+        if json {
+            return Ok(());
+        }
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        if r.in_place == Some(true) {
+            let oop = pending.take().unwrap_or_else(|| r.clone());
+            writeln!(out, "{}", nccl::table::line(&oop, Some(r)))?;
+        } else if has_ip {
+            pending = Some(r.clone());
+        } else {
+            writeln!(out, "{}", nccl::table::line(r, None))?;
+        }
+        out.flush()
+    };
+    let mut rows = Vec::new();
+    let mut collect = |r: &ResultRow, i: usize, n: usize| {
+        rows.push(r.clone());
+        on_row(r, i, n)
+    };
+    let mut summary = match nccl::execute(&params, &place, &mut collect) {
+        Ok(s) => s,
+        Err(RunError::Skip(why)) => {
+            eprintln!("{why}");
+            return Ok(());
+        }
+        Err(e) => anyhow::bail!("{e}"),
+    };
+    nccl::absorb_debug_log(log, &mut summary);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&serde_json::json!({"summary": summary, "rows": rows}))?);
+    } else {
+        let wrong: i64 = rows.iter().filter_map(|r| r.wrong).sum();
+        let busbw: Vec<f64> = rows.iter().filter_map(|r| r.busbw_gbs).collect();
+        println!("# Out of bounds values : {wrong} {}", if wrong == 0 { "OK" } else { "FAILED" });
+        println!("# Avg bus bandwidth    : {:.4}", busbw.iter().sum::<f64>() / busbw.len().max(1) as f64);
+        for key in ["nccl_version", "nccl_network", "nccl_transports", "nccl_channels", "nccl_channel_line"] {
+            if let Some(v) = summary.get(key) {
+                println!("# {key}: {v}");
+            }
+        }
+    }
+    let wrong: i64 = rows.iter().filter_map(|r| r.wrong).sum();
+    if wrong > 0 {
+        anyhow::bail!("{wrong} wrong elements");
+    }
+    Ok(())
+}

@@ -1,0 +1,400 @@
+//! `nccl`: NCCL collectives measured the way nccl-tests measures them (same sizes, same
+//! counts, same algbw/busbw arithmetic, same validation idea), but from the agent itself
+//! through cudarc, so a node needs no nccl-tests build, no MPI and no compiler.
+//!
+//! Params: `op` (all_reduce, all_gather, reduce_scatter, broadcast, reduce, alltoall,
+//! sendrecv; default all_reduce), `dtype` (default float), `redop` (default sum), `root`
+//! (default 0), `min_bytes` (8), `max_bytes` (128 MiB, at most 16 GiB), `factor` (2) or
+//! `step_bytes`, `warmup` (5), `iters` (20), `gpus` per node (1), `check` (true).
+//!
+//! A multi-node job gets rank and world size from its lease; each node holds `gpus`
+//! consecutive NCCL ranks, and rank 0 hands NCCL's unique id to the others through the
+//! server's rendezvous.
+
+pub mod check;
+pub mod debug;
+pub mod engine;
+pub mod loader;
+pub mod rendezvous;
+pub mod spec;
+pub mod table;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use heddle_types::jobs::ResultRow;
+use serde_json::{Map, Value, json};
+
+use super::protocol::{ChildEvent, ChildInput};
+use super::{RunError, Sink, param_u64};
+use engine::{Engine, Topology};
+use rendezvous::Rendezvous;
+use spec::{Collective, Dtype, RedOp, Sweep};
+
+pub const MAX_BYTES_LIMIT: u64 = 16 << 30;
+const MAX_ITERS: u64 = 100_000;
+/// How long non-zero ranks wait for rank 0's id (rank 0 may still be starting).
+pub const RENDEZVOUS_WAIT: Duration = Duration::from_secs(120);
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Params {
+    pub coll: Collective,
+    pub dtype: Dtype,
+    pub redop: RedOp,
+    pub root: usize,
+    pub sweep: Sweep,
+    pub warmup: u64,
+    pub iters: u64,
+    pub gpus: usize,
+    pub check: bool,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Params {
+            coll: Collective::AllReduce,
+            dtype: Dtype::Float,
+            redop: RedOp::Sum,
+            root: 0,
+            sweep: Sweep { min_bytes: 8, max_bytes: 128 << 20, factor: 2, step_bytes: None },
+            warmup: 5,
+            iters: 20,
+            gpus: 1,
+            check: true,
+        }
+    }
+}
+
+fn param_str<T: std::str::FromStr<Err = String>>(p: &Value, name: &str) -> Result<Option<T>, RunError> {
+    match p.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => s.parse().map(Some).map_err(RunError::Params),
+        Some(v) => Err(RunError::Params(format!("{name} must be a string, got {v}"))),
+    }
+}
+
+impl Params {
+    pub fn from_json(p: &Value) -> Result<Params, RunError> {
+        let d = Params::default();
+        let check = match p.get("check") {
+            None | Some(Value::Null) => d.check,
+            Some(Value::Bool(b)) => *b,
+            Some(v) => return Err(RunError::Params(format!("check must be a boolean, got {v}"))),
+        };
+        let params = Params {
+            coll: param_str(p, "op")?.unwrap_or(d.coll),
+            dtype: param_str(p, "dtype")?.unwrap_or(d.dtype),
+            redop: param_str(p, "redop")?.unwrap_or(d.redop),
+            root: param_u64(p, "root")?.map_or(d.root, |v| v as usize),
+            sweep: Sweep {
+                min_bytes: param_u64(p, "min_bytes")?.unwrap_or(d.sweep.min_bytes),
+                max_bytes: param_u64(p, "max_bytes")?.unwrap_or(d.sweep.max_bytes),
+                factor: param_u64(p, "factor")?.unwrap_or(d.sweep.factor),
+                step_bytes: param_u64(p, "step_bytes")?,
+            },
+            warmup: param_u64(p, "warmup")?.unwrap_or(d.warmup),
+            iters: param_u64(p, "iters")?.unwrap_or(d.iters),
+            gpus: param_u64(p, "gpus")?.map_or(d.gpus, |v| v as usize),
+            check,
+        };
+        params.validate().map_err(RunError::Params)?;
+        Ok(params)
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        self.sweep.validate()?;
+        if self.sweep.max_bytes > MAX_BYTES_LIMIT {
+            return Err(format!(
+                "max size ({}) is above the limit of {MAX_BYTES_LIMIT}",
+                self.sweep.max_bytes
+            ));
+        }
+        if self.iters == 0 || self.iters > MAX_ITERS {
+            return Err(format!("iters must be in 1..={MAX_ITERS}, got {}", self.iters));
+        }
+        if self.warmup > MAX_ITERS {
+            return Err(format!("warmup must be at most {MAX_ITERS}, got {}", self.warmup));
+        }
+        if self.gpus == 0 || self.gpus > 64 {
+            return Err(format!("gpus must be in 1..=64, got {}", self.gpus));
+        }
+        Ok(())
+    }
+
+    /// The (size, counts) pairs actually run: sizes that round to the same element counts
+    /// (or to nothing) are run once.
+    pub fn plan(&self, nranks: usize) -> Vec<spec::Counts> {
+        let mut out: Vec<spec::Counts> = Vec::new();
+        for size in self.sweep.sizes() {
+            let c = self.coll.counts(size, self.dtype.size(), nranks);
+            if c.bytes == 0 || out.last().is_some_and(|l| l.bytes == c.bytes) {
+                continue;
+            }
+            out.push(c);
+        }
+        out
+    }
+
+    /// Whether an in-place variant exists (NCCL's grouped send/recv has none).
+    pub fn has_in_place(&self) -> bool {
+        !matches!(self.coll, Collective::AllToAll | Collective::SendRecv)
+    }
+}
+
+/// Where this process sits among the ranks, and how it meets the others.
+#[derive(Debug, Clone)]
+pub struct Placement {
+    pub topology: Topology,
+    pub rendezvous: Option<Rendezvous>,
+}
+
+pub fn row(p: &Params, c: &spec::Counts, nranks: usize, in_place: bool, t: engine::Timing) -> ResultRow {
+    let (algbw, busbw) = spec::bandwidths(p.coll, c.bytes, t.time_us, nranks);
+    ResultRow {
+        size_bytes: c.bytes as i64,
+        count: Some((c.bytes / p.dtype.size() as u64) as i64),
+        dtype: Some(p.dtype.name().into()),
+        op: Some(p.coll.name().into()),
+        root: Some(if p.coll.rooted() { p.root as i32 } else { -1 }),
+        in_place: Some(in_place),
+        time_us: Some(t.time_us),
+        algbw_gbs: Some(algbw),
+        busbw_gbs: Some(busbw),
+        wrong: t.wrong.map(|w| w as i64),
+        labels: Default::default(),
+        extra: json!({
+            "redop": if p.coll.reduces() { p.redop.name() } else { "none" },
+            "nranks": nranks,
+        }),
+    }
+}
+
+/// Sends NCCL's INFO log to a file we read back (never to stdout, which carries our
+/// protocol or table), unless the run's environment already chose otherwise. Must run
+/// before NCCL is loaded and while the process has one thread.
+pub fn prepare_debug_log() -> Option<(PathBuf, bool)> {
+    if let Some(path) = std::env::var_os("NCCL_DEBUG_FILE") {
+        // Ours from a parent process (the shim re-run), or the user's: read, keep.
+        let path = PathBuf::from(path);
+        let ours = path.file_name().is_some_and(|n| n.to_string_lossy().starts_with("heddle-nccl-debug-"));
+        return (!path.to_string_lossy().contains('%')).then_some((path, ours));
+    }
+    let path = std::env::temp_dir().join(format!(
+        "heddle-nccl-debug-{}-{}.log",
+        std::process::id(),
+        chrono::Utc::now().timestamp_nanos_opt().unwrap_or(0)
+    ));
+    // SAFETY: called at the start of the command, before any other thread exists.
+    unsafe {
+        if std::env::var_os("NCCL_DEBUG").is_none() {
+            std::env::set_var("NCCL_DEBUG", "INFO");
+        }
+        std::env::set_var("NCCL_DEBUG_FILE", &path);
+    }
+    Some((path, true))
+}
+
+/// Runs the whole sweep on a machine where [`loader::probe`] said `Ready`; `on_row` sees
+/// every row as soon as it is measured. Returns the summary.
+pub fn execute(
+    p: &Params,
+    place: &Placement,
+    on_row: &mut dyn FnMut(&ResultRow, usize, usize) -> std::io::Result<()>,
+) -> Result<Map<String, Value>, RunError> {
+    let topo = &place.topology;
+    let nranks = topo.nranks;
+    if p.root >= nranks {
+        return Err(RunError::Params(format!("root {} is not a rank (0..{nranks})", p.root)));
+    }
+    let plan = p.plan(nranks);
+    if plan.is_empty() {
+        return Err(RunError::Params(format!(
+            "no size in the sweep moves a whole element per rank with {nranks} ranks"
+        )));
+    }
+    let es = p.dtype.size();
+    let capacity = plan.iter().map(|c| c.send.max(c.recv) * es).max().unwrap_or(0);
+    let fail = |e: engine::EngineError| RunError::Failed { code: 1, message: e.to_string() };
+    let version = engine::nccl_version().map_err(fail)?;
+    let uid = match &place.rendezvous {
+        None => None,
+        Some(rv) => {
+            let root = topo.first_rank == 0;
+            let own = if root { Some(engine::new_unique_id().map_err(fail)?) } else { None };
+            Some(rv.exchange(root, own, RENDEZVOUS_WAIT).map_err(|m| RunError::Failed { code: 1, message: m })?)
+        }
+    };
+    let engine = Engine::new(topo, uid, capacity).map_err(fail)?;
+    let modes: &[bool] = if p.has_in_place() { &[false, true] } else { &[false] };
+    let mut rows = Vec::new();
+    for (i, c) in plan.iter().enumerate() {
+        for &in_place in modes {
+            let t = engine
+                .measure(p.coll, p.dtype, p.redop, p.root, c, in_place, p.warmup, p.iters, p.check)
+                .map_err(fail)?;
+            let r = row(p, c, nranks, in_place, t);
+            on_row(&r, i, plan.len()).map_err(RunError::Io)?;
+            rows.push(r);
+        }
+    }
+    drop(engine);
+    let mut s = Map::new();
+    s.insert("kind".into(), "nccl".into());
+    s.insert("collective".into(), p.coll.name().into());
+    s.insert("dtype".into(), p.dtype.name().into());
+    s.insert("redop".into(), p.redop.name().into());
+    s.insert("nranks".into(), nranks.into());
+    s.insert("local_ranks".into(), topo.devices.len().into());
+    s.insert("first_rank".into(), topo.first_rank.into());
+    s.insert("devices".into(), json!(topo.devices));
+    s.insert("nccl_version".into(), version.into());
+    s.insert("warmup".into(), p.warmup.into());
+    s.insert("iters".into(), p.iters.into());
+    s.insert("check".into(), p.check.into());
+    let wrong: i64 = rows.iter().filter_map(|r| r.wrong).sum();
+    s.insert("wrong".into(), wrong.into());
+    let busbw: Vec<f64> = rows.iter().filter_map(|r| r.busbw_gbs).collect();
+    s.insert("avg_busbw_gbs".into(), (busbw.iter().sum::<f64>() / busbw.len().max(1) as f64).into());
+    s.insert("peak_busbw_gbs".into(), busbw.iter().cloned().fold(0.0, f64::max).into());
+    let keys: Vec<String> = std::env::vars()
+        .filter(|(k, _)| k.starts_with("NCCL_") && k != "NCCL_DEBUG_FILE")
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    s.insert("nccl_env".into(), json!(keys));
+    Ok(s)
+}
+
+/// Adds what NCCL's log said to the summary, and removes the log when it was ours.
+pub fn absorb_debug_log(log: Option<(PathBuf, bool)>, s: &mut Map<String, Value>) {
+    let Some((path, ours)) = log else { return };
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        let d = debug::parse(&text);
+        s.insert("nccl_transports".into(), json!(d.transports));
+        s.insert("nccl_connections".into(), json!(d.connections));
+        s.insert("nccl_channels".into(), d.channels.into());
+        if let Some(v) = d.version {
+            s.insert("nccl_version_line".into(), v.into());
+        }
+        if let Some(n) = d.network {
+            s.insert("nccl_network".into(), n.into());
+        }
+        if let Some(l) = d.channel_line {
+            s.insert("nccl_channel_line".into(), l.into());
+        }
+        if !d.warnings.is_empty() {
+            s.insert("nccl_warnings".into(), json!(d.warnings));
+        }
+    }
+    if ours {
+        let _ = std::fs::remove_file(&path);
+    }
+}
+
+/// The job kind.
+pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
+    let params = Params::from_json(&input.params)?;
+    let log = prepare_debug_log();
+    match loader::probe() {
+        loader::Probe::Ready => {}
+        loader::Probe::Unavailable(why) => return Err(RunError::Skip(format!("NCCL unavailable: {why}"))),
+        loader::Probe::NeedsShim { dir, .. } => {
+            // The re-run child reads the same input and writes the events itself.
+            let raw = serde_json::to_vec(input).expect("child input serializes");
+            let code = loader::rerun_with_shim(&dir, Some(&raw))?;
+            std::process::exit(code);
+        }
+    }
+    let world = input.world_size.max(1) as usize;
+    let rank = input.rank.max(0) as usize;
+    let rendezvous = if world > 1 {
+        Some(Rendezvous::from_env(input.run_id).ok_or_else(|| RunError::Failed {
+            code: 1,
+            message: format!(
+                "a {world}-node NCCL job needs the server rendezvous, but the agent passed no {} / {} to the test process",
+                rendezvous::SERVERS_ENV,
+                rendezvous::CREDENTIAL_ENV
+            ),
+        })?)
+    } else {
+        None
+    };
+    let place = Placement {
+        topology: Topology {
+            devices: (0..params.gpus).collect(),
+            first_rank: rank * params.gpus,
+            nranks: world * params.gpus,
+        },
+        rendezvous,
+    };
+    let mut on_row = |r: &ResultRow, i: usize, n: usize| {
+        out.row(r.clone())?;
+        out.progress(
+            Some((i + 1) as f64 / n as f64),
+            format!("{} {} B: busbw {:.2} GB/s", params.coll, r.size_bytes, r.busbw_gbs.unwrap_or(0.0)),
+        )
+    };
+    let mut summary = execute(&params, &place, &mut on_row)?;
+    absorb_debug_log(log, &mut summary);
+    out.emit(&ChildEvent::Summary { summary })?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn params_defaults_and_errors() {
+        let p = Params::from_json(&json!({})).unwrap();
+        assert_eq!(p, Params::default());
+        let p = Params::from_json(&json!({
+            "op": "reduce_scatter", "dtype": "bf16", "redop": "max", "min_bytes": 1024,
+            "max_bytes": 1 << 30, "factor": 4, "warmup": 1, "iters": 3, "gpus": 8, "check": false
+        }))
+        .unwrap();
+        assert_eq!((p.coll, p.dtype, p.redop, p.gpus, p.check), (Collective::ReduceScatter, Dtype::Bfloat16, RedOp::Max, 8, false));
+        assert_eq!(p.sweep.sizes().len(), 11);
+        for bad in [
+            json!({"op": "gossip"}),
+            json!({"dtype": 4}),
+            json!({"redop": "xor"}),
+            json!({"min_bytes": 0}),
+            json!({"max_bytes": 32u64 << 30}),
+            json!({"iters": 0}),
+            json!({"gpus": 0}),
+            json!({"check": "yes"}),
+            json!({"factor": 1}),
+        ] {
+            assert!(matches!(Params::from_json(&bad), Err(RunError::Params(_))), "{bad}");
+        }
+    }
+
+    #[test]
+    fn plan_drops_sizes_that_round_to_nothing_or_repeat() {
+        let p = Params {
+            coll: Collective::AllGather,
+            sweep: Sweep { min_bytes: 8, max_bytes: 256, factor: 2, step_bytes: None },
+            ..Params::default()
+        };
+        // 8 ranks × 16-byte chunks: nothing below 128 B moves.
+        let sizes: Vec<u64> = p.plan(8).iter().map(|c| c.bytes).collect();
+        assert_eq!(sizes, vec![128, 256]);
+        let p = Params { coll: Collective::AllReduce, ..p };
+        assert_eq!(p.plan(8).len(), 6);
+        assert!(p.has_in_place());
+        assert!(!Params { coll: Collective::AllToAll, ..p }.has_in_place());
+    }
+
+    #[test]
+    fn rows_carry_the_nccl_tests_columns() {
+        let p = Params { coll: Collective::Broadcast, root: 1, dtype: Dtype::Half, ..Params::default() };
+        let c = p.coll.counts(1 << 20, 2, 4);
+        let r = row(&p, &c, 4, true, engine::Timing { time_us: 100.0, wrong: Some(0) });
+        assert_eq!(r.size_bytes, 1 << 20);
+        assert_eq!(r.count, Some(1 << 19));
+        assert_eq!(r.root, Some(1));
+        assert_eq!(r.extra["redop"], "none");
+        assert!((r.algbw_gbs.unwrap() - 10.48576).abs() < 1e-9);
+        assert_eq!(r.algbw_gbs, r.busbw_gbs);
+    }
+}

@@ -1,0 +1,139 @@
+//! Handing NCCL's unique id from rank 0 to the other processes. Rank 0 creates it and
+//! publishes it (base64, under the name `nccl-uid`); the others wait for it. Through the
+//! server for jobs, through a file for the `bench` command on one host.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use uuid::Uuid;
+
+pub const NAME: &str = "nccl-uid";
+/// Servers and credential the agent hands to a test child that needs a rendezvous
+/// (comma-separated URLs; the agent's bearer credential).
+pub const SERVERS_ENV: &str = "HEDDLE_RENDEZVOUS_SERVERS";
+pub const CREDENTIAL_ENV: &str = "HEDDLE_RENDEZVOUS_CREDENTIAL";
+
+#[derive(Debug, Clone)]
+pub enum Rendezvous {
+    /// A file on a filesystem both processes see; use a fresh path per run, since a stale
+    /// file would hand the others an old id.
+    File(PathBuf),
+    Server { servers: Vec<String>, credential: String, run_id: Uuid },
+}
+
+impl Rendezvous {
+    /// The server rendezvous from the environment the agent gives its test children.
+    pub fn from_env(run_id: Uuid) -> Option<Rendezvous> {
+        let servers: Vec<String> = std::env::var(SERVERS_ENV)
+            .ok()?
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect();
+        let credential = std::env::var(CREDENTIAL_ENV).ok()?;
+        (!servers.is_empty()).then_some(Rendezvous::Server { servers, credential, run_id })
+    }
+
+    /// Rank 0 publishes `id`; everyone gets the id back.
+    pub fn exchange(&self, is_root: bool, id: Option<[u8; 128]>, wait: Duration) -> Result<[u8; 128], String> {
+        let blob = match (is_root, id) {
+            (true, Some(id)) => {
+                self.put(&id)?;
+                return Ok(id);
+            }
+            (true, None) => return Err("rank 0 has no id to publish".into()),
+            _ => self.get(wait)?,
+        };
+        blob.as_slice()
+            .try_into()
+            .map_err(|_| format!("the published NCCL id has {} bytes, not 128", blob.len()))
+    }
+
+    fn put(&self, id: &[u8; 128]) -> Result<(), String> {
+        match self {
+            Rendezvous::File(path) => {
+                let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+                let text = base64::engine::general_purpose::STANDARD.encode(id);
+                std::fs::write(&tmp, text).map_err(|e| format!("writing {}: {e}", tmp.display()))?;
+                std::fs::rename(&tmp, path).map_err(|e| format!("publishing {}: {e}", path.display()))
+            }
+            Rendezvous::Server { servers, credential, run_id } => {
+                let client = client(servers, credential)?;
+                runtime()?
+                    .block_on(client.rendezvous_put(*run_id, NAME, id))
+                    .map_err(|e| format!("rendezvous PUT {NAME}: {e}"))
+            }
+        }
+    }
+
+    fn get(&self, wait: Duration) -> Result<Vec<u8>, String> {
+        match self {
+            Rendezvous::File(path) => {
+                let deadline = Instant::now() + wait;
+                loop {
+                    if let Ok(text) = std::fs::read_to_string(path) {
+                        return base64::engine::general_purpose::STANDARD
+                            .decode(text.trim())
+                            .map_err(|e| format!("{} is not base64: {e}", path.display()));
+                    }
+                    if Instant::now() > deadline {
+                        return Err(format!("no NCCL id in {} after {wait:?}", path.display()));
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+            Rendezvous::Server { servers, credential, run_id } => {
+                let client = client(servers, credential)?;
+                runtime()?
+                    .block_on(client.rendezvous_get(*run_id, NAME, wait))
+                    .map_err(|e| format!("rendezvous GET {NAME}: {e}"))?
+                    .ok_or_else(|| format!("rank 0 published no {NAME} within {wait:?}"))
+            }
+        }
+    }
+}
+
+fn client(servers: &[String], credential: &str) -> Result<crate::client::Client, String> {
+    let c = crate::client::Client::new(servers).map_err(|e| e.to_string())?;
+    c.set_credential(credential.to_string());
+    Ok(c)
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("tokio runtime: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_rendezvous_hands_the_id_over() {
+        let tmp = tempfile::tempdir().unwrap();
+        let rv = Rendezvous::File(tmp.path().join("uid"));
+        let id: [u8; 128] = std::array::from_fn(|i| (i * 7) as u8);
+        let reader = {
+            let rv = rv.clone();
+            std::thread::spawn(move || rv.exchange(false, None, Duration::from_secs(10)))
+        };
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(rv.exchange(true, Some(id), Duration::ZERO).unwrap(), id);
+        assert_eq!(reader.join().unwrap().unwrap(), id);
+    }
+
+    #[test]
+    fn file_rendezvous_times_out_and_rejects_garbage() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("uid");
+        let rv = Rendezvous::File(path.clone());
+        let err = rv.exchange(false, None, Duration::from_millis(100)).unwrap_err();
+        assert!(err.contains("no NCCL id"), "{err}");
+        std::fs::write(&path, "aGVsbG8=").unwrap();
+        let err = rv.exchange(false, None, Duration::from_millis(100)).unwrap_err();
+        assert!(err.contains("5 bytes"), "{err}");
+    }
+}
