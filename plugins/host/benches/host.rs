@@ -63,24 +63,32 @@ fn main() {
         ("pooling", HostConfig { pooling_instances: Some(16), ..HostConfig::default() }),
     ] {
         let host = PluginHost::new(config).unwrap();
-        host.run(&misbehave, ok_facts, &limits).unwrap();
+        let trivial = host.load(&misbehave, &limits).unwrap();
+        let dgx_loaded = host.load(&dgx, &limits).unwrap();
         let mut warm = Vec::new();
         let mut fuel = 0;
         for _ in 0..2000 {
             let t = Instant::now();
-            let r = host.run(&misbehave, ok_facts, &limits).unwrap();
+            host.run(&misbehave, ok_facts, &limits).unwrap();
+            warm.push(t.elapsed());
+        }
+        show(&format!("warm run(bytes), trivial plugin, {label}"), &mut warm);
+        let mut warm = Vec::new();
+        for _ in 0..2000 {
+            let t = Instant::now();
+            let r = host.call(&trivial, ok_facts, &limits).unwrap();
             warm.push(t.elapsed());
             fuel = r.usage.fuel_consumed;
         }
-        show(&format!("warm call, trivial plugin, {label} (fuel {fuel})"), &mut warm);
+        show(&format!("warm call(handle), trivial plugin, {label} (fuel {fuel})"), &mut warm);
         let mut warm = Vec::new();
         for _ in 0..500 {
             let t = Instant::now();
-            let r = host.run(&dgx, &dgx_facts, &limits).unwrap();
+            let r = host.call(&dgx_loaded, &dgx_facts, &limits).unwrap();
             warm.push(t.elapsed());
             fuel = r.usage.fuel_consumed;
         }
-        show(&format!("warm call, dgx-affinity on DGX-1, {label} (fuel {fuel})"), &mut warm);
+        show(&format!("warm call(handle), dgx-affinity on DGX-1, {label} (fuel {fuel})"), &mut warm);
     }
 
     println!();

@@ -59,6 +59,22 @@ struct Prepared {
     seq: u64,
 }
 
+/// A compiled, checked plugin, cheap to clone; see [`PluginHost::load`].
+#[derive(Clone)]
+pub struct LoadedPlugin {
+    prepared: Arc<Prepared>,
+}
+
+impl LoadedPlugin {
+    pub fn info(&self) -> &PluginInfo {
+        &self.prepared.info
+    }
+
+    pub fn sha256(&self) -> &str {
+        &self.prepared.sha256
+    }
+}
+
 /// Runs detector plugins. Create one per process and share it (`Arc<PluginHost>`): it owns
 /// the engine, the compile cache and the single epoch ticker thread. Calls are synchronous and
 /// CPU-bound; async callers should use `spawn_blocking`.
@@ -110,18 +126,42 @@ impl PluginHost {
         })
     }
 
-    /// Runs `detect` on `facts_json` in a fresh store under `limits`.
+    /// Runs `detect` on `facts_json` in a fresh store under `limits`. Hashes `bytes` to find
+    /// the compiled component; callers that run the same plugin often should [`Self::load`]
+    /// once and [`Self::call`] the handle.
     pub fn run(&self, bytes: &[u8], facts_json: &str, limits: &Limits) -> Result<Report, HostError> {
-        serde_json::from_str::<serde::de::IgnoredAny>(facts_json).map_err(|e| HostError::BadFacts(e.to_string()))?;
+        check_facts(facts_json)?;
         let (prepared, cache_hit) = self.prepare(bytes, limits)?;
+        self.call_prepared(&prepared, cache_hit, facts_json, limits)
+    }
+
+    /// Compiles and checks a component once (like [`Self::validate`]) and returns a handle for
+    /// [`Self::call`], which skips hashing the bytes.
+    pub fn load(&self, bytes: &[u8], limits: &Limits) -> Result<LoadedPlugin, HostError> {
+        let (prepared, _) = self.prepare(bytes, limits)?;
+        Ok(LoadedPlugin { prepared })
+    }
+
+    /// Runs `detect` of a loaded plugin in a fresh store under `limits`.
+    pub fn call(&self, plugin: &LoadedPlugin, facts_json: &str, limits: &Limits) -> Result<Report, HostError> {
+        check_facts(facts_json)?;
+        self.call_prepared(&plugin.prepared, true, facts_json, limits)
+    }
+
+    fn call_prepared(
+        &self,
+        prepared: &Prepared,
+        cache_hit: bool,
+        facts_json: &str,
+        limits: &Limits,
+    ) -> Result<Report, HostError> {
         let started = Instant::now();
         let mut store = self.store(limits)?;
         let outcome = prepared
             .pre
             .instantiate(&mut store)
             .and_then(|instance| instance.heddle_plugin_plugin().call_detect(&mut store, facts_json));
-        let (usage, report_parts) = finish(&mut store, limits, started, cache_hit);
-        let (logs, stdout, stderr) = report_parts;
+        let (usage, (logs, stdout, stderr)) = finish(&mut store, limits, started, cache_hit);
         forward_logs(&prepared.info.name, &logs);
         let detection = match outcome {
             Err(err) => return Err(classify(err, usage, limits, stderr)),
@@ -235,6 +275,12 @@ impl PluginHost {
         tracing::debug!(plugin = %prepared.info.name, sha256 = %prepared.sha256, compile_micros, "compiled plugin");
         Ok((prepared, false))
     }
+}
+
+/// Facts must be JSON before a plugin sees them, so a parse failure is the caller's, not the
+/// plugin's.
+fn check_facts(facts_json: &str) -> Result<(), HostError> {
+    serde_json::from_str::<serde::de::IgnoredAny>(facts_json).map(|_| ()).map_err(|e| HostError::BadFacts(e.to_string()))
 }
 
 /// Distinguishes "not wasm" and "a core module" from other failures, with the fix for each.

@@ -10,6 +10,8 @@
 //! - [`PluginHost::validate`]: bytes → [`ComponentInfo`] or a clear error (server uploads);
 //! - [`PluginHost::run`]: bytes + facts JSON + [`Limits`] → [`Report`] with [`Usage`]
 //!   (fuel, time, memory), or an error carrying the usage up to the stop;
+//! - [`PluginHost::load`] + [`PluginHost::call`]: the same without re-hashing the bytes on
+//!   every call (the agent's and server's hot path);
 //! - [`run_on_facts_json`]: the one-shot form of `run` for `heddle plugin test`.
 
 mod error;
@@ -23,7 +25,7 @@ mod sandbox;
 pub mod bundled;
 
 pub use error::HostError;
-pub use host::{HostConfig, PluginHost};
+pub use host::{HostConfig, LoadedPlugin, PluginHost};
 pub use limits::Limits;
 pub use policy::{CONTRACT, EXPORT_INTERFACE};
 pub use report::{

@@ -200,11 +200,10 @@ async fn main() -> anyhow::Result<()> {
         for (k, s) in servers.iter().enumerate() {
             rss_peak[k] = rss_peak[k].max(rss_kib(s.pid()).unwrap_or(0));
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        tokio::time::sleep(Duration::from_millis(500).min(end.saturating_duration_since(Instant::now()))).await;
     }
-    for t in tasks {
-        t.await?;
-    }
+    // Rates and CPU cover exactly the steady state; tasks still finishing their last
+    // request after it are not counted against it.
     let elapsed = start.elapsed().as_secs_f64();
     let ticks = 100.0; // USER_HZ on Linux
     let cpu: Vec<f64> = servers
@@ -212,6 +211,9 @@ async fn main() -> anyhow::Result<()> {
         .zip(&cpu0)
         .map(|(s, c0)| (cpu_ticks(s.pid()).unwrap_or(0).saturating_sub(*c0)) as f64 / ticks / elapsed * 100.0)
         .collect();
+    for t in tasks {
+        t.await?;
+    }
 
     let setup_samples = samples.lock().unwrap();
     let steady = steady.lock().unwrap();
