@@ -1,5 +1,8 @@
 //! Helpers shared by the end-to-end tests and the load generator: starting the real
-//! server binary as a child process and reading its resource use from /proc.
+//! server binary as a child process and reading its resource use from /proc; the
+//! Docker fleet of the fleet test lives in [`fleet`].
+
+pub mod fleet;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Builds the Heddle images from the release binaries already compiled in
+# $CARGO_TARGET_DIR/release (nothing is compiled inside an image):
+#
+#   heddle-server:$TAG    the API server
+#   heddle-agent:$TAG     the node agent, with rdma-core, perftest and ucx-utils
+#   heddle-postgres:$TAG  Debian's PostgreSQL, for tests and the compose file
+#
+# Every image starts FROM $HEDDLE_BASE_IMAGE (default debian:bookworm-slim). When that image
+# is not in the local Docker engine and cannot be pulled (no registry reachable), a local
+# base is made instead: `debootstrap --variant=minbase bookworm` from $HEDDLE_DEBIAN_MIRROR,
+# imported with `docker import` as heddle-base:bookworm. The root file system tarball is
+# cached under ~/.cache/heddle-docker/, so only the first run downloads Debian.
+#
+# Needs: docker, and debootstrap (apt-get install debootstrap) when the base must be made.
+# Build the binaries first:  cargo build --release -p heddle-server -p heddle-agent
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+target=${CARGO_TARGET_DIR:-$HOME/.cache/heddle-target}
+# HEDDLE_BIN_DIR picks other binaries (e.g. a debug build while iterating).
+bin=${HEDDLE_BIN_DIR:-$target/release}
+tag=${HEDDLE_IMAGE_TAG:-dev}
+base=${HEDDLE_BASE_IMAGE:-debian:bookworm-slim}
+mirror=${HEDDLE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+cache=${HEDDLE_DOCKER_CACHE:-$HOME/.cache/heddle-docker}
+local_base=heddle-base:bookworm
+
+log() { printf 'build-images: %s\n' "$*" >&2; }
+t0=$(date +%s)
+
+docker info >/dev/null 2>&1 || { log "the Docker engine does not answer (docker info)"; exit 1; }
+
+if ! docker image inspect "$base" >/dev/null 2>&1 && ! timeout 60 docker pull -q "$base" >/dev/null 2>&1; then
+    log "$base is not available; using a local Debian bookworm base ($local_base)"
+    base=$local_base
+    if ! docker image inspect "$base" >/dev/null 2>&1; then
+        tarball="$cache/bookworm-minbase.tar"
+        if [[ ! -s "$tarball" ]]; then
+            command -v debootstrap >/dev/null || { log "debootstrap is missing; run: apt-get install debootstrap"; exit 1; }
+            [[ $(id -u) -eq 0 ]] || { log "debootstrap needs root"; exit 1; }
+            mkdir -p "$cache"
+            root=$(mktemp -d "$cache/rootfs.XXXXXX")
+            trap 'rm -rf "$root"' EXIT
+            log "debootstrap --variant=minbase bookworm from $mirror"
+            debootstrap --variant=minbase bookworm "$root" "$mirror" >"$cache/debootstrap.log" 2>&1 \
+                || { tail -n 20 "$cache/debootstrap.log" >&2; exit 1; }
+            # What the official slim image does too: no caches, no docs, no recommends.
+            rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
+            printf 'APT::Install-Recommends "false";\nAPT::Install-Suggests "false";\n' >"$root/etc/apt/apt.conf.d/99heddle"
+            printf 'deb %s bookworm main\ndeb %s bookworm-updates main\n' "$mirror" "$mirror" >"$root/etc/apt/sources.list"
+            tar -C "$root" --numeric-owner -cf "$tarball.tmp" .
+            mv "$tarball.tmp" "$tarball"
+            rm -rf "$root"
+            trap - EXIT
+        fi
+        log "docker import $tarball as $base"
+        docker import -c 'CMD ["/bin/bash"]' "$tarball" "$base" >/dev/null
+    fi
+fi
+
+for b in heddle-server heddle-agent; do
+    [[ -x "$bin/$b" ]] || { log "$bin/$b is missing; run: cargo build --release -p heddle-server -p heddle-agent"; exit 1; }
+done
+
+# A small build context: the binaries and the Dockerfiles' helper files, not the repository.
+ctx=$(mktemp -d)
+trap 'rm -rf "$ctx"' EXIT
+cp "$bin/heddle-server" "$bin/heddle-agent" "$ctx/"
+cp "$repo/docker/postgres-entrypoint.sh" "$ctx/"
+if [[ -d "$repo/frontend/dist" ]]; then cp -r "$repo/frontend/dist" "$ctx/dashboard"; else mkdir "$ctx/dashboard"; fi
+
+build() { # image dockerfile
+    log "building $1:$tag FROM $base"
+    DOCKER_BUILDKIT=0 docker build -q --build-arg "BASE_IMAGE=$base" -t "$1:$tag" -f "$repo/docker/$2" "$ctx" >/dev/null
+}
+build heddle-server server.Dockerfile
+build heddle-agent agent.Dockerfile
+build heddle-postgres postgres.Dockerfile
+log "done in $(( $(date +%s) - t0 )) s: heddle-server:$tag heddle-agent:$tag heddle-postgres:$tag"

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Prepares and runs the fleet test (tests/tests/fleet.rs): release binaries, the Docker
+# images (docker/build-images.sh), schemathesis in a venv under ~/.cache/heddle-venv, then
+# `cargo test -p heddle-e2e --test fleet`. Each step is skipped when already done.
+#
+#   scripts/fleet-test.sh            # everything
+#   scripts/fleet-test.sh --prepare  # only the binaries, images and venv (what CI runs first)
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/heddle-target}
+venv=${HEDDLE_VENV:-$HOME/.cache/heddle-venv}
+schemathesis_version=3.39.16
+
+if [[ ! -x "$venv/bin/schemathesis" ]] || ! "$venv/bin/schemathesis" --version 2>/dev/null | grep -q "$schemathesis_version"; then
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q "schemathesis==$schemathesis_version"
+fi
+cargo build --release -p heddle-server -p heddle-agent
+docker/build-images.sh
+[[ "${1:-}" == --prepare ]] && exit 0
+HEDDLE_VENV="$venv" cargo test -p heddle-e2e --test fleet -- --nocapture
