@@ -555,3 +555,40 @@ async fn start_sleep_runs(server: &TestServer, n: usize) -> Vec<Uuid> {
     }
     ids
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changed_facts_are_sent_again() {
+    let server = server(1).await;
+    let dir = tempfile::tempdir().unwrap();
+    // A copy of a fixture tree stands in for the node, so the test can change it.
+    let root = dir.path().join("root");
+    let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/ethernet-box");
+    let cp = Command::new("cp").args(["-a", fixture]).arg(&root).status().unwrap();
+    assert!(cp.success());
+    let token = server.enrollment_token().await;
+    let root_arg = root.to_str().unwrap();
+    let agent = Agent::start_with(
+        &[&server.url],
+        Some(&token),
+        &dir.path().join("state"),
+        &["--facts-root", root_arg, "--facts-interval", "300ms"],
+    );
+    let api = Api::new(&server);
+    let history = |n: usize| {
+        let api = &api;
+        async move {
+            api.get::<Vec<serde_json::Value>>(&format!("/nodes/{HOST}/facts/history"))
+                .await
+                .filter(|h| h.len() == n)
+        }
+    };
+    eventually("first facts", &agent, || history(1)).await;
+    // Re-collections of unchanged facts send nothing new.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(history(1).await.is_some(), "unchanged facts were stored again");
+
+    std::fs::write(root.join("proc/sys/kernel/osrelease"), "6.99.0-heddle-test\n").unwrap();
+    eventually("changed facts", &agent, || history(2)).await;
+    let node: NodeDetail = api.get(&format!("/nodes/{HOST}")).await.unwrap();
+    assert_eq!(node.facts.unwrap()["host"]["kernel"], "6.99.0-heddle-test");
+}

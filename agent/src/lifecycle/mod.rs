@@ -66,6 +66,11 @@ pub struct RunArgs {
     /// Pause before asking again when no job is queued (`500ms`, `5s`, `1m`).
     #[arg(long, env = "HEDDLE_CLAIM_INTERVAL", default_value = "5s", value_parser = parse_duration)]
     pub claim_interval: Duration,
+    /// Filesystem root the facts are read from: `/host` when the agent runs in a container
+    /// with the host's `/sys` and `/proc` mounted there. NVML and verbs are consulted only
+    /// for `/`.
+    #[arg(long, env = "HEDDLE_FACTS_ROOT", default_value = "/")]
+    pub facts_root: PathBuf,
     /// How often facts are collected again to notice a change (a new GPU, a port down).
     #[arg(long, env = "HEDDLE_FACTS_INTERVAL", default_value = "5m", value_parser = parse_duration)]
     pub facts_interval: Duration,
@@ -135,6 +140,7 @@ impl LifecycleError {
 pub(crate) struct Config {
     pub claim_interval: Duration,
     pub facts_interval: Duration,
+    pub facts_root: PathBuf,
     pub backoff_cap: Duration,
     pub max_parallel: u32,
     /// The binary re-executed with `child` to run a test: this agent's own.
@@ -289,6 +295,7 @@ pub async fn run(args: RunArgs) -> Result<(), LifecycleError> {
         cfg: Config {
             claim_interval: args.claim_interval,
             facts_interval: args.facts_interval,
+            facts_root: args.facts_root.clone(),
             backoff_cap: args.backoff_cap,
             max_parallel: args.max_parallel,
             child_program,

@@ -61,8 +61,8 @@ pub(super) async fn facts_loop(agent: Arc<Agent>) -> Result<Infallible, Lifecycl
     let mut refused_sha: Option<String> = None;
     let mut last_sent: Option<Instant> = None;
     loop {
-        let hostname = agent.hostname.clone();
-        let doc = tokio::task::spawn_blocking(move || facts_link::collect(&hostname))
+        let (hostname, root) = (agent.hostname.clone(), agent.cfg.facts_root.clone());
+        let doc = tokio::task::spawn_blocking(move || facts_link::collect(&hostname, &root))
             .await
             .expect("fact collection does not panic");
         let changed = sent_sha.as_deref() != Some(doc.sha256.as_str());
