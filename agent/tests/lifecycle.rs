@@ -592,3 +592,22 @@ async fn changed_facts_are_sent_again() {
     let node: NodeDetail = api.get(&format!("/nodes/{HOST}")).await.unwrap();
     assert_eq!(node.facts.unwrap()["host"]["kernel"], "6.99.0-heddle-test");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waits_for_an_unreachable_server_instead_of_exiting() {
+    let server = server(1).await;
+    let token = server.enrollment_token().await;
+    let (db, url, addr) = stop_keeping_db(server).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut agent = Agent::start(&[&format!("http://{addr}")], Some(&token), &dir.path().join("state"));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(agent.child.try_wait().unwrap().is_none(), "agent exited: {}", agent.log());
+    assert!(agent.log().contains("cannot enroll yet"), "{}", agent.log());
+
+    let server = restart(db, &url, addr, 1).await;
+    let api = Api::new(&server);
+    eventually("node with facts", &agent, || async {
+        api.get::<NodeDetail>(&format!("/nodes/{HOST}")).await.filter(|n| n.facts.is_some())
+    })
+    .await;
+}
