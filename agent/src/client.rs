@@ -26,8 +26,12 @@ const API_PREFIX: &str = "/api/v1";
 /// Header naming the agent's hash of the facts document it sends.
 pub const FACTS_SHA_HEADER: &str = "x-heddle-facts-sha256";
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Upper bound for one ordinary request; rendezvous waits add their own timeout to it.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Upper bound for one control request (heartbeat, claim, renew...). Short, so a replica
+/// that accepts connections but hangs is left for the next one before a lease lapses;
+/// rendezvous waits add their own timeout to it.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Result uploads may carry many rows (the server takes up to 16 MiB).
+const UPLOAD_TIMEOUT: Duration = Duration::from_secs(60);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -98,6 +102,7 @@ pub enum UploadOutcome {
 
 pub struct Client {
     http: reqwest::Client,
+    request_timeout: Duration,
     servers: Vec<String>,
     current: AtomicUsize,
     credential: RwLock<Option<String>>,
@@ -132,7 +137,6 @@ impl Client {
         }
         let http = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
-            .timeout(REQUEST_TIMEOUT)
             // An agent is long-lived: keep at most one idle connection per replica.
             .pool_max_idle_per_host(1)
             .user_agent(concat!("heddle-agent/", env!("CARGO_PKG_VERSION")))
@@ -143,10 +147,17 @@ impl Client {
             })?;
         Ok(Client {
             http,
+            request_timeout: REQUEST_TIMEOUT,
             servers: clean,
             current: AtomicUsize::new(0),
             credential: RwLock::new(None),
         })
+    }
+
+    /// Replaces the 10 s limit on control requests (uploads and rendezvous waits get more).
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Client {
+        self.request_timeout = timeout;
+        self
     }
 
     pub fn set_credential(&self, credential: String) {
@@ -219,7 +230,7 @@ impl Client {
     ) -> Result<UploadOutcome, ClientError> {
         let path = format!("/agent/jobs/{job_id}/result");
         let resp = self
-            .send_with(Method::POST, &path, Some(upload), None, true, |b| {
+            .send_with(Method::POST, &path, Some(upload), Some(UPLOAD_TIMEOUT), true, |b| {
                 b.header(heddle_types::UPLOAD_KEY_HEADER, &upload.upload_key)
             })
             .await?;
@@ -264,7 +275,7 @@ impl Client {
             wait.as_millis()
         );
         let resp = self
-            .send::<()>(Method::GET, &path, None, Some(REQUEST_TIMEOUT + wait), true)
+            .send::<()>(Method::GET, &path, None, Some(self.request_timeout + wait), true)
             .await?;
         if resp.status() == StatusCode::REQUEST_TIMEOUT {
             return Ok(None);
@@ -318,9 +329,7 @@ impl Client {
             if let Some(cred) = &credential {
                 builder = builder.bearer_auth(cred);
             }
-            if let Some(t) = timeout {
-                builder = builder.timeout(t);
-            }
+            builder = builder.timeout(timeout.unwrap_or(self.request_timeout));
             builder = extra(builder);
             match builder.send().await {
                 Ok(resp) if resp.status().is_server_error() => {
@@ -465,6 +474,37 @@ mod tests {
         let req = server.await.unwrap();
         assert!(req.starts_with("POST /api/v1/agent/jobs/claim "), "{req}");
         assert!(req.to_lowercase().contains("authorization: bearer secret"), "{req}");
+    }
+
+    #[tokio::test]
+    async fn a_hung_replica_is_left_for_the_next() {
+        // Accepts connections, never answers.
+        let hung = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let hung_url = format!("http://{}", hung.local_addr().unwrap());
+        let _holder = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((sock, _)) = hung.accept().await {
+                held.push(sock);
+            }
+        });
+        let live = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let live_url = format!("http://{}", live.local_addr().unwrap());
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let (mut sock, _) = live.accept().await.unwrap();
+            let mut buf = vec![0u8; 4096];
+            let _ = sock.read(&mut buf).await.unwrap();
+            sock.write_all(b"HTTP/1.1 204 No Content\r\nconnection: close\r\n\r\n")
+                .await
+                .unwrap();
+        });
+        let client = Client::new(&[hung_url, live_url.clone()])
+            .unwrap()
+            .with_request_timeout(Duration::from_millis(300));
+        let start = std::time::Instant::now();
+        assert!(client.claim().await.unwrap().is_none());
+        assert!(start.elapsed() < Duration::from_secs(3), "{:?}", start.elapsed());
+        assert_eq!(client.current_server(), live_url);
     }
 
     #[tokio::test]
