@@ -50,5 +50,9 @@ fn main() {
     }
     let live = measure("/ (this machine)", &CollectOptions::default(), 20);
     let verdict = if live < TARGET { "within" } else { "OVER" };
-    println!("live median {:.2} ms: {verdict} the {} ms target", ms(live), TARGET.as_millis());
+    println!(
+        "live median {:.2} ms: {verdict} the {} ms target",
+        ms(live),
+        TARGET.as_millis()
+    );
 }

@@ -9,7 +9,9 @@ use heddle_agent::facts::{CollectOptions, collect, facts_sha256, render_topology
 use heddle_types::facts::{NodeFacts, ProbeState};
 
 fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
 }
 
 fn facts(name: &str) -> NodeFacts {
@@ -42,14 +44,25 @@ fn parse_topo(text: &str) -> BTreeMap<(String, String), String> {
 /// are skipped: NVML is not consulted on fixtures, so those show their PCIe path instead.
 fn assert_topology_matches(f: &NodeFacts, capture: &str) {
     let expected = parse_topo(capture);
-    let idx = |name: &str| f.topology.devices.iter().position(|d| d == name).unwrap_or_else(|| panic!("{name} missing from {:?}", f.topology.devices));
+    let idx = |name: &str| {
+        f.topology
+            .devices
+            .iter()
+            .position(|d| d == name)
+            .unwrap_or_else(|| panic!("{name} missing from {:?}", f.topology.devices))
+    };
     let mut compared = 0;
     for ((row, col), label) in &expected {
         if label.starts_with("NV") {
             continue;
         }
         let got = &f.topology.matrix[idx(row)][idx(col)];
-        assert_eq!(got, label, "{row} x {col}\n{}", render_topology(&f.topology));
+        assert_eq!(
+            got,
+            label,
+            "{row} x {col}\n{}",
+            render_topology(&f.topology)
+        );
         compared += 1;
     }
     assert!(compared > 20, "only {compared} cells compared");
@@ -90,13 +103,41 @@ mlx5_0  NODE  NODE  NODE  NODE  NODE  NODE  NODE  NODE  X
 fn dgx1_matches_the_captured_topology() {
     let f = snapshot("dgx1");
     assert_topology_matches(&f, DGX1_TOPO);
-    let affinity: Vec<_> = f.topology.gpu_affinity.iter().map(|a| (a.cpu_affinity.as_deref().unwrap(), a.numa_node.unwrap())).collect();
+    let affinity: Vec<_> = f
+        .topology
+        .gpu_affinity
+        .iter()
+        .map(|a| (a.cpu_affinity.as_deref().unwrap(), a.numa_node.unwrap()))
+        .collect();
     assert_eq!(affinity[..4], [("0-19,40-59", 0); 4]);
     assert_eq!(affinity[4..], [("20-39,60-79", 1); 4]);
     assert_eq!(f.gpus.len(), 8);
-    assert!(f.gpus.iter().all(|g| g.name.as_deref() == Some("Tesla V100-SXM2-16GB")));
-    let hcas: Vec<_> = f.rdma.devices.iter().map(|d| (d.name.as_str(), d.netdevs.join(","), d.ports[0].lid.as_deref().unwrap())).collect();
-    assert_eq!(hcas, [("mlx5_0", "ib0".into(), "0xf"), ("mlx5_1", "ib1".into(), "0x6"), ("mlx5_2", "ib2".into(), "0x2"), ("mlx5_3", "ib3".into(), "0x11")]);
+    assert!(
+        f.gpus
+            .iter()
+            .all(|g| g.name.as_deref() == Some("Tesla V100-SXM2-16GB"))
+    );
+    let hcas: Vec<_> = f
+        .rdma
+        .devices
+        .iter()
+        .map(|d| {
+            (
+                d.name.as_str(),
+                d.netdevs.join(","),
+                d.ports[0].lid.as_deref().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        hcas,
+        [
+            ("mlx5_0", "ib0".into(), "0xf"),
+            ("mlx5_1", "ib1".into(), "0x6"),
+            ("mlx5_2", "ib2".into(), "0x2"),
+            ("mlx5_3", "ib3".into(), "0x11")
+        ]
+    );
     assert!(f.errors.is_empty(), "{:?}", f.errors);
 }
 
@@ -105,14 +146,50 @@ fn azure_nd40rs_v2_separates_ib_from_accelerated_networking() {
     let f = snapshot("azure-nd40rs-v2");
     assert_topology_matches(&f, AZURE_TOPO);
     assert_eq!(f.host.azure_enable_rdma, Some(true));
-    assert_eq!(f.host.dmi.sys_vendor.as_deref(), Some("Microsoft Corporation"));
-    let layers: Vec<_> = f.rdma.devices.iter().map(|d| (d.name.as_str(), d.ports[0].state.as_str(), d.ports[0].link_layer.as_deref().unwrap())).collect();
-    assert_eq!(layers, [("mlx5_0", "ACTIVE", "InfiniBand"), ("rdmaP36305p0s2", "ACTIVE", "Ethernet")]);
-    let ib = f.network.interfaces.iter().find(|i| i.name == "ibP59423s2").unwrap();
-    assert_eq!((ib.kind.as_str(), ib.mtu, ib.pci_bdf.as_deref()), ("infiniband", Some(4092), Some("e81f:00:02.0")));
-    let vf = f.network.interfaces.iter().find(|i| i.name == "enP44906s1").unwrap();
+    assert_eq!(
+        f.host.dmi.sys_vendor.as_deref(),
+        Some("Microsoft Corporation")
+    );
+    let layers: Vec<_> = f
+        .rdma
+        .devices
+        .iter()
+        .map(|d| {
+            (
+                d.name.as_str(),
+                d.ports[0].state.as_str(),
+                d.ports[0].link_layer.as_deref().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        layers,
+        [
+            ("mlx5_0", "ACTIVE", "InfiniBand"),
+            ("rdmaP36305p0s2", "ACTIVE", "Ethernet")
+        ]
+    );
+    let ib = f
+        .network
+        .interfaces
+        .iter()
+        .find(|i| i.name == "ibP59423s2")
+        .unwrap();
+    assert_eq!(
+        (ib.kind.as_str(), ib.mtu, ib.pci_bdf.as_deref()),
+        ("infiniband", Some(4092), Some("e81f:00:02.0"))
+    );
+    let vf = f
+        .network
+        .interfaces
+        .iter()
+        .find(|i| i.name == "enP44906s1")
+        .unwrap();
     assert_eq!(vf.master.as_deref(), Some("eth0"));
-    assert_eq!(f.gpus.iter().map(|g| g.bdf.as_str()).collect::<Vec<_>>()[..2], ["0001:00:00.0", "0002:00:00.0"]);
+    assert_eq!(
+        f.gpus.iter().map(|g| g.bdf.as_str()).collect::<Vec<_>>()[..2],
+        ["0001:00:00.0", "0002:00:00.0"]
+    );
     assert!(f.errors.is_empty(), "{:?}", f.errors);
 }
 
@@ -124,14 +201,31 @@ fn runai_pod_finds_the_ipv4_roce_v2_gid_like_the_runbook() {
     let port = &dev.ports[0];
     assert_eq!(port.link_layer.as_deref(), Some("Ethernet"));
     // The runbook's grep: IPv4-mapped GIDs whose type is RoCE v2 → index 9.
-    let v2_ipv4: Vec<u32> = port.gids.iter().filter(|g| g.ipv4.is_some() && g.gid_type.as_deref() == Some("RoCE v2")).map(|g| g.index).collect();
+    let v2_ipv4: Vec<u32> = port
+        .gids
+        .iter()
+        .filter(|g| g.ipv4.is_some() && g.gid_type.as_deref() == Some("RoCE v2"))
+        .map(|g| g.index)
+        .collect();
     assert_eq!(v2_ipv4, [9]);
-    assert_eq!(port.gids.iter().filter(|g| g.gid_type.as_deref() == Some("IB/RoCE v1")).count(), 5);
+    assert_eq!(
+        port.gids
+            .iter()
+            .filter(|g| g.gid_type.as_deref() == Some("IB/RoCE v1"))
+            .count(),
+        5
+    );
     assert_eq!(dev.netdevs, ["bond0", "net1"]);
     let ctx = &f.host.container;
     assert!(ctx.kubernetes);
-    assert_eq!(ctx.launcher_env.get("WORLD_SIZE").map(String::as_str), Some("2"));
-    assert_eq!(ctx.launcher_env.get("MASTER_ADDR").map(String::as_str), Some("my-first-distributed-app-master-0"));
+    assert_eq!(
+        ctx.launcher_env.get("WORLD_SIZE").map(String::as_str),
+        Some("2")
+    );
+    assert_eq!(
+        ctx.launcher_env.get("MASTER_ADDR").map(String::as_str),
+        Some("my-first-distributed-app-master-0")
+    );
     assert!(!ctx.launcher_env.contains_key("RUNAI_API_TOKEN"));
     assert!(!ctx.launcher_env.contains_key("PATH"));
     // GPU0 shares the lower switch with the NIC; GPU1 sits behind a sibling switch.
@@ -146,9 +240,18 @@ fn ethernet_box_says_there_is_no_rdma() {
     let f = snapshot("ethernet-box");
     assert!(f.gpus.is_empty());
     assert_eq!(f.rdma.sysfs.state, ProbeState::Missing);
-    assert!(f.rdma.sysfs.message.starts_with("no RDMA devices"), "{}", f.rdma.sysfs.message);
+    assert!(
+        f.rdma.sysfs.message.starts_with("no RDMA devices"),
+        "{}",
+        f.rdma.sysfs.message
+    );
     assert_eq!(f.nvml.state, ProbeState::NotConsulted);
-    let bond = f.network.interfaces.iter().find(|i| i.name == "bond0").unwrap();
+    let bond = f
+        .network
+        .interfaces
+        .iter()
+        .find(|i| i.name == "bond0")
+        .unwrap();
     assert_eq!(bond.slaves, ["eno1", "eno2"]);
     assert!(bond.virtual_device);
     assert_eq!(f.host.container.runtime.as_deref(), Some("docker"));
@@ -171,12 +274,19 @@ fn garbage_becomes_per_field_errors() {
         "/rdma/devices/mlx5_0/ports/1/gids/1",
         "/network/interfaces/ibp3s0/mtu",
     ] {
-        assert!(fields.contains(&expected), "no error for {expected}; got {fields:?}");
+        assert!(
+            fields.contains(&expected),
+            "no error for {expected}; got {fields:?}"
+        );
     }
     let port = &f.rdma.devices[0].ports[0];
     assert_eq!(port.state, "UNKNOWN");
     assert_eq!(port.state_raw.as_deref(), Some("9: WEIRD"));
-    assert_eq!(port.gids.len(), 1, "the unparsable GID is dropped, the good one kept");
+    assert_eq!(
+        port.gids.len(),
+        1,
+        "the unparsable GID is dropped, the good one kept"
+    );
     // The GPU is still inventoried, only its NUMA node is unknown.
     assert_eq!(f.gpus.len(), 1);
     assert_eq!(f.gpus[0].name.as_deref(), Some("NVIDIA H200"));
@@ -185,12 +295,24 @@ fn garbage_becomes_per_field_errors() {
 
 #[test]
 fn same_tree_gives_the_same_hash() {
-    for name in ["dgx1", "azure-nd40rs-v2", "runai-roce-pod", "ethernet-box", "garbage"] {
+    for name in [
+        "dgx1",
+        "azure-nd40rs-v2",
+        "runai-roce-pod",
+        "ethernet-box",
+        "garbage",
+    ] {
         let (a, b) = (facts(name), facts(name));
         assert_eq!(facts_sha256(&a), facts_sha256(&b), "{name}");
-        assert_eq!(serde_json::to_value(&a.gpus).unwrap(), serde_json::to_value(&b.gpus).unwrap());
+        assert_eq!(
+            serde_json::to_value(&a.gpus).unwrap(),
+            serde_json::to_value(&b.gpus).unwrap()
+        );
     }
-    assert_ne!(facts_sha256(&facts("dgx1")), facts_sha256(&facts("ethernet-box")));
+    assert_ne!(
+        facts_sha256(&facts("dgx1")),
+        facts_sha256(&facts("ethernet-box"))
+    );
 }
 
 #[test]
@@ -209,8 +331,14 @@ fn server_filter_paths_exist_with_the_right_types() {
     assert!(v.pointer("/host/hostname").unwrap().is_string());
     assert!(v.pointer("/gpus/0/name").unwrap().is_string());
     assert!(v.pointer("/rdma/devices/0/name").unwrap().is_string());
-    assert_eq!(v.pointer("/rdma/devices/0/ports/0/state").unwrap(), "ACTIVE");
-    assert_eq!(v.pointer("/rdma/devices/0/ports/0/link_layer").unwrap(), "InfiniBand");
+    assert_eq!(
+        v.pointer("/rdma/devices/0/ports/0/state").unwrap(),
+        "ACTIVE"
+    );
+    assert_eq!(
+        v.pointer("/rdma/devices/0/ports/0/link_layer").unwrap(),
+        "InfiniBand"
+    );
     assert_eq!(v.pointer("/schema_version").unwrap(), 1);
     let at = v.pointer("/collected_at").unwrap().as_str().unwrap();
     chrono::DateTime::parse_from_rfc3339(at).unwrap();
@@ -224,7 +352,16 @@ fn real_h200_capture_still_deserializes() {
     let f: NodeFacts = serde_json::from_str(&text).unwrap();
     assert_eq!(f.nvml.state, ProbeState::Available);
     assert_eq!(f.gpus.len(), 2);
-    assert!(f.gpus.iter().all(|g| g.name.as_deref() == Some("NVIDIA H200") && g.nvlinks.len() == 18 && g.uuid.is_some()));
-    assert_eq!(f.topology.matrix, vec![vec!["X", "NV18"], vec!["NV18", "X"]]);
+    assert!(
+        f.gpus
+            .iter()
+            .all(|g| g.name.as_deref() == Some("NVIDIA H200")
+                && g.nvlinks.len() == 18
+                && g.uuid.is_some())
+    );
+    assert_eq!(
+        f.topology.matrix,
+        vec![vec!["X", "NV18"], vec!["NV18", "X"]]
+    );
     assert!(f.software.nccl.is_some());
 }

@@ -13,7 +13,11 @@ const BIN: &str = env!("CARGO_BIN_EXE_heddle-agent");
 fn facts_on_this_machine_succeeds_and_names_what_is_missing() {
     let out = Command::new(BIN).args(["facts"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "exit {:?}; stderr: {stderr}", out.status);
+    assert!(
+        out.status.success(),
+        "exit {:?}; stderr: {stderr}",
+        out.status
+    );
     assert!(!stderr.contains("panicked"), "{stderr}");
     let facts: NodeFacts = serde_json::from_slice(&out.stdout).expect("stdout is the facts JSON");
     assert!(facts.live);
@@ -22,22 +26,34 @@ fn facts_on_this_machine_succeeds_and_names_what_is_missing() {
     assert!(facts.network.interfaces.iter().any(|i| i.name == "lo"));
 
     if facts.nvml.state != ProbeState::Available {
-        assert!(facts.nvml.message.starts_with("no NVML"), "{}", facts.nvml.message);
+        assert!(
+            facts.nvml.message.starts_with("no NVML"),
+            "{}",
+            facts.nvml.message
+        );
         assert!(facts.gpus.iter().all(|g| g.uuid.is_none()));
     }
     if !Path::new("/sys/class/infiniband").exists() {
         assert_eq!(facts.rdma.sysfs.state, ProbeState::Missing);
-        assert!(facts.rdma.sysfs.message.starts_with("no RDMA devices"), "{}", facts.rdma.sysfs.message);
+        assert!(
+            facts.rdma.sysfs.message.starts_with("no RDMA devices"),
+            "{}",
+            facts.rdma.sysfs.message
+        );
         assert!(facts.rdma.devices.is_empty());
     }
     match facts.rdma.verbs.state {
         ProbeState::Missing => assert!(
-            facts.rdma.verbs.message.starts_with("no libibverbs") || facts.rdma.verbs.message.contains("found no RDMA devices"),
+            facts.rdma.verbs.message.starts_with("no libibverbs")
+                || facts.rdma.verbs.message.contains("found no RDMA devices"),
             "{}",
             facts.rdma.verbs.message
         ),
         ProbeState::Available => assert!(facts.rdma.verbs.message.starts_with("libibverbs lists")),
-        other => panic!("unexpected verbs state {other:?}: {}", facts.rdma.verbs.message),
+        other => panic!(
+            "unexpected verbs state {other:?}: {}",
+            facts.rdma.verbs.message
+        ),
     }
 }
 
@@ -53,27 +69,50 @@ fn without_the_libraries_the_facts_say_so() {
     assert_eq!(facts.nvml.state, ProbeState::Missing);
     assert!(facts.nvml.message.starts_with("no NVML"));
     assert_eq!(facts.rdma.verbs.state, ProbeState::Missing);
-    assert!(facts.rdma.verbs.message.starts_with("no libibverbs"), "{}", facts.rdma.verbs.message);
+    assert!(
+        facts.rdma.verbs.message.starts_with("no libibverbs"),
+        "{}",
+        facts.rdma.verbs.message
+    );
     let nccl = facts.software.nccl_probe.unwrap();
     assert!(nccl.message.starts_with("no NCCL"));
-    assert_eq!(facts.topology.nvlink_source.split(':').next(), Some("no NVML"));
+    assert_eq!(
+        facts.topology.nvlink_source.split(':').next(),
+        Some("no NVML")
+    );
 }
 
 #[test]
 fn pretty_and_topo_outputs_work_on_a_fixture() {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/dgx1");
-    let out = Command::new(BIN).args(["facts", "--root", root, "--topo"]).output().unwrap();
+    let out = Command::new(BIN)
+        .args(["facts", "--root", root, "--topo"])
+        .output()
+        .unwrap();
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.lines().next().unwrap().contains("GPU0\tGPU1"), "{text}");
+    assert!(
+        text.lines().next().unwrap().contains("GPU0\tGPU1"),
+        "{text}"
+    );
     assert!(text.contains("mlx5_0\tPIX\tPIX\tPHB\tPHB\tSYS"), "{text}");
-    let out = Command::new(BIN).args(["facts", "--root", root, "--pretty"]).output().unwrap();
-    assert!(String::from_utf8(out.stdout).unwrap().starts_with("{\n  \"schema_version\": 1,"));
+    let out = Command::new(BIN)
+        .args(["facts", "--root", root, "--pretty"])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .starts_with("{\n  \"schema_version\": 1,")
+    );
 }
 
 #[test]
 fn a_missing_root_is_a_clear_error() {
-    let out = Command::new(BIN).args(["facts", "--root", "/nonexistent/heddle-root"]).output().unwrap();
+    let out = Command::new(BIN)
+        .args(["facts", "--root", "/nonexistent/heddle-root"])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("is not a directory"));
 }
@@ -82,10 +121,23 @@ fn a_missing_root_is_a_clear_error() {
 /// of them may be a link-time dependency.
 #[test]
 fn binary_does_not_link_gpu_or_rdma_libraries() {
-    let out = Command::new("ldd").arg(BIN).output().expect("ldd (libc-bin) is needed for this test");
+    let out = Command::new("ldd")
+        .arg(BIN)
+        .output()
+        .expect("ldd (libc-bin) is needed for this test");
     let deps = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "ldd failed: {}", String::from_utf8_lossy(&out.stderr));
-    for lib in ["libibverbs", "librdmacm", "libnvidia-ml", "libnccl", "libcuda"] {
+    assert!(
+        out.status.success(),
+        "ldd failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for lib in [
+        "libibverbs",
+        "librdmacm",
+        "libnvidia-ml",
+        "libnccl",
+        "libcuda",
+    ] {
         assert!(!deps.contains(lib), "{BIN} links {lib}:\n{deps}");
     }
 }

@@ -20,8 +20,17 @@ fn checked_in_schema_is_current() {
         std::fs::write(&path, &fresh).expect("write schema");
         return;
     }
-    let on_disk = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}; create it with `{REGENERATE}`", path.display()));
-    assert!(on_disk == fresh, "{} is stale: the facts types changed. Regenerate it with `{REGENERATE}` and commit the result.", path.display());
+    let on_disk = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "cannot read {}: {e}; create it with `{REGENERATE}`",
+            path.display()
+        )
+    });
+    assert!(
+        on_disk == fresh,
+        "{} is stale: the facts types changed. Regenerate it with `{REGENERATE}` and commit the result.",
+        path.display()
+    );
 }
 
 #[test]
@@ -29,7 +38,10 @@ fn schema_names_the_server_filter_paths() {
     let schema: serde_json::Value = serde_json::from_str(&generated()).unwrap();
     let required = schema["required"].as_array().unwrap();
     for field in ["schema_version", "collected_at", "host", "gpus", "rdma"] {
-        assert!(required.iter().any(|r| r == field) || schema["properties"].get(field).is_some(), "{field} missing");
+        assert!(
+            required.iter().any(|r| r == field) || schema["properties"].get(field).is_some(),
+            "{field} missing"
+        );
     }
     let defs = &schema["$defs"];
     assert!(defs["HostFacts"]["properties"]["hostname"].is_object());

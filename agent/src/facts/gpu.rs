@@ -36,7 +36,9 @@ pub fn from_pci(pci: &[PciDevice]) -> Vec<GpuFacts> {
         .filter(|d| d.kind == PciKind::Gpu)
         .enumerate()
         .map(|(i, d)| {
-            let name = parse_hex_u16(&d.device_id).and_then(gpu_name).map(str::to_string);
+            let name = parse_hex_u16(&d.device_id)
+                .and_then(gpu_name)
+                .map(str::to_string);
             GpuFacts {
                 index: i as u32,
                 bdf: d.bdf.clone(),
@@ -91,7 +93,9 @@ pub fn merge(gpus: &mut Vec<GpuFacts>, view: &NvmlView) {
 /// point it at a library that does not exist to exercise the "no NVML" path).
 pub fn query_nvml(root: &mut Root, library: Option<&str>) -> (Probe, Option<NvmlView>) {
     let init = match library {
-        Some(lib) => nvml_wrapper::Nvml::builder().lib_path(std::ffi::OsStr::new(lib)).init(),
+        Some(lib) => nvml_wrapper::Nvml::builder()
+            .lib_path(std::ffi::OsStr::new(lib))
+            .init(),
         None => nvml_wrapper::Nvml::init(),
     };
     let nvml = match init {
@@ -99,7 +103,14 @@ pub fn query_nvml(root: &mut Root, library: Option<&str>) -> (Probe, Option<Nvml
         Err(e) => {
             use nvml_wrapper::error::NvmlError;
             let lib = library.unwrap_or("libnvidia-ml.so.1");
-            let state = if matches!(e, NvmlError::LibloadingError(_) | NvmlError::DriverNotLoaded) { ProbeState::Missing } else { ProbeState::Failed };
+            let state = if matches!(
+                e,
+                NvmlError::LibloadingError(_) | NvmlError::DriverNotLoaded
+            ) {
+                ProbeState::Missing
+            } else {
+                ProbeState::Failed
+            };
             let message = match &e {
                 NvmlError::LibloadingError(_) => format!("no NVML: {lib} could not be loaded ({e}); GPU inventory comes from PCI sysfs only"),
                 NvmlError::DriverNotLoaded => "no NVML: the NVIDIA kernel driver is not loaded; GPU inventory comes from PCI sysfs only".to_string(),
@@ -109,17 +120,34 @@ pub fn query_nvml(root: &mut Root, library: Option<&str>) -> (Probe, Option<Nvml
         }
     };
     let mut view = NvmlView {
-        driver_version: nvml.sys_driver_version().map_err(|e| root.error("/software/nvidia_driver", format!("NVML: {e}"))).ok(),
+        driver_version: nvml
+            .sys_driver_version()
+            .map_err(|e| root.error("/software/nvidia_driver", format!("NVML: {e}")))
+            .ok(),
         cuda_version: nvml
             .sys_cuda_driver_version()
-            .map(|v| format!("{}.{}", nvml_wrapper::cuda_driver_version_major(v), nvml_wrapper::cuda_driver_version_minor(v)))
+            .map(|v| {
+                format!(
+                    "{}.{}",
+                    nvml_wrapper::cuda_driver_version_major(v),
+                    nvml_wrapper::cuda_driver_version_minor(v)
+                )
+            })
             .map_err(|e| root.error("/software/cuda_driver", format!("NVML: {e}")))
             .ok(),
         devices: Vec::new(),
     };
     let count = match nvml.device_count() {
         Ok(c) => c,
-        Err(e) => return (Probe { state: ProbeState::Failed, message: format!("NVML loaded but cannot count devices: {e}") }, Some(view)),
+        Err(e) => {
+            return (
+                Probe {
+                    state: ProbeState::Failed,
+                    message: format!("NVML loaded but cannot count devices: {e}"),
+                },
+                Some(view),
+            );
+        }
     };
     for i in 0..count {
         let field = format!("/gpus/{i}");
@@ -142,21 +170,55 @@ pub fn query_nvml(root: &mut Root, library: Option<&str>) -> (Probe, Option<Nvml
                 continue;
             }
             // Inside VMs whose NVSwitches are hidden NVML answers `ffffffff:ff:ff.0`.
-            let remote_bdf = wrapper.remote_pci_info().ok().filter(|p| p.domain != 0xffff_ffff).and_then(|p| normalize_bdf(&p.bus_id));
-            let remote_kind = wrapper.remote_device_type(link).ok().map(|t| format!("{t:?}").to_ascii_lowercase());
-            nvlinks.push(NvLink { link, remote_bdf, remote_kind });
+            let remote_bdf = wrapper
+                .remote_pci_info()
+                .ok()
+                .filter(|p| p.domain != 0xffff_ffff)
+                .and_then(|p| normalize_bdf(&p.bus_id));
+            let remote_kind = wrapper
+                .remote_device_type(link)
+                .ok()
+                .map(|t| format!("{t:?}").to_ascii_lowercase());
+            nvlinks.push(NvLink {
+                link,
+                remote_bdf,
+                remote_kind,
+            });
         }
         view.devices.push(NvmlDevice {
             index: dev.index().unwrap_or(i),
             bdf,
-            name: dev.name().map_err(|e| root.error(&format!("{field}/name"), format!("NVML: {e}"))).ok(),
-            uuid: dev.uuid().map_err(|e| root.error(&format!("{field}/uuid"), format!("NVML: {e}"))).ok(),
-            memory_total_bytes: dev.memory_info().map(|m| m.total).map_err(|e| root.error(&format!("{field}/memory_total_bytes"), format!("NVML: {e}"))).ok(),
+            name: dev
+                .name()
+                .map_err(|e| root.error(&format!("{field}/name"), format!("NVML: {e}")))
+                .ok(),
+            uuid: dev
+                .uuid()
+                .map_err(|e| root.error(&format!("{field}/uuid"), format!("NVML: {e}")))
+                .ok(),
+            memory_total_bytes: dev
+                .memory_info()
+                .map(|m| m.total)
+                .map_err(|e| {
+                    root.error(&format!("{field}/memory_total_bytes"), format!("NVML: {e}"))
+                })
+                .ok(),
             nvlinks,
         });
     }
-    let message = format!("NVML {} reports {count} GPU(s)", view.driver_version.as_deref().unwrap_or("(driver version unknown)"));
-    (Probe { state: ProbeState::Available, message }, Some(view))
+    let message = format!(
+        "NVML {} reports {count} GPU(s)",
+        view.driver_version
+            .as_deref()
+            .unwrap_or("(driver version unknown)")
+    );
+    (
+        Probe {
+            state: ProbeState::Available,
+            message,
+        },
+        Some(view),
+    )
 }
 
 #[cfg(test)]
@@ -179,7 +241,10 @@ mod tests {
 
     #[test]
     fn unknown_pci_ids_get_no_name() {
-        let gpus = from_pci(&[pci_gpu("0000:06:00.0", "0x1db1"), pci_gpu("0000:07:00.0", "0xffff")]);
+        let gpus = from_pci(&[
+            pci_gpu("0000:06:00.0", "0x1db1"),
+            pci_gpu("0000:07:00.0", "0xffff"),
+        ]);
         assert_eq!(gpus[0].name.as_deref(), Some("Tesla V100-SXM2-16GB"));
         assert_eq!(gpus[0].name_source, Some(NameSource::PciIdTable));
         assert_eq!(gpus[1].name, None);
@@ -188,11 +253,24 @@ mod tests {
 
     #[test]
     fn nvml_overrides_names_and_indices() {
-        let mut gpus = from_pci(&[pci_gpu("0000:06:00.0", "0x1db1"), pci_gpu("0000:07:00.0", "0x1db1")]);
+        let mut gpus = from_pci(&[
+            pci_gpu("0000:06:00.0", "0x1db1"),
+            pci_gpu("0000:07:00.0", "0x1db1"),
+        ]);
         let view = NvmlView {
             devices: vec![
-                NvmlDevice { index: 0, bdf: "0000:07:00.0".into(), name: Some("Tesla V100-SXM2-32GB".into()), ..Default::default() },
-                NvmlDevice { index: 1, bdf: "0000:06:00.0".into(), name: Some("Tesla V100-SXM2-32GB".into()), ..Default::default() },
+                NvmlDevice {
+                    index: 0,
+                    bdf: "0000:07:00.0".into(),
+                    name: Some("Tesla V100-SXM2-32GB".into()),
+                    ..Default::default()
+                },
+                NvmlDevice {
+                    index: 1,
+                    bdf: "0000:06:00.0".into(),
+                    name: Some("Tesla V100-SXM2-32GB".into()),
+                    ..Default::default()
+                },
             ],
             ..Default::default()
         };

@@ -35,7 +35,10 @@ const ENV_PREFIXES: &[&str] = &["NCCL_", "UCX_", "RUNAI_", "TORCHELASTIC_"];
 const ENV_SECRET_MARKERS: &[&str] = &["TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL"];
 
 pub fn keep_env(name: &str) -> bool {
-    if ENV_SECRET_MARKERS.iter().any(|m| name.to_ascii_uppercase().contains(m)) {
+    if ENV_SECRET_MARKERS
+        .iter()
+        .any(|m| name.to_ascii_uppercase().contains(m))
+    {
         return false;
     }
     ENV_EXACT.contains(&name) || ENV_PREFIXES.iter().any(|p| name.starts_with(p))
@@ -65,10 +68,15 @@ pub fn collect(root: &mut Root, env: &BTreeMap<String, String>) -> HostFacts {
         dmi: Dmi {
             sys_vendor: root.opt("sys/class/dmi/id/sys_vendor", "/host/dmi/sys_vendor"),
             product_name: root.opt("sys/class/dmi/id/product_name", "/host/dmi/product_name"),
-            chassis_asset_tag: root.opt("sys/class/dmi/id/chassis_asset_tag", "/host/dmi/chassis_asset_tag"),
+            chassis_asset_tag: root.opt(
+                "sys/class/dmi/id/chassis_asset_tag",
+                "/host/dmi/chassis_asset_tag",
+            ),
         },
         container: container(root, env),
-        azure_enable_rdma: root.opt("etc/waagent.conf", "/host/azure_enable_rdma").and_then(|t| waagent_enable_rdma(&t)),
+        azure_enable_rdma: root
+            .opt("etc/waagent.conf", "/host/azure_enable_rdma")
+            .and_then(|t| waagent_enable_rdma(&t)),
     }
 }
 
@@ -81,7 +89,11 @@ fn hostname(root: &mut Root) -> String {
     }
     match root.read("etc/hostname") {
         Ok(h) => {
-            let h = h.lines().map(str::trim).find(|l| !l.is_empty() && !l.starts_with('#')).unwrap_or("");
+            let h = h
+                .lines()
+                .map(str::trim)
+                .find(|l| !l.is_empty() && !l.starts_with('#'))
+                .unwrap_or("");
             if h.is_empty() {
                 root.error("/host/hostname", "etc/hostname is empty");
             }
@@ -95,10 +107,14 @@ fn hostname(root: &mut Root) -> String {
 }
 
 fn os_release(root: &mut Root) -> OsRelease {
-    let text = root.opt("etc/os-release", "/host/os").or_else(|| root.opt("usr/lib/os-release", "/host/os"));
+    let text = root
+        .opt("etc/os-release", "/host/os")
+        .or_else(|| root.opt("usr/lib/os-release", "/host/os"));
     let mut os = OsRelease::default();
     for line in text.as_deref().unwrap_or("").lines() {
-        let Some((k, v)) = line.split_once('=') else { continue };
+        let Some((k, v)) = line.split_once('=') else {
+            continue;
+        };
         let v = v.trim().trim_matches('"').trim_matches('\'').to_string();
         match k.trim() {
             "ID" => os.id = Some(v),
@@ -117,11 +133,17 @@ pub fn waagent_enable_rdma(conf: &str) -> Option<bool> {
         .filter(|l| !l.starts_with('#'))
         .filter_map(|l| l.split_once('='))
         .find(|(k, _)| k.trim() == "OS.EnableRDMA")
-        .map(|(_, v)| matches!(v.trim().to_ascii_lowercase().as_str(), "y" | "yes" | "true" | "1"))
+        .map(|(_, v)| {
+            matches!(
+                v.trim().to_ascii_lowercase().as_str(),
+                "y" | "yes" | "true" | "1"
+            )
+        })
 }
 
 fn container(root: &mut Root, env: &BTreeMap<String, String>) -> ContainerContext {
-    let kubernetes = env.contains_key("KUBERNETES_SERVICE_HOST") || root.exists("var/run/secrets/kubernetes.io/serviceaccount");
+    let kubernetes = env.contains_key("KUBERNETES_SERVICE_HOST")
+        || root.exists("var/run/secrets/kubernetes.io/serviceaccount");
     let runtime = if kubernetes {
         Some("kubernetes".to_string())
     } else if root.exists(".dockerenv") {
@@ -131,14 +153,26 @@ fn container(root: &mut Root, env: &BTreeMap<String, String>) -> ContainerContex
     } else {
         env.get("container").cloned()
     };
-    let launcher_env = env.iter().filter(|(k, _)| keep_env(k)).map(|(k, v)| (k.clone(), v.clone())).collect();
-    ContainerContext { runtime, kubernetes, launcher_env }
+    let launcher_env = env
+        .iter()
+        .filter(|(k, _)| keep_env(k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    ContainerContext {
+        runtime,
+        kubernetes,
+        launcher_env,
+    }
 }
 
 pub fn cpu(root: &mut Root) -> CpuFacts {
-    let model = root
-        .opt("proc/cpuinfo", "/cpu/model")
-        .and_then(|t| t.lines().find_map(|l| l.split_once(':').filter(|(k, _)| k.trim() == "model name").map(|(_, v)| v.trim().to_string())));
+    let model = root.opt("proc/cpuinfo", "/cpu/model").and_then(|t| {
+        t.lines().find_map(|l| {
+            l.split_once(':')
+                .filter(|(k, _)| k.trim() == "model name")
+                .map(|(_, v)| v.trim().to_string())
+        })
+    });
     let online = root.opt("sys/devices/system/cpu/online", "/cpu/online");
     let online_count = match &online {
         Some(list) => match cpulist_count(list) {
@@ -152,16 +186,33 @@ pub fn cpu(root: &mut Root) -> CpuFacts {
     };
     let mut numa_nodes = Vec::new();
     for name in root.list_or_record("sys/devices/system/node", "/cpu/numa_nodes") {
-        let Some(id) = name.strip_prefix("node").and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let Some(id) = name
+            .strip_prefix("node")
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
         let field = format!("/cpu/numa_nodes/{id}/cpulist");
-        let Some(cpulist) = root.opt(&format!("sys/devices/system/node/{name}/cpulist"), &field) else { continue };
+        let Some(cpulist) = root.opt(&format!("sys/devices/system/node/{name}/cpulist"), &field)
+        else {
+            continue;
+        };
         match cpulist_count(&cpulist) {
-            Some(cpu_count) => numa_nodes.push(NumaNode { id, cpulist, cpu_count }),
+            Some(cpu_count) => numa_nodes.push(NumaNode {
+                id,
+                cpulist,
+                cpu_count,
+            }),
             None => root.error(&field, format!("not a CPU list: {cpulist:?}")),
         }
     }
     numa_nodes.sort_by_key(|n| n.id);
-    CpuFacts { model, online, online_count, numa_nodes }
+    CpuFacts {
+        model,
+        online,
+        online_count,
+        numa_nodes,
+    }
 }
 
 #[cfg(test)]

@@ -50,13 +50,21 @@ pub struct CollectOptions {
 
 impl Default for CollectOptions {
     fn default() -> Self {
-        CollectOptions { root: PathBuf::from("/"), nvml_library: None, verbs_library: verbs::DEFAULT_LIBRARY.into(), nccl_library: software::DEFAULT_NCCL_LIBRARY.into() }
+        CollectOptions {
+            root: PathBuf::from("/"),
+            nvml_library: None,
+            verbs_library: verbs::DEFAULT_LIBRARY.into(),
+            nccl_library: software::DEFAULT_NCCL_LIBRARY.into(),
+        }
     }
 }
 
 impl CollectOptions {
     pub fn for_root(root: impl Into<PathBuf>) -> Self {
-        CollectOptions { root: root.into(), ..Default::default() }
+        CollectOptions {
+            root: root.into(),
+            ..Default::default()
+        }
     }
 }
 
@@ -66,7 +74,11 @@ pub fn command(args: FactsArgs) -> anyhow::Result<()> {
     }
     let started = std::time::Instant::now();
     let facts = collect(&CollectOptions::for_root(&args.root));
-    tracing::debug!(elapsed_ms = started.elapsed().as_millis() as u64, errors = facts.errors.len(), "facts collected");
+    tracing::debug!(
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        errors = facts.errors.len(),
+        "facts collected"
+    );
     let out = if args.topo {
         render_topology(&facts.topology)
     } else if args.pretty {
@@ -102,7 +114,11 @@ pub fn collect(opts: &CollectOptions) -> NodeFacts {
     }
 
     let (rdma_probe, mut rdma_devices) = rdma::collect(&mut root);
-    let verbs_probe = if live { verbs::cross_check(&opts.verbs_library, &mut rdma_devices) } else { not_consulted("libibverbs") };
+    let verbs_probe = if live {
+        verbs::cross_check(&opts.verbs_library, &mut rdma_devices)
+    } else {
+        not_consulted("libibverbs")
+    };
 
     let network = net::collect(&mut root);
     let mut software = software::collect(&mut root, &opts.nccl_library);
@@ -129,7 +145,11 @@ pub fn collect(opts: &CollectOptions) -> NodeFacts {
         pci,
         nvml,
         gpus,
-        rdma: RdmaFacts { sysfs: rdma_probe, verbs: verbs_probe, devices: rdma_devices },
+        rdma: RdmaFacts {
+            sysfs: rdma_probe,
+            verbs: verbs_probe,
+            devices: rdma_devices,
+        },
         network,
         software,
         topology,
@@ -138,7 +158,12 @@ pub fn collect(opts: &CollectOptions) -> NodeFacts {
 }
 
 fn not_consulted(what: &str) -> Probe {
-    Probe { state: ProbeState::NotConsulted, message: format!("{what} not consulted: the root is not `/`, so only files under it were read") }
+    Probe {
+        state: ProbeState::NotConsulted,
+        message: format!(
+            "{what} not consulted: the root is not `/`, so only files under it were read"
+        ),
+    }
 }
 
 /// SHA-256 (hex) of the facts' JSON without `collected_at`: equal hashes mean nothing

@@ -18,10 +18,20 @@ pub fn collect(root: &mut Root) -> Vec<PciDevice> {
     for bdf in root.list_or_record("sys/bus/pci/devices", "/pci") {
         let dir = format!("sys/bus/pci/devices/{bdf}");
         let field = format!("/pci/{bdf}");
-        let Some(class) = root.opt_parse(&format!("{dir}/class"), &format!("{field}/class"), "a hex class code", parse_hex_u32) else {
+        let Some(class) = root.opt_parse(
+            &format!("{dir}/class"),
+            &format!("{field}/class"),
+            "a hex class code",
+            parse_hex_u32,
+        ) else {
             continue;
         };
-        let Some(vendor) = root.opt_parse(&format!("{dir}/vendor"), &format!("{field}/vendor_id"), "a hex vendor id", parse_hex_u16) else {
+        let Some(vendor) = root.opt_parse(
+            &format!("{dir}/vendor"),
+            &format!("{field}/vendor_id"),
+            "a hex vendor id",
+            parse_hex_u16,
+        ) else {
             continue;
         };
         let kind = match class >> 16 {
@@ -29,8 +39,20 @@ pub fn collect(root: &mut Root) -> Vec<PciDevice> {
             0x02 => PciKind::Network,
             _ => continue,
         };
-        let device = root.opt_parse(&format!("{dir}/device"), &format!("{field}/device_id"), "a hex device id", parse_hex_u16);
-        let numa_node = root.opt_parse(&format!("{dir}/numa_node"), &format!("{field}/numa_node"), "a NUMA node number", |s| s.trim().parse::<i32>().ok()).and_then(|n| u32::try_from(n).ok());
+        let device = root.opt_parse(
+            &format!("{dir}/device"),
+            &format!("{field}/device_id"),
+            "a hex device id",
+            parse_hex_u16,
+        );
+        let numa_node = root
+            .opt_parse(
+                &format!("{dir}/numa_node"),
+                &format!("{field}/numa_node"),
+                "a NUMA node number",
+                |s| s.trim().parse::<i32>().ok(),
+            )
+            .and_then(|n| u32::try_from(n).ok());
         let sysfs_path = match root.resolve(&dir) {
             Ok(p) => Some(format!("/{p}")),
             Err(e) => {
@@ -46,7 +68,10 @@ pub fn collect(root: &mut Root) -> Vec<PciDevice> {
             class: format!("0x{class:06x}"),
             driver: root.link_name(&format!("{dir}/driver")),
             numa_node,
-            local_cpulist: root.opt(&format!("{dir}/local_cpulist"), &format!("{field}/local_cpulist")),
+            local_cpulist: root.opt(
+                &format!("{dir}/local_cpulist"),
+                &format!("{field}/local_cpulist"),
+            ),
             sysfs_path,
         });
     }
@@ -79,7 +104,9 @@ pub fn normalize_bdf(bus_id: &str) -> Option<String> {
 /// The PCI function a resolved sysfs path belongs to: its last `dddd:bb:dd.f` component.
 /// A virtio NIC's `device` link ends in `…/0000:00:03.0/virtio0`, hence not just the last.
 pub fn last_bdf(path: &str) -> Option<String> {
-    path.rsplit('/').find(|c| normalize_bdf(c).as_deref() == Some(*c)).map(str::to_string)
+    path.rsplit('/')
+        .find(|c| normalize_bdf(c).as_deref() == Some(*c))
+        .map(str::to_string)
 }
 
 /// The NVML-style name of common data-centre GPUs, for when NVML is unavailable. Kept
@@ -121,16 +148,33 @@ impl PciLocation {
     pub fn from_path(path: &str, numa_node: Option<u32>) -> Option<Self> {
         let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
         let root_pos = parts.iter().rposition(|p| is_root_complex(p))?;
-        let mut chain: Vec<String> = parts[root_pos + 1..].iter().take_while(|p| is_bdf(p)).map(|s| s.to_string()).collect();
+        let mut chain: Vec<String> = parts[root_pos + 1..]
+            .iter()
+            .take_while(|p| is_bdf(p))
+            .map(|s| s.to_string())
+            .collect();
         chain.pop()?; // the device itself
-        Some(PciLocation { root: parts[root_pos].to_string(), bridges: chain, numa_node })
+        Some(PciLocation {
+            root: parts[root_pos].to_string(),
+            bridges: chain,
+            numa_node,
+        })
     }
 }
 
 fn is_root_complex(s: &str) -> bool {
-    let Some(rest) = s.strip_prefix("pci") else { return false };
-    let Some((dom, bus)) = rest.split_once(':') else { return false };
-    !dom.is_empty() && !bus.is_empty() && dom.chars().chain(bus.chars()).all(|c| c.is_ascii_hexdigit())
+    let Some(rest) = s.strip_prefix("pci") else {
+        return false;
+    };
+    let Some((dom, bus)) = rest.split_once(':') else {
+        return false;
+    };
+    !dom.is_empty()
+        && !bus.is_empty()
+        && dom
+            .chars()
+            .chain(bus.chars())
+            .all(|c| c.is_ascii_hexdigit())
 }
 
 fn is_bdf(s: &str) -> bool {
@@ -146,9 +190,18 @@ fn is_bdf(s: &str) -> bool {
 /// CPU of one NUMA node (NODE) or cross the socket interconnect (SYS).
 pub fn distance(a: &PciLocation, b: &PciLocation) -> &'static str {
     if a.root != b.root {
-        return if a.numa_node == b.numa_node { "NODE" } else { "SYS" };
+        return if a.numa_node == b.numa_node {
+            "NODE"
+        } else {
+            "SYS"
+        };
     }
-    let common = a.bridges.iter().zip(&b.bridges).take_while(|(x, y)| x == y).count();
+    let common = a
+        .bridges
+        .iter()
+        .zip(&b.bridges)
+        .take_while(|(x, y)| x == y)
+        .count();
     if common == 0 {
         return "PHB";
     }
@@ -157,7 +210,11 @@ pub fn distance(a: &PciLocation, b: &PciLocation) -> &'static str {
     if common == 1 && (a.bridges.len() > 1 || b.bridges.len() > 1) {
         return "PHB";
     }
-    if a.bridges.len() - common <= 1 && b.bridges.len() - common <= 1 { "PIX" } else { "PXB" }
+    if a.bridges.len() - common <= 1 && b.bridges.len() - common <= 1 {
+        "PIX"
+    } else {
+        "PXB"
+    }
 }
 
 #[cfg(test)]
@@ -170,9 +227,18 @@ mod tests {
 
     #[test]
     fn nvml_bus_ids_normalize_to_sysfs_form() {
-        assert_eq!(normalize_bdf("00000000:06:00.0").as_deref(), Some("0000:06:00.0"));
-        assert_eq!(normalize_bdf("00000001:00:00.0").as_deref(), Some("0001:00:00.0"));
-        assert_eq!(normalize_bdf("0000:1B:00.1").as_deref(), Some("0000:1b:00.1"));
+        assert_eq!(
+            normalize_bdf("00000000:06:00.0").as_deref(),
+            Some("0000:06:00.0")
+        );
+        assert_eq!(
+            normalize_bdf("00000001:00:00.0").as_deref(),
+            Some("0001:00:00.0")
+        );
+        assert_eq!(
+            normalize_bdf("0000:1B:00.1").as_deref(),
+            Some("0000:1b:00.1")
+        );
         assert_eq!(normalize_bdf("pci0000:00"), None);
     }
 
@@ -182,8 +248,14 @@ mod tests {
         let gpu0 = loc(&format!("{sw}/0000:04:08.0/0000:06:00.0"), 0);
         let gpu1 = loc(&format!("{sw}/0000:04:10.0/0000:07:00.0"), 0);
         let hca = loc(&format!("{sw}/0000:04:04.0/0000:05:00.0"), 0);
-        let gpu2 = loc("/sys/devices/pci0000:00/0000:00:03.0/0000:08:00.0/0000:09:08.0/0000:0a:00.0", 0);
-        let gpu4 = loc("/sys/devices/pci0000:80/0000:80:02.0/0000:82:00.0/0000:83:08.0/0000:85:00.0", 1);
+        let gpu2 = loc(
+            "/sys/devices/pci0000:00/0000:00:03.0/0000:08:00.0/0000:09:08.0/0000:0a:00.0",
+            0,
+        );
+        let gpu4 = loc(
+            "/sys/devices/pci0000:80/0000:80:02.0/0000:82:00.0/0000:83:08.0/0000:85:00.0",
+            1,
+        );
         assert_eq!(distance(&gpu0, &gpu1), "PIX");
         assert_eq!(distance(&gpu0, &hca), "PIX");
         assert_eq!(distance(&gpu0, &gpu2), "PHB");
@@ -192,8 +264,14 @@ mod tests {
 
     #[test]
     fn nested_switches_are_pxb_and_separate_roots_node() {
-        let a = loc("/sys/devices/pci0000:10/0000:10:01.0/0000:11:00.0/0000:12:00.0/0000:13:00.0/0000:14:00.0/0000:15:00.0", 0);
-        let b = loc("/sys/devices/pci0000:10/0000:10:01.0/0000:11:00.0/0000:12:01.0/0000:16:00.0/0000:17:00.0/0000:18:00.0", 0);
+        let a = loc(
+            "/sys/devices/pci0000:10/0000:10:01.0/0000:11:00.0/0000:12:00.0/0000:13:00.0/0000:14:00.0/0000:15:00.0",
+            0,
+        );
+        let b = loc(
+            "/sys/devices/pci0000:10/0000:10:01.0/0000:11:00.0/0000:12:01.0/0000:16:00.0/0000:17:00.0/0000:18:00.0",
+            0,
+        );
         assert_eq!(distance(&a, &b), "PXB");
         let c = loc("/sys/devices/pci0000:20/0000:20:01.0/0000:21:00.0", 0);
         assert_eq!(distance(&a, &c), "NODE");
@@ -205,7 +283,10 @@ mod tests {
 
     #[test]
     fn hyperv_paths_find_the_root_complex_after_vmbus() {
-        let l = loc("/sys/devices/LNXSYSTM:00/LNXSYBUS:00/PNP0A03:00/device:07/VMBUS:01/47505500-0001-0000-3130-444531303244/pci0001:00/0001:00:00.0", 0);
+        let l = loc(
+            "/sys/devices/LNXSYSTM:00/LNXSYBUS:00/PNP0A03:00/device:07/VMBUS:01/47505500-0001-0000-3130-444531303244/pci0001:00/0001:00:00.0",
+            0,
+        );
         assert_eq!(l.root, "pci0001:00");
         assert!(l.bridges.is_empty());
     }

@@ -13,19 +13,38 @@ const CLASS: &str = "sys/class/infiniband";
 
 pub fn collect(root: &mut Root) -> (Probe, Vec<RdmaDevice>) {
     if !root.exists(CLASS) {
-        let probe = Probe { state: ProbeState::Missing, message: "no RDMA devices: /sys/class/infiniband does not exist (no RDMA driver loaded)".into() };
+        let probe = Probe {
+            state: ProbeState::Missing,
+            message:
+                "no RDMA devices: /sys/class/infiniband does not exist (no RDMA driver loaded)"
+                    .into(),
+        };
         return (probe, Vec::new());
     }
     let names = match root.list(CLASS) {
         Ok(n) => n,
-        Err(e) => return (Probe { state: ProbeState::Failed, message: e.to_string() }, Vec::new()),
+        Err(e) => {
+            return (
+                Probe {
+                    state: ProbeState::Failed,
+                    message: e.to_string(),
+                },
+                Vec::new(),
+            );
+        }
     };
     let devices: Vec<RdmaDevice> = names.iter().map(|n| device(root, n)).collect();
     let probe = if devices.is_empty() {
-        Probe { state: ProbeState::Missing, message: "no RDMA devices: /sys/class/infiniband is empty".into() }
+        Probe {
+            state: ProbeState::Missing,
+            message: "no RDMA devices: /sys/class/infiniband is empty".into(),
+        }
     } else {
         let list: Vec<&str> = devices.iter().map(|d| d.name.as_str()).collect();
-        Probe { state: ProbeState::Available, message: format!("{} RDMA device(s): {}", devices.len(), list.join(", ")) }
+        Probe {
+            state: ProbeState::Available,
+            message: format!("{} RDMA device(s): {}", devices.len(), list.join(", ")),
+        }
     };
     (probe, devices)
 }
@@ -33,10 +52,17 @@ pub fn collect(root: &mut Root) -> (Probe, Vec<RdmaDevice>) {
 fn device(root: &mut Root, name: &str) -> RdmaDevice {
     let dir = format!("{CLASS}/{name}");
     let field = format!("/rdma/devices/{name}");
-    let opt = |root: &mut Root, file: &str| root.opt(&format!("{dir}/{file}"), &format!("{field}/{file}"));
-    let pci_bdf = root.resolve(&format!("{dir}/device")).ok().and_then(|p| super::pci::last_bdf(&p));
+    let opt = |root: &mut Root, file: &str| {
+        root.opt(&format!("{dir}/{file}"), &format!("{field}/{file}"))
+    };
+    let pci_bdf = root
+        .resolve(&format!("{dir}/device"))
+        .ok()
+        .and_then(|p| super::pci::last_bdf(&p));
     let mut netdevs = match &pci_bdf {
-        Some(bdf) => root.list(&format!("sys/bus/pci/devices/{bdf}/net")).unwrap_or_default(),
+        Some(bdf) => root
+            .list(&format!("sys/bus/pci/devices/{bdf}/net"))
+            .unwrap_or_default(),
         None => Vec::new(),
     };
     let mut ports = Vec::new();
@@ -71,11 +97,16 @@ fn device(root: &mut Root, name: &str) -> RdmaDevice {
 fn port(root: &mut Root, dev_dir: &str, dev_field: &str, num: u32) -> RdmaPort {
     let dir = format!("{dev_dir}/ports/{num}");
     let field = format!("{dev_field}/ports/{num}");
-    let opt = |root: &mut Root, file: &str| root.opt(&format!("{dir}/{file}"), &format!("{field}/{file}"));
+    let opt = |root: &mut Root, file: &str| {
+        root.opt(&format!("{dir}/{file}"), &format!("{field}/{file}"))
+    };
     let state_raw = opt(root, "state");
     let state = match &state_raw {
         Some(raw) => normalize_state(raw).unwrap_or_else(|| {
-            root.error(&format!("{field}/state"), format!("unrecognized port state {raw:?}"));
+            root.error(
+                &format!("{field}/state"),
+                format!("unrecognized port state {raw:?}"),
+            );
             "UNKNOWN".to_string()
         }),
         None => "UNKNOWN".to_string(),
@@ -83,9 +114,13 @@ fn port(root: &mut Root, dev_dir: &str, dev_field: &str, num: u32) -> RdmaPort {
     let link_layer = opt(root, "link_layer");
     let mut gids = Vec::new();
     for entry in root.list(&format!("{dir}/gids")).unwrap_or_default() {
-        let Ok(index) = entry.parse::<u32>() else { continue };
+        let Ok(index) = entry.parse::<u32>() else {
+            continue;
+        };
         let gid_field = format!("{field}/gids/{index}");
-        let Some(gid) = root.opt(&format!("{dir}/gids/{index}"), &gid_field) else { continue };
+        let Some(gid) = root.opt(&format!("{dir}/gids/{index}"), &gid_field) else {
+            continue;
+        };
         let Some(bytes) = parse_gid(&gid) else {
             root.error(&gid_field, format!("not a GID: {gid:?}"));
             continue;
@@ -95,8 +130,14 @@ fn port(root: &mut Root, dev_dir: &str, dev_field: &str, num: u32) -> RdmaPort {
         }
         gids.push(Gid {
             index,
-            gid_type: root.opt(&format!("{dir}/gid_attrs/types/{index}"), &format!("{gid_field}/gid_type")),
-            ndev: root.opt(&format!("{dir}/gid_attrs/ndevs/{index}"), &format!("{gid_field}/ndev")),
+            gid_type: root.opt(
+                &format!("{dir}/gid_attrs/types/{index}"),
+                &format!("{gid_field}/gid_type"),
+            ),
+            ndev: root.opt(
+                &format!("{dir}/gid_attrs/ndevs/{index}"),
+                &format!("{gid_field}/ndev"),
+            ),
             ipv4: ipv4_mapped(&bytes),
             gid,
         });
@@ -124,7 +165,9 @@ pub fn normalize_state(raw: &str) -> Option<String> {
         None => (raw.trim().parse::<u32>().ok(), raw.trim()),
     };
     let from_num = num.and_then(state_name);
-    let from_text = ["NOP", "DOWN", "INIT", "ARMED", "ACTIVE", "ACTIVE_DEFER"].into_iter().find(|s| text.eq_ignore_ascii_case(s) || text.eq_ignore_ascii_case(&format!("PORT_{s}")));
+    let from_text = ["NOP", "DOWN", "INIT", "ARMED", "ACTIVE", "ACTIVE_DEFER"]
+        .into_iter()
+        .find(|s| text.eq_ignore_ascii_case(s) || text.eq_ignore_ascii_case(&format!("PORT_{s}")));
     from_num.or(from_text).map(str::to_string)
 }
 

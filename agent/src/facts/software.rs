@@ -39,19 +39,48 @@ pub fn nccl_version(library: &str) -> (Option<String>, Probe) {
     unsafe {
         let lib = match libloading::Library::new(library) {
             Ok(l) => l,
-            Err(e) => return (None, Probe { state: ProbeState::Missing, message: format!("no NCCL: {library} could not be loaded ({e})") }),
+            Err(e) => {
+                return (
+                    None,
+                    Probe {
+                        state: ProbeState::Missing,
+                        message: format!("no NCCL: {library} could not be loaded ({e})"),
+                    },
+                );
+            }
         };
-        let get: libloading::Symbol<unsafe extern "C" fn(*mut c_int) -> c_int> = match lib.get(b"ncclGetVersion\0") {
-            Ok(f) => f,
-            Err(e) => return (None, Probe { state: ProbeState::Failed, message: format!("{library} has no ncclGetVersion: {e}") }),
-        };
+        let get: libloading::Symbol<unsafe extern "C" fn(*mut c_int) -> c_int> =
+            match lib.get(b"ncclGetVersion\0") {
+                Ok(f) => f,
+                Err(e) => {
+                    return (
+                        None,
+                        Probe {
+                            state: ProbeState::Failed,
+                            message: format!("{library} has no ncclGetVersion: {e}"),
+                        },
+                    );
+                }
+            };
         let mut code: c_int = 0;
         let rc = get(&mut code);
         if rc != 0 {
-            return (None, Probe { state: ProbeState::Failed, message: format!("ncclGetVersion returned error {rc}") });
+            return (
+                None,
+                Probe {
+                    state: ProbeState::Failed,
+                    message: format!("ncclGetVersion returned error {rc}"),
+                },
+            );
         }
         let v = decode_nccl_version(code);
-        (Some(v.clone()), Probe { state: ProbeState::Available, message: format!("NCCL {v} from {library}") })
+        (
+            Some(v.clone()),
+            Probe {
+                state: ProbeState::Available,
+                message: format!("NCCL {v} from {library}"),
+            },
+        )
     }
 }
 
@@ -66,7 +95,13 @@ pub fn decode_nccl_version(code: i32) -> String {
 
 /// Runs a tool from PATH, returning stdout when it exits successfully within the timeout.
 fn run_tool(program: &str, args: &[&str]) -> Option<String> {
-    let mut child = Command::new(program).args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().ok()?;
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
     let start = Instant::now();
     loop {
         match child.try_wait() {
@@ -75,7 +110,9 @@ fn run_tool(program: &str, args: &[&str]) -> Option<String> {
                 child.stdout.take()?.read_to_string(&mut out).ok()?;
                 return status.success().then_some(out);
             }
-            Ok(None) if start.elapsed() < TOOL_TIMEOUT => std::thread::sleep(Duration::from_millis(5)),
+            Ok(None) if start.elapsed() < TOOL_TIMEOUT => {
+                std::thread::sleep(Duration::from_millis(5))
+            }
             _ => {
                 tracing::warn!(program, "timed out; ignoring");
                 let _ = child.kill();
@@ -92,7 +129,11 @@ pub fn parse_ucx_version(out: &str) -> Option<String> {
         let l = l.trim_start_matches('#').trim();
         l.strip_prefix("Library version:")
             .map(|v| v.trim().to_string())
-            .or_else(|| l.strip_prefix("UCT version=").and_then(|v| v.split_whitespace().next()).map(str::to_string))
+            .or_else(|| {
+                l.strip_prefix("UCT version=")
+                    .and_then(|v| v.split_whitespace().next())
+                    .map(str::to_string)
+            })
     })
 }
 
@@ -119,7 +160,10 @@ mod tests {
         let old = "# UCT version=1.9.0 revision 1d0a420\n# configured with: --prefix=/usr\n";
         assert_eq!(parse_ucx_version(old).as_deref(), Some("1.9.0"));
         assert_eq!(parse_ucx_version("nothing"), None);
-        assert_eq!(parse_ofed("MLNX_OFED_LINUX-5.8-1.0.1.1:\n").as_deref(), Some("MLNX_OFED_LINUX-5.8-1.0.1.1"));
+        assert_eq!(
+            parse_ofed("MLNX_OFED_LINUX-5.8-1.0.1.1:\n").as_deref(),
+            Some("MLNX_OFED_LINUX-5.8-1.0.1.1")
+        );
     }
 
     #[test]

@@ -16,7 +16,11 @@ pub enum ReadError {
     #[error("cannot read {path}: {source}")]
     Io { path: String, source: io::Error },
     #[error("cannot parse {path}: {what} (got {value:?})")]
-    Parse { path: String, what: &'static str, value: String },
+    Parse {
+        path: String,
+        what: &'static str,
+        value: String,
+    },
 }
 
 impl ReadError {
@@ -36,7 +40,10 @@ pub struct Root {
 
 impl Root {
     pub fn new(base: impl Into<PathBuf>) -> Self {
-        Root { base: base.into(), errors: Vec::new() }
+        Root {
+            base: base.into(),
+            errors: Vec::new(),
+        }
     }
 
     /// True when reading the live machine rather than a copy.
@@ -55,9 +62,14 @@ impl Root {
     /// Whole file, trailing whitespace trimmed (sysfs values end in a newline).
     pub fn read(&self, rel: &str) -> Result<String, ReadError> {
         let path = self.path(rel);
-        let bytes = std::fs::read(&path).map_err(|source| ReadError::Io { path: rel.to_string(), source })?;
+        let bytes = std::fs::read(&path).map_err(|source| ReadError::Io {
+            path: rel.to_string(),
+            source,
+        })?;
         let text = String::from_utf8_lossy(&bytes);
-        Ok(text.trim_end_matches(['\n', '\r', ' ', '\t', '\0']).to_string())
+        Ok(text
+            .trim_end_matches(['\n', '\r', ' ', '\t', '\0'])
+            .to_string())
     }
 
     /// Reads an optional value: a missing file gives `None` silently, any other failure
@@ -75,12 +87,22 @@ impl Root {
     }
 
     /// Like [`Root::opt`] but also parses; a parse failure is recorded too.
-    pub fn opt_parse<T>(&mut self, rel: &str, field: &str, what: &'static str, parse: impl FnOnce(&str) -> Option<T>) -> Option<T> {
+    pub fn opt_parse<T>(
+        &mut self,
+        rel: &str,
+        field: &str,
+        what: &'static str,
+        parse: impl FnOnce(&str) -> Option<T>,
+    ) -> Option<T> {
         let raw = self.opt(rel, field)?;
         match parse(&raw) {
             Some(v) => Some(v),
             None => {
-                let e = ReadError::Parse { path: rel.to_string(), what, value: truncate(&raw) };
+                let e = ReadError::Parse {
+                    path: rel.to_string(),
+                    what,
+                    value: truncate(&raw),
+                };
                 self.error(field, e.to_string());
                 None
             }
@@ -93,9 +115,17 @@ impl Root {
         let rd = match std::fs::read_dir(&dir) {
             Ok(rd) => rd,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(source) => return Err(ReadError::Io { path: rel.to_string(), source }),
+            Err(source) => {
+                return Err(ReadError::Io {
+                    path: rel.to_string(),
+                    source,
+                });
+            }
         };
-        let mut names: Vec<String> = rd.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+        let mut names: Vec<String> = rd
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
         names.sort_by(|a, b| natural_cmp(a, b));
         Ok(names)
     }
@@ -133,9 +163,15 @@ impl Root {
                 Ok(m) if m.file_type().is_symlink() => {
                     hops += 1;
                     if hops > 40 {
-                        return Err(ReadError::Io { path: rel.to_string(), source: io::Error::other("too many levels of symbolic links") });
+                        return Err(ReadError::Io {
+                            path: rel.to_string(),
+                            source: io::Error::other("too many levels of symbolic links"),
+                        });
                     }
-                    let target = std::fs::read_link(&full).map_err(|source| ReadError::Io { path: joined.clone(), source })?;
+                    let target = std::fs::read_link(&full).map_err(|source| ReadError::Io {
+                        path: joined.clone(),
+                        source,
+                    })?;
                     current.pop();
                     if target.is_absolute() {
                         current.clear();
@@ -145,7 +181,12 @@ impl Root {
                     }
                 }
                 Ok(_) => {}
-                Err(source) => return Err(ReadError::Io { path: rel.to_string(), source }),
+                Err(source) => {
+                    return Err(ReadError::Io {
+                        path: rel.to_string(),
+                        source,
+                    });
+                }
             }
         }
         Ok(current.join("/"))
@@ -158,7 +199,10 @@ impl Root {
     }
 
     pub fn error(&mut self, field: &str, message: impl Into<String>) {
-        self.errors.push(FactError { field: field.to_string(), message: message.into() });
+        self.errors.push(FactError {
+            field: field.to_string(),
+            message: message.into(),
+        });
     }
 
     pub fn take_errors(&mut self) -> Vec<FactError> {
@@ -206,7 +250,10 @@ pub fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
     for ((da, xa), (db, xb)) in ca.iter().zip(cb.iter()) {
         let ord = if *da && *db {
             let (ta, tb) = (xa.trim_start_matches('0'), xb.trim_start_matches('0'));
-            ta.len().cmp(&tb.len()).then_with(|| ta.cmp(tb)).then_with(|| xa.len().cmp(&xb.len()))
+            ta.len()
+                .cmp(&tb.len())
+                .then_with(|| ta.cmp(tb))
+                .then_with(|| xa.len().cmp(&xb.len()))
         } else {
             xa.cmp(xb)
         };
@@ -268,13 +315,31 @@ mod tests {
         let root = dir.path();
         std::fs::create_dir_all(root.join("sys/devices/pci0000:00/0000:00:02.0")).unwrap();
         std::fs::create_dir_all(root.join("sys/bus/pci/devices")).unwrap();
-        std::os::unix::fs::symlink("../../../devices/pci0000:00/0000:00:02.0", root.join("sys/bus/pci/devices/0000:00:02.0")).unwrap();
+        std::os::unix::fs::symlink(
+            "../../../devices/pci0000:00/0000:00:02.0",
+            root.join("sys/bus/pci/devices/0000:00:02.0"),
+        )
+        .unwrap();
         // An absolute link is re-rooted, and `..` cannot climb above the root.
-        std::os::unix::fs::symlink("/../../sys/devices/pci0000:00", root.join("sys/bus/pci/devices/abs")).unwrap();
+        std::os::unix::fs::symlink(
+            "/../../sys/devices/pci0000:00",
+            root.join("sys/bus/pci/devices/abs"),
+        )
+        .unwrap();
         let r = Root::new(root);
-        assert_eq!(r.resolve("sys/bus/pci/devices/0000:00:02.0").unwrap(), "sys/devices/pci0000:00/0000:00:02.0");
-        assert_eq!(r.resolve("sys/bus/pci/devices/abs").unwrap(), "sys/devices/pci0000:00");
-        assert!(r.resolve("sys/bus/pci/devices/missing").unwrap_err().is_not_found());
+        assert_eq!(
+            r.resolve("sys/bus/pci/devices/0000:00:02.0").unwrap(),
+            "sys/devices/pci0000:00/0000:00:02.0"
+        );
+        assert_eq!(
+            r.resolve("sys/bus/pci/devices/abs").unwrap(),
+            "sys/devices/pci0000:00"
+        );
+        assert!(
+            r.resolve("sys/bus/pci/devices/missing")
+                .unwrap_err()
+                .is_not_found()
+        );
     }
 
     #[test]
@@ -284,12 +349,19 @@ mod tests {
         std::fs::create_dir(dir.path().join("adir")).unwrap();
         let mut r = Root::new(dir.path());
         assert_eq!(r.opt("absent", "/a"), None);
-        assert_eq!(r.opt_parse("num", "/num", "an integer", |s| s.parse::<u32>().ok()), None);
+        assert_eq!(
+            r.opt_parse("num", "/num", "an integer", |s| s.parse::<u32>().ok()),
+            None
+        );
         assert_eq!(r.opt("adir", "/dir"), None);
         let errors = r.take_errors();
         assert_eq!(errors.len(), 2, "{errors:?}");
         assert_eq!(errors[0].field, "/num");
-        assert!(errors[0].message.contains("an integer"), "{}", errors[0].message);
+        assert!(
+            errors[0].message.contains("an integer"),
+            "{}",
+            errors[0].message
+        );
         assert_eq!(errors[1].field, "/dir");
     }
 }

@@ -17,15 +17,31 @@ pub fn nvlink_counts(gpus: &[GpuFacts]) -> BTreeMap<(usize, usize), u32> {
         Some("gpu") => false,
         _ => !gpus.iter().any(|g| Some(g.bdf.as_str()) == remote),
     };
-    let switch_links: Vec<u32> = gpus.iter().map(|g| g.nvlinks.iter().filter(|l| is_switch(l.remote_bdf.as_deref(), l.remote_kind.as_deref())).count() as u32).collect();
+    let switch_links: Vec<u32> = gpus
+        .iter()
+        .map(|g| {
+            g.nvlinks
+                .iter()
+                .filter(|l| is_switch(l.remote_bdf.as_deref(), l.remote_kind.as_deref()))
+                .count() as u32
+        })
+        .collect();
     let mut out = BTreeMap::new();
     for (i, a) in gpus.iter().enumerate() {
         for (j, b) in gpus.iter().enumerate() {
             if i == j {
                 continue;
             }
-            let direct = a.nvlinks.iter().filter(|l| l.remote_bdf.as_deref() == Some(b.bdf.as_str())).count() as u32;
-            let n = if direct > 0 { direct } else { switch_links[i].min(switch_links[j]) };
+            let direct = a
+                .nvlinks
+                .iter()
+                .filter(|l| l.remote_bdf.as_deref() == Some(b.bdf.as_str()))
+                .count() as u32;
+            let n = if direct > 0 {
+                direct
+            } else {
+                switch_links[i].min(switch_links[j])
+            };
             if n > 0 {
                 out.insert((i, j), n);
             }
@@ -38,7 +54,12 @@ pub fn nvlink_counts(gpus: &[GpuFacts]) -> BTreeMap<(usize, usize), u32> {
 /// Affinity column when the GPU's own `numa_node` is -1 (common in VMs).
 fn numa_of_cpus(cpus: &str, nodes: &[NumaNode]) -> Option<u32> {
     let want = expand_cpulist(cpus)?;
-    nodes.iter().find(|n| expand_cpulist(&n.cpulist).is_some_and(|have| !want.is_empty() && want.is_subset(&have))).map(|n| n.id)
+    nodes
+        .iter()
+        .find(|n| {
+            expand_cpulist(&n.cpulist).is_some_and(|have| !want.is_empty() && want.is_subset(&have))
+        })
+        .map(|n| n.id)
 }
 
 fn expand_cpulist(list: &str) -> Option<BTreeSet<u32>> {
@@ -59,7 +80,13 @@ fn expand_cpulist(list: &str) -> Option<BTreeSet<u32>> {
     Some(out)
 }
 
-pub fn build(gpus: &[GpuFacts], rdma: &[RdmaDevice], pci: &[PciDevice], numa_nodes: &[NumaNode], nvlink_source: String) -> Topology {
+pub fn build(
+    gpus: &[GpuFacts],
+    rdma: &[RdmaDevice],
+    pci: &[PciDevice],
+    numa_nodes: &[NumaNode],
+    nvlink_source: String,
+) -> Topology {
     let location = |bdf: Option<&str>| -> Option<PciLocation> {
         let dev = pci.iter().find(|d| Some(d.bdf.as_str()) == bdf)?;
         PciLocation::from_path(dev.sysfs_path.as_deref()?, dev.numa_node)
@@ -96,10 +123,19 @@ pub fn build(gpus: &[GpuFacts], rdma: &[RdmaDevice], pci: &[PciDevice], numa_nod
         .map(|g| GpuAffinity {
             gpu: format!("GPU{}", g.index),
             cpu_affinity: g.cpu_affinity.clone(),
-            numa_node: g.numa_node.or_else(|| g.cpu_affinity.as_deref().and_then(|c| numa_of_cpus(c, numa_nodes))),
+            numa_node: g.numa_node.or_else(|| {
+                g.cpu_affinity
+                    .as_deref()
+                    .and_then(|c| numa_of_cpus(c, numa_nodes))
+            }),
         })
         .collect();
-    Topology { devices, matrix, gpu_affinity, nvlink_source }
+    Topology {
+        devices,
+        matrix,
+        gpu_affinity,
+        nvlink_source,
+    }
 }
 
 /// Renders the matrix like `nvidia-smi topo -m` (tab-separated, with CPU and NUMA
@@ -118,7 +154,11 @@ pub fn render(t: &Topology) -> String {
             out.push('\t');
             out.push_str(a.cpu_affinity.as_deref().unwrap_or("N/A"));
             out.push('\t');
-            out.push_str(&a.numa_node.map(|n| n.to_string()).unwrap_or_else(|| "N/A".into()));
+            out.push_str(
+                &a.numa_node
+                    .map(|n| n.to_string())
+                    .unwrap_or_else(|| "N/A".into()),
+            );
         }
         out.push('\n');
     }
@@ -141,7 +181,14 @@ mod tests {
             memory_total_bytes: None,
             numa_node: Some(0),
             cpu_affinity: None,
-            nvlinks: links.iter().map(|(l, r, k)| NvLink { link: *l, remote_bdf: Some(r.to_string()), remote_kind: Some(k.to_string()) }).collect(),
+            nvlinks: links
+                .iter()
+                .map(|(l, r, k)| NvLink {
+                    link: *l,
+                    remote_bdf: Some(r.to_string()),
+                    remote_kind: Some(k.to_string()),
+                })
+                .collect(),
         }
     }
 
@@ -149,9 +196,21 @@ mod tests {
     fn direct_links_are_counted_per_peer() {
         // DGX-1 GPU0: NV1 to GPU1, NV2 to GPU3 (two bonded links).
         let gpus = vec![
-            gpu(0, "0000:06:00.0", &[(0, "0000:07:00.0", "gpu"), (1, "0000:0b:00.0", "gpu"), (2, "0000:0b:00.0", "gpu")]),
+            gpu(
+                0,
+                "0000:06:00.0",
+                &[
+                    (0, "0000:07:00.0", "gpu"),
+                    (1, "0000:0b:00.0", "gpu"),
+                    (2, "0000:0b:00.0", "gpu"),
+                ],
+            ),
             gpu(1, "0000:07:00.0", &[(0, "0000:06:00.0", "gpu")]),
-            gpu(3, "0000:0b:00.0", &[(0, "0000:06:00.0", "gpu"), (1, "0000:06:00.0", "gpu")]),
+            gpu(
+                3,
+                "0000:0b:00.0",
+                &[(0, "0000:06:00.0", "gpu"), (1, "0000:06:00.0", "gpu")],
+            ),
         ];
         let nv = nvlink_counts(&gpus);
         assert_eq!(nv.get(&(0, 1)), Some(&1));
@@ -163,7 +222,10 @@ mod tests {
     #[test]
     fn nvswitch_links_give_the_smaller_count() {
         let sw: Vec<(u32, &str, &str)> = (0..18).map(|l| (l, "0000:05:00.0", "switch")).collect();
-        let gpus = vec![gpu(0, "0000:18:00.0", &sw), gpu(1, "0000:2a:00.0", &sw[..12])];
+        let gpus = vec![
+            gpu(0, "0000:18:00.0", &sw),
+            gpu(1, "0000:2a:00.0", &sw[..12]),
+        ];
         let t = build(&gpus, &[], &[], &[], "NVML".into());
         assert_eq!(t.matrix, vec![vec!["X", "NV12"], vec!["NV12", "X"]]);
     }
@@ -172,22 +234,47 @@ mod tests {
     fn hidden_nvswitches_still_give_nv18() {
         // What NVML reports on a 2×H200 VM: 18 active links, remote unknown.
         let hidden = |g: &mut GpuFacts| {
-            g.nvlinks = (0..18).map(|l| NvLink { link: l, remote_bdf: None, remote_kind: Some("unknown".into()) }).collect();
+            g.nvlinks = (0..18)
+                .map(|l| NvLink {
+                    link: l,
+                    remote_bdf: None,
+                    remote_kind: Some("unknown".into()),
+                })
+                .collect();
             g.numa_node = None;
             g.cpu_affinity = Some("0-31".into());
         };
         let (mut a, mut b) = (gpu(0, "0000:00:06.0", &[]), gpu(1, "0000:00:07.0", &[]));
         hidden(&mut a);
         hidden(&mut b);
-        let nodes = [NumaNode { id: 0, cpulist: "0-31".into(), cpu_count: 32 }];
+        let nodes = [NumaNode {
+            id: 0,
+            cpulist: "0-31".into(),
+            cpu_count: 32,
+        }];
         let t = build(&[a, b], &[], &[], &nodes, "NVML".into());
         assert_eq!(t.matrix, vec![vec!["X", "NV18"], vec!["NV18", "X"]]);
-        assert_eq!(t.gpu_affinity[0].numa_node, Some(0), "NUMA affinity derived from the CPU list");
+        assert_eq!(
+            t.gpu_affinity[0].numa_node,
+            Some(0),
+            "NUMA affinity derived from the CPU list"
+        );
     }
 
     #[test]
     fn cpu_lists_map_to_their_numa_node() {
-        let nodes = [NumaNode { id: 0, cpulist: "0-19,40-59".into(), cpu_count: 40 }, NumaNode { id: 1, cpulist: "20-39,60-79".into(), cpu_count: 40 }];
+        let nodes = [
+            NumaNode {
+                id: 0,
+                cpulist: "0-19,40-59".into(),
+                cpu_count: 40,
+            },
+            NumaNode {
+                id: 1,
+                cpulist: "20-39,60-79".into(),
+                cpu_count: 40,
+            },
+        ];
         assert_eq!(numa_of_cpus("20-39,60-79", &nodes), Some(1));
         assert_eq!(numa_of_cpus("0-79", &nodes), None);
         assert_eq!(numa_of_cpus("junk", &nodes), None);

@@ -63,11 +63,21 @@ pub fn cross_check(library: &str, devices: &mut [RdmaDevice]) -> Probe {
     // SAFETY: loading libibverbs runs its constructors, which only register providers.
     let lib = match unsafe { Library::new(library) } {
         Ok(l) => l,
-        Err(e) => return Probe { state: ProbeState::Missing, message: format!("no libibverbs: {library} could not be loaded ({e}); RDMA facts come from sysfs only") },
+        Err(e) => {
+            return Probe {
+                state: ProbeState::Missing,
+                message: format!(
+                    "no libibverbs: {library} could not be loaded ({e}); RDMA facts come from sysfs only"
+                ),
+            };
+        }
     };
     match unsafe { query(&lib, devices) } {
         Ok(probe) => probe,
-        Err(e) => Probe { state: ProbeState::Failed, message: format!("libibverbs loaded but a symbol is missing: {e}") },
+        Err(e) => Probe {
+            state: ProbeState::Failed,
+            message: format!("libibverbs loaded but a symbol is missing: {e}"),
+        },
     }
 }
 
@@ -89,7 +99,12 @@ unsafe fn query(lib: &Library, devices: &mut [RdmaDevice]) -> Result<Probe, libl
             for d in devices.iter_mut() {
                 d.seen_by_verbs = Some(false);
             }
-            return Ok(Probe { state: ProbeState::Missing, message: format!("libibverbs loaded; ibv_get_device_list found no RDMA devices ({err})") });
+            return Ok(Probe {
+                state: ProbeState::Missing,
+                message: format!(
+                    "libibverbs loaded; ibv_get_device_list found no RDMA devices ({err})"
+                ),
+            });
         }
         let mut seen = Vec::new();
         for i in 0..n.max(0) as usize {
@@ -107,7 +122,9 @@ unsafe fn query(lib: &Library, devices: &mut [RdmaDevice]) -> Result<Probe, libl
                 let ctx = open(dev);
                 if !ctx.is_null() {
                     for port in d.ports.iter_mut() {
-                        let Ok(num) = u8::try_from(port.port) else { continue };
+                        let Ok(num) = u8::try_from(port.port) else {
+                            continue;
+                        };
                         let mut attr = PortAttr::default();
                         if query_port(ctx, num, &mut attr) == 0 {
                             port.active_mtu = mtu_bytes(attr.active_mtu);
@@ -119,23 +136,43 @@ unsafe fn query(lib: &Library, devices: &mut [RdmaDevice]) -> Result<Probe, libl
             seen.push(name);
         }
         free_list(list);
-        let mut extra: Vec<&String> = seen.iter().filter(|n| !devices.iter().any(|d| &d.name == *n)).collect();
+        let mut extra: Vec<&String> = seen
+            .iter()
+            .filter(|n| !devices.iter().any(|d| &d.name == *n))
+            .collect();
         extra.sort();
         for d in devices.iter_mut() {
             d.seen_by_verbs.get_or_insert(false);
         }
         if seen.is_empty() {
-            return Ok(Probe { state: ProbeState::Missing, message: "libibverbs loaded; ibv_get_device_list returned no RDMA devices".into() });
+            return Ok(Probe {
+                state: ProbeState::Missing,
+                message: "libibverbs loaded; ibv_get_device_list returned no RDMA devices".into(),
+            });
         }
         let mut message = format!("libibverbs lists {} device(s)", seen.len());
         if !extra.is_empty() {
-            message.push_str(&format!("; not in sysfs: {}", extra.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")));
+            message.push_str(&format!(
+                "; not in sysfs: {}",
+                extra
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
         }
-        let missing: Vec<&str> = devices.iter().filter(|d| d.seen_by_verbs == Some(false)).map(|d| d.name.as_str()).collect();
+        let missing: Vec<&str> = devices
+            .iter()
+            .filter(|d| d.seen_by_verbs == Some(false))
+            .map(|d| d.name.as_str())
+            .collect();
         if !missing.is_empty() {
             message.push_str(&format!("; in sysfs but not verbs: {}", missing.join(", ")));
         }
-        Ok(Probe { state: ProbeState::Available, message })
+        Ok(Probe {
+            state: ProbeState::Available,
+            message,
+        })
     }
 }
 
@@ -163,6 +200,10 @@ mod tests {
     fn missing_library_says_no_libibverbs() {
         let probe = cross_check("libibverbs-not-here.so.9", &mut []);
         assert_eq!(probe.state, ProbeState::Missing);
-        assert!(probe.message.starts_with("no libibverbs"), "{}", probe.message);
+        assert!(
+            probe.message.starts_with("no libibverbs"),
+            "{}",
+            probe.message
+        );
     }
 }
