@@ -42,6 +42,13 @@ fn facts_on_this_machine_succeeds_and_names_what_is_missing() {
         );
         assert!(facts.rdma.devices.is_empty());
     }
+    if !facts.rdma.verbs.message.starts_with("no libibverbs") {
+        let rdma_core = facts.software.rdma_core.as_deref();
+        assert!(
+            rdma_core.is_some_and(|v| v.chars().next().unwrap().is_ascii_digit()),
+            "libibverbs loaded but no rdma-core version: {rdma_core:?}"
+        );
+    }
     match facts.rdma.verbs.state {
         ProbeState::Missing => assert!(
             facts.rdma.verbs.message.starts_with("no libibverbs")

@@ -337,6 +337,10 @@ pub struct SoftwareFacts {
     pub ucx: Option<String>,
     /// From `ofed_info -s` (MLNX_OFED / DOCA-OFED).
     pub ofed: Option<String>,
+    /// rdma-core release of the libibverbs the agent loaded (`libibverbs.so.1.14.44.0`
+    /// belongs to rdma-core 44.0); live machine only.
+    #[serde(default)]
+    pub rdma_core: Option<String>,
     /// Version of the loaded `ib_core`/`mlx5_core` module when it reports one.
     pub mlx5_core: Option<String>,
 }

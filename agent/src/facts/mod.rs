@@ -122,6 +122,9 @@ pub fn collect(opts: &CollectOptions) -> NodeFacts {
 
     let network = net::collect(&mut root);
     let mut software = software::collect(&mut root, &opts.nccl_library);
+    if live {
+        software.rdma_core = verbs::rdma_core_version(&opts.verbs_library);
+    }
     if let Some(view) = view {
         software.nvidia_driver = view.driver_version.or(software.nvidia_driver);
         software.cuda_driver = view.cuda_version;

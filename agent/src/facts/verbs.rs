@@ -81,6 +81,28 @@ pub fn cross_check(library: &str, devices: &mut [RdmaDevice]) -> Probe {
     }
 }
 
+/// The rdma-core release of the libibverbs mapped into this process, read from
+/// `/proc/self/maps` while the library is loaded: rdma-core names the file
+/// `libibverbs.so.1.<abi>.<release>`, e.g. `libibverbs.so.1.14.44.0` for rdma-core 44.0.
+pub fn rdma_core_version(library: &str) -> Option<String> {
+    // SAFETY: as in `cross_check`.
+    let _lib = unsafe { Library::new(library) }.ok()?;
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    maps.lines()
+        .find_map(|l| l.rsplit('/').next().and_then(rdma_core_from_file_name))
+}
+
+pub fn rdma_core_from_file_name(name: &str) -> Option<String> {
+    let rest = name.trim().strip_prefix("libibverbs.so.1.")?;
+    let mut parts = rest.splitn(2, '.');
+    let _abi = parts.next()?;
+    let release = parts.next()?;
+    release
+        .split('.')
+        .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| release.to_string())
+}
+
 unsafe fn query(lib: &Library, devices: &mut [RdmaDevice]) -> Result<Probe, libloading::Error> {
     // SAFETY (whole function): the signatures match rdma-core's exported symbols, the
     // device list is freed exactly once, and each opened context is closed.
@@ -179,6 +201,21 @@ unsafe fn query(lib: &Library, devices: &mut [RdmaDevice]) -> Result<Probe, libl
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rdma_core_release_comes_from_the_file_name() {
+        assert_eq!(
+            rdma_core_from_file_name("libibverbs.so.1.14.44.0").as_deref(),
+            Some("44.0")
+        );
+        assert_eq!(
+            rdma_core_from_file_name("libibverbs.so.1.14.50.0").as_deref(),
+            Some("50.0")
+        );
+        assert_eq!(rdma_core_from_file_name("libibverbs.so.1"), None);
+        assert_eq!(rdma_core_from_file_name("libibverbs.so.1.1.16.0.old"), None);
+        assert_eq!(rdma_core_from_file_name("libmlx5.so.1.24.44.0"), None);
+    }
 
     #[test]
     fn mtu_enum_maps_to_bytes() {
