@@ -10,8 +10,11 @@ pub mod fail;
 pub mod memcpy;
 pub mod nccl;
 pub mod protocol;
+pub mod rdma;
 pub mod sleep;
 pub mod supervise;
+pub mod ucx;
+pub mod ucx_parse;
 
 use std::io::{Read, Write};
 use std::process::ExitCode;
@@ -52,6 +55,14 @@ pub const KINDS: &[Kind] = &[
     Kind {
         name: "nccl",
         run: nccl::run,
+    },
+    Kind {
+        name: "ucx",
+        run: ucx::run,
+    },
+    Kind {
+        name: "rdma",
+        run: rdma::run,
     },
     Kind {
         name: "sleep",

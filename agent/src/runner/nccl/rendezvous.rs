@@ -37,20 +37,26 @@ impl Rendezvous {
 
     /// Rank 0 publishes `id`; everyone gets the id back.
     pub fn exchange(&self, is_root: bool, id: Option<[u8; 128]>, wait: Duration) -> Result<[u8; 128], String> {
-        let blob = match (is_root, id) {
-            (true, Some(id)) => {
-                self.put(&id)?;
-                return Ok(id);
-            }
-            (true, None) => return Err("rank 0 has no id to publish".into()),
-            _ => self.get(wait)?,
-        };
+        let blob = self.exchange_named(NAME, is_root, id.map(|i| i.to_vec()), wait)?;
         blob.as_slice()
             .try_into()
             .map_err(|_| format!("the published NCCL id has {} bytes, not 128", blob.len()))
     }
 
-    fn put(&self, id: &[u8; 128]) -> Result<(), String> {
+    /// Rank 0 publishes `blob` under `name`; everyone gets it back. (For a file
+    /// rendezvous, `name` is ignored: the file is the name.)
+    pub fn exchange_named(&self, name: &str, is_root: bool, blob: Option<Vec<u8>>, wait: Duration) -> Result<Vec<u8>, String> {
+        match (is_root, blob) {
+            (true, Some(blob)) => {
+                self.put(name, &blob)?;
+                Ok(blob)
+            }
+            (true, None) => Err("rank 0 has nothing to publish".into()),
+            _ => self.get(name, wait),
+        }
+    }
+
+    fn put(&self, name: &str, id: &[u8]) -> Result<(), String> {
         match self {
             Rendezvous::File(path) => {
                 let tmp = path.with_extension(format!("tmp{}", std::process::id()));
@@ -61,13 +67,13 @@ impl Rendezvous {
             Rendezvous::Server { servers, credential, run_id } => {
                 let client = client(servers, credential)?;
                 runtime()?
-                    .block_on(client.rendezvous_put(*run_id, NAME, id))
-                    .map_err(|e| format!("rendezvous PUT {NAME}: {e}"))
+                    .block_on(client.rendezvous_put(*run_id, name, id))
+                    .map_err(|e| format!("rendezvous PUT {name}: {e}"))
             }
         }
     }
 
-    fn get(&self, wait: Duration) -> Result<Vec<u8>, String> {
+    fn get(&self, name: &str, wait: Duration) -> Result<Vec<u8>, String> {
         match self {
             Rendezvous::File(path) => {
                 let deadline = Instant::now() + wait;
@@ -86,9 +92,9 @@ impl Rendezvous {
             Rendezvous::Server { servers, credential, run_id } => {
                 let client = client(servers, credential)?;
                 runtime()?
-                    .block_on(client.rendezvous_get(*run_id, NAME, wait))
-                    .map_err(|e| format!("rendezvous GET {NAME}: {e}"))?
-                    .ok_or_else(|| format!("rank 0 published no {NAME} within {wait:?}"))
+                    .block_on(client.rendezvous_get(*run_id, name, wait))
+                    .map_err(|e| format!("rendezvous GET {name}: {e}"))?
+                    .ok_or_else(|| format!("rank 0 published no {name} within {wait:?}"))
             }
         }
     }

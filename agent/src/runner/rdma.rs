@@ -1,0 +1,316 @@
+//! `rdma`: perftest (`ib_write_bw`, `ib_read_lat`, ...) between two ends on the same HCA
+//! (server and client on this node) or across two nodes (rank 0 serves). The node's RDMA
+//! devices are checked first, so a node without an HCA ends `skipped` with what was looked
+//! at, rather than `failed` with perftest's "Unable to find the Infiniband/RoCE device".
+//!
+//! Params: `test` (ib_write_bw, ib_read_bw, ib_send_bw, ib_write_lat, ib_read_lat,
+//! ib_send_lat; default ib_write_bw), `device` (e.g. `mlx5_0`; default the first),
+//! `ib_port` (default 1), `gid_index` (RoCE; see seed runbooks on finding the RoCE v2
+//! index), `size` (bytes) or `all: true` (perftest's `-a` sweep, the default), `iters`,
+//! `server_host` (two-node runs), `port` (perftest's TCP port, default 18515).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use heddle_types::jobs::ResultRow;
+use serde_json::{Map, Value, json};
+
+use super::nccl::rendezvous::Rendezvous;
+use super::protocol::{ChildEvent, ChildInput};
+use super::{RunError, Sink, param_u64};
+
+pub const TESTS: &[&str] = &["ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_write_lat", "ib_read_lat", "ib_send_lat"];
+/// Where the kernel lists RDMA devices; tests point it elsewhere.
+pub const SYSFS_ENV: &str = "HEDDLE_RDMA_SYSFS";
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Params {
+    pub test: String,
+    pub device: Option<String>,
+    pub ib_port: u64,
+    pub gid_index: Option<u64>,
+    pub size: Option<u64>,
+    pub iters: Option<u64>,
+    pub server_host: Option<String>,
+    pub port: u64,
+}
+
+impl Params {
+    pub fn parse(p: &Value) -> Result<Params, RunError> {
+        let s = |name: &str| p.get(name).and_then(Value::as_str).map(str::to_string);
+        let test = s("test").unwrap_or_else(|| "ib_write_bw".into());
+        if !TESTS.contains(&test.as_str()) {
+            return Err(RunError::Params(format!("unknown perftest {test:?} (one of {})", TESTS.join(", "))));
+        }
+        let device = s("device");
+        if let Some(d) = &device
+            && (d.is_empty() || d.contains('/') || d.starts_with('.'))
+        {
+            return Err(RunError::Params(format!("invalid device name {d:?}")));
+        }
+        let all = p.get("all").and_then(Value::as_bool).unwrap_or(true);
+        let size = param_u64(p, "size")?;
+        let params = Params {
+            test,
+            device,
+            ib_port: param_u64(p, "ib_port")?.unwrap_or(1),
+            gid_index: param_u64(p, "gid_index")?,
+            size: if size.is_some() { size } else if all { None } else { Some(65536) },
+            iters: param_u64(p, "iters")?,
+            server_host: s("server_host"),
+            port: param_u64(p, "port")?.unwrap_or(18515),
+        };
+        if params.ib_port == 0 || params.ib_port > 2 || params.gid_index.is_some_and(|g| g > 255) || params.port > 65535 {
+            return Err(RunError::Params("ib_port must be 1 or 2, gid_index at most 255, port a TCP port".into()));
+        }
+        Ok(params)
+    }
+
+    pub fn args(&self, device: &str) -> Vec<String> {
+        let mut a = vec!["-d".into(), device.into(), "-i".into(), self.ib_port.to_string(), "-p".into(), self.port.to_string()];
+        if let Some(g) = self.gid_index {
+            a.extend(["-x".into(), g.to_string()]);
+        }
+        match self.size {
+            Some(s) => a.extend(["-s".into(), s.to_string()]),
+            None => a.push("-a".into()),
+        }
+        if let Some(n) = self.iters {
+            a.extend(["-n".into(), n.to_string()]);
+        }
+        a
+    }
+}
+
+/// The devices under `<sysfs>/class/infiniband`, or why there are none.
+pub fn rdma_devices(sysfs: &Path) -> Result<Vec<String>, String> {
+    let dir = sysfs.join("class/infiniband");
+    let entries = std::fs::read_dir(&dir).map_err(|e| format!("{} is absent ({e})", dir.display()))?;
+    let mut devs: Vec<String> = entries.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    devs.sort();
+    if devs.is_empty() {
+        return Err(format!("{} is empty", dir.display()));
+    }
+    Ok(devs)
+}
+
+/// Picks the device and checks port and GID index exist, with the evidence on failure.
+pub fn check_device(sysfs: &Path, p: &Params) -> Result<String, String> {
+    let devs = rdma_devices(sysfs)?;
+    let dev = match &p.device {
+        Some(d) if !devs.contains(d) => return Err(format!("{d} is not among the RDMA devices ({})", devs.join(", "))),
+        Some(d) => d.clone(),
+        None => devs[0].clone(),
+    };
+    let port = sysfs.join(format!("class/infiniband/{dev}/ports/{}", p.ib_port));
+    if !port.is_dir() {
+        return Err(format!("{dev} has no port {} ({} is absent)", p.ib_port, port.display()));
+    }
+    if let Some(g) = p.gid_index {
+        let gid = port.join(format!("gids/{g}"));
+        let text = std::fs::read_to_string(&gid).map_err(|e| format!("GID index {g} of {dev} port {}: {} unreadable ({e})", p.ib_port, gid.display()))?;
+        if text.trim().chars().all(|c| c == '0' || c == ':') {
+            return Err(format!("GID index {g} of {dev} port {} is empty ({})", p.ib_port, text.trim()));
+        }
+    }
+    Ok(dev)
+}
+
+/// One result line of a perftest table, by column name.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct PerfRow {
+    pub bytes: u64,
+    pub iterations: u64,
+    pub columns: Vec<(String, f64)>,
+}
+
+impl PerfRow {
+    pub fn get(&self, prefix: &str) -> Option<f64> {
+        self.columns.iter().find(|(k, _)| k.starts_with(prefix)).map(|(_, v)| *v)
+    }
+}
+
+/// perftest's result table: the `#bytes` header, then one line per size. Column names
+/// contain single spaces (`BW peak[MB/sec]`), so the header splits on runs of two or more.
+pub fn parse_perftest(text: &str) -> Result<Vec<PerfRow>, String> {
+    let mut header: Option<Vec<String>> = None;
+    let mut rows = Vec::new();
+    for line in text.lines() {
+        let t = line.trim();
+        if t.starts_with("#bytes") {
+            let mut cols = Vec::new();
+            for part in t.split("  ").map(str::trim).filter(|s| !s.is_empty()) {
+                // The latency header runs "#bytes #iterations" together.
+                if let Some(rest) = part.strip_prefix("#bytes ") {
+                    cols.push("#bytes".to_string());
+                    cols.push(rest.trim().to_string());
+                } else {
+                    cols.push(part.to_string());
+                }
+            }
+            header = Some(cols);
+            continue;
+        }
+        let Some(cols) = &header else { continue };
+        let vals: Vec<f64> = match t.split_whitespace().map(str::parse::<f64>).collect::<Result<Vec<_>, _>>() {
+            Ok(v) if v.len() >= 2 => v,
+            _ => continue,
+        };
+        rows.push(PerfRow {
+            bytes: vals[0] as u64,
+            iterations: vals[1] as u64,
+            columns: cols.iter().skip(2).cloned().zip(vals.iter().skip(2).copied()).collect(),
+        });
+    }
+    if rows.is_empty() {
+        return Err(match text.lines().map(str::trim).find(|l| !l.is_empty() && !l.starts_with('-')) {
+            Some(first) => format!("no result table in perftest output (it said: {first})"),
+            None => "no result table in perftest output".into(),
+        });
+    }
+    Ok(rows)
+}
+
+pub fn row(test: &str, r: &PerfRow) -> ResultRow {
+    let gbits = r.columns.iter().any(|(k, _)| k.contains("Gb/sec"));
+    let bw = r.get("BW average").map(|v| if gbits { v / 8.0 } else { v * 1_048_576.0 / 1e9 });
+    let lat = r.get("t_avg").or_else(|| r.get("t_typical"));
+    let extra: Map<String, Value> = r.columns.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
+    ResultRow {
+        size_bytes: r.bytes as i64,
+        count: Some(r.iterations as i64),
+        dtype: None,
+        op: Some(test.into()),
+        root: None,
+        in_place: None,
+        time_us: lat,
+        algbw_gbs: bw,
+        busbw_gbs: None,
+        wrong: None,
+        labels: Default::default(),
+        extra: Value::Object(extra),
+    }
+}
+
+fn run_tool(test: &str, args: &[String], host: Option<&str>) -> Result<String, RunError> {
+    let mut cmd = Command::new(test);
+    cmd.args(args).stdin(Stdio::null());
+    if let Some(h) = host {
+        cmd.arg(h);
+    }
+    let out = cmd.output()?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        return Err(RunError::Failed { code: 1, message: format!("{test} failed ({}): {}", out.status, text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("")) });
+    }
+    Ok(text)
+}
+
+pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
+    let params = Params::parse(&input.params)?;
+    let sysfs = std::env::var_os(SYSFS_ENV).map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/sys"));
+    let device = check_device(&sysfs, &params).map_err(|why| RunError::Skip(format!("no RDMA device: {why}")))?;
+    if super::ucx::which(&params.test).is_none() {
+        return Err(RunError::Skip(format!("{} not found in PATH (install perftest)", params.test)));
+    }
+    let args = params.args(&device);
+    let world = input.world_size.max(1);
+    let text = match (world, input.rank) {
+        (1, _) => {
+            // Server first; perftest's client retries its TCP connect briefly, so a short
+            // head start is enough.
+            let mut server = Command::new(&params.test).args(&args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+            std::thread::sleep(Duration::from_millis(500));
+            let client = run_tool(&params.test, &args, Some("127.0.0.1"));
+            let _ = server.wait();
+            client?
+        }
+        (2, rank) => {
+            let rv = Rendezvous::from_env(input.run_id).ok_or_else(|| RunError::Failed {
+                code: 1,
+                message: "a two-node rdma job needs the server rendezvous, but the agent passed none to the test process".into(),
+            })?;
+            if rank == 0 {
+                let server = Command::new(&params.test).args(&args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+                let host = params.server_host.clone().unwrap_or_else(|| nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default());
+                rv.exchange_named("rdma-server", true, Some(host.into_bytes()), Duration::from_secs(120)).map_err(|m| RunError::Failed { code: 1, message: m })?;
+                let o = server.wait_with_output()?;
+                String::from_utf8_lossy(&o.stdout).into_owned()
+            } else {
+                let host = rv.exchange_named("rdma-server", false, None, Duration::from_secs(120)).map_err(|m| RunError::Failed { code: 1, message: m })?;
+                std::thread::sleep(Duration::from_millis(500));
+                run_tool(&params.test, &args, Some(&String::from_utf8_lossy(&host)))?
+            }
+        }
+        (n, _) => return Err(RunError::Params(format!("rdma runs on one node or between two, not {n}"))),
+    };
+    let rows = parse_perftest(&text).map_err(|m| RunError::Failed { code: 1, message: m })?;
+    for r in &rows {
+        out.row(row(&params.test, r))?;
+    }
+    let mut summary = Map::new();
+    summary.insert("kind".into(), "rdma".into());
+    summary.insert("test".into(), params.test.clone().into());
+    summary.insert("device".into(), device.into());
+    summary.insert("ib_port".into(), params.ib_port.into());
+    if let Some(g) = params.gid_index {
+        summary.insert("gid_index".into(), g.into());
+    }
+    out.emit(&ChildEvent::Summary { summary })?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sysfs_with(dev: &str, gid: Option<(u32, &str)>) -> tempfile::TempDir {
+        let t = tempfile::tempdir().unwrap();
+        let port = t.path().join(format!("class/infiniband/{dev}/ports/1/gids"));
+        std::fs::create_dir_all(&port).unwrap();
+        if let Some((i, g)) = gid {
+            std::fs::write(port.join(i.to_string()), g).unwrap();
+        }
+        t
+    }
+
+    #[test]
+    fn device_checks_give_evidence() {
+        let empty = tempfile::tempdir().unwrap();
+        let p = Params::parse(&json!({})).unwrap();
+        let why = check_device(empty.path(), &p).unwrap_err();
+        assert!(why.contains("class/infiniband is absent"), "{why}");
+        std::fs::create_dir_all(empty.path().join("class/infiniband")).unwrap();
+        assert!(check_device(empty.path(), &p).unwrap_err().contains("is empty"));
+
+        let s = sysfs_with("mlx5_0", Some((3, "0000:0000:0000:0000:0000:ffff:1a2d:d1f2")));
+        assert_eq!(check_device(s.path(), &p).unwrap(), "mlx5_0");
+        let p3 = Params::parse(&json!({"gid_index": 3})).unwrap();
+        assert_eq!(check_device(s.path(), &p3).unwrap(), "mlx5_0");
+        let why = check_device(s.path(), &Params::parse(&json!({"device": "mlx5_7"})).unwrap()).unwrap_err();
+        assert!(why.contains("mlx5_7 is not among the RDMA devices (mlx5_0)"), "{why}");
+        assert!(check_device(s.path(), &Params::parse(&json!({"gid_index": 4})).unwrap()).unwrap_err().contains("unreadable"));
+        assert!(check_device(s.path(), &Params::parse(&json!({"ib_port": 2})).unwrap()).unwrap_err().contains("no port 2"));
+        let z = sysfs_with("mlx5_0", Some((0, "0000:0000:0000:0000:0000:0000:0000:0000")));
+        assert!(check_device(z.path(), &Params::parse(&json!({"gid_index": 0})).unwrap()).unwrap_err().contains("is empty"));
+    }
+
+    #[test]
+    fn params_and_args() {
+        let p = Params::parse(&json!({"test": "ib_read_lat", "device": "mlx5_1", "gid_index": 3, "size": 8, "iters": 1000})).unwrap();
+        assert_eq!(p.args("mlx5_1").join(" "), "-d mlx5_1 -i 1 -p 18515 -x 3 -s 8 -n 1000");
+        assert_eq!(Params::parse(&json!({})).unwrap().args("m").last().unwrap(), "-a");
+        for bad in [json!({"test": "rm"}), json!({"device": "../x"}), json!({"ib_port": 3}), json!({"gid_index": 999})] {
+            assert!(Params::parse(&bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn perftest_without_devices_is_an_error_that_quotes_it() {
+        // What Debian's ib_write_bw 4.5 prints on a machine without an HCA (captured here).
+        let text = " Did not detect devices \n If device exists, check if driver is up\n Unable to find the Infiniband/RoCE device\n";
+        let err = parse_perftest(text).unwrap_err();
+        assert!(err.contains("Did not detect devices"), "{err}");
+    }
+}

@@ -1,0 +1,312 @@
+//! `ucx`: UCX's `ucx_perftest` between a server and a client, either both on this node
+//! over the loopback address (what UCX picks there: shared memory, CMA or TCP, under the
+//! job's `UCX_TLS`) or across two nodes (rank 0 serves, rank 1 connects; rank 0 hands
+//! its address over through the server's rendezvous). Also records what `ucx_info -d`
+//! says the node has, so a slow figure can be read against the transports UCX could use.
+//!
+//! Params: `tests` (default `["tag_lat", "tag_bw"]`), `sizes` in bytes (default 8, 4 KiB,
+//! 64 KiB, 1 MiB), `iters` (default 10000), `warmup` (default 1000), `memory` (`host`,
+//! or `cuda` where UCX was built with it), `server_host` (two-node runs; default this
+//! node's hostname).
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use heddle_types::jobs::ResultRow;
+use serde_json::{Map, Value, json};
+
+use super::nccl::rendezvous::Rendezvous;
+use super::protocol::{ChildEvent, ChildInput};
+use super::ucx_parse::{self, PerfResult};
+use super::{RunError, Sink, param_u64};
+
+/// UCP tests ucx_perftest runs between two processes (the UCT ones need a device name).
+pub const TESTS: &[&str] = &[
+    "tag_lat", "tag_bw", "tag_sync_lat", "tag_sync_bw", "ucp_put_lat", "ucp_put_bw",
+    "ucp_get", "stream_bw", "stream_lat", "ucp_am_lat", "ucp_am_bw",
+];
+const STEP_TIMEOUT: Duration = Duration::from_secs(120);
+const RENDEZVOUS_NAME: &str = "ucx-server";
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Params {
+    pub tests: Vec<String>,
+    pub sizes: Vec<u64>,
+    pub iters: u64,
+    pub warmup: u64,
+    pub memory: String,
+    pub server_host: Option<String>,
+}
+
+impl Params {
+    pub fn parse(p: &Value) -> Result<Params, RunError> {
+        let strings = |name: &str| -> Result<Option<Vec<String>>, RunError> {
+            match p.get(name) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::Array(a)) => a
+                    .iter()
+                    .map(|v| v.as_str().map(str::to_string).ok_or_else(|| RunError::Params(format!("{name} must be strings"))))
+                    .collect::<Result<_, _>>()
+                    .map(Some),
+                Some(v) => Err(RunError::Params(format!("{name} must be a list, got {v}"))),
+            }
+        };
+        let tests = strings("tests")?.unwrap_or_else(|| vec!["tag_lat".into(), "tag_bw".into()]);
+        if let Some(bad) = tests.iter().find(|t| !TESTS.contains(&t.as_str())) {
+            return Err(RunError::Params(format!("unknown ucx_perftest test {bad:?} (one of {})", TESTS.join(", "))));
+        }
+        let sizes = match p.get("sizes") {
+            None | Some(Value::Null) => vec![8, 4096, 65536, 1 << 20],
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|v| v.as_u64().filter(|&s| s > 0 && s <= 1 << 30).ok_or_else(|| RunError::Params(format!("sizes must be integers in 1..=1 GiB, got {v}"))))
+                .collect::<Result<_, _>>()?,
+            Some(v) => return Err(RunError::Params(format!("sizes must be a list, got {v}"))),
+        };
+        let memory = match p.get("memory") {
+            None | Some(Value::Null) => "host".to_string(),
+            Some(Value::String(m)) if ["host", "cuda", "cuda-managed", "rocm"].contains(&m.as_str()) => m.clone(),
+            Some(v) => return Err(RunError::Params(format!("memory must be host, cuda, cuda-managed or rocm, got {v}"))),
+        };
+        let params = Params {
+            tests,
+            sizes,
+            iters: param_u64(p, "iters")?.unwrap_or(10_000),
+            warmup: param_u64(p, "warmup")?.unwrap_or(1_000),
+            memory,
+            server_host: p.get("server_host").and_then(Value::as_str).map(str::to_string),
+        };
+        if params.iters == 0 || params.iters > 100_000_000 || params.tests.is_empty() || params.sizes.is_empty() {
+            return Err(RunError::Params("iters must be in 1..=1e8, tests and sizes non-empty".into()));
+        }
+        Ok(params)
+    }
+
+    fn test_args(&self, test: &str, size: u64, port: u16) -> Vec<String> {
+        vec![
+            "-t".into(), test.into(),
+            "-s".into(), size.to_string(),
+            "-n".into(), self.iters.to_string(),
+            "-w".into(), self.warmup.to_string(),
+            "-m".into(), self.memory.clone(),
+            "-p".into(), port.to_string(),
+        ]
+    }
+}
+
+/// `PATH` lookup without running anything.
+pub fn which(program: &str) -> Option<std::path::PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| std::path::Path::new(d).join(program))
+        .find(|p| p.is_file())
+}
+
+fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Starts a `ucx_perftest` server. Its "Waiting for connection" line cannot serve as a
+/// readiness signal (stdio is block-buffered into a pipe), so the client retries instead.
+fn start_server(port: u16) -> Result<Child, RunError> {
+    Ok(Command::new("ucx_perftest")
+        .args(["-p", &port.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?)
+}
+
+fn wait_with_timeout(child: &mut Child, timeout: Duration) -> std::io::Result<Option<std::process::ExitStatus>> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(st) = child.try_wait()? {
+            return Ok(Some(st));
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Runs the client against `host:port` and parses its table, retrying while the server
+/// is not listening yet.
+fn run_client(host: &str, args: &[String]) -> Result<(PerfResult, String), RunError> {
+    let mut attempt = 0;
+    loop {
+        match run_client_once(host, args) {
+            Err(RunError::Failed { message, .. }) if attempt < 50 && message.contains("connect") => {
+                attempt += 1;
+                std::thread::sleep(Duration::from_millis(100));
+                tracing::debug!(%message, attempt, "ucx_perftest server not ready");
+            }
+            other => return other,
+        }
+    }
+}
+
+fn run_client_once(host: &str, args: &[String]) -> Result<(PerfResult, String), RunError> {
+    let mut child = Command::new("ucx_perftest")
+        .arg(host)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let out = child.stdout.take().expect("piped");
+    let err = child.stderr.take().expect("piped");
+    let out_t = std::thread::spawn(move || std::io::read_to_string(out).unwrap_or_default());
+    let err_t = std::thread::spawn(move || std::io::read_to_string(err).unwrap_or_default());
+    let status = wait_with_timeout(&mut child, STEP_TIMEOUT)?;
+    let (stdout, stderr) = (out_t.join().unwrap_or_default(), err_t.join().unwrap_or_default());
+    match status {
+        None => Err(RunError::Failed { code: 1, message: format!("ucx_perftest {} timed out after {STEP_TIMEOUT:?}", args.join(" ")) }),
+        Some(st) if !st.success() => Err(RunError::Failed {
+            code: 1,
+            message: format!("ucx_perftest {} failed ({st}): {}", args.join(" "), stderr.lines().chain(stdout.lines()).filter(|l| !l.trim().is_empty()).last().unwrap_or("")),
+        }),
+        Some(_) => parse(&stdout).map(|r| (r, stdout)),
+    }
+}
+
+fn parse(stdout: &str) -> Result<PerfResult, RunError> {
+    ucx_parse::parse_perftest(stdout).map_err(|m| RunError::Failed { code: 1, message: m })
+}
+
+pub fn row(test: &str, size: u64, r: &PerfResult) -> Option<ResultRow> {
+    let f = r.final_line()?;
+    Some(ResultRow {
+        size_bytes: size as i64,
+        count: None,
+        dtype: None,
+        op: Some(test.into()),
+        root: None,
+        in_place: None,
+        time_us: Some(f.average_us),
+        // MiB/s to GB/s.
+        algbw_gbs: Some(f.bw_overall_mbs * 1_048_576.0 / 1e9),
+        busbw_gbs: None,
+        wrong: None,
+        labels: Default::default(),
+        extra: json!({
+            "time_metric": r.time_metric,
+            "percentile_us": f.percentile_us,
+            "overall_us": f.overall_us,
+            "bw_overall_mibs": f.bw_overall_mbs,
+            "msgrate_overall": f.msgrate_overall,
+            "iterations": f.iterations,
+        }),
+    })
+}
+
+pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
+    let params = Params::parse(&input.params)?;
+    if which("ucx_perftest").is_none() {
+        return Err(RunError::Skip(
+            "ucx_perftest not found in PATH (install UCX's tools, e.g. the ucx-utils package)".into(),
+        ));
+    }
+    let world = input.world_size.max(1);
+    if world > 2 {
+        return Err(RunError::Params(format!("ucx runs on one node or between two, not {world}")));
+    }
+    let mut summary = Map::new();
+    summary.insert("kind".into(), "ucx".into());
+    summary.insert("mode".into(), if world == 1 { "loopback" } else { "two-node" }.into());
+    if let Ok(o) = Command::new("ucx_info").arg("-v").output() {
+        if let Some(v) = ucx_parse::parse_version(&String::from_utf8_lossy(&o.stdout)) {
+            summary.insert("ucx_version".into(), v.into());
+        }
+    }
+    if let Ok(o) = Command::new("ucx_info").arg("-d").output() {
+        let tl = ucx_parse::parse_info_devices(&String::from_utf8_lossy(&o.stdout));
+        let names: Vec<String> = tl.iter().map(|t| format!("{}/{}", t.transport, t.device)).collect();
+        summary.insert("ucx_transports".into(), json!(names));
+    }
+    let env: Vec<String> = std::env::vars().filter(|(k, _)| k.starts_with("UCX_")).map(|(k, v)| format!("{k}={v}")).collect();
+    summary.insert("ucx_env".into(), json!(env));
+
+    let steps: Vec<(&String, u64)> = params.tests.iter().flat_map(|t| params.sizes.iter().map(move |&s| (t, s))).collect();
+    let rendezvous = if world == 2 {
+        Some(Rendezvous::from_env(input.run_id).ok_or_else(|| RunError::Failed {
+            code: 1,
+            message: "a two-node ucx job needs the server rendezvous, but the agent passed none to the test process".into(),
+        })?)
+    } else {
+        None
+    };
+    for (i, (test, size)) in steps.iter().enumerate() {
+        let step_name = format!("{RENDEZVOUS_NAME}-{i}");
+        let result = match (world, input.rank) {
+            (1, _) => {
+                let port = free_port()?;
+                let mut server = start_server(port)?;
+                let r = run_client("127.0.0.1", &params.test_args(test, *size, port));
+                if wait_with_timeout(&mut server, Duration::from_secs(5))?.is_none() {
+                    tracing::warn!("ucx_perftest server did not exit after its client; killed");
+                }
+                Some(r?)
+            }
+            (_, 0) => {
+                // Serve, and tell rank 1 where.
+                let port = free_port()?;
+                let mut server = start_server(port)?;
+                let host = params.server_host.clone().unwrap_or_else(|| {
+                    nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_else(|_| "localhost".into())
+                });
+                let rv = rendezvous.as_ref().expect("two-node runs have one");
+                rv.exchange_named(&step_name, true, Some(format!("{host}:{port}").into_bytes()), STEP_TIMEOUT)
+                    .map_err(|m| RunError::Failed { code: 1, message: m })?;
+                if wait_with_timeout(&mut server, STEP_TIMEOUT)?.is_none() {
+                    return Err(RunError::Failed { code: 1, message: format!("no client connected for {test} {size} B") });
+                }
+                None
+            }
+            _ => {
+                let rv = rendezvous.as_ref().expect("two-node runs have one");
+                let addr = rv.exchange_named(&step_name, false, None, STEP_TIMEOUT).map_err(|m| RunError::Failed { code: 1, message: m })?;
+                let addr = String::from_utf8_lossy(&addr).into_owned();
+                let (host, port) = addr.rsplit_once(':').ok_or_else(|| RunError::Failed { code: 1, message: format!("bad server address {addr:?}") })?;
+                let port: u16 = port.parse().map_err(|_| RunError::Failed { code: 1, message: format!("bad port in {addr:?}") })?;
+                Some(run_client(host, &params.test_args(test, *size, port))?)
+            }
+        };
+        if let Some((r, _raw)) = result {
+            if let Some(row) = row(test, *size, &r) {
+                let msg = format!("{test} {size} B: {:.2} us, {:.3} GB/s", row.time_us.unwrap_or(0.0), row.algbw_gbs.unwrap_or(0.0));
+                out.row(row)?;
+                out.progress(Some((i + 1) as f64 / steps.len() as f64), msg)?;
+            }
+        }
+    }
+    out.emit(&ChildEvent::Summary { summary })?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn params() {
+        let p = Params::parse(&json!({})).unwrap();
+        assert_eq!(p.tests, vec!["tag_lat", "tag_bw"]);
+        assert_eq!(p.sizes.len(), 4);
+        let p = Params::parse(&json!({"tests": ["ucp_put_bw"], "sizes": [1024], "iters": 5, "memory": "cuda"})).unwrap();
+        assert_eq!(p.test_args("ucp_put_bw", 1024, 9)[..4], ["-t", "ucp_put_bw", "-s", "1024"].map(String::from));
+        for bad in [
+            json!({"tests": ["rm_rf"]}),
+            json!({"tests": "tag_bw"}),
+            json!({"sizes": [0]}),
+            json!({"sizes": [-1]}),
+            json!({"memory": "disk"}),
+            json!({"iters": 0}),
+            json!({"tests": []}),
+        ] {
+            assert!(matches!(Params::parse(&bad), Err(RunError::Params(_))), "{bad}");
+        }
+    }
+}
