@@ -59,6 +59,13 @@ struct Prepared {
     seq: u64,
 }
 
+/// Compiled components by sha256 of their bytes, with an insertion counter for eviction.
+#[derive(Default)]
+struct Cache {
+    entries: HashMap<[u8; 32], Arc<Prepared>>,
+    seq: u64,
+}
+
 /// A compiled, checked plugin, cheap to clone; see [`PluginHost::load`].
 #[derive(Clone)]
 pub struct LoadedPlugin {
@@ -81,7 +88,7 @@ impl LoadedPlugin {
 pub struct PluginHost {
     engine: Engine,
     linker: Linker<State>,
-    cache: Mutex<(HashMap<[u8; 32], Arc<Prepared>>, u64)>,
+    cache: Mutex<Cache>,
     config: HostConfig,
     _ticker: Ticker,
 }
@@ -109,7 +116,7 @@ impl PluginHost {
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(internal)?;
         Detector::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s).map_err(internal)?;
         let ticker = Ticker::start(&engine, config.epoch_tick);
-        Ok(Self { engine, linker, cache: Mutex::new((HashMap::new(), 0)), config, _ticker: ticker })
+        Ok(Self { engine, linker, cache: Mutex::new(Cache::default()), config, _ticker: ticker })
     }
 
     /// Compiles (or fetches from the cache), checks the imports and the world, and calls
@@ -186,10 +193,10 @@ impl PluginHost {
 
     /// Number of compiled components held.
     pub fn cached(&self) -> usize {
-        self.lock_cache().0.len()
+        self.lock_cache().entries.len()
     }
 
-    fn lock_cache(&self) -> std::sync::MutexGuard<'_, (HashMap<[u8; 32], Arc<Prepared>>, u64)> {
+    fn lock_cache(&self) -> std::sync::MutexGuard<'_, Cache> {
         self.cache.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -210,7 +217,7 @@ impl PluginHost {
             return Err(HostError::TooLarge { size: bytes.len(), limit: limits.max_component_bytes });
         }
         let key: [u8; 32] = Sha256::digest(bytes).into();
-        if let Some(p) = self.lock_cache().0.get(&key) {
+        if let Some(p) = self.lock_cache().entries.get(&key) {
             return Ok((p.clone(), true));
         }
         check_header(bytes)?;
@@ -256,7 +263,7 @@ impl PluginHost {
         }
 
         let mut cache = self.lock_cache();
-        cache.1 += 1;
+        cache.seq += 1;
         let prepared = Arc::new(Prepared {
             pre,
             info,
@@ -264,14 +271,14 @@ impl PluginHost {
             sha256: hex::encode(key),
             size: bytes.len(),
             compile_micros,
-            seq: cache.1,
+            seq: cache.seq,
         });
-        if cache.0.len() >= self.config.cache_capacity.max(1)
-            && let Some(oldest) = cache.0.iter().min_by_key(|(_, p)| p.seq).map(|(k, _)| *k)
+        if cache.entries.len() >= self.config.cache_capacity.max(1)
+            && let Some(oldest) = cache.entries.iter().min_by_key(|(_, p)| p.seq).map(|(k, _)| *k)
         {
-            cache.0.remove(&oldest);
+            cache.entries.remove(&oldest);
         }
-        cache.0.insert(key, prepared.clone());
+        cache.entries.insert(key, prepared.clone());
         tracing::debug!(plugin = %prepared.info.name, sha256 = %prepared.sha256, compile_micros, "compiled plugin");
         Ok((prepared, false))
     }
