@@ -1,0 +1,71 @@
+//! The Heddle dashboard: a client-side Leptos app served by `heddle-server` from
+//! `HEDDLE_DASHBOARD_DIR`. It only speaks the public `/api/v1` with the person's own token,
+//! so it can do nothing the CLI could not.
+
+mod api;
+mod chart;
+mod pages;
+mod session;
+mod topology;
+mod ui;
+
+use heddle_types::auth::Role;
+use leptos::prelude::*;
+use leptos_router::components::{A, Route, Router, Routes};
+use leptos_router::path;
+
+use session::{Session, SignIn, use_session};
+
+fn main() {
+    console_error_panic_hook::set_once();
+    mount_to_body(App);
+}
+
+#[component]
+fn App() -> impl IntoView {
+    let session = Session::provide();
+    view! {
+        <Router>
+            {move || {
+                if session.checking.get() {
+                    view! { <p class="loading page">"Checking your token…"</p> }.into_any()
+                } else if session.who.with(Option::is_none) {
+                    view! { <SignIn/> }.into_any()
+                } else {
+                    view! { <Shell/> }.into_any()
+                }
+            }}
+        </Router>
+    }
+}
+
+#[component]
+fn Shell() -> impl IntoView {
+    let session = use_session();
+    let who = move || session.who.get().map(|w| format!("{} ({})", w.name, w.role)).unwrap_or_default();
+    view! {
+        <header class="top">
+            <A href="/" attr:class="brand">"Heddle"</A>
+            <nav>
+                <A href="/">"Fleet"</A>
+                <A href="/runs">"Runs"</A>
+                <A href="/plugins">"Plugins"</A>
+                <Show when=move || session.can(Role::Admin)>
+                    <A href="/agents">"Agents"</A>
+                </Show>
+            </nav>
+            <span class="who" id="who">{who}</span>
+            <button class="link" on:click=move |_| session.sign_out()>"Sign out"</button>
+        </header>
+        <main>
+            <Routes fallback=|| view! { <p class="empty">"No such page. " <a href="/">"Back to the fleet"</a></p> }>
+                <Route path=path!("/") view=pages::fleet::Fleet/>
+                <Route path=path!("/nodes/:id") view=pages::node::NodePage/>
+                <Route path=path!("/runs") view=pages::runs::Runs/>
+                <Route path=path!("/runs/:id") view=pages::run::RunPage/>
+                <Route path=path!("/plugins") view=pages::plugins::Plugins/>
+                <Route path=path!("/agents") view=pages::agents::Agents/>
+            </Routes>
+        </main>
+    }
+}

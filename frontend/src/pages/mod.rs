@@ -1,0 +1,9 @@
+pub mod agents;
+pub mod fleet;
+pub mod node;
+pub mod plugins;
+pub mod run;
+pub mod runs;
+pub mod node_facts;
+pub mod plugin_dry_run;
+pub mod plugin_upload;

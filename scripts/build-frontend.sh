@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Builds the Leptos dashboard into frontend/dist/ (index.html, style.css, the wasm-bindgen
+# JS glue and the .wasm), the folder heddle-server serves with HEDDLE_DASHBOARD_DIR.
+#
+# Plain cargo + wasm-bindgen: no trunk, no cargo-leptos and no wasm-opt (Debian's wasm-opt
+# is too old for the output of current rustc and corrupts it without a word).
+# Needs: rustup target add wasm32-unknown-unknown (added here when rustup is present).
+# wasm-bindgen-cli is installed from crates.io when missing or not the exact version the
+# frontend's Cargo.lock pins: the JS glue and the wasm must come from the same version.
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+front="$repo/frontend"
+dist="$front/dist"
+target_dir="${CARGO_TARGET_DIR:-$front/target}"
+wasm="$target_dir/wasm32-unknown-unknown/release/heddle-frontend.wasm"
+
+if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown; then
+    rustup target add wasm32-unknown-unknown
+fi
+
+want="$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/version = |"/, ""); print; exit }' "$front/Cargo.lock")"
+[[ -n "$want" ]] || { echo "build-frontend: no wasm-bindgen version in $front/Cargo.lock" >&2; exit 1; }
+have="$(wasm-bindgen --version 2>/dev/null | awk '{ print $2 }' || true)"
+if [[ "$have" != "$want" ]]; then
+    echo "build-frontend: installing wasm-bindgen-cli $want (found: ${have:-none})" >&2
+    cargo install wasm-bindgen-cli --version "$want"
+fi
+
+export CARGO_TARGET_DIR="$target_dir"
+cargo build --release --target wasm32-unknown-unknown --manifest-path "$front/Cargo.toml"
+
+# Build into a fresh folder and swap it in, so a running server never serves a mix.
+staging="$(mktemp -d "$front/.dist.XXXXXX")"
+trap 'rm -rf "$staging"' EXIT
+wasm-bindgen --target web --no-typescript --out-dir "$staging" --out-name heddle_frontend "$wasm"
+cp "$front/index.html" "$front/style.css" "$staging/"
+chmod 755 "$staging"
+rm -rf "$dist.old"
+[[ -d "$dist" ]] && mv "$dist" "$dist.old"
+mv "$staging" "$dist"
+rm -rf "$dist.old"
+trap - EXIT
+
+raw=$(stat -c %s "$dist/heddle_frontend_bg.wasm")
+gz=$(gzip -9 -c "$dist/heddle_frontend_bg.wasm" | wc -c)
+echo "build-frontend: $dist (wasm $raw bytes, $gz gzipped)"
