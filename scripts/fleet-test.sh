@@ -11,10 +11,13 @@ cd "$repo"
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/heddle-target}
 venv=${HEDDLE_VENV:-$HOME/.cache/heddle-venv}
 schemathesis_version=3.39.16
+# Newer hypothesis releases break schemathesis 3.39 ('many' object has no attribute 'more').
+hypothesis_version=6.127.0
 
-if [[ ! -x "$venv/bin/schemathesis" ]] || ! "$venv/bin/schemathesis" --version 2>/dev/null | grep -q "$schemathesis_version"; then
+if [[ ! -x "$venv/bin/schemathesis" ]] || ! "$venv/bin/schemathesis" --version 2>/dev/null | grep -q "$schemathesis_version" \
+    || ! "$venv/bin/pip" show hypothesis 2>/dev/null | grep -qx "Version: $hypothesis_version"; then
     python3 -m venv "$venv"
-    "$venv/bin/pip" install -q "schemathesis==$schemathesis_version"
+    "$venv/bin/pip" install -q "schemathesis==$schemathesis_version" "hypothesis==$hypothesis_version"
 fi
 cargo build --release -p heddle-server -p heddle-agent
 docker/build-images.sh

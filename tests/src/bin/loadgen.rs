@@ -52,6 +52,11 @@ impl Samples {
     }
 }
 
+/// The machine's 1-minute load average (everything else running skews the figures).
+fn loadavg() -> f64 {
+    std::fs::read_to_string("/proc/loadavg").ok().and_then(|s| s.split_whitespace().next()?.parse().ok()).unwrap_or(f64::NAN)
+}
+
 fn pct(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
@@ -139,6 +144,7 @@ async fn main() -> anyhow::Result<()> {
     // Steady state: every agent heartbeats once per interval, at a random phase.
     let steady = Arc::new(Mutex::new(Samples::default()));
     let cpu0: Vec<u64> = servers.iter().map(|s| cpu_ticks(s.pid()).unwrap_or(0)).collect();
+    let load0 = loadavg();
     let start = Instant::now();
     let end = start + Duration::from_secs(args.duration_s);
     let hb = Duration::from_secs(args.heartbeat_s);
@@ -150,11 +156,10 @@ async fn main() -> anyhow::Result<()> {
         tasks.push(tokio::spawn(async move {
             let mut next = tokio::time::Instant::from_std(start) + phase;
             let mut job_done = !agent.has_job;
-            loop {
+            // The last heartbeat falls before `end`: sleeping past it would stretch the
+            // measured window and understate the request rate.
+            while next.into_std() < end {
                 tokio::time::sleep_until(next).await;
-                if Instant::now() >= end {
-                    break;
-                }
                 let t = Instant::now();
                 let ok = match client
                     .post(format!("{}/api/v1/agent/heartbeat", agent.base))
@@ -228,6 +233,8 @@ async fn main() -> anyhow::Result<()> {
     report.insert("server_cpu_percent".into(), json!(cpu));
     report.insert("server_rss_peak_mib".into(), json!(rss_peak.iter().map(|k| *k as f64 / 1024.0).collect::<Vec<_>>()));
     report.insert("setup_s".into(), json!(setup_s));
+    // What else ran: the 1-minute load average at the start and the end of the steady state.
+    report.insert("loadavg_1m".into(), json!([load0, loadavg()]));
     let mut kinds = serde_json::Map::new();
     for (kind, v) in setup_samples.0.iter().chain(steady.0.iter()) {
         let mut v = v.clone();
@@ -247,7 +254,7 @@ async fn main() -> anyhow::Result<()> {
         for (kind, v) in &kinds {
             println!("{:<10} {:>8} {:>9.2} {:>9.2} {:>9.2}", kind, v["count"], v["p50_ms"].as_f64().unwrap(), v["p99_ms"].as_f64().unwrap(), v["max_ms"].as_f64().unwrap());
         }
-        println!("(setup: {} enrollments + facts in {:.1} s)", args.agents, setup_s);
+        println!("(setup: {} enrollments + facts in {:.1} s; load average {:.2} -> {:.2})", args.agents, setup_s, load0, loadavg());
     }
     drop(servers);
     Ok(())
