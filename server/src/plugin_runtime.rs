@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use heddle_plugin_host::{ComponentInfo, HostConfig, HostError, Limits, PluginHost, Report};
+use heddle_plugin_host::{ComponentInfo, HostConfig, HostError, Limits, LoadedPlugin, PluginHost, Report};
 use heddle_types::plugins::OutputDiff;
 use serde_json::Value;
 use uuid::Uuid;
@@ -18,8 +18,9 @@ use crate::AppState;
 pub struct PluginRuntime {
     host: Arc<PluginHost>,
     pub limits: Limits,
-    /// Component bytes by sha256, so a hot node loop does not re-read blobs from Postgres.
-    blobs: Mutex<HashMap<String, Arc<Vec<u8>>>>,
+    /// Compiled plugins by sha256, so the node loop neither re-reads blobs from Postgres
+    /// nor re-hashes their bytes on every call.
+    loaded: Mutex<HashMap<String, LoadedPlugin>>,
     /// Wakes the reconciler early (facts changed, a plugin was enabled).
     pub wake: tokio::sync::Notify,
 }
@@ -27,7 +28,7 @@ pub struct PluginRuntime {
 impl PluginRuntime {
     pub fn new(limits: Limits) -> anyhow::Result<Self> {
         let host = PluginHost::new(HostConfig::default()).map_err(|e| anyhow::anyhow!("starting the plugin host: {e}"))?;
-        Ok(PluginRuntime { host: Arc::new(host), limits, blobs: Mutex::default(), wake: tokio::sync::Notify::new() })
+        Ok(PluginRuntime { host: Arc::new(host), limits, loaded: Mutex::default(), wake: tokio::sync::Notify::new() })
     }
 
     /// Parses and checks an uploaded component (world, imports, size). CPU-bound, so it runs
@@ -40,27 +41,41 @@ impl PluginRuntime {
             .unwrap_or_else(|e| Err(HostError::Internal(format!("validation task failed: {e}"))))
     }
 
-    pub async fn run(&self, bytes: Arc<Vec<u8>>, facts_json: Arc<String>) -> Result<Report, HostError> {
+    pub async fn run(&self, plugin: LoadedPlugin, facts_json: Arc<String>) -> Result<Report, HostError> {
         let host = self.host.clone();
         let limits = self.limits;
-        tokio::task::spawn_blocking(move || host.run(&bytes, &facts_json, &limits))
+        tokio::task::spawn_blocking(move || host.call(&plugin, &facts_json, &limits))
             .await
             .unwrap_or_else(|e| Err(HostError::Internal(format!("plugin task failed: {e}"))))
     }
 
-    pub async fn bytes(&self, db: &sqlx::PgPool, sha256: &str) -> Result<Arc<Vec<u8>>, sqlx::Error> {
-        if let Some(b) = self.blobs.lock().unwrap().get(sha256) {
-            return Ok(b.clone());
+    /// Compiles and checks a component on the blocking pool.
+    pub async fn load(&self, bytes: Vec<u8>) -> Result<LoadedPlugin, HostError> {
+        let host = self.host.clone();
+        let limits = self.limits;
+        tokio::task::spawn_blocking(move || host.load(&bytes, &limits))
+            .await
+            .unwrap_or_else(|e| Err(HostError::Internal(format!("compile task failed: {e}"))))
+    }
+
+    /// The compiled plugin stored under `sha256`: from the cache, or read from Postgres and
+    /// compiled. Bytes in Postgres were validated at upload, so a failure here is reported as
+    /// the plugin's outcome on every node, not as a server error.
+    pub async fn plugin(&self, db: &sqlx::PgPool, sha256: &str) -> Result<Result<LoadedPlugin, HostError>, sqlx::Error> {
+        if let Some(p) = self.loaded.lock().unwrap().get(sha256) {
+            return Ok(Ok(p.clone()));
         }
         let (bytes,): (Vec<u8>,) =
             sqlx::query_as("SELECT bytes FROM plugin_blobs WHERE sha256 = $1").bind(sha256).fetch_one(db).await?;
-        let bytes = Arc::new(bytes);
-        let mut cache = self.blobs.lock().unwrap();
-        if cache.len() >= 128 {
-            cache.clear();
+        let loaded = self.load(bytes).await;
+        if let Ok(p) = &loaded {
+            let mut cache = self.loaded.lock().unwrap();
+            if cache.len() >= 128 {
+                cache.clear();
+            }
+            cache.insert(sha256.to_string(), p.clone());
         }
-        cache.insert(sha256.to_string(), bytes.clone());
-        Ok(bytes)
+        Ok(loaded)
     }
 }
 
@@ -101,8 +116,11 @@ pub async fn evaluate_node(state: &AppState, node: Uuid) -> anyhow::Result<()> {
     if let (Some(facts), Some(_)) = (&facts, &facts_sha) {
         let facts_json = Arc::new(facts.to_string());
         for p in &plugins {
-            let bytes = state.plugins.bytes(&state.db, &p.sha256).await?;
-            outcomes.push(state.plugins.run(bytes, facts_json.clone()).await);
+            let outcome = match state.plugins.plugin(&state.db, &p.sha256).await? {
+                Ok(loaded) => state.plugins.run(loaded, facts_json.clone()).await,
+                Err(e) => Err(e),
+            };
+            outcomes.push(outcome);
         }
     }
     let facts_sha = facts_sha.unwrap_or_default();

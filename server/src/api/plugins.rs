@@ -321,10 +321,10 @@ pub async fn dry_run(
     .bind(i64::from(req.limit.unwrap_or(500).clamp(1, 5000)))
     .fetch_all(&state.db)
     .await?;
-    let bytes = state.plugins.bytes(&state.db, &sha).await?;
+    let loaded = state.plugins.plugin(&state.db, &sha).await?.map_err(host_error)?;
     let mut out = Vec::with_capacity(nodes.len());
     for (node_id, hostname, facts, active, active_version) in nodes {
-        let result = state.plugins.run(bytes.clone(), std::sync::Arc::new(facts.to_string())).await;
+        let result = state.plugins.run(loaded.clone(), std::sync::Arc::new(facts.to_string())).await;
         let usage = crate::plugin_runtime::usage_json(&result);
         let (output, error) = match result {
             Ok(r) => (Some(serde_json::to_value(&r.detection).map_err(|e| ApiError::Internal(e.into()))?), None),

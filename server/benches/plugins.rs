@@ -1,0 +1,140 @@
+//! The three first-party plugins over 10,000 stored node facts.
+//!
+//! Part 1 runs every plugin on every node's facts as the reconciler does (facts read from
+//! Postgres, one call per plugin and node on the blocking pool, two at a time on this
+//! 2-core machine) and reports the wall time, per-call latency and compile-cache hits.
+//! Part 2 times the whole reconciler, Postgres writes included, on a smaller fleet.
+//!
+//! `scripts/build-plugins.sh && HEDDLE_TEST_DATABASE_URL=$(scripts/pg-ensure.sh) cargo bench -p heddle-server --bench plugins`
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use heddle_server::plugin_runtime::{self, PluginRuntime};
+use heddle_server::testing::TestServer;
+use serde_json::Value;
+use uuid::Uuid;
+
+const PLUGINS: [&str; 3] = ["azure-nd", "runai-roce", "dgx-affinity"];
+const FIXTURES: [&str; 3] = ["azure-nd40rs-v2", "runai-roce", "dgx1"];
+
+fn read(path: &str) -> Vec<u8> {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path);
+    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e} (run scripts/build-plugins.sh)", p.display()))
+}
+
+fn pct(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+/// Inserts `n` nodes whose facts cycle through the fixtures, each with its own hostname.
+async fn seed_nodes(db: &sqlx::PgPool, n: usize) {
+    let fixtures: Vec<Value> =
+        FIXTURES.iter().map(|f| serde_json::from_slice(&read(&format!("plugins/fixtures/{f}.json"))).unwrap()).collect();
+    for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
+        let mut qb = sqlx::QueryBuilder::<sqlx::Postgres>::new("INSERT INTO nodes (id, hostname, facts, facts_sha256) ");
+        qb.push_values(chunk, |mut b, i| {
+            let mut facts = fixtures[i % fixtures.len()].clone();
+            facts["host"]["hostname"] = Value::String(format!("bench-{i:05}"));
+            let sha = heddle_server::db::facts::sha256(&facts);
+            b.push_bind(Uuid::new_v4()).push_bind(format!("bench-{i:05}")).push_bind(facts).push_bind(sha);
+        });
+        qb.build().execute(db).await.unwrap();
+    }
+}
+
+async fn enable_plugins(server: &TestServer) {
+    let http = reqwest::Client::new();
+    for name in PLUGINS {
+        let r = http
+            .post(format!("{}/api/v1/plugins/{name}/versions/0.1.0", server.url))
+            .bearer_auth(&server.admin_token)
+            .header("content-type", "application/wasm")
+            .body(read(&format!("plugins/dist/{name}.wasm")))
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "upload {name}: {}", r.status());
+        let r = http
+            .post(format!("{}/api/v1/plugins/{name}/enable", server.url))
+            .bearer_auth(&server.admin_token)
+            .json(&serde_json::json!({}))
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success());
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let nodes: usize = std::env::var("HEDDLE_BENCH_NODES").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
+
+    // Part 1: evaluation over stored facts, without the reconciler's writes.
+    let server = TestServer::start_with(|c| c.heartbeat_interval_s = 3600).await;
+    seed_nodes(&server.state.db, nodes).await;
+    let runtime = Arc::new(PluginRuntime::new(server.state.config.plugin_limits()).unwrap());
+    let blobs: Vec<Vec<u8>> = PLUGINS.iter().map(|p| read(&format!("plugins/dist/{p}.wasm"))).collect();
+    let t = Instant::now();
+    let rows: Vec<(Value,)> = sqlx::query_as("SELECT facts FROM nodes WHERE facts IS NOT NULL").fetch_all(&server.state.db).await.unwrap();
+    let load_s = t.elapsed().as_secs_f64();
+    let facts: Vec<Arc<String>> = rows.into_iter().map(|(f,)| Arc::new(f.to_string())).collect();
+    // Each plugin is compiled once (as the server does on first use), then called by handle.
+    let t = Instant::now();
+    let mut loaded = Vec::new();
+    for b in blobs {
+        loaded.push(runtime.load(b).await.unwrap());
+    }
+    let compile_s = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let mut latencies = Vec::with_capacity(facts.len() * blobs.len());
+    let (mut hits, mut fuel, mut failed) = (0u64, 0u64, 0u64);
+    for pair in facts.chunks(2) {
+        let mut calls = Vec::new();
+        for f in pair {
+            for b in &loaded {
+                let (rt, b, f) = (runtime.clone(), b.clone(), f.clone());
+                calls.push(tokio::spawn(async move { rt.run(b, f).await }));
+            }
+        }
+        for c in calls {
+            match c.await.unwrap() {
+                Ok(r) => {
+                    latencies.push(r.usage.elapsed.as_secs_f64() * 1e6);
+                    hits += u64::from(r.usage.cache_hit);
+                    fuel += r.usage.fuel_consumed;
+                }
+                Err(_) => failed += 1,
+            }
+        }
+    }
+    let eval_s = t.elapsed().as_secs_f64();
+    let calls = latencies.len() as u64;
+    println!("plugins over stored facts: {} nodes x {} plugins", facts.len(), blobs.len());
+    println!("  read facts from Postgres      {:>8.3} s", load_s);
+    println!("  first calls (compile 3)       {:>8.3} s", compile_s);
+    println!("  all evaluations (2 at a time) {:>8.3} s  ({:.0} evaluations/s)", eval_s, calls as f64 / eval_s);
+    println!("  per call p50 / p99 / max      {:>8.1} / {:.1} / {:.1} µs", pct(&mut latencies, 0.5), pct(&mut latencies, 0.99), pct(&mut latencies, 1.0));
+    println!("  compile-cache hits            {hits} of {calls}; failures {failed}; mean fuel {}", fuel / calls.max(1));
+    server.stop().await;
+
+    // Part 2: the reconciler end to end (evaluation + Postgres writes) on a smaller fleet.
+    let fleet: usize = std::env::var("HEDDLE_BENCH_RECONCILE_NODES").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
+    let server = TestServer::start_with(|c| c.heartbeat_interval_s = 3600).await;
+    seed_nodes(&server.state.db, fleet).await;
+    enable_plugins(&server).await;
+    // The server's own reconciler starts on enable; time until every node is evaluated.
+    let t = Instant::now();
+    loop {
+        let (done,): (i64,) = sqlx::query_as("SELECT count(*) FROM plugin_results").fetch_one(&server.state.db).await.unwrap();
+        if done as usize >= fleet * PLUGINS.len() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let reconcile_s = t.elapsed().as_secs_f64();
+    let left = plugin_runtime::reconcile(&server.state).await.unwrap();
+    println!("reconciler, Postgres writes included: {fleet} nodes x {} plugins in {reconcile_s:.2} s ({:.0} nodes/s); stale afterwards: {left}", PLUGINS.len(), fleet as f64 / reconcile_s);
+    server.stop().await;
+}
