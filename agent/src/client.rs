@@ -23,8 +23,7 @@ use serde::de::DeserializeOwned;
 use uuid::Uuid;
 
 const API_PREFIX: &str = "/api/v1";
-/// Header naming the agent's hash of the facts document it sends.
-pub const FACTS_SHA_HEADER: &str = "x-heddle-facts-sha256";
+use heddle_types::FACTS_SHA_HEADER;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Upper bound for one control request (heartbeat, claim, renew...). Short, so a replica
 /// that accepts connections but hangs is left for the next one before a lease lapses;

@@ -17,3 +17,7 @@ pub use error::ErrorBody;
 
 /// Header carrying the idempotency key of a result upload (also present in the body).
 pub const UPLOAD_KEY_HEADER: &str = "idempotency-key";
+
+/// Header with which an agent names the hash it computed over the facts it uploads, so the
+/// server's "send facts again?" answer compares like with like.
+pub const FACTS_SHA_HEADER: &str = "x-heddle-facts-sha256";

@@ -134,9 +134,7 @@ pub async fn heartbeat(State(state): State<AppState>, agent: AgentCaller, Json(r
     Ok(Json(HeartbeatResponse { heartbeat_interval_s: state.config.heartbeat_interval_s, send_facts, cancel_jobs }))
 }
 
-/// Header with which an agent names the hash it computed over its facts, so both sides
-/// compare like with like; the server computes its own when absent.
-pub const FACTS_SHA_HEADER: &str = "x-heddle-facts-sha256";
+use heddle_types::FACTS_SHA_HEADER;
 
 /// Replace the node's latest facts; a change is kept in the facts history.
 #[utoipa::path(put, path = "/api/v1/agent/facts", tag = "agent", security(("agent" = [])),
