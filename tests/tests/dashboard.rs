@@ -1,0 +1,351 @@
+//! The dashboard in headless Chromium (driven through chromedriver) against a real server on
+//! a real Postgres, with data seeded through the API and a fake agent that claims jobs and
+//! uploads results over the agent protocol. It walks what a person does: sign in, read the
+//! fleet, open a node and its topology heatmap, launch a run and watch it finish, upload a
+//! plugin and dry-run it, create an enrollment token, and sign in again as a viewer.
+//!
+//! Needs `frontend/dist` (scripts/build-frontend.sh), `plugins/dist` (scripts/build-plugins.sh),
+//! `chromium` and `chromium-driver` from apt, and `HEDDLE_TEST_DATABASE_URL`. Screenshots of
+//! every page are written under cargo's test tmp dir; the path is printed.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use heddle_server::testing::TestServer;
+use serde_json::{Value, json};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn dashboard_dist() -> PathBuf {
+    let dist = repo().join("frontend/dist");
+    assert!(
+        dist.join("index.html").is_file() && dist.join("heddle_frontend_bg.wasm").is_file(),
+        "{} has no built dashboard: run scripts/build-frontend.sh first",
+        dist.display()
+    );
+    dist.canonicalize().unwrap()
+}
+
+/// chromedriver on a free port, killed on drop.
+struct Driver(Child);
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+async fn browser() -> (Driver, Client) {
+    let bin = std::env::var("HEDDLE_CHROMEDRIVER").unwrap_or_else(|_| "chromedriver".into());
+    let port = heddle_e2e::free_port();
+    let child = Command::new(&bin)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {bin}: {e}; install chromium and chromium-driver (apt)"));
+    let driver = Driver(child);
+    let mut opts = json!({"args": ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1400,2000"]});
+    if Path::new("/usr/bin/chromium").exists() {
+        opts["binary"] = json!("/usr/bin/chromium");
+    }
+    let mut caps = serde_json::Map::new();
+    caps.insert("goog:chromeOptions".into(), opts);
+    let url = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+        match ClientBuilder::new(connector).capabilities(caps.clone()).connect(&url).await {
+            Ok(c) => return (driver, c),
+            Err(e) if Instant::now() > deadline => panic!("chromedriver at {url} did not start a session: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+/// Polls until the first element matching `css` contains `needle`; the page's text on failure.
+async fn wait_text(c: &Client, css: &str, needle: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(el) = c.find(Locator::Css(css)).await {
+            if let Ok(t) = el.text().await {
+                if t.contains(needle) {
+                    return t;
+                }
+            }
+        }
+        if Instant::now() > deadline {
+            let body = match c.find(Locator::Css("body")).await {
+                Ok(b) => b.text().await.unwrap_or_default(),
+                Err(_) => String::new(),
+            };
+            panic!("{css:?} never contained {needle:?}; the page says:\n{body}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn click(c: &Client, css: &str) {
+    c.wait().at_most(Duration::from_secs(20)).for_element(Locator::Css(css)).await.unwrap_or_else(|e| panic!("{css}: {e}")).click().await.unwrap();
+}
+
+async fn type_into(c: &Client, css: &str, text: &str) {
+    let el = c.wait().at_most(Duration::from_secs(20)).for_element(Locator::Css(css)).await.unwrap();
+    el.clear().await.unwrap();
+    el.send_keys(text).await.unwrap();
+}
+
+struct Shots(PathBuf);
+
+impl Shots {
+    async fn take(&self, c: &Client, name: &str) {
+        let png = c.screenshot().await.unwrap();
+        std::fs::write(self.0.join(format!("{name}.png")), png).unwrap();
+    }
+}
+
+struct Api {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl Api {
+    async fn call(&self, method: reqwest::Method, path: &str, token: &str, body: Option<Value>) -> Value {
+        let mut req = self.http.request(method, format!("{}{path}", self.base)).bearer_auth(token);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status();
+        let text = resp.text().await.unwrap();
+        assert!(status.is_success(), "{path}: {status} {text}");
+        serde_json::from_str(&text).unwrap_or(Value::Null)
+    }
+}
+
+/// Enrolls an agent for `hostname` and, when given, sends its facts.
+async fn enroll(api: &Api, server: &TestServer, hostname: &str, facts: Option<Value>) -> String {
+    let token = server.enrollment_token().await;
+    let body = json!({"enroll_token": token, "hostname": hostname, "agent_version": "0.1.0"});
+    let resp = api.http.post(format!("{}/api/v1/agent/enroll", api.base)).json(&body).send().await.unwrap();
+    assert_eq!(resp.status(), 201);
+    let credential = resp.json::<Value>().await.unwrap()["credential"].as_str().unwrap().to_string();
+    if let Some(f) = facts {
+        api.call(reqwest::Method::PUT, "/api/v1/agent/facts", &credential, Some(f)).await;
+    }
+    credential
+}
+
+fn fixture(name: &str) -> Value {
+    serde_json::from_slice(&std::fs::read(repo().join("plugins/fixtures").join(format!("{name}.json"))).unwrap()).unwrap()
+}
+
+fn plugin_path(name: &str) -> PathBuf {
+    let p = repo().join("plugins/dist").join(format!("{name}.wasm"));
+    assert!(p.is_file(), "{} is missing: run scripts/build-plugins.sh", p.display());
+    p.canonicalize().unwrap()
+}
+
+/// nccl-tests style rows from 8 B to 1 GiB whose bus bandwidth saturates at `peak` GB/s.
+fn nccl_rows(peak: f64) -> Value {
+    let rows: Vec<Value> = (3..=30)
+        .map(|e| {
+            let size = 1i64 << e;
+            let busbw = peak * size as f64 / (size as f64 + 4.0 * 1048576.0);
+            let algbw = busbw / 1.75;
+            json!({"size_bytes": size, "count": size / 4, "dtype": "float", "op": "sum", "root": -1, "in_place": false,
+                   "time_us": size as f64 / (algbw.max(1e-3) * 1e3), "algbw_gbs": algbw, "busbw_gbs": busbw, "wrong": 0})
+        })
+        .collect();
+    Value::Array(rows)
+}
+
+/// A fake agent: heartbeats, claims jobs, reports progress twice a second apart and uploads
+/// nccl rows, each job a little faster than the one before so overlaid runs differ.
+async fn agent_loop(base: String, credential: String, mut peak: f64) {
+    let http = reqwest::Client::new();
+    loop {
+        let _ = http.post(format!("{base}/api/v1/agent/heartbeat")).bearer_auth(&credential).json(&json!({})).send().await;
+        let resp = http.post(format!("{base}/api/v1/agent/jobs/claim")).bearer_auth(&credential).send().await;
+        let Ok(resp) = resp else { return };
+        if resp.status() != 200 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        }
+        let lease: Value = resp.json().await.unwrap();
+        let job = lease["job_id"].as_str().unwrap().to_string();
+        let started = chrono::Utc::now();
+        for (fraction, msg) in [(0.3, "size 64 MiB"), (0.7, "size 512 MiB")] {
+            let body = json!({"progress": {"fraction": fraction, "message": msg}});
+            let _ = http.post(format!("{base}/api/v1/agent/jobs/{job}/renew")).bearer_auth(&credential).json(&body).send().await;
+            tokio::time::sleep(Duration::from_millis(1200)).await;
+        }
+        let result = json!({"upload_key": format!("k-{job}"), "outcome": "succeeded", "summary": {"nccl": "2.21.5", "transport": "IB"},
+            "rows": nccl_rows(peak), "started_at": started, "finished_at": chrono::Utc::now()});
+        peak += 12.0;
+        let r = http.post(format!("{base}/api/v1/agent/jobs/{job}/result")).bearer_auth(&credential).json(&result).send().await.unwrap();
+        assert!(r.status().is_success(), "result upload: {}", r.status());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_end_to_end_in_chromium() {
+    let dist = dashboard_dist();
+    let runai = plugin_path("runai-roce");
+    let server = TestServer::start_with(|c| c.dashboard_dir = Some(dist.clone())).await;
+    let admin = server.admin_token.clone();
+    let api = Api { base: server.url.clone(), http: reqwest::Client::new() };
+    let shots = Shots(Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard-screenshots"));
+    std::fs::create_dir_all(&shots.0).unwrap();
+
+    // Seed: three nodes from plugin fixtures, one agent that never sent facts, two enabled
+    // plugins, and a finished baseline run on dgx15 to overlay later.
+    let dgx = enroll(&api, &server, "dgx15", Some(fixture("dgx1"))).await;
+    enroll(&api, &server, "nd40rs-v2-0", Some(fixture("azure-nd40rs-v2"))).await;
+    enroll(&api, &server, "my-first-distributed-app-worker-0", Some(fixture("runai-roce"))).await;
+    enroll(&api, &server, "gpu-new-7", None).await;
+    for name in ["dgx-affinity", "azure-nd"] {
+        let bytes = std::fs::read(plugin_path(name)).unwrap();
+        let r = api.http.post(format!("{}/api/v1/plugins/{name}/versions/0.1.0", api.base)).bearer_auth(&admin)
+            .header("content-type", "application/wasm").body(bytes).send().await.unwrap();
+        assert!(r.status().is_success(), "uploading {name}: {}", r.text().await.unwrap());
+        api.call(reqwest::Method::POST, &format!("/api/v1/plugins/{name}/enable"), &admin, Some(json!({}))).await;
+    }
+    tokio::spawn(agent_loop(server.url.clone(), dgx.clone(), 170.0));
+    let baseline = server.start_run(json!({"kind": "nccl", "nodes": ["dgx15"], "label": "baseline", "params": {"op": "all_reduce"}})).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while server.get_run(baseline.id).await.state != "succeeded" {
+        assert!(Instant::now() < deadline, "the baseline run did not finish");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The reconciler applies enabled plugins in the background; wait for dgx15's env.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let node = api.call(reqwest::Method::GET, "/api/v1/nodes/dgx15", &admin, None).await;
+        if node["recommendations"].as_array().is_some_and(|r| !r.is_empty()) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no plugin recommendation reached dgx15: {node}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let (_driver, c) = browser().await;
+
+    // Sign in: a wrong token is refused with the server's words, the admin token works.
+    c.goto(&server.url).await.unwrap();
+    type_into(&c, "#token", "hdl_not-a-real-token").await;
+    click(&c, ".signin button[type=submit]").await;
+    wait_text(&c, ".signin .error", "refused").await;
+    shots.take(&c, "01-sign-in-refused").await;
+    type_into(&c, "#token", &admin).await;
+    click(&c, ".signin button[type=submit]").await;
+    wait_text(&c, "#who", "(admin)").await;
+
+    // Fleet, and time to first render from a fresh navigation with the stored token.
+    let t0 = Instant::now();
+    c.goto(&format!("{}/", server.url)).await.unwrap();
+    c.wait().at_most(Duration::from_secs(20)).for_element(Locator::Css("#fleet-table tbody tr")).await.unwrap();
+    let seen_ms = t0.elapsed().as_secs_f64() * 1000.0;
+    let mark = c.execute("return performance.getEntriesByName('heddle:fleet-rendered')[0].startTime", vec![]).await.unwrap();
+    let mark_ms = mark.as_f64().expect("the fleet page marks its first render");
+    println!("dashboard: first fleet render {mark_ms:.0} ms after navigation start (browser mark), {seen_ms:.0} ms as seen by WebDriver");
+    assert!(mark_ms < 5000.0, "first render took {mark_ms} ms");
+    let count = wait_text(&c, "#fleet-count", "4 of 4 nodes").await;
+    assert!(count.contains("4 of 4"));
+    // Problems first: the node without facts leads.
+    let first = c.find(Locator::Css("#fleet-table tbody tr")).await.unwrap().attr("data-host").await.unwrap();
+    assert_eq!(first.as_deref(), Some("gpu-new-7"));
+    wait_text(&c, "#fleet-table", "8 × Tesla V100").await;
+    shots.take(&c, "02-fleet").await;
+    type_into(&c, "#fleet-search", "mlx5_bond").await;
+    wait_text(&c, "#fleet-count", "1 of 4 nodes").await;
+    wait_text(&c, "#fleet-table tbody", "my-first-distributed-app-worker-0").await;
+    shots.take(&c, "03-fleet-search").await;
+    type_into(&c, "#fleet-search", "dgx15").await;
+    wait_text(&c, "#fleet-count", "1 of 4 nodes").await;
+
+    // Node page: facts, heatmap, recommendations, export block, history.
+    click(&c, "#fleet-table tbody a").await;
+    wait_text(&c, "#node-title", "dgx15").await;
+    let heat = wait_text(&c, "#topology", "NV2").await;
+    assert!(heat.contains("mlx5_0") && heat.contains("SYS") && heat.contains("0-19,40-59"), "{heat}");
+    let nv = c.find(Locator::Css("#topology td.t-nv2")).await.unwrap().text().await.unwrap();
+    assert_eq!(nv, "NV2");
+    wait_text(&c, "#recommendations", "plugin:").await;
+    wait_text(&c, "#env-block", "export ").await;
+    wait_text(&c, "#hcas", "mlx5_0").await;
+    wait_text(&c, "#history", "8").await;
+    shots.take(&c, "04-node").await;
+    c.execute("document.getElementById('topology').scrollIntoView()", vec![]).await.unwrap();
+    shots.take(&c, "05-node-heatmap").await;
+
+    // Launch a run from the form and watch it progress and finish.
+    c.goto(&format!("{}/runs", server.url)).await.unwrap();
+    wait_text(&c, "#runs-table", "baseline").await;
+    click(&c, "input[name=node][value=dgx15]").await;
+    type_into(&c, "#run-params", r#"{"op": "all_reduce", "minbytes": 8}"#).await;
+    type_into(&c, "#run-env", "NCCL_IB_HCA=mlx5_0\nNCCL_DEBUG=INFO").await;
+    type_into(&c, "#run-label", "from-the-dashboard").await;
+    shots.take(&c, "06-runs-launch").await;
+    click(&c, "#run-start").await;
+    wait_text(&c, "#jobs", "dgx15").await;
+    wait_text(&c, "#jobs", "size").await;
+    shots.take(&c, "07-run-live").await;
+    wait_text(&c, "#run-state", "succeeded").await;
+    wait_text(&c, "#nccl-table", "1 GiB").await;
+    c.wait().at_most(Duration::from_secs(10)).for_element(Locator::Css("#busbw-chart polyline")).await.unwrap();
+    click(&c, "input.overlay").await;
+    wait_text(&c, "figure.chart", "baseline").await;
+    let lines = c.find_all(Locator::Css("#busbw-chart polyline")).await.unwrap().len();
+    assert_eq!(lines, 2, "this run and the overlaid baseline");
+    c.execute("document.getElementById('busbw-chart').scrollIntoView()", vec![]).await.unwrap();
+    shots.take(&c, "08-run-results").await;
+
+    // Upload runai-roce through the file input, then dry-run it.
+    c.goto(&format!("{}/plugins", server.url)).await.unwrap();
+    wait_text(&c, "main", "dgx-affinity").await;
+    let input = c.wait().for_element(Locator::Css("#plugin-file")).await.unwrap();
+    input.send_keys(runai.to_str().unwrap()).await.unwrap();
+    wait_text(&c, "#dropzone", "runai-roce.wasm").await;
+    type_into(&c, "#plugin-version", "0.1.0").await;
+    click(&c, "#plugin-upload").await;
+    wait_text(&c, "#upload .ok", "Uploaded runai-roce 0.1.0").await;
+    click(&c, "article.plugin[data-plugin=runai-roce] .dry-run-btn").await;
+    let summary = wait_text(&c, "#dry-run-summary", "runai-roce 0.1.0 on 3 nodes").await;
+    assert!(!summary.contains(" 0 would change"), "{summary}");
+    wait_text(&c, "#dry-run", "+ env NCCL_").await;
+    wait_text(&c, "#dry-run", "fuel").await;
+    c.execute("document.getElementById('dry-run').scrollIntoView()", vec![]).await.unwrap();
+    shots.take(&c, "09-plugins-dry-run").await;
+
+    // Agents: an enrollment token with the lines that start an agent.
+    c.goto(&format!("{}/agents", server.url)).await.unwrap();
+    wait_text(&c, "#agents-table", "dgx15").await;
+    click(&c, "#enroll-create").await;
+    let docker = wait_text(&c, "#docker-line", "docker run").await;
+    assert!(docker.contains(&format!("--server {}", server.url)) && docker.contains("--enroll-token hde"), "{docker}");
+    wait_text(&c, "#agent-line", "heddle-agent run --server").await;
+    shots.take(&c, "10-agents").await;
+
+    // A viewer sees no actions, and the server's refusal when it goes where it may not.
+    let viewer = server.token(heddle_types::auth::Role::Viewer).await;
+    click(&c, "header button.link").await;
+    type_into(&c, "#token", &viewer).await;
+    click(&c, ".signin button[type=submit]").await;
+    wait_text(&c, "#who", "(viewer)").await;
+    c.goto(&format!("{}/runs", server.url)).await.unwrap();
+    wait_text(&c, "main", "Your role cannot start runs").await;
+    assert!(c.find(Locator::Css("#run-start")).await.is_err(), "a viewer gets no launch form");
+    assert!(c.find(Locator::Css("a[href='/agents']")).await.is_err(), "a viewer gets no agents link");
+    c.goto(&format!("{}/agents", server.url)).await.unwrap();
+    wait_text(&c, "main .error", "Refused").await;
+    shots.take(&c, "11-viewer-refused").await;
+
+    println!("dashboard screenshots: {}", shots.0.display());
+    c.close().await.unwrap();
+}
