@@ -105,3 +105,51 @@ fn job_child_rejects_bad_params_as_a_failure() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown collective"));
 }
+
+fn capture(name: &str) -> String {
+    std::fs::read_to_string(format!("{}/tests/captures/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+}
+
+/// NCCL 2.28.9's INFO log from one rank of a two-process all_reduce on 2×H200 (NVLink).
+#[test]
+fn nccl_debug_log_of_a_real_run() {
+    let s = heddle_agent::runner::nccl::debug::parse(&capture("nccl_debug_info_2proc_rank0_h200.log"));
+    insta::assert_json_snapshot!("runners_nccl_debug_2proc_h200", s);
+}
+
+/// The table of our own bench on 2×H200 parses back into rows of the same figures, and
+/// re-rendering those rows gives the same lines: the format is stable and lossless to
+/// two decimals.
+#[test]
+fn table_lines_round_trip_a_real_table() {
+    use heddle_agent::runner::nccl::table;
+    use heddle_types::jobs::ResultRow;
+    let text = capture("heddle_bench_all_gather_2xh200.txt");
+    let data: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(data.len(), 6, "{text}"); // -b 1K -e 64M -f 8: 1K, 8K, 64K, 512K, 4M, 32M
+    let mut rows = Vec::new();
+    for l in &data {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let mk = |off: usize, in_place: bool| ResultRow {
+            size_bytes: f[0].parse().unwrap(),
+            count: Some(f[1].parse().unwrap()),
+            dtype: Some(f[2].into()),
+            op: Some("all_gather".into()),
+            root: Some(f[4].parse().unwrap()),
+            in_place: Some(in_place),
+            time_us: Some(f[off].parse().unwrap()),
+            algbw_gbs: Some(f[off + 1].parse().unwrap()),
+            busbw_gbs: Some(f[off + 2].parse().unwrap()),
+            wrong: Some(f[off + 3].parse().unwrap()),
+            labels: Default::default(),
+            extra: serde_json::json!({"redop": f[3]}),
+        };
+        let (oop, ip) = (mk(5, false), mk(9, true));
+        assert_eq!(table::line(&oop, Some(&ip)).trim_end(), l.trim_end());
+        // all_gather on 2 ranks: busbw is half of algbw (to the printed precision).
+        assert!((oop.busbw_gbs.unwrap() - oop.algbw_gbs.unwrap() / 2.0).abs() <= 0.011, "{l}");
+        rows.push(oop);
+        rows.push(ip);
+    }
+    insta::assert_snapshot!("runners_nccl_table_all_gather", table::render(&rows));
+}

@@ -261,6 +261,9 @@ impl Engine {
                 }
                 cuda("cuMemcpyHtoD", cu::memcpy_htod_sync(target, &host))?;
             }
+            // A pageable copy or a memset may still be in flight when the call returns, and
+            // our non-blocking stream does not wait for the legacy stream they ran on.
+            cuda("cuCtxSynchronize", r.ctx.synchronize())?;
         }
         self.launch(coll, dtype, op, root, c, in_place)?;
         self.sync()?;
