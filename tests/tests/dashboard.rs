@@ -330,6 +330,9 @@ async fn dashboard_end_to_end_in_chromium() {
     let docker = wait_text(&c, "#docker-line", "docker run").await;
     assert!(docker.contains(&format!("--server {}", server.url)) && docker.contains("--enroll-token hde"), "{docker}");
     wait_text(&c, "#agent-line", "heddle-agent run --server").await;
+    click(&c, "tr[data-host=gpu-new-7] .revoke-agent").await;
+    wait_text(&c, "main .ok[role=status]", "Revoked the agent on gpu-new-7").await;
+    wait_text(&c, "tr[data-host=gpu-new-7]", "revoked").await;
     shots.take(&c, "10-agents").await;
 
     // A viewer sees no actions, and the server's refusal when it goes where it may not.
@@ -344,6 +347,9 @@ async fn dashboard_end_to_end_in_chromium() {
     assert!(c.find(Locator::Css("a[href='/agents']")).await.is_err(), "a viewer gets no agents link");
     c.goto(&format!("{}/agents", server.url)).await.unwrap();
     wait_text(&c, "main .error", "Refused").await;
+    wait_text(&c, "#agents-table", "dgx15").await;
+    assert!(c.find(Locator::Css("#enroll-create")).await.is_err(), "a viewer cannot create enrollment tokens");
+    assert!(c.find(Locator::Css(".revoke-agent")).await.is_err(), "a viewer cannot revoke agents");
     shots.take(&c, "11-viewer-refused").await;
 
     println!("dashboard screenshots: {}", shots.0.display());

@@ -1,10 +1,12 @@
 //! Agents: enrollment tokens with the exact lines that start an agent, and the enrolled
-//! agents with their heartbeat health. Admin only; the server refuses anyone else.
+//! agents with their heartbeat health. Creating and revoking is for admins: others see the
+//! list without the buttons, and the server's refusal where they may not read.
 
-use heddle_types::auth::{AgentInfo, EnrollmentTokenCreate, EnrollmentTokenCreated, EnrollmentTokenInfo};
+use heddle_types::auth::{AgentInfo, Role, EnrollmentTokenCreate, EnrollmentTokenCreated, EnrollmentTokenInfo};
 use leptos::prelude::*;
 
 use crate::api::{self, ApiError};
+use crate::session::use_session;
 use crate::ui::{Outcome, ago, health_badge, loaded, outcome_line, when};
 
 /// The two ways to start an agent with a fresh enrollment token. The server URL is the one
@@ -21,6 +23,8 @@ pub fn start_lines(server: &str, token: &str) -> (String, String) {
 
 #[component]
 pub fn Agents() -> impl IntoView {
+    let session = use_session();
+    let admin = move || session.can(Role::Admin);
     let (agents, reload_agents) = api::load(|| api::get::<Vec<AgentInfo>>("/agents"));
     let (tokens, reload_tokens) = api::load(|| api::get::<Vec<EnrollmentTokenInfo>>("/enrollment-tokens"));
     let label = RwSignal::new(String::new());
@@ -84,7 +88,7 @@ pub fn Agents() -> impl IntoView {
                     <td>{if revoked { view! { <span class="badge bad">"revoked"</span> }.into_any() } else { health_badge(&a.health).into_any() }}</td>
                     <td>{a.version.clone().unwrap_or_default()}</td><td class="muted">{ago(a.last_heartbeat_at)}</td>
                     <td class="muted">{when(Some(a.created_at))}</td>
-                    <td>{(!revoked).then(|| view! { <button class="revoke-agent" on:click=move |_| revoke_at(path.clone(), what.clone())>"Revoke"</button> })}</td>
+                    <td>{(!revoked && admin()).then(|| view! { <button class="revoke-agent" on:click=move |_| revoke_at(path.clone(), what.clone())>"Revoke"</button> })}</td>
                 </tr> }
             })
             .collect_view();
@@ -104,7 +108,7 @@ pub fn Agents() -> impl IntoView {
                 let live = t.revoked_at.is_none();
                 view! { <tr><td>{name}</td><td>{format!("{}/{}", t.uses, t.max_uses)}</td><td>{when(Some(t.expires_at))}</td>
                     <td>{if live { "" } else { "revoked" }}</td>
-                    <td>{live.then(|| view! { <button on:click=move |_| revoke_at(path.clone(), what.clone())>"Revoke"</button> })}</td></tr> }
+                    <td>{(live && admin()).then(|| view! { <button on:click=move |_| revoke_at(path.clone(), what.clone())>"Revoke"</button> })}</td></tr> }
             })
             .collect_view();
         view! { <table class="grid"><thead><tr><th>"Token"</th><th>"Uses"</th><th>"Expires"</th><th></th><th></th></tr></thead><tbody>{rows}</tbody></table> }.into_any()
@@ -112,6 +116,7 @@ pub fn Agents() -> impl IntoView {
     view! {
         <section>
             <h1>"Agents"</h1>
+            <Show when=admin fallback=|| view! { <p class="muted">"Only admins enroll or revoke agents."</p> }>
             <form class="launch" id="enroll-form" on:submit=create>
                 <h2>"Enroll agents"</h2>
                 <div class="form-row">
@@ -121,6 +126,7 @@ pub fn Agents() -> impl IntoView {
                     <button type="submit" id="enroll-create">"Create enrollment token"</button>
                 </div>
             </form>
+            </Show>
             {created_view}
             {outcome_line(revoke)}
             <h2>"Enrolled agents"</h2>
