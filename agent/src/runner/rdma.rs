@@ -313,4 +313,28 @@ mod tests {
         let err = parse_perftest(text).unwrap_err();
         assert!(err.contains("Did not detect devices"), "{err}");
     }
+    #[test]
+    fn perftest_tables_by_column_name() {
+        // Laid out with perftest's own result formats (bandwidth with MsgRate, and the
+        // latency header that runs "#bytes #iterations" together); no HCA was available
+        // to capture a real run.
+        let bw = " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n\
+                  \x20 2          5000             0.00               10.43                5.467546\n\
+                  \x20 65536      5000             4555.12            4554.89              0.072878\n\
+                  ---------------------------------------------------------------------------------------\n";
+        let rows = parse_perftest(bw).unwrap();
+        assert_eq!(rows.len(), 2);
+        assert_eq!((rows[1].bytes, rows[1].iterations), (65536, 5000));
+        assert_eq!(rows[1].get("BW average"), Some(4554.89));
+        let r = row("ib_write_bw", &rows[1]);
+        assert!((r.algbw_gbs.unwrap() - 4554.89 * 1_048_576.0 / 1e9).abs() < 1e-9);
+        assert_eq!(r.extra["MsgRate[Mpps]"], 0.072878);
+        let lat = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]\n\
+                   \x20 2       1000          0.80           3.10         0.84               0.85           0.05\n";
+        let rows = parse_perftest(lat).unwrap();
+        assert_eq!(rows[0].columns.len(), 5);
+        assert_eq!(row("ib_read_lat", &rows[0]).time_us, Some(0.85));
+        let gbit = " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n 65536 1000 97.1 96.0 0.18\n";
+        assert_eq!(row("ib_send_bw", &parse_perftest(gbit).unwrap()[0]).algbw_gbs, Some(12.0));
+    }
 }
