@@ -114,7 +114,7 @@ pub enum Load<T> {
 
 /// Loads `fetch()` into a signal now and again each time the returned `reload` is called.
 /// Later answers replace earlier ones; a stale answer never overwrites a newer one.
-pub fn load<T, F, Fut>(fetch: F) -> (RwSignal<Load<T>>, impl Fn() + Clone + Copy + Send + Sync + 'static)
+pub fn load<T, F, Fut>(fetch: F) -> (RwSignal<Load<T>>, impl Fn() + Copy + Send + Sync + 'static)
 where
     T: Clone + Send + Sync + 'static,
     F: Fn() -> Fut + Send + Sync + 'static,
