@@ -1,16 +1,31 @@
 #!/usr/bin/env bash
-# Runs the whole test suite: starts Postgres if needed, builds the guest plugins, then
-# `cargo test` over the workspace. Every test makes its own throwaway database.
+# Runs the whole test suite: starts Postgres if needed, builds what the tests load (guest
+# plugins, the dashboard, the Docker images and the schemathesis venv for the fleet test),
+# then `cargo test` over the workspace and the guest plugin workspace. Every test makes its
+# own throwaway database. Extra arguments go to the workspace `cargo test`.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/heddle-target}
+step() { printf '\n== test.sh: %s (%s)\n' "$*" "$(date +%T)" >&2; }
+
+step "Postgres"
 HEDDLE_TEST_DATABASE_URL=$(scripts/pg-ensure.sh)
 export HEDDLE_TEST_DATABASE_URL
-echo "test.sh: Postgres at $HEDDLE_TEST_DATABASE_URL; target dir $CARGO_TARGET_DIR" >&2
-if [[ -x scripts/build-plugins.sh ]]; then
-    scripts/build-plugins.sh
-fi
+echo "Postgres at $HEDDLE_TEST_DATABASE_URL; target dir $CARGO_TARGET_DIR" >&2
+
+step "guest plugins (wasm32-wasip2)"
+scripts/build-plugins.sh
+step "dashboard (wasm32-unknown-unknown + wasm-bindgen)"
+scripts/build-frontend.sh
+step "binaries, Docker images and schemathesis for the fleet test"
+HEDDLE_PROFILE=dev scripts/fleet-test.sh --prepare
+
 # CI=true makes insta fail on a changed snapshot instead of writing a new one.
 export CI=${CI:-true}
+step "cargo test (workspace)"
 cargo test --workspace --locked "$@"
+step "cargo test (guest plugin workspace and template, native)"
+cargo test --locked --manifest-path plugins/Cargo.toml --workspace
+cargo test --manifest-path plugins/template/Cargo.toml
+step "done"
