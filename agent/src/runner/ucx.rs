@@ -166,7 +166,7 @@ fn run_client_once(host: &str, args: &[String]) -> Result<(PerfResult, String), 
         None => Err(RunError::Failed { code: 1, message: format!("ucx_perftest {} timed out after {STEP_TIMEOUT:?}", args.join(" ")) }),
         Some(st) if !st.success() => Err(RunError::Failed {
             code: 1,
-            message: format!("ucx_perftest {} failed ({st}): {}", args.join(" "), stderr.lines().chain(stdout.lines()).filter(|l| !l.trim().is_empty()).last().unwrap_or("")),
+            message: format!("ucx_perftest {} failed ({st}): {}", args.join(" "), stderr.lines().chain(stdout.lines()).rfind(|l| !l.trim().is_empty()).unwrap_or("")),
         }),
         Some(_) => parse(&stdout).map(|r| (r, stdout)),
     }
@@ -216,10 +216,10 @@ pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
     let mut summary = Map::new();
     summary.insert("kind".into(), "ucx".into());
     summary.insert("mode".into(), if world == 1 { "loopback" } else { "two-node" }.into());
-    if let Ok(o) = Command::new("ucx_info").arg("-v").output() {
-        if let Some(v) = ucx_parse::parse_version(&String::from_utf8_lossy(&o.stdout)) {
-            summary.insert("ucx_version".into(), v.into());
-        }
+    if let Ok(o) = Command::new("ucx_info").arg("-v").output()
+        && let Some(v) = ucx_parse::parse_version(&String::from_utf8_lossy(&o.stdout))
+    {
+        summary.insert("ucx_version".into(), v.into());
     }
     if let Ok(o) = Command::new("ucx_info").arg("-d").output() {
         let tl = ucx_parse::parse_info_devices(&String::from_utf8_lossy(&o.stdout));
@@ -274,12 +274,12 @@ pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
                 Some(run_client(host, &params.test_args(test, *size, port))?)
             }
         };
-        if let Some((r, _raw)) = result {
-            if let Some(row) = row(test, *size, &r) {
-                let msg = format!("{test} {size} B: {:.2} us, {:.3} GB/s", row.time_us.unwrap_or(0.0), row.algbw_gbs.unwrap_or(0.0));
-                out.row(row)?;
-                out.progress(Some((i + 1) as f64 / steps.len() as f64), msg)?;
-            }
+        if let Some((r, _raw)) = result
+            && let Some(row) = row(test, *size, &r)
+        {
+            let msg = format!("{test} {size} B: {:.2} us, {:.3} GB/s", row.time_us.unwrap_or(0.0), row.algbw_gbs.unwrap_or(0.0));
+            out.row(row)?;
+            out.progress(Some((i + 1) as f64 / steps.len() as f64), msg)?;
         }
     }
     out.emit(&ChildEvent::Summary { summary })?;

@@ -89,8 +89,7 @@ pub fn reduce(op: RedOp, dtype: Dtype, values: &[i64]) -> Value {
         // Wrap at every step, as the device does, so no intermediate overflows i128.
         RedOp::Prod => it.fold(1i128, |acc, v| {
             let bits = dtype.size() as u32 * 8;
-            let m = (acc * v) & ((1i128 << bits) - 1);
-            m
+            (acc * v) & ((1i128 << bits) - 1)
         }),
         RedOp::Max => it.max().unwrap_or(0),
         RedOp::Min => it.min().unwrap_or(0),
@@ -276,7 +275,9 @@ pub fn count_wrong(out: &[u8], dtype: Dtype, segs: &[Segment], tol: Option<f64>)
                                 let bad = match tol {
                                     Some(tol) => {
                                         let (g, e) = (decode(dtype, got), decode(dtype, want));
-                                        !((g - e).abs() <= tol * e.abs().max(1.0))
+                                        // Written so that NaN counts as wrong.
+                                        let close = (g - e).abs() <= tol * e.abs().max(1.0);
+                                        !close
                                     }
                                     None => true,
                                 };
@@ -324,6 +325,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::needless_range_loop)]
     fn segments_agree_with_a_simulation_of_every_collective() {
         for coll in Collective::ALL {
             for dtype in [Dtype::Float, Dtype::Int8, Dtype::Half, Dtype::Bfloat16, Dtype::Uint64] {
