@@ -5,6 +5,9 @@
 #
 #   scripts/fleet-test.sh            # everything
 #   scripts/fleet-test.sh --prepare  # only the binaries, images and venv (what CI runs first)
+#
+# HEDDLE_PROFILE=dev puts the debug binaries in the images instead: what `cargo test` builds
+# anyway, so CI compiles nothing twice (the release build is for images you ship).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
@@ -19,7 +22,12 @@ if [[ ! -x "$venv/bin/schemathesis" ]] || ! "$venv/bin/schemathesis" --version 2
     python3 -m venv "$venv"
     "$venv/bin/pip" install -q "schemathesis==$schemathesis_version" "hypothesis==$hypothesis_version"
 fi
-cargo build --release -p heddle-server -p heddle-agent
-docker/build-images.sh
+if [[ "${HEDDLE_PROFILE:-release}" == dev ]]; then
+    cargo build -p heddle-server -p heddle-agent
+    HEDDLE_BIN_DIR="$CARGO_TARGET_DIR/debug" docker/build-images.sh
+else
+    cargo build --release -p heddle-server -p heddle-agent
+    docker/build-images.sh
+fi
 [[ "${1:-}" == --prepare ]] && exit 0
 HEDDLE_VENV="$venv" cargo test -p heddle-e2e --test fleet -- --nocapture
