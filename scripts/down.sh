@@ -10,6 +10,7 @@ for p in agent server; do
     rm -f "$state/$p.pid"
 done
 bindir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
-if [[ -f "$state/pg/postmaster.pid" ]]; then
-    if [[ $(id -u) -eq 0 ]]; then runuser -u postgres -- "$bindir/pg_ctl" -D "$state/pg" stop -m fast; else "$bindir/pg_ctl" -D "$state/pg" stop -m fast; fi
+data=$(cat "$state/pg-data-path" 2>/dev/null || echo "$state/pg")
+if [[ -f "$data/postmaster.pid" ]]; then
+    if [[ $(id -u) -eq 0 ]]; then runuser -u postgres -- "$bindir/pg_ctl" -D "$data" stop -m fast; else "$bindir/pg_ctl" -D "$data" stop -m fast; fi
 fi

@@ -28,14 +28,20 @@ if [[ "$url" != "$url_default" ]]; then
     exit 1
 fi
 
-data="$repo/.heddle/pg"
 mkdir -p "$repo/.heddle"
 as_owner() {
     if [[ $(id -u) -eq 0 ]]; then runuser -u postgres -- "$@"; else "$@"; fi
 }
+# Project-local when the cluster's owner can reach the checkout (under root it is the
+# postgres user, who cannot enter e.g. /root); otherwise under the postgres user's home.
+data=${HEDDLE_PG_DATA:-$repo/.heddle/pg}
+if [[ -z "${HEDDLE_PG_DATA:-}" && $(id -u) -eq 0 ]] && ! runuser -u postgres -- test -x "$repo/.heddle"; then
+    data="$(getent passwd postgres | cut -d: -f6)/heddle-$port"
+fi
+echo "$data" >"$repo/.heddle/pg-data-path"
 if [[ ! -f "$data/PG_VERSION" ]]; then
     mkdir -p "$data"
-    [[ $(id -u) -eq 0 ]] && chown postgres: "$data"
+    if [[ $(id -u) -eq 0 ]]; then chown postgres: "$data"; fi
     chmod 700 "$data"
     as_owner "$bindir/initdb" -D "$data" -U postgres --auth=trust -E UTF8 >"$repo/.heddle/initdb.log" 2>&1 \
         || { cat "$repo/.heddle/initdb.log" >&2; exit 1; }
