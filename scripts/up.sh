@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Brings Heddle up on this machine: Postgres (a project-local cluster when none answers),
-# the server, and an agent for this host. Prints the dashboard URL and the admin token.
+# the server with the dashboard, and an agent for this host. Prints the dashboard URL and
+# the admin token. Needs the wasm targets: rustup target add wasm32-wasip2 wasm32-unknown-unknown
 # Stop everything with scripts/down.sh. Safe to run again: running parts are kept.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -19,7 +20,9 @@ if ! psql "$pg" -tAc "SELECT 1 FROM pg_database WHERE datname = 'heddle'" | grep
     psql "$pg" -qc "CREATE DATABASE heddle" >/dev/null
 fi
 
-echo "up.sh: building (profile $profile)..." >&2
+echo "up.sh: building plugins, dashboard and binaries (profile $profile)..." >&2
+scripts/build-plugins.sh >&2
+scripts/build-frontend.sh >&2
 cargo build --profile "$profile" -p heddle-server -p heddle-agent -p heddle-cli >&2
 
 if [[ ! -s "$state/admin-token" ]]; then
