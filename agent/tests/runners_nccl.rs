@@ -153,3 +153,27 @@ fn table_lines_round_trip_a_real_table() {
     }
     insta::assert_snapshot!("runners_nccl_table_all_gather", table::render(&rows));
 }
+
+#[test]
+fn sweep_job_without_nccl_is_skipped_with_the_reason() {
+    let input = serde_json::json!({
+        "kind": "sweep",
+        "params": {"op": "all_reduce", "max_bytes": 1024, "grid": {"NCCL_ALGO": ["Ring", "Tree"]}},
+        "job_id": uuid::Uuid::nil(), "run_id": uuid::Uuid::nil(), "rank": 0, "world_size": 1,
+    });
+    let mut child = Command::new(BIN)
+        .arg("child")
+        .env("HEDDLE_NCCL_LIBRARY", "/nonexistent/libnccl.so.2")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input.to_string().as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let events: Vec<serde_json::Value> = String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["event"], "skipped");
+    assert!(events[0]["reason"].as_str().unwrap().starts_with("NCCL unavailable: "));
+}

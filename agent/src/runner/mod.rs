@@ -13,6 +13,7 @@ pub mod protocol;
 pub mod rdma;
 pub mod sleep;
 pub mod supervise;
+pub mod sweep;
 pub mod ucx;
 pub mod ucx_parse;
 
@@ -55,6 +56,10 @@ pub const KINDS: &[Kind] = &[
     Kind {
         name: "nccl",
         run: nccl::run,
+    },
+    Kind {
+        name: "sweep",
+        run: sweep::run,
     },
     Kind {
         name: "ucx",

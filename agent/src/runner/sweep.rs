@@ -1,0 +1,164 @@
+//! `sweep`: the `nccl` measurement over a grid of NCCL environment knobs (e.g.
+//! `NCCL_ALGO` × `NCCL_PROTO`), one row set per cell, labelled with the cell. NCCL reads
+//! most knobs once per process, so every cell runs in a fresh `heddle-agent bench nccl
+//! --json` process with that cell's environment on top of the job's.
+//!
+//! Params: those of `nccl` (one node only), plus `grid`: an object mapping `NCCL_*`
+//! names to lists of values; at most 64 cells.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+use heddle_types::jobs::ResultRow;
+use serde_json::{Map, Value, json};
+
+use super::nccl::Params as NcclParams;
+use super::protocol::{ChildEvent, ChildInput};
+use super::{RunError, Sink};
+
+pub const MAX_CELLS: usize = 64;
+
+/// The cells of the grid, in a stable order (names sorted, values as given).
+pub fn cells(grid: &Value) -> Result<Vec<BTreeMap<String, String>>, RunError> {
+    let obj = grid
+        .as_object()
+        .filter(|o| !o.is_empty())
+        .ok_or_else(|| RunError::Params("grid must be a non-empty object of NCCL_* name → list of values".into()))?;
+    let mut out = vec![BTreeMap::new()];
+    let mut names: Vec<&String> = obj.keys().collect();
+    names.sort();
+    for name in names {
+        if !name.starts_with("NCCL_") || !name.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_') {
+            return Err(RunError::Params(format!("grid key {name:?} is not an NCCL_* variable name")));
+        }
+        let values: Vec<String> = match &obj[name] {
+            Value::Array(a) if !a.is_empty() => a
+                .iter()
+                .map(|v| match v {
+                    Value::String(s) if !s.contains('\0') => Ok(s.clone()),
+                    Value::Number(n) => Ok(n.to_string()),
+                    other => Err(RunError::Params(format!("{name}: values must be strings or numbers, got {other}"))),
+                })
+                .collect::<Result<_, _>>()?,
+            other => return Err(RunError::Params(format!("{name} must be a non-empty list, got {other}"))),
+        };
+        out = out
+            .into_iter()
+            .flat_map(|cell| {
+                values.iter().map(move |v| {
+                    let mut c = cell.clone();
+                    c.insert(name.clone(), v.clone());
+                    c
+                })
+            })
+            .collect();
+        if out.len() > MAX_CELLS {
+            return Err(RunError::Params(format!("the grid has more than {MAX_CELLS} cells")));
+        }
+    }
+    Ok(out)
+}
+
+/// `bench nccl` arguments for these params.
+pub fn bench_args(p: &NcclParams) -> Vec<String> {
+    let mut a = vec![
+        "bench".into(), "nccl".into(), p.coll.name().into(),
+        "-b".into(), p.sweep.min_bytes.to_string(),
+        "-e".into(), p.sweep.max_bytes.to_string(),
+        "-f".into(), p.sweep.factor.to_string(),
+        "-g".into(), p.gpus.to_string(),
+        "-w".into(), p.warmup.to_string(),
+        "-n".into(), p.iters.to_string(),
+        "-c".into(), u8::from(p.check).to_string(),
+        "-d".into(), p.dtype.name().into(),
+        "-o".into(), p.redop.name().into(),
+        "-r".into(), p.root.to_string(),
+        "--json".into(),
+    ];
+    if let Some(step) = p.sweep.step_bytes {
+        a.extend(["-i".into(), step.to_string()]);
+    }
+    a
+}
+
+pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
+    let params = NcclParams::from_json(&input.params)?;
+    let grid = cells(input.params.get("grid").unwrap_or(&Value::Null))?;
+    if input.world_size > 1 {
+        return Err(RunError::Params("sweep runs on one node; use nccl jobs with env for multi-node cells".into()));
+    }
+    let exe = std::env::current_exe()?;
+    let args = bench_args(&params);
+    let mut cells_summary = Vec::new();
+    for (i, cell) in grid.iter().enumerate() {
+        let o = Command::new(&exe).args(&args).envs(cell).output()?;
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        let v: Value = serde_json::from_str(stdout.trim()).map_err(|e| RunError::Failed {
+            code: 1,
+            message: format!(
+                "cell {cell:?}: bench printed no JSON ({e}); stderr: {}",
+                String::from_utf8_lossy(&o.stderr).lines().last().unwrap_or("")
+            ),
+        })?;
+        if let Some(reason) = v.get("skipped").and_then(Value::as_str) {
+            return Err(RunError::Skip(reason.to_string()));
+        }
+        let rows: Vec<ResultRow> = serde_json::from_value(v["rows"].clone()).map_err(|e| RunError::Failed { code: 1, message: format!("cell {cell:?}: {e}") })?;
+        let mut peak: f64 = 0.0;
+        for mut r in rows {
+            peak = peak.max(r.busbw_gbs.unwrap_or(0.0));
+            r.labels.extend(cell.clone());
+            out.row(r)?;
+        }
+        let s = &v["summary"];
+        cells_summary.push(json!({
+            "labels": cell,
+            "exit_code": o.status.code(),
+            "peak_busbw_gbs": peak,
+            "avg_busbw_gbs": s["avg_busbw_gbs"],
+            "wrong": s["wrong"],
+            "nccl_transports": s["nccl_transports"],
+        }));
+        out.progress(Some((i + 1) as f64 / grid.len() as f64), format!("{cell:?}: peak busbw {peak:.2} GB/s"))?;
+    }
+    let mut summary = Map::new();
+    summary.insert("kind".into(), "sweep".into());
+    summary.insert("collective".into(), params.coll.name().into());
+    summary.insert("cells".into(), Value::Array(cells_summary));
+    out.emit(&ChildEvent::Summary { summary })?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grid_cells_are_the_cartesian_product() {
+        let c = cells(&json!({"NCCL_PROTO": ["LL", "Simple"], "NCCL_ALGO": ["Ring", "Tree", "NVLS"]})).unwrap();
+        assert_eq!(c.len(), 6);
+        assert_eq!(c[0], BTreeMap::from([("NCCL_ALGO".into(), "Ring".into()), ("NCCL_PROTO".into(), "LL".into())]));
+        assert_eq!(c[5]["NCCL_ALGO"], "NVLS");
+        assert_eq!(cells(&json!({"NCCL_NCHANNELS": [4, 8]})).unwrap()[1]["NCCL_NCHANNELS"], "8");
+        for bad in [
+            json!(null),
+            json!({}),
+            json!({"LD_PRELOAD": ["x"]}),
+            json!({"NCCL_algo": ["Ring"]}),
+            json!({"NCCL_ALGO": []}),
+            json!({"NCCL_ALGO": "Ring"}),
+            json!({"NCCL_ALGO": [true]}),
+            json!({"NCCL_A": (0..9).collect::<Vec<_>>(), "NCCL_B": (0..9).collect::<Vec<_>>()}),
+        ] {
+            assert!(matches!(cells(&bad), Err(RunError::Params(_))), "{bad}");
+        }
+    }
+
+    #[test]
+    fn bench_args_carry_every_param() {
+        let p = NcclParams::from_json(&json!({"op": "reduce", "root": 1, "dtype": "half", "step_bytes": 1024, "check": false})).unwrap();
+        let a = bench_args(&p).join(" ");
+        assert!(a.starts_with("bench nccl reduce -b 8 -e 134217728 -f 2 -g 1 -w 5 -n 20 -c 0 -d half -o sum -r 1 --json"), "{a}");
+        assert!(a.ends_with("-i 1024"));
+    }
+}
