@@ -159,6 +159,16 @@ impl Client {
         self
     }
 
+    /// The replicas this client talks to, in order.
+    pub fn servers(&self) -> &[String] {
+        &self.servers
+    }
+
+    /// The agent's bearer credential, once enrolled.
+    pub fn credential(&self) -> Option<String> {
+        self.credential.read().unwrap().clone()
+    }
+
     pub fn set_credential(&self, credential: String) {
         *self.credential.write().expect("credential lock") = Some(credential);
     }

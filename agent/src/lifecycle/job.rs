@@ -62,6 +62,20 @@ pub(super) async fn claim_loop(
     }
 }
 
+/// The job's own environment, plus what a multi-node test needs to meet its peers through
+/// the server's rendezvous: the replicas and this agent's credential. Those two are set
+/// last, so a job spec cannot point a child at another server.
+fn child_env(agent: &Agent, lease: &JobLease) -> std::collections::BTreeMap<String, String> {
+    use crate::runner::nccl::rendezvous::{CREDENTIAL_ENV, SERVERS_ENV};
+    let mut env = lease.spec.env.clone();
+    env.insert(SERVERS_ENV.to_string(), agent.client.servers().join(","));
+    match agent.client.credential() {
+        Some(c) => env.insert(CREDENTIAL_ENV.to_string(), c),
+        None => env.remove(CREDENTIAL_ENV),
+    };
+    env
+}
+
 async fn run_job(
     agent: Arc<Agent>,
     lease: JobLease,
@@ -85,7 +99,7 @@ async fn run_job(
                 rank: lease.rank,
                 world_size: lease.world_size,
             },
-            env: lease.spec.env.clone(),
+            env: child_env(&agent, &lease),
             timeout: lease.spec.timeout_s.map(|s| Duration::from_secs(u64::from(s))),
         };
         let (progress_tx, progress_rx) = watch::channel(None);
