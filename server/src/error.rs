@@ -61,6 +61,11 @@ impl From<sqlx::Error> for ApiError {
                 sqlx::error::ErrorKind::CheckViolation | sqlx::error::ErrorKind::NotNullViolation => {
                     ApiError::Unprocessable(format!("invalid value ({})", db.constraint().unwrap_or("check")))
                 }
+                // SQLSTATE class 22, "data exception": text Postgres cannot store (a NUL
+                // byte), numbers out of range. The input is at fault, not the server.
+                _ if db.code().is_some_and(|c| c.starts_with("22")) => {
+                    ApiError::Unprocessable(format!("a value cannot be stored: {}", db.message()))
+                }
                 _ => ApiError::Internal(err.into()),
             },
             sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => ApiError::Unavailable(err),

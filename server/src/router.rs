@@ -116,8 +116,19 @@ pub fn app(state: AppState) -> Router {
     api_router
         .merge(dashboard::routes(&state))
         .layer(axum::middleware::from_fn_with_state(state.clone(), metrics::track))
+        .layer(axum::middleware::from_fn(refuse_nul_in_path))
         .layer(DefaultBodyLimit::max(state.config.max_body_bytes))
         .layer(TraceLayer::new_for_http())
         .layer(CatchPanicLayer::custom(|_| ApiError::Internal(anyhow::anyhow!("handler panicked")).into_response()))
         .with_state(state)
+}
+
+/// No name, id or version contains a NUL byte, and Postgres cannot store one: refuse it up
+/// front with a 400 rather than let it reach a query.
+async fn refuse_nul_in_path(req: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
+    let path = req.uri().path();
+    if path.contains("%00") || path.contains('\0') {
+        return ApiError::BadRequest("the path contains a NUL byte".into()).into_response();
+    }
+    next.run(req).await
 }

@@ -140,6 +140,18 @@ async fn bad_input_gets_clear_errors_and_writes_nothing() {
     assert_eq!(s, StatusCode::BAD_REQUEST);
     let (s, _) = api.get("/api/v1/nodes?colour=blue", &admin).await;
     assert_eq!(s, StatusCode::BAD_REQUEST);
+    // NUL bytes, which Postgres cannot store, in paths and bodies.
+    for path in ["/api/v1/nodes/%00", "/api/v1/plugins/0/versions/%00/wasm", "/api/v1/nodes/a%00b/env"] {
+        let (s, b) = api.get(path, &admin).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{path}: {b}");
+    }
+    let (s, b) = api.post("/api/v1/plugins/%00/disable", &admin, json!(null)).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{b}");
+    let agent = enroll(&api, &server, "nul-1").await;
+    let (s, b) = api.call(Method::PUT, "/api/v1/agent/facts", Some(&agent.credential), Some(json!({"\u{0}": null, "host": {"hostname": "a\u{0}b"}}))).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
+    let (s, b) = api.post("/api/v1/sites", &admin, json!({"name": "ok", "traits": {"k": "v\u{0}"}})).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
     let (s, b) = api.get("/api/v1/no-such-route", &admin).await;
     assert_eq!(s, StatusCode::NOT_FOUND);
     assert_eq!(error_code(&b), "not_found");
@@ -162,6 +174,8 @@ async fn bad_input_gets_clear_errors_and_writes_nothing() {
     assert_eq!(n, 0);
     let (sites,): (i64,) = sqlx::query_as("SELECT count(*) FROM sites").fetch_one(&server.state.db).await.unwrap();
     assert_eq!(sites, 1);
+    let (facts,): (i64,) = sqlx::query_as("SELECT count(*) FROM node_facts_history").fetch_one(&server.state.db).await.unwrap();
+    assert_eq!(facts, 0);
 }
 
 #[tokio::test]

@@ -89,8 +89,17 @@ pub struct JobSpec {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RunCreate {
-    #[serde(flatten)]
-    pub spec: JobSpec,
+    /// Test kind: `nccl`, `rdma`, `ucx`, `sweep`, `memcpy`...
+    pub kind: String,
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub params: serde_json::Value,
+    /// Environment applied to the test's child process (NCCL_*, UCX_*...).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Wall-clock limit for the test on the agent.
+    #[serde(default)]
+    pub timeout_s: Option<u32>,
     /// Node ids or hostnames; one job per node, ranked in this order.
     pub nodes: Vec<String>,
     /// Attempts before a job whose agent vanished is failed (default 3).
@@ -98,6 +107,13 @@ pub struct RunCreate {
     pub max_attempts: Option<u32>,
     #[serde(default)]
     pub label: Option<String>,
+}
+
+impl RunCreate {
+    /// What each job of the run executes.
+    pub fn spec(&self) -> JobSpec {
+        JobSpec { kind: self.kind.clone(), params: self.params.clone(), env: self.env.clone(), timeout_s: self.timeout_s }
+    }
 }
 
 /// Aggregate state of a run, derived from its jobs.

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use heddle_types::auth::Role;
-use heddle_types::jobs::{JobSpec, Run, RunCreate};
+use heddle_types::jobs::{Run, RunCreate};
 use heddle_types::nodes::NodeSummary;
 use leptos::prelude::*;
 use leptos_router::hooks::use_navigate;
@@ -117,7 +117,10 @@ fn LaunchForm() -> impl IntoView {
         error.set(None);
         let label_v = label.get_untracked().trim().to_string();
         let body = RunCreate {
-            spec: JobSpec { kind: kind.get_untracked().trim().to_string(), params: params_v, env: env_v, timeout_s },
+            kind: kind.get_untracked().trim().to_string(),
+            params: params_v,
+            env: env_v,
+            timeout_s,
             nodes: picked.get_untracked(),
             max_attempts: None,
             label: (!label_v.is_empty()).then_some(label_v),

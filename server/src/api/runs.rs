@@ -125,7 +125,8 @@ async fn load_run(db: &sqlx::PgPool, id: Uuid) -> ApiResult<Run> {
     responses((status = 201, body = Run), (status = 404, body = heddle_types::ErrorBody), (status = 422, body = heddle_types::ErrorBody)))]
 pub async fn create_run(State(state): State<AppState>, caller: Caller, Json(req): Json<RunCreate>) -> ApiResult<(StatusCode, Json<Run>)> {
     caller.require(Role::Operator)?;
-    validate_spec(&req.spec)?;
+    let spec = req.spec();
+    validate_spec(&spec)?;
     if req.nodes.is_empty() || req.nodes.len() > MAX_RUN_NODES {
         return Err(ApiError::Unprocessable(format!("nodes must list 1 to {MAX_RUN_NODES} nodes")));
     }
@@ -146,7 +147,7 @@ pub async fn create_run(State(state): State<AppState>, caller: Caller, Json(req)
     sqlx::query("INSERT INTO runs (id, label, spec, created_by) VALUES ($1, $2, $3, $4)")
         .bind(run_id)
         .bind(&req.label)
-        .bind(sqlx::types::Json(&req.spec))
+        .bind(sqlx::types::Json(&spec))
         .bind(caller.actor())
         .execute(&mut *tx)
         .await?;
@@ -166,7 +167,7 @@ pub async fn create_run(State(state): State<AppState>, caller: Caller, Json(req)
     .execute(&mut *tx)
     .await?;
     db::audit(&mut *tx, &caller.actor(), "run.create", &format!("run:{run_id}"),
-        serde_json::json!({"kind": req.spec.kind, "nodes": req.nodes})).await?;
+        serde_json::json!({"kind": spec.kind, "nodes": req.nodes})).await?;
     tx.commit().await?;
     Ok((StatusCode::CREATED, Json(load_run(&state.db, run_id).await?)))
 }
