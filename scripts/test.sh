@@ -24,7 +24,7 @@ HEDDLE_PROFILE=dev scripts/fleet-test.sh --prepare
 # CI=true makes insta fail on a changed snapshot instead of writing a new one.
 export CI=${CI:-true}
 step "cargo test (workspace)"
-cargo test --workspace --locked "$@"
+cargo test --workspace --locked --no-fail-fast "$@"
 step "cargo test (guest plugin workspace and template, native)"
 cargo test --locked --manifest-path plugins/Cargo.toml --workspace
 cargo test --manifest-path plugins/template/Cargo.toml
