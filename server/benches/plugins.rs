@@ -88,7 +88,7 @@ async fn main() {
     }
     let compile_s = t.elapsed().as_secs_f64();
     let t = Instant::now();
-    let mut latencies = Vec::with_capacity(facts.len() * blobs.len());
+    let mut latencies = Vec::with_capacity(facts.len() * loaded.len());
     let (mut hits, mut fuel, mut failed) = (0u64, 0u64, 0u64);
     for pair in facts.chunks(2) {
         let mut calls = Vec::new();
@@ -111,7 +111,7 @@ async fn main() {
     }
     let eval_s = t.elapsed().as_secs_f64();
     let calls = latencies.len() as u64;
-    println!("plugins over stored facts: {} nodes x {} plugins", facts.len(), blobs.len());
+    println!("plugins over stored facts: {} nodes x {} plugins", facts.len(), loaded.len());
     println!("  read facts from Postgres      {:>8.3} s", load_s);
     println!("  first calls (compile 3)       {:>8.3} s", compile_s);
     println!("  all evaluations (2 at a time) {:>8.3} s  ({:.0} evaluations/s)", eval_s, calls as f64 / eval_s);
