@@ -166,7 +166,7 @@ impl Client {
 
     /// The agent's bearer credential, once enrolled.
     pub fn credential(&self) -> Option<String> {
-        self.credential.read().unwrap().clone()
+        self.credential.read().expect("credential lock").clone()
     }
 
     pub fn set_credential(&self, credential: String) {
@@ -321,7 +321,7 @@ impl Client {
         extra: impl Fn(reqwest::RequestBuilder) -> reqwest::RequestBuilder,
     ) -> Result<reqwest::Response, ClientError> {
         let credential = if auth {
-            self.credential.read().expect("credential lock").clone()
+            self.credential()
         } else {
             None
         };

@@ -147,3 +147,13 @@ pub struct Path<T>(pub T);
 pub struct Query<T>(pub T);
 
 pub type ApiResult<T> = Result<T, ApiError>;
+
+/// For inserts of named things: a unique violation becomes a 409 that names the duplicate;
+/// every other error maps as usual.
+pub fn duplicate_name(what: &'static str, name: &str) -> impl FnOnce(sqlx::Error) -> ApiError {
+    let name = name.to_string();
+    move |e| match ApiError::from(e) {
+        ApiError::Conflict(_) => ApiError::Conflict(format!("a {what} named {name:?} already exists")),
+        other => other,
+    }
+}

@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use crate::auth::Caller;
 use crate::db;
-use crate::error::{ApiError, ApiResult, Json, Path, Query};
+use crate::error::{ApiError, ApiResult, Json, Path, Query, duplicate_name};
 use crate::AppState;
 
 #[derive(sqlx::FromRow)]
@@ -344,10 +344,7 @@ pub async fn create_site(State(state): State<AppState>, caller: Caller, Json(req
     .bind(sqlx::types::Json(&req.traits))
     .fetch_one(&mut *tx)
     .await
-    .map_err(|e| match ApiError::from(e) {
-        ApiError::Conflict(_) => ApiError::Conflict(format!("a site named {:?} already exists", req.name)),
-        other => other,
-    })?;
+    .map_err(duplicate_name("site", &req.name))?;
     db::audit(&mut *tx, &caller.actor(), "site.create", &format!("site:{}", req.name), serde_json::json!({})).await?;
     tx.commit().await?;
     Ok((StatusCode::CREATED, Json(row.into())))
@@ -433,10 +430,7 @@ pub async fn create_profile(
     .bind(caller.actor())
     .fetch_one(&mut *tx)
     .await
-    .map_err(|e| match ApiError::from(e) {
-        ApiError::Conflict(_) => ApiError::Conflict(format!("a tuning profile named {:?} already exists", req.name)),
-        other => other,
-    })?;
+    .map_err(duplicate_name("tuning profile", &req.name))?;
     db::audit(&mut *tx, &caller.actor(), "tuning_profile.create", &format!("tuning_profile:{}", req.name),
         serde_json::json!({"env": req.env})).await?;
     tx.commit().await?;

@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use crate::auth::{self, Caller};
 use crate::db;
-use crate::error::{ApiError, ApiResult, Json, Path, Query};
+use crate::error::{ApiError, ApiResult, Json, Path, Query, duplicate_name};
 use crate::AppState;
 
 #[derive(sqlx::FromRow)]
@@ -71,10 +71,7 @@ pub async fn create_token(
     .bind(expires_at)
     .fetch_one(&mut *tx)
     .await
-    .map_err(|e| match ApiError::from(e) {
-        ApiError::Conflict(_) => ApiError::Conflict(format!("a token named {:?} already exists", req.name)),
-        other => other,
-    })?;
+    .map_err(duplicate_name("token", &req.name))?;
     db::audit(&mut *tx, &caller.actor(), "token.create", &format!("token:{}", req.name), serde_json::json!({"role": req.role})).await?;
     tx.commit().await?;
     Ok((StatusCode::CREATED, Json(TokenCreated { info: row.try_into()?, token: secret })))
