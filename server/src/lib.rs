@@ -9,6 +9,7 @@ pub mod config;
 pub mod dashboard;
 pub mod db;
 pub mod error;
+pub mod health;
 pub mod leases;
 pub mod metrics;
 pub mod plugin_runtime;

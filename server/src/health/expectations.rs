@@ -1,0 +1,1 @@
+//! Expected figures per test and hardware.
