@@ -12,7 +12,15 @@ CREATE TABLE verdicts (
     -- The headline figure the verdict is about (e.g. busbw at the largest size) and its metric.
     metric      text,
     value       double precision,
-    judged_at   timestamptz NOT NULL DEFAULT now()
+    judged_at   timestamptz NOT NULL DEFAULT now(),
+    -- Every figure judged, [{test, metric, size_bytes, value}]: node baselines and fleet
+    -- medians are taken over these.
+    figures     jsonb NOT NULL DEFAULT '[]'::jsonb,
+    -- What makes figures comparable besides the test: nodes in the run, and the node's GPU
+    -- model when it was judged.
+    world_size  integer NOT NULL DEFAULT 1,
+    gpu_model   text
 );
 CREATE INDEX verdicts_node_idx ON verdicts (node_id, test, judged_at DESC);
 CREATE INDEX verdicts_run_idx ON verdicts (run_id);
+CREATE INDEX verdicts_test_idx ON verdicts (test, judged_at DESC);

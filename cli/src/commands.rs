@@ -41,6 +41,26 @@ pub enum Command {
     /// Agents and enrollment tokens.
     #[command(subcommand)]
     Agents(AgentsCmd),
+    /// Are these nodes fit for a job? Exit code 0 pass, 1 warn, 2 fail, 3 could not decide.
+    Preflight {
+        /// Comma-separated node ids or hostnames.
+        #[arg(long, value_delimiter = ',', required = true)]
+        nodes: Vec<String>,
+        /// Verdicts older than this are stale: 3600, 90s, 30m, 1h, 2d (server default 1h).
+        #[arg(long, value_parser = crate::health::duration_s)]
+        max_age: Option<u32>,
+        /// nccl, memcpy, rdma or p2p (default nccl).
+        #[arg(long)]
+        check: Option<String>,
+        /// How long to wait for checks on stale nodes (server default 120s; 0: history only).
+        #[arg(long, value_parser = crate::health::duration_s)]
+        wait: Option<u32>,
+    },
+    /// Latest verdicts: the fleet, or every test of one node.
+    Health { node: Option<String> },
+    /// What results are expected to reach.
+    #[command(subcommand)]
+    Expectations(crate::health::ExpectationsCmd),
 }
 
 #[derive(Subcommand)]
@@ -198,7 +218,7 @@ fn query(pairs: &[(&str, &Option<String>)]) -> String {
 }
 
 /// Percent-encodes a query value.
-fn encode(v: &str) -> String {
+pub fn encode(v: &str) -> String {
     v.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
@@ -278,6 +298,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Plugin(PluginCmd::Test { wasm, facts, fuel, timeout_ms }) => return plugin_test(&wasm, &facts, fuel, timeout_ms, json),
         Command::Tokens(cmd) => tokens(&client, cmd, json).await?,
         Command::Agents(cmd) => agents(&client, cmd, json, &server).await?,
+        Command::Preflight { nodes, max_age, check, wait } => {
+            return Ok(crate::health::preflight(&client, nodes, max_age, check, wait, json).await);
+        }
+        Command::Health { node } => return crate::health::health(&client, node, json).await,
+        Command::Expectations(cmd) => crate::health::expectations(&client, cmd, json).await?,
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -358,6 +383,7 @@ fn print_run(run: &Run) {
 /// nccl-tests' columns, so the numbers read the way people are used to.
 fn print_result(r: &JobResult) {
     println!("\n{} — {:?}{}", r.hostname, r.outcome, r.reason.as_ref().map_or_else(String::new, |s| format!(": {s}")));
+    crate::health::print_verdict(r.verdict.as_ref());
     if r.rows.is_empty() {
         return;
     }

@@ -4,6 +4,7 @@
 mod client;
 mod commands;
 mod config;
+mod health;
 mod table;
 
 use clap::Parser;

@@ -74,6 +74,17 @@ impl From<sqlx::Error> for ApiError {
     }
 }
 
+impl From<crate::health::HealthError> for ApiError {
+    fn from(err: crate::health::HealthError) -> Self {
+        use crate::health::HealthError;
+        match err {
+            HealthError::NoSuchResult(id) => ApiError::NotFound(format!("no result {id}")),
+            HealthError::Database(e) => e.into(),
+            other @ HealthError::Decode { .. } => ApiError::Internal(other.into()),
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();

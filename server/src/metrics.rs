@@ -1,6 +1,6 @@
 //! Prometheus metrics. Request counters live in memory per replica; fleet gauges (agents
-//! online, jobs by state) are read from Postgres at scrape time so every replica reports
-//! the same truth.
+//! online, jobs by state, the latest verdict and figure per node and test) are read from
+//! Postgres at scrape time so every replica reports the same truth.
 
 use std::time::Instant;
 
@@ -33,12 +33,29 @@ pub struct StateLabels {
     pub state: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HealthLabels {
+    pub node: String,
+    pub test: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FigureLabels {
+    pub node: String,
+    pub test: String,
+    pub metric: String,
+}
+
 pub struct Metrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
     latency: Family<RouteLabels, Histogram>,
     agents_online: Gauge,
     jobs: Family<StateLabels, Gauge>,
+    verdicts: Family<HealthLabels, Gauge>,
+    figures: Family<FigureLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    /// Scrapes clear and refill the per-node families; one at a time.
+    render_lock: tokio::sync::Mutex<()>,
 }
 
 impl Default for Metrics {
@@ -60,11 +77,16 @@ impl Metrics {
         registry.register("http_request_duration_seconds", "HTTP request latency", latency.clone());
         registry.register("agents_online", "Agents that heartbeated within 2.5 intervals", agents_online.clone());
         registry.register("jobs", "Jobs by state", jobs.clone());
-        Metrics { registry, requests, latency, agents_online, jobs }
+        let verdicts = Family::<HealthLabels, Gauge>::default();
+        let figures = Family::<FigureLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register("health_verdict", "Latest verdict per node and test: 0 pass, 1 warn, 2 fail, -1 unknown", verdicts.clone());
+        registry.register("health_figure", "Headline figure of the latest judged result per node and test (GB/s, or µs for time_us)", figures.clone());
+        Metrics { registry, requests, latency, agents_online, jobs, verdicts, figures, render_lock: tokio::sync::Mutex::new(()) }
     }
 
     /// Refreshes the database-derived gauges and renders the text exposition format.
     pub async fn render(&self, state: &AppState) -> Result<String, sqlx::Error> {
+        let _one_at_a_time = self.render_lock.lock().await;
         let online_within = state.config.heartbeat_interval().as_secs_f64() * 2.5;
         let (online,): (i64,) = sqlx::query_as(
             "SELECT count(*) FROM agents WHERE revoked_at IS NULL
@@ -79,6 +101,17 @@ impl Metrics {
         for st in heddle_types::jobs::JobState::ALL {
             let n = rows.iter().find(|(s, _)| s == st.as_str()).map_or(0, |(_, n)| *n);
             self.jobs.get_or_create(&StateLabels { state: st.as_str().to_string() }).set(n);
+        }
+        // Latest per node and test only, and rebuilt each scrape: a deleted node's series go.
+        let lines = crate::health::store::latest_lines(&state.db).await?;
+        self.verdicts.clear();
+        self.figures.clear();
+        for l in lines {
+            let verdict = l.verdict.parse::<heddle_types::health::Verdict>().unwrap_or(heddle_types::health::Verdict::Unknown);
+            self.verdicts.get_or_create(&HealthLabels { node: l.hostname.clone(), test: l.test.clone() }).set(verdict.gauge());
+            if let (Some(metric), Some(value)) = (l.metric, l.value) {
+                self.figures.get_or_create(&FigureLabels { node: l.hostname, test: l.test, metric }).set(value);
+            }
         }
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String");

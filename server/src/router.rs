@@ -11,7 +11,7 @@ use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::api::{agent, health, nodes, plugins, runs, tokens};
+use crate::api::{agent, expectations, health, nodes, plugins, runs, tokens, verdicts};
 use crate::error::ApiError;
 use crate::{AppState, dashboard, metrics};
 
@@ -27,6 +27,7 @@ use crate::{AppState, dashboard, metrics};
         (name = "agents", description = "Agent enrollment and revocation"),
         (name = "agent", description = "The protocol agents speak (agent credentials)"),
         (name = "health", description = "Liveness, readiness and metrics (no auth)"),
+        (name = "verdicts", description = "Is this normal? Verdicts, expectations, node and fleet health, pre-flight"),
     )
 )]
 struct ApiDoc;
@@ -77,6 +78,12 @@ fn api(state: &AppState) -> OpenApiRouter<AppState> {
         .routes(routes!(runs::get_run))
         .routes(routes!(runs::cancel_run))
         .routes(routes!(runs::run_results))
+        // Verdicts and expectations.
+        .routes(routes!(expectations::create, expectations::list))
+        .routes(routes!(expectations::delete))
+        .routes(routes!(verdicts::node_health))
+        .routes(routes!(verdicts::fleet_health))
+        .routes(routes!(verdicts::preflight))
         // Plugins.
         .merge(large_plugins)
         .routes(routes!(plugins::list))

@@ -262,4 +262,7 @@ pub struct JobResult {
     pub started_at: DateTime<Utc>,
     pub finished_at: DateTime<Utc>,
     pub received_at: DateTime<Utc>,
+    /// Pass / warn / fail with reasons; absent until the result has been judged.
+    #[serde(default)]
+    pub verdict: Option<crate::health::ResultVerdict>,
 }

@@ -9,6 +9,7 @@ pub mod agent;
 pub mod auth;
 pub mod error;
 pub mod facts;
+pub mod health;
 pub mod jobs;
 pub mod nodes;
 pub mod plugins;

@@ -305,6 +305,13 @@ pub async fn upload_result(
         .await?;
     match by_key {
         Some((result_id, job_id)) if job_id == id => {
+            drop(tx);
+            // A retry after a failed judgement gets its verdict now.
+            let judged: Option<(Uuid,)> =
+                sqlx::query_as("SELECT result_id FROM verdicts WHERE result_id = $1").bind(result_id).fetch_optional(&state.db).await?;
+            if judged.is_none() {
+                judge(&state, result_id).await;
+            }
             return Ok((StatusCode::OK, Json(UploadAccepted { result_id, created: false })));
         }
         Some(_) => return Err(ApiError::Conflict(format!("upload key {:?} was used for another job", up.upload_key))),
@@ -348,7 +355,17 @@ pub async fn upload_result(
     .execute(&mut *tx)
     .await?;
     tx.commit().await?;
+    judge(&state, result_id).await;
     Ok((StatusCode::CREATED, Json(UploadAccepted { result_id, created: true })))
+}
+
+/// Judges a stored result (docs/health.md). After the result's transaction: the result is
+/// the agent's data and is kept whatever happens here; a failed judgement is logged and
+/// made again by the next upload retry or pre-flight.
+async fn judge(state: &AppState, result_id: Uuid) {
+    if let Err(err) = crate::health::verdict::judge_result(&state.db, result_id).await {
+        tracing::warn!(%result_id, error = %err, "judging a result failed");
+    }
 }
 
 fn tail(s: &str, max: usize) -> &str {

@@ -1,11 +1,13 @@
 //! HTTP handlers, one module per resource. Routes are listed in `router.rs`.
 
 pub mod agent;
+pub mod expectations;
 pub mod health;
 pub mod nodes;
 pub mod plugins;
 pub mod runs;
 pub mod tokens;
+pub mod verdicts;
 
 /// `?limit=` with a default and a ceiling, so no list request can ask for everything.
 pub fn limit(requested: Option<i64>, default: i64) -> i64 {

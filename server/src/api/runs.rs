@@ -14,7 +14,7 @@ use crate::error::{ApiError, ApiResult, Json, Path, Query};
 use crate::AppState;
 
 /// Most nodes one run may span.
-const MAX_RUN_NODES: usize = 4096;
+pub(crate) const MAX_RUN_NODES: usize = 4096;
 
 #[derive(sqlx::FromRow)]
 pub(crate) struct JobRow {
@@ -120,6 +120,43 @@ async fn load_run(db: &sqlx::PgPool, id: Uuid) -> ApiResult<Run> {
     Ok(Run { id, label, spec: spec.0, state: run_state(&jobs).to_string(), created_by, created_at, finished_at, jobs })
 }
 
+/// Stores a run of `spec` and one queued job per node, ranked in the order given, inside
+/// the caller's transaction (which also writes the audit entry). `spec` is validated and
+/// `nodes` resolved, distinct and at most `MAX_RUN_NODES` long.
+pub(crate) async fn insert_run(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    spec: &JobSpec,
+    node_ids: &[Uuid],
+    max_attempts: u32,
+    label: Option<&str>,
+    actor: &str,
+) -> Result<Uuid, sqlx::Error> {
+    let run_id = Uuid::new_v4();
+    sqlx::query("INSERT INTO runs (id, label, spec, created_by) VALUES ($1, $2, $3, $4)")
+        .bind(run_id)
+        .bind(label)
+        .bind(sqlx::types::Json(spec))
+        .bind(actor)
+        .execute(&mut **tx)
+        .await?;
+    let world = i32::try_from(node_ids.len()).expect("bounded by MAX_RUN_NODES");
+    let ids: Vec<Uuid> = node_ids.iter().map(|_| Uuid::new_v4()).collect();
+    let ranks: Vec<i32> = (0..world).collect();
+    sqlx::query(
+        "INSERT INTO jobs (id, run_id, node_id, rank, world_size, state, max_attempts)
+         SELECT id, $2, node_id, rank, $3, 'queued', $4 FROM unnest($1::uuid[], $5::uuid[], $6::int[]) AS t(id, node_id, rank)",
+    )
+    .bind(&ids)
+    .bind(run_id)
+    .bind(world)
+    .bind(i32::try_from(max_attempts).expect("at most 100"))
+    .bind(node_ids)
+    .bind(&ranks)
+    .execute(&mut **tx)
+    .await?;
+    Ok(run_id)
+}
+
 /// Start a run: one job per node, ranked in the order given.
 #[utoipa::path(post, path = "/api/v1/runs", tag = "runs", security(("bearer" = [])), request_body = RunCreate,
     responses((status = 201, body = Run), (status = 404, body = heddle_types::ErrorBody), (status = 422, body = heddle_types::ErrorBody)))]
@@ -143,29 +180,7 @@ pub async fn create_run(State(state): State<AppState>, caller: Caller, Json(req)
         }
         node_ids.push(id);
     }
-    let run_id = Uuid::new_v4();
-    sqlx::query("INSERT INTO runs (id, label, spec, created_by) VALUES ($1, $2, $3, $4)")
-        .bind(run_id)
-        .bind(&req.label)
-        .bind(sqlx::types::Json(&spec))
-        .bind(caller.actor())
-        .execute(&mut *tx)
-        .await?;
-    let world = i32::try_from(node_ids.len()).expect("bounded by MAX_RUN_NODES");
-    let ids: Vec<Uuid> = node_ids.iter().map(|_| Uuid::new_v4()).collect();
-    let ranks: Vec<i32> = (0..world).collect();
-    sqlx::query(
-        "INSERT INTO jobs (id, run_id, node_id, rank, world_size, state, max_attempts)
-         SELECT id, $2, node_id, rank, $3, 'queued', $4 FROM unnest($1::uuid[], $5::uuid[], $6::int[]) AS t(id, node_id, rank)",
-    )
-    .bind(&ids)
-    .bind(run_id)
-    .bind(world)
-    .bind(i32::try_from(max_attempts).expect("at most 100"))
-    .bind(&node_ids)
-    .bind(&ranks)
-    .execute(&mut *tx)
-    .await?;
+    let run_id = insert_run(&mut tx, &spec, &node_ids, max_attempts, req.label.as_deref(), &caller.actor()).await?;
     db::audit(&mut *tx, &caller.actor(), "run.create", &format!("run:{run_id}"),
         serde_json::json!({"kind": spec.kind, "nodes": req.nodes})).await?;
     tx.commit().await?;
@@ -301,6 +316,7 @@ pub async fn run_results(State(state): State<AppState>, caller: Caller, Path(id)
     .bind(&ids)
     .fetch_all(&state.db)
     .await?;
+    let mut verdicts = crate::health::store::for_results(&state.db, &ids).await?;
     let mut out = Vec::with_capacity(results.len());
     for r in results {
         let outcome = match r.outcome.as_str() {
@@ -341,6 +357,7 @@ pub async fn run_results(State(state): State<AppState>, caller: Caller, Path(id)
             started_at: r.started_at,
             finished_at: r.finished_at,
             received_at: r.received_at,
+            verdict: verdicts.remove(&r.id),
         });
     }
     Ok(Json(out))

@@ -1,1 +1,442 @@
-//! Expected figures per test and hardware.
+//! What a figure should reach, from three origins, most specific first: operators (the
+//! `expectations` table, `/api/v1/expectations`), enabled plugins (their output's
+//! `expectations` array, per node) and the built-in table below. For each figure the first
+//! origin with a matching expectation decides; within it every match applies.
+//!
+//! Built-in figures are floors, not typical values: a healthy node clears them easily and a
+//! degraded one (a lane down, a link renegotiated, P2P disabled) does not. Each row names
+//! where its reference comes from and the fraction taken of it.
+
+use heddle_types::health::{Expectation, Figure};
+use serde::Deserialize;
+use uuid::Uuid;
+
+/// What is known about the run and node a figure was measured on.
+#[derive(Debug, Clone, Default)]
+pub struct Context {
+    pub node_id: Uuid,
+    pub hostname: String,
+    pub gpu_model: Option<String>,
+    /// GPUs the test used in all (NCCL ranks), when the result says.
+    pub gpus: Option<i32>,
+    pub world_size: i32,
+    pub params: serde_json::Value,
+    pub facts: Option<serde_json::Value>,
+}
+
+const GIB: i64 = 1 << 30;
+
+/// One built-in single-node NCCL reference.
+struct NcclRef {
+    test: &'static str,
+    /// Matches GPU names containing this, and not `exclude`.
+    gpu: &'static str,
+    exclude: Option<&'static str>,
+    gpus: i32,
+    min_size_bytes: i64,
+    reference_gbs: f64,
+    source: &'static str,
+}
+
+/// Floors are this fraction of the reference.
+const NCCL_FLOOR: f64 = 0.8;
+
+const NCCL_REFS: &[NcclRef] = &[
+    NcclRef {
+        test: "nccl.all_reduce",
+        gpu: "H200",
+        exclude: Some("NVL"),
+        gpus: 2,
+        min_size_bytes: GIB,
+        reference_gbs: 326.0,
+        source: "measured by Heddle on 2x H200 over NVLink, NCCL 2.28.9: busbw 326 GB/s at 1 GiB, 346 at 8 GiB (docs/benchmarks.md)",
+    },
+    NcclRef {
+        test: "nccl.all_reduce",
+        gpu: "H100",
+        exclude: Some("PCIe"),
+        gpus: 8,
+        min_size_bytes: GIB,
+        reference_gbs: 460.0,
+        source: "published nccl-tests reference for 8x H100 SXM5 over NVLink 4: busbw 460-480 GB/s at large sizes (docs.alayanew.com, \"NCCL-tests in practice\", 2026)",
+    },
+    NcclRef {
+        test: "nccl.all_reduce",
+        gpu: "A100",
+        exclude: Some("PCIe"),
+        gpus: 8,
+        min_size_bytes: GIB,
+        reference_gbs: 230.0,
+        source: "published nccl-tests reference for 8x A100 SXM4 over NVLink 3: busbw 230-250 GB/s at large sizes (docs.alayanew.com, \"NCCL-tests in practice\", 2026)",
+    },
+];
+
+/// PCIe generation and width of a GPU's host link, from NVIDIA's datasheets.
+const PCIE_BY_GPU: &[(&str, u32, u32, &str)] = &[
+    ("H200", 5, 16, "NVIDIA H200 datasheet: PCIe Gen5 x16, 128 GB/s"),
+    ("H100", 5, 16, "NVIDIA H100 datasheet: PCIe Gen5 x16, 128 GB/s"),
+    ("A100", 4, 16, "NVIDIA A100 datasheet: PCIe Gen4 x16, 64 GB/s"),
+    ("V100", 3, 16, "NVIDIA V100 datasheet: PCIe Gen3 x16, 32 GB/s"),
+];
+
+/// Host-device copies should reach this fraction of the link's raw rate per direction.
+const PCIE_FLOOR: f64 = 0.7;
+/// perftest bandwidth should reach this fraction of the port's rate.
+const RDMA_FLOOR: f64 = 0.8;
+
+/// Raw bandwidth per direction of a PCIe link in GB/s (GT/s per lane after line coding).
+pub fn pcie_gbs(generation: u32, width: u32) -> Option<f64> {
+    let (gts, coding) = match generation {
+        1 => (2.5, 0.8),
+        2 => (5.0, 0.8),
+        3 => (8.0, 128.0 / 130.0),
+        4 => (16.0, 128.0 / 130.0),
+        5 => (32.0, 128.0 / 130.0),
+        6 => (64.0, 242.0 / 256.0),
+        _ => return None,
+    };
+    Some(gts * coding * f64::from(width) / 8.0)
+}
+
+fn contains_ci(haystack: &str, needle: &str) -> bool {
+    haystack.to_ascii_lowercase().contains(&needle.to_ascii_lowercase())
+}
+
+fn builtin(origin_source: String, test: &str, metric: &str, min_size_bytes: i64, value: f64) -> Expectation {
+    Expectation {
+        id: None,
+        origin: "builtin".into(),
+        test: test.into(),
+        metric: metric.into(),
+        min_size_bytes,
+        value,
+        source: origin_source,
+        gpu_model: None,
+        gpu_count: None,
+        world_size: None,
+        node: None,
+        created_by: None,
+        created_at: None,
+    }
+}
+
+/// `"400 Gb/sec (4X NDR)"` → 400.
+fn port_rate_gbits(rate: &str) -> Option<f64> {
+    let (number, rest) = rate.trim().split_once(' ')?;
+    rest.trim_start().starts_with("Gb/sec").then(|| number.parse::<f64>().ok()).flatten().filter(|v| *v > 0.0)
+}
+
+/// The port a perftest ran on: the one its params name, else the slowest active port.
+fn rdma_port(ctx: &Context) -> Option<(String, u64, String, f64)> {
+    let devices = ctx.facts.as_ref()?.pointer("/rdma/devices")?.as_array()?;
+    let want_dev = ctx.params.get("device").and_then(|d| d.as_str());
+    let want_port = ctx.params.get("ib_port").and_then(|p| p.as_u64()).unwrap_or(1);
+    let mut ports = Vec::new();
+    for d in devices {
+        let name = d.get("name").and_then(|n| n.as_str()).unwrap_or_default();
+        for p in d.get("ports").and_then(|p| p.as_array()).into_iter().flatten() {
+            let num = p.get("port").and_then(|n| n.as_u64()).unwrap_or(0);
+            let active = p.get("state").and_then(|s| s.as_str()) == Some("ACTIVE");
+            let Some(rate) = p.get("rate").and_then(|r| r.as_str()) else { continue };
+            let Some(gbits) = port_rate_gbits(rate) else { continue };
+            match want_dev {
+                Some(dev) if dev == name && num == want_port => return Some((name.into(), num, rate.into(), gbits)),
+                None if active => ports.push((name.to_string(), num, rate.to_string(), gbits)),
+                _ => {}
+            }
+        }
+    }
+    ports.into_iter().min_by(|a, b| a.3.total_cmp(&b.3))
+}
+
+/// The built-in expectations that apply to `figure`.
+pub fn builtins(figure: &Figure, ctx: &Context) -> Vec<Expectation> {
+    let mut out = Vec::new();
+    let model = ctx.gpu_model.as_deref().unwrap_or_default();
+    if figure.test.starts_with("nccl.") && figure.metric == "busbw_gbs" && ctx.world_size == 1 {
+        for r in NCCL_REFS {
+            let fits = r.test == figure.test
+                && contains_ci(model, r.gpu)
+                && !r.exclude.is_some_and(|x| contains_ci(model, x))
+                && ctx.gpus == Some(r.gpus);
+            if fits {
+                let source = format!("{} ({:.0} % of {} GB/s)", r.source, NCCL_FLOOR * 100.0, r.reference_gbs);
+                let mut e = builtin(source, r.test, "busbw_gbs", r.min_size_bytes, (r.reference_gbs * NCCL_FLOOR).floor());
+                e.gpu_model = Some(r.gpu.into());
+                e.gpu_count = Some(r.gpus);
+                e.world_size = Some(1);
+                out.push(e);
+            }
+        }
+    }
+    let bw_perftest = matches!(figure.test.as_str(), "rdma.ib_write_bw" | "rdma.ib_read_bw" | "rdma.ib_send_bw");
+    if bw_perftest && figure.metric == "algbw_gbs"
+        && let Some((dev, port, rate, gbits)) = rdma_port(ctx)
+    {
+        let source = format!("{:.0} % of {dev} port {port} rate {rate} (node facts)", RDMA_FLOOR * 100.0);
+        out.push(builtin(source, &figure.test, "algbw_gbs", 65536, gbits / 8.0 * RDMA_FLOOR));
+    }
+    if matches!(figure.test.as_str(), "p2p.h2d" | "p2p.d2h") && figure.metric == "algbw_gbs"
+        && let Some((pattern, generation, width, sheet)) = PCIE_BY_GPU.iter().find(|(m, ..)| contains_ci(model, m))
+        && let Some(raw) = pcie_gbs(*generation, *width)
+    {
+        let source = format!("{sheet}: {raw:.1} GB/s per direction, {:.0} % of it", PCIE_FLOOR * 100.0);
+        let mut e = builtin(source, &figure.test, "algbw_gbs", 16 << 20, (raw * PCIE_FLOOR * 10.0).floor() / 10.0);
+        e.gpu_model = Some((*pattern).into());
+        out.push(e);
+    }
+    out
+}
+
+/// Does a stored (operator or plugin) expectation apply to this figure on this node?
+pub fn applies(e: &Expectation, figure: &Figure, ctx: &Context) -> bool {
+    e.test == figure.test
+        && e.metric == figure.metric
+        && figure.size_bytes >= e.min_size_bytes
+        && e.gpu_model.as_deref().is_none_or(|m| ctx.gpu_model.as_deref().is_some_and(|have| contains_ci(have, m)))
+        && e.gpu_count.is_none_or(|n| ctx.gpus == Some(n))
+        && e.world_size.is_none_or(|n| ctx.world_size == n)
+        && e.node.as_deref().is_none_or(|n| n == ctx.hostname)
+}
+
+/// The expectations that decide `figure`: the first origin (operator, plugin, built-in)
+/// that has any.
+pub fn deciding(figure: &Figure, ctx: &Context, operator: &[Expectation], plugin: &[Expectation]) -> Vec<Expectation> {
+    for stored in [operator, plugin] {
+        let hits: Vec<Expectation> = stored.iter().filter(|e| applies(e, figure, ctx)).cloned().collect();
+        if !hits.is_empty() {
+            return hits;
+        }
+    }
+    builtins(figure, ctx).into_iter().filter(|e| figure.size_bytes >= e.min_size_bytes).collect()
+}
+
+/// An entry of a plugin's `expectations` output.
+#[derive(Debug, Deserialize)]
+struct PluginEntry {
+    test: String,
+    metric: String,
+    #[serde(default)]
+    min_size_bytes: Option<i64>,
+    value: f64,
+    source: String,
+    #[serde(default)]
+    gpu_model: Option<String>,
+    #[serde(default)]
+    gpu_count: Option<i32>,
+    #[serde(default)]
+    world_size: Option<i32>,
+}
+
+/// Expectations that this node's enabled plugins returned. Entries that do not parse are
+/// skipped: a plugin's output must not stop a result from being judged.
+pub async fn from_plugins(db: &sqlx::PgPool, node_id: Uuid) -> Result<Vec<Expectation>, sqlx::Error> {
+    let rows: Vec<(String, serde_json::Value)> = sqlx::query_as(
+        "SELECT p.name, pr.output->'expectations' FROM plugin_results pr JOIN plugins p ON p.id = pr.plugin_id
+         WHERE pr.node_id = $1 AND p.enabled AND jsonb_typeof(pr.output->'expectations') = 'array'
+         ORDER BY p.name",
+    )
+    .bind(node_id)
+    .fetch_all(db)
+    .await?;
+    let mut out = Vec::new();
+    for (plugin, list) in rows {
+        for entry in list.as_array().into_iter().flatten() {
+            match serde_json::from_value::<PluginEntry>(entry.clone()) {
+                Ok(p) if p.value.is_finite() && p.value > 0.0 => out.push(Expectation {
+                    id: None,
+                    origin: "plugin".into(),
+                    test: p.test,
+                    metric: p.metric,
+                    min_size_bytes: p.min_size_bytes.unwrap_or(0),
+                    value: p.value,
+                    source: format!("plugin {plugin}: {}", p.source),
+                    gpu_model: p.gpu_model,
+                    gpu_count: p.gpu_count,
+                    world_size: p.world_size,
+                    node: None,
+                    created_by: None,
+                    created_at: None,
+                }),
+                _ => tracing::debug!(%plugin, %entry, "ignoring an expectation a plugin returned"),
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[derive(sqlx::FromRow)]
+pub struct ExpectationRow {
+    id: Uuid,
+    test: String,
+    metric: String,
+    min_size_bytes: i64,
+    value: f64,
+    source: String,
+    gpu_model: Option<String>,
+    gpu_count: Option<i32>,
+    world_size: Option<i32>,
+    hostname: Option<String>,
+    created_by: String,
+    created_at: chrono::DateTime<chrono::Utc>,
+}
+
+impl From<ExpectationRow> for Expectation {
+    fn from(r: ExpectationRow) -> Self {
+        Expectation {
+            id: Some(r.id),
+            origin: "operator".into(),
+            test: r.test,
+            metric: r.metric,
+            min_size_bytes: r.min_size_bytes,
+            value: r.value,
+            source: r.source,
+            gpu_model: r.gpu_model,
+            gpu_count: r.gpu_count,
+            world_size: r.world_size,
+            node: r.hostname,
+            created_by: Some(r.created_by),
+            created_at: Some(r.created_at),
+        }
+    }
+}
+
+pub const OPERATOR_SELECT: &str = "SELECT e.id, e.test, e.metric, e.min_size_bytes, e.value, e.source, e.gpu_model,
+    e.gpu_count, e.world_size, n.hostname, e.created_by, e.created_at
+    FROM expectations e LEFT JOIN nodes n ON n.id = e.node_id";
+
+/// Operator expectations for these tests (all nodes; `applies` filters by node).
+pub async fn from_operators(db: &sqlx::PgPool, tests: &[String]) -> Result<Vec<Expectation>, sqlx::Error> {
+    let rows: Vec<ExpectationRow> = sqlx::query_as(&format!("{OPERATOR_SELECT} WHERE e.test = ANY($1) ORDER BY e.created_at"))
+        .bind(tests)
+        .fetch_all(db)
+        .await?;
+    Ok(rows.into_iter().map(Into::into).collect())
+}
+
+/// Every built-in row, for `GET /api/v1/expectations` (the computed RDMA and PCIe ones are
+/// listed by their rule, with the Gen5 x16 figure as an example).
+pub fn builtin_table() -> Vec<Expectation> {
+    let mut out: Vec<Expectation> = NCCL_REFS
+        .iter()
+        .map(|r| {
+            let mut e = builtin(
+                format!("{} ({:.0} % of {} GB/s)", r.source, NCCL_FLOOR * 100.0, r.reference_gbs),
+                r.test,
+                "busbw_gbs",
+                r.min_size_bytes,
+                (r.reference_gbs * NCCL_FLOOR).floor(),
+            );
+            e.gpu_model = Some(r.gpu.into());
+            e.gpu_count = Some(r.gpus);
+            e.world_size = Some(1);
+            e
+        })
+        .collect();
+    for (model, generation, width, sheet) in PCIE_BY_GPU {
+        let raw = pcie_gbs(*generation, *width).expect("known generation");
+        for test in ["p2p.h2d", "p2p.d2h"] {
+            let mut e = builtin(format!("{sheet}: {raw:.1} GB/s per direction, {:.0} % of it", PCIE_FLOOR * 100.0), test, "algbw_gbs", 16 << 20, (raw * PCIE_FLOOR * 10.0).floor() / 10.0);
+            e.gpu_model = Some((*model).into());
+            out.push(e);
+        }
+    }
+    for test in ["rdma.ib_write_bw", "rdma.ib_read_bw", "rdma.ib_send_bw"] {
+        out.push(builtin(
+            format!("{:.0} % of the port's rate from node facts (the port in params.device/ib_port, else the slowest active port); the value shown is for a 400 Gb/sec port", RDMA_FLOOR * 100.0),
+            test,
+            "algbw_gbs",
+            65536,
+            400.0 / 8.0 * RDMA_FLOOR,
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn fig(test: &str, metric: &str, size: i64, value: f64) -> Figure {
+        Figure { test: test.into(), metric: metric.into(), size_bytes: size, value }
+    }
+
+    fn ctx(model: &str, gpus: i32) -> Context {
+        Context { hostname: "n1".into(), gpu_model: Some(model.into()), gpus: Some(gpus), world_size: 1, ..Default::default() }
+    }
+
+    #[test]
+    fn nccl_floor_for_two_h200() {
+        let e = builtins(&fig("nccl.all_reduce", "busbw_gbs", 8 * GIB, 340.0), &ctx("NVIDIA H200", 2));
+        assert_eq!(e.len(), 1);
+        assert_eq!(e[0].value, 260.0);
+        assert!(e[0].source.contains("measured by Heddle"), "{}", e[0].source);
+        assert!(builtins(&fig("nccl.all_reduce", "busbw_gbs", 8 * GIB, 1.0), &ctx("NVIDIA H200", 4)).is_empty(), "no row for 4 GPUs");
+        assert!(builtins(&fig("nccl.all_reduce", "busbw_gbs", 8 * GIB, 1.0), &ctx("NVIDIA H100 PCIe", 8)).is_empty(), "PCIe cards excluded");
+        assert_eq!(builtins(&fig("nccl.all_reduce", "busbw_gbs", 8 * GIB, 1.0), &ctx("NVIDIA H100 80GB HBM3", 8))[0].value, 368.0);
+        let mut multi = ctx("NVIDIA H200", 2);
+        multi.world_size = 2;
+        assert!(builtins(&fig("nccl.all_reduce", "busbw_gbs", 8 * GIB, 1.0), &multi).is_empty(), "single node only");
+        // Below the reference size the floor does not apply.
+        assert!(deciding(&fig("nccl.all_reduce", "busbw_gbs", 1 << 20, 70.0), &ctx("NVIDIA H200", 2), &[], &[]).is_empty());
+    }
+
+    #[test]
+    fn rdma_floor_from_the_port_rate() {
+        let facts = json!({"rdma": {"devices": [
+            {"name": "mlx5_0", "ports": [{"port": 1, "state": "ACTIVE", "rate": "400 Gb/sec (4X NDR)"}]},
+            {"name": "mlx5_1", "ports": [{"port": 1, "state": "ACTIVE", "rate": "200 Gb/sec (2X HDR)"}]},
+            {"name": "mlx5_2", "ports": [{"port": 1, "state": "DOWN", "rate": "10 Gb/sec (4X SDR)"}]}
+        ]}});
+        let mut c = ctx("", 0);
+        c.facts = Some(facts);
+        let f = fig("rdma.ib_write_bw", "algbw_gbs", 1 << 20, 45.0);
+        let slowest = builtins(&f, &c);
+        assert_eq!(slowest[0].value, 20.0, "the slowest active port: 200 Gb/s × 0.8 / 8");
+        assert!(slowest[0].source.contains("mlx5_1 port 1"), "{}", slowest[0].source);
+        c.params = json!({"device": "mlx5_0"});
+        assert_eq!(builtins(&f, &c)[0].value, 40.0);
+        assert!(builtins(&fig("rdma.ib_write_lat", "time_us", 2, 2.0), &c).is_empty());
+        assert_eq!(port_rate_gbits("100 Gb/sec (4X EDR)"), Some(100.0));
+        assert_eq!(port_rate_gbits("garbage"), None);
+    }
+
+    #[test]
+    fn pcie_floor_from_the_gpu_model() {
+        assert!((pcie_gbs(5, 16).unwrap() - 63.015).abs() < 0.01);
+        assert!((pcie_gbs(3, 16).unwrap() - 15.754).abs() < 0.01);
+        let e = builtins(&fig("p2p.h2d", "algbw_gbs", 1 << 28, 50.0), &ctx("NVIDIA H200", 2));
+        assert_eq!(e[0].value, 44.1);
+        assert_eq!(builtins(&fig("p2p.d2h", "algbw_gbs", 1 << 28, 50.0), &ctx("Tesla V100-SXM2-32GB", 8))[0].value, 11.0);
+        assert!(builtins(&fig("p2p.d2d", "algbw_gbs", 1 << 28, 50.0), &ctx("NVIDIA H200", 2)).is_empty());
+    }
+
+    #[test]
+    fn operators_override_plugins_which_override_builtins() {
+        let f = fig("nccl.all_reduce", "busbw_gbs", 8 * GIB, 300.0);
+        let c = ctx("NVIDIA H200", 2);
+        let mut op = builtin("acceptance test".into(), "nccl.all_reduce", "busbw_gbs", GIB, 330.0);
+        op.origin = "operator".into();
+        let mut pl = builtin("plugin x: sku".into(), "nccl.all_reduce", "busbw_gbs", 0, 310.0);
+        pl.origin = "plugin".into();
+        assert_eq!(deciding(&f, &c, &[op.clone()], &[pl.clone()])[0].value, 330.0);
+        assert_eq!(deciding(&f, &c, &[], &[pl.clone()])[0].value, 310.0);
+        assert_eq!(deciding(&f, &c, &[], &[])[0].origin, "builtin");
+        // Scoped to another node or GPU model: does not apply, the next origin decides.
+        op.node = Some("other".into());
+        assert_eq!(deciding(&f, &c, &[op.clone()], &[])[0].origin, "builtin");
+        op.node = Some("n1".into());
+        op.gpu_model = Some("h200".into());
+        assert!(applies(&op, &f, &c), "GPU model matches case-insensitively");
+        op.min_size_bytes = 16 * GIB;
+        assert!(!applies(&op, &f, &c), "measured below the expectation's size");
+    }
+
+    #[test]
+    fn the_builtin_table_lists_every_row_with_a_source() {
+        let t = builtin_table();
+        assert!(t.iter().all(|e| !e.source.is_empty() && e.origin == "builtin"));
+        assert!(t.iter().any(|e| e.test == "rdma.ib_write_bw"));
+    }
+}

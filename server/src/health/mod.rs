@@ -1,7 +1,23 @@
 //! Fleet health: is a measured figure normal? Every stored result is judged against
 //! expectations (built-in, plugin-provided, operator-defined), the node's own history and
 //! the fleet; the verdict is stored in `verdicts` and read by the API, metrics and
-//! investigations.
+//! investigations. The rules are in docs/health.md.
 
 pub mod expectations;
+pub mod figures;
+pub mod preflight;
+pub mod store;
 pub mod verdict;
+
+use uuid::Uuid;
+
+/// What judging or reading health can fail with; mapped to HTTP in `error.rs`.
+#[derive(Debug, thiserror::Error)]
+pub enum HealthError {
+    #[error("no result {0}")]
+    NoSuchResult(Uuid),
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+    #[error("stored {what} does not decode: {source}")]
+    Decode { what: &'static str, source: serde_json::Error },
+}

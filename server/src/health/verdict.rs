@@ -1,1 +1,440 @@
-//! Verdicts on stored results.
+//! Verdicts on stored results: [`decide`] applies the rules to what is known (pure), and
+//! [`judge_result`] gathers that from Postgres and stores the verdict, idempotently.
+
+use chrono::{DateTime, Utc};
+use heddle_types::health::{Expectation, Figure, Reason, ResultVerdict, Severity, Verdict};
+use heddle_types::jobs::{JobSpec, ResultRow};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::HealthError;
+use super::expectations::{self, Context};
+use super::figures::{self, Extracted, lower_is_better, size_band};
+
+/// A node's baseline is the median of its last this many comparable passing results.
+pub const BASELINE_RESULTS: i64 = 5;
+/// Fewer samples than this (earlier results, or other nodes) make no baseline or median.
+pub const MIN_SAMPLES: i64 = 3;
+/// Worse than the node's own baseline by more than this: warn.
+pub const BASELINE_TOLERANCE: f64 = 0.05;
+/// Worse than the fleet median (same GPU model, test, size band, world size) by more than
+/// this: warn (an outlier).
+pub const FLEET_TOLERANCE: f64 = 0.10;
+/// Fleet medians look at the latest figure of each node within this many days.
+pub const FLEET_WINDOW_DAYS: i32 = 30;
+
+/// A median and how many samples it was taken over.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Median {
+    pub value: f64,
+    pub samples: i64,
+}
+
+/// Everything a figure is compared with.
+#[derive(Debug, Clone, Default)]
+pub struct Comparisons {
+    pub expectations: Vec<Expectation>,
+    pub baseline: Option<Median>,
+    pub fleet: Option<Median>,
+}
+
+fn unit(metric: &str) -> &'static str {
+    if lower_is_better(metric) { "µs" } else { "GB/s" }
+}
+
+fn human_size(bytes: i64) -> String {
+    const UNITS: [(i64, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+    for (n, u) in UNITS {
+        if bytes >= n && bytes % n == 0 {
+            return format!("{} {u}", bytes / n);
+        }
+    }
+    format!("{bytes} B")
+}
+
+/// How much worse `observed` is than `reference`, as a fraction (negative when better).
+fn shortfall(metric: &str, observed: f64, reference: f64) -> f64 {
+    if reference <= 0.0 {
+        return 0.0;
+    }
+    if lower_is_better(metric) { (observed - reference) / reference } else { (reference - observed) / reference }
+}
+
+/// The rules of docs/health.md, in order: a failed outcome fails; a skipped or cancelled
+/// one is unknown; wrong elements fail; a figure worse than its expectation fails; worse
+/// than the node's baseline by more than 5 % or the fleet median by more than 10 % warns;
+/// a result with nothing to compare with is unknown.
+pub fn decide(outcome: &str, failure: Option<&str>, extracted: &Extracted, per_figure: &[Comparisons]) -> (Verdict, Vec<Reason>) {
+    let mut reasons = Vec::new();
+    let why = failure.map(|r| format!(": {r}")).unwrap_or_default();
+    match outcome {
+        "succeeded" => {}
+        "failed" => reasons.push(Reason {
+            severity: Severity::Fail,
+            message: format!("the test failed{why}"),
+            metric: None,
+            observed: None,
+            expected: None,
+            basis: "outcome".into(),
+        }),
+        other => {
+            let reason = Reason {
+                severity: Severity::Info,
+                message: format!("the test was {other}{why}"),
+                metric: None,
+                observed: None,
+                expected: None,
+                basis: "outcome".into(),
+            };
+            return (Verdict::Unknown, vec![reason]);
+        }
+    }
+    if extracted.wrong > 0 {
+        reasons.push(Reason {
+            severity: Severity::Fail,
+            message: format!("{} elements failed validation", extracted.wrong),
+            metric: Some(format!("{}/wrong", extracted.test)),
+            observed: Some(extracted.wrong as f64),
+            expected: Some(0.0),
+            basis: "validation".into(),
+        });
+    }
+    let mut compared = false;
+    for (f, cmp) in extracted.figures.iter().zip(per_figure) {
+        let name = format!("{}/{}", f.test, f.metric);
+        let at = format!("{} {:.2} {} at {}", f.test, f.value, unit(&f.metric), human_size(f.size_bytes));
+        for e in &cmp.expectations {
+            compared = true;
+            if shortfall(&f.metric, f.value, e.value) > 0.0 {
+                let side = if lower_is_better(&f.metric) { "above the allowed" } else { "below the expected" };
+                reasons.push(Reason {
+                    severity: Severity::Fail,
+                    message: format!("{at} is {side} {:.2} {}", e.value, unit(&f.metric)),
+                    metric: Some(name.clone()),
+                    observed: Some(f.value),
+                    expected: Some(e.value),
+                    basis: format!("expectation:{}", e.source),
+                });
+            }
+        }
+        for (median, tolerance, basis, whose) in [
+            (cmp.baseline, BASELINE_TOLERANCE, "node-baseline", "this node's median"),
+            (cmp.fleet, FLEET_TOLERANCE, "fleet-median", "the fleet median"),
+        ] {
+            let Some(m) = median.filter(|m| m.samples >= MIN_SAMPLES) else { continue };
+            compared = true;
+            let off = shortfall(&f.metric, f.value, m.value);
+            if off > tolerance {
+                reasons.push(Reason {
+                    severity: Severity::Warn,
+                    message: format!(
+                        "{at} is {:.1} % worse than {whose} of {:.2} over {} results (tolerance {:.0} %)",
+                        off * 100.0,
+                        m.value,
+                        m.samples,
+                        tolerance * 100.0
+                    ),
+                    metric: Some(name.clone()),
+                    observed: Some(f.value),
+                    expected: Some(m.value),
+                    basis: basis.into(),
+                });
+            }
+        }
+    }
+    reasons.sort_by(|a, b| b.severity.cmp(&a.severity));
+    let worst = reasons.first().map(|r| r.severity);
+    let verdict = match worst {
+        Some(Severity::Fail) => Verdict::Fail,
+        Some(Severity::Warn) => Verdict::Warn,
+        _ if compared => Verdict::Pass,
+        _ => {
+            let message = if extracted.figures.is_empty() {
+                format!("{} reports no figure to judge", extracted.test)
+            } else {
+                format!(
+                    "nothing to compare with: no expectation applies, and fewer than {MIN_SAMPLES} earlier results on this node or other nodes of its GPU model"
+                )
+            };
+            reasons.push(Reason { severity: Severity::Info, message, metric: None, observed: None, expected: None, basis: "none".into() });
+            Verdict::Unknown
+        }
+    };
+    (verdict, reasons)
+}
+
+#[derive(sqlx::FromRow)]
+struct Subject {
+    outcome: String,
+    reason: Option<String>,
+    summary: serde_json::Value,
+    received_at: DateTime<Utc>,
+    run_id: Uuid,
+    node_id: Uuid,
+    world_size: i32,
+    spec: sqlx::types::Json<JobSpec>,
+    hostname: String,
+    gpu_model: Option<String>,
+    gpu_count: i32,
+    facts: Option<serde_json::Value>,
+}
+
+#[derive(sqlx::FromRow)]
+struct RowDb {
+    size_bytes: i64,
+    op: Option<String>,
+    time_us: Option<f64>,
+    algbw_gbs: Option<f64>,
+    busbw_gbs: Option<f64>,
+    wrong: Option<i64>,
+    labels: sqlx::types::Json<std::collections::BTreeMap<String, String>>,
+}
+
+/// GPUs the test used in all: NCCL's `nranks`, else the `gpus` param per node, else every
+/// GPU of a single node.
+fn gpus_used(s: &Subject) -> Option<i32> {
+    let n = |v: Option<&serde_json::Value>| v.and_then(serde_json::Value::as_i64).and_then(|n| i32::try_from(n).ok());
+    n(s.summary.get("nranks"))
+        .or_else(|| n(s.spec.params.get("gpus")).map(|g| g * s.world_size))
+        .or((s.world_size == 1 && s.gpu_count > 0).then_some(s.gpu_count))
+}
+
+/// The median of this node's last comparable results judged pass (or unknown: not yet
+/// comparable is not a failure), received before this one.
+async fn baseline(db: &PgPool, s: &Subject, result_id: Uuid, f: &Figure) -> Result<Option<Median>, sqlx::Error> {
+    let (value, samples): (Option<f64>, i64) = sqlx::query_as(
+        "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY x), count(*) FROM (
+            SELECT (f->>'value')::float8 AS x
+            FROM verdicts v JOIN results r ON r.id = v.result_id, jsonb_array_elements(v.figures) f
+            WHERE v.node_id = $1 AND v.result_id <> $2 AND v.world_size = $3 AND f->>'test' = $4 AND f->>'metric' = $5
+              AND (f->>'band')::int = $6 AND r.received_at < $7 AND v.verdict IN ('pass', 'unknown')
+            ORDER BY r.received_at DESC LIMIT $8) s",
+    )
+    .bind(s.node_id)
+    .bind(result_id)
+    .bind(s.world_size)
+    .bind(&f.test)
+    .bind(&f.metric)
+    .bind(size_band(f.size_bytes))
+    .bind(s.received_at)
+    .bind(BASELINE_RESULTS)
+    .fetch_one(db)
+    .await?;
+    Ok(value.map(|value| Median { value, samples }))
+}
+
+/// The median of the latest comparable figure of every other node of the same GPU model.
+async fn fleet(db: &PgPool, s: &Subject, result_id: Uuid, f: &Figure) -> Result<Option<Median>, sqlx::Error> {
+    let (value, samples): (Option<f64>, i64) = sqlx::query_as(
+        "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY x), count(*) FROM (
+            SELECT DISTINCT ON (v.node_id) (f->>'value')::float8 AS x
+            FROM verdicts v JOIN results r ON r.id = v.result_id, jsonb_array_elements(v.figures) f
+            WHERE v.node_id <> $1 AND v.result_id <> $2 AND v.world_size = $3 AND f->>'test' = $4 AND f->>'metric' = $5
+              AND (f->>'band')::int = $6 AND r.received_at <= $7 AND r.received_at > $7 - make_interval(days => $8)
+              AND v.gpu_model IS NOT DISTINCT FROM $9
+            ORDER BY v.node_id, r.received_at DESC) s",
+    )
+    .bind(s.node_id)
+    .bind(result_id)
+    .bind(s.world_size)
+    .bind(&f.test)
+    .bind(&f.metric)
+    .bind(size_band(f.size_bytes))
+    .bind(s.received_at)
+    .bind(FLEET_WINDOW_DAYS)
+    .bind(&s.gpu_model)
+    .fetch_one(db)
+    .await?;
+    Ok(value.map(|value| Median { value, samples }))
+}
+
+/// Judges a stored result and stores the verdict (replacing an earlier one, so calling it
+/// again is harmless). History is what was received before the result, so a re-judgement
+/// gives the same verdict unless expectations changed.
+pub async fn judge_result(db: &PgPool, result_id: Uuid) -> Result<ResultVerdict, HealthError> {
+    let subject: Option<Subject> = sqlx::query_as(
+        "SELECT r.outcome, r.reason, r.summary, r.received_at, j.run_id, j.node_id, j.world_size, ru.spec,
+                n.hostname, n.gpu_model, n.gpu_count, n.facts
+         FROM results r JOIN jobs j ON j.id = r.job_id JOIN runs ru ON ru.id = j.run_id JOIN nodes n ON n.id = j.node_id
+         WHERE r.id = $1",
+    )
+    .bind(result_id)
+    .fetch_optional(db)
+    .await?;
+    let s = subject.ok_or(HealthError::NoSuchResult(result_id))?;
+    let rows: Vec<RowDb> = sqlx::query_as(
+        "SELECT size_bytes, op, time_us, algbw_gbs, busbw_gbs, wrong, labels FROM result_rows WHERE result_id = $1 ORDER BY seq",
+    )
+    .bind(result_id)
+    .fetch_all(db)
+    .await?;
+    let rows: Vec<ResultRow> = rows
+        .into_iter()
+        .map(|r| ResultRow {
+            size_bytes: r.size_bytes,
+            count: None,
+            dtype: None,
+            op: r.op,
+            root: None,
+            in_place: None,
+            time_us: r.time_us,
+            algbw_gbs: r.algbw_gbs,
+            busbw_gbs: r.busbw_gbs,
+            wrong: r.wrong,
+            labels: r.labels.0,
+            extra: serde_json::Value::Null,
+        })
+        .collect();
+    let extracted = figures::extract(&s.spec.kind, &s.spec.params, &rows);
+    let ctx = Context {
+        node_id: s.node_id,
+        hostname: s.hostname.clone(),
+        gpu_model: s.gpu_model.clone(),
+        gpus: gpus_used(&s),
+        world_size: s.world_size,
+        params: s.spec.params.clone(),
+        facts: s.facts.clone(),
+    };
+    let tests: Vec<String> = extracted.figures.iter().map(|f| f.test.clone()).collect();
+    let operator = expectations::from_operators(db, &tests).await?;
+    let plugin = expectations::from_plugins(db, s.node_id).await?;
+    let mut per_figure = Vec::with_capacity(extracted.figures.len());
+    for f in &extracted.figures {
+        per_figure.push(Comparisons {
+            expectations: expectations::deciding(f, &ctx, &operator, &plugin),
+            baseline: baseline(db, &s, result_id, f).await?,
+            fleet: fleet(db, &s, result_id, f).await?,
+        });
+    }
+    let (verdict, reasons) = decide(&s.outcome, s.reason.as_deref(), &extracted, &per_figure);
+    let stored_figures: Vec<serde_json::Value> = extracted
+        .figures
+        .iter()
+        .map(|f| {
+            serde_json::json!({"test": f.test, "metric": f.metric, "size_bytes": f.size_bytes, "value": f.value,
+                "band": size_band(f.size_bytes)})
+        })
+        .collect();
+    let headline = extracted.figures.first();
+    let reasons_json = serde_json::to_value(&reasons).map_err(|source| HealthError::Decode { what: "reasons", source })?;
+    let (judged_at,): (DateTime<Utc>,) = sqlx::query_as(
+        "INSERT INTO verdicts (result_id, run_id, node_id, test, verdict, reasons, metric, value, judged_at, figures, world_size, gpu_model)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now(), $9, $10, $11)
+         ON CONFLICT (result_id) DO UPDATE SET test = EXCLUDED.test, verdict = EXCLUDED.verdict, reasons = EXCLUDED.reasons,
+            metric = EXCLUDED.metric, value = EXCLUDED.value, judged_at = now(), figures = EXCLUDED.figures,
+            world_size = EXCLUDED.world_size, gpu_model = EXCLUDED.gpu_model
+         RETURNING judged_at",
+    )
+    .bind(result_id)
+    .bind(s.run_id)
+    .bind(s.node_id)
+    .bind(&extracted.test)
+    .bind(verdict.as_str())
+    .bind(&reasons_json)
+    .bind(headline.map(|f| f.metric.clone()))
+    .bind(headline.map(|f| f.value))
+    .bind(serde_json::Value::Array(stored_figures))
+    .bind(s.world_size)
+    .bind(&s.gpu_model)
+    .fetch_one(db)
+    .await?;
+    tracing::debug!(%result_id, node = %s.hostname, test = %extracted.test, %verdict, "judged a result");
+    Ok(ResultVerdict {
+        result_id,
+        verdict,
+        test: extracted.test,
+        metric: headline.map(|f| f.metric.clone()),
+        value: headline.map(|f| f.value),
+        reasons,
+        figures: extracted.figures,
+        judged_at,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn extracted(value: f64, wrong: i64) -> Extracted {
+        Extracted {
+            test: "nccl.all_reduce".into(),
+            figures: vec![Figure { test: "nccl.all_reduce".into(), metric: "busbw_gbs".into(), size_bytes: 1 << 33, value }],
+            wrong,
+        }
+    }
+
+    fn expect(value: f64) -> Expectation {
+        Expectation {
+            id: None,
+            origin: "builtin".into(),
+            test: "nccl.all_reduce".into(),
+            metric: "busbw_gbs".into(),
+            min_size_bytes: 0,
+            value,
+            source: "datasheet".into(),
+            gpu_model: None,
+            gpu_count: None,
+            world_size: None,
+            node: None,
+            created_by: None,
+            created_at: None,
+        }
+    }
+
+    fn m(value: f64, samples: i64) -> Option<Median> {
+        Some(Median { value, samples })
+    }
+
+    #[test]
+    fn below_the_expectation_fails_with_its_source() {
+        let c = [Comparisons { expectations: vec![expect(260.0)], ..Default::default() }];
+        let (v, r) = decide("succeeded", None, &extracted(250.0, 0), &c);
+        assert_eq!(v, Verdict::Fail);
+        assert_eq!(r[0].basis, "expectation:datasheet");
+        assert_eq!((r[0].observed, r[0].expected), (Some(250.0), Some(260.0)));
+        assert!(r[0].message.contains("8 GiB"), "{}", r[0].message);
+        assert_eq!(decide("succeeded", None, &extracted(300.0, 0), &c).0, Verdict::Pass);
+    }
+
+    #[test]
+    fn baseline_and_fleet_warn_beyond_their_tolerances() {
+        let base = |b, f| [Comparisons { expectations: vec![expect(100.0)], baseline: b, fleet: f }];
+        // 4 % below the node's median: fine; 6 %: warn.
+        assert_eq!(decide("succeeded", None, &extracted(326.4, 0), &base(m(340.0, 5), None)).0, Verdict::Pass);
+        let (v, r) = decide("succeeded", None, &extracted(319.0, 0), &base(m(340.0, 5), None));
+        assert_eq!((v, r[0].basis.as_str()), (Verdict::Warn, "node-baseline"));
+        // 8 % below the fleet: fine; 12 %: warn; too few samples: not compared.
+        assert_eq!(decide("succeeded", None, &extracted(312.8, 0), &base(None, m(340.0, 4))).0, Verdict::Pass);
+        let (v, r) = decide("succeeded", None, &extracted(299.0, 0), &base(None, m(340.0, 4)));
+        assert_eq!((v, r[0].basis.as_str()), (Verdict::Warn, "fleet-median"));
+        assert_eq!(decide("succeeded", None, &extracted(100.0, 0), &base(m(340.0, 2), m(340.0, 2))).0, Verdict::Pass);
+    }
+
+    #[test]
+    fn failures_wrong_elements_and_nothing_to_compare() {
+        let none = [Comparisons::default()];
+        let (v, r) = decide("failed", Some("NCCL error"), &extracted(0.0, 0), &none);
+        assert_eq!(v, Verdict::Fail);
+        assert!(r[0].message.contains("NCCL error"));
+        let (v, r) = decide("succeeded", None, &extracted(340.0, 12), &none);
+        assert_eq!((v, r[0].basis.as_str(), r[0].observed), (Verdict::Fail, "validation", Some(12.0)));
+        let (v, r) = decide("succeeded", None, &extracted(340.0, 0), &none);
+        assert_eq!((v, r[0].severity), (Verdict::Unknown, Severity::Info));
+        assert_eq!(decide("skipped", Some("no RDMA device"), &extracted(0.0, 0), &none).0, Verdict::Unknown);
+    }
+
+    #[test]
+    fn latencies_fail_above_the_allowed() {
+        let e = Extracted {
+            test: "rdma.ib_write_lat".into(),
+            figures: vec![Figure { test: "rdma.ib_write_lat".into(), metric: "time_us".into(), size_bytes: 2, value: 3.0 }],
+            wrong: 0,
+        };
+        let mut x = expect(2.5);
+        x.metric = "time_us".into();
+        let (v, r) = decide("succeeded", None, &e, &[Comparisons { expectations: vec![x], baseline: m(2.0, 5), fleet: None }]);
+        assert_eq!(v, Verdict::Fail);
+        assert!(r[0].message.contains("above the allowed"), "{}", r[0].message);
+        assert_eq!(r[1].basis, "node-baseline", "50 % slower than its baseline also warns");
+    }
+}

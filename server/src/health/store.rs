@@ -1,0 +1,170 @@
+//! Reading stored verdicts: per result (for results pages), latest per node and test (node
+//! health, fleet summary, metrics, pre-flight).
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use heddle_types::health::{Figure, FleetHealth, NodeHealthLine, Reason, ResultVerdict, TestHealth, Verdict};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::HealthError;
+
+#[derive(sqlx::FromRow)]
+struct VerdictRow {
+    result_id: Uuid,
+    run_id: Uuid,
+    node_id: Uuid,
+    test: String,
+    verdict: String,
+    reasons: serde_json::Value,
+    metric: Option<String>,
+    value: Option<f64>,
+    figures: serde_json::Value,
+    world_size: i32,
+    judged_at: DateTime<Utc>,
+}
+
+const SELECT: &str = "SELECT v.result_id, v.run_id, v.node_id, v.test, v.verdict, v.reasons, v.metric, v.value, v.figures,
+    v.world_size, v.judged_at FROM verdicts v";
+
+fn verdict(s: &str) -> Verdict {
+    // The table's CHECK constraint admits only the four names.
+    s.parse().unwrap_or(Verdict::Unknown)
+}
+
+fn reasons(v: &serde_json::Value) -> Result<Vec<Reason>, HealthError> {
+    serde_json::from_value(v.clone()).map_err(|source| HealthError::Decode { what: "verdict reasons", source })
+}
+
+impl VerdictRow {
+    fn into_result_verdict(self) -> Result<ResultVerdict, HealthError> {
+        let figures: Vec<Figure> =
+            serde_json::from_value(self.figures).map_err(|source| HealthError::Decode { what: "verdict figures", source })?;
+        Ok(ResultVerdict {
+            result_id: self.result_id,
+            verdict: verdict(&self.verdict),
+            test: self.test,
+            metric: self.metric,
+            value: self.value,
+            reasons: reasons(&self.reasons)?,
+            figures,
+            judged_at: self.judged_at,
+        })
+    }
+
+    fn into_test_health(self) -> Result<TestHealth, HealthError> {
+        Ok(TestHealth {
+            verdict: verdict(&self.verdict),
+            reasons: reasons(&self.reasons)?,
+            test: self.test,
+            metric: self.metric,
+            value: self.value,
+            result_id: self.result_id,
+            run_id: self.run_id,
+            world_size: self.world_size,
+            judged_at: self.judged_at,
+        })
+    }
+}
+
+/// Verdicts of these results, by result id.
+pub async fn for_results(db: &PgPool, ids: &[Uuid]) -> Result<HashMap<Uuid, ResultVerdict>, HealthError> {
+    let rows: Vec<VerdictRow> = sqlx::query_as(&format!("{SELECT} WHERE v.result_id = ANY($1)")).bind(ids).fetch_all(db).await?;
+    rows.into_iter().map(|r| Ok((r.result_id, r.into_result_verdict()?))).collect()
+}
+
+/// The latest verdict of every test on a node, newest first.
+pub async fn node_tests(db: &PgPool, node_id: Uuid) -> Result<Vec<TestHealth>, HealthError> {
+    let rows: Vec<VerdictRow> = sqlx::query_as(&format!(
+        "SELECT * FROM (SELECT DISTINCT ON (v.test) v.* FROM ({SELECT} WHERE v.node_id = $1) v ORDER BY v.test, v.judged_at DESC) l
+         ORDER BY l.judged_at DESC"
+    ))
+    .bind(node_id)
+    .fetch_all(db)
+    .await?;
+    rows.into_iter().map(VerdictRow::into_test_health).collect()
+}
+
+/// The latest verdict of one test on each of these nodes, judged after `since`.
+/// `test_prefix` matches `test` exactly or as `<prefix>.` (so `p2p` finds `p2p.h2d`).
+pub async fn latest_for_nodes(
+    db: &PgPool,
+    nodes: &[Uuid],
+    test: &str,
+    since: DateTime<Utc>,
+) -> Result<HashMap<Uuid, TestHealth>, HealthError> {
+    let rows: Vec<VerdictRow> = sqlx::query_as(&format!(
+        "SELECT DISTINCT ON (v.node_id) v.* FROM ({SELECT}
+             WHERE v.node_id = ANY($1) AND (v.test = $2 OR v.test LIKE $2 || '.%') AND v.judged_at >= $3 AND v.world_size = 1) v
+         ORDER BY v.node_id, v.judged_at DESC"
+    ))
+    .bind(nodes)
+    .bind(test)
+    .bind(since)
+    .fetch_all(db)
+    .await?;
+    rows.into_iter().map(|r| Ok((r.node_id, r.into_test_health()?))).collect()
+}
+
+/// The latest verdict and headline figure per node and test, for /metrics: one line per
+/// (node, test) pair, so the series count is bounded by nodes × tests ever run.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct LatestLine {
+    pub hostname: String,
+    pub test: String,
+    pub verdict: String,
+    pub metric: Option<String>,
+    pub value: Option<f64>,
+}
+
+pub async fn latest_lines(db: &PgPool) -> Result<Vec<LatestLine>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT DISTINCT ON (v.node_id, v.test) n.hostname, v.test, v.verdict, v.metric, v.value
+         FROM verdicts v JOIN nodes n ON n.id = v.node_id
+         ORDER BY v.node_id, v.test, v.judged_at DESC",
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// Every node with the combination of its tests' latest verdicts, worst first.
+pub async fn fleet(db: &PgPool) -> Result<FleetHealth, HealthError> {
+    let nodes: Vec<(Uuid, String, Option<String>)> =
+        sqlx::query_as("SELECT id, hostname, gpu_model FROM nodes ORDER BY hostname").fetch_all(db).await?;
+    let latest: Vec<(Uuid, String, String, DateTime<Utc>)> = sqlx::query_as(
+        "SELECT DISTINCT ON (node_id, test) node_id, test, verdict, judged_at FROM verdicts ORDER BY node_id, test, judged_at DESC",
+    )
+    .fetch_all(db)
+    .await?;
+    let mut lines: Vec<NodeHealthLine> = nodes
+        .into_iter()
+        .map(|(node_id, hostname, gpu_model)| {
+            let mine: Vec<&(Uuid, String, String, DateTime<Utc>)> = latest.iter().filter(|l| l.0 == node_id).collect();
+            let failing = mine.iter().filter(|l| matches!(verdict(&l.2), Verdict::Warn | Verdict::Fail)).map(|l| l.1.clone()).collect();
+            NodeHealthLine {
+                node_id,
+                hostname,
+                gpu_model,
+                verdict: Verdict::combine(mine.iter().map(|l| verdict(&l.2))),
+                failing,
+                last_judged_at: mine.iter().map(|l| l.3).max(),
+            }
+        })
+        .collect();
+    let rank = |v: Verdict| match v {
+        Verdict::Fail => 0,
+        Verdict::Warn => 1,
+        Verdict::Unknown => 2,
+        Verdict::Pass => 3,
+    };
+    lines.sort_by(|a, b| rank(a.verdict).cmp(&rank(b.verdict)).then_with(|| a.hostname.cmp(&b.hostname)));
+    let count = |v: Verdict| lines.iter().filter(|l| l.verdict == v).count() as i64;
+    Ok(FleetHealth {
+        pass: count(Verdict::Pass),
+        warn: count(Verdict::Warn),
+        fail: count(Verdict::Fail),
+        unknown: count(Verdict::Unknown),
+        nodes: lines,
+    })
+}
