@@ -49,6 +49,7 @@ fn Shell() -> impl IntoView {
             <nav>
                 <A href="/">"Fleet"</A>
                 <A href="/runs">"Runs"</A>
+                <A href="/health">"Health"</A>
                 <A href="/plugins">"Plugins"</A>
                 <Show when=move || session.can(Role::Admin)>
                     <A href="/agents">"Agents"</A>
@@ -63,6 +64,7 @@ fn Shell() -> impl IntoView {
                 <Route path=path!("/nodes/:id") view=pages::node::NodePage/>
                 <Route path=path!("/runs") view=pages::runs::Runs/>
                 <Route path=path!("/runs/:id") view=pages::run::RunPage/>
+                <Route path=path!("/health") view=pages::health::Health/>
                 <Route path=path!("/plugins") view=pages::plugins::Plugins/>
                 <Route path=path!("/agents") view=pages::agents::Agents/>
             </Routes>

@@ -1,5 +1,6 @@
 pub mod agents;
 pub mod fleet;
+pub mod health;
 pub mod node;
 pub mod plugins;
 pub mod run;

@@ -209,6 +209,7 @@ fn result_block(r: JobResult) -> impl IntoView {
         <div class="result">
             <h3>{format!("{} · ", r.hostname)}{state_badge(&outcome)}</h3>
             {r.reason.clone().map(|x| view! { <p class="error">{x}</p> })}
+            {super::health::verdict_block(r.verdict.clone())}
             {(!r.summary.is_null()).then(|| view! { <p class="mono small">{r.summary.to_string()}</p> })}
             {has_rows.then(|| view! {
                 <table class="grid nccl" id="nccl-table"><thead><tr><th>"size"</th><th>"count"</th><th>"type"</th><th>"redop"</th><th>"root"</th>
