@@ -142,7 +142,7 @@ pub fn decide(outcome: &str, failure: Option<&str>, extracted: &Extracted, per_f
             }
         }
     }
-    reasons.sort_by(|a, b| b.severity.cmp(&a.severity));
+    reasons.sort_by_key(|r| std::cmp::Reverse(r.severity));
     let worst = reasons.first().map(|r| r.severity);
     let verdict = match worst {
         Some(Severity::Fail) => Verdict::Fail,
