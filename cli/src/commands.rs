@@ -41,6 +41,9 @@ pub enum Command {
     /// Agents and enrollment tokens.
     #[command(subcommand)]
     Agents(AgentsCmd),
+    /// Which node (or link) is bad? Pairwise runs, the node matrix and the culprit.
+    #[command(subcommand)]
+    Investigate(crate::investigate::InvestigateCmd),
     /// Are these nodes fit for a job? Exit code 0 pass, 1 warn, 2 fail, 3 could not decide.
     Preflight {
         /// Comma-separated node ids or hostnames.
@@ -200,11 +203,11 @@ pub enum AgentsCmd {
     Revoke { id: uuid::Uuid },
 }
 
-fn key_value(s: &str) -> Result<(String, String), String> {
+pub(crate) fn key_value(s: &str) -> Result<(String, String), String> {
     s.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())).ok_or_else(|| format!("{s:?} is not KEY=VALUE"))
 }
 
-fn print_json<T: Serialize>(v: &T) -> anyhow::Result<()> {
+pub(crate) fn print_json<T: Serialize>(v: &T) -> anyhow::Result<()> {
     println!("{}", serde_json::to_string_pretty(v)?);
     Ok(())
 }
@@ -298,6 +301,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Plugin(PluginCmd::Test { wasm, facts, fuel, timeout_ms }) => return plugin_test(&wasm, &facts, fuel, timeout_ms, json),
         Command::Tokens(cmd) => tokens(&client, cmd, json).await?,
         Command::Agents(cmd) => agents(&client, cmd, json, &server).await?,
+        Command::Investigate(cmd) => return crate::investigate::run(&client, cmd, json).await,
         Command::Preflight { nodes, max_age, check, wait } => {
             return Ok(crate::health::preflight(&client, nodes, max_age, check, wait, json).await);
         }

@@ -5,6 +5,7 @@ mod client;
 mod commands;
 mod config;
 mod health;
+mod investigate;
 mod table;
 
 use clap::Parser;

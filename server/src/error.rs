@@ -85,6 +85,18 @@ impl From<crate::health::HealthError> for ApiError {
     }
 }
 
+impl From<crate::health::investigate::InvestigateError> for ApiError {
+    fn from(err: crate::health::investigate::InvestigateError) -> Self {
+        use crate::health::investigate::InvestigateError as E;
+        match err {
+            E::NoSuchInvestigation(_) | E::NoSuchResult(_) | E::NoSuchNode(_) => ApiError::NotFound(err.to_string()),
+            E::Invalid(message) => ApiError::Unprocessable(message),
+            E::Database(e) => e.into(),
+            other @ E::Corrupt { .. } => ApiError::Internal(other.into()),
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();

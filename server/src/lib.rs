@@ -68,6 +68,7 @@ pub async fn serve(
     }
     let reaper = tokio::spawn(leases::run_reaper(state.clone()));
     let reconciler = tokio::spawn(plugin_runtime::run_reconciler(state.clone()));
+    let investigator = tokio::spawn(health::investigate::run_loop(state.clone()));
     let app = router::app(state);
     tracing::info!(addr = %listener.local_addr()?, "serving");
     let result = axum::serve(listener, app.into_make_service_with_connect_info::<std::net::SocketAddr>())
@@ -75,5 +76,6 @@ pub async fn serve(
         .await;
     reaper.abort();
     reconciler.abort();
+    investigator.abort();
     result.context("serving HTTP")
 }

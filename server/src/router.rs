@@ -11,7 +11,7 @@ use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::api::{agent, expectations, health, nodes, plugins, runs, tokens, verdicts};
+use crate::api::{agent, expectations, health, investigations, nodes, plugins, runs, tokens, verdicts};
 use crate::error::ApiError;
 use crate::{AppState, dashboard, metrics};
 
@@ -27,6 +27,7 @@ use crate::{AppState, dashboard, metrics};
         (name = "agents", description = "Agent enrollment and revocation"),
         (name = "agent", description = "The protocol agents speak (agent credentials)"),
         (name = "health", description = "Liveness, readiness and metrics (no auth)"),
+        (name = "investigations", description = "Which node is bad? Pairwise runs, node and GPU matrices, culprits"),
         (name = "verdicts", description = "Is this normal? Verdicts, expectations, node and fleet health, pre-flight"),
     )
 )]
@@ -78,6 +79,10 @@ fn api(state: &AppState) -> OpenApiRouter<AppState> {
         .routes(routes!(runs::get_run))
         .routes(routes!(runs::cancel_run))
         .routes(routes!(runs::run_results))
+        // Investigations.
+        .routes(routes!(investigations::create_investigation, investigations::list_investigations))
+        .routes(routes!(investigations::get_investigation))
+        .routes(routes!(investigations::p2p_matrix))
         // Verdicts and expectations.
         .routes(routes!(expectations::create, expectations::list))
         .routes(routes!(expectations::delete))

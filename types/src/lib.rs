@@ -10,6 +10,7 @@ pub mod auth;
 pub mod error;
 pub mod facts;
 pub mod health;
+pub mod investigations;
 pub mod jobs;
 pub mod nodes;
 pub mod plugins;

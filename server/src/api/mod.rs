@@ -3,6 +3,7 @@
 pub mod agent;
 pub mod expectations;
 pub mod health;
+pub mod investigations;
 pub mod nodes;
 pub mod plugins;
 pub mod runs;

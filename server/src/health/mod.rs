@@ -5,6 +5,7 @@
 
 pub mod expectations;
 pub mod figures;
+pub mod investigate;
 pub mod preflight;
 pub mod store;
 pub mod verdict;

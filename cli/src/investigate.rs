@@ -1,0 +1,180 @@
+//! `heddle investigate`: pairwise runs that find the bad node or link.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Subcommand;
+use heddle_types::investigations::{Analysis, Investigation, InvestigationState, InvestigationSummary, Matrix, Verdict};
+
+use crate::client::Client;
+use crate::table;
+
+#[derive(Subcommand)]
+pub enum InvestigateCmd {
+    /// Run a two-node test on every pair of the nodes and name the bad node or link.
+    Start {
+        /// Comma-separated node ids or hostnames (2 to 64).
+        #[arg(long, value_delimiter = ',', required = true)]
+        nodes: Vec<String>,
+        /// nccl (busbw at the largest size) or rdma (perftest bandwidth).
+        #[arg(long, default_value = "nccl")]
+        kind: String,
+        /// Test parameter as key=value (the value is parsed as JSON when it parses), e.g.
+        /// op=all_gather, max_bytes=1073741824, test=ib_write_bw.
+        #[arg(long = "param", value_parser = crate::commands::key_value)]
+        params: Vec<(String, String)>,
+        /// Pairs at a time, no node in two of them; 0 queues every pair at once.
+        #[arg(long = "batch", default_value_t = 0)]
+        batch: u32,
+        /// Name a node or link below this fraction of the median it is compared with.
+        #[arg(long)]
+        threshold: Option<f64>,
+        #[arg(long)]
+        label: Option<String>,
+        /// Follow it until it ends.
+        #[arg(long)]
+        watch: bool,
+    },
+    /// An investigation: progress, the matrix and the culprit.
+    Show {
+        id: uuid::Uuid,
+        /// Follow it until it ends; exit code 0 when no culprit was found, 1 when one was,
+        /// 2 when inconclusive or failed.
+        #[arg(long)]
+        watch: bool,
+    },
+    /// Recent investigations.
+    Ls {
+        /// running, done or failed
+        #[arg(long)]
+        state: Option<String>,
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+    },
+}
+
+pub async fn run(client: &Client, cmd: InvestigateCmd, json: bool) -> anyhow::Result<ExitCode> {
+    match cmd {
+        InvestigateCmd::Start { nodes, kind, params, batch, threshold, label, watch } => {
+            let params: serde_json::Map<String, serde_json::Value> = params
+                .into_iter()
+                .map(|(k, v)| (k, serde_json::from_str(&v).unwrap_or(serde_json::Value::String(v))))
+                .collect();
+            let body = serde_json::json!({"nodes": nodes, "kind": kind, "params": params, "batch_size": batch,
+                "threshold": threshold, "label": label});
+            let inv: Investigation = client.post("/api/v1/investigations", body).await?;
+            eprintln!("started investigation {} ({} pairs)", inv.id, inv.progress.pairs_total);
+            if watch {
+                return follow(client, inv.id, json).await;
+            }
+            if json { crate::commands::print_json(&inv)? } else { println!("{}", inv.id) }
+        }
+        InvestigateCmd::Show { id, watch } => {
+            if watch {
+                return follow(client, id, json).await;
+            }
+            let inv: Investigation = client.get(&format!("/api/v1/investigations/{id}")).await?;
+            if json { crate::commands::print_json(&inv)? } else { print(&inv) }
+        }
+        InvestigateCmd::Ls { state, limit } => {
+            let mut q = format!("?limit={limit}");
+            if let Some(s) = state {
+                q.push_str(&format!("&state={s}"));
+            }
+            let list: Vec<InvestigationSummary> = client.get(&format!("/api/v1/investigations{q}")).await?;
+            if json {
+                crate::commands::print_json(&list)?;
+            } else {
+                let mut t = table::new(&["ID", "KIND", "STATE", "PAIRS", "VERDICT", "CULPRITS", "NODES", "CREATED"]);
+                for i in &list {
+                    let culprits: Vec<String> = i.culprits.iter().map(|c| c.members.join("–")).collect();
+                    t.add_row(vec![
+                        i.id.to_string(),
+                        i.kind.as_str().to_string(),
+                        i.state.as_str().to_string(),
+                        format!("{}/{}", i.progress.pairs_done, i.progress.pairs_total),
+                        i.verdict.as_str().to_string(),
+                        culprits.join(", "),
+                        i.nodes.join(","),
+                        table::ago(Some(i.created_at)),
+                    ]);
+                }
+                println!("{t}");
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn follow(client: &Client, id: uuid::Uuid, json: bool) -> anyhow::Result<ExitCode> {
+    let mut last = String::new();
+    loop {
+        let inv: Investigation = client.get(&format!("/api/v1/investigations/{id}")).await?;
+        let p = &inv.progress;
+        let line = format!("{}: {}/{} pairs done ({} failed, {} running)", inv.state.as_str(), p.pairs_done, p.pairs_total, p.pairs_failed, p.pairs_running);
+        if line != last {
+            eprintln!("{line}");
+            last = line;
+        }
+        if inv.state != InvestigationState::Running {
+            if json { crate::commands::print_json(&inv)? } else { print(&inv) }
+            return Ok(match (inv.state, inv.analysis.verdict) {
+                (InvestigationState::Done, Verdict::NoCulprit) => ExitCode::SUCCESS,
+                (InvestigationState::Done, Verdict::Culprit) => ExitCode::from(1),
+                _ => ExitCode::from(2),
+            });
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+fn print(inv: &Investigation) {
+    let trigger = inv.trigger_run_id.map_or_else(String::new, |r| format!("  (started by run {r})"));
+    println!(
+        "investigation {}  {}  {}  {}/{} pairs  batch {}  created by {} {}{trigger}",
+        inv.id,
+        inv.kind.as_str(),
+        inv.state.as_str(),
+        inv.progress.pairs_done,
+        inv.progress.pairs_total,
+        if inv.batch_size == 0 { "all".to_string() } else { inv.batch_size.to_string() },
+        inv.created_by,
+        table::ago(Some(inv.created_at)),
+    );
+    print_matrix(&inv.matrix);
+    print_analysis(&inv.analysis);
+    let failed: Vec<String> = inv
+        .pairs
+        .iter()
+        .filter_map(|p| p.error.as_ref().map(|e| format!("  {}–{}: {e}", p.a, p.b)))
+        .collect();
+    if !failed.is_empty() {
+        println!("failed pairs:\n{}", failed.join("\n"));
+    }
+}
+
+/// The matrix as a table: one row and one column per node, `·` on the diagonal.
+pub fn print_matrix(m: &Matrix) {
+    let mut headers: Vec<&str> = vec![""];
+    headers.extend(m.labels.iter().map(String::as_str));
+    let mut t = table::new(&headers);
+    for (i, label) in m.labels.iter().enumerate() {
+        let mut row = vec![label.clone()];
+        for j in 0..m.labels.len() {
+            let v = m.values.get(i).and_then(|r| r.get(j)).copied().flatten();
+            row.push(if i == j && v.is_none() { "·".into() } else { table::float(v, 1) });
+        }
+        t.add_row(row);
+    }
+    table::right(&mut t, &(1..=m.labels.len()).collect::<Vec<_>>());
+    println!("{} ({})\n{t}", m.metric, m.unit);
+}
+
+pub fn print_analysis(a: &Analysis) {
+    println!("verdict: {}", a.verdict.as_str());
+    println!("{}", a.summary);
+    for c in &a.culprits {
+        let figs: Vec<String> = c.figures.iter().map(|f| format!("{}→{} {:.1}", f.from, f.to, f.value)).collect();
+        println!("  {:?} {}: {:.1} vs median {:.1} ({:.0}%): {}", c.kind, c.members.join("–"), c.figure, c.median, c.ratio * 100.0, figs.join(", "));
+    }
+}

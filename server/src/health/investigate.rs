@@ -1,0 +1,49 @@
+//! "Which node is bad?": investigations run a two-node test on every pair of a set of nodes,
+//! build the node×node matrix of the headline figure and name the culprit; the same
+//! analysis reads the GPU×GPU matrix of a `p2p` result.
+//!
+//! Everything is in Postgres (`investigations`, `investigation_pairs`): creating one stores
+//! its pairs with their batch and starts the first batch; every replica runs [`run_loop`],
+//! which locks one running investigation at a time with `FOR UPDATE SKIP LOCKED`, records
+//! the figures of finished pair runs and starts the next batch, so a batch is started by
+//! exactly one replica. The same loop starts investigations for multi-node nccl and rdma
+//! runs whose results got a warn or fail verdict.
+
+pub mod culprit;
+pub mod p2p;
+pub mod schedule;
+
+mod advance;
+mod store;
+
+pub use advance::{advance_all, run_loop, trigger_from_verdicts};
+pub use store::{create, list, load};
+
+use uuid::Uuid;
+
+/// Most nodes one investigation may pair up (2,016 pairs).
+pub const MAX_NODES: usize = 64;
+
+/// Thresholds people may ask for.
+pub const THRESHOLDS: std::ops::RangeInclusive<f64> = 0.05..=0.95;
+
+/// Who starts automatic investigations, in `created_by` and the audit log.
+pub const AUTO_ACTOR: &str = "heddle:investigate";
+
+/// What creating or reading investigations can fail with; mapped to HTTP in `error.rs`.
+#[derive(Debug, thiserror::Error)]
+pub enum InvestigateError {
+    #[error("no investigation {0}")]
+    NoSuchInvestigation(Uuid),
+    #[error("no result {0}")]
+    NoSuchResult(Uuid),
+    #[error("no node with id or hostname {0:?}")]
+    NoSuchNode(String),
+    /// The request cannot be carried out as asked (422).
+    #[error("{0}")]
+    Invalid(String),
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+    #[error("stored {what} does not decode: {message}")]
+    Corrupt { what: &'static str, message: String },
+}

@@ -1,0 +1,293 @@
+//! The investigation loop every replica runs: start investigations for runs with warn or
+//! fail verdicts, record the figures of finished pair runs, start the next batch, finish.
+//! One investigation is advanced inside one transaction holding its row lock (taken with
+//! `SKIP LOCKED`), so a batch is started once however many replicas tick at the same time.
+
+use std::time::Duration;
+
+use heddle_types::investigations::{InvestigationKind, DEFAULT_THRESHOLD};
+use heddle_types::jobs::JobSpec;
+use uuid::Uuid;
+
+use super::store::{self, InvRow, NewInvestigation, INV_SELECT};
+use super::{AUTO_ACTOR, MAX_NODES};
+use crate::{db, AppState};
+
+/// Attempts of a pair's jobs, as for a run started without `max_attempts`.
+const PAIR_MAX_ATTEMPTS: u32 = 3;
+
+/// Ticks at most once a second, and four times per heartbeat interval when that is shorter.
+pub async fn run_loop(state: AppState) {
+    let period = (state.config.heartbeat_interval() / 4).min(Duration::from_secs(1));
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if let Err(err) = trigger_from_verdicts(&state.db).await {
+            tracing::warn!(error = %err, "investigations: starting automatic ones failed; will retry");
+        }
+        if let Err(err) = advance_all(&state.db).await {
+            tracing::warn!(error = %err, "investigations: advancing failed; will retry");
+        }
+    }
+}
+
+/// Advances every running investigation that no other replica holds right now. Returns
+/// how many pair runs were started.
+pub async fn advance_all(db: &sqlx::PgPool) -> Result<usize, sqlx::Error> {
+    let ids: Vec<(Uuid,)> = sqlx::query_as("SELECT id FROM investigations WHERE state = 'running' ORDER BY created_at")
+        .fetch_all(db)
+        .await?;
+    let mut started = 0;
+    for (id,) in ids {
+        let mut tx = db.begin().await?;
+        started += advance_locked(&mut tx, id).await?;
+        tx.commit().await?;
+    }
+    Ok(started)
+}
+
+/// Locks the investigation (skipping it when another transaction holds it), records
+/// finished pairs, then starts the next batch or finishes. Returns the runs started.
+pub(super) async fn advance_locked(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>, id: Uuid) -> Result<usize, sqlx::Error> {
+    let inv: Option<InvRow> = sqlx::query_as(&format!("{INV_SELECT} WHERE id = $1 AND state = 'running' FOR UPDATE SKIP LOCKED"))
+        .bind(id)
+        .fetch_optional(&mut **tx)
+        .await?;
+    let Some(inv) = inv else { return Ok(0) };
+    let Ok(kind) = inv.kind() else {
+        fail(tx, id, "its kind is unknown to this server").await?;
+        return Ok(0);
+    };
+    collect(tx, id, kind).await?;
+    let (pending, running): (i64, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state = 'running')
+         FROM investigation_pairs WHERE investigation_id = $1",
+    )
+    .bind(id)
+    .fetch_one(&mut **tx)
+    .await?;
+    if running > 0 {
+        return Ok(0);
+    }
+    if pending > 0 {
+        return start_batch(tx, &inv).await;
+    }
+    let (done,): (i64,) = sqlx::query_as("SELECT count(*) FROM investigation_pairs WHERE investigation_id = $1 AND state = 'done'")
+        .bind(id)
+        .fetch_one(&mut **tx)
+        .await?;
+    if done == 0 {
+        fail(tx, id, "no pair produced a figure").await?;
+    } else {
+        sqlx::query("UPDATE investigations SET state = 'done', finished_at = now() WHERE id = $1").bind(id).execute(&mut **tx).await?;
+        tracing::info!(investigation = %id, pairs_measured = done, "investigation done");
+    }
+    Ok(0)
+}
+
+async fn fail(tx: &mut sqlx::PgConnection, id: Uuid, why: &str) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE investigation_pairs SET state = 'failed', error = $2 WHERE investigation_id = $1 AND state = 'pending'")
+        .bind(id)
+        .bind(format!("not run: {why}"))
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("UPDATE investigations SET state = 'failed', error = $2, finished_at = now() WHERE id = $1")
+        .bind(id)
+        .bind(why)
+        .execute(&mut *tx)
+        .await?;
+    tracing::warn!(investigation = %id, why, "investigation failed");
+    Ok(())
+}
+
+/// Starts the pending pairs of the lowest pending batch, or every pending pair when the
+/// batch size is 0. Jobs of later batches are placed later in the claim order, so each node
+/// works through its pairs round by round and a pair's two jobs meet.
+async fn start_batch(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>, inv: &InvRow) -> Result<usize, sqlx::Error> {
+    let names: Vec<(Uuid, String)> =
+        sqlx::query_as("SELECT id, hostname FROM nodes WHERE id = ANY($1)").bind(&inv.node_ids).fetch_all(&mut **tx).await?;
+    let host = |id: &Uuid| names.iter().find(|(n, _)| n == id).map(|(_, h)| h.clone());
+    if let Some(gone) = inv.node_ids.iter().find(|id| host(id).is_none()) {
+        fail(tx, inv.id, &format!("node {gone} no longer exists")).await?;
+        return Ok(0);
+    }
+    let pairs: Vec<(i32, i32, i32)> = sqlx::query_as(
+        "SELECT a, b, batch FROM investigation_pairs
+         WHERE investigation_id = $1 AND state = 'pending'
+           AND ($2 OR batch = (SELECT min(batch) FROM investigation_pairs WHERE investigation_id = $1 AND state = 'pending'))
+         ORDER BY batch, a, b",
+    )
+    .bind(inv.id)
+    .bind(inv.batch_size == 0)
+    .fetch_all(&mut **tx)
+    .await?;
+    let spec: JobSpec = inv.spec();
+    for &(a, b, batch) in &pairs {
+        let nodes = [inv.node_ids[a as usize], inv.node_ids[b as usize]];
+        let (ha, hb) = (host(&nodes[0]).unwrap_or_default(), host(&nodes[1]).unwrap_or_default());
+        let label = format!("investigation {}: {ha}–{hb}", inv.id);
+        let run_id = crate::api::runs::insert_run(tx, &spec, &nodes, PAIR_MAX_ATTEMPTS, Some(&label), &inv.created_by).await?;
+        sqlx::query("UPDATE jobs SET created_at = created_at + make_interval(secs => $2::float8 / 1e6) WHERE run_id = $1")
+            .bind(run_id)
+            .bind(f64::from(batch))
+            .execute(&mut **tx)
+            .await?;
+        sqlx::query("UPDATE investigation_pairs SET state = 'running', run_id = $4 WHERE investigation_id = $1 AND a = $2 AND b = $3")
+            .bind(inv.id)
+            .bind(a)
+            .bind(b)
+            .bind(run_id)
+            .execute(&mut **tx)
+            .await?;
+        db::audit(&mut **tx, &inv.created_by, "run.create", &format!("run:{run_id}"),
+            serde_json::json!({"kind": spec.kind, "nodes": [ha, hb], "investigation": inv.id}))
+        .await?;
+    }
+    if !pairs.is_empty() {
+        tracing::info!(investigation = %inv.id, runs = pairs.len(), batch = pairs[0].2, "investigation: pair runs started");
+    }
+    Ok(pairs.len())
+}
+
+#[derive(sqlx::FromRow)]
+struct Ended {
+    a: i32,
+    b: i32,
+    run_id: Option<Uuid>,
+    jobs: i64,
+    ended: i64,
+    ok: i64,
+    why: Option<String>,
+}
+
+/// Records the figure (or the failure) of every running pair whose run has ended.
+async fn collect(tx: &mut sqlx::PgConnection, id: Uuid, kind: InvestigationKind) -> Result<(), sqlx::Error> {
+    let ended: Vec<Ended> = sqlx::query_as(
+        "SELECT p.a, p.b, p.run_id, count(j.id) AS jobs,
+                count(j.id) FILTER (WHERE j.state IN ('succeeded', 'failed', 'cancelled', 'skipped')) AS ended,
+                count(j.id) FILTER (WHERE j.state = 'succeeded') AS ok,
+                string_agg(format('%s %s: %s', n.hostname, j.state, coalesce(r.reason, j.error, 'no reason given')), '; ' ORDER BY j.rank)
+                    FILTER (WHERE j.state <> 'succeeded') AS why
+         FROM investigation_pairs p
+         LEFT JOIN jobs j ON j.run_id = p.run_id
+         LEFT JOIN nodes n ON n.id = j.node_id
+         LEFT JOIN results r ON r.job_id = j.id
+         WHERE p.investigation_id = $1 AND p.state = 'running'
+         GROUP BY p.a, p.b, p.run_id",
+    )
+    .bind(id)
+    .fetch_all(&mut *tx)
+    .await?;
+    let finished: Vec<&Ended> = ended.iter().filter(|e| e.jobs == 0 || e.ended == e.jobs).collect();
+    let ok_runs: Vec<Uuid> = finished.iter().filter(|e| e.jobs > 0 && e.ok == e.jobs).filter_map(|e| e.run_id).collect();
+    let rows: Vec<(Uuid, i64, Option<f64>)> = sqlx::query_as(&format!(
+        "SELECT j.run_id, rr.size_bytes, rr.{} FROM result_rows rr
+         JOIN results r ON r.id = rr.result_id JOIN jobs j ON j.id = r.job_id WHERE j.run_id = ANY($1)",
+        kind.metric()
+    ))
+    .bind(&ok_runs)
+    .fetch_all(&mut *tx)
+    .await?;
+    for e in finished {
+        let (value, error) = if e.jobs == 0 {
+            (None, Some("its run was deleted".to_string()))
+        } else if e.ok < e.jobs {
+            (None, Some(e.why.clone().unwrap_or_else(|| "its run did not succeed".into())))
+        } else {
+            let mine: Vec<(i64, Option<f64>)> = rows.iter().filter(|r| Some(r.0) == e.run_id).map(|r| (r.1, r.2)).collect();
+            match headline(&mine) {
+                Some(v) => (Some(v), None),
+                None => (None, Some(format!("its results have no {}", kind.metric()))),
+            }
+        };
+        sqlx::query(
+            "UPDATE investigation_pairs SET state = CASE WHEN $4::float8 IS NULL THEN 'failed' ELSE 'done' END,
+                    value = $4, size_bytes = $5, error = $6
+             WHERE investigation_id = $1 AND a = $2 AND b = $3",
+        )
+        .bind(id)
+        .bind(e.a)
+        .bind(e.b)
+        .bind(value.map(|v| v.1))
+        .bind(value.map(|v| v.0))
+        .bind(error)
+        .execute(&mut *tx)
+        .await?;
+    }
+    Ok(())
+}
+
+/// The pair's figure: the mean, over both ranks' rows (and nccl-tests' out-of-place and
+/// in-place rows), of the metric at the largest size that has it.
+pub(super) fn headline(rows: &[(i64, Option<f64>)]) -> Option<(i64, f64)> {
+    let with: Vec<(i64, f64)> = rows.iter().filter_map(|&(s, v)| Some((s, v.filter(|v| v.is_finite())?))).collect();
+    let size = with.iter().map(|w| w.0).max()?;
+    let at: Vec<f64> = with.iter().filter(|w| w.0 == size).map(|w| w.1).collect();
+    Some((size, at.iter().sum::<f64>() / at.len() as f64))
+}
+
+#[derive(sqlx::FromRow)]
+struct Suspect {
+    id: Uuid,
+    spec: sqlx::types::Json<JobSpec>,
+    node_ids: Vec<Uuid>,
+}
+
+/// Starts an investigation for every finished multi-node nccl or rdma run with a warn or
+/// fail verdict (judged in the last day) that has none yet, using the run's own params.
+/// Runs started by investigations are never investigated themselves. Returns how many
+/// were started.
+pub async fn trigger_from_verdicts(db: &sqlx::PgPool) -> Result<usize, sqlx::Error> {
+    let suspects: Vec<Suspect> = sqlx::query_as(
+        "SELECT r.id, r.spec, array_agg(j.node_id ORDER BY j.rank) AS node_ids
+         FROM runs r JOIN jobs j ON j.run_id = r.id
+         WHERE r.id IN (SELECT v.run_id FROM verdicts v
+                        WHERE v.verdict IN ('warn', 'fail') AND v.judged_at > now() - interval '1 day')
+           AND r.spec->>'kind' IN ('nccl', 'rdma')
+           AND NOT EXISTS (SELECT 1 FROM investigations i WHERE i.trigger_run_id = r.id)
+           AND NOT EXISTS (SELECT 1 FROM investigation_pairs p WHERE p.run_id = r.id)
+         GROUP BY r.id, r.spec
+         HAVING count(*) BETWEEN 2 AND $1
+            AND bool_and(j.state IN ('succeeded', 'failed', 'cancelled', 'skipped'))
+         ORDER BY min(r.created_at) LIMIT 16",
+    )
+    .bind(MAX_NODES as i64)
+    .fetch_all(db)
+    .await?;
+    let mut started = 0;
+    for s in suspects {
+        let mut tx = db.begin().await?;
+        let new = NewInvestigation {
+            spec: s.spec.0,
+            node_ids: s.node_ids,
+            batch_size: 0,
+            threshold: DEFAULT_THRESHOLD,
+            label: Some(format!("run {} had a warn or fail verdict", s.id)),
+            trigger_run_id: Some(s.id),
+            actor: AUTO_ACTOR,
+        };
+        // Another replica may have started it a moment ago: the unique trigger says so.
+        if let Some(id) = store::insert(&mut tx, &new).await? {
+            advance_locked(&mut tx, id).await?;
+            tracing::info!(investigation = %id, run = %s.id, nodes = new.node_ids.len(), "investigation started for a run with a warn or fail verdict");
+            started += 1;
+        }
+        tx.commit().await?;
+    }
+    Ok(started)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::headline;
+
+    #[test]
+    fn headline_is_the_mean_at_the_largest_size() {
+        assert_eq!(headline(&[]), None);
+        assert_eq!(headline(&[(8, None)]), None);
+        let rows = [(1024, Some(5.0)), (1 << 20, Some(40.0)), (1 << 20, Some(44.0)), (1 << 30, None), (1 << 20, Some(f64::NAN))];
+        assert_eq!(headline(&rows), Some((1 << 20, 42.0)), "sizes without a figure do not count");
+        assert_eq!(headline(&[(8, Some(1.0)), (16, Some(2.0)), (16, Some(4.0))]), Some((16, 3.0)));
+    }
+}
