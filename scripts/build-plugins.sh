@@ -38,4 +38,5 @@ copy heddle_plugin_runai_roce runai-roce
 copy heddle_plugin_dgx_affinity dgx-affinity
 copy heddle_plugin_misbehave misbehave
 copy heddle_plugin_netclient netclient
+copy heddle_plugin_contract_v01 contract-v01
 copy my_heddle_plugin template

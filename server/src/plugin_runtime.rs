@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use heddle_plugin_host::{ComponentInfo, HostConfig, HostError, Limits, LoadedPlugin, PluginHost, Report};
+use heddle_plugin_host::{ComponentInfo, FactsJson, HostConfig, HostError, Limits, LoadedPlugin, PluginHost, Report};
 use heddle_types::plugins::OutputDiff;
 use serde_json::Value;
 use uuid::Uuid;
@@ -27,7 +27,16 @@ pub struct PluginRuntime {
 
 impl PluginRuntime {
     pub fn new(limits: Limits) -> anyhow::Result<Self> {
-        let host = PluginHost::new(HostConfig::default()).map_err(|e| anyhow::anyhow!("starting the plugin host: {e}"))?;
+        // Pre-allocated instance slots: a fresh store per call without mapping and unmapping a
+        // linear memory each time. Two slots per core covers the evaluation threads plus API
+        // calls (dry runs, uploads); beyond that a call waits for a slot to free up.
+        let threads = eval_threads();
+        let config = HostConfig {
+            pooling_instances: Some(u32::try_from(threads * 2 + 8).unwrap_or(64)),
+            pooling_max_memory_bytes: limits.max_memory_bytes.next_power_of_two(),
+            ..HostConfig::default()
+        };
+        let host = PluginHost::new(config).map_err(|e| anyhow::anyhow!("starting the plugin host: {e}"))?;
         Ok(PluginRuntime { host: Arc::new(host), limits, loaded: Mutex::default(), wake: tokio::sync::Notify::new() })
     }
 
@@ -41,12 +50,45 @@ impl PluginRuntime {
             .unwrap_or_else(|e| Err(HostError::Internal(format!("validation task failed: {e}"))))
     }
 
-    pub async fn run(&self, plugin: LoadedPlugin, facts_json: Arc<String>) -> Result<Report, HostError> {
+    pub async fn run(&self, plugin: LoadedPlugin, facts: Arc<FactsJson>) -> Result<Report, HostError> {
         let host = self.host.clone();
         let limits = self.limits;
-        tokio::task::spawn_blocking(move || host.call(&plugin, &facts_json, &limits))
+        tokio::task::spawn_blocking(move || host.call(&plugin, &facts, &limits))
             .await
             .unwrap_or_else(|e| Err(HostError::Internal(format!("plugin task failed: {e}"))))
+    }
+
+    /// Runs every plugin on every node's facts, spread over one thread per core; the outcome
+    /// of node `i`, plugin `j` is `[i][j]`. One blocking task for the whole batch, so a call
+    /// costs the plugin's own time and nothing for scheduling.
+    pub async fn evaluate(&self, plugins: Vec<LoadedPlugin>, facts: Vec<FactsJson>) -> Vec<Vec<Result<Report, HostError>>> {
+        let host = self.host.clone();
+        let limits = self.limits;
+        let nodes = facts.len();
+        let result = tokio::task::spawn_blocking(move || {
+            let chunk = nodes.div_ceil(eval_threads()).max(1);
+            std::thread::scope(|scope| {
+                let workers: Vec<_> = facts
+                    .chunks(chunk)
+                    .map(|part| {
+                        let (host, plugins) = (&host, &plugins);
+                        scope.spawn(move || {
+                            part.iter()
+                                .map(|f| plugins.iter().map(|p| host.call(p, f, &limits)).collect::<Vec<_>>())
+                                .collect::<Vec<_>>()
+                        })
+                    })
+                    .collect();
+                workers.into_iter().flat_map(|w| w.join().unwrap_or_default()).collect::<Vec<_>>()
+            })
+        })
+        .await;
+        match result {
+            Ok(outcomes) if outcomes.len() == nodes => outcomes,
+            Ok(_) | Err(_) => (0..nodes)
+                .map(|_| vec![Err(HostError::Internal("plugin evaluation task failed".into()))])
+                .collect(),
+        }
     }
 
     /// Compiles and checks a component on the blocking pool.
@@ -79,6 +121,11 @@ impl PluginRuntime {
     }
 }
 
+/// Threads that evaluate plugins: one per core.
+fn eval_threads() -> usize {
+    std::thread::available_parallelism().map_or(2, usize::from)
+}
+
 /// Usage as JSON, from a report or from the error that stopped the plugin.
 pub fn usage_json(result: &Result<Report, HostError>) -> Value {
     let usage = match result {
@@ -108,21 +155,71 @@ async fn enabled_plugins(db: &sqlx::PgPool) -> Result<Vec<Enabled>, sqlx::Error>
 
 /// Re-runs every enabled plugin on one node's latest facts and replaces what they said.
 pub async fn evaluate_node(state: &AppState, node: Uuid) -> anyhow::Result<()> {
-    let row: Option<(Option<Value>, Option<String>)> =
-        sqlx::query_as("SELECT facts, facts_sha256 FROM nodes WHERE id = $1").bind(node).fetch_optional(&state.db).await?;
-    let Some((facts, facts_sha)) = row else { return Ok(()) };
-    let plugins = enabled_plugins(&state.db).await?;
-    let mut outcomes = Vec::new();
-    if let (Some(facts), Some(_)) = (&facts, &facts_sha) {
-        let facts_json = Arc::new(facts.to_string());
+    evaluate_nodes(state, &[node]).await.into_iter().next().map_or(Ok(()), |(_, r)| r)
+}
+
+/// Evaluates a batch of nodes: facts and plugins read once, every call spread over the cores,
+/// then each node's outcomes written in a transaction of its own.
+async fn evaluate_nodes(state: &AppState, nodes: &[Uuid]) -> Vec<(Uuid, anyhow::Result<()>)> {
+    let loaded = async {
+        let rows: Vec<(Uuid, Option<Value>, Option<String>)> =
+            sqlx::query_as("SELECT id, facts, facts_sha256 FROM nodes WHERE id = ANY($1)").bind(nodes).fetch_all(&state.db).await?;
+        let plugins = enabled_plugins(&state.db).await?;
+        let mut compiled = Vec::new();
         for p in &plugins {
-            let outcome = match state.plugins.plugin(&state.db, &p.sha256).await? {
-                Ok(loaded) => state.plugins.run(loaded, facts_json.clone()).await,
-                Err(e) => Err(e),
-            };
-            outcomes.push(outcome);
+            compiled.push(state.plugins.plugin(&state.db, &p.sha256).await?);
+        }
+        anyhow::Ok((rows, plugins, compiled))
+    };
+    let (rows, plugins, compiled) = match loaded.await {
+        Ok(v) => v,
+        Err(e) => {
+            let msg = format!("{e:#}");
+            return nodes.iter().map(|n| (*n, Err(anyhow::anyhow!("{msg}")))).collect();
+        }
+    };
+    // Only plugins that compiled are run; the others' error is every node's outcome.
+    let runnable: Vec<LoadedPlugin> = compiled.iter().filter_map(|c| c.as_ref().ok().cloned()).collect();
+    let mut with_facts = Vec::new();
+    let mut facts = Vec::new();
+    for (i, (_, f, sha)) in rows.iter().enumerate() {
+        if let (Some(f), Some(_)) = (f, sha) {
+            match FactsJson::from_value(f.clone()) {
+                Ok(checked) => {
+                    with_facts.push(i);
+                    facts.push(checked);
+                }
+                Err(e) => tracing::warn!(node = %rows[i].0, error = %e, "stored facts are not an object; skipping plugins"),
+            }
         }
     }
+    let mut evaluated = state.plugins.evaluate(runnable, facts).await.into_iter();
+    let mut out = Vec::new();
+    for (i, (node, _, sha)) in rows.iter().enumerate() {
+        let mut outcomes = Vec::new();
+        if with_facts.contains(&i) {
+            let mut ran = evaluated.next().unwrap_or_default().into_iter();
+            for c in &compiled {
+                outcomes.push(match c {
+                    Ok(_) => ran.next().unwrap_or_else(|| Err(HostError::Internal("missing outcome".into()))),
+                    Err(e) => Err(e.clone()),
+                });
+            }
+        }
+        out.push((*node, store_outcomes(state, *node, sha.clone(), &plugins, &outcomes).await));
+    }
+    out
+}
+
+/// Replaces what the enabled plugins said about `node` with `outcomes` (one per plugin, or
+/// none when the node has no facts).
+async fn store_outcomes(
+    state: &AppState,
+    node: Uuid,
+    facts_sha: Option<String>,
+    plugins: &[Enabled],
+    outcomes: &[Result<Report, HostError>],
+) -> anyhow::Result<()> {
     let facts_sha = facts_sha.unwrap_or_default();
     let names: Vec<String> = plugins.iter().map(|p| p.name.clone()).collect();
     let ids: Vec<Uuid> = plugins.iter().map(|p| p.plugin_id).collect();
@@ -143,7 +240,7 @@ pub async fn evaluate_node(state: &AppState, node: Uuid) -> anyhow::Result<()> {
         .execute(&mut *tx)
         .await?;
     }
-    for (p, result) in plugins.iter().zip(&outcomes) {
+    for (p, result) in plugins.iter().zip(outcomes) {
         let (output, error) = match result {
             Ok(r) => (Some(serde_json::to_value(&r.detection)?), None),
             Err(e) => (None, Some(format!("{e} [{}]", e.code()))),
@@ -264,8 +361,8 @@ pub async fn reconcile(state: &AppState) -> anyhow::Result<usize> {
         if batch.is_empty() {
             return Ok(done);
         }
-        for node in batch {
-            match evaluate_node(state, node).await {
+        for (node, outcome) in evaluate_nodes(state, &batch).await {
+            match outcome {
                 Ok(()) => done += 1,
                 Err(err) => {
                     tracing::warn!(%node, error = %err, "plugin evaluation failed; will retry on the next tick");

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use heddle_plugin_host::{HostConfig, Limits, PluginHost};
+use heddle_plugin_host::{FactsJson, HostConfig, Limits, PluginHost};
 
 fn read(dir: &str, name: &str) -> Vec<u8> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(dir).join(name);
@@ -31,6 +31,8 @@ fn main() {
     let misbehave = read("dist", "misbehave.wasm");
     let dgx_facts = String::from_utf8(read("fixtures", "dgx1.json")).unwrap();
     let ok_facts = r#"{"hostile": "ok", "host": {"hostname": "bench"}}"#;
+    let dgx_checked = FactsJson::parse(&dgx_facts).unwrap();
+    let ok_checked = FactsJson::parse(ok_facts).unwrap();
 
     println!("component sizes: dgx-affinity {} bytes, misbehave {} bytes", dgx.len(), misbehave.len());
 
@@ -76,7 +78,7 @@ fn main() {
         let mut warm = Vec::new();
         for _ in 0..2000 {
             let t = Instant::now();
-            let r = host.call(&trivial, ok_facts, &limits).unwrap();
+            let r = host.call(&trivial, &ok_checked, &limits).unwrap();
             warm.push(t.elapsed());
             fuel = r.usage.fuel_consumed;
         }
@@ -84,11 +86,36 @@ fn main() {
         let mut warm = Vec::new();
         for _ in 0..500 {
             let t = Instant::now();
-            let r = host.call(&dgx_loaded, &dgx_facts, &limits).unwrap();
+            let r = host.call(&dgx_loaded, &dgx_checked, &limits).unwrap();
             warm.push(t.elapsed());
             fuel = r.usage.fuel_consumed;
         }
         show(&format!("warm call(handle), dgx-affinity on DGX-1, {label} (fuel {fuel})"), &mut warm);
+    }
+
+    println!();
+    println!("each first-party plugin on each fixture (warm, on-demand; min of 200 calls):");
+    let host = PluginHost::new(HostConfig::default()).unwrap();
+    let plugins: Vec<_> = ["azure-nd", "runai-roce", "dgx-affinity"]
+        .into_iter()
+        .map(|p| (p, host.load(&read("dist", &format!("{p}.wasm")), &limits).unwrap()))
+        .collect();
+    for fixture in ["azure-nd40rs-v2", "runai-roce", "dgx1"] {
+        let json = String::from_utf8(read("fixtures", &format!("{fixture}.json"))).unwrap();
+        let facts = FactsJson::parse(&json).unwrap();
+        let mut line = format!("  {fixture:<16} ({:>5} bytes)", json.len());
+        for (name, plugin) in &plugins {
+            let mut best = Duration::MAX;
+            let mut fuel = 0;
+            for _ in 0..200 {
+                let t = Instant::now();
+                let r = host.call(plugin, &facts, &limits).unwrap();
+                best = best.min(t.elapsed());
+                fuel = r.usage.fuel_consumed;
+            }
+            line += &format!("  {name} {best:>8.1?} ({fuel} fuel)");
+        }
+        println!("{line}");
     }
 
     println!();

@@ -6,7 +6,7 @@
 
 use crate::report::Usage;
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum HostError {
     /// The bytes are not a WebAssembly component (a core module, garbage, a truncated file).
     #[error("not a WebAssembly component: {0}")]

@@ -10,12 +10,13 @@ use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
 
-use crate::bindings::exports::heddle::plugin::plugin as wit;
-use crate::bindings::{Detector, DetectorPre};
+use crate::bindings::{v01, v02};
+use crate::facts::FactsJson;
 use crate::limits::{Limits, MemoryDenied};
-use crate::policy;
+use crate::policy::{self, Contract};
 use crate::report::{
-    CompileTime, ComponentInfo, Detection, EnvRecommendation, GpuAffinity, LogLevel, PluginInfo, Report, Usage,
+    CompileTime, ComponentInfo, Detection, EnvRecommendation, Expectation, GpuAffinity, LogLevel, PluginInfo, Report,
+    Usage,
 };
 use crate::sandbox::State;
 use crate::HostError;
@@ -47,9 +48,55 @@ impl Default for HostConfig {
     }
 }
 
+/// The pre-linked instance template, in the bindings of the contract the component exports.
+enum Pre {
+    V01(v01::DetectorPre<State>),
+    V02(v02::DetectorPre<State>),
+}
+
+impl Pre {
+    fn contract(&self) -> Contract {
+        match self {
+            Pre::V01(_) => Contract::V01,
+            Pre::V02(_) => Contract::V02,
+        }
+    }
+
+    fn info(&self, store: &mut Store<State>) -> wasmtime::Result<PluginInfo> {
+        Ok(match self {
+            Pre::V01(pre) => {
+                let i = pre.instantiate(&mut *store)?.heddle_plugin_plugin().call_info(&mut *store)?;
+                PluginInfo { name: i.name, version: i.version, description: i.description, reads: Vec::new() }
+            }
+            Pre::V02(pre) => {
+                let i = pre.instantiate(&mut *store)?.heddle_plugin_plugin().call_info(&mut *store)?;
+                PluginInfo { name: i.name, version: i.version, description: i.description, reads: i.reads }
+            }
+        })
+    }
+
+    /// Instantiates and calls `detect`; the outer error is a trap, the inner one the plugin's.
+    fn detect(&self, store: &mut Store<State>, facts_json: &str) -> wasmtime::Result<Result<Detection, (String, String)>> {
+        Ok(match self {
+            Pre::V01(pre) => pre
+                .instantiate(&mut *store)?
+                .heddle_plugin_plugin()
+                .call_detect(&mut *store, facts_json)?
+                .map(convert_v01)
+                .map_err(|e| (e.code, e.message)),
+            Pre::V02(pre) => pre
+                .instantiate(&mut *store)?
+                .heddle_plugin_plugin()
+                .call_detect(&mut *store, facts_json)?
+                .map(convert_v02)
+                .map_err(|e| (e.code, e.message)),
+        })
+    }
+}
+
 /// A compiled, checked component with its pre-linked instance template.
 struct Prepared {
-    pre: DetectorPre<State>,
+    pre: Pre,
     info: PluginInfo,
     imports: Vec<String>,
     sha256: String,
@@ -114,7 +161,8 @@ impl PluginHost {
         let engine = Engine::new(&cfg).map_err(internal)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(internal)?;
-        Detector::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s).map_err(internal)?;
+        v01::Detector::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s).map_err(internal)?;
+        v02::Detector::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s).map_err(internal)?;
         let ticker = Ticker::start(&engine, config.epoch_tick);
         Ok(Self { engine, linker, cache: Mutex::new(Cache::default()), config, _ticker: ticker })
     }
@@ -127,19 +175,19 @@ impl PluginHost {
             plugin: prepared.info.clone(),
             sha256: prepared.sha256.clone(),
             size_bytes: prepared.size,
-            contract: policy::CONTRACT.to_string(),
+            contract: prepared.pre.contract().package().to_string(),
             imports: prepared.imports.clone(),
             compile_time: CompileTime { micros: if cache_hit { 0 } else { prepared.compile_micros }, cache_hit },
         })
     }
 
     /// Runs `detect` on `facts_json` in a fresh store under `limits`. Hashes `bytes` to find
-    /// the compiled component; callers that run the same plugin often should [`Self::load`]
-    /// once and [`Self::call`] the handle.
+    /// the compiled component and checks the facts on every call; callers that run plugins
+    /// often should [`Self::load`] once and [`Self::call`] the handle with [`FactsJson`].
     pub fn run(&self, bytes: &[u8], facts_json: &str, limits: &Limits) -> Result<Report, HostError> {
-        check_facts(facts_json)?;
+        let facts = FactsJson::parse(facts_json)?;
         let (prepared, cache_hit) = self.prepare(bytes, limits)?;
-        self.call_prepared(&prepared, cache_hit, facts_json, limits)
+        self.call_prepared(&prepared, cache_hit, &facts, limits)
     }
 
     /// Compiles and checks a component once (like [`Self::validate`]) and returns a handle for
@@ -149,31 +197,28 @@ impl PluginHost {
         Ok(LoadedPlugin { prepared })
     }
 
-    /// Runs `detect` of a loaded plugin in a fresh store under `limits`.
-    pub fn call(&self, plugin: &LoadedPlugin, facts_json: &str, limits: &Limits) -> Result<Report, HostError> {
-        check_facts(facts_json)?;
-        self.call_prepared(&plugin.prepared, true, facts_json, limits)
+    /// Runs `detect` of a loaded plugin on checked facts in a fresh store under `limits`.
+    pub fn call(&self, plugin: &LoadedPlugin, facts: &FactsJson, limits: &Limits) -> Result<Report, HostError> {
+        self.call_prepared(&plugin.prepared, true, facts, limits)
     }
 
     fn call_prepared(
         &self,
         prepared: &Prepared,
         cache_hit: bool,
-        facts_json: &str,
+        facts: &FactsJson,
         limits: &Limits,
     ) -> Result<Report, HostError> {
+        let facts_json = facts.for_reads(&prepared.info.reads);
         let started = Instant::now();
         let mut store = self.store(limits)?;
-        let outcome = prepared
-            .pre
-            .instantiate(&mut store)
-            .and_then(|instance| instance.heddle_plugin_plugin().call_detect(&mut store, facts_json));
+        let outcome = prepared.pre.detect(&mut store, &facts_json);
         let (usage, (logs, stdout, stderr)) = finish(&mut store, limits, started, cache_hit);
         forward_logs(&prepared.info.name, &logs);
         let detection = match outcome {
             Err(err) => return Err(classify(err, usage, limits, stderr)),
-            Ok(Err(e)) => return Err(HostError::Plugin { code: e.code, message: e.message, usage }),
-            Ok(Ok(d)) => convert(d),
+            Ok(Err((code, message))) => return Err(HostError::Plugin { code, message, usage }),
+            Ok(Ok(d)) => d,
         };
         let size = detection.output_bytes();
         if size > limits.max_output_bytes {
@@ -228,39 +273,28 @@ impl PluginHost {
             .map_err(|e| HostError::NotAComponent(format!("{e:#}")))?;
         let compile_micros = started.elapsed().as_micros() as u64;
         let imports = policy::check_imports(&self.engine, &component)?;
-        policy::check_exports(&self.engine, &component)?;
+        let contract = policy::check_exports(&self.engine, &component)?;
         let instance_pre = self.linker.instantiate_pre(&component).map_err(|e| HostError::Link(format!("{e:#}")))?;
-        let pre = DetectorPre::new(instance_pre).map_err(|e| HostError::WrongWorld {
-            expected: policy::EXPORT_INTERFACE,
-            found: format!("{e:#}"),
-        })?;
+        let wrong_world = |e: wasmtime::Error| HostError::WrongWorld { expected: policy::EXPORT_INTERFACE, found: format!("{e:#}") };
+        let pre = match contract {
+            Contract::V01 => Pre::V01(v01::DetectorPre::new(instance_pre).map_err(wrong_world)?),
+            Contract::V02 => Pre::V02(v02::DetectorPre::new(instance_pre).map_err(wrong_world)?),
+        };
 
         let started = Instant::now();
         let mut store = self.store(limits)?;
-        let instance = match pre.instantiate(&mut store) {
-            Ok(i) => i,
+        let outcome = pre.info(&mut store);
+        let (usage, (_, _, stderr)) = finish(&mut store, limits, started, false);
+        let info = match outcome {
+            Ok(info) => info,
             // Traps (fuel, memory) are the plugin's doing; anything else is the sandbox refusing
             // its shape, e.g. a second linear memory.
             Err(e) if e.downcast_ref::<Trap>().is_none() && e.downcast_ref::<MemoryDenied>().is_none() => {
                 return Err(HostError::Link(format!("{e:#}")));
             }
-            Err(e) => {
-                let (usage, (_, _, stderr)) = finish(&mut store, limits, started, false);
-                return Err(classify(e, usage, limits, stderr));
-            }
+            Err(e) => return Err(classify(e, usage, limits, stderr)),
         };
-        let outcome = instance.heddle_plugin_plugin().call_info(&mut store);
-        let (usage, (_, _, stderr)) = finish(&mut store, limits, started, false);
-        let info = outcome.map_err(|e| classify(e, usage, limits, stderr))?;
-        let info = PluginInfo { name: info.name, version: info.version, description: info.description };
-        if info.name.is_empty() || info.name.len() > 64 || info.version.len() > 64 || info.description.len() > 1024 {
-            return Err(HostError::NotAComponent(format!(
-                "info() must return a name of 1-64 bytes, a version up to 64 and a description up to 1024 (got {}, {}, {})",
-                info.name.len(),
-                info.version.len(),
-                info.description.len()
-            )));
-        }
+        check_info(&info)?;
 
         let mut cache = self.lock_cache();
         cache.seq += 1;
@@ -282,12 +316,6 @@ impl PluginHost {
         tracing::debug!(plugin = %prepared.info.name, sha256 = %prepared.sha256, compile_micros, "compiled plugin");
         Ok((prepared, false))
     }
-}
-
-/// Facts must be JSON before a plugin sees them, so a parse failure is the caller's, not the
-/// plugin's.
-fn check_facts(facts_json: &str) -> Result<(), HostError> {
-    serde_json::from_str::<serde::de::IgnoredAny>(facts_json).map(|_| ()).map_err(|e| HostError::BadFacts(e.to_string()))
 }
 
 /// Distinguishes "not wasm" and "a core module" from other failures, with the fix for each.
@@ -353,21 +381,54 @@ fn forward_logs(plugin: &str, logs: &[crate::report::LogRecord]) {
     }
 }
 
-fn convert(d: wit::Detection) -> Detection {
-    Detection {
-        traits: d.traits.into_iter().map(|t| (t.key, t.value)).collect(),
-        env: d
-            .env
-            .into_iter()
-            .map(|e| EnvRecommendation { name: e.name, value: e.value, reason: e.reason })
-            .collect(),
-        affinity: d
-            .affinity
-            .into_iter()
-            .map(|a| GpuAffinity { gpu: a.gpu, cpus: a.cpus, numa: a.numa, nic: a.nic, netdev: a.netdev })
-            .collect(),
-        warnings: d.warnings,
+/// What `info()` may return: bounded, and `reads` made of JSON pointers.
+fn check_info(info: &PluginInfo) -> Result<(), HostError> {
+    if info.name.is_empty() || info.name.len() > 64 || info.version.len() > 64 || info.description.len() > 1024 {
+        return Err(HostError::NotAComponent(format!(
+            "info() must return a name of 1-64 bytes, a version up to 64 and a description up to 1024 (got {}, {}, {})",
+            info.name.len(),
+            info.version.len(),
+            info.description.len()
+        )));
     }
+    if info.reads.len() > 64 {
+        return Err(HostError::NotAComponent(format!("info() declares {} reads; at most 64", info.reads.len())));
+    }
+    if let Some(bad) = info.reads.iter().find(|r| !r.starts_with('/') || r.len() > 256) {
+        return Err(HostError::NotAComponent(format!(
+            "info() declares read {bad:?}: reads are JSON pointers such as `/host/dmi` (at most 256 bytes)"
+        )));
+    }
+    Ok(())
+}
+
+/// Both contract versions' records have the same shape where they overlap.
+macro_rules! convert_common {
+    ($d:expr) => {
+        Detection {
+            traits: $d.traits.into_iter().map(|t| (t.key, t.value)).collect(),
+            env: $d.env.into_iter().map(|e| EnvRecommendation { name: e.name, value: e.value, reason: e.reason }).collect(),
+            affinity: $d
+                .affinity
+                .into_iter()
+                .map(|a| GpuAffinity { gpu: a.gpu, cpus: a.cpus, numa: a.numa, nic: a.nic, netdev: a.netdev })
+                .collect(),
+            warnings: $d.warnings,
+            expectations: Vec::new(),
+        }
+    };
+}
+
+fn convert_v01(d: v01::exports::heddle::plugin::plugin::Detection) -> Detection {
+    convert_common!(d)
+}
+
+fn convert_v02(mut d: v02::exports::heddle::plugin::plugin::Detection) -> Detection {
+    let expectations = std::mem::take(&mut d.expectations)
+        .into_iter()
+        .map(|e| Expectation { test: e.test, metric: e.metric, min_size_bytes: e.min_size_bytes, value: e.value, source: e.source })
+        .collect();
+    Detection { expectations, ..convert_common!(d) }
 }
 
 /// Recommendations end up in shells (`export NAME=VALUE`) and process environments, so names

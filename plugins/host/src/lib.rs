@@ -10,11 +10,12 @@
 //! - [`PluginHost::validate`]: bytes → [`ComponentInfo`] or a clear error (server uploads);
 //! - [`PluginHost::run`]: bytes + facts JSON + [`Limits`] → [`Report`] with [`Usage`]
 //!   (fuel, time, memory), or an error carrying the usage up to the stop;
-//! - [`PluginHost::load`] + [`PluginHost::call`]: the same without re-hashing the bytes on
-//!   every call (the agent's and server's hot path);
+//! - [`PluginHost::load`] + [`PluginHost::call`] with [`FactsJson`]: the same without
+//!   re-hashing the bytes or re-checking the facts on every call (the server's hot path);
 //! - [`run_on_facts_json`]: the one-shot form of `run` for `heddle plugin test`.
 
 mod error;
+mod facts;
 mod host;
 mod limits;
 mod policy;
@@ -25,22 +26,31 @@ mod sandbox;
 pub mod bundled;
 
 pub use error::HostError;
+pub use facts::{FactsJson, project};
 pub use host::{HostConfig, LoadedPlugin, PluginHost};
 pub use limits::Limits;
-pub use policy::{CONTRACT, EXPORT_INTERFACE};
+pub use policy::{CONTRACT, Contract, EXPORT_INTERFACE};
 pub use report::{
-    CompileTime, ComponentInfo, Detection, EnvRecommendation, GpuAffinity, LogLevel, LogRecord, PluginInfo, Report,
+    CompileTime, ComponentInfo, Detection, EnvRecommendation, Expectation, GpuAffinity, LogLevel, LogRecord, PluginInfo, Report,
     Usage,
 };
 
-/// Host-side bindings of the WIT world. Only the `detector` world of the 0.1 contract exists
-/// today; a 0.2 contract gets a sibling module and `PluginHost` dispatches on the exported
-/// interface's version (see docs/plugins.md).
+/// Host-side bindings, one module per released contract version. `PluginHost` dispatches on
+/// the interface a component exports, so components built against an older contract keep
+/// running unchanged (see docs/plugins.md).
 pub(crate) mod bindings {
-    wasmtime::component::bindgen!({
-        path: "../wit",
-        world: "heddle:plugin/detector",
-    });
+    pub mod v01 {
+        wasmtime::component::bindgen!({
+            path: "../wit/v0.1",
+            world: "heddle:plugin/detector",
+        });
+    }
+    pub mod v02 {
+        wasmtime::component::bindgen!({
+            path: "../wit/v0.2",
+            world: "heddle:plugin/detector",
+        });
+    }
 }
 
 /// Validates and runs one component on one facts document with a throwaway host. Convenient

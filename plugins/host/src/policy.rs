@@ -5,10 +5,41 @@ use wasmtime::component::Component;
 
 use crate::HostError;
 
-/// The contract this host implements; exports are matched on it.
-pub const CONTRACT: &str = "heddle:plugin@0.1.0";
-/// The interface a detector exports (`<package>/<interface>@<version>`).
-pub const EXPORT_INTERFACE: &str = "heddle:plugin/plugin@0.1.0";
+/// The newest contract this host implements (what the SDK builds against).
+pub const CONTRACT: &str = Contract::V02.package();
+/// The interface a detector exports (`<package>/<interface>@<version>`); the 0.1 form is
+/// accepted too.
+pub const EXPORT_INTERFACE: &str = "heddle:plugin/plugin@0.2.0 (or @0.1.0)";
+
+/// A released version of the `heddle:plugin` contract. Hosts keep every one: a component is
+/// called through the bindings of the version it exports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Contract {
+    /// `detect(facts-json)`; no `reads`, no expectations.
+    V01,
+    /// Adds `plugin-info.reads` (facts projection) and `detection.expectations`.
+    V02,
+}
+
+impl Contract {
+    pub const fn package(self) -> &'static str {
+        match self {
+            Contract::V01 => "heddle:plugin@0.1.0",
+            Contract::V02 => "heddle:plugin@0.2.0",
+        }
+    }
+
+    /// The contract of an exported `heddle:plugin/plugin@<version>`, by its minor line.
+    fn of_version(version: &str) -> Option<Self> {
+        if version.starts_with("0.1.") {
+            Some(Contract::V01)
+        } else if version.starts_with("0.2.") {
+            Some(Contract::V02)
+        } else {
+            None
+        }
+    }
+}
 
 /// Interfaces a plugin may import, without their `@version`. The WASI ones are what Rust's
 /// standard library pulls in on `wasm32-wasip2`; the sandbox gives them nothing to reach
@@ -53,26 +84,25 @@ pub fn check_imports(engine: &Engine, component: &Component) -> Result<Vec<Strin
 
 fn allowed_import(name: &str) -> bool {
     let bare = unversioned(name);
-    // Only the 0.2.x WASI line and our own 0.1.x contract are linked.
+    // Only the 0.2.x WASI line and our own released contracts are linked.
     let version_ok = match name.split_once('@') {
         Some((_, v)) if bare.starts_with("wasi:") => v.starts_with("0.2."),
-        Some((_, v)) => v.starts_with("0.1."),
+        Some((_, v)) => Contract::of_version(v).is_some(),
         None => false,
     };
     version_ok && ALLOWED_IMPORTS.contains(&bare)
 }
 
-/// Fails unless the component exports the detector interface of a 0.1.x contract.
-pub fn check_exports(engine: &Engine, component: &Component) -> Result<(), HostError> {
+/// The contract whose detector interface the component exports (the newest, should it export
+/// several), or why it is not a detector.
+pub fn check_exports(engine: &Engine, component: &Component) -> Result<Contract, HostError> {
     let exports: Vec<String> = component.component_type().exports(engine).map(|(name, _)| name.to_string()).collect();
     let found = exports
         .iter()
-        .any(|e| unversioned(e) == unversioned(EXPORT_INTERFACE) && e.split_once('@').is_some_and(|(_, v)| v.starts_with("0.1.")));
-    if found {
-        Ok(())
-    } else {
-        Err(HostError::WrongWorld { expected: EXPORT_INTERFACE, found: exports.join(", ") })
-    }
+        .filter_map(|e| e.split_once('@').filter(|(bare, _)| *bare == "heddle:plugin/plugin"))
+        .filter_map(|(_, v)| Contract::of_version(v))
+        .max_by_key(|c| *c as u8);
+    found.ok_or_else(|| HostError::WrongWorld { expected: EXPORT_INTERFACE, found: exports.join(", ") })
 }
 
 #[cfg(test)]
@@ -83,6 +113,8 @@ mod tests {
     fn allow_list_is_by_interface_and_version_line() {
         assert!(allowed_import("wasi:cli/stdout@0.2.3"));
         assert!(allowed_import("heddle:plugin/log@0.1.0"));
+        assert!(allowed_import("heddle:plugin/log@0.2.0"));
+        assert!(!allowed_import("heddle:plugin/log@0.3.0"));
         assert!(!allowed_import("wasi:sockets/tcp@0.2.3"));
         assert!(!allowed_import("wasi:http/outgoing-handler@0.2.0"));
         assert!(!allowed_import("wasi:cli/stdout@0.3.0"));

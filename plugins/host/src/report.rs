@@ -9,6 +9,9 @@ pub struct PluginInfo {
     pub name: String,
     pub version: String,
     pub description: String,
+    /// JSON pointers of the facts the plugin reads (contract 0.2); empty: the whole document.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reads: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -27,18 +30,37 @@ pub struct GpuAffinity {
     pub netdev: Option<String>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// What a test should reach on the node (contract 0.2): results below `value` fail.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Expectation {
+    /// `<kind>.<test>`, e.g. `nccl.all_reduce`.
+    pub test: String,
+    /// `busbw_gbs`, `algbw_gbs`, ...
+    pub metric: String,
+    pub min_size_bytes: u64,
+    pub value: f64,
+    pub source: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Detection {
     /// Ordered as the plugin returned them.
     pub traits: Vec<(String, String)>,
     pub env: Vec<EnvRecommendation>,
     pub affinity: Vec<GpuAffinity>,
     pub warnings: Vec<String>,
+    /// Empty for 0.1 plugins.
+    #[serde(default)]
+    pub expectations: Vec<Expectation>,
 }
 
 impl Detection {
     pub fn is_empty(&self) -> bool {
-        self.traits.is_empty() && self.env.is_empty() && self.affinity.is_empty() && self.warnings.is_empty()
+        self.traits.is_empty()
+            && self.env.is_empty()
+            && self.affinity.is_empty()
+            && self.warnings.is_empty()
+            && self.expectations.is_empty()
     }
 
     /// Total bytes of every string, which is what the output cap limits.
@@ -55,6 +77,7 @@ impl Detection {
                 })
                 .sum::<usize>()
             + self.warnings.iter().map(String::len).sum::<usize>()
+            + self.expectations.iter().map(|e| 16 + e.test.len() + e.metric.len() + e.source.len()).sum::<usize>()
     }
 }
 
@@ -105,7 +128,7 @@ mod micros {
 }
 
 /// A successful `detect` call.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Report {
     pub plugin: PluginInfo,
     /// Lowercase hex sha256 of the component bytes.
@@ -148,7 +171,14 @@ mod tests {
             env: vec![EnvRecommendation { name: "N".into(), value: "vv".into(), reason: "rrr".into() }],
             affinity: vec![GpuAffinity { gpu: 0, cpus: "0-3".into(), numa: None, nic: Some("m".into()), netdev: None }],
             warnings: vec!["w".into()],
+            expectations: vec![Expectation {
+                test: "nccl.all_reduce".into(),
+                metric: "busbw_gbs".into(),
+                min_size_bytes: 1 << 28,
+                value: 300.0,
+                source: "s".into(),
+            }],
         };
-        assert_eq!(d.output_bytes(), 5 + 6 + (8 + 3 + 1) + 1);
+        assert_eq!(d.output_bytes(), 5 + 6 + (8 + 3 + 1) + 1 + (16 + 15 + 9 + 1));
     }
 }

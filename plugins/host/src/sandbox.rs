@@ -14,7 +14,7 @@ use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError, StreamResult};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-use crate::bindings::heddle::plugin::log::{Host as LogHost, Level};
+use crate::bindings::{v01, v02};
 use crate::limits::{Limiter, Limits};
 use crate::report::{LogLevel, LogRecord};
 
@@ -81,18 +81,26 @@ impl LogBuffer {
     }
 }
 
-impl LogHost for State {
-    fn log(&mut self, level: Level, message: String) {
-        let level = match level {
-            Level::Trace => LogLevel::Trace,
-            Level::Debug => LogLevel::Debug,
-            Level::Info => LogLevel::Info,
-            Level::Warn => LogLevel::Warn,
-            Level::Error => LogLevel::Error,
-        };
-        self.logs.push(level, message);
-    }
+/// The `log` import of each contract version feeds the same buffer.
+macro_rules! log_host {
+    ($v:ident) => {
+        impl $v::heddle::plugin::log::Host for State {
+            fn log(&mut self, level: $v::heddle::plugin::log::Level, message: String) {
+                use $v::heddle::plugin::log::Level;
+                let level = match level {
+                    Level::Trace => LogLevel::Trace,
+                    Level::Debug => LogLevel::Debug,
+                    Level::Info => LogLevel::Info,
+                    Level::Warn => LogLevel::Warn,
+                    Level::Error => LogLevel::Error,
+                };
+                self.logs.push(level, message);
+            }
+        }
+    };
 }
+log_host!(v01);
+log_host!(v02);
 
 /// Keeps the first `cap` bytes written and silently discards the rest, counting them. Failing
 /// the write instead would make Rust's `println!` panic, turning chatty plugins into crashing

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use heddle_plugin_host::{HostConfig, HostError, Limits, PluginHost};
+use heddle_plugin_host::{FactsJson, HostConfig, HostError, Limits, PluginHost};
 
 fn dist(name: &str) -> Vec<u8> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../dist").join(format!("{name}.wasm"));
@@ -83,7 +83,7 @@ fn validate_reports_info_imports_and_caches() {
     let bytes = dist("template");
     let info = h.validate(&bytes, &Limits::default()).unwrap();
     assert_eq!(info.plugin.name, "my-plugin");
-    assert_eq!(info.contract, "heddle:plugin@0.1.0");
+    assert_eq!(info.contract, "heddle:plugin@0.2.0");
     assert_eq!(info.sha256.len(), 64);
     assert!(!info.compile_time.cache_hit && info.compile_time.micros > 0);
     assert!(info.imports.iter().any(|i| i.starts_with("heddle:plugin/log@")), "{:?}", info.imports);
@@ -265,9 +265,42 @@ fn load_then_call_skips_recompiling() {
     let plugin = h.load(&dist("runai-roce"), &Limits::default()).unwrap();
     assert_eq!(plugin.info().name, "runai-roce");
     assert_eq!(plugin.sha256().len(), 64);
-    let a = h.call(&plugin, &fixture("runai-roce.json"), &Limits::default()).unwrap();
+    let facts = FactsJson::parse(&fixture("runai-roce.json")).unwrap();
+    let a = h.call(&plugin, &facts, &Limits::default()).unwrap();
     let b = h.run(&dist("runai-roce"), &fixture("runai-roce.json"), &Limits::default()).unwrap();
     assert!(b.usage.cache_hit);
     assert_eq!(a.detection, b.detection);
-    assert_eq!(h.call(&plugin, "[", &Limits::default()).unwrap_err().code(), "bad-facts");
+    assert_eq!(FactsJson::parse("[").err().unwrap().code(), "bad-facts");
+    assert_eq!(h.run(&dist("runai-roce"), "{", &Limits::default()).unwrap_err().code(), "bad-facts");
+}
+
+#[test]
+fn a_plugin_built_against_contract_0_1_runs_beside_0_2_ones() {
+    let h = host();
+    let v01 = h.validate(&dist("contract-v01"), &Limits::default()).unwrap();
+    assert_eq!(v01.contract, "heddle:plugin@0.1.0");
+    assert!(v01.imports.contains(&"heddle:plugin/log@0.1.0".to_string()), "{:?}", v01.imports);
+    assert!(v01.plugin.reads.is_empty());
+    let r = h.run(&dist("contract-v01"), &fixture("dgx1.json"), &Limits::default()).unwrap();
+    assert_eq!(r.detection.traits, [
+        ("v01.gpu_model".to_string(), "Tesla V100-SXM2-32GB".to_string()),
+        ("v01.hostname".to_string(), "dgx15".to_string()),
+    ], "a 0.1 plugin sees the whole document");
+    assert_eq!(r.detection.env[0].name, "NCCL_DEBUG");
+    assert!(r.detection.expectations.is_empty());
+    assert_eq!(r.logs[0].message, "0.1 detector called");
+    let v02 = h.validate(&dist("misbehave"), &Limits::default()).unwrap();
+    assert_eq!(v02.contract, "heddle:plugin@0.2.0");
+    assert!(v02.imports.contains(&"heddle:plugin/log@0.2.0".to_string()), "{:?}", v02.imports);
+}
+
+#[test]
+fn a_0_2_plugin_sees_only_the_facts_it_declared() {
+    let h = host();
+    let info = h.validate(&dist("misbehave"), &Limits::default()).unwrap();
+    assert_eq!(info.plugin.reads, ["/hostile", "/seed", "/host/hostname"]);
+    let facts = r#"{"hostile": "echo", "host": {"hostname": "n1", "serial": "S3CR3T"}, "rdma": {"devices": []}}"#;
+    let r = h.run(&dist("misbehave"), facts, &Limits::default()).unwrap();
+    let seen: serde_json::Value = serde_json::from_str(&r.detection.traits[0].1).unwrap();
+    assert_eq!(seen, serde_json::json!({"hostile": "echo", "host": {"hostname": "n1"}}));
 }

@@ -29,17 +29,17 @@ mod types;
 
 pub use facts::Facts;
 pub use serde_json;
-pub use types::{Detection, EnvVar, GpuAffinity, Info, PluginError};
+pub use types::{Detection, EnvVar, Expectation, GpuAffinity, Info, PluginError};
 
 /// The version of the `heddle:plugin` WIT package these bindings implement.
-pub const CONTRACT_VERSION: &str = "0.1.0";
+pub const CONTRACT_VERSION: &str = "0.2.0";
 
 /// Generated bindings for the `heddle:plugin/detector` world. Plugins normally never touch
 /// them; [`export_plugin!`] does.
 #[doc(hidden)]
 pub mod bindings {
     wit_bindgen::generate!({
-        path: "../wit",
+        path: "../wit/v0.2",
         world: "heddle:plugin/detector",
         default_bindings_module: "heddle_plugin_sdk::bindings",
         pub_export_macro: true,
@@ -62,9 +62,31 @@ pub trait Plugin {
 
 /// Parses the facts and runs the plugin: the same path the WebAssembly export takes, so native
 /// tests of a plugin exercise exactly what the host will call.
+///
+/// Natively (a plugin's own tests) the facts are first cut down to [`Info::reads`] as a host
+/// would cut them, so a lookup outside the declared reads fails in tests, not in production.
 pub fn run<P: Plugin>(facts_json: &str) -> Result<Detection, PluginError> {
+    #[cfg(not(target_arch = "wasm32"))]
+    let projected;
+    #[cfg(not(target_arch = "wasm32"))]
+    let facts_json = {
+        let reads = P::info().reads;
+        if reads.is_empty() {
+            facts_json
+        } else {
+            let whole: serde_json::Value = serde_json::from_str(facts_json)
+                .map_err(|e| PluginError::bad_facts(format!("facts are not valid JSON: {e}")))?;
+            projected = facts::project(&whole, &reads).to_string();
+            projected.as_str()
+        }
+    };
     let facts = Facts::parse(facts_json)?;
-    P::detect(&facts)
+    let detection = P::detect(&facts);
+    // Inside a host every call gets a fresh instance whose memory is thrown away afterwards:
+    // freeing the parsed tree node by node would be work for nothing.
+    #[cfg(target_arch = "wasm32")]
+    std::mem::forget(facts);
+    detection
 }
 
 /// Exports a [`Plugin`] as the `heddle:plugin/plugin` interface of a component. A no-op when
@@ -101,7 +123,7 @@ pub mod __glue {
 
     pub fn info<P: Plugin>() -> wit::PluginInfo {
         let info = P::info();
-        wit::PluginInfo { name: info.name, version: info.version, description: info.description }
+        wit::PluginInfo { name: info.name, version: info.version, description: info.description, reads: info.reads }
     }
 
     pub fn detect<P: Plugin>(facts_json: &str) -> Result<wit::Detection, wit::PluginError> {
@@ -129,8 +151,20 @@ pub mod __glue {
                     })
                     .collect(),
                 warnings: d.warnings,
+                expectations: d
+                    .expectations
+                    .into_iter()
+                    .map(|e| wit::Expectation {
+                        test: e.test,
+                        metric: e.metric,
+                        min_size_bytes: e.min_size_bytes,
+                        value: e.value,
+                        source: e.source,
+                    })
+                    .collect(),
             }),
             Err(e) => Err(wit::PluginError { code: e.code, message: e.message }),
         }
     }
 }
+

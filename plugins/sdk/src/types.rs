@@ -7,11 +7,20 @@ pub struct Info {
     pub name: String,
     pub version: String,
     pub description: String,
+    /// JSON pointers of the facts `detect` reads (`/host/dmi`, `/rdma`); empty: all of them.
+    /// The host passes only these subtrees, so declare every path the plugin looks at.
+    pub reads: Vec<String>,
 }
 
 impl Info {
     pub fn new(name: &str, version: &str, description: &str) -> Self {
-        Self { name: name.into(), version: version.into(), description: description.into() }
+        Self { name: name.into(), version: version.into(), description: description.into(), reads: Vec::new() }
+    }
+
+    /// Declares the parts of the facts the plugin reads (see [`Info::reads`]).
+    pub fn reads(mut self, pointers: &[&str]) -> Self {
+        self.reads = pointers.iter().map(|p| p.to_string()).collect();
+        self
     }
 }
 
@@ -33,13 +42,28 @@ pub struct GpuAffinity {
 }
 
 /// What a plugin found. Empty means "does not apply to this node".
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Detection {
     /// Ordered (key, value) pairs; a later pair with the same key replaces the earlier one.
     pub traits: Vec<(String, String)>,
     pub env: Vec<EnvVar>,
     pub affinity: Vec<GpuAffinity>,
     pub warnings: Vec<String>,
+    /// What tests should reach on this node; results below them are judged FAIL.
+    pub expectations: Vec<Expectation>,
+}
+
+/// A floor for a test's figure on this node, e.g. all_reduce busbw ≥ 300 GB/s at ≥ 256 MiB.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Expectation {
+    /// `<kind>.<test>`: `nccl.all_reduce`, `rdma.ib_write_bw`, `p2p.h2d`.
+    pub test: String,
+    /// `busbw_gbs`, `algbw_gbs`, ...
+    pub metric: String,
+    pub min_size_bytes: u64,
+    pub value: f64,
+    /// Where the figure comes from, for the operator.
+    pub source: String,
 }
 
 impl Detection {
@@ -61,8 +85,26 @@ impl Detection {
         self
     }
 
+    /// Expects `test`'s `metric` to reach `value` at sizes of at least `min_size_bytes`; a
+    /// second expectation for the same test, metric and size replaces the first.
+    pub fn expect(&mut self, test: &str, metric: &str, min_size_bytes: u64, value: f64, source: &str) -> &mut Self {
+        self.expectations.retain(|e| !(e.test == test && e.metric == metric && e.min_size_bytes == min_size_bytes));
+        self.expectations.push(Expectation {
+            test: test.into(),
+            metric: metric.into(),
+            min_size_bytes,
+            value,
+            source: source.into(),
+        });
+        self
+    }
+
     pub fn is_empty(&self) -> bool {
-        self.traits.is_empty() && self.env.is_empty() && self.affinity.is_empty() && self.warnings.is_empty()
+        self.traits.is_empty()
+            && self.env.is_empty()
+            && self.affinity.is_empty()
+            && self.warnings.is_empty()
+            && self.expectations.is_empty()
     }
 
     pub fn trait_value(&self, key: &str) -> Option<&str> {

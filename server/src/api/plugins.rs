@@ -322,9 +322,14 @@ pub async fn dry_run(
     .fetch_all(&state.db)
     .await?;
     let loaded = state.plugins.plugin(&state.db, &sha).await?.map_err(host_error)?;
+    let mut checked = Vec::with_capacity(nodes.len());
+    for (_, _, facts, _, _) in &nodes {
+        checked.push(heddle_plugin_host::FactsJson::from_value(facts.clone()).map_err(host_error)?);
+    }
+    let results = state.plugins.evaluate(vec![loaded], checked).await;
     let mut out = Vec::with_capacity(nodes.len());
-    for (node_id, hostname, facts, active, active_version) in nodes {
-        let result = state.plugins.run(loaded.clone(), std::sync::Arc::new(facts.to_string())).await;
+    for ((node_id, hostname, _, active, active_version), mut ran) in nodes.into_iter().zip(results) {
+        let result = ran.pop().unwrap_or_else(|| Err(heddle_plugin_host::HostError::Internal("no outcome".into())));
         let usage = crate::plugin_runtime::usage_json(&result);
         let (output, error) = match result {
             Ok(r) => (Some(serde_json::to_value(&r.detection).map_err(|e| ApiError::Internal(e.into()))?), None),

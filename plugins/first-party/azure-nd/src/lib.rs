@@ -22,6 +22,7 @@ impl Plugin for AzureNd {
             env!("CARGO_PKG_VERSION"),
             "Azure ND-series VMs: SKU guess, InfiniBand HCA selection for NCCL, waagent RDMA check",
         )
+        .reads(&["/host/dmi", "/host/azure_enable_rdma", "/gpus", "/rdma/devices", "/network/interfaces"])
     }
 
     fn detect(facts: &Facts) -> Result<Detection, PluginError> {
@@ -42,6 +43,18 @@ impl Plugin for AzureNd {
 
         if let Some(sku) = guess_sku(&gpus, !ib_devices.is_empty()) {
             d.add_trait("azure.sku", sku);
+            if let Some(gbits) = ib_rate_gbits(sku).filter(|_| !ib_devices.is_empty()) {
+                // perftest reports per HCA; 90 % of line rate is what a healthy port sustains.
+                for test in ["rdma.ib_write_bw", "rdma.ib_read_bw", "rdma.ib_send_bw"] {
+                    d.expect(
+                        test,
+                        "algbw_gbs",
+                        1 << 16,
+                        gbits / 8.0 * 0.9,
+                        &format!("azure-nd: {sku} has {gbits} Gb/s InfiniBand per HCA (Azure ND-series documentation); 90 % of line rate"),
+                    );
+                }
+            }
         }
 
         for dev in devices.iter().filter(|dev| dev.link_layer.eq_ignore_ascii_case("ethernet")) {
@@ -120,6 +133,16 @@ fn guess_sku(gpus: &[String], has_ib: bool) -> Option<&'static str> {
         _ => return None,
     };
     Some(sku)
+}
+
+/// InfiniBand line rate per HCA of each RDMA SKU, from Azure's ND-series documentation.
+fn ib_rate_gbits(sku: &str) -> Option<f64> {
+    Some(match sku {
+        "ND40rs_v2" | "ND24rs" => 100.0,
+        "ND96asr_v4" | "ND96amsr_A100_v4" => 200.0,
+        "ND96isr_H100_v5" | "ND96isr_H200_v5" | "ND96isr_MI300X_v5" => 400.0,
+        _ => return None,
+    })
 }
 
 struct RdmaDev {
@@ -218,6 +241,11 @@ mod tests {
         assert!(d.warnings.iter().any(|w| w.contains("rdmaP36305p0s2") && w.contains("do not use it")));
         assert!(d.warnings.iter().any(|w| w.contains("ibP59423s2 is not up")));
         assert!(!d.warnings.iter().any(|w| w.contains("OS.EnableRDMA is not set")));
+        // The SKU's EDR line rate gives perftest a floor: 90 % of 100 Gb/s.
+        let write = d.expectations.iter().find(|e| e.test == "rdma.ib_write_bw").unwrap();
+        assert_eq!((write.metric.as_str(), write.min_size_bytes, write.value), ("algbw_gbs", 65536, 11.25));
+        assert!(write.source.contains("ND40rs_v2") && write.source.contains("100 Gb/s"), "{}", write.source);
+        assert_eq!(d.expectations.len(), 3);
     }
 
     #[test]

@@ -19,6 +19,7 @@ impl Plugin for DgxAffinity {
             env!("CARGO_PKG_VERSION"),
             "Per-GPU closest HCA, netdev, NUMA node and CPUs from the PCIe topology; NIC orderings for NCCL/UCX",
         )
+        .reads(&["/host/dmi/product_name", "/topology", "/gpus", "/rdma/devices"])
     }
 
     fn detect(facts: &Facts) -> Result<Detection, PluginError> {
@@ -37,15 +38,15 @@ impl Plugin for DgxAffinity {
             let best = topo
                 .nics
                 .iter()
-                .filter_map(|&(col, ref nic)| Some((rank(topo.cell(row, col)?)?, topo.cell(row, col)?, nic)))
+                .filter_map(|&(col, nic)| Some((rank(topo.cell(row, col)?)?, topo.cell(row, col)?, nic)))
                 .min_by_key(|(r, _, _)| *r);
             let (cpus, numa) = gpu_cpus(facts, gpu_index);
             let mut aff = GpuAffinity { gpu: gpu_index, cpus, numa, nic: None, netdev: None };
             match best {
                 Some((r, _, nic)) if r <= NEAR => {
                     aff.netdev = netdev_of(facts, nic);
-                    aff.nic = Some(nic.clone());
-                    if !near_nics.contains(&nic.as_str()) {
+                    aff.nic = Some(nic.to_string());
+                    if !near_nics.contains(&nic) {
                         near_nics.push(nic);
                     }
                 }
@@ -104,33 +105,26 @@ fn rank(label: &str) -> Option<u8> {
     })
 }
 
-struct Topology {
-    matrix: Vec<Vec<String>>,
+/// The topology matrix, borrowed from the facts.
+struct Topology<'a> {
+    matrix: Vec<&'a [Value]>,
     /// (GPU index, row)
     gpus: Vec<(u32, usize)>,
     /// (column, device name)
-    nics: Vec<(usize, String)>,
+    nics: Vec<(usize, &'a str)>,
 }
 
-impl Topology {
-    fn read(facts: &Facts) -> Result<Self, PluginError> {
-        let labels: Vec<String> = facts
+impl<'a> Topology<'a> {
+    fn read(facts: &'a Facts) -> Result<Self, PluginError> {
+        let labels: Vec<&str> = facts
             .get("/topology/devices")
             .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
             .unwrap_or_default();
-        let matrix: Vec<Vec<String>> = facts
+        let matrix: Vec<&[Value]> = facts
             .get("/topology/matrix")
             .and_then(Value::as_array)
-            .map(|rows| {
-                rows.iter()
-                    .map(|r| {
-                        r.as_array()
-                            .map(|c| c.iter().map(|v| v.as_str().unwrap_or("?").to_string()).collect())
-                            .unwrap_or_default()
-                    })
-                    .collect()
-            })
+            .map(|rows| rows.iter().map(|r| r.as_array().map(Vec::as_slice).unwrap_or_default()).collect())
             .unwrap_or_default();
         if !matrix.is_empty() && (matrix.len() != labels.len() || matrix.iter().any(|r| r.len() != labels.len())) {
             return Err(PluginError::bad_facts(format!(
@@ -140,10 +134,10 @@ impl Topology {
         }
         let mut gpus = Vec::new();
         let mut nics = Vec::new();
-        for (i, label) in labels.iter().enumerate() {
+        for (i, label) in labels.into_iter().enumerate() {
             match label.strip_prefix("GPU").and_then(|n| n.parse::<u32>().ok()) {
                 Some(n) => gpus.push((n, i)),
-                None => nics.push((i, label.clone())),
+                None => nics.push((i, label)),
             }
         }
         if matrix.is_empty() {
@@ -152,24 +146,17 @@ impl Topology {
         Ok(Self { matrix, gpus, nics })
     }
 
-    fn cell(&self, row: usize, col: usize) -> Option<&str> {
-        self.matrix.get(row)?.get(col).map(String::as_str)
+    fn cell(&self, row: usize, col: usize) -> Option<&'a str> {
+        self.matrix.get(row)?.get(col).map(|v| v.as_str().unwrap_or("?"))
     }
 }
 
 /// CPU list and NUMA node from the topology's affinity columns, else from the GPU's own facts.
 fn gpu_cpus(facts: &Facts, index: u32) -> (String, Option<i32>) {
     let label = format!("GPU{index}");
-    let topo = facts
-        .entries("/topology/gpu_affinity")
-        .into_iter()
-        .map(|(_, a)| a)
-        .find(|a| a.get("gpu").and_then(Value::as_str) == Some(label.as_str()));
-    let gpu = facts
-        .entries("/gpus")
-        .into_iter()
-        .map(|(_, g)| g)
-        .find(|g| g.get("index").and_then(Value::as_u64) == Some(index.into()));
+    let items = |pointer: &str| facts.get(pointer).and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    let topo = items("/topology/gpu_affinity").iter().find(|a| a.get("gpu").and_then(Value::as_str) == Some(label.as_str()));
+    let gpu = items("/gpus").iter().find(|g| g.get("index").and_then(Value::as_u64) == Some(index.into()));
     let pick = |key_topo: &str, key_gpu: &str| {
         topo.and_then(|a| a.get(key_topo)).filter(|v| !v.is_null()).or_else(|| gpu.and_then(|g| g.get(key_gpu)))
     };
@@ -178,8 +165,13 @@ fn gpu_cpus(facts: &Facts, index: u32) -> (String, Option<i32>) {
     (cpus, numa)
 }
 
+/// The RDMA device called `name`, whether the agent listed devices as an array or a map.
 fn rdma_device<'a>(facts: &'a Facts, name: &str) -> Option<&'a Value> {
-    facts.entries("/rdma/devices").into_iter().find(|(n, _)| n == name).map(|(_, v)| v)
+    match facts.get("/rdma/devices")? {
+        Value::Array(devs) => devs.iter().find(|d| d.get("name").and_then(Value::as_str) == Some(name)),
+        Value::Object(map) => map.get(name),
+        _ => None,
+    }
 }
 
 fn netdev_of(facts: &Facts, nic: &str) -> Option<String> {

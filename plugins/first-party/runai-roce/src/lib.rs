@@ -26,6 +26,7 @@ impl Plugin for RunaiRoce {
             env!("CARGO_PKG_VERSION"),
             "RunAI/Kubernetes pods on RoCE: HCA and RoCE v2 IPv4 GID index selection for NCCL",
         )
+        .reads(&["/host/container", "/rdma/devices"])
     }
 
     fn detect(facts: &Facts) -> Result<Detection, PluginError> {

@@ -9,6 +9,7 @@ pub struct Misbehave;
 impl Plugin for Misbehave {
     fn info() -> Info {
         Info::new("misbehave", env!("CARGO_PKG_VERSION"), "misbehaves on request (host tests only)")
+            .reads(&["/hostile", "/seed", "/host/hostname"])
     }
 
     fn detect(facts: &Facts) -> Result<Detection, PluginError> {
@@ -38,6 +39,9 @@ impl Plugin for Misbehave {
                 for i in 0..8 {
                     d.add_trait(&format!("junk.{i}"), &big);
                 }
+            }
+            "echo" => {
+                d.add_trait("misbehave.facts", &facts.root().to_string());
             }
             "recurse" => {
                 d.add_trait("misbehave.depth", &depth(facts.u64_at("/seed").unwrap_or(1)).to_string());
