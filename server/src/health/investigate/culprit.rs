@@ -174,10 +174,10 @@ fn extreme(m: &Matrix, lowest: bool) -> (f64, String) {
     let mut best: Option<(f64, String)> = None;
     for i in 0..n {
         for j in (0..n).filter(|&j| j != i) {
-            if let Some(v) = cell(m, i, j) {
-                if best.as_ref().is_none_or(|(b, _)| if lowest { v < *b } else { v > *b }) {
-                    best = Some((v, format!("{}–{}", m.labels[i], m.labels[j])));
-                }
+            if let Some(v) = cell(m, i, j)
+                && best.as_ref().is_none_or(|(b, _)| if lowest { v < *b } else { v > *b })
+            {
+                best = Some((v, format!("{}–{}", m.labels[i], m.labels[j])));
             }
         }
     }

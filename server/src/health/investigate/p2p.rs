@@ -75,7 +75,8 @@ pub async fn for_result(db: &sqlx::PgPool, result_id: Uuid, threshold: f64) -> R
     .fetch_optional(db)
     .await?;
     let (node_id, hostname) = head.ok_or(InvestigateError::NoSuchResult(result_id))?;
-    let rows: Vec<(i64, Option<f64>, sqlx::types::Json<BTreeMap<String, String>>)> =
+    type Row = (i64, Option<f64>, sqlx::types::Json<BTreeMap<String, String>>);
+    let rows: Vec<Row> =
         sqlx::query_as("SELECT size_bytes, algbw_gbs, labels FROM result_rows WHERE result_id = $1 AND labels->>'kind' = 'd2d'")
             .bind(result_id)
             .fetch_all(db)
