@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand};
 use heddle_types::jobs::ResultRow;
 
-use crate::runner::RunError;
+use crate::runner::{RunError, p2p};
 use crate::runner::nccl::{self, Params, Placement, engine::Topology, loader, rendezvous::Rendezvous, spec};
 
 #[derive(Debug, Args)]
@@ -19,6 +19,30 @@ pub struct BenchArgs {
 pub enum Bench {
     /// An NCCL collective over a size sweep, printed like nccl-tests.
     Nccl(NcclArgs),
+    /// Copy bandwidth between every pair of GPUs and between each GPU and the host.
+    P2p(P2pArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct P2pArgs {
+    /// Bytes per copy (K, M, G suffixes are powers of 1024).
+    #[arg(short = 's', long, default_value = "256M", value_parser = spec::parse_size)]
+    pub size: u64,
+    /// Warm-up copies per measurement (not timed).
+    #[arg(short = 'w', long = "warmup_iters", default_value_t = 5)]
+    pub warmup: u64,
+    /// Timed copies per measurement.
+    #[arg(short = 'n', long = "iters", default_value_t = 20)]
+    pub iters: u64,
+    /// Also copy both ways between each pair at once.
+    #[arg(long)]
+    pub bidirectional: bool,
+    /// Devices to measure, e.g. `0,2`; all by default.
+    #[arg(long, value_delimiter = ',')]
+    pub gpus: Option<Vec<usize>>,
+    /// Print the rows and summary as JSON instead of the tables.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -79,7 +103,54 @@ pub struct NcclArgs {
 pub fn command(args: BenchArgs) -> anyhow::Result<()> {
     match args.what {
         Bench::Nccl(a) => nccl_command(a),
+        Bench::P2p(a) => p2p_command(a),
     }
+}
+
+fn p2p_command(a: P2pArgs) -> anyhow::Result<()> {
+    let params = p2p::Params { size: a.size, warmup: a.warmup, iters: a.iters, bidirectional: a.bidirectional, gpus: a.gpus };
+    params.validate().map_err(anyhow::Error::msg)?;
+    let count = match p2p::gpu::probe() {
+        Ok(n) => n,
+        Err(why) => {
+            // Not an error of the command: the node cannot run it, and says why.
+            eprintln!("{why}");
+            if a.json {
+                println!("{}", serde_json::json!({ "skipped": why }));
+            }
+            return Ok(());
+        }
+    };
+    let mut rows = Vec::new();
+    let mut collect = |r: &ResultRow, _: usize, _: usize| {
+        rows.push(r.clone());
+        Ok(())
+    };
+    let summary = match p2p::execute(&params, count, &mut collect) {
+        Ok(s) => s,
+        Err(RunError::Params(why)) => anyhow::bail!("{why}"),
+        Err(e) => anyhow::bail!("{e}"),
+    };
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&serde_json::json!({"summary": summary, "rows": rows}))?);
+    } else {
+        println!(
+            "# heddle-agent bench p2p: {} B per copy, warmup {}, iters {}, CUDA driver {}",
+            params.size,
+            params.warmup,
+            params.iters,
+            summary["cuda_driver_version"].as_str().unwrap_or("?")
+        );
+        for g in summary["gpus"].as_array().into_iter().flatten() {
+            println!("# GPU{}: {} (PCI bus {})", g["index"], g["name"].as_str().unwrap_or("?"), g["pci_bus_id"]);
+        }
+        print!("{}", p2p::render(&summary));
+    }
+    let wrong = summary["wrong"].as_i64().unwrap_or(0);
+    if wrong > 0 {
+        anyhow::bail!("{wrong} bytes differ after the copies");
+    }
+    Ok(())
 }
 
 impl NcclArgs {

@@ -9,6 +9,7 @@
 pub mod fail;
 pub mod memcpy;
 pub mod nccl;
+pub mod p2p;
 pub mod protocol;
 pub mod rdma;
 pub mod sleep;
@@ -56,6 +57,10 @@ pub const KINDS: &[Kind] = &[
     Kind {
         name: "nccl",
         run: nccl::run,
+    },
+    Kind {
+        name: "p2p",
+        run: p2p::run,
     },
     Kind {
         name: "sweep",

@@ -30,6 +30,11 @@ impl Agent {
     }
 
     pub fn start_with(server_urls: &[&str], token: Option<&str>, state_dir: &Path, extra: &[&str]) -> Agent {
+        Agent::start_named(HOST, server_urls, token, state_dir, extra)
+    }
+
+    /// An agent that reports itself as `hostname` (several nodes on one machine).
+    pub fn start_named(hostname: &str, server_urls: &[&str], token: Option<&str>, state_dir: &Path, extra: &[&str]) -> Agent {
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let log = state_dir.with_file_name(format!(
@@ -40,7 +45,7 @@ impl Agent {
         cmd.arg("run")
             .args(["--server", &server_urls.join(",")])
             .args(["--state-dir", state_dir.to_str().unwrap()])
-            .args(["--hostname", HOST, "--claim-interval", "200ms", "--backoff-cap", "1s"])
+            .args(["--hostname", hostname, "--claim-interval", "200ms", "--backoff-cap", "1s"])
             .args(extra)
             .env_remove("HEDDLE_ENROLL_TOKEN")
             .env_remove("HEDDLE_SERVER")

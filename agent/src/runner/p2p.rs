@@ -1,0 +1,400 @@
+//! `p2p`: copy bandwidth between the GPUs of one node and between each GPU and the host,
+//! through the CUDA driver (cudarc), like CUDA's `p2pBandwidthLatencyTest` and
+//! `bandwidthTest` but from the agent itself.
+//!
+//! Measured: every ordered GPU pair (direct when `cuDeviceCanAccessPeer` allows and peer
+//! access is enabled, else staged by the driver through host memory), a device-local copy
+//! on each GPU, and host→device / device→host per GPU with pinned host memory; optionally
+//! both directions of each pair at once.
+//!
+//! Params: `size` (bytes per copy, default 256 MiB, at most 16 GiB), `warmup` (default 5),
+//! `iters` (default 20), `bidirectional` (default false), `gpus` (device indices, default
+//! all).
+
+pub mod gpu;
+
+use std::collections::BTreeMap;
+
+use heddle_types::jobs::ResultRow;
+use serde_json::{Map, Value, json};
+
+use super::protocol::{ChildEvent, ChildInput};
+use super::{RunError, Sink, param_u64};
+
+pub const MAX_SIZE: u64 = 16 << 30;
+const MAX_ITERS: u64 = 100_000;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Params {
+    pub size: u64,
+    pub warmup: u64,
+    pub iters: u64,
+    pub bidirectional: bool,
+    pub gpus: Option<Vec<usize>>,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Params { size: 256 << 20, warmup: 5, iters: 20, bidirectional: false, gpus: None }
+    }
+}
+
+impl Params {
+    pub fn from_json(p: &Value) -> Result<Params, RunError> {
+        let d = Params::default();
+        let bidirectional = match p.get("bidirectional") {
+            None | Some(Value::Null) => d.bidirectional,
+            Some(Value::Bool(b)) => *b,
+            Some(v) => return Err(RunError::Params(format!("bidirectional must be a boolean, got {v}"))),
+        };
+        let gpus = match p.get("gpus") {
+            None | Some(Value::Null) => None,
+            Some(Value::Array(a)) => Some(
+                a.iter()
+                    .map(|v| v.as_u64().map(|x| x as usize).ok_or_else(|| RunError::Params(format!("gpus must list device indices, got {v}"))))
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
+            Some(v) => return Err(RunError::Params(format!("gpus must be a list of device indices, got {v}"))),
+        };
+        let params = Params {
+            size: param_u64(p, "size")?.unwrap_or(d.size),
+            warmup: param_u64(p, "warmup")?.unwrap_or(d.warmup),
+            iters: param_u64(p, "iters")?.unwrap_or(d.iters),
+            bidirectional,
+            gpus,
+        };
+        params.validate().map_err(RunError::Params)?;
+        Ok(params)
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        if self.size == 0 || self.size > MAX_SIZE {
+            return Err(format!("size must be in 1..={MAX_SIZE}, got {}", self.size));
+        }
+        if self.iters == 0 || self.iters > MAX_ITERS {
+            return Err(format!("iters must be in 1..={MAX_ITERS}, got {}", self.iters));
+        }
+        if self.warmup > MAX_ITERS {
+            return Err(format!("warmup must be at most {MAX_ITERS}, got {}", self.warmup));
+        }
+        if let Some(g) = &self.gpus {
+            if g.is_empty() {
+                return Err("gpus must not be empty".into());
+            }
+            let mut sorted = g.clone();
+            sorted.sort_unstable();
+            sorted.dedup();
+            if sorted.len() != g.len() {
+                return Err(format!("gpus lists a device twice: {g:?}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The devices measured: those asked for (all must exist) or all of them.
+    pub fn devices(&self, count: usize) -> Result<Vec<usize>, String> {
+        match &self.gpus {
+            None => Ok((0..count).collect()),
+            Some(g) => match g.iter().find(|&&d| d >= count) {
+                Some(bad) => Err(format!("GPU {bad} requested but this node has {count} CUDA device(s)")),
+                None => Ok(g.clone()),
+            },
+        }
+    }
+}
+
+/// How a copy's bytes travel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Path {
+    /// Copy engine reads or writes the peer's memory directly (NVLink or PCIe P2P).
+    P2p,
+    /// Peer access is not possible: the driver stages through host memory.
+    Staged,
+    /// Source and destination on the same GPU.
+    Local,
+    /// Between a GPU and page-locked host memory.
+    Pinned,
+}
+
+impl Path {
+    pub fn name(self) -> &'static str {
+        match self {
+            Path::P2p => "p2p",
+            Path::Staged => "staged",
+            Path::Local => "local",
+            Path::Pinned => "pinned",
+        }
+    }
+}
+
+/// GB/s (10⁹ bytes per second) for `bytes` moved in `time_us`.
+pub fn gbs(bytes: u64, time_us: f64) -> f64 {
+    if time_us > 0.0 { bytes as f64 / time_us / 1e3 } else { 0.0 }
+}
+
+/// One measurement. `src`/`dst` are device indices or "host"; `bytes` is what moved per
+/// iteration (twice the size for a bidirectional pair).
+pub fn row(size: u64, src: &str, dst: &str, kind: &str, path: Path, bidir: bool, time_us: f64, wrong: u64) -> ResultRow {
+    let bytes = if bidir { 2 * size } else { size };
+    let mut labels = BTreeMap::from([
+        ("src".to_string(), src.to_string()),
+        ("dst".to_string(), dst.to_string()),
+        ("kind".to_string(), kind.to_string()),
+        ("path".to_string(), path.name().to_string()),
+    ]);
+    if bidir {
+        labels.insert("mode".into(), "bidir".into());
+    }
+    ResultRow {
+        size_bytes: size as i64,
+        count: Some(size as i64),
+        dtype: Some("uint8".into()),
+        op: Some(kind.into()),
+        root: None,
+        in_place: Some(false),
+        time_us: Some(time_us),
+        algbw_gbs: Some(gbs(bytes, time_us)),
+        busbw_gbs: None,
+        wrong: Some(wrong as i64),
+        labels,
+        extra: json!({"bytes_moved": bytes}),
+    }
+}
+
+/// The matrices and host tables of a result, from its rows: `d2d_gbs[i][j]` is the copy
+/// from the i-th to the j-th GPU listed in `gpus` (null where not measured).
+pub fn summarize(rows: &[ResultRow], gpus: &[usize]) -> Map<String, Value> {
+    let pos = |s: Option<&String>| s.and_then(|s| s.parse::<usize>().ok()).and_then(|d| gpus.iter().position(|&g| g == d));
+    let n = gpus.len();
+    let mut uni = vec![vec![Value::Null; n]; n];
+    let mut bi = vec![vec![Value::Null; n]; n];
+    let mut paths = vec![vec![Value::Null; n]; n];
+    let (mut h2d, mut d2h) = (vec![Value::Null; n], vec![Value::Null; n]);
+    let mut any_bidir = false;
+    for r in rows {
+        let (s, d) = (pos(r.labels.get("src")), pos(r.labels.get("dst")));
+        let bw = r.algbw_gbs.map_or(Value::Null, |x| json!(x));
+        match (r.labels.get("kind").map(String::as_str), s, d) {
+            (Some("d2d"), Some(s), Some(d)) if r.labels.get("mode").is_some_and(|m| m == "bidir") => {
+                any_bidir = true;
+                bi[s][d] = bw;
+            }
+            (Some("d2d"), Some(s), Some(d)) => {
+                uni[s][d] = bw;
+                paths[s][d] = r.labels.get("path").map_or(Value::Null, |p| json!(p));
+            }
+            (Some("h2d"), _, Some(d)) => h2d[d] = bw,
+            (Some("d2h"), Some(s), _) => d2h[s] = bw,
+            _ => {}
+        }
+    }
+    let mut m = Map::new();
+    m.insert("d2d_gbs".into(), json!(uni));
+    m.insert("d2d_paths".into(), json!(paths));
+    if any_bidir {
+        m.insert("d2d_bidir_gbs".into(), json!(bi));
+    }
+    m.insert("h2d_gbs".into(), json!(h2d));
+    m.insert("d2h_gbs".into(), json!(d2h));
+    m.insert("wrong".into(), json!(rows.iter().filter_map(|r| r.wrong).sum::<i64>()));
+    m
+}
+
+fn cell(v: &Value) -> String {
+    v.as_f64().map_or_else(|| format!("{:>9}", "-"), |x| format!("{x:>9.2}"))
+}
+
+/// The bench command's tables: the matrix (rows src, columns dst, GB/s) with the path of
+/// each pair, the bidirectional matrix when measured, and the host copies.
+pub fn render(summary: &Map<String, Value>) -> String {
+    use std::fmt::Write;
+    let gpus: Vec<i64> = summary["gpus"].as_array().map(|a| a.iter().filter_map(|g| g["index"].as_i64()).collect()).unwrap_or_default();
+    let mut s = String::new();
+    let header = |s: &mut String| {
+        let _ = write!(s, "{:>6}", "src\\dst");
+        for g in &gpus {
+            let _ = write!(s, "{:>9}", format!("GPU{g}"));
+        }
+        s.push('\n');
+    };
+    let matrix = |s: &mut String, key: &str, paths: bool| {
+        header(s);
+        for (i, g) in gpus.iter().enumerate() {
+            let _ = write!(s, "{:>7}", format!("GPU{g}"));
+            for j in 0..gpus.len() {
+                let v = &summary[key][i][j];
+                let tag = if paths { summary["d2d_paths"][i][j].as_str().map_or(" ", |p| &p[..1]) } else { "" };
+                let _ = write!(s, "{}{tag}", cell(v));
+            }
+            s.push('\n');
+        }
+    };
+    let _ = writeln!(s, "Unidirectional copy bandwidth (GB/s, rows src, columns dst; l local, p direct peer, s staged through host)");
+    matrix(&mut s, "d2d_gbs", true);
+    if summary.contains_key("d2d_bidir_gbs") {
+        let _ = writeln!(s, "\nBidirectional copy bandwidth (GB/s, both directions together)");
+        matrix(&mut s, "d2d_bidir_gbs", false);
+    }
+    let _ = writeln!(s, "\nHost copies, pinned memory (GB/s)");
+    let _ = writeln!(s, "{:>7}{:>9}{:>9}", "GPU", "h2d", "d2h");
+    for (i, g) in gpus.iter().enumerate() {
+        let _ = writeln!(s, "{:>7}{}{}", format!("GPU{g}"), cell(&summary["h2d_gbs"][i]), cell(&summary["d2h_gbs"][i]));
+    }
+    s
+}
+
+/// Runs every measurement on a node where [`gpu::probe`] found `count` devices; `on_row`
+/// sees each row as it is measured. Returns the summary.
+pub fn execute(p: &Params, count: usize, on_row: &mut dyn FnMut(&ResultRow, usize, usize) -> std::io::Result<()>) -> Result<Map<String, Value>, RunError> {
+    let devices = p.devices(count).map_err(RunError::Params)?;
+    let failed = |e: gpu::GpuError| RunError::Failed { code: 1, message: e.to_string() };
+    let size = usize::try_from(p.size).map_err(|_| RunError::Params("size does not fit this machine".into()))?;
+    let mut bench = gpu::Bench::new(&devices, size, p.warmup, p.iters).map_err(failed)?;
+    let n = devices.len();
+    let total = n * n + if p.bidirectional { n * (n - 1) / 2 } else { 0 } + 2 * n;
+    let mut rows = Vec::with_capacity(total);
+    let mut push = |r: ResultRow, rows: &mut Vec<ResultRow>| -> Result<(), RunError> {
+        on_row(&r, rows.len() + 1, total)?;
+        rows.push(r);
+        Ok(())
+    };
+    for s in 0..n {
+        for d in 0..n {
+            let (us, wrong) = bench.copy(s, d).map_err(failed)?;
+            let r = row(p.size, &devices[s].to_string(), &devices[d].to_string(), "d2d", bench.path(s, d), false, us, wrong);
+            push(r, &mut rows)?;
+        }
+    }
+    if p.bidirectional {
+        for s in 0..n {
+            for d in s + 1..n {
+                let (us, wrong_sd, wrong_ds) = bench.copy_bidir(s, d).map_err(failed)?;
+                for (a, b, wrong) in [(s, d, wrong_sd), (d, s, wrong_ds)] {
+                    let r = row(p.size, &devices[a].to_string(), &devices[b].to_string(), "d2d", bench.path(a, b), true, us, wrong);
+                    push(r, &mut rows)?;
+                }
+            }
+        }
+    }
+    for i in 0..n {
+        let (us, wrong) = bench.h2d(i).map_err(failed)?;
+        push(row(p.size, "host", &devices[i].to_string(), "h2d", Path::Pinned, false, us, wrong), &mut rows)?;
+        let (us, wrong) = bench.d2h(i).map_err(failed)?;
+        push(row(p.size, &devices[i].to_string(), "host", "d2h", Path::Pinned, false, us, wrong), &mut rows)?;
+    }
+    let mut summary = summarize(&rows, &devices);
+    summary.insert("kind".into(), "p2p".into());
+    summary.insert("size_bytes".into(), p.size.into());
+    summary.insert("warmup".into(), p.warmup.into());
+    summary.insert("iters".into(), p.iters.into());
+    summary.insert("bidirectional".into(), p.bidirectional.into());
+    summary.insert("cuda_driver_version".into(), gpu::driver_version().map_or(Value::Null, Value::from));
+    summary.insert(
+        "gpus".into(),
+        Value::Array(bench.gpus.iter().map(|g| json!({"index": g.index, "name": g.name, "pci_bus_id": g.pci_bus_id})).collect()),
+    );
+    summary.insert("peer_access".into(), json!(bench.access));
+    Ok(summary)
+}
+
+pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
+    let params = Params::from_json(&input.params)?;
+    let count = gpu::probe().map_err(RunError::Skip)?;
+    let mut on_row = |r: &ResultRow, i: usize, n: usize| -> std::io::Result<()> {
+        out.row(r.clone())?;
+        let l = &r.labels;
+        out.progress(
+            Some(i as f64 / n as f64),
+            format!("{} {} -> {}: {:.2} GB/s", l["kind"], l["src"], l["dst"], r.algbw_gbs.unwrap_or(0.0)),
+        )
+    };
+    let summary = execute(&params, count, &mut on_row)?;
+    let wrong = summary["wrong"].as_i64().unwrap_or(0);
+    out.emit(&ChildEvent::Summary { summary })?;
+    if wrong > 0 {
+        return Err(RunError::Failed { code: 1, message: format!("{wrong} bytes differ after the copies") });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn params_defaults_and_rejections() {
+        let p = Params::from_json(&json!({})).unwrap();
+        assert_eq!(p, Params::default());
+        assert_eq!(p.size, 256 << 20);
+        let p = Params::from_json(&json!({"size": 1024, "iters": 3, "warmup": 0, "bidirectional": true, "gpus": [1, 0]})).unwrap();
+        assert_eq!(p.devices(2).unwrap(), vec![1, 0]);
+        assert!(p.devices(1).unwrap_err().contains("GPU 1 requested"));
+        assert_eq!(Params::default().devices(3).unwrap(), vec![0, 1, 2]);
+        for bad in [
+            json!({"size": 0}),
+            json!({"size": MAX_SIZE + 1}),
+            json!({"iters": 0}),
+            json!({"size": "big"}),
+            json!({"bidirectional": "yes"}),
+            json!({"gpus": []}),
+            json!({"gpus": [0, 0]}),
+            json!({"gpus": [-1]}),
+            json!({"gpus": 0}),
+        ] {
+            assert!(matches!(Params::from_json(&bad), Err(RunError::Params(_))), "{bad}");
+        }
+    }
+
+    #[test]
+    fn rows_carry_labels_and_gbs() {
+        let r = row(256 << 20, "0", "1", "d2d", Path::P2p, false, 1000.0, 0);
+        assert_eq!(r.labels["src"], "0");
+        assert_eq!(r.labels["path"], "p2p");
+        assert!(!r.labels.contains_key("mode"));
+        // 268,435,456 B in 1 ms is 268.4 GB/s (10⁹ bytes/s).
+        assert!((r.algbw_gbs.unwrap() - 268.435456).abs() < 1e-9);
+        let b = row(256 << 20, "1", "0", "d2d", Path::P2p, true, 1000.0, 0);
+        assert_eq!(b.labels["mode"], "bidir");
+        assert!((b.algbw_gbs.unwrap() - 2.0 * 268.435456).abs() < 1e-9);
+        assert_eq!(b.extra["bytes_moved"], json!(2u64 * (256 << 20)));
+    }
+
+    fn two_gpu_rows() -> Vec<ResultRow> {
+        vec![
+            row(1 << 20, "0", "0", "d2d", Path::Local, false, 1.0, 0),
+            row(1 << 20, "0", "1", "d2d", Path::P2p, false, 2.0, 0),
+            row(1 << 20, "1", "0", "d2d", Path::Staged, false, 4.0, 0),
+            row(1 << 20, "1", "1", "d2d", Path::Local, false, 1.0, 0),
+            row(1 << 20, "0", "1", "d2d", Path::P2p, true, 2.0, 0),
+            row(1 << 20, "1", "0", "d2d", Path::Staged, true, 2.0, 0),
+            row(1 << 20, "host", "0", "h2d", Path::Pinned, false, 20.0, 0),
+            row(1 << 20, "0", "host", "d2h", Path::Pinned, false, 25.0, 3),
+        ]
+    }
+
+    #[test]
+    fn summary_matrices_follow_the_rows() {
+        let s = summarize(&two_gpu_rows(), &[0, 1]);
+        assert_eq!(s["d2d_gbs"][0][1], json!(gbs(1 << 20, 2.0)));
+        assert_eq!(s["d2d_gbs"][1][0], json!(gbs(1 << 20, 4.0)));
+        assert_eq!(s["d2d_paths"], json!([["local", "p2p"], ["staged", "local"]]));
+        assert_eq!(s["d2d_bidir_gbs"][0][0], Value::Null);
+        assert_eq!(s["d2d_bidir_gbs"][1][0], json!(gbs(2 << 20, 2.0)));
+        assert_eq!(s["h2d_gbs"], json!([gbs(1 << 20, 20.0), null]));
+        assert_eq!(s["d2h_gbs"], json!([gbs(1 << 20, 25.0), null]));
+        assert_eq!(s["wrong"], json!(3));
+    }
+
+    #[test]
+    fn render_prints_a_matrix_and_host_table() {
+        let mut s = summarize(&two_gpu_rows(), &[0, 1]);
+        s.insert("gpus".into(), json!([{"index": 0}, {"index": 1}]));
+        let text = render(&s);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[1], "src\\dst     GPU0     GPU1");
+        assert_eq!(lines[2], "   GPU0  1048.58l   524.29p");
+        assert_eq!(lines[3], "   GPU1   262.14s  1048.58l");
+        assert!(text.contains("Bidirectional"));
+        assert!(text.contains("   GPU1        -        -"), "{text}");
+    }
+}
