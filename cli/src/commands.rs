@@ -131,6 +131,8 @@ pub enum RunsCmd {
     /// Follow a run until it ends; exit code 0 when it succeeded.
     Watch { id: uuid::Uuid },
     Cancel { id: uuid::Uuid },
+    /// A sweep's cells × size bands and winners; `--keep NAME` stores a winner as a tuning profile.
+    Sweep(crate::sweeps::SweepArgs),
 }
 
 #[derive(Subcommand)]
@@ -363,6 +365,7 @@ async fn runs(client: &Client, cmd: RunsCmd, json: bool) -> anyhow::Result<ExitC
             }
         }
         RunsCmd::Watch { id } => return watch(client, id, json).await,
+        RunsCmd::Sweep(a) => crate::sweeps::command(client, a, json).await?,
         RunsCmd::Cancel { id } => {
             let run: Run = client.post(&format!("/api/v1/runs/{id}/cancel"), serde_json::json!(null)).await?;
             if json { print_json(&run)? } else { print_run(&run) }

@@ -6,6 +6,7 @@ mod commands;
 mod config;
 mod health;
 mod investigate;
+mod sweeps;
 mod table;
 
 use clap::Parser;

@@ -11,7 +11,7 @@ use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::api::{agent, expectations, health, investigations, nodes, plugins, runs, tokens, verdicts};
+use crate::api::{agent, expectations, health, investigations, nodes, plugins, runs, sweeps, tokens, verdicts};
 use crate::error::ApiError;
 use crate::{AppState, dashboard, metrics};
 
@@ -79,6 +79,8 @@ fn api(state: &AppState) -> OpenApiRouter<AppState> {
         .routes(routes!(runs::get_run))
         .routes(routes!(runs::cancel_run))
         .routes(routes!(runs::run_results))
+        .routes(routes!(sweeps::sweep_table))
+        .routes(routes!(sweeps::keep_winner))
         // Investigations.
         .routes(routes!(investigations::create_investigation, investigations::list_investigations))
         .routes(routes!(investigations::get_investigation))

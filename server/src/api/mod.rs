@@ -7,6 +7,7 @@ pub mod investigations;
 pub mod nodes;
 pub mod plugins;
 pub mod runs;
+pub mod sweeps;
 pub mod tokens;
 pub mod verdicts;
 

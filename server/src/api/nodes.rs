@@ -359,7 +359,7 @@ pub async fn list_sites(State(state): State<AppState>, caller: Caller) -> ApiRes
 }
 
 #[derive(sqlx::FromRow)]
-struct ProfileRow {
+pub(crate) struct ProfileRow {
     id: Uuid,
     name: String,
     node_id: Option<Uuid>,
@@ -385,7 +385,7 @@ impl From<ProfileRow> for TuningProfile {
     }
 }
 
-const PROFILE_COLUMNS: &str = "id, name, node_id, site_id, env, source_run_id, created_by, created_at";
+pub(crate) const PROFILE_COLUMNS: &str = "id, name, node_id, site_id, env, source_run_id, created_by, created_at";
 
 /// Keep a set of env values (e.g. a sweep's winner) for a node or a site; it feeds the
 /// env export.

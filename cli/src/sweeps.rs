@@ -1,0 +1,75 @@
+//! `heddle runs sweep`: a sweep's cells × size bands, the winner of each band, and keeping
+//! a winner as a tuning profile.
+
+use heddle_types::nodes::TuningProfile;
+use heddle_types::sweeps::{Band, ProfileScope, SweepTable};
+
+use crate::client::Client;
+use crate::table;
+
+#[derive(clap::Args)]
+pub struct SweepArgs {
+    pub id: uuid::Uuid,
+    /// Keep the band's winning cell as a tuning profile with this name.
+    #[arg(long)]
+    pub keep: Option<String>,
+    /// Size band whose winner is kept: small (< 64 KiB), medium, large (>= 64 MiB).
+    #[arg(long, default_value = "large", value_parser = |s: &str| s.parse::<Band>())]
+    pub band: Band,
+    /// Where the kept profile applies: node (the sweep's node) or site (that node's site).
+    #[arg(long, default_value = "node", value_parser = parse_scope)]
+    pub scope: ProfileScope,
+}
+
+fn parse_scope(s: &str) -> Result<ProfileScope, String> {
+    match s {
+        "node" => Ok(ProfileScope::Node),
+        "site" => Ok(ProfileScope::Site),
+        _ => Err(format!("unknown scope {s:?} (node or site)")),
+    }
+}
+
+fn env_text(env: &std::collections::BTreeMap<String, String>) -> String {
+    env.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
+}
+
+pub async fn command(client: &Client, a: SweepArgs, json: bool) -> anyhow::Result<()> {
+    let base = format!("/api/v1/runs/{}/sweep", a.id);
+    if let Some(name) = a.keep {
+        let body = serde_json::json!({"name": name, "band": a.band, "scope": a.scope});
+        let p: TuningProfile = client.post(&format!("{base}/keep"), body).await?;
+        if json {
+            println!("{}", serde_json::to_string_pretty(&p)?);
+        } else {
+            println!("kept tuning profile {} ({}): {}", p.name, p.id, env_text(&p.env));
+        }
+        return Ok(());
+    }
+    let t: SweepTable = client.get(&base).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&t)?);
+        return Ok(());
+    }
+    println!("sweep {} on {} ({}), mean busbw GB/s per size band", t.run_id, t.hostname, t.collective.as_deref().unwrap_or("?"));
+    let mut tab = table::new(&["CELL", "SMALL <64K", "MEDIUM", "LARGE >=64M", "PEAK", "WRONG"]);
+    for c in &t.cells {
+        let b = &c.busbw_gbs;
+        tab.add_row(vec![
+            env_text(&c.env),
+            table::float(b.small, 2),
+            table::float(b.medium, 2),
+            table::float(b.large, 2),
+            table::float(c.peak_busbw_gbs, 2),
+            c.wrong.to_string(),
+        ]);
+    }
+    table::right(&mut tab, &[1, 2, 3, 4, 5]);
+    println!("{tab}");
+    let mut w = table::new(&["BAND", "WINNER", "BUSBW", "RUNNER-UP"]);
+    for x in &t.winners {
+        w.add_row(vec![x.band.as_str().to_string(), env_text(&x.env), format!("{:.2}", x.busbw_gbs), table::float(x.runner_up_busbw_gbs, 2)]);
+    }
+    table::right(&mut w, &[2, 3]);
+    println!("{w}");
+    Ok(())
+}
