@@ -132,9 +132,20 @@ pub fn gbs(bytes: u64, time_us: f64) -> f64 {
     if time_us > 0.0 { bytes as f64 / time_us / 1e3 } else { 0.0 }
 }
 
-/// One measurement. `src`/`dst` are device indices or "host"; `bytes` is what moved per
-/// iteration (twice the size for a bidirectional pair).
-pub fn row(size: u64, src: &str, dst: &str, kind: &str, path: Path, bidir: bool, time_us: f64, wrong: u64) -> ResultRow {
+/// What one row measured: `src`/`dst` are device indices or "host", `kind` d2d, h2d or d2h.
+#[derive(Debug, Clone, Copy)]
+pub struct Transfer<'a> {
+    pub src: &'a str,
+    pub dst: &'a str,
+    pub kind: &'a str,
+    pub path: Path,
+    /// Both directions at once: the row counts the bytes of both.
+    pub bidir: bool,
+}
+
+/// One measurement; `bytes` is what moved per iteration (twice the size when bidirectional).
+pub fn row(size: u64, c: Transfer<'_>, time_us: f64, wrong: u64) -> ResultRow {
+    let Transfer { src, dst, kind, path, bidir } = c;
     let bytes = if bidir { 2 * size } else { size };
     let mut labels = BTreeMap::from([
         ("src".to_string(), src.to_string()),
@@ -261,7 +272,8 @@ pub fn execute(p: &Params, count: usize, on_row: &mut dyn FnMut(&ResultRow, usiz
     for s in 0..n {
         for d in 0..n {
             let (us, wrong) = bench.copy(s, d).map_err(failed)?;
-            let r = row(p.size, &devices[s].to_string(), &devices[d].to_string(), "d2d", bench.path(s, d), false, us, wrong);
+            let c = Transfer { src: &devices[s].to_string(), dst: &devices[d].to_string(), kind: "d2d", path: bench.path(s, d), bidir: false };
+            let r = row(p.size, c, us, wrong);
             push(r, &mut rows)?;
         }
     }
@@ -270,17 +282,18 @@ pub fn execute(p: &Params, count: usize, on_row: &mut dyn FnMut(&ResultRow, usiz
             for d in s + 1..n {
                 let (us, wrong_sd, wrong_ds) = bench.copy_bidir(s, d).map_err(failed)?;
                 for (a, b, wrong) in [(s, d, wrong_sd), (d, s, wrong_ds)] {
-                    let r = row(p.size, &devices[a].to_string(), &devices[b].to_string(), "d2d", bench.path(a, b), true, us, wrong);
+                    let c = Transfer { src: &devices[a].to_string(), dst: &devices[b].to_string(), kind: "d2d", path: bench.path(a, b), bidir: true };
+                    let r = row(p.size, c, us, wrong);
                     push(r, &mut rows)?;
                 }
             }
         }
     }
-    for i in 0..n {
+    for (i, dev) in devices.iter().map(ToString::to_string).enumerate() {
         let (us, wrong) = bench.h2d(i).map_err(failed)?;
-        push(row(p.size, "host", &devices[i].to_string(), "h2d", Path::Pinned, false, us, wrong), &mut rows)?;
+        push(row(p.size, Transfer { src: "host", dst: &dev, kind: "h2d", path: Path::Pinned, bidir: false }, us, wrong), &mut rows)?;
         let (us, wrong) = bench.d2h(i).map_err(failed)?;
-        push(row(p.size, &devices[i].to_string(), "host", "d2h", Path::Pinned, false, us, wrong), &mut rows)?;
+        push(row(p.size, Transfer { src: &dev, dst: "host", kind: "d2h", path: Path::Pinned, bidir: false }, us, wrong), &mut rows)?;
     }
     let mut summary = summarize(&rows, &devices);
     summary.insert("kind".into(), "p2p".into());
@@ -347,13 +360,13 @@ mod tests {
 
     #[test]
     fn rows_carry_labels_and_gbs() {
-        let r = row(256 << 20, "0", "1", "d2d", Path::P2p, false, 1000.0, 0);
+        let r = row(256 << 20, Transfer { src: "0", dst: "1", kind: "d2d", path: Path::P2p, bidir: false }, 1000.0, 0);
         assert_eq!(r.labels["src"], "0");
         assert_eq!(r.labels["path"], "p2p");
         assert!(!r.labels.contains_key("mode"));
         // 268,435,456 B in 1 ms is 268.4 GB/s (10⁹ bytes/s).
         assert!((r.algbw_gbs.unwrap() - 268.435456).abs() < 1e-9);
-        let b = row(256 << 20, "1", "0", "d2d", Path::P2p, true, 1000.0, 0);
+        let b = row(256 << 20, Transfer { src: "1", dst: "0", kind: "d2d", path: Path::P2p, bidir: true }, 1000.0, 0);
         assert_eq!(b.labels["mode"], "bidir");
         assert!((b.algbw_gbs.unwrap() - 2.0 * 268.435456).abs() < 1e-9);
         assert_eq!(b.extra["bytes_moved"], json!(2u64 * (256 << 20)));
@@ -361,14 +374,14 @@ mod tests {
 
     fn two_gpu_rows() -> Vec<ResultRow> {
         vec![
-            row(1 << 20, "0", "0", "d2d", Path::Local, false, 1.0, 0),
-            row(1 << 20, "0", "1", "d2d", Path::P2p, false, 2.0, 0),
-            row(1 << 20, "1", "0", "d2d", Path::Staged, false, 4.0, 0),
-            row(1 << 20, "1", "1", "d2d", Path::Local, false, 1.0, 0),
-            row(1 << 20, "0", "1", "d2d", Path::P2p, true, 2.0, 0),
-            row(1 << 20, "1", "0", "d2d", Path::Staged, true, 2.0, 0),
-            row(1 << 20, "host", "0", "h2d", Path::Pinned, false, 20.0, 0),
-            row(1 << 20, "0", "host", "d2h", Path::Pinned, false, 25.0, 3),
+            row(1 << 20, Transfer { src: "0", dst: "0", kind: "d2d", path: Path::Local, bidir: false }, 1.0, 0),
+            row(1 << 20, Transfer { src: "0", dst: "1", kind: "d2d", path: Path::P2p, bidir: false }, 2.0, 0),
+            row(1 << 20, Transfer { src: "1", dst: "0", kind: "d2d", path: Path::Staged, bidir: false }, 4.0, 0),
+            row(1 << 20, Transfer { src: "1", dst: "1", kind: "d2d", path: Path::Local, bidir: false }, 1.0, 0),
+            row(1 << 20, Transfer { src: "0", dst: "1", kind: "d2d", path: Path::P2p, bidir: true }, 2.0, 0),
+            row(1 << 20, Transfer { src: "1", dst: "0", kind: "d2d", path: Path::Staged, bidir: true }, 2.0, 0),
+            row(1 << 20, Transfer { src: "host", dst: "0", kind: "h2d", path: Path::Pinned, bidir: false }, 20.0, 0),
+            row(1 << 20, Transfer { src: "0", dst: "host", kind: "d2h", path: Path::Pinned, bidir: false }, 25.0, 3),
         ]
     }
 

@@ -82,6 +82,9 @@ pub fn tabulate(rows: &[ResultRow]) -> (Vec<SweepCell>, Vec<SweepWinner>) {
     (cells, winners)
 }
 
+/// size_bytes, busbw_gbs, wrong, labels of a stored row.
+type StoredRow = (i64, Option<f64>, Option<i64>, sqlx::types::Json<BTreeMap<String, String>>);
+
 struct Loaded {
     table: SweepTable,
     site_id: Option<Uuid>,
@@ -118,7 +121,7 @@ async fn load(db: &sqlx::PgPool, id: Uuid) -> ApiResult<Loaded> {
     let Some(result_id) = job.result_id else {
         return Err(ApiError::Conflict(format!("sweep {id} has no result yet (its job is {})", job.state)));
     };
-    let rows: Vec<(i64, Option<f64>, Option<i64>, sqlx::types::Json<BTreeMap<String, String>>)> =
+    let rows: Vec<StoredRow> =
         sqlx::query_as("SELECT size_bytes, busbw_gbs, wrong, labels FROM result_rows WHERE result_id = $1 ORDER BY seq")
             .bind(result_id)
             .fetch_all(db)
