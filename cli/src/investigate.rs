@@ -4,7 +4,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Subcommand;
-use heddle_types::investigations::{Analysis, Investigation, InvestigationState, InvestigationSummary, Matrix, Verdict};
+use heddle_types::investigations::{Analysis, Investigation, InvestigationState, InvestigationSummary, Matrix, Conclusion};
 
 use crate::client::Client;
 use crate::table;
@@ -119,8 +119,8 @@ async fn follow(client: &Client, id: uuid::Uuid, json: bool) -> anyhow::Result<E
         if inv.state != InvestigationState::Running {
             if json { crate::commands::print_json(&inv)? } else { print(&inv) }
             return Ok(match (inv.state, inv.analysis.verdict) {
-                (InvestigationState::Done, Verdict::NoCulprit) => ExitCode::SUCCESS,
-                (InvestigationState::Done, Verdict::Culprit) => ExitCode::from(1),
+                (InvestigationState::Done, Conclusion::NoCulprit) => ExitCode::SUCCESS,
+                (InvestigationState::Done, Conclusion::Culprit) => ExitCode::from(1),
                 _ => ExitCode::from(2),
             });
         }

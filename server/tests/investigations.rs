@@ -13,7 +13,7 @@ use std::time::Duration;
 use base64::Engine;
 use common::*;
 use heddle_server::testing::TestServer;
-use heddle_types::investigations::{CulpritKind, Investigation, InvestigationState, Verdict};
+use heddle_types::investigations::{CulpritKind, Investigation, InvestigationState, Conclusion};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -233,7 +233,7 @@ async fn started_by_hand_it_names_the_degraded_node() {
     let inv = wait_done(&api, &token, id).await;
     let claims = fleet.stop().await;
     assert_eq!(inv.state, InvestigationState::Done, "{:?}", inv.analysis);
-    assert_eq!(inv.analysis.verdict, Verdict::Culprit, "{}", inv.analysis.summary);
+    assert_eq!(inv.analysis.verdict, Conclusion::Culprit, "{}", inv.analysis.summary);
     assert_eq!(named(&inv), vec![(CulpritKind::Node, vec!["hand-c".to_string()])], "{}", inv.analysis.summary);
     let c = &inv.analysis.culprits[0];
     assert!((c.figure - SLOW * 0.99).abs() < 1.0 && c.median > GOOD * 0.99, "{c:?}");
@@ -296,7 +296,7 @@ async fn a_fail_verdict_starts_one_that_names_the_degraded_link() {
             assert_eq!(inv.state, InvestigationState::Done);
             assert_eq!(inv.created_by, "heddle:investigate");
             assert_eq!(inv.params["op"], "all_gather", "the run's own params");
-            assert_eq!(inv.analysis.verdict, Verdict::Culprit, "{}", inv.analysis.summary);
+            assert_eq!(inv.analysis.verdict, Conclusion::Culprit, "{}", inv.analysis.summary);
             assert_eq!(named(&inv), vec![(CulpritKind::Link, vec!["auto-b".to_string(), "auto-d".to_string()])], "{}", inv.analysis.summary);
             assert!((inv.analysis.culprits[0].figure - SLOW * 0.99).abs() < 1.0);
             check_schedule(&server, &inv, &claims, 0).await;
@@ -339,7 +339,7 @@ async fn failed_pairs_make_it_inconclusive() {
     let inv = wait_done(&api, &token, body["id"].as_str().unwrap().parse().unwrap()).await;
     fleet.stop().await;
     assert_eq!(inv.state, InvestigationState::Done);
-    assert_eq!(inv.analysis.verdict, Verdict::Inconclusive, "{}", inv.analysis.summary);
+    assert_eq!(inv.analysis.verdict, Conclusion::Inconclusive, "{}", inv.analysis.summary);
     assert_eq!(inv.progress.pairs_failed, 3);
     assert_eq!(inv.analysis.missing.len(), 3);
     assert!(inv.analysis.summary.contains("every pair of node fail-b failed"), "{}", inv.analysis.summary);
@@ -390,6 +390,13 @@ async fn requests_are_checked() {
     assert_eq!(body["pairs"].as_array().unwrap().len(), 1);
     let (_, audit) = api.get("/api/v1/audit", &token).await;
     assert!(audit.as_array().unwrap().iter().any(|e| e["action"] == "investigation.create"), "{audit}");
+    // The OpenAPI document names every schema once: ours do not shadow the verdicts' ones.
+    let (_, doc) = api.get("/api/v1/openapi.json", &token).await;
+    let schemas = &doc["components"]["schemas"];
+    assert_eq!(schemas["Analysis"]["properties"]["verdict"]["$ref"], "#/components/schemas/Conclusion", "{}", schemas["Analysis"]);
+    assert_eq!(schemas["Culprit"]["properties"]["figures"]["items"]["$ref"], "#/components/schemas/PairFigure");
+    assert!(schemas["InvestigationCreate"]["required"].as_array().unwrap().iter().any(|r| r == "nodes"));
+    assert!(doc["paths"]["/api/v1/results/{id}/p2p-matrix"]["get"].is_object());
 }
 
 #[tokio::test]
@@ -485,5 +492,5 @@ async fn concurrent_advances_start_each_batch_once() {
         .await
         .unwrap();
     assert_eq!(labelled, 15, "every batch started once");
-    assert_eq!(inv.analysis.verdict, Verdict::Inconclusive);
+    assert_eq!(inv.analysis.verdict, Conclusion::Inconclusive);
 }

@@ -177,7 +177,7 @@ pub struct Matrix {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
-pub enum Verdict {
+pub enum Conclusion {
     /// Still measuring.
     Pending,
     /// One or more nodes or links are named.
@@ -188,13 +188,13 @@ pub enum Verdict {
     Inconclusive,
 }
 
-impl Verdict {
+impl Conclusion {
     pub fn as_str(self) -> &'static str {
         match self {
-            Verdict::Pending => "pending",
-            Verdict::Culprit => "culprit",
-            Verdict::NoCulprit => "no_culprit",
-            Verdict::Inconclusive => "inconclusive",
+            Conclusion::Pending => "pending",
+            Conclusion::Culprit => "culprit",
+            Conclusion::NoCulprit => "no_culprit",
+            Conclusion::Inconclusive => "inconclusive",
         }
     }
 }
@@ -212,7 +212,7 @@ pub enum CulpritKind {
 /// One figure between two labels of a matrix.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct Figure {
+pub struct PairFigure {
     pub from: String,
     pub to: String,
     pub value: f64,
@@ -233,7 +233,7 @@ pub struct Culprit {
     /// `figure / median`.
     pub ratio: f64,
     /// The pairs' figures behind the finding.
-    pub figures: Vec<Figure>,
+    pub figures: Vec<PairFigure>,
     pub explanation: String,
 }
 
@@ -241,7 +241,7 @@ pub struct Culprit {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Analysis {
-    pub verdict: Verdict,
+    pub verdict: Conclusion,
     /// In an inconclusive analysis, suspects from the pairs that were measured.
     pub culprits: Vec<Culprit>,
     /// Median of every measured pair.
@@ -293,7 +293,7 @@ pub struct InvestigationSummary {
     pub trigger_run_id: Option<Uuid>,
     pub nodes: Vec<String>,
     pub progress: InvestigationProgress,
-    pub verdict: Verdict,
+    pub verdict: Conclusion,
     pub culprits: Vec<Culprit>,
     pub created_by: String,
     pub created_at: DateTime<Utc>,

@@ -9,7 +9,7 @@
 //! (its lowest direction) is below `threshold` × the median of the remaining pairs while
 //! both its ends are fine in their other pairs.
 
-use heddle_types::investigations::{Analysis, Culprit, CulpritKind, Figure, Matrix, Verdict};
+use heddle_types::investigations::{Analysis, Culprit, CulpritKind, PairFigure, Matrix, Conclusion};
 
 /// What a row and a pair are called in sentences.
 #[derive(Debug, Clone, Copy)]
@@ -63,10 +63,10 @@ fn row(m: &Matrix, i: usize, member: &[bool], except: Option<usize>) -> Vec<f64>
 }
 
 /// The figures between `i` and `j`: `i → j`, and `j → i` when it says something else.
-fn pair_figures(m: &Matrix, i: usize, j: usize) -> Vec<Figure> {
-    let fig = |a: usize, b: usize, value| Figure { from: m.labels[a].clone(), to: m.labels[b].clone(), value };
+fn pair_figures(m: &Matrix, i: usize, j: usize) -> Vec<PairFigure> {
+    let fig = |a: usize, b: usize, value| PairFigure { from: m.labels[a].clone(), to: m.labels[b].clone(), value };
     let (ij, ji) = (cell(m, i, j), cell(m, j, i));
-    let mut out: Vec<Figure> = ij.map(|v| fig(i, j, v)).into_iter().collect();
+    let mut out: Vec<PairFigure> = ij.map(|v| fig(i, j, v)).into_iter().collect();
     if let Some(v) = ji.filter(|v| Some(*v) != ij) {
         out.push(fig(j, i, v));
     }
@@ -106,10 +106,10 @@ pub fn analyse(m: &Matrix, threshold: f64, nouns: Nouns) -> Analysis {
     };
     let named: Vec<&str> = culprits.iter().map(|c| c.explanation.as_str()).collect();
     if n < 2 {
-        return verdict_of(Verdict::Inconclusive, format!("{n} {}(s): there is no pair to measure", nouns.node));
+        return verdict_of(Conclusion::Inconclusive, format!("{n} {}(s): there is no pair to measure", nouns.node));
     }
     if median_all.is_none() {
-        return verdict_of(Verdict::Inconclusive, format!("none of the {pairs_total} pair(s) produced a figure"));
+        return verdict_of(Conclusion::Inconclusive, format!("none of the {pairs_total} pair(s) produced a figure"));
     }
     if !missing.is_empty() {
         let list: Vec<String> = missing.iter().map(|[a, b]| format!("{a}–{b}")).collect();
@@ -123,12 +123,12 @@ pub fn analyse(m: &Matrix, threshold: f64, nouns: Nouns) -> Analysis {
         if !named.is_empty() {
             s.push_str(&format!("; among the measured pairs: {}", named.join("; ")));
         }
-        return verdict_of(Verdict::Inconclusive, s);
+        return verdict_of(Conclusion::Inconclusive, s);
     }
     if n == 2 {
         let v = median_all.unwrap_or_default();
         return verdict_of(
-            Verdict::Inconclusive,
+            Conclusion::Inconclusive,
             format!(
                 "two {}s give one pair ({}); there is nothing to compare it with: add a {} known to be good",
                 nouns.node,
@@ -138,7 +138,7 @@ pub fn analyse(m: &Matrix, threshold: f64, nouns: Nouns) -> Analysis {
         );
     }
     if !culprits.is_empty() {
-        return verdict_of(Verdict::Culprit, named.join("; "));
+        return verdict_of(Conclusion::Culprit, named.join("; "));
     }
     let med = median_all.unwrap_or_default();
     let ((lo, lo_at), (hi, hi_at)) = (extreme(m, true), extreme(m, false));
@@ -146,7 +146,7 @@ pub fn analyse(m: &Matrix, threshold: f64, nouns: Nouns) -> Analysis {
     // pairs among slow ones are as telling as the reverse).
     if lo < threshold * med || hi * threshold > med {
         return verdict_of(
-            Verdict::Inconclusive,
+            Conclusion::Inconclusive,
             format!(
                 "the figures vary (lowest {} at {lo_at}, highest {} at {hi_at}, median {}) but no single {} or {} explains it",
                 gbs(lo),
@@ -158,7 +158,7 @@ pub fn analyse(m: &Matrix, threshold: f64, nouns: Nouns) -> Analysis {
         );
     }
     verdict_of(
-        Verdict::NoCulprit,
+        Conclusion::NoCulprit,
         format!(
             "no culprit found: all {pairs_total} pairs are between {} ({lo_at}) and {} ({hi_at}), median {}",
             gbs(lo),
@@ -203,7 +203,7 @@ fn find_nodes(m: &Matrix, threshold: f64, nouns: Nouns, member: &mut [bool], out
             }
         }
         let Some((i, fig, med)) = worst.filter(|&(_, f, md)| f < threshold * md) else { break };
-        let figures: Vec<Figure> = (0..n).filter(|&j| j != i).flat_map(|j| pair_figures(m, i, j)).collect();
+        let figures: Vec<PairFigure> = (0..n).filter(|&j| j != i).flat_map(|j| pair_figures(m, i, j)).collect();
         let low = figures.iter().filter(|f| f.value < threshold * med).count();
         let label = &m.labels[i];
         out.push(Culprit {
@@ -300,7 +300,7 @@ mod tests {
         for n in 3..=9 {
             for bad in [0, n / 2, n - 1] {
                 let a = analyse(&nodes(n, 100.0, &bad_node(n, bad, 35.0)), 0.75, NODES);
-                assert_eq!(a.verdict, Verdict::Culprit, "n={n} bad={bad}: {a:?}");
+                assert_eq!(a.verdict, Conclusion::Culprit, "n={n} bad={bad}: {a:?}");
                 assert_eq!(members(&a), vec![(CulpritKind::Node, vec![format!("n{bad}")])], "n={n} bad={bad}: {}", a.summary);
                 let c = &a.culprits[0];
                 assert!(c.median > 99.0 && c.figure < 40.0 && c.ratio < 0.4, "{c:?}");
@@ -313,7 +313,7 @@ mod tests {
     fn a_bad_link_is_named_and_its_nodes_are_not() {
         for n in 3..=8 {
             let a = analyse(&nodes(n, 100.0, &[(1, 2, Some(40.0))]), 0.75, NODES);
-            assert_eq!(a.verdict, Verdict::Culprit, "n={n}: {a:?}");
+            assert_eq!(a.verdict, Conclusion::Culprit, "n={n}: {a:?}");
             assert_eq!(members(&a), vec![(CulpritKind::Link, vec!["n1".to_string(), "n2".to_string()])], "n={n}: {}", a.summary);
             assert_eq!(a.culprits[0].figure, 40.0);
             assert!(a.summary.contains("link n1–n2 is bad"), "{}", a.summary);
@@ -344,23 +344,23 @@ mod tests {
     fn a_uniform_matrix_has_no_culprit() {
         for n in 3..=8 {
             let a = analyse(&nodes(n, 100.0, &[]), 0.75, NODES);
-            assert_eq!(a.verdict, Verdict::NoCulprit, "n={n}: {a:?}");
+            assert_eq!(a.verdict, Conclusion::NoCulprit, "n={n}: {a:?}");
             assert!(a.culprits.is_empty());
             assert!(a.summary.starts_with("no culprit found"), "{}", a.summary);
         }
         // Just above the threshold is still uniform enough.
         let a = analyse(&nodes(5, 100.0, &[(0, 1, Some(80.0))]), 0.75, NODES);
-        assert_eq!(a.verdict, Verdict::NoCulprit, "{a:?}");
+        assert_eq!(a.verdict, Conclusion::NoCulprit, "{a:?}");
     }
 
     #[test]
     fn two_nodes_cannot_be_told_apart() {
         let a = analyse(&nodes(2, 100.0, &[(0, 1, Some(10.0))]), 0.75, NODES);
-        assert_eq!(a.verdict, Verdict::Inconclusive);
+        assert_eq!(a.verdict, Conclusion::Inconclusive);
         assert!(a.culprits.is_empty());
         assert!(a.summary.contains("nothing to compare"), "{}", a.summary);
         let a = analyse(&nodes(2, 100.0, &[(0, 1, None)]), 0.75, NODES);
-        assert_eq!(a.verdict, Verdict::Inconclusive);
+        assert_eq!(a.verdict, Conclusion::Inconclusive);
         assert_eq!(a.missing.len(), 1);
     }
 
@@ -369,7 +369,7 @@ mod tests {
         let mut set = bad_node(6, 4, 30.0);
         set.push((0, 1, None));
         let a = analyse(&nodes(6, 100.0, &set), 0.75, NODES);
-        assert_eq!(a.verdict, Verdict::Inconclusive);
+        assert_eq!(a.verdict, Conclusion::Inconclusive);
         assert_eq!(a.missing, vec![["n0".to_string(), "n1".to_string()]]);
         assert_eq!(members(&a), vec![(CulpritKind::Node, vec!["n4".into()])]);
         assert!(a.summary.contains("1 of 15 pair(s) have no figure (n0–n1)"), "{}", a.summary);
@@ -380,11 +380,11 @@ mod tests {
     fn a_node_whose_every_pair_failed_is_pointed_at() {
         let failed: Vec<_> = bad_node(5, 3, 0.0).into_iter().map(|(i, j, _)| (i, j, None)).collect();
         let a = analyse(&nodes(5, 100.0, &failed), 0.75, NODES);
-        assert_eq!(a.verdict, Verdict::Inconclusive);
+        assert_eq!(a.verdict, Conclusion::Inconclusive);
         assert_eq!(a.missing.len(), 4);
         assert!(a.summary.contains("every pair of node n3 failed"), "{}", a.summary);
         let none = analyse(&nodes(3, 100.0, &[(0, 1, None), (0, 2, None), (1, 2, None)]), 0.75, NODES);
-        assert_eq!(none.verdict, Verdict::Inconclusive);
+        assert_eq!(none.verdict, Conclusion::Inconclusive);
         assert!(none.summary.contains("none of the 3 pair(s)"), "{}", none.summary);
     }
 
@@ -392,7 +392,7 @@ mod tests {
     fn spread_without_a_pattern_is_inconclusive() {
         // Two slow nodes of four: the fast pair might as well be the odd one out.
         let a = analyse(&nodes(4, 100.0, &[(0, 2, Some(40.0)), (0, 3, Some(40.0)), (1, 2, Some(40.0)), (1, 3, Some(40.0)), (2, 3, Some(40.0))]), 0.75, NODES);
-        assert_eq!(a.verdict, Verdict::Inconclusive, "{a:?}");
+        assert_eq!(a.verdict, Conclusion::Inconclusive, "{a:?}");
         assert!(a.culprits.is_empty(), "{a:?}");
         assert!(a.summary.contains("no single node or link explains it"), "{}", a.summary);
     }
@@ -420,7 +420,7 @@ mod tests {
         assert_eq!(members(&a), vec![(CulpritKind::Link, vec!["1".into(), "3".into()])], "{}", a.summary);
         assert_eq!(a.culprits[0].figures.len(), 2);
         assert_eq!(a.culprits[0].figure, 25.0);
-        assert_eq!(analyse(&gpus(&[]), 0.75, GPUS).verdict, Verdict::NoCulprit);
+        assert_eq!(analyse(&gpus(&[]), 0.75, GPUS).verdict, Conclusion::NoCulprit);
     }
 
     #[test]

@@ -107,7 +107,7 @@ pub async fn for_result(db: &sqlx::PgPool, result_id: Uuid, threshold: f64) -> R
 
 #[cfg(test)]
 mod tests {
-    use heddle_types::investigations::{CulpritKind, Verdict};
+    use heddle_types::investigations::{CulpritKind, Conclusion};
 
     use super::*;
 
@@ -150,7 +150,7 @@ mod tests {
         assert_eq!(m.values[0][1], Some(300.0));
         assert_eq!(m.values[2][2], Some(1500.0), "local copies on the diagonal");
         assert_eq!(paths[2][2].as_deref(), Some("local"));
-        assert_eq!(culprit::analyse(&m, 0.75, culprit::GPUS).verdict, Verdict::NoCulprit);
+        assert_eq!(culprit::analyse(&m, 0.75, culprit::GPUS).verdict, Conclusion::NoCulprit);
         assert!(build(&[row("host", "0", "h2d", "staged", 8, 1.0)]).is_none(), "no d2d rows, no matrix");
     }
 
@@ -158,7 +158,7 @@ mod tests {
     fn names_a_bad_gpu_and_a_bad_link() {
         let (m, _) = build(&rows(|s, d| s == 2 || d == 2)).unwrap();
         let a = culprit::analyse(&m, 0.75, culprit::GPUS);
-        assert_eq!(a.verdict, Verdict::Culprit, "{a:?}");
+        assert_eq!(a.verdict, Conclusion::Culprit, "{a:?}");
         assert_eq!((a.culprits[0].kind, a.culprits[0].members.clone()), (CulpritKind::Node, vec!["2".to_string()]));
         let (m, _) = build(&rows(|s, d| (s, d) == (0, 3) || (s, d) == (3, 0))).unwrap();
         let a = culprit::analyse(&m, 0.75, culprit::GPUS);

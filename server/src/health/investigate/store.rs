@@ -238,7 +238,7 @@ async fn load_parts(db: &sqlx::PgPool, row: InvRow) -> Result<Loaded, Investigat
     let analysis = if state == InvestigationState::Running {
         let p = progress(&pairs);
         Analysis {
-            verdict: Verdict::Pending,
+            verdict: Conclusion::Pending,
             culprits: Vec::new(),
             median: None,
             threshold: row.threshold,
