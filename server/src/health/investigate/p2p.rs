@@ -29,7 +29,9 @@ fn better(old: &Cell, new: &Cell) -> bool {
 pub fn build(rows: &[ResultRow]) -> Option<(Matrix, Vec<Vec<Option<String>>>)> {
     let mut cells: BTreeMap<(u32, u32), Cell> = BTreeMap::new();
     for r in rows {
-        if r.labels.get("kind").map(String::as_str) != Some("d2d") {
+        // Bidirectional rows count the bytes of both directions: not comparable with the
+        // one-way copies the matrix holds.
+        if r.labels.get("kind").map(String::as_str) != Some("d2d") || r.labels.get("mode").is_some_and(|m| m == "bidir") {
             continue;
         }
         let gpu = |k: &str| r.labels.get(k).and_then(|v| v.parse::<u32>().ok());
@@ -164,6 +166,15 @@ mod tests {
         let a = culprit::analyse(&m, 0.75, culprit::GPUS);
         assert_eq!(a.culprits.len(), 1, "{a:?}");
         assert_eq!((a.culprits[0].kind, a.culprits[0].members.clone()), (CulpritKind::Link, vec!["0".to_string(), "3".to_string()]));
+    }
+
+    #[test]
+    fn bidirectional_rows_are_left_out() {
+        let mut bidir = row("0", "1", "d2d", "p2p", 1 << 28, 600.0);
+        bidir.labels.insert("mode".into(), "bidir".into());
+        let (m, _) = build(&[row("0", "1", "d2d", "p2p", 1 << 28, 300.0), bidir, row("1", "0", "d2d", "p2p", 1 << 28, 310.0)]).unwrap();
+        assert_eq!(m.values[0][1], Some(300.0));
+        assert_eq!(m.values[1][0], Some(310.0));
     }
 
     #[test]
