@@ -19,6 +19,8 @@ if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
 fi
 
 export CARGO_TARGET_DIR="$target_dir"
+# From inside plugins/ so plugins/.cargo/config.toml (the guests' stack size) applies.
+cd "$repo/plugins"
 cargo build --release --target wasm32-wasip2 --manifest-path "$repo/plugins/Cargo.toml" --workspace
 cargo build --release --target wasm32-wasip2 --manifest-path "$repo/plugins/template/Cargo.toml"
 

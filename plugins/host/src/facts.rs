@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Mutex, OnceLock};
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::HostError;
 
@@ -61,31 +61,78 @@ impl FactsJson {
         if let Some((_, json)) = cache.iter().find(|(r, _)| r.as_slice() == reads) {
             return json.clone();
         }
-        let json: Arc<str> = Arc::from(project(self.value(), reads).to_string());
+        let json: Arc<str> = Arc::from(Projection::new(self.value(), reads).to_string());
         cache.push((reads.to_vec(), json.clone()));
         json
     }
 }
 
 /// The subtrees of `facts` at `pointers` (RFC 6901), rebuilt at the same paths; pointers that
-/// name nothing are left out. Array elements on the way are kept whole.
+/// name nothing are left out, and elements of arrays are kept whole (a partial array would
+/// renumber).
 pub fn project(facts: &Value, pointers: &[String]) -> Value {
-    let mut out = Value::Object(Map::new());
-    for pointer in pointers.iter().filter(|p| facts.pointer(p).is_some()) {
-        let (mut slot, mut source) = (&mut out, facts);
-        let tokens: Vec<String> = pointer.split('/').skip(1).map(|t| t.replace("~1", "/").replace("~0", "~")).collect();
-        for (i, token) in tokens.iter().enumerate() {
-            // Inside an array the element is copied whole: a partial array would renumber.
-            let (Value::Object(map), Value::Object(dst)) = (source, slot) else { break };
-            source = &map[token.as_str()];
-            if i + 1 == tokens.len() || source.is_array() {
-                dst.insert(token.clone(), source.clone());
-                break;
+    let p = Projection::new(facts, pointers);
+    serde_json::to_value(Cut(p.value, &p.keep)).unwrap_or_default()
+}
+
+/// A projection serialised straight from the borrowed facts, without copying the subtrees.
+struct Projection<'a> {
+    value: &'a Value,
+    keep: Keep,
+}
+
+/// Which members of an object to keep: all of it, or some members, each with its own `Keep`.
+enum Keep {
+    All,
+    Some(std::collections::BTreeMap<String, Keep>),
+}
+
+impl<'a> Projection<'a> {
+    fn new(value: &'a Value, pointers: &[String]) -> Self {
+        let mut keep = Keep::Some(Default::default());
+        for pointer in pointers.iter().filter(|p| value.pointer(p).is_some()) {
+            let (mut slot, mut source) = (&mut keep, value);
+            let tokens: Vec<String> =
+                pointer.split('/').skip(1).map(|t| t.replace("~1", "/").replace("~0", "~")).collect();
+            for (i, token) in tokens.iter().enumerate() {
+                let (Value::Object(map), Keep::Some(members)) = (source, slot) else { break };
+                source = &map[token.as_str()];
+                if i + 1 == tokens.len() || source.is_array() {
+                    members.insert(token.clone(), Keep::All);
+                    break;
+                }
+                slot = members.entry(token.clone()).or_insert_with(|| Keep::Some(Default::default()));
             }
-            slot = dst.entry(token.clone()).or_insert_with(|| Value::Object(Map::new()));
+        }
+        Self { value, keep }
+    }
+}
+
+impl std::fmt::Display for Projection<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let json = serde_json::to_string(&Cut(self.value, &self.keep)).map_err(|_| std::fmt::Error)?;
+        f.write_str(&json)
+    }
+}
+
+struct Cut<'a>(&'a Value, &'a Keep);
+
+impl serde::Serialize for Cut<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        match (self.0, self.1) {
+            (Value::Object(map), Keep::Some(members)) => {
+                let mut out = s.serialize_map(Some(members.len()))?;
+                for (name, keep) in members {
+                    if let Some(v) = map.get(name) {
+                        out.serialize_entry(name, &Cut(v, keep))?;
+                    }
+                }
+                out.end()
+            }
+            (v, _) => v.serialize(s),
         }
     }
-    out
 }
 
 #[cfg(test)]
@@ -102,7 +149,12 @@ mod tests {
             "gpus": [{"index": 0}],
             "a/b": {"c~d": 1},
         });
-        let reads = |r: &[&str]| project(&facts, &r.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        let reads = |r: &[&str]| {
+            let pointers: Vec<String> = r.iter().map(|s| s.to_string()).collect();
+            let streamed: Value = serde_json::from_str(&Projection::new(&facts, &pointers).to_string()).unwrap();
+            assert_eq!(project(&facts, &pointers), streamed, "{r:?}");
+            streamed
+        };
         assert_eq!(reads(&["/host/dmi/sys_vendor", "/rdma"]), json!({
             "host": {"dmi": {"sys_vendor": "Microsoft Corporation"}},
             "rdma": {"devices": [{"name": "mlx5_0"}]},

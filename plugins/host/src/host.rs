@@ -32,6 +32,9 @@ pub struct HostConfig {
     /// `pooling_max_memory_bytes` per memory). `None` allocates on demand.
     pub pooling_instances: Option<u32>,
     pub pooling_max_memory_bytes: usize,
+    /// With pooling: bytes of each slot's memory (and tables) kept resident between
+    /// instances and cleared with memset instead of being returned to the kernel.
+    pub pooling_keep_resident_bytes: usize,
     /// Stack for WebAssembly code; deep recursion traps instead of overflowing the host.
     pub max_wasm_stack: usize,
 }
@@ -43,6 +46,7 @@ impl Default for HostConfig {
             epoch_tick: Duration::from_millis(10),
             pooling_instances: None,
             pooling_max_memory_bytes: 256 << 20,
+            pooling_keep_resident_bytes: 1 << 20,
             max_wasm_stack: 1 << 20,
         }
     }
@@ -156,6 +160,10 @@ impl PluginHost {
                 .total_tables(instances * 8)
                 .max_memory_size(config.pooling_max_memory_bytes)
                 .max_memories_per_module(1);
+            // Reset the first pages of a slot with memset rather than madvise, so the next
+            // instance does not fault them back in (most plugins touch well under 1 MiB).
+            pool.linear_memory_keep_resident(config.pooling_keep_resident_bytes)
+                .table_keep_resident(config.pooling_keep_resident_bytes);
             cfg.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         }
         let engine = Engine::new(&cfg).map_err(internal)?;
