@@ -290,3 +290,31 @@ async fn preflight_from_history_and_from_a_fresh_run() {
     let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM runs WHERE label = 'preflight'").fetch_one(&server.state.db).await.unwrap();
     assert_eq!(n, 2);
 }
+
+#[tokio::test]
+async fn a_result_left_without_a_verdict_is_judged_later() {
+    let server = TestServer::start().await;
+    let api = Api::new(&server);
+    let agent = gpu_node(&api, &server, "late-1", "NVIDIA H200", 2).await;
+    let r = run_once(&api, &server, &agent, "late-1", "nccl", json!({"op": "all_reduce"}), nccl_upload("late-1-0", 100.0, 0)).await;
+    assert_eq!(r["verdict"]["verdict"], "fail", "{r}");
+    // As if judging had failed when the result arrived: no verdict, and the upload was acknowledged.
+    let id: uuid::Uuid = r["id"].as_str().unwrap().parse().unwrap();
+    sqlx::query("DELETE FROM verdicts WHERE result_id = $1").bind(id).execute(&server.state.db).await.unwrap();
+    sqlx::query("UPDATE results SET received_at = now() - interval '1 minute' WHERE id = $1").bind(id).execute(&server.state.db).await.unwrap();
+    // Every replica's background loop catches up within a tick or two.
+    let mut verdict = None;
+    for _ in 0..50 {
+        verdict = sqlx::query_as::<_, (String,)>("SELECT verdict FROM verdicts WHERE result_id = $1")
+            .bind(id)
+            .fetch_optional(&server.state.db)
+            .await
+            .unwrap();
+        if verdict.is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(verdict.map(|v| v.0).as_deref(), Some("fail"));
+    assert_eq!(heddle_server::health::verdict::judge_pending(&server.state.db).await.unwrap(), 0, "nothing left");
+}

@@ -248,6 +248,25 @@ async fn fleet(db: &PgPool, s: &Subject, result_id: Uuid, f: &Figure) -> Result<
     Ok(value.map(|value| Median { value, samples }))
 }
 
+/// Judges results of the last day that have no verdict yet: those whose judgement failed
+/// when they were uploaded (the upload itself succeeded, so the agent will not retry). Skips
+/// the last few seconds, which the upload handlers are judging themselves. Returns how many
+/// were judged; safe on every replica at once (judging is idempotent).
+pub async fn judge_pending(db: &PgPool) -> Result<usize, HealthError> {
+    let pending: Vec<(Uuid,)> = sqlx::query_as(
+        "SELECT r.id FROM results r LEFT JOIN verdicts v ON v.result_id = r.id
+         WHERE v.result_id IS NULL AND r.received_at > now() - interval '1 day'
+           AND r.received_at < now() - interval '5 seconds'
+         ORDER BY r.received_at LIMIT 100",
+    )
+    .fetch_all(db)
+    .await?;
+    for (id,) in &pending {
+        judge_result(db, *id).await?;
+    }
+    Ok(pending.len())
+}
+
 /// Judges a stored result and stores the verdict (replacing an earlier one, so calling it
 /// again is harmless). History is what was received before the result, so a re-judgement
 /// gives the same verdict unless expectations changed.

@@ -23,6 +23,10 @@ pub async fn run_loop(state: AppState) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
+        // Verdicts first: automatic investigations start from them.
+        if let Err(err) = crate::health::verdict::judge_pending(&state.db).await {
+            tracing::warn!(error = %err, "judging results without a verdict failed; will retry");
+        }
         if let Err(err) = trigger_from_verdicts(&state.db).await {
             tracing::warn!(error = %err, "investigations: starting automatic ones failed; will retry");
         }
