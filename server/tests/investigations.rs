@@ -494,3 +494,32 @@ async fn concurrent_advances_start_each_batch_once() {
     assert_eq!(labelled, 15, "every batch started once");
     assert_eq!(inv.analysis.verdict, Conclusion::Inconclusive);
 }
+
+#[tokio::test]
+async fn a_pair_nobody_claims_fails_after_the_deadline() {
+    let server = TestServer::start().await;
+    let api = Api::new(&server);
+    let token = server.admin_token.clone();
+    // Enrolled, then silent: their agents are down.
+    for h in ["down-a", "down-b"] {
+        enroll(&api, &server, h).await;
+    }
+    let (s, body) = api.post("/api/v1/investigations", &token, json!({"nodes": ["down-a", "down-b"], "kind": "nccl"})).await;
+    assert_eq!(s, StatusCode::CREATED, "{body}");
+    let id: Uuid = body["id"].as_str().unwrap().parse().unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(investigation(&api, &token, id).await.state, InvestigationState::Running, "within the deadline it waits");
+    // The deadline passes.
+    let deadline = heddle_server::health::investigate::PAIR_CLAIM_DEADLINE.as_secs() as f64 + 1.0;
+    sqlx::query("UPDATE jobs SET created_at = created_at - make_interval(secs => $1) WHERE state = 'queued'")
+        .bind(deadline)
+        .execute(&server.state.db)
+        .await
+        .unwrap();
+    let inv = wait_done(&api, &token, id).await;
+    assert_eq!(inv.state, InvestigationState::Failed);
+    let error = inv.pairs[0].error.as_deref().unwrap();
+    assert!(error.contains("not claimed within 600 s: is the agent of down-a running?"), "{error}");
+    let (queued,): (i64,) = sqlx::query_as("SELECT count(*) FROM jobs WHERE state = 'queued'").fetch_one(&server.state.db).await.unwrap();
+    assert_eq!(queued, 0, "nothing left waiting for the silent agents");
+}

@@ -16,7 +16,7 @@ pub mod schedule;
 mod advance;
 mod store;
 
-pub use advance::{advance_all, run_loop, trigger_from_verdicts};
+pub use advance::{PAIR_CLAIM_DEADLINE, advance_all, run_loop, trigger_from_verdicts};
 pub use store::{create, list, load};
 
 use uuid::Uuid;

@@ -15,6 +15,9 @@ use crate::{db, AppState};
 
 /// Attempts of a pair's jobs, as for a run started without `max_attempts`.
 const PAIR_MAX_ATTEMPTS: u32 = 3;
+/// A pair job nobody claims for this long (its node's agent is down or busy elsewhere) gives
+/// up its run, so the investigation ends with that pair failed instead of waiting forever.
+pub const PAIR_CLAIM_DEADLINE: Duration = Duration::from_secs(600);
 
 /// Ticks at most once a second, and four times per heartbeat interval when that is shorter.
 pub async fn run_loop(state: AppState) {
@@ -63,6 +66,7 @@ pub(super) async fn advance_locked(tx: &mut sqlx::Transaction<'_, sqlx::Postgres
         fail(tx, id, "its kind is unknown to this server").await?;
         return Ok(0);
     };
+    give_up_unclaimed(tx, id).await?;
     collect(tx, id, kind).await?;
     let (pending, running): (i64, i64) = sqlx::query_as(
         "SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state = 'running')
@@ -163,6 +167,38 @@ struct Ended {
     ended: i64,
     ok: i64,
     why: Option<String>,
+}
+
+/// Cancels the runs of running pairs that have a job unclaimed past [`PAIR_CLAIM_DEADLINE`]:
+/// the unclaimed job ends `cancelled` with the reason, its peer is asked to stop, and
+/// `collect` then records the pair as failed, naming the node.
+async fn give_up_unclaimed(tx: &mut sqlx::PgConnection, id: Uuid) -> Result<(), sqlx::Error> {
+    let stale: Vec<(Uuid,)> = sqlx::query_as(
+        "UPDATE jobs j SET state = 'cancelled', finished_at = now(),
+                error = format('not claimed within %s s: is the agent of %s running?', $2::bigint, n.hostname)
+         FROM investigation_pairs p, nodes n
+         WHERE p.investigation_id = $1 AND p.state = 'running' AND j.run_id = p.run_id AND n.id = j.node_id
+           AND j.state = 'queued' AND j.created_at < now() - make_interval(secs => $2::float8)
+         RETURNING j.run_id",
+    )
+    .bind(id)
+    .bind(PAIR_CLAIM_DEADLINE.as_secs() as i64)
+    .fetch_all(&mut *tx)
+    .await?;
+    if stale.is_empty() {
+        return Ok(());
+    }
+    let runs: Vec<Uuid> = stale.into_iter().map(|(r,)| r).collect();
+    sqlx::query("UPDATE jobs SET cancel_requested = true WHERE run_id = ANY($1) AND state IN ('leased', 'running')")
+        .bind(&runs)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("UPDATE jobs SET state = 'cancelled', finished_at = now(), error = 'its peer never started' WHERE run_id = ANY($1) AND state = 'queued'")
+        .bind(&runs)
+        .execute(&mut *tx)
+        .await?;
+    tracing::warn!(investigation = %id, runs = runs.len(), "pair jobs unclaimed past the deadline; their runs are cancelled");
+    Ok(())
 }
 
 /// Records the figure (or the failure) of every running pair whose run has ended.
