@@ -366,7 +366,7 @@ async fn plugins_upload_versions_enable_rollback_and_audit() {
     let (s, v1) = api.raw(Method::POST, &format!("{path}/0.1.0"), Some(&admin), "application/wasm", component(1)).await;
     assert_eq!(s, StatusCode::CREATED, "{v1}");
     assert_eq!(v1["size_bytes"], component(1).len());
-    assert_eq!(v1["contract"], "heddle:plugin@0.1.0");
+    assert_eq!(v1["contract"], "heddle:plugin@0.2.0");
     assert_eq!(v1["sha256"].as_str().unwrap().len(), 64);
     let (s, again) = api.raw(Method::POST, &format!("{path}/0.1.0"), Some(&admin), "application/wasm", component(1)).await;
     assert_eq!(s, StatusCode::OK);
@@ -401,6 +401,10 @@ async fn plugins_upload_versions_enable_rollback_and_audit() {
     let actions: Vec<&str> = audit.as_array().unwrap().iter().map(|a| a["action"].as_str().unwrap()).collect();
     assert_eq!(actions, ["plugin.disable", "plugin.enable", "plugin.enable", "plugin.upload", "plugin.upload"]);
     assert!(audit[0]["actor"].as_str().unwrap().starts_with("token:"));
+    // A component built against the previous contract is accepted and says so.
+    let (s, old) = api.raw(Method::POST, "/api/v1/plugins/contract-v01/versions/0.1.0", Some(&admin), "application/wasm", dist("contract-v01")).await;
+    assert_eq!(s, StatusCode::CREATED, "{old}");
+    assert_eq!(old["contract"], "heddle:plugin@0.1.0");
 }
 
 #[tokio::test]
