@@ -359,7 +359,7 @@ pub async fn list_sites(State(state): State<AppState>, caller: Caller) -> ApiRes
 }
 
 #[derive(sqlx::FromRow)]
-pub(crate) struct ProfileRow {
+struct ProfileRow {
     id: Uuid,
     name: String,
     node_id: Option<Uuid>,
@@ -385,7 +385,43 @@ impl From<ProfileRow> for TuningProfile {
     }
 }
 
-pub(crate) const PROFILE_COLUMNS: &str = "id, name, node_id, site_id, env, source_run_id, created_by, created_at";
+const PROFILE_COLUMNS: &str = "id, name, node_id, site_id, env, source_run_id, created_by, created_at";
+
+/// A tuning profile to store; its name and env are already checked.
+pub(crate) struct NewProfile<'a> {
+    pub name: &'a str,
+    pub node_id: Option<Uuid>,
+    pub site_id: Option<Uuid>,
+    pub env: &'a BTreeMap<String, String>,
+    pub source_run_id: Option<Uuid>,
+}
+
+/// Stores a tuning profile and its audit entry (`detail`) in the caller's transaction; a
+/// taken name is a conflict. Profiles created directly and sweep winners kept as profiles
+/// both go through here.
+pub(crate) async fn insert_profile(
+    tx: &mut sqlx::PgConnection,
+    caller: &Caller,
+    p: NewProfile<'_>,
+    detail: serde_json::Value,
+) -> ApiResult<TuningProfile> {
+    let row: ProfileRow = sqlx::query_as(&format!(
+        "INSERT INTO tuning_profiles (id, name, node_id, site_id, env, source_run_id, created_by)
+         VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING {PROFILE_COLUMNS}"
+    ))
+    .bind(Uuid::new_v4())
+    .bind(p.name)
+    .bind(p.node_id)
+    .bind(p.site_id)
+    .bind(sqlx::types::Json(p.env))
+    .bind(p.source_run_id)
+    .bind(caller.actor())
+    .fetch_one(&mut *tx)
+    .await
+    .map_err(duplicate_name("tuning profile", p.name))?;
+    db::audit(&mut *tx, &caller.actor(), "tuning_profile.create", &format!("tuning_profile:{}", p.name), detail).await?;
+    Ok(row.into())
+}
 
 /// Keep a set of env values (e.g. a sweep's winner) for a node or a site; it feeds the
 /// env export.
@@ -417,24 +453,10 @@ pub async fn create_profile(
         Some(s) => Some(db::resolve_site(&mut *tx, s).await?),
         None => None,
     };
-    let row: ProfileRow = sqlx::query_as(&format!(
-        "INSERT INTO tuning_profiles (id, name, node_id, site_id, env, source_run_id, created_by)
-         VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING {PROFILE_COLUMNS}"
-    ))
-    .bind(Uuid::new_v4())
-    .bind(&req.name)
-    .bind(node_id)
-    .bind(site_id)
-    .bind(sqlx::types::Json(&req.env))
-    .bind(req.source_run_id)
-    .bind(caller.actor())
-    .fetch_one(&mut *tx)
-    .await
-    .map_err(duplicate_name("tuning profile", &req.name))?;
-    db::audit(&mut *tx, &caller.actor(), "tuning_profile.create", &format!("tuning_profile:{}", req.name),
-        serde_json::json!({"env": req.env})).await?;
+    let profile = NewProfile { name: &req.name, node_id, site_id, env: &req.env, source_run_id: req.source_run_id };
+    let row = insert_profile(&mut tx, &caller, profile, serde_json::json!({"env": req.env})).await?;
     tx.commit().await?;
-    Ok((StatusCode::CREATED, Json(row.into())))
+    Ok((StatusCode::CREATED, Json(row)))
 }
 
 #[utoipa::path(get, path = "/api/v1/tuning-profiles", tag = "nodes", security(("bearer" = [])),

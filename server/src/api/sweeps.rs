@@ -18,10 +18,10 @@ use heddle_types::sweeps::*;
 use uuid::Uuid;
 
 use crate::AppState;
-use crate::api::nodes::{PROFILE_COLUMNS, ProfileRow};
+use crate::api::nodes::{NewProfile, insert_profile};
 use crate::auth::Caller;
 use crate::db;
-use crate::error::{ApiError, ApiResult, Json, Path, duplicate_name};
+use crate::error::{ApiError, ApiResult, Json, Path};
 
 /// The cells of a sweep's rows, in the order they first appear, and each band's winner.
 pub fn tabulate(rows: &[ResultRow]) -> (Vec<SweepCell>, Vec<SweepWinner>) {
@@ -204,31 +204,13 @@ pub async fn keep_winner(
         },
     };
     let mut tx = state.db.begin().await?;
-    let row: ProfileRow = sqlx::query_as(&format!(
-        "INSERT INTO tuning_profiles (id, name, node_id, site_id, env, source_run_id, created_by)
-         VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING {PROFILE_COLUMNS}"
-    ))
-    .bind(Uuid::new_v4())
-    .bind(&req.name)
-    .bind(node_id)
-    .bind(site_id)
-    .bind(sqlx::types::Json(&winner.env))
-    .bind(id)
-    .bind(caller.actor())
-    .fetch_one(&mut *tx)
-    .await
-    .map_err(duplicate_name("tuning profile", &req.name))?;
-    db::audit(
-        &mut *tx,
-        &caller.actor(),
-        "tuning_profile.create",
-        &format!("tuning_profile:{}", req.name),
-        serde_json::json!({"env": winner.env, "from_sweep": id, "band": band, "busbw_gbs": winner.busbw_gbs, "scope": req.scope}),
-    )
-    .await?;
+    let profile = NewProfile { name: &req.name, node_id, site_id, env: &winner.env, source_run_id: Some(id) };
+    let detail =
+        serde_json::json!({"env": winner.env, "from_sweep": id, "band": band, "busbw_gbs": winner.busbw_gbs, "scope": req.scope});
+    let row = insert_profile(&mut tx, &caller, profile, detail).await?;
     tx.commit().await?;
     tracing::info!(run = %id, profile = %req.name, band = band.as_str(), "kept a sweep winner as a tuning profile");
-    Ok((StatusCode::CREATED, Json(row.into())))
+    Ok((StatusCode::CREATED, Json(row)))
 }
 
 #[cfg(test)]
