@@ -440,10 +440,7 @@ pub async fn create_profile(
     if req.env.is_empty() {
         return Err(ApiError::Unprocessable("env must set at least one variable".into()));
     }
-    for (k, v) in &req.env {
-        db::check_env_name(k)?;
-        db::check_env_value(k, v)?;
-    }
+    db::check_env(&req.env)?;
     let mut tx = state.db.begin().await?;
     let node_id = match &req.node {
         Some(n) => Some(db::resolve_node(&mut *tx, n).await?),

@@ -90,10 +90,7 @@ pub(crate) fn validate_spec(spec: &JobSpec) -> Result<(), ApiError> {
     if !(spec.params.is_object() || spec.params.is_null()) {
         return Err(ApiError::Unprocessable("params must be a JSON object".into()));
     }
-    for (k, v) in &spec.env {
-        db::check_env_name(k)?;
-        db::check_env_value(k, v)?;
-    }
+    db::check_env(&spec.env)?;
     if spec.timeout_s == Some(0) {
         return Err(ApiError::Unprocessable("timeout_s must be at least 1".into()));
     }

@@ -190,10 +190,7 @@ pub async fn keep_winner(
     if winner.env.is_empty() {
         return Err(ApiError::Unprocessable(format!("the {} winner of sweep {id} has no NCCL_* values to keep", band.as_str())));
     }
-    for (k, v) in &winner.env {
-        db::check_env_name(k)?;
-        db::check_env_value(k, v)?;
-    }
+    db::check_env(&winner.env)?;
     let (node_id, site_id) = match req.scope {
         ProfileScope::Node => (Some(loaded.table.node_id), None),
         ProfileScope::Site => match loaded.site_id {

@@ -85,6 +85,15 @@ pub fn check_env_value(name: &str, value: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// Every name and value of a set of environment variables (a run's env, a tuning profile).
+pub fn check_env(env: &std::collections::BTreeMap<String, String>) -> Result<(), ApiError> {
+    for (k, v) in env {
+        check_env_name(k)?;
+        check_env_value(k, v)?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
