@@ -165,7 +165,9 @@ pub struct Progress {
 
 /// One measured row: one message size of a sweep, one cell of a tuning grid, ...
 /// The columns mirror nccl-tests; perftest/UCX figures that have no column go in `extra`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// `Default` is a row of size 0 with nothing measured: the base for a row that carries
+/// only some columns (what a reader of stored rows selected).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ResultRow {

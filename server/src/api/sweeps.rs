@@ -135,20 +135,7 @@ async fn load(db: &sqlx::PgPool, id: Uuid) -> ApiResult<Loaded> {
     }
     let rows: Vec<ResultRow> = rows
         .into_iter()
-        .map(|(size_bytes, busbw_gbs, wrong, labels)| ResultRow {
-            size_bytes,
-            count: None,
-            dtype: None,
-            op: None,
-            root: None,
-            in_place: None,
-            time_us: None,
-            algbw_gbs: None,
-            busbw_gbs,
-            wrong,
-            labels: labels.0,
-            extra: serde_json::Value::Null,
-        })
+        .map(|(size_bytes, busbw_gbs, wrong, labels)| ResultRow { size_bytes, busbw_gbs, wrong, labels: labels.0, ..Default::default() })
         .collect();
     let (cells, winners) = tabulate(&rows);
     let collective = spec.params.get("op").and_then(|v| v.as_str()).unwrap_or("all_reduce").to_string();
@@ -217,17 +204,10 @@ mod tests {
     fn r(size: i64, busbw: f64, wrong: i64, cell: &[(&str, &str)]) -> ResultRow {
         ResultRow {
             size_bytes: size,
-            count: None,
-            dtype: None,
-            op: None,
-            root: None,
-            in_place: None,
-            time_us: None,
-            algbw_gbs: None,
             busbw_gbs: Some(busbw),
             wrong: Some(wrong),
             labels: cell.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-            extra: serde_json::Value::Null,
+            ..Default::default()
         }
     }
 

@@ -108,17 +108,12 @@ mod tests {
     fn row(size: i64, busbw: Option<f64>, algbw: Option<f64>, time: Option<f64>) -> ResultRow {
         ResultRow {
             size_bytes: size,
-            count: None,
-            dtype: None,
-            op: None,
-            root: None,
-            in_place: None,
             time_us: time,
             algbw_gbs: algbw,
             busbw_gbs: busbw,
             wrong: Some(0),
-            labels: BTreeMap::new(),
             extra: json!({}),
+            ..Default::default()
         }
     }
 

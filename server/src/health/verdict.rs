@@ -291,17 +291,13 @@ pub async fn judge_result(db: &PgPool, result_id: Uuid) -> Result<ResultVerdict,
         .into_iter()
         .map(|r| ResultRow {
             size_bytes: r.size_bytes,
-            count: None,
-            dtype: None,
             op: r.op,
-            root: None,
-            in_place: None,
             time_us: r.time_us,
             algbw_gbs: r.algbw_gbs,
             busbw_gbs: r.busbw_gbs,
             wrong: r.wrong,
             labels: r.labels.0,
-            extra: serde_json::Value::Null,
+            ..Default::default()
         })
         .collect();
     let extracted = figures::extract(&s.spec.kind, &s.spec.params, &rows);

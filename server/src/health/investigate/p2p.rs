@@ -85,20 +85,7 @@ pub async fn for_result(db: &sqlx::PgPool, result_id: Uuid, threshold: f64) -> R
             .await?;
     let rows: Vec<ResultRow> = rows
         .into_iter()
-        .map(|(size_bytes, algbw_gbs, labels)| ResultRow {
-            size_bytes,
-            count: None,
-            dtype: None,
-            op: None,
-            root: None,
-            in_place: None,
-            time_us: None,
-            algbw_gbs,
-            busbw_gbs: None,
-            wrong: None,
-            labels: labels.0,
-            extra: serde_json::Value::Null,
-        })
+        .map(|(size_bytes, algbw_gbs, labels)| ResultRow { size_bytes, algbw_gbs, labels: labels.0, ..Default::default() })
         .collect();
     let (matrix, paths) = build(&rows).ok_or_else(|| {
         InvestigateError::Invalid(format!("result {result_id} has no d2d rows with src and dst GPU labels (is it a p2p result?)"))
@@ -115,20 +102,7 @@ mod tests {
 
     fn row(src: &str, dst: &str, kind: &str, path: &str, size: i64, bw: f64) -> ResultRow {
         let labels = [("src", src), ("dst", dst), ("kind", kind), ("path", path)].map(|(k, v)| (k.to_string(), v.to_string()));
-        ResultRow {
-            size_bytes: size,
-            count: None,
-            dtype: None,
-            op: None,
-            root: None,
-            in_place: None,
-            time_us: None,
-            algbw_gbs: Some(bw),
-            busbw_gbs: None,
-            wrong: None,
-            labels: labels.into_iter().collect(),
-            extra: serde_json::Value::Null,
-        }
+        ResultRow { size_bytes: size, algbw_gbs: Some(bw), labels: labels.into_iter().collect(), ..Default::default() }
     }
 
     /// Four GPUs, two sizes; GPU 2's links are slow.
