@@ -199,53 +199,55 @@ fn gpus_used(s: &Subject) -> Option<i32> {
         .or((s.world_size == 1 && s.gpu_count > 0).then_some(s.gpu_count))
 }
 
+type MedianQuery<'q> = sqlx::query::QueryAs<'q, sqlx::Postgres, (Option<f64>, i64), sqlx::postgres::PgArguments>;
+
+/// Runs `sql`, a median (`percentile_cont(0.5)`, `count(*)`) over figures comparable with
+/// `f`. The baseline and the fleet median share what makes a figure comparable, bound here
+/// as the first parameters: $1 the node, $2 this result (left out), $3 the world size,
+/// $4 to $6 the figure's test, metric and size band, $7 when this result was received;
+/// `more` binds the rest.
+async fn comparable_median<'q>(
+    db: &PgPool,
+    sql: &'q str,
+    s: &'q Subject,
+    result_id: Uuid,
+    f: &'q Figure,
+    more: impl FnOnce(MedianQuery<'q>) -> MedianQuery<'q>,
+) -> Result<Option<Median>, sqlx::Error> {
+    let query = sqlx::query_as(sql)
+        .bind(s.node_id)
+        .bind(result_id)
+        .bind(s.world_size)
+        .bind(&f.test)
+        .bind(&f.metric)
+        .bind(size_band(f.size_bytes))
+        .bind(s.received_at);
+    let (value, samples) = more(query).fetch_one(db).await?;
+    Ok(value.map(|value| Median { value, samples }))
+}
+
 /// The median of this node's last comparable results judged pass (or unknown: not yet
 /// comparable is not a failure), received before this one.
 async fn baseline(db: &PgPool, s: &Subject, result_id: Uuid, f: &Figure) -> Result<Option<Median>, sqlx::Error> {
-    let (value, samples): (Option<f64>, i64) = sqlx::query_as(
-        "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY x), count(*) FROM (
+    let sql = "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY x), count(*) FROM (
             SELECT (f->>'value')::float8 AS x
             FROM verdicts v JOIN results r ON r.id = v.result_id, jsonb_array_elements(v.figures) f
             WHERE v.node_id = $1 AND v.result_id <> $2 AND v.world_size = $3 AND f->>'test' = $4 AND f->>'metric' = $5
               AND (f->>'band')::int = $6 AND r.received_at < $7 AND v.verdict IN ('pass', 'unknown')
-            ORDER BY r.received_at DESC LIMIT $8) s",
-    )
-    .bind(s.node_id)
-    .bind(result_id)
-    .bind(s.world_size)
-    .bind(&f.test)
-    .bind(&f.metric)
-    .bind(size_band(f.size_bytes))
-    .bind(s.received_at)
-    .bind(BASELINE_RESULTS)
-    .fetch_one(db)
-    .await?;
-    Ok(value.map(|value| Median { value, samples }))
+            ORDER BY r.received_at DESC LIMIT $8) s";
+    comparable_median(db, sql, s, result_id, f, |q| q.bind(BASELINE_RESULTS)).await
 }
 
 /// The median of the latest comparable figure of every other node of the same GPU model.
 async fn fleet(db: &PgPool, s: &Subject, result_id: Uuid, f: &Figure) -> Result<Option<Median>, sqlx::Error> {
-    let (value, samples): (Option<f64>, i64) = sqlx::query_as(
-        "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY x), count(*) FROM (
+    let sql = "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY x), count(*) FROM (
             SELECT DISTINCT ON (v.node_id) (f->>'value')::float8 AS x
             FROM verdicts v JOIN results r ON r.id = v.result_id, jsonb_array_elements(v.figures) f
             WHERE v.node_id <> $1 AND v.result_id <> $2 AND v.world_size = $3 AND f->>'test' = $4 AND f->>'metric' = $5
               AND (f->>'band')::int = $6 AND r.received_at <= $7 AND r.received_at > $7 - make_interval(days => $8)
               AND v.gpu_model IS NOT DISTINCT FROM $9
-            ORDER BY v.node_id, r.received_at DESC) s",
-    )
-    .bind(s.node_id)
-    .bind(result_id)
-    .bind(s.world_size)
-    .bind(&f.test)
-    .bind(&f.metric)
-    .bind(size_band(f.size_bytes))
-    .bind(s.received_at)
-    .bind(FLEET_WINDOW_DAYS)
-    .bind(&s.gpu_model)
-    .fetch_one(db)
-    .await?;
-    Ok(value.map(|value| Median { value, samples }))
+            ORDER BY v.node_id, r.received_at DESC) s";
+    comparable_median(db, sql, s, result_id, f, |q| q.bind(FLEET_WINDOW_DAYS).bind(&s.gpu_model)).await
 }
 
 /// Judges results of the last day that have no verdict yet: those whose judgement failed
