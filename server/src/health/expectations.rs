@@ -102,7 +102,7 @@ fn contains_ci(haystack: &str, needle: &str) -> bool {
     haystack.to_ascii_lowercase().contains(&needle.to_ascii_lowercase())
 }
 
-fn builtin(origin_source: String, test: &str, metric: &str, min_size_bytes: i64, value: f64) -> Expectation {
+pub(super) fn builtin(origin_source: String, test: &str, metric: &str, min_size_bytes: i64, value: f64) -> Expectation {
     Expectation {
         id: None,
         origin: "builtin".into(),

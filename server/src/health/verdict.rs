@@ -381,21 +381,7 @@ mod tests {
     }
 
     fn expect(value: f64) -> Expectation {
-        Expectation {
-            id: None,
-            origin: "builtin".into(),
-            test: "nccl.all_reduce".into(),
-            metric: "busbw_gbs".into(),
-            min_size_bytes: 0,
-            value,
-            source: "datasheet".into(),
-            gpu_model: None,
-            gpu_count: None,
-            world_size: None,
-            node: None,
-            created_by: None,
-            created_at: None,
-        }
+        expectations::builtin("datasheet".into(), "nccl.all_reduce", "busbw_gbs", 0, value)
     }
 
     fn m(value: f64, samples: i64) -> Option<Median> {
