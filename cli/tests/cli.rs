@@ -1,9 +1,10 @@
 //! The `heddle` binary against a real server.
 
-use std::process::Command;
+mod common;
 
+use common::{enroll_with, run_heddle};
 use heddle_server::testing::TestServer;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 struct Heddle {
     url: String,
@@ -13,14 +14,7 @@ struct Heddle {
 
 impl Heddle {
     fn run(&self, args: &[&str]) -> (i32, String, String) {
-        let out = Command::new(env!("CARGO_BIN_EXE_heddle"))
-            .args(args)
-            .env("HEDDLE_URL", &self.url)
-            .env("HEDDLE_TOKEN", &self.token)
-            .env("HEDDLE_CONFIG", &self.config)
-            .output()
-            .unwrap();
-        (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+        run_heddle(&self.url, &self.token, &self.config, args)
     }
 
     fn json(&self, args: &[&str]) -> Value {
@@ -48,13 +42,7 @@ async fn cli_drives_the_api() {
     let (code, token, err) = h.run(&["agents", "enroll-token", "--max-uses", "2"]);
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("heddle-agent run --server"), "{err}");
-    let resp = reqwest::Client::new()
-        .post(format!("{}/api/v1/agent/enroll", server.url))
-        .json(&json!({"enroll_token": token.trim(), "hostname": "cli-node"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 201);
+    enroll_with(&server, token.trim(), "cli-node").await;
 
     let nodes = h.json(&["nodes", "ls"]);
     assert_eq!(nodes[0]["hostname"], "cli-node");

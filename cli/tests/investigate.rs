@@ -2,66 +2,31 @@
 //! report a slow node; the CLI starts the investigation, shows the matrix and the culprit,
 //! and `--watch` exits 1 because a culprit was named.
 
-use std::process::Command;
+mod common;
+
 use std::time::Duration;
 
+use common::{claim, enroll, get, heddle, upload};
 use heddle_server::testing::TestServer;
 use serde_json::{Value, json};
 
-fn heddle(server: &TestServer, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_heddle"))
-        .args(args)
-        .env("HEDDLE_URL", &server.url)
-        .env("HEDDLE_TOKEN", &server.admin_token)
-        .env("HEDDLE_CONFIG", std::env::temp_dir().join(format!("heddle-inv-{}.json", uuid::Uuid::new_v4())))
-        .output()
-        .unwrap();
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
-}
-
-/// Claims and answers every queued job of every agent until the investigation is done.
+/// Claims and answers every queued job of the agents (their credentials) until the investigation is done.
 /// Pairs with `slow` report a quarter of the bandwidth.
-async fn serve_jobs(server: &TestServer, agents: &[(String, String)], slow: &str, investigation: &str) {
-    let http = reqwest::Client::new();
+async fn serve_jobs(server: &TestServer, agents: &[String], slow: &str, investigation: &str) {
     for _ in 0..200 {
-        for (host, cred) in agents {
-            let resp = http.post(format!("{}/api/v1/agent/jobs/claim", server.url)).bearer_auth(cred).send().await.unwrap();
-            if resp.status() == 204 {
+        for cred in agents {
+            let Some(lease) = claim(server, cred).await else {
                 continue;
-            }
-            let lease: Value = resp.json().await.unwrap();
-            let run: Value = http
-                .get(format!("{}/api/v1/runs/{}", server.url, lease["run_id"].as_str().unwrap()))
-                .bearer_auth(&server.admin_token)
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
+            };
+            let run = get(server, &format!("/api/v1/runs/{}", lease["run_id"].as_str().unwrap())).await;
             let involved = run["jobs"].as_array().unwrap().iter().any(|j| j["hostname"] == slow);
             let bw = if involved { 40.0 } else { 160.0 };
             let body = json!({"upload_key": format!("k-{}", lease["job_id"].as_str().unwrap()), "outcome": "succeeded",
                 "rows": [{"size_bytes": 1 << 26, "busbw_gbs": bw}],
                 "started_at": "2026-01-01T00:00:00Z", "finished_at": "2026-01-01T00:00:01Z"});
-            let up = http
-                .post(format!("{}/api/v1/agent/jobs/{}/result", server.url, lease["job_id"].as_str().unwrap()))
-                .bearer_auth(cred)
-                .json(&body)
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(up.status(), 201, "{host}");
+            upload(server, cred, &lease, &body).await;
         }
-        let inv: Value = http
-            .get(format!("{}/api/v1/investigations/{investigation}", server.url))
-            .bearer_auth(&server.admin_token)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let inv = get(server, &format!("/api/v1/investigations/{investigation}")).await;
         if inv["state"] != "running" {
             return;
         }
@@ -73,20 +38,9 @@ async fn serve_jobs(server: &TestServer, agents: &[(String, String)], slow: &str
 #[tokio::test(flavor = "multi_thread")]
 async fn investigate_start_show_and_watch() {
     let server = TestServer::start().await;
-    let http = reqwest::Client::new();
     let mut agents = Vec::new();
     for host in ["inv-a", "inv-b", "inv-c", "inv-d"] {
-        let token = server.enrollment_token().await;
-        let resp: Value = http
-            .post(format!("{}/api/v1/agent/enroll", server.url))
-            .json(&json!({"enroll_token": token, "hostname": host}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        agents.push((host.to_string(), resp["credential"].as_str().unwrap().to_string()));
+        agents.push(enroll(&server, host).await);
     }
     let (code, out, err) = heddle(&server, &["investigate", "start", "--nodes", "inv-a,inv-b,inv-c,inv-d", "--kind", "nccl", "--param", "op=all_gather", "--batch", "2"]);
     assert_eq!(code, 0, "{err}");

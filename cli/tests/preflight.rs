@@ -1,21 +1,11 @@
 //! `heddle preflight` exit codes against a real server: 0 pass, 1 warn, 2 fail, 3 could
 //! not decide.
 
-use std::process::Command;
+mod common;
 
+use common::{claim, enroll, heddle_as, upload};
 use heddle_server::testing::TestServer;
 use serde_json::{Value, json};
-
-fn heddle(url: &str, token: &str, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_heddle"))
-        .args(args)
-        .env("HEDDLE_URL", url)
-        .env("HEDDLE_TOKEN", token)
-        .env("HEDDLE_CONFIG", std::env::temp_dir().join(format!("heddle-preflight-{}.json", uuid::Uuid::new_v4())))
-        .output()
-        .unwrap();
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
-}
 
 async fn call(server: &TestServer, path: &str, bearer: &str, body: Value) -> Value {
     let resp = reqwest::Client::new().post(format!("{}{path}", server.url)).bearer_auth(bearer).json(&body).send().await.unwrap();
@@ -25,16 +15,14 @@ async fn call(server: &TestServer, path: &str, bearer: &str, body: Value) -> Val
 
 /// An enrolled node with a memcpy result of `gbs` for each figure in `history`.
 async fn node_with_history(server: &TestServer, host: &str, history: &[f64]) {
-    let token = server.enrollment_token().await;
-    let enrolled = call(server, "/api/v1/agent/enroll", "", json!({"enroll_token": token, "hostname": host})).await;
-    let cred = enrolled["credential"].as_str().unwrap().to_string();
+    let cred = enroll(server, host).await;
     for (i, gbs) in history.iter().enumerate() {
         server.start_run(json!({"kind": "memcpy", "nodes": [host]})).await;
-        let lease = call(server, "/api/v1/agent/jobs/claim", &cred, json!(null)).await;
+        let lease = claim(server, &cred).await.expect("the memcpy job");
         let body = json!({"upload_key": format!("{host}-{i}"), "outcome": "succeeded",
             "rows": [{"size_bytes": 64 << 20, "op": "memcpy", "algbw_gbs": gbs, "wrong": 0}],
             "started_at": "2026-01-01T00:00:00Z", "finished_at": "2026-01-01T00:00:01Z"});
-        call(server, &format!("/api/v1/agent/jobs/{}/result", lease["job_id"].as_str().unwrap()), &cred, body).await;
+        upload(server, &cred, &lease, &body).await;
     }
 }
 
@@ -51,7 +39,7 @@ async fn preflight_exit_codes() {
     node_with_history(&server, "new", &[]).await;
     let pf = |nodes: &str| {
         let (url, admin, nodes) = (url.clone(), admin.clone(), nodes.to_string());
-        move || heddle(&url, &admin, &["preflight", "--nodes", &nodes, "--check", "memcpy", "--max-age", "1h", "--wait", "0"])
+        move || heddle_as(&url, &admin, &["preflight", "--nodes", &nodes, "--check", "memcpy", "--max-age", "1h", "--wait", "0"])
     };
     let run = |f: Box<dyn FnOnce() -> (i32, String, String) + Send>| tokio::task::spawn_blocking(f);
 
@@ -70,7 +58,7 @@ async fn preflight_exit_codes() {
     assert!(err.contains("could not decide"), "{err}");
 
     let (url2, admin2) = (url.clone(), admin.clone());
-    let (code, out, _) = tokio::task::spawn_blocking(move || heddle(&url2, &admin2, &["preflight", "--nodes", "bad", "--check", "memcpy", "--wait", "0", "--json"]))
+    let (code, out, _) = tokio::task::spawn_blocking(move || heddle_as(&url2, &admin2, &["preflight", "--nodes", "bad", "--check", "memcpy", "--wait", "0", "--json"]))
         .await
         .unwrap();
     assert_eq!(code, 2);
@@ -79,6 +67,6 @@ async fn preflight_exit_codes() {
 
     // Unreachable server: could not decide.
     server.stop().await;
-    let (code, _, err) = tokio::task::spawn_blocking(move || heddle(&url, &admin, &["preflight", "--nodes", "good", "--wait", "0"])).await.unwrap();
+    let (code, _, err) = tokio::task::spawn_blocking(move || heddle_as(&url, &admin, &["preflight", "--nodes", "good", "--wait", "0"])).await.unwrap();
     assert_eq!(code, 3, "{err}");
 }
