@@ -47,7 +47,7 @@ impl Default for HostConfig {
             pooling_instances: None,
             pooling_max_memory_bytes: 256 << 20,
             pooling_keep_resident_bytes: 1 << 20,
-            max_wasm_stack: 1 << 20,
+            max_wasm_stack: 256 << 10,
         }
     }
 }

@@ -304,3 +304,17 @@ fn a_0_2_plugin_sees_only_the_facts_it_declared() {
     let seen: serde_json::Value = serde_json::from_str(&r.detection.traits[0].1).unwrap();
     assert_eq!(seen, serde_json::json!({"hostile": "echo", "host": {"hostname": "n1"}}));
 }
+
+#[test]
+fn the_small_guest_stack_parses_the_deepest_json_serde_accepts() {
+    // serde_json refuses nesting past 128 levels; everything below must parse inside a guest
+    // built with the workspace's 64 KiB shadow stack (plugins/.cargo/config.toml).
+    let deep = format!("{}1{}", "[".repeat(126), "]".repeat(126));
+    let facts = format!(r#"{{"gpus": [{{"name": "H100"}}], "deep": {deep}}}"#);
+    let r = host().run(&dist("contract-v01"), &facts, &Limits::default()).unwrap();
+    assert_eq!(r.detection.traits[0], ("v01.gpu_model".to_string(), "H100".to_string()));
+    // Deeper than that never reaches a plugin: the host's own check refuses it.
+    let too_deep = format!(r#"{{"deep": {}1{}}}"#, "[".repeat(200), "]".repeat(200));
+    let err = host().run(&dist("contract-v01"), &too_deep, &Limits::default()).unwrap_err();
+    assert_eq!(err.code(), "bad-facts", "{err}");
+}
