@@ -309,6 +309,27 @@ mod tests {
         assert_eq!(v.root(), &json!({"a": {"b": 1}}));
     }
 
+    /// The same cases as the host's projection test (plugins/host/src/facts.rs): native tests
+    /// must see what a host would pass.
+    #[test]
+    fn projection_matches_the_hosts() {
+        let facts = json!({
+            "host": {"hostname": "n1", "dmi": {"sys_vendor": "Microsoft Corporation", "serial": "x"}},
+            "rdma": {"devices": [{"name": "mlx5_0"}]},
+            "gpus": [{"index": 0}],
+            "a/b": {"c~d": 1},
+        });
+        let reads = |r: &[&str]| project(&facts, &r.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(reads(&["/host/dmi/sys_vendor", "/rdma"]), json!({
+            "host": {"dmi": {"sys_vendor": "Microsoft Corporation"}},
+            "rdma": {"devices": [{"name": "mlx5_0"}]},
+        }));
+        assert_eq!(reads(&["/gpus/0/index"]), json!({"gpus": [{"index": 0}]}), "arrays stay whole");
+        assert_eq!(reads(&["/host/dmi", "/host/dmi/sys_vendor"])["host"]["dmi"]["serial"], "x");
+        assert_eq!(reads(&["/missing", "/host/nothing"]), json!({}));
+        assert_eq!(reads(&["/a~1b/c~0d"]), json!({"a/b": {"c~d": 1}}));
+    }
+
     #[test]
     fn rejects_non_objects() {
         assert_eq!(Facts::parse("[1]").unwrap_err().code, "bad-facts");
