@@ -50,14 +50,6 @@ impl PluginRuntime {
             .unwrap_or_else(|e| Err(HostError::Internal(format!("validation task failed: {e}"))))
     }
 
-    pub async fn run(&self, plugin: LoadedPlugin, facts: Arc<FactsJson>) -> Result<Report, HostError> {
-        let host = self.host.clone();
-        let limits = self.limits;
-        tokio::task::spawn_blocking(move || host.call(&plugin, &facts, &limits))
-            .await
-            .unwrap_or_else(|e| Err(HostError::Internal(format!("plugin task failed: {e}"))))
-    }
-
     /// Runs every plugin on every node's facts, spread over one thread per core; the outcome
     /// of node `i`, plugin `j` is `[i][j]`. One blocking task for the whole batch, so a call
     /// costs the plugin's own time and nothing for scheduling.
@@ -180,24 +172,24 @@ async fn evaluate_nodes(state: &AppState, nodes: &[Uuid]) -> Vec<(Uuid, anyhow::
     };
     // Only plugins that compiled are run; the others' error is every node's outcome.
     let runnable: Vec<LoadedPlugin> = compiled.iter().filter_map(|c| c.as_ref().ok().cloned()).collect();
-    let mut with_facts = Vec::new();
+    // (node, facts hash, whether it has facts to evaluate); the facts move into the batch.
+    let mut subjects = Vec::with_capacity(rows.len());
     let mut facts = Vec::new();
-    for (i, (_, f, sha)) in rows.iter().enumerate() {
-        if let (Some(f), Some(_)) = (f, sha) {
-            match FactsJson::from_value(f.clone()) {
-                Ok(checked) => {
-                    with_facts.push(i);
-                    facts.push(checked);
-                }
-                Err(e) => tracing::warn!(node = %rows[i].0, error = %e, "stored facts are not an object; skipping plugins"),
-            }
-        }
+    for (node, f, sha) in rows {
+        let checked = match (f, &sha) {
+            (Some(f), Some(_)) => FactsJson::from_value(f)
+                .inspect_err(|e| tracing::warn!(%node, error = %e, "stored facts are not an object; skipping plugins"))
+                .ok(),
+            _ => None,
+        };
+        subjects.push((node, sha, checked.is_some()));
+        facts.extend(checked);
     }
     let mut evaluated = state.plugins.evaluate(runnable, facts).await.into_iter();
     let mut out = Vec::new();
-    for (i, (node, _, sha)) in rows.iter().enumerate() {
+    for (node, sha, has_facts) in subjects {
         let mut outcomes = Vec::new();
-        if with_facts.contains(&i) {
+        if has_facts {
             let mut ran = evaluated.next().unwrap_or_default().into_iter();
             for c in &compiled {
                 outcomes.push(match c {
@@ -206,7 +198,7 @@ async fn evaluate_nodes(state: &AppState, nodes: &[Uuid]) -> Vec<(Uuid, anyhow::
                 });
             }
         }
-        out.push((*node, store_outcomes(state, *node, sha.clone(), &plugins, &outcomes).await));
+        out.push((node, store_outcomes(state, node, sha, &plugins, &outcomes).await));
     }
     out
 }
