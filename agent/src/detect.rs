@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use heddle_plugin_host::{HostConfig, Limits, PluginHost, Report};
+use heddle_plugin_host::{FactsJson, HostConfig, Limits, PluginHost, Report};
 use serde::Serialize;
 
 #[derive(Debug, clap::Args)]
@@ -149,9 +149,16 @@ pub fn command(args: DetectArgs) -> anyhow::Result<()> {
 /// Runs every source on the facts and merges the results. A failing plugin is reported in
 /// its entry and does not stop the others.
 pub fn detect(host: &PluginHost, sources: &[Source], facts_json: &str, limits: &Limits) -> DetectOutput {
+    // Checked once for every plugin (and cut per plugin to what it declared it reads).
+    let facts = FactsJson::parse(facts_json);
     let plugins: Vec<PluginOutput> = sources
         .iter()
-        .map(|source| match host.run(&source.bytes, facts_json, limits) {
+        .map(|source| {
+            let facts = facts.as_ref().map_err(Clone::clone)?;
+            host.load(&source.bytes, limits).and_then(|plugin| host.call(&plugin, facts, limits))
+        })
+        .zip(sources)
+        .map(|(outcome, source)| match outcome {
             Ok(report) => {
                 tracing::debug!(plugin = %report.plugin.name, fuel = report.usage.fuel_consumed,
                     micros = report.usage.elapsed.as_micros() as u64, "plugin ran");
