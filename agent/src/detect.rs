@@ -188,8 +188,8 @@ pub fn detect(host: &PluginHost, sources: &[Source], facts_json: &str, limits: &
 fn entry(report: Report) -> PluginOutput {
     let d = report.detection;
     PluginOutput {
-        name: report.plugin.name,
-        version: Some(report.plugin.version),
+        name: report.plugin.name.clone(),
+        version: Some(report.plugin.version.clone()),
         traits: d.traits.into_iter().collect(),
         env: d.env,
         affinity: d.affinity,

@@ -52,27 +52,43 @@ impl PluginRuntime {
 
     /// Runs every plugin on every node's facts, spread over one thread per core; the outcome
     /// of node `i`, plugin `j` is `[i][j]`. One blocking task for the whole batch, so a call
-    /// costs the plugin's own time and nothing for scheduling.
+    /// costs the plugin's own time and nothing for scheduling. Threads take nodes from a
+    /// shared queue a few at a time (one slow node does not leave a core idle) and drop each
+    /// node's facts as soon as its plugins ran, so freeing them is spread over the cores too.
     pub async fn evaluate(&self, plugins: Vec<LoadedPlugin>, facts: Vec<FactsJson>) -> Vec<Vec<Result<Report, HostError>>> {
+        /// Nodes a thread takes per visit to the queue.
+        const GRAB: usize = 16;
         let host = self.host.clone();
         let limits = self.limits;
         let nodes = facts.len();
         let result = tokio::task::spawn_blocking(move || {
-            let chunk = nodes.div_ceil(eval_threads()).max(1);
+            let queue = Mutex::new(facts.into_iter().enumerate());
+            let work = || {
+                let mut done = Vec::new();
+                loop {
+                    let grabbed: Vec<(usize, FactsJson)> = queue.lock().unwrap_or_else(|p| p.into_inner()).by_ref().take(GRAB).collect();
+                    if grabbed.is_empty() {
+                        return done;
+                    }
+                    for (i, f) in grabbed {
+                        done.push((i, plugins.iter().map(|p| host.call(p, &f, &limits)).collect::<Vec<_>>()));
+                    }
+                }
+            };
+            let mut outcomes: Vec<Vec<Result<Report, HostError>>> = Vec::new();
+            outcomes.resize_with(nodes, Vec::new);
             std::thread::scope(|scope| {
-                let workers: Vec<_> = facts
-                    .chunks(chunk)
-                    .map(|part| {
-                        let (host, plugins) = (&host, &plugins);
-                        scope.spawn(move || {
-                            part.iter()
-                                .map(|f| plugins.iter().map(|p| host.call(p, f, &limits)).collect::<Vec<_>>())
-                                .collect::<Vec<_>>()
-                        })
-                    })
+                let workers: Vec<_> = (0..eval_threads().min(nodes.div_ceil(GRAB)))
+                    .filter_map(|n| std::thread::Builder::new().name(format!("heddle-plugins-{n}")).spawn_scoped(scope, work).ok())
                     .collect();
-                workers.into_iter().flat_map(|w| w.join().unwrap_or_default()).collect::<Vec<_>>()
-            })
+                // With no thread to be had, this one does the work.
+                let mut done = if workers.is_empty() { work() } else { Vec::new() };
+                done.extend(workers.into_iter().flat_map(|w| w.join().unwrap_or_default()));
+                for (i, r) in done {
+                    outcomes[i] = r;
+                }
+            });
+            outcomes
         })
         .await;
         match result {

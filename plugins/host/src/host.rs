@@ -11,7 +11,7 @@ use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
 
 use crate::bindings::{v01, v02};
-use crate::facts::FactsJson;
+use crate::facts::{FactsJson, Reads};
 use crate::limits::{Limits, MemoryDenied};
 use crate::policy::{self, Contract};
 use crate::report::{
@@ -101,7 +101,9 @@ impl Pre {
 /// A compiled, checked component with its pre-linked instance template.
 struct Prepared {
     pre: Pre,
-    info: PluginInfo,
+    info: Arc<PluginInfo>,
+    /// `info.reads`, parsed.
+    reads: Arc<Reads>,
     imports: Vec<String>,
     sha256: String,
     size: usize,
@@ -180,7 +182,7 @@ impl PluginHost {
     pub fn validate(&self, bytes: &[u8], limits: &Limits) -> Result<ComponentInfo, HostError> {
         let (prepared, cache_hit) = self.prepare(bytes, limits)?;
         Ok(ComponentInfo {
-            plugin: prepared.info.clone(),
+            plugin: (*prepared.info).clone(),
             sha256: prepared.sha256.clone(),
             size_bytes: prepared.size,
             contract: prepared.pre.contract().package().to_string(),
@@ -217,7 +219,7 @@ impl PluginHost {
         facts: &FactsJson,
         limits: &Limits,
     ) -> Result<Report, HostError> {
-        let facts_json = facts.for_reads(&prepared.info.reads);
+        let facts_json = facts.for_reads(&prepared.reads);
         let started = Instant::now();
         let mut store = self.store(limits)?;
         let outcome = prepared.pre.detect(&mut store, &facts_json);
@@ -308,7 +310,8 @@ impl PluginHost {
         cache.seq += 1;
         let prepared = Arc::new(Prepared {
             pre,
-            info,
+            reads: Arc::new(Reads::new(&info.reads)),
+            info: Arc::new(info),
             imports,
             sha256: hex::encode(key),
             size: bytes.len(),

@@ -130,7 +130,8 @@ mod micros {
 /// A successful `detect` call.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Report {
-    pub plugin: PluginInfo,
+    /// Shared by every report of the same compiled plugin.
+    pub plugin: std::sync::Arc<PluginInfo>,
     /// Lowercase hex sha256 of the component bytes.
     pub sha256: String,
     pub detection: Detection,

@@ -24,10 +24,12 @@
 extern crate self as heddle_plugin_sdk;
 
 pub mod facts;
+pub mod json;
 pub mod log;
 mod types;
 
 pub use facts::Facts;
+pub use json::Json;
 pub use serde_json;
 pub use types::{Detection, EnvVar, Expectation, GpuAffinity, Info, PluginError};
 
@@ -67,26 +69,25 @@ pub trait Plugin {
 /// would cut them, so a lookup outside the declared reads fails in tests, not in production.
 pub fn run<P: Plugin>(facts_json: &str) -> Result<Detection, PluginError> {
     #[cfg(not(target_arch = "wasm32"))]
-    let projected;
-    #[cfg(not(target_arch = "wasm32"))]
     let facts_json = {
         let reads = P::info().reads;
         if reads.is_empty() {
-            facts_json
+            facts_json.to_string()
         } else {
             let whole: serde_json::Value = serde_json::from_str(facts_json)
                 .map_err(|e| PluginError::bad_facts(format!("facts are not valid JSON: {e}")))?;
-            projected = facts::project(&whole, &reads).to_string();
-            projected.as_str()
+            facts::project(&whole, &reads).to_string()
         }
     };
-    let facts = Facts::parse(facts_json)?;
-    let detection = P::detect(&facts);
-    // Inside a host every call gets a fresh instance whose memory is thrown away afterwards:
-    // freeing the parsed tree node by node would be work for nothing.
     #[cfg(target_arch = "wasm32")]
-    std::mem::forget(facts);
-    detection
+    let facts_json = facts_json.to_string();
+    run_owned::<P>(facts_json)
+}
+
+/// [`run`] on facts the caller hands over (the WebAssembly export owns its argument).
+#[doc(hidden)]
+pub fn run_owned<P: Plugin>(facts_json: String) -> Result<Detection, PluginError> {
+    P::detect(&Facts::from_json(facts_json)?)
 }
 
 /// Exports a [`Plugin`] as the `heddle:plugin/plugin` interface of a component. A no-op when
@@ -107,7 +108,7 @@ macro_rules! export_plugin {
                     $crate::bindings::exports::heddle::plugin::plugin::Detection,
                     $crate::bindings::exports::heddle::plugin::plugin::PluginError,
                 > {
-                    $crate::__glue::detect::<$plugin>(&facts_json)
+                    $crate::__glue::detect::<$plugin>(facts_json)
                 }
             }
             $crate::bindings::__heddle_export_detector!(HeddleExport with_types_in $crate::bindings);
@@ -119,15 +120,15 @@ macro_rules! export_plugin {
 #[doc(hidden)]
 pub mod __glue {
     use crate::bindings::exports::heddle::plugin::plugin as wit;
-    use crate::{Plugin, run};
+    use crate::{Plugin, run_owned};
 
     pub fn info<P: Plugin>() -> wit::PluginInfo {
         let info = P::info();
         wit::PluginInfo { name: info.name, version: info.version, description: info.description, reads: info.reads }
     }
 
-    pub fn detect<P: Plugin>(facts_json: &str) -> Result<wit::Detection, wit::PluginError> {
-        match run::<P>(facts_json) {
+    pub fn detect<P: Plugin>(facts_json: String) -> Result<wit::Detection, wit::PluginError> {
+        match run_owned::<P>(facts_json) {
             Ok(d) => Ok(wit::Detection {
                 traits: d
                     .traits

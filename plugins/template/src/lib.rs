@@ -7,8 +7,7 @@
 
 use std::collections::BTreeSet;
 
-use heddle_plugin_sdk::serde_json::Value;
-use heddle_plugin_sdk::{Detection, Facts, Info, Plugin, PluginError, log};
+use heddle_plugin_sdk::{Detection, Facts, Info, Json, Plugin, PluginError, log};
 
 pub struct MyPlugin;
 
@@ -24,7 +23,7 @@ impl Plugin for MyPlugin {
             return Ok(d); // Not applicable: return an empty detection, not an error.
         }
         let numa: BTreeSet<u64> =
-            gpus.iter().filter_map(|(_, g)| g.get("numa_node").and_then(Value::as_u64)).collect();
+            gpus.iter().filter_map(|(_, g)| g.get("numa_node").and_then(Json::as_u64)).collect();
         log::debug(&format!("{} GPUs on NUMA nodes {numa:?}", gpus.len()));
         d.add_trait("my.gpu_numa_nodes", &numa.len().to_string());
         if numa.len() > 1 {

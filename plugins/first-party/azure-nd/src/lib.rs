@@ -7,8 +7,7 @@
 //! accelerated-networking VF. NCCL must use only the former.
 
 use heddle_plugin_sdk::facts::entries;
-use heddle_plugin_sdk::serde_json::Value;
-use heddle_plugin_sdk::{Detection, Facts, Info, Plugin, PluginError};
+use heddle_plugin_sdk::{Detection, Facts, Info, Json, Plugin, PluginError};
 
 /// The chassis asset tag every Azure VM reports.
 pub const AZURE_ASSET_TAG: &str = "7783-7084-3265-9085-8269-3286-77";
@@ -22,7 +21,19 @@ impl Plugin for AzureNd {
             env!("CARGO_PKG_VERSION"),
             "Azure ND-series VMs: SKU guess, InfiniBand HCA selection for NCCL, waagent RDMA check",
         )
-        .reads(&["/host/dmi", "/host/azure_enable_rdma", "/gpus", "/rdma/devices", "/network/interfaces"])
+        .reads(&[
+            "/host/dmi/sys_vendor",
+            "/host/dmi/product_name",
+            "/host/dmi/chassis_asset_tag",
+            "/host/azure_enable_rdma",
+            "/gpus/*/name",
+            "/rdma/devices/*/name",
+            "/rdma/devices/*/netdevs",
+            "/rdma/devices/*/ports/*/link_layer",
+            "/rdma/devices/*/ports/*/state",
+            "/network/interfaces/*/name",
+            "/network/interfaces/*/operstate",
+        ])
     }
 
     fn detect(facts: &Facts) -> Result<Detection, PluginError> {
@@ -90,7 +101,7 @@ impl Plugin for AzureNd {
 
         // Every SKU in the guess table is an RDMA SKU.
         let rdma_sku = d.trait_value("azure.sku").is_some() || !ib_devices.is_empty();
-        if rdma_sku && facts.get("/host/azure_enable_rdma").and_then(Value::as_bool) != Some(true) {
+        if rdma_sku && facts.get("/host/azure_enable_rdma").and_then(Json::as_bool) != Some(true) {
             d.warn(
                 "OS.EnableRDMA is not set to y in /etc/waagent.conf: the InfiniBand interface will not \
                  get an IPoIB address; set OS.EnableRDMA=y and reboot",
@@ -113,7 +124,7 @@ fn gpu_names(facts: &Facts) -> Vec<String> {
     facts
         .entries("/gpus")
         .into_iter()
-        .map(|(_, g)| g.get("name").and_then(Value::as_str).unwrap_or("unknown NVIDIA GPU").to_string())
+        .map(|(_, g)| g.get("name").and_then(Json::as_str).unwrap_or("unknown NVIDIA GPU").to_string())
         .collect()
 }
 
@@ -160,15 +171,14 @@ fn rdma_devices(facts: &Facts) -> Vec<RdmaDev> {
             let ports = dev.get("ports").map(entries).unwrap_or_default();
             let link_layer = ports
                 .iter()
-                .find_map(|(_, p)| p.get("link_layer").and_then(Value::as_str))
+                .find_map(|(_, p)| p.get("link_layer").and_then(Json::as_str))
                 .unwrap_or_default()
                 .to_string();
-            let active = ports.iter().any(|(_, p)| p.get("state").and_then(Value::as_str) == Some("ACTIVE"));
+            let active = ports.iter().any(|(_, p)| p.get("state").and_then(Json::as_str) == Some("ACTIVE"));
             let netdev = dev
                 .get("netdevs")
-                .and_then(Value::as_array)
-                .and_then(|n| n.first())
-                .and_then(Value::as_str)
+                .and_then(|n| n.get(0))
+                .and_then(Json::as_str)
                 .map(str::to_string);
             RdmaDev { name, link_layer, active, netdev }
         })
@@ -187,7 +197,7 @@ fn recommend_socket_ifname(facts: &Facts, ib_devices: &[&RdmaDev], d: &mut Detec
     let interfaces = facts.entries("/network/interfaces");
     let is_up = |name: &str| {
         interfaces.iter().any(|(n, i)| {
-            n == name && i.get("operstate").and_then(Value::as_str).is_some_and(|s| s.eq_ignore_ascii_case("up"))
+            n == name && i.get("operstate").and_then(Json::as_str).is_some_and(|s| s.eq_ignore_ascii_case("up"))
         })
     };
     let ipoib: Vec<&str> = ib_devices.iter().filter_map(|dev| dev.netdev.as_deref()).collect();
@@ -217,6 +227,7 @@ fn recommend_socket_ifname(facts: &Facts, ib_devices: &[&RdmaDev], d: &mut Detec
 #[cfg(test)]
 mod tests {
     use super::*;
+    use heddle_plugin_sdk::serde_json::Value;
     use heddle_plugin_sdk::serde_json::{self, json};
 
     const SEED_001: &str = include_str!("../../../fixtures/azure-nd40rs-v2.json");

@@ -7,8 +7,7 @@
 //! needs to pin one process per GPU.
 
 use heddle_plugin_sdk::facts::entries;
-use heddle_plugin_sdk::serde_json::Value;
-use heddle_plugin_sdk::{Detection, Facts, GpuAffinity, Info, Plugin, PluginError};
+use heddle_plugin_sdk::{Detection, Facts, GpuAffinity, Info, Json, Plugin, PluginError};
 
 pub struct DgxAffinity;
 
@@ -19,7 +18,19 @@ impl Plugin for DgxAffinity {
             env!("CARGO_PKG_VERSION"),
             "Per-GPU closest HCA, netdev, NUMA node and CPUs from the PCIe topology; NIC orderings for NCCL/UCX",
         )
-        .reads(&["/host/dmi/product_name", "/topology", "/gpus", "/rdma/devices"])
+        .reads(&[
+            "/host/dmi/product_name",
+            "/topology/devices",
+            "/topology/matrix",
+            "/topology/gpu_affinity",
+            "/gpus/*/index",
+            "/gpus/*/cpu_affinity",
+            "/gpus/*/numa_node",
+            "/rdma/devices/*/name",
+            "/rdma/devices/*/netdevs",
+            "/rdma/devices/*/ports/*/port",
+            "/rdma/devices/*/ports/*/state",
+        ])
     }
 
     fn detect(facts: &Facts) -> Result<Detection, PluginError> {
@@ -107,7 +118,7 @@ fn rank(label: &str) -> Option<u8> {
 
 /// The topology matrix, borrowed from the facts.
 struct Topology<'a> {
-    matrix: Vec<&'a [Value]>,
+    matrix: Vec<Vec<Json<'a>>>,
     /// (GPU index, row)
     gpus: Vec<(u32, usize)>,
     /// (column, device name)
@@ -118,13 +129,13 @@ impl<'a> Topology<'a> {
     fn read(facts: &'a Facts) -> Result<Self, PluginError> {
         let labels: Vec<&str> = facts
             .get("/topology/devices")
-            .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .and_then(Json::as_array)
+            .map(|a| a.filter_map(Json::as_str).collect())
             .unwrap_or_default();
-        let matrix: Vec<&[Value]> = facts
+        let matrix: Vec<Vec<Json>> = facts
             .get("/topology/matrix")
-            .and_then(Value::as_array)
-            .map(|rows| rows.iter().map(|r| r.as_array().map(Vec::as_slice).unwrap_or_default()).collect())
+            .and_then(Json::as_array)
+            .map(|rows| rows.map(|r| r.as_array().map(Iterator::collect).unwrap_or_default()).collect())
             .unwrap_or_default();
         if !matrix.is_empty() && (matrix.len() != labels.len() || matrix.iter().any(|r| r.len() != labels.len())) {
             return Err(PluginError::bad_facts(format!(
@@ -154,29 +165,29 @@ impl<'a> Topology<'a> {
 /// CPU list and NUMA node from the topology's affinity columns, else from the GPU's own facts.
 fn gpu_cpus(facts: &Facts, index: u32) -> (String, Option<i32>) {
     let label = format!("GPU{index}");
-    let items = |pointer: &str| facts.get(pointer).and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
-    let topo = items("/topology/gpu_affinity").iter().find(|a| a.get("gpu").and_then(Value::as_str) == Some(label.as_str()));
-    let gpu = items("/gpus").iter().find(|g| g.get("index").and_then(Value::as_u64) == Some(index.into()));
+    let items = |pointer: &str| facts.get(pointer).and_then(Json::as_array).into_iter().flatten();
+    let topo = items("/topology/gpu_affinity").find(|a| a.get("gpu").and_then(Json::as_str) == Some(label.as_str()));
+    let gpu = items("/gpus").find(|g| g.get("index").and_then(Json::as_u64) == Some(index.into()));
     let pick = |key_topo: &str, key_gpu: &str| {
         topo.and_then(|a| a.get(key_topo)).filter(|v| !v.is_null()).or_else(|| gpu.and_then(|g| g.get(key_gpu)))
     };
-    let cpus = pick("cpu_affinity", "cpu_affinity").and_then(Value::as_str).unwrap_or_default().to_string();
-    let numa = pick("numa_node", "numa_node").and_then(Value::as_i64).and_then(|n| i32::try_from(n).ok());
+    let cpus = pick("cpu_affinity", "cpu_affinity").and_then(Json::as_str).unwrap_or_default().to_string();
+    let numa = pick("numa_node", "numa_node").and_then(Json::as_i64).and_then(|n| i32::try_from(n).ok());
     (cpus, numa)
 }
 
 /// The RDMA device called `name`, whether the agent listed devices as an array or a map.
-fn rdma_device<'a>(facts: &'a Facts, name: &str) -> Option<&'a Value> {
-    match facts.get("/rdma/devices")? {
-        Value::Array(devs) => devs.iter().find(|d| d.get("name").and_then(Value::as_str) == Some(name)),
-        Value::Object(map) => map.get(name),
-        _ => None,
+fn rdma_device<'a>(facts: &'a Facts, name: &str) -> Option<Json<'a>> {
+    let devices = facts.get("/rdma/devices")?;
+    match devices.as_array() {
+        Some(mut devs) => devs.find(|d| d.get("name").and_then(Json::as_str) == Some(name)),
+        None => devices.get(name),
     }
 }
 
 fn netdev_of(facts: &Facts, nic: &str) -> Option<String> {
     let dev = rdma_device(facts, nic)?;
-    dev.get("netdevs")?.as_array()?.first()?.as_str().map(str::to_string)
+    dev.get("netdevs")?.get(0)?.as_str().map(str::to_string)
 }
 
 /// UCX names devices `mlx5_0:1`; use the first ACTIVE port, else port 1.
@@ -186,14 +197,15 @@ fn active_port(facts: &Facts, nic: &str) -> u64 {
         .map(entries)
         .unwrap_or_default()
         .into_iter()
-        .find(|(_, p)| p.get("state").and_then(Value::as_str) == Some("ACTIVE"))
-        .and_then(|(_, p)| p.get("port").and_then(Value::as_u64))
+        .find(|(_, p)| p.get("state").and_then(Json::as_str) == Some("ACTIVE"))
+        .and_then(|(_, p)| p.get("port").and_then(Json::as_u64))
         .unwrap_or(1)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use heddle_plugin_sdk::serde_json::Value;
     use heddle_plugin_sdk::serde_json::{self, json};
 
     fn detect(json: &str) -> Detection {

@@ -7,8 +7,7 @@
 //! cause of NCCL hangs or silently falling back to TCP.
 
 use heddle_plugin_sdk::facts::{as_u64, entries};
-use heddle_plugin_sdk::serde_json::Value;
-use heddle_plugin_sdk::{Detection, Facts, Info, Plugin, PluginError};
+use heddle_plugin_sdk::{Detection, Facts, Info, Json, Plugin, PluginError};
 
 /// Socket-transport tuning used on these clusters: 4 threads x 8 sockets = 32 connections per
 /// peer, which NCCL caps at 64.
@@ -26,7 +25,15 @@ impl Plugin for RunaiRoce {
             env!("CARGO_PKG_VERSION"),
             "RunAI/Kubernetes pods on RoCE: HCA and RoCE v2 IPv4 GID index selection for NCCL",
         )
-        .reads(&["/host/container", "/rdma/devices"])
+        .reads(&[
+            "/host/container",
+            "/rdma/devices/*/name",
+            "/rdma/devices/*/netdevs",
+            "/rdma/devices/*/ports/*/port",
+            "/rdma/devices/*/ports/*/state",
+            "/rdma/devices/*/ports/*/link_layer",
+            "/rdma/devices/*/ports/*/gids",
+        ])
     }
 
     fn detect(facts: &Facts) -> Result<Detection, PluginError> {
@@ -128,11 +135,11 @@ heddle_plugin_sdk::export_plugin!(RunaiRoce);
 /// `runai` when RunAI's variables are present, `kubernetes` for other pods, `None` outside a
 /// pod (bare-metal RoCE is not this plugin's business).
 fn orchestrator(facts: &Facts) -> Option<&'static str> {
-    let env = facts.get("/host/container/launcher_env").and_then(Value::as_object);
+    let env = facts.get("/host/container/launcher_env");
     let has = |prefix: &str| env.is_some_and(|e| e.keys().any(|k| k.starts_with(prefix)));
     if has("RUNAI_") {
         Some("runai")
-    } else if facts.get("/host/container/kubernetes").and_then(Value::as_bool) == Some(true)
+    } else if facts.get("/host/container/kubernetes").and_then(Json::as_bool) == Some(true)
         || has("KUBERNETES_SERVICE_HOST")
     {
         Some("kubernetes")
@@ -185,14 +192,14 @@ fn names<'a>(ports: impl Iterator<Item = &'a RocePort>) -> String {
     out.join(",")
 }
 
-fn str_field(v: &Value, key: &str) -> Option<String> {
-    v.get(key).and_then(Value::as_str).map(str::to_string)
+fn str_field(v: Json<'_>, key: &str) -> Option<String> {
+    v.get(key).and_then(Json::as_str).map(str::to_string)
 }
 
 fn roce_ports(facts: &Facts) -> Vec<RocePort> {
     let mut out = Vec::new();
     for (device, dev) in facts.entries("/rdma/devices") {
-        let netdev = dev.get("netdevs").and_then(Value::as_array).and_then(|n| n.first()).and_then(Value::as_str);
+        let netdev = dev.get("netdevs").and_then(|n| n.get(0)).and_then(Json::as_str);
         for (key, port) in dev.get("ports").map(entries).unwrap_or_default() {
             if !str_field(port, "link_layer").is_some_and(|l| l.eq_ignore_ascii_case("ethernet")) {
                 continue;
@@ -227,6 +234,7 @@ fn roce_ports(facts: &Facts) -> Vec<RocePort> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use heddle_plugin_sdk::serde_json::Value;
     use heddle_plugin_sdk::serde_json::{self, json};
 
     const SEED_003: &str = include_str!("../../../fixtures/runai-roce.json");

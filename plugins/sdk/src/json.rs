@@ -1,0 +1,677 @@
+//! A read-only JSON tree that borrows from the text it was parsed from.
+//!
+//! Inside a plugin most of a call's instructions used to go into building a
+//! `serde_json::Value` of the facts: an allocation per string, a B-tree per object. Here one
+//! pass over the text writes a flat tape of tokens (kind, byte span, index of the next
+//! sibling); a [`Json`] is an index into it, so reading a value allocates nothing, skipping a
+//! subtree is one step, and strings are slices of the original text. Strings with escape
+//! sequences, the rare case in facts, are decoded once during the pass.
+
+use std::fmt;
+
+/// Where and why a text is not JSON.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParseError {
+    pub at: usize,
+    pub what: &'static str,
+}
+
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} at byte {}", self.what, self.at)
+    }
+}
+
+/// Nesting deeper than this is refused, as `serde_json` refuses it.
+pub const MAX_DEPTH: usize = 128;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Null,
+    True,
+    False,
+    Number,
+    /// `start..end` is the text between the quotes.
+    Str,
+    /// As `Str`, with escapes: the decoded text is in `Tape::decoded`.
+    EscapedStr,
+    Array,
+    Object,
+}
+
+/// One value (or object key). Containers span their brackets; `next` is the index of the
+/// token after the value's last descendant, `len` the number of elements or members. Object
+/// members are a key token then a value.
+#[derive(Debug, Clone, Copy)]
+struct Token {
+    kind: Kind,
+    start: u32,
+    end: u32,
+    next: u32,
+    len: u32,
+}
+
+/// The parsed form of one JSON text; see [`Json`] for reading it.
+#[derive(Debug, Clone, Default)]
+pub struct Tape {
+    tokens: Vec<Token>,
+    /// (token index, decoded text) of the strings with escapes, in token order.
+    decoded: Vec<(u32, String)>,
+}
+
+impl Tape {
+    /// Parses `src`, which must be exactly one JSON value with optional surrounding whitespace.
+    pub fn parse(src: &str) -> Result<Self, ParseError> {
+        Parser { b: src.as_bytes(), src, i: 0, tape: Tape::default(), open: Vec::new() }.run()
+    }
+
+    /// The top-level value of `src`, which must be the text this tape was parsed from.
+    pub fn root<'a>(&'a self, src: &'a str) -> Json<'a> {
+        Json { src, tape: self, at: 0 }
+    }
+}
+
+struct Parser<'s> {
+    b: &'s [u8],
+    src: &'s str,
+    i: usize,
+    tape: Tape,
+    /// (index, values so far) of the containers still open.
+    open: Vec<(u32, u32)>,
+}
+
+impl Parser<'_> {
+    fn err<T>(&self, what: &'static str) -> Result<T, ParseError> {
+        Err(ParseError { at: self.i, what })
+    }
+
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.b.get(self.i) {
+            self.i += 1;
+        }
+    }
+
+    fn push(&mut self, kind: Kind, start: usize, end: usize) {
+        let next = self.tape.tokens.len() as u32 + 1;
+        self.tape.tokens.push(Token { kind, start: start as u32, end: end as u32, next, len: 0 });
+    }
+
+    fn run(mut self) -> Result<Tape, ParseError> {
+        if self.b.len() >= u32::MAX as usize {
+            return self.err("document too large");
+        }
+        self.tape.tokens.reserve(self.b.len() / 8);
+        self.ws();
+        'value: loop {
+            // At the first byte of a value.
+            if let Some((_, values)) = self.open.last_mut() {
+                *values += 1;
+            }
+            match self.b.get(self.i) {
+                Some(b'{' | b'[') => {
+                    let object = self.b[self.i] == b'{';
+                    if self.open.len() == MAX_DEPTH {
+                        return self.err("nested more than 128 levels deep");
+                    }
+                    self.open.push((self.tape.tokens.len() as u32, 0));
+                    self.push(if object { Kind::Object } else { Kind::Array }, self.i, self.i);
+                    self.i += 1;
+                    self.ws();
+                    match (object, self.b.get(self.i)) {
+                        (true, Some(b'}')) | (false, Some(b']')) => {}
+                        (true, _) => {
+                            self.key()?;
+                            continue 'value;
+                        }
+                        (false, _) => continue 'value,
+                    }
+                    // An empty container: closed below.
+                }
+                Some(b'"') => self.string()?,
+                Some(b't') => self.literal("true", Kind::True)?,
+                Some(b'f') => self.literal("false", Kind::False)?,
+                Some(b'n') => self.literal("null", Kind::Null)?,
+                Some(b'-' | b'0'..=b'9') => self.number()?,
+                Some(_) => return self.err("expected a value"),
+                None => return self.err("unexpected end of input, expected a value"),
+            }
+            // After a value: close containers or move to the next member.
+            loop {
+                let Some(&(top, values)) = self.open.last() else { break 'value };
+                self.ws();
+                let object = self.tape.tokens[top as usize].kind == Kind::Object;
+                match (object, self.b.get(self.i)) {
+                    (_, Some(b',')) => {
+                        self.i += 1;
+                        self.ws();
+                        if object {
+                            self.key()?;
+                        }
+                        continue 'value;
+                    }
+                    (true, Some(b'}')) | (false, Some(b']')) => {
+                        self.i += 1;
+                        let next = self.tape.tokens.len() as u32;
+                        let t = &mut self.tape.tokens[top as usize];
+                        t.end = self.i as u32;
+                        t.next = next;
+                        t.len = values;
+                        self.open.pop();
+                    }
+                    (true, _) => return self.err("expected `,` or `}`"),
+                    (false, _) => return self.err("expected `,` or `]`"),
+                }
+            }
+        }
+        self.ws();
+        if self.i != self.b.len() {
+            return self.err("trailing characters");
+        }
+        Ok(self.tape)
+    }
+
+    /// A member name and its colon.
+    fn key(&mut self) -> Result<(), ParseError> {
+        if self.b.get(self.i) != Some(&b'"') {
+            return self.err("expected a member name");
+        }
+        self.string()?;
+        self.ws();
+        if self.b.get(self.i) != Some(&b':') {
+            return self.err("expected `:`");
+        }
+        self.i += 1;
+        self.ws();
+        Ok(())
+    }
+
+    fn literal(&mut self, word: &'static str, kind: Kind) -> Result<(), ParseError> {
+        if !self.b[self.i..].starts_with(word.as_bytes()) {
+            return self.err("expected a value");
+        }
+        self.push(kind, self.i, self.i + word.len());
+        self.i += word.len();
+        Ok(())
+    }
+
+    /// RFC 8259 number grammar; the value is converted only when someone asks for it.
+    fn number(&mut self) -> Result<(), ParseError> {
+        let start = self.i;
+        let digits = |p: &mut Self| {
+            let from = p.i;
+            while p.b.get(p.i).is_some_and(u8::is_ascii_digit) {
+                p.i += 1;
+            }
+            p.i - from
+        };
+        if self.b[self.i] == b'-' {
+            self.i += 1;
+        }
+        match self.b.get(self.i) {
+            Some(b'0') => self.i += 1,
+            Some(b'1'..=b'9') => {
+                digits(self);
+            }
+            _ => return self.err("invalid number"),
+        }
+        if self.b.get(self.i) == Some(&b'.') {
+            self.i += 1;
+            if digits(self) == 0 {
+                return self.err("invalid number");
+            }
+        }
+        if let Some(b'e' | b'E') = self.b.get(self.i) {
+            self.i += 1;
+            if let Some(b'+' | b'-') = self.b.get(self.i) {
+                self.i += 1;
+            }
+            if digits(self) == 0 {
+                return self.err("invalid number");
+            }
+        }
+        self.push(Kind::Number, start, self.i);
+        Ok(())
+    }
+
+    /// At the opening quote.
+    fn string(&mut self) -> Result<(), ParseError> {
+        let start = self.i + 1;
+        let mut i = start;
+        let mut escaped = false;
+        loop {
+            i = special(self.b, i);
+            match self.b.get(i) {
+                Some(b'"') => break,
+                Some(b'\\') => {
+                    escaped = true;
+                    i += 2;
+                }
+                Some(_) => {
+                    self.i = i;
+                    return self.err("control character in a string");
+                }
+                None => return self.err("unterminated string"),
+            }
+        }
+        if escaped {
+            // Escapes are rare in facts: let serde_json decode (and check) them.
+            let decoded: String = match serde_json::from_str(&self.src[start - 1..=i]) {
+                Ok(s) => s,
+                Err(_) => return self.err("invalid escape in a string"),
+            };
+            self.tape.decoded.push((self.tape.tokens.len() as u32, decoded));
+        }
+        self.push(if escaped { Kind::EscapedStr } else { Kind::Str }, start, i);
+        self.i = i + 1;
+        Ok(())
+    }
+}
+
+/// The index of the first `"`, `\` or control character at or after `i` (or the length).
+/// Eight bytes at a time: facts are mostly strings, so this loop is most of a parse.
+fn special(b: &[u8], mut i: usize) -> usize {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    while let Some(chunk) = b.get(i..i + 8) {
+        let x = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
+        let zero = |v: u64| v.wrapping_sub(LO) & !v & HI;
+        // Bytes below 0x20, equal to `"`, or equal to `\` (all below 0x80, so the classic
+        // has-zero/has-less tricks mark exactly them, lowest first).
+        let hit = zero(x ^ (LO * b'"' as u64)) | zero(x ^ (LO * b'\\' as u64)) | (x.wrapping_sub(LO * 0x20) & !x & HI);
+        if hit != 0 {
+            return i + (hit.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while let Some(&c) = b.get(i) {
+        if c == b'"' || c == b'\\' || c < 0x20 {
+            return i;
+        }
+        i += 1;
+    }
+    i
+}
+
+/// A value in a parsed JSON text: a cheap, copyable handle. Its accessors mirror
+/// `serde_json::Value`'s (`get`, `as_str`, `as_array`, ...) but borrow instead of owning.
+#[derive(Clone, Copy)]
+pub struct Json<'a> {
+    src: &'a str,
+    tape: &'a Tape,
+    at: u32,
+}
+
+impl<'a> Json<'a> {
+    fn token(&self) -> Token {
+        self.tape.tokens[self.at as usize]
+    }
+
+    fn at(&self, at: u32) -> Self {
+        Json { at, ..*self }
+    }
+
+    pub fn is_null(&self) -> bool {
+        self.token().kind == Kind::Null
+    }
+
+    pub fn is_array(&self) -> bool {
+        self.token().kind == Kind::Array
+    }
+
+    pub fn is_object(&self) -> bool {
+        self.token().kind == Kind::Object
+    }
+
+    pub fn is_string(&self) -> bool {
+        matches!(self.token().kind, Kind::Str | Kind::EscapedStr)
+    }
+
+    pub fn is_number(&self) -> bool {
+        self.token().kind == Kind::Number
+    }
+
+    /// The JSON text of this value (for a string: with its quotes and escapes).
+    pub fn raw(&self) -> &'a str {
+        let t = self.token();
+        match t.kind {
+            // Strings record their contents; widen to the quotes.
+            Kind::Str | Kind::EscapedStr => &self.src[t.start as usize - 1..t.end as usize + 1],
+            _ => &self.src[t.start as usize..t.end as usize],
+        }
+    }
+
+    pub fn as_str(self) -> Option<&'a str> {
+        let t = self.token();
+        match t.kind {
+            Kind::Str => Some(&self.src[t.start as usize..t.end as usize]),
+            Kind::EscapedStr => {
+                let decoded = &self.tape.decoded;
+                decoded.binary_search_by_key(&self.at, |(at, _)| *at).ok().map(|i| decoded[i].1.as_str())
+            }
+            _ => None,
+        }
+    }
+
+    pub fn as_bool(self) -> Option<bool> {
+        match self.token().kind {
+            Kind::True => Some(true),
+            Kind::False => Some(false),
+            _ => None,
+        }
+    }
+
+    fn number_text(&self) -> Option<&'a str> {
+        let t = self.token();
+        (t.kind == Kind::Number).then(|| &self.src[t.start as usize..t.end as usize])
+    }
+
+    /// A number written as a non-negative integer (like `serde_json`, `1.0` is not one).
+    pub fn as_u64(self) -> Option<u64> {
+        self.number_text()?.parse().ok()
+    }
+
+    pub fn as_i64(self) -> Option<i64> {
+        self.number_text()?.parse().ok()
+    }
+
+    pub fn as_f64(self) -> Option<f64> {
+        self.number_text()?.parse().ok()
+    }
+
+    /// The elements of an array.
+    pub fn as_array(self) -> Option<Items<'a>> {
+        let t = self.token();
+        (t.kind == Kind::Array).then(|| Items { json: self, next: self.at + 1, left: t.len })
+    }
+
+    /// The members of an object, in document order.
+    pub fn as_object(self) -> Option<Members<'a>> {
+        let t = self.token();
+        (t.kind == Kind::Object).then(|| Members { json: self, next: self.at + 1, left: t.len })
+    }
+
+    /// The names of an object's members (nothing for other values).
+    pub fn keys(self) -> impl Iterator<Item = &'a str> {
+        self.as_object().into_iter().flatten().map(|(k, _)| k)
+    }
+
+    /// Number of elements or members; 0 for scalars.
+    pub fn len(self) -> usize {
+        self.token().len as usize
+    }
+
+    pub fn is_empty(self) -> bool {
+        self.len() == 0
+    }
+
+    /// An object's member or an array's element. When a member name repeats (which no
+    /// facts document does: the host serialises them from a map), the first one is found.
+    pub fn get(self, index: impl Index) -> Option<Json<'a>> {
+        index.index_into(self)
+    }
+
+    /// RFC 6901 pointer lookup relative to this value (`/gpus/0/name`; `""` is the value itself).
+    pub fn pointer(self, pointer: &str) -> Option<Json<'a>> {
+        if pointer.is_empty() {
+            return Some(self);
+        }
+        let path = pointer.strip_prefix('/')?;
+        let mut here = self;
+        for token in path.split('/') {
+            here = if token.contains('~') {
+                let token = token.replace("~1", "/").replace("~0", "~");
+                here.step(&token)?
+            } else {
+                here.step(token)?
+            };
+        }
+        Some(here)
+    }
+
+    /// One pointer step: a member name, or an array index in canonical decimal form.
+    fn step(self, token: &str) -> Option<Json<'a>> {
+        match self.token().kind {
+            Kind::Object => self.get(token),
+            Kind::Array if token == "0" || !token.starts_with('0') => self.get(token.parse::<usize>().ok()?),
+            _ => None,
+        }
+    }
+
+    /// A `serde_json::Value` copy, for code that wants one.
+    pub fn to_value(self) -> serde_json::Value {
+        use serde_json::Value;
+        match self.token().kind {
+            Kind::Null => Value::Null,
+            Kind::True => Value::Bool(true),
+            Kind::False => Value::Bool(false),
+            Kind::Number => serde_json::from_str(self.raw()).unwrap_or(Value::Null),
+            Kind::Str | Kind::EscapedStr => Value::String(self.as_str().unwrap_or_default().to_string()),
+            Kind::Array => Value::Array(self.as_array().into_iter().flatten().map(Json::to_value).collect()),
+            Kind::Object => {
+                Value::Object(self.as_object().into_iter().flatten().map(|(k, v)| (k.to_string(), v.to_value())).collect())
+            }
+        }
+    }
+}
+
+impl fmt::Debug for Json<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.to_value())
+    }
+}
+
+/// Renders canonical JSON (`serde_json`'s formatting of the same value).
+impl fmt::Display for Json<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.to_value())
+    }
+}
+
+/// Equal when they hold the same JSON value, wherever they come from.
+impl PartialEq for Json<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.to_value() == other.to_value()
+    }
+}
+
+impl PartialEq<serde_json::Value> for Json<'_> {
+    fn eq(&self, other: &serde_json::Value) -> bool {
+        &self.to_value() == other
+    }
+}
+
+/// What [`Json::get`] accepts: a member name or an array position.
+pub trait Index {
+    fn index_into<'a>(&self, json: Json<'a>) -> Option<Json<'a>>;
+}
+
+impl Index for str {
+    fn index_into<'a>(&self, json: Json<'a>) -> Option<Json<'a>> {
+        let t = json.token();
+        if t.kind != Kind::Object {
+            return None;
+        }
+        let (want, src) = (self.as_bytes(), json.src.as_bytes());
+        let mut at = json.at + 1;
+        for _ in 0..t.len {
+            let key = json.tape.tokens[at as usize];
+            let hit = match key.kind {
+                Kind::Str => src.get(key.start as usize..key.end as usize) == Some(want),
+                _ => json.at(at).as_str() == Some(self),
+            };
+            let value = json.at(at + 1);
+            if hit {
+                return Some(value);
+            }
+            at = value.token().next;
+        }
+        None
+    }
+}
+
+impl Index for String {
+    fn index_into<'a>(&self, json: Json<'a>) -> Option<Json<'a>> {
+        self.as_str().index_into(json)
+    }
+}
+
+impl Index for usize {
+    fn index_into<'a>(&self, json: Json<'a>) -> Option<Json<'a>> {
+        json.as_array()?.nth(*self)
+    }
+}
+
+impl<T: Index + ?Sized> Index for &T {
+    fn index_into<'a>(&self, json: Json<'a>) -> Option<Json<'a>> {
+        (**self).index_into(json)
+    }
+}
+
+/// The elements of an array; see [`Json::as_array`].
+#[derive(Clone)]
+pub struct Items<'a> {
+    json: Json<'a>,
+    next: u32,
+    left: u32,
+}
+
+impl<'a> Iterator for Items<'a> {
+    type Item = Json<'a>;
+
+    fn next(&mut self) -> Option<Json<'a>> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        let item = self.json.at(self.next);
+        self.next = item.token().next;
+        Some(item)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left as usize, Some(self.left as usize))
+    }
+}
+
+impl ExactSizeIterator for Items<'_> {}
+
+/// The (name, value) members of an object; see [`Json::as_object`].
+#[derive(Clone)]
+pub struct Members<'a> {
+    json: Json<'a>,
+    next: u32,
+    left: u32,
+}
+
+impl<'a> Iterator for Members<'a> {
+    type Item = (&'a str, Json<'a>);
+
+    fn next(&mut self) -> Option<(&'a str, Json<'a>)> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        let key = self.json.at(self.next);
+        let value = self.json.at(self.next + 1);
+        self.next = value.token().next;
+        Some((key.as_str().unwrap_or_default(), value))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left as usize, Some(self.left as usize))
+    }
+}
+
+impl ExactSizeIterator for Members<'_> {}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn parsed(src: &str) -> serde_json::Value {
+        Tape::parse(src).unwrap().root(src).to_value()
+    }
+
+    #[test]
+    fn agrees_with_serde_json() {
+        let docs = [
+            r#"{"a": {"b": [1, {"c": "x"}]}, "d~/e": 2, "n": null, "t": true, "f": false}"#,
+            r#"[ -0, 1.5e3, -2E-2, 18446744073709551615, 1.0, "", "é ü \u00e9 \"q\" \\ \/ \n", {} , [] ]"#,
+            r#"  "just a string"  "#,
+            r#"{"escaped\tkey": "v", "gids": ["0000:0000:0000:0000:0000:ffff:0a00:0001", "fe80::1"]}"#,
+            "{\"long\": \"abcdefghijklmnopqrstuvwxyz0123456789 and some more text past eight\"}",
+        ];
+        for doc in docs {
+            let want: serde_json::Value = serde_json::from_str(doc).unwrap();
+            assert_eq!(parsed(doc), want, "{doc}");
+        }
+    }
+
+    #[test]
+    fn refuses_what_serde_json_refuses() {
+        for bad in [
+            "", " ", "{", "[1,]", "[1 2]", "{\"a\"}", "{\"a\":}", "{\"a\":1,}", "{\"a\":1", "{a:1}", "[01]", "[1.]",
+            "[.5]", "[1e]", "[-]", "[tru]", "[nul]", "\"x", "\"\\x\"", "\"\\u12\"", "\"a\nb\"", "[1] [2]", "{}x", "]",
+            "[\"\\ud800\"]",
+        ] {
+            assert!(serde_json::from_str::<serde_json::Value>(bad).is_err(), "serde_json accepts {bad:?}");
+            assert!(Tape::parse(bad).is_err(), "accepted {bad:?}");
+        }
+        let deep = format!("{}1{}", "[".repeat(MAX_DEPTH), "]".repeat(MAX_DEPTH));
+        assert!(Tape::parse(&deep).is_ok());
+        let deeper = format!("{}1{}", "[".repeat(MAX_DEPTH + 1), "]".repeat(MAX_DEPTH + 1));
+        assert_eq!(Tape::parse(&deeper).unwrap_err().what, "nested more than 128 levels deep");
+    }
+
+    #[test]
+    fn lookups_borrow_and_skip_subtrees() {
+        let src = r#"{"gpus": [{"index": 0, "numa": [0, 1]}, {"index": 1}], "a/b": {"c~d": 7}, "k": 1, "k": 2}"#;
+        let tape = Tape::parse(src).unwrap();
+        let root = tape.root(src);
+        assert_eq!(root.pointer("/gpus/1/index").and_then(Json::as_u64), Some(1));
+        assert_eq!(root.pointer("/gpus/0/numa/1").and_then(Json::as_u64), Some(1));
+        assert_eq!(root.pointer("/a~1b/c~0d").and_then(Json::as_i64), Some(7));
+        assert_eq!(root.get("k").and_then(Json::as_u64), Some(1), "the first duplicate is found");
+        assert!(root.pointer("/gpus/01").is_none() && root.pointer("/gpus/2").is_none() && root.pointer("x").is_none());
+        assert_eq!(root.pointer("").unwrap().len(), 4);
+        let gpus = root.get("gpus").unwrap();
+        assert_eq!((gpus.len(), gpus.as_array().unwrap().len()), (2, 2));
+        assert_eq!((root.get("a/b").unwrap().len(), root.get("k").unwrap().len()), (1, 0));
+        assert_eq!(gpus.raw(), r#"[{"index": 0, "numa": [0, 1]}, {"index": 1}]"#);
+        assert_eq!(root.keys().collect::<Vec<_>>(), ["gpus", "a/b", "k", "k"]);
+        assert_eq!(gpus.get(0).unwrap(), json!({"index": 0, "numa": [0, 1]}));
+        assert_eq!(format!("{}", root.get("a/b").unwrap()), r#"{"c~d":7}"#);
+    }
+
+    #[test]
+    fn numbers_convert_only_when_they_fit() {
+        let src = "[18446744073709551615, -1, 1.0, 2e3, 3]";
+        let tape = Tape::parse(src).unwrap();
+        let n: Vec<Json> = tape.root(src).as_array().unwrap().collect();
+        assert_eq!(n[0].as_u64(), Some(u64::MAX));
+        assert_eq!((n[1].as_u64(), n[1].as_i64()), (None, Some(-1)));
+        assert_eq!((n[2].as_u64(), n[2].as_f64()), (None, Some(1.0)));
+        assert_eq!(n[3].as_f64(), Some(2000.0));
+        assert_eq!(n[4].as_str(), None);
+    }
+
+    #[test]
+    fn special_bytes_are_found_in_any_lane() {
+        for len in 0usize..20 {
+            for (pos, c) in [(0usize, b'"'), (3, b'\\'), (7, 0x1f), (len.saturating_sub(1), b'"')] {
+                let mut b = vec![b'a'; len];
+                if pos < len {
+                    b[pos] = c;
+                    assert_eq!(special(&b, 0), pos, "{len} {pos} {c}");
+                } else {
+                    assert_eq!(special(&b, 0), len);
+                }
+            }
+            // Bytes above 0x7f (UTF-8) are never special.
+            let b = "é".repeat(len).into_bytes();
+            assert_eq!(special(&b, 0), b.len());
+        }
+    }
+}
