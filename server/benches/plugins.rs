@@ -16,6 +16,10 @@ use heddle_server::testing::TestServer;
 use serde_json::Value;
 use uuid::Uuid;
 
+/// The allocator the server binary uses (src/main.rs).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const PLUGINS: [&str; 3] = ["azure-nd", "runai-roce", "dgx-affinity"];
 const FIXTURES: [&str; 3] = ["azure-nd40rs-v2", "runai-roce", "dgx1"];
 

@@ -1,6 +1,11 @@
 use clap::Parser;
 use heddle_server::{AppState, Config};
 
+/// mimalloc rather than glibc's malloc: plugin evaluation threads free facts that request
+/// threads allocated, which glibc serialises on the allocating thread's arena lock.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let config = Config::parse();
