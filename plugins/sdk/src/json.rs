@@ -610,6 +610,35 @@ mod tests {
     }
 
     #[test]
+    fn reads_the_fixtures_as_serde_json_does() {
+        for src in [
+            include_str!("../../fixtures/azure-nd40rs-v2.json"),
+            include_str!("../../fixtures/dgx1.json"),
+            include_str!("../../fixtures/runai-roce.json"),
+        ] {
+            let want: serde_json::Value = serde_json::from_str(src).unwrap();
+            let tape = Tape::parse(src).unwrap();
+            assert_eq!(tape.root(src).to_value(), want);
+            // Every pointer to every value finds the same value.
+            fn walk(v: &serde_json::Value, at: String, out: &mut Vec<(String, serde_json::Value)>) {
+                out.push((at.clone(), v.clone()));
+                match v {
+                    serde_json::Value::Object(m) => {
+                        m.iter().for_each(|(k, c)| walk(c, format!("{at}/{}", k.replace('~', "~0").replace('/', "~1")), out))
+                    }
+                    serde_json::Value::Array(a) => a.iter().enumerate().for_each(|(i, c)| walk(c, format!("{at}/{i}"), out)),
+                    _ => {}
+                }
+            }
+            let mut all = Vec::new();
+            walk(&want, String::new(), &mut all);
+            for (pointer, value) in all {
+                assert_eq!(tape.root(src).pointer(&pointer).map(Json::to_value), Some(value), "{pointer}");
+            }
+        }
+    }
+
+    #[test]
     fn refuses_what_serde_json_refuses() {
         for bad in [
             "", " ", "{", "[1,]", "[1 2]", "{\"a\"}", "{\"a\":}", "{\"a\":1,}", "{\"a\":1", "{a:1}", "[01]", "[1.]",

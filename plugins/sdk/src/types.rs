@@ -7,8 +7,9 @@ pub struct Info {
     pub name: String,
     pub version: String,
     pub description: String,
-    /// JSON pointers of the facts `detect` reads (`/host/dmi`, `/rdma`); empty: all of them.
-    /// The host passes only these subtrees, so declare every path the plugin looks at.
+    /// JSON pointers of the facts `detect` reads (`/host/dmi`, `/rdma`, `/gpus/*/name` for
+    /// the name of every GPU); empty: all of them. The host passes only these parts, so
+    /// declare every path the plugin looks at.
     pub reads: Vec<String>,
 }
 
