@@ -49,13 +49,16 @@ impl Plugin for DgxAffinity {
             let best = topo
                 .nics
                 .iter()
-                .filter_map(|&(col, nic)| Some((rank(topo.cell(row, col)?)?, topo.cell(row, col)?, nic)))
+                .filter_map(|&(col, nic)| {
+                    let label = topo.cell(row, col)?;
+                    Some((rank(label)?, label, nic))
+                })
                 .min_by_key(|(r, _, _)| *r);
-            let (cpus, numa) = gpu_cpus(facts, gpu_index);
+            let (cpus, numa) = topo.gpu_cpus(gpu_index);
             let mut aff = GpuAffinity { gpu: gpu_index, cpus, numa, nic: None, netdev: None };
             match best {
                 Some((r, _, nic)) if r <= NEAR => {
-                    aff.netdev = netdev_of(facts, nic);
+                    aff.netdev = topo.netdev_of(nic);
                     aff.nic = Some(nic.to_string());
                     if !near_nics.contains(&nic) {
                         near_nics.push(nic);
@@ -88,7 +91,7 @@ impl Plugin for DgxAffinity {
             "the HCAs that sit behind a GPU's PCIe switch, in GPU order; HCAs near no GPU (storage, \
              management) are left out so NCCL does not route GPU traffic through them",
         );
-        let ucx: Vec<String> = near_nics.iter().map(|nic| format!("{nic}:{}", active_port(facts, nic))).collect();
+        let ucx: Vec<String> = near_nics.iter().map(|nic| format!("{nic}:{}", topo.active_port(nic))).collect();
         d.recommend(
             "UCX_NET_DEVICES",
             &ucx.join(","),
@@ -123,6 +126,11 @@ struct Topology<'a> {
     gpus: Vec<(u32, usize)>,
     /// (column, device name)
     nics: Vec<(usize, &'a str)>,
+    /// `/topology/gpu_affinity` and `/gpus`, each GPU's CPU and NUMA columns.
+    affinity: Vec<Json<'a>>,
+    gpu_facts: Vec<Json<'a>>,
+    /// `/rdma/devices`, a list or a map by name.
+    devices: Option<Json<'a>>,
 }
 
 impl<'a> Topology<'a> {
@@ -154,52 +162,59 @@ impl<'a> Topology<'a> {
         if matrix.is_empty() {
             gpus.clear();
         }
-        Ok(Self { matrix, gpus, nics })
+        let items = |pointer: &str| facts.get(pointer).and_then(Json::as_array).map(Iterator::collect).unwrap_or_default();
+        Ok(Self {
+            matrix,
+            gpus,
+            nics,
+            affinity: items("/topology/gpu_affinity"),
+            gpu_facts: items("/gpus"),
+            devices: facts.get("/rdma/devices"),
+        })
     }
 
     fn cell(&self, row: usize, col: usize) -> Option<&'a str> {
         self.matrix.get(row)?.get(col).map(|v| v.as_str().unwrap_or("?"))
     }
-}
 
-/// CPU list and NUMA node from the topology's affinity columns, else from the GPU's own facts.
-fn gpu_cpus(facts: &Facts, index: u32) -> (String, Option<i32>) {
-    let label = format!("GPU{index}");
-    let items = |pointer: &str| facts.get(pointer).and_then(Json::as_array).into_iter().flatten();
-    let topo = items("/topology/gpu_affinity").find(|a| a.get("gpu").and_then(Json::as_str) == Some(label.as_str()));
-    let gpu = items("/gpus").find(|g| g.get("index").and_then(Json::as_u64) == Some(index.into()));
-    let pick = |key_topo: &str, key_gpu: &str| {
-        topo.and_then(|a| a.get(key_topo)).filter(|v| !v.is_null()).or_else(|| gpu.and_then(|g| g.get(key_gpu)))
-    };
-    let cpus = pick("cpu_affinity", "cpu_affinity").and_then(Json::as_str).unwrap_or_default().to_string();
-    let numa = pick("numa_node", "numa_node").and_then(Json::as_i64).and_then(|n| i32::try_from(n).ok());
-    (cpus, numa)
-}
-
-/// The RDMA device called `name`, whether the agent listed devices as an array or a map.
-fn rdma_device<'a>(facts: &'a Facts, name: &str) -> Option<Json<'a>> {
-    let devices = facts.get("/rdma/devices")?;
-    match devices.as_array() {
-        Some(mut devs) => devs.find(|d| d.get("name").and_then(Json::as_str) == Some(name)),
-        None => devices.get(name),
+    /// CPU list and NUMA node from the topology's affinity columns, else from the GPU's own
+    /// facts.
+    fn gpu_cpus(&self, index: u32) -> (String, Option<i32>) {
+        let label = format!("GPU{index}");
+        let topo = self.affinity.iter().find(|a| a.get("gpu").and_then(Json::as_str) == Some(label.as_str()));
+        let gpu = self.gpu_facts.iter().find(|g| g.get("index").and_then(Json::as_u64) == Some(index.into()));
+        let pick = |key_topo: &str, key_gpu: &str| {
+            topo.and_then(|a| a.get(key_topo)).filter(|v| !v.is_null()).or_else(|| gpu.and_then(|g| g.get(key_gpu)))
+        };
+        let cpus = pick("cpu_affinity", "cpu_affinity").and_then(Json::as_str).unwrap_or_default().to_string();
+        let numa = pick("numa_node", "numa_node").and_then(Json::as_i64).and_then(|n| i32::try_from(n).ok());
+        (cpus, numa)
     }
-}
 
-fn netdev_of(facts: &Facts, nic: &str) -> Option<String> {
-    let dev = rdma_device(facts, nic)?;
-    dev.get("netdevs")?.get(0)?.as_str().map(str::to_string)
-}
+    /// The RDMA device called `name`, whether the agent listed devices as an array or a map.
+    fn rdma_device(&self, name: &str) -> Option<Json<'a>> {
+        let devices = self.devices?;
+        match devices.as_array() {
+            Some(mut devs) => devs.find(|d| d.get("name").and_then(Json::as_str) == Some(name)),
+            None => devices.get(name),
+        }
+    }
 
-/// UCX names devices `mlx5_0:1`; use the first ACTIVE port, else port 1.
-fn active_port(facts: &Facts, nic: &str) -> u64 {
-    rdma_device(facts, nic)
-        .and_then(|dev| dev.get("ports"))
-        .map(entries)
-        .unwrap_or_default()
-        .into_iter()
-        .find(|(_, p)| p.get("state").and_then(Json::as_str) == Some("ACTIVE"))
-        .and_then(|(_, p)| p.get("port").and_then(Json::as_u64))
-        .unwrap_or(1)
+    fn netdev_of(&self, nic: &str) -> Option<String> {
+        self.rdma_device(nic)?.get("netdevs")?.get(0)?.as_str().map(str::to_string)
+    }
+
+    /// UCX names devices `mlx5_0:1`; use the first ACTIVE port, else port 1.
+    fn active_port(&self, nic: &str) -> u64 {
+        self.rdma_device(nic)
+            .and_then(|dev| dev.get("ports"))
+            .map(entries)
+            .unwrap_or_default()
+            .into_iter()
+            .find(|(_, p)| p.get("state").and_then(Json::as_str) == Some("ACTIVE"))
+            .and_then(|(_, p)| p.get("port").and_then(Json::as_u64))
+            .unwrap_or(1)
+    }
 }
 
 #[cfg(test)]
