@@ -4,8 +4,6 @@
 //! so that a plugin built today keeps working when the agent adds fields tomorrow: unknown
 //! fields are simply never looked at, and a missing one is `None`, not a parse failure.
 
-use serde_json::Value;
-
 use crate::PluginError;
 use crate::json::{Json, Tape};
 
@@ -69,8 +67,10 @@ impl Facts {
 /// keeps the array whole. Mirrors the host's projection so native tests see what the plugin
 /// will see.
 #[cfg(not(target_arch = "wasm32"))]
-pub(crate) fn project(facts: &Value, pointers: &[String]) -> Value {
+pub(crate) fn project(facts: &serde_json::Value, pointers: &[String]) -> serde_json::Value {
     use std::collections::BTreeMap;
+
+    use serde_json::Value;
 
     enum Keep {
         All,
