@@ -26,7 +26,7 @@ mod sandbox;
 pub mod bundled;
 
 pub use error::HostError;
-pub use facts::{FactsJson, Reads, project};
+pub use facts::{FactsJson, Reads};
 pub use host::{HostConfig, LoadedPlugin, PluginHost};
 pub use limits::Limits;
 pub use policy::{CONTRACT, Contract, EXPORT_INTERFACE};

@@ -62,71 +62,6 @@ impl Facts {
     }
 }
 
-/// What a host passes a plugin that declared `reads`: the subtrees at those JSON pointers, each
-/// at its usual path; `*` stands for every element or member, any other step into an array
-/// keeps the array whole. Mirrors the host's projection so native tests see what the plugin
-/// will see.
-#[cfg(not(target_arch = "wasm32"))]
-pub(crate) fn project(facts: &serde_json::Value, pointers: &[String]) -> serde_json::Value {
-    use std::collections::BTreeMap;
-
-    use serde_json::Value;
-
-    enum Keep {
-        All,
-        Some(BTreeMap<String, Keep>),
-        Each(Box<Keep>),
-    }
-    fn add(keep: &mut Keep, tokens: &[String]) {
-        let Some((first, rest)) = tokens.split_first() else {
-            *keep = Keep::All;
-            return;
-        };
-        match keep {
-            Keep::All => {}
-            Keep::Each(each) if first == "*" => add(each, rest),
-            Keep::Some(members) if first != "*" => add(members.entry(first.clone()).or_insert(Keep::Some(BTreeMap::new())), rest),
-            Keep::Some(members) if members.is_empty() => {
-                let mut each = Keep::Some(BTreeMap::new());
-                add(&mut each, rest);
-                *keep = Keep::Each(Box::new(each));
-            }
-            _ => *keep = Keep::All,
-        }
-    }
-    fn finds(keep: &Keep, value: &Value) -> bool {
-        match (keep, value) {
-            (Keep::All | Keep::Each(_), _) => true,
-            (Keep::Some(members), Value::Object(map)) => members.iter().any(|(n, k)| map.get(n).is_some_and(|v| finds(k, v))),
-            (Keep::Some(members), Value::Array(items)) => members.iter().any(|(t, k)| {
-                let index = (t == "0" || !t.starts_with('0')).then(|| t.parse::<usize>().ok()).flatten();
-                index.and_then(|i| items.get(i)).is_some_and(|v| finds(k, v))
-            }),
-            (Keep::Some(_), _) => false,
-        }
-    }
-    fn cut(value: &Value, keep: &Keep) -> Value {
-        match (value, keep) {
-            (Value::Object(map), Keep::Some(members)) => Value::Object(
-                members
-                    .iter()
-                    .filter_map(|(name, k)| Some((name.clone(), cut(map.get(name).filter(|v| finds(k, v))?, k))))
-                    .collect(),
-            ),
-            (Value::Object(map), Keep::Each(k)) => Value::Object(map.iter().map(|(n, v)| (n.clone(), cut(v, k))).collect()),
-            (Value::Array(items), Keep::Each(k)) => Value::Array(items.iter().map(|v| cut(v, k)).collect()),
-            (v, _) => v.clone(),
-        }
-    }
-
-    let mut keep = Keep::Some(BTreeMap::new());
-    for pointer in pointers {
-        let tokens: Vec<String> = pointer.split('/').skip(1).map(|t| t.replace("~1", "/").replace("~0", "~")).collect();
-        add(&mut keep, &tokens);
-    }
-    cut(facts, &keep)
-}
-
 /// See [`Facts::entries`]; usable on any nested value.
 pub fn entries(value: Json<'_>) -> Vec<(String, Json<'_>)> {
     if let Some(items) = value.as_array() {
@@ -170,35 +105,6 @@ mod tests {
         let v = Facts::from_json(r#"{"a": {"b": 1}}"#.to_string()).unwrap();
         assert_eq!(v.u64_at("/a/b"), Some(1));
         assert_eq!(v.root(), json!({"a": {"b": 1}}));
-    }
-
-    /// The same cases as the host's projection test (plugins/host/src/facts.rs): native tests
-    /// must see what a host would pass.
-    #[test]
-    fn projection_matches_the_hosts() {
-        let facts = json!({
-            "host": {"hostname": "n1", "dmi": {"sys_vendor": "Microsoft Corporation", "serial": "x"}},
-            "rdma": {"devices": [{"name": "mlx5_0", "gids": [1]}]},
-            "gpus": [{"index": 0, "uuid": "GPU-1"}],
-            "a/b": {"c~d": 1},
-        });
-        let reads = |r: &[&str]| project(&facts, &r.iter().map(|s| s.to_string()).collect::<Vec<_>>());
-        assert_eq!(reads(&["/host/dmi/sys_vendor", "/rdma"]), json!({
-            "host": {"dmi": {"sys_vendor": "Microsoft Corporation"}},
-            "rdma": {"devices": [{"name": "mlx5_0", "gids": [1]}]},
-        }));
-        assert_eq!(reads(&["/gpus/0/index"]), json!({"gpus": [{"index": 0, "uuid": "GPU-1"}]}), "arrays stay whole");
-        assert_eq!(reads(&["/host/dmi", "/host/dmi/sys_vendor"])["host"]["dmi"]["serial"], "x");
-        assert_eq!(reads(&["/missing", "/host/nothing", "/gpus/1/index", "/gpus/01"]), json!({}));
-        assert_eq!(reads(&["/a~1b/c~0d"]), json!({"a/b": {"c~d": 1}}));
-        assert_eq!(reads(&["/rdma/devices/*/name", "/gpus/*/index", "/gpus/*/missing"]), json!({
-            "rdma": {"devices": [{"name": "mlx5_0"}]},
-            "gpus": [{"index": 0}],
-        }));
-        assert_eq!(reads(&["/host/*/sys_vendor"]), json!({"host": {"hostname": "n1", "dmi": {"sys_vendor": "Microsoft Corporation"}}}));
-        assert_eq!(reads(&["/gpus/*", "/gpus/*/index"]), json!({"gpus": [{"index": 0, "uuid": "GPU-1"}]}), "every GPU whole");
-        assert_eq!(reads(&["/host/*/sys_vendor", "/host/hostname"])["host"]["dmi"]["serial"], "x", "`*` beside a name keeps it whole");
-        assert_eq!(reads(&["/missing/*/x", "/host/hostname/*"]), json!({"host": {"hostname": "n1"}}));
     }
 
     #[test]

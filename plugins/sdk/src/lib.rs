@@ -76,7 +76,7 @@ pub fn run<P: Plugin>(facts_json: &str) -> Result<Detection, PluginError> {
         } else {
             let whole: serde_json::Value = serde_json::from_str(facts_json)
                 .map_err(|e| PluginError::bad_facts(format!("facts are not valid JSON: {e}")))?;
-            facts::project(&whole, &reads).to_string()
+            heddle_plugin_reads::Reads::new(&reads).project(&whole).to_string()
         }
     };
     #[cfg(target_arch = "wasm32")]
