@@ -66,7 +66,6 @@ impl serde::Serialize for Projected<'_> {
     }
 }
 
-
 /// What to keep of a value.
 #[derive(Debug)]
 enum Keep {
