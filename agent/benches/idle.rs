@@ -25,9 +25,17 @@ fn parse_opts() -> Opts {
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
-            "--seconds" => o.seconds = args.next().and_then(|v| v.parse().ok()).expect("--seconds N"),
+            "--seconds" => {
+                o.seconds = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .expect("--seconds N")
+            }
             "--heartbeat-s" => {
-                o.heartbeat_s = args.next().and_then(|v| v.parse().ok()).expect("--heartbeat-s N")
+                o.heartbeat_s = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .expect("--heartbeat-s N")
             }
             "--claim-interval" => o.claim_interval = args.next().expect("--claim-interval D"),
             // `cargo bench` passes `--bench`; other harness flags are ignored too.

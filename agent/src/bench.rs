@@ -6,8 +6,10 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand};
 use heddle_types::jobs::ResultRow;
 
+use crate::runner::nccl::{
+    self, Params, Placement, engine::Topology, loader, rendezvous::Rendezvous, spec,
+};
 use crate::runner::{RunError, p2p};
-use crate::runner::nccl::{self, Params, Placement, engine::Topology, loader, rendezvous::Rendezvous, spec};
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
@@ -108,7 +110,13 @@ pub fn command(args: BenchArgs) -> anyhow::Result<()> {
 }
 
 fn p2p_command(a: P2pArgs) -> anyhow::Result<()> {
-    let params = p2p::Params { size: a.size, warmup: a.warmup, iters: a.iters, bidirectional: a.bidirectional, gpus: a.gpus };
+    let params = p2p::Params {
+        size: a.size,
+        warmup: a.warmup,
+        iters: a.iters,
+        bidirectional: a.bidirectional,
+        gpus: a.gpus,
+    };
     params.validate().map_err(anyhow::Error::msg)?;
     let count = match p2p::gpu::probe() {
         Ok(n) => n,
@@ -132,7 +140,10 @@ fn p2p_command(a: P2pArgs) -> anyhow::Result<()> {
         Err(e) => anyhow::bail!("{e}"),
     };
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({"summary": summary, "rows": rows}))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({"summary": summary, "rows": rows}))?
+        );
     } else {
         println!(
             "# heddle-agent bench p2p: {} B per copy, warmup {}, iters {}, CUDA driver {}",
@@ -142,7 +153,12 @@ fn p2p_command(a: P2pArgs) -> anyhow::Result<()> {
             summary["cuda_driver_version"].as_str().unwrap_or("?")
         );
         for g in summary["gpus"].as_array().into_iter().flatten() {
-            println!("# GPU{}: {} (PCI bus {})", g["index"], g["name"].as_str().unwrap_or("?"), g["pci_bus_id"]);
+            println!(
+                "# GPU{}: {} (PCI bus {})",
+                g["index"],
+                g["name"].as_str().unwrap_or("?"),
+                g["pci_bus_id"]
+            );
         }
         print!("{}", p2p::render(&summary));
     }
@@ -177,7 +193,10 @@ impl NcclArgs {
 
     pub fn placement(&self) -> Result<Placement, String> {
         if self.nprocs == 0 || self.proc_rank >= self.nprocs {
-            return Err(format!("--proc-rank {} is not below --nprocs {}", self.proc_rank, self.nprocs));
+            return Err(format!(
+                "--proc-rank {} is not below --nprocs {}",
+                self.proc_rank, self.nprocs
+            ));
         }
         let rendezvous = match (&self.rendezvous_file, self.nprocs) {
             (_, 1) => None,
@@ -206,7 +225,10 @@ fn nccl_command(a: NcclArgs) -> anyhow::Result<()> {
             // Not an error of the command: the node cannot run it, and says why.
             eprintln!("NCCL unavailable: {why}");
             if a.json {
-                println!("{}", serde_json::json!({"skipped": format!("NCCL unavailable: {why}")}));
+                println!(
+                    "{}",
+                    serde_json::json!({"skipped": format!("NCCL unavailable: {why}")})
+                );
             }
             return Ok(());
         }
@@ -266,13 +288,28 @@ fn nccl_command(a: NcclArgs) -> anyhow::Result<()> {
     };
     nccl::absorb_debug_log(log, &mut summary);
     if json {
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({"summary": summary, "rows": rows}))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({"summary": summary, "rows": rows}))?
+        );
     } else {
         let wrong: i64 = rows.iter().filter_map(|r| r.wrong).sum();
         let busbw: Vec<f64> = rows.iter().filter_map(|r| r.busbw_gbs).collect();
-        println!("# Out of bounds values : {wrong} {}", if wrong == 0 { "OK" } else { "FAILED" });
-        println!("# Avg bus bandwidth    : {:.4}", busbw.iter().sum::<f64>() / busbw.len().max(1) as f64);
-        for key in ["nccl_version", "nccl_network", "nccl_transports", "nccl_channels", "nccl_channel_line"] {
+        println!(
+            "# Out of bounds values : {wrong} {}",
+            if wrong == 0 { "OK" } else { "FAILED" }
+        );
+        println!(
+            "# Avg bus bandwidth    : {:.4}",
+            busbw.iter().sum::<f64>() / busbw.len().max(1) as f64
+        );
+        for key in [
+            "nccl_version",
+            "nccl_network",
+            "nccl_transports",
+            "nccl_channels",
+            "nccl_channel_line",
+        ] {
             if let Some(v) = summary.get(key) {
                 println!("# {key}: {v}");
             }

@@ -218,12 +218,16 @@ impl Client {
         if resp.status() == StatusCode::NO_CONTENT {
             return Ok(None);
         }
-        expect_json(resp, "claim", &[StatusCode::OK]).await.map(Some)
+        expect_json(resp, "claim", &[StatusCode::OK])
+            .await
+            .map(Some)
     }
 
     pub async fn renew(&self, job_id: Uuid, req: &LeaseRenew) -> Result<RenewOutcome, ClientError> {
         let path = format!("/agent/jobs/{job_id}/renew");
-        let resp = self.send(Method::POST, &path, Some(req), None, true).await?;
+        let resp = self
+            .send(Method::POST, &path, Some(req), None, true)
+            .await?;
         if resp.status() == StatusCode::CONFLICT {
             return Ok(RenewOutcome::LeaseLost(error_message(resp).await.1));
         }
@@ -239,16 +243,25 @@ impl Client {
     ) -> Result<UploadOutcome, ClientError> {
         let path = format!("/agent/jobs/{job_id}/result");
         let resp = self
-            .send_with(Method::POST, &path, Some(upload), Some(UPLOAD_TIMEOUT), true, |b| {
-                b.header(heddle_types::UPLOAD_KEY_HEADER, &upload.upload_key)
-            })
+            .send_with(
+                Method::POST,
+                &path,
+                Some(upload),
+                Some(UPLOAD_TIMEOUT),
+                true,
+                |b| b.header(heddle_types::UPLOAD_KEY_HEADER, &upload.upload_key),
+            )
             .await?;
         match resp.status() {
             StatusCode::CONFLICT => Ok(UploadOutcome::Conflict(error_message(resp).await.1)),
             StatusCode::NOT_FOUND => Ok(UploadOutcome::UnknownJob(error_message(resp).await.1)),
-            _ => expect_json(resp, "result upload", &[StatusCode::CREATED, StatusCode::OK])
-                .await
-                .map(UploadOutcome::Stored),
+            _ => expect_json(
+                resp,
+                "result upload",
+                &[StatusCode::CREATED, StatusCode::OK],
+            )
+            .await
+            .map(UploadOutcome::Stored),
         }
     }
 
@@ -264,7 +277,9 @@ impl Client {
         let body = RendezvousBlob {
             blob_b64: base64::engine::general_purpose::STANDARD.encode(blob),
         };
-        let resp = self.send(Method::PUT, &path, Some(&body), None, true).await?;
+        let resp = self
+            .send(Method::PUT, &path, Some(&body), None, true)
+            .await?;
         if resp.status().is_success() {
             return Ok(());
         }
@@ -284,7 +299,13 @@ impl Client {
             wait.as_millis()
         );
         let resp = self
-            .send::<()>(Method::GET, &path, None, Some(self.request_timeout + wait), true)
+            .send::<()>(
+                Method::GET,
+                &path,
+                None,
+                Some(self.request_timeout + wait),
+                true,
+            )
             .await?;
         if resp.status() == StatusCode::REQUEST_TIMEOUT {
             return Ok(None);
@@ -307,7 +328,8 @@ impl Client {
         timeout: Option<Duration>,
         auth: bool,
     ) -> Result<reqwest::Response, ClientError> {
-        self.send_with(method, path, body, timeout, auth, |b| b).await
+        self.send_with(method, path, body, timeout, auth, |b| b)
+            .await
     }
 
     /// Sends to each replica in turn, starting with the last one that answered.
@@ -320,11 +342,7 @@ impl Client {
         auth: bool,
         extra: impl Fn(reqwest::RequestBuilder) -> reqwest::RequestBuilder,
     ) -> Result<reqwest::Response, ClientError> {
-        let credential = if auth {
-            self.credential()
-        } else {
-            None
-        };
+        let credential = if auth { self.credential() } else { None };
         let start = self.current.load(Ordering::Relaxed);
         let n = self.servers.len();
         let mut last: Option<ClientError> = None;
@@ -378,7 +396,11 @@ fn check_name(name: &str) -> Result<(), ClientError> {
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-    if ok { Ok(()) } else { Err(ClientError::BadName(name.into())) }
+    if ok {
+        Ok(())
+    } else {
+        Err(ClientError::BadName(name.into()))
+    }
 }
 
 /// reqwest's top-level message ("error sending request") hides the cause; show the chain.
@@ -482,7 +504,10 @@ mod tests {
         assert_eq!(client.current_server(), live_url);
         let req = server.await.unwrap();
         assert!(req.starts_with("POST /api/v1/agent/jobs/claim "), "{req}");
-        assert!(req.to_lowercase().contains("authorization: bearer secret"), "{req}");
+        assert!(
+            req.to_lowercase().contains("authorization: bearer secret"),
+            "{req}"
+        );
     }
 
     #[tokio::test]
@@ -512,7 +537,11 @@ mod tests {
             .with_request_timeout(Duration::from_millis(300));
         let start = std::time::Instant::now();
         assert!(client.claim().await.unwrap().is_none());
-        assert!(start.elapsed() < Duration::from_secs(3), "{:?}", start.elapsed());
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            start.elapsed()
+        );
         assert_eq!(client.current_server(), live_url);
     }
 

@@ -105,13 +105,18 @@ pub struct Source {
 pub fn builtin() -> Vec<Source> {
     heddle_plugin_host::bundled::FIRST_PARTY
         .iter()
-        .map(|(name, bytes)| Source { label: (*name).to_string(), bytes: bytes.to_vec() })
+        .map(|(name, bytes)| Source {
+            label: (*name).to_string(),
+            bytes: bytes.to_vec(),
+        })
         .collect()
 }
 
 pub fn command(args: DetectArgs) -> anyhow::Result<()> {
     let facts_json = match &args.facts {
-        Some(path) => std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
+        Some(path) => {
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?
+        }
         None => {
             if !args.root.is_dir() {
                 anyhow::bail!("--root {} is not a directory", args.root.display());
@@ -120,10 +125,18 @@ pub fn command(args: DetectArgs) -> anyhow::Result<()> {
             serde_json::to_string(&facts)?
         }
     };
-    let mut sources = if args.no_builtin { Vec::new() } else { builtin() };
+    let mut sources = if args.no_builtin {
+        Vec::new()
+    } else {
+        builtin()
+    };
     for path in &args.plugins {
-        let bytes = std::fs::read(path).with_context(|| format!("reading plugin {}", path.display()))?;
-        sources.push(Source { label: path.display().to_string(), bytes });
+        let bytes =
+            std::fs::read(path).with_context(|| format!("reading plugin {}", path.display()))?;
+        sources.push(Source {
+            label: path.display().to_string(),
+            bytes,
+        });
     }
     let limits = Limits {
         fuel: args.fuel,
@@ -148,14 +161,20 @@ pub fn command(args: DetectArgs) -> anyhow::Result<()> {
 
 /// Runs every source on the facts and merges the results. A failing plugin is reported in
 /// its entry and does not stop the others.
-pub fn detect(host: &PluginHost, sources: &[Source], facts_json: &str, limits: &Limits) -> DetectOutput {
+pub fn detect(
+    host: &PluginHost,
+    sources: &[Source],
+    facts_json: &str,
+    limits: &Limits,
+) -> DetectOutput {
     // Checked once for every plugin (and cut per plugin to what it declared it reads).
     let facts = FactsJson::parse(facts_json);
     let plugins: Vec<PluginOutput> = sources
         .iter()
         .map(|source| {
             let facts = facts.as_ref().map_err(Clone::clone)?;
-            host.load(&source.bytes, limits).and_then(|plugin| host.call(&plugin, facts, limits))
+            host.load(&source.bytes, limits)
+                .and_then(|plugin| host.call(&plugin, facts, limits))
         })
         .zip(sources)
         .map(|(outcome, source)| match outcome {
@@ -173,7 +192,10 @@ pub fn detect(host: &PluginHost, sources: &[Source], facts_json: &str, limits: &
                     env: Vec::new(),
                     affinity: Vec::new(),
                     warnings: Vec::new(),
-                    error: Some(PluginFailure { code: err.code().to_string(), message: err.to_string() }),
+                    error: Some(PluginFailure {
+                        code: err.code().to_string(),
+                        message: err.to_string(),
+                    }),
                 }
             }
         })
@@ -182,7 +204,11 @@ pub fn detect(host: &PluginHost, sources: &[Source], facts_json: &str, limits: &
     for c in &conflicts {
         tracing::info!(name = %c.name, "{} overrides {}={} from {}", c.plugin, c.name, c.replaced_value, c.replaced_plugin);
     }
-    DetectOutput { plugins, env, conflicts }
+    DetectOutput {
+        plugins,
+        env,
+        conflicts,
+    }
 }
 
 fn entry(report: Report) -> PluginOutput {
@@ -204,7 +230,8 @@ pub fn merge(plugins: &[PluginOutput]) -> (BTreeMap<String, String>, Vec<Conflic
     let mut conflicts = Vec::new();
     for p in plugins {
         for e in &p.env {
-            if let Some((old_value, old_plugin)) = merged.insert(e.name.clone(), (e.value.clone(), p.name.clone()))
+            if let Some((old_value, old_plugin)) =
+                merged.insert(e.name.clone(), (e.value.clone(), p.name.clone()))
                 && old_value != e.value
             {
                 conflicts.push(Conflict {
@@ -217,19 +244,31 @@ pub fn merge(plugins: &[PluginOutput]) -> (BTreeMap<String, String>, Vec<Conflic
             }
         }
     }
-    (merged.into_iter().map(|(k, (v, _))| (k, v)).collect(), conflicts)
+    (
+        merged.into_iter().map(|(k, (v, _))| (k, v)).collect(),
+        conflicts,
+    )
 }
 
 /// `export NAME=VALUE` lines, values single-quoted unless plainly safe. Names were checked to
 /// be identifiers by the host.
 pub fn render_env(env: &BTreeMap<String, String>) -> String {
-    env.iter().map(|(k, v)| format!("export {k}={}\n", shell_quote(v))).collect()
+    env.iter()
+        .map(|(k, v)| format!("export {k}={}\n", shell_quote(v)))
+        .collect()
 }
 
 pub fn shell_quote(value: &str) -> String {
     let safe = !value.is_empty()
-        && value.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ',' | ':' | '/' | '@' | '%' | '+' | '='));
-    if safe { value.to_string() } else { format!("'{}'", value.replace('\'', r"'\''")) }
+        && value.chars().all(|c| {
+            c.is_ascii_alphanumeric()
+                || matches!(c, '_' | '-' | '.' | ',' | ':' | '/' | '@' | '%' | '+' | '=')
+        });
+    if safe {
+        value.to_string()
+    } else {
+        format!("'{}'", value.replace('\'', r"'\''"))
+    }
 }
 
 #[cfg(test)]
@@ -244,7 +283,11 @@ mod tests {
             traits: BTreeMap::new(),
             env: env
                 .iter()
-                .map(|(n, v)| EnvRecommendation { name: (*n).into(), value: (*v).into(), reason: "r".into() })
+                .map(|(n, v)| EnvRecommendation {
+                    name: (*n).into(),
+                    value: (*v).into(),
+                    reason: "r".into(),
+                })
                 .collect(),
             affinity: Vec::new(),
             warnings: Vec::new(),
@@ -255,8 +298,20 @@ mod tests {
     #[test]
     fn later_plugins_win_and_conflicts_are_listed() {
         let (env, conflicts) = merge(&[
-            plugin("dgx-affinity", &[("NCCL_IB_HCA", "mlx5_0,mlx5_1"), ("UCX_NET_DEVICES", "mlx5_0:1")]),
-            plugin("runai-roce", &[("NCCL_IB_HCA", "mlx5_bond_0"), ("UCX_NET_DEVICES", "mlx5_0:1")]),
+            plugin(
+                "dgx-affinity",
+                &[
+                    ("NCCL_IB_HCA", "mlx5_0,mlx5_1"),
+                    ("UCX_NET_DEVICES", "mlx5_0:1"),
+                ],
+            ),
+            plugin(
+                "runai-roce",
+                &[
+                    ("NCCL_IB_HCA", "mlx5_bond_0"),
+                    ("UCX_NET_DEVICES", "mlx5_0:1"),
+                ],
+            ),
         ]);
         assert_eq!(env["NCCL_IB_HCA"], "mlx5_bond_0");
         assert_eq!(env["UCX_NET_DEVICES"], "mlx5_0:1");
@@ -280,11 +335,16 @@ mod tests {
             ("C".to_string(), String::new()),
         ]
         .into();
-        assert_eq!(render_env(&env), "export A=mlx5_0:1,mlx5_1:1\nexport B='it'\\''s $(reboot)'\nexport C=''\n");
+        assert_eq!(
+            render_env(&env),
+            "export A=mlx5_0:1,mlx5_1:1\nexport B='it'\\''s $(reboot)'\nexport C=''\n"
+        );
     }
 
     fn fixture(name: &str) -> String {
-        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../plugins/fixtures").join(name);
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../plugins/fixtures")
+            .join(name);
         std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
     }
 
@@ -297,7 +357,14 @@ mod tests {
 
         let azure = detect(&host, &sources, &fixture("azure-nd40rs-v2.json"), &limits);
         assert_eq!(azure.failures(), 0);
-        assert_eq!(azure.plugins.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), ["dgx-affinity", "azure-nd", "runai-roce"]);
+        assert_eq!(
+            azure
+                .plugins
+                .iter()
+                .map(|p| p.name.as_str())
+                .collect::<Vec<_>>(),
+            ["dgx-affinity", "azure-nd", "runai-roce"]
+        );
         assert_eq!(azure.env["NCCL_IB_HCA"], "mlx5_0");
         assert_eq!(azure.env["NCCL_SOCKET_IFNAME"], "eth0");
         assert_eq!(azure.plugins[1].traits["azure.sku"], "ND40rs_v2");
@@ -308,7 +375,10 @@ mod tests {
         assert_eq!(roce.env["NCCL_NSOCKS_PERTHREAD"], "8");
 
         let dgx = detect(&host, &sources, &fixture("dgx1.json"), &limits);
-        assert_eq!(dgx.env["UCX_NET_DEVICES"], "mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1");
+        assert_eq!(
+            dgx.env["UCX_NET_DEVICES"],
+            "mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1"
+        );
         let json = serde_json::to_value(&dgx).unwrap();
         assert_eq!(json["plugins"][0]["affinity"][4]["netdev"], "ib2");
         assert_eq!(json["plugins"][0]["affinity"][4]["cpus"], "20-39,60-79");
@@ -318,10 +388,19 @@ mod tests {
     fn a_broken_plugin_is_reported_and_the_rest_still_run() {
         let host = PluginHost::new(HostConfig::default()).unwrap();
         let mut sources = builtin();
-        sources.insert(0, Source { label: "broken.wasm".into(), bytes: b"not wasm".to_vec() });
+        sources.insert(
+            0,
+            Source {
+                label: "broken.wasm".into(),
+                bytes: b"not wasm".to_vec(),
+            },
+        );
         let out = detect(&host, &sources, &fixture("dgx1.json"), &Limits::default());
         assert_eq!(out.failures(), 1);
-        assert_eq!(out.plugins[0].error.as_ref().unwrap().code, "not-a-component");
+        assert_eq!(
+            out.plugins[0].error.as_ref().unwrap().code,
+            "not-a-component"
+        );
         assert_eq!(out.plugins[1].affinity.len(), 8);
     }
 }

@@ -167,7 +167,12 @@ impl Spool {
         let from = self.dir.join(&id.file_name);
         let to = qdir.join(&id.file_name);
         fs::rename(&from, &to).map_err(io_err(&from))?;
-        write_atomic(&qdir, &format!("{}.why", id.file_name), why.as_bytes(), 0o600)?;
+        write_atomic(
+            &qdir,
+            &format!("{}.why", id.file_name),
+            why.as_bytes(),
+            0o600,
+        )?;
         sync_dir(&self.dir)?;
         Ok(to)
     }
@@ -256,7 +261,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let spool = Spool::open(dir.path()).unwrap();
         let id = spool.write(&entry(1)).unwrap();
-        let mode = fs::metadata(dir.path().join(id.file_name())).unwrap().permissions().mode();
+        let mode = fs::metadata(dir.path().join(id.file_name()))
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o600);
     }
 
@@ -297,7 +305,9 @@ mod tests {
         let spool = Spool::open(dir.path()).unwrap();
         let id = spool.write(&entry(1)).unwrap();
         // A crash in the middle of a write leaves a truncated temp file behind.
-        let torn = dir.path().join(format!("{TEMP_PREFIX}0000000000000002-x.json.abc"));
+        let torn = dir
+            .path()
+            .join(format!("{TEMP_PREFIX}0000000000000002-x.json.abc"));
         fs::write(&torn, b"{\"job_id\": \"00000000-").unwrap();
         assert_eq!(spool.list().unwrap(), vec![id.clone()]);
         let reopened = Spool::open(dir.path()).unwrap();
@@ -324,7 +334,10 @@ mod tests {
         fs::write(dir.path().join(bad_name), b"{not json").unwrap();
         let ids = spool.list().unwrap();
         assert_eq!(ids[0].file_name(), bad_name);
-        assert!(matches!(spool.read(&ids[0]), Err(SpoolError::Corrupt { .. })));
+        assert!(matches!(
+            spool.read(&ids[0]),
+            Err(SpoolError::Corrupt { .. })
+        ));
         let moved = spool.reject(&ids[0], "not JSON").unwrap();
         assert!(moved.exists());
         assert_eq!(

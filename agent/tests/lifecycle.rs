@@ -26,9 +26,16 @@ async fn enrolls_once_heartbeats_and_reports_facts() {
     let api = Api::new(&server);
 
     use std::os::unix::fs::PermissionsExt;
-    let mode = std::fs::metadata(state.join("identity.json")).unwrap().permissions().mode();
+    let mode = std::fs::metadata(state.join("identity.json"))
+        .unwrap()
+        .permissions()
+        .mode();
     assert_eq!(mode & 0o777, 0o600, "credential file must be private");
-    let agent_id: Uuid = agent.identity()["agent_id"].as_str().unwrap().parse().unwrap();
+    let agent_id: Uuid = agent.identity()["agent_id"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
 
     let node: NodeDetail = api.get(&format!("/nodes/{HOST}")).await.unwrap();
     assert_eq!(node.facts.as_ref().unwrap()["host"]["hostname"], HOST);
@@ -55,7 +62,10 @@ async fn enrolls_once_heartbeats_and_reports_facts() {
     assert!(agents[0].revoked_at.is_none());
     assert!(agent.log().contains("using the stored credential"));
     // Unchanged facts are not stored again.
-    let history: Vec<serde_json::Value> = api.get(&format!("/nodes/{HOST}/facts/history")).await.unwrap();
+    let history: Vec<serde_json::Value> = api
+        .get(&format!("/nodes/{HOST}/facts/history"))
+        .await
+        .unwrap();
     assert_eq!(history.len(), 1, "facts history: {history:?}");
 }
 
@@ -86,7 +96,10 @@ async fn memcpy_result_arrives_once() {
     }
     assert_eq!(r.summary["kind"], "memcpy");
     assert!(r.finished_at >= r.started_at);
-    eventually("empty spool", &agent, || async { agent.spool_entries().is_empty().then_some(()) }).await;
+    eventually("empty spool", &agent, || async {
+        agent.spool_entries().is_empty().then_some(())
+    })
+    .await;
     // Nothing else arrives later.
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(api.results(run).await.len(), 1);
@@ -99,15 +112,26 @@ async fn failure_timeout_and_unknown_kind_are_reported() {
     let agent = enrolled_agent(&server, &dir.path().join("state")).await;
     let api = Api::new(&server);
 
-    let fail = start_run(&server, json!({"kind": "fail", "params": {"message": "link flapped", "exit_code": 7}})).await;
+    let fail = start_run(
+        &server,
+        json!({"kind": "fail", "params": {"message": "link flapped", "exit_code": 7}}),
+    )
+    .await;
     api.wait_run(fail, "failed", &agent).await;
     let r = &api.results(fail).await[0];
     assert_eq!(r.outcome, Outcome::Failed);
     assert_eq!(r.exit_code, Some(7));
-    assert_eq!(r.reason.as_deref(), Some("exited with status 7: link flapped"));
+    assert_eq!(
+        r.reason.as_deref(),
+        Some("exited with status 7: link flapped")
+    );
     assert!(r.stderr_tail.as_deref().unwrap().contains("link flapped"));
 
-    let slow = start_run(&server, json!({"kind": "sleep", "params": {"seconds": 60}, "timeout_s": 1})).await;
+    let slow = start_run(
+        &server,
+        json!({"kind": "sleep", "params": {"seconds": 60}, "timeout_s": 1}),
+    )
+    .await;
     api.wait_run(slow, "failed", &agent).await;
     let r = &api.results(slow).await[0];
     assert_eq!(r.reason.as_deref(), Some("timed out after 1 s"));
@@ -118,7 +142,10 @@ async fn failure_timeout_and_unknown_kind_are_reported() {
     api.wait_run(odd, "skipped", &agent).await;
     let r = &api.results(odd).await[0];
     assert_eq!(r.outcome, Outcome::Skipped);
-    assert_eq!(r.reason.as_deref(), Some("unsupported job kind: warp-drive"));
+    assert_eq!(
+        r.reason.as_deref(),
+        Some("unsupported job kind: warp-drive")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -127,7 +154,11 @@ async fn cancellation_kills_the_child() {
     let dir = tempfile::tempdir().unwrap();
     let agent = enrolled_agent(&server, &dir.path().join("state")).await;
     let api = Api::new(&server);
-    let run = start_run(&server, json!({"kind": "sleep", "params": {"seconds": 120}})).await;
+    let run = start_run(
+        &server,
+        json!({"kind": "sleep", "params": {"seconds": 120}}),
+    )
+    .await;
     let running = api.wait_job(run, JobState::Running, &agent).await;
     // Progress travels with the renewals.
     eventually("progress", &agent, || async {
@@ -138,7 +169,11 @@ async fn cancellation_kills_the_child() {
     let children = test_children(agent.pid());
     assert_eq!(children.len(), 1, "one test child expected");
 
-    assert_eq!(api.send(reqwest::Method::POST, &format!("/runs/{run}/cancel")).await, 200);
+    assert_eq!(
+        api.send(reqwest::Method::POST, &format!("/runs/{run}/cancel"))
+            .await,
+        200
+    );
     api.wait_run(run, "cancelled", &agent).await;
     let results = eventually("cancelled result", &agent, || async {
         let r = api.results(run).await;
@@ -147,25 +182,42 @@ async fn cancellation_kills_the_child() {
     .await;
     assert_eq!(results.len(), 1);
     assert_eq!(results[0].outcome, Outcome::Cancelled);
-    eventually("child gone", &agent, || async { test_children(agent.pid()).is_empty().then_some(()) }).await;
-    assert!(!Path::new(&format!("/proc/{}", children[0])).exists() || test_children(agent.pid()).is_empty());
+    eventually("child gone", &agent, || async {
+        test_children(agent.pid()).is_empty().then_some(())
+    })
+    .await;
+    assert!(
+        !Path::new(&format!("/proc/{}", children[0])).exists()
+            || test_children(agent.pid()).is_empty()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fails_over_to_a_second_replica() {
     let primary = server(1).await;
-    let replica = TestServer::start_on(&primary.database_url(), |c| c.heartbeat_interval_s = 1).await;
+    let replica =
+        TestServer::start_on(&primary.database_url(), |c| c.heartbeat_interval_s = 1).await;
     let dir = tempfile::tempdir().unwrap();
     let token = primary.enrollment_token().await;
-    let agent = Agent::start(&[&primary.url, &replica.url], Some(&token), &dir.path().join("state"));
+    let agent = Agent::start(
+        &[&primary.url, &replica.url],
+        Some(&token),
+        &dir.path().join("state"),
+    );
     let api = Api::new(&replica);
     eventually("node with facts", &agent, || async {
-        api.get::<NodeDetail>(&format!("/nodes/{HOST}")).await.filter(|n| n.facts.is_some())
+        api.get::<NodeDetail>(&format!("/nodes/{HOST}"))
+            .await
+            .filter(|n| n.facts.is_some())
     })
     .await;
     let db = primary.db.clone();
     primary.stop().await;
-    let run = start_run(&replica, json!({"kind": "memcpy", "params": {"max_bytes": 65536}})).await;
+    let run = start_run(
+        &replica,
+        json!({"kind": "memcpy", "params": {"max_bytes": 65536}}),
+    )
+    .await;
     api.wait_run(run, "succeeded", &agent).await;
     assert_eq!(api.results(run).await.len(), 1);
     assert!(agent.log().contains("switched to server replica"));
@@ -179,17 +231,29 @@ async fn revoked_agent_stops_with_status_3() {
     let mut agent = enrolled_agent(&server, &dir.path().join("state")).await;
     let api = Api::new(&server);
     let agent_id = agent.identity()["agent_id"].as_str().unwrap().to_string();
-    assert_eq!(api.send(reqwest::Method::DELETE, &format!("/agents/{agent_id}")).await, 204);
+    assert_eq!(
+        api.send(reqwest::Method::DELETE, &format!("/agents/{agent_id}"))
+            .await,
+        204
+    );
     let start = Instant::now();
     let status = loop {
         if let Some(s) = agent.child.try_wait().unwrap() {
             break s;
         }
-        assert!(start.elapsed() < WAIT, "agent did not stop: {}", agent.log());
+        assert!(
+            start.elapsed() < WAIT,
+            "agent did not stop: {}",
+            agent.log()
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert_eq!(status.code(), Some(3), "{}", agent.log());
-    assert!(agent.log().contains("refused this agent's credential"), "{}", agent.log());
+    assert!(
+        agent.log().contains("refused this agent's credential"),
+        "{}",
+        agent.log()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -197,9 +261,17 @@ async fn runs_jobs_in_parallel_up_to_the_limit() {
     let server = server(1).await;
     let dir = tempfile::tempdir().unwrap();
     let token = server.enrollment_token().await;
-    let agent = Agent::start_with(&[&server.url], Some(&token), &dir.path().join("state"), &["--max-parallel", "2"]);
+    let agent = Agent::start_with(
+        &[&server.url],
+        Some(&token),
+        &dir.path().join("state"),
+        &["--max-parallel", "2"],
+    );
     let api = Api::new(&server);
-    eventually("node", &agent, || async { api.get::<NodeDetail>(&format!("/nodes/{HOST}")).await }).await;
+    eventually("node", &agent, || async {
+        api.get::<NodeDetail>(&format!("/nodes/{HOST}")).await
+    })
+    .await;
     let runs: Vec<Uuid> = start_sleep_runs(&server, 3).await;
     // Two children at once, never three.
     let mut most = 0;
@@ -223,7 +295,11 @@ async fn changed_facts_are_sent_again() {
     // A copy of a fixture tree stands in for the node, so the test can change it.
     let root = dir.path().join("root");
     let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/ethernet-box");
-    let cp = Command::new("cp").args(["-a", fixture]).arg(&root).status().unwrap();
+    let cp = Command::new("cp")
+        .args(["-a", fixture])
+        .arg(&root)
+        .status()
+        .unwrap();
     assert!(cp.success());
     let token = server.enrollment_token().await;
     let root_arg = root.to_str().unwrap();
@@ -245,9 +321,16 @@ async fn changed_facts_are_sent_again() {
     eventually("first facts", &agent, || history(1)).await;
     // Re-collections of unchanged facts send nothing new.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(history(1).await.is_some(), "unchanged facts were stored again");
+    assert!(
+        history(1).await.is_some(),
+        "unchanged facts were stored again"
+    );
 
-    std::fs::write(root.join("proc/sys/kernel/osrelease"), "6.99.0-heddle-test\n").unwrap();
+    std::fs::write(
+        root.join("proc/sys/kernel/osrelease"),
+        "6.99.0-heddle-test\n",
+    )
+    .unwrap();
     eventually("changed facts", &agent, || history(2)).await;
     let node: NodeDetail = api.get(&format!("/nodes/{HOST}")).await.unwrap();
     assert_eq!(node.facts.unwrap()["host"]["kernel"], "6.99.0-heddle-test");
@@ -255,7 +338,12 @@ async fn changed_facts_are_sent_again() {
 
 async fn heartbeat_of(api: &Api, agent_id: Uuid) -> chrono::DateTime<chrono::Utc> {
     let agents: Vec<AgentInfo> = api.get("/agents").await.unwrap();
-    agents.iter().find(|a| a.id == agent_id).unwrap().last_heartbeat_at.unwrap()
+    agents
+        .iter()
+        .find(|a| a.id == agent_id)
+        .unwrap()
+        .last_heartbeat_at
+        .unwrap()
 }
 
 async fn start_sleep_runs(server: &TestServer, n: usize) -> Vec<Uuid> {

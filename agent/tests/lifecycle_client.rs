@@ -58,7 +58,10 @@ async fn upload_is_idempotent_and_conflicts_are_definitive() {
         .unwrap_err();
     assert!(matches!(err, ClientError::Unauthorized { .. }), "{err}");
 
-    assert!(client.claim().await.unwrap().is_none(), "nothing queued yet");
+    assert!(
+        client.claim().await.unwrap().is_none(),
+        "nothing queued yet"
+    );
     let run = server
         .start_run(serde_json::json!({"kind": "sleep", "params": {"seconds": 1}, "nodes": [HOST]}))
         .await;
@@ -67,7 +70,10 @@ async fn upload_is_idempotent_and_conflicts_are_definitive() {
     assert_eq!(lease.spec.kind, "sleep");
 
     let progress = LeaseRenew {
-        progress: Some(Progress { fraction: Some(0.5), message: "half".into() }),
+        progress: Some(Progress {
+            fraction: Some(0.5),
+            message: "half".into(),
+        }),
     };
     match client.renew(lease.job_id, &progress).await.unwrap() {
         RenewOutcome::Renewed(r) => assert!(!r.cancel),
@@ -75,28 +81,45 @@ async fn upload_is_idempotent_and_conflicts_are_definitive() {
     }
 
     let key = Uuid::new_v4().to_string();
-    match client.upload_result(lease.job_id, &upload(&key, Outcome::Succeeded)).await.unwrap() {
+    match client
+        .upload_result(lease.job_id, &upload(&key, Outcome::Succeeded))
+        .await
+        .unwrap()
+    {
         UploadOutcome::Stored(a) => assert!(a.created),
         other => panic!("{other:?}"),
     }
     // The same key again (a retry after a lost answer): stored before, not again.
-    match client.upload_result(lease.job_id, &upload(&key, Outcome::Succeeded)).await.unwrap() {
+    match client
+        .upload_result(lease.job_id, &upload(&key, Outcome::Succeeded))
+        .await
+        .unwrap()
+    {
         UploadOutcome::Stored(a) => assert!(!a.created),
         other => panic!("{other:?}"),
     }
     // Another key for a job that has a result: conflict, which the spool treats as final.
     let other = Uuid::new_v4().to_string();
     assert!(matches!(
-        client.upload_result(lease.job_id, &upload(&other, Outcome::Failed)).await.unwrap(),
+        client
+            .upload_result(lease.job_id, &upload(&other, Outcome::Failed))
+            .await
+            .unwrap(),
         UploadOutcome::Conflict(_)
     ));
     assert!(matches!(
-        client.upload_result(Uuid::new_v4(), &upload(&other, Outcome::Failed)).await.unwrap(),
+        client
+            .upload_result(Uuid::new_v4(), &upload(&other, Outcome::Failed))
+            .await
+            .unwrap(),
         UploadOutcome::UnknownJob(_)
     ));
     // The job is finished: its lease is gone.
     assert!(matches!(
-        client.renew(lease.job_id, &LeaseRenew::default()).await.unwrap(),
+        client
+            .renew(lease.job_id, &LeaseRenew::default())
+            .await
+            .unwrap(),
         RenewOutcome::LeaseLost(_)
     ));
     let results = reqwest::Client::new()
@@ -122,7 +145,9 @@ async fn rendezvous_round_trip_and_timeout() {
     // A client without a credential is refused.
     let waiter = Client::new(std::slice::from_ref(&server.url)).unwrap();
     assert!(matches!(
-        waiter.rendezvous_get(run.id, "nccl-id", Duration::from_millis(100)).await,
+        waiter
+            .rendezvous_get(run.id, "nccl-id", Duration::from_millis(100))
+            .await,
         Err(ClientError::Unauthorized { .. })
     ));
     let missing = client
@@ -130,7 +155,10 @@ async fn rendezvous_round_trip_and_timeout() {
         .await
         .unwrap();
     assert!(missing.is_none());
-    client.rendezvous_put(run.id, "nccl-id", &blob).await.unwrap();
+    client
+        .rendezvous_put(run.id, "nccl-id", &blob)
+        .await
+        .unwrap();
     let got = client
         .rendezvous_get(run.id, "nccl-id", Duration::from_secs(2))
         .await
@@ -146,7 +174,10 @@ async fn rendezvous_round_trip_and_timeout() {
 async fn revoked_credential_is_unauthorized() {
     let server = TestServer::start().await;
     let (client, agent_id) = enrolled(&server).await;
-    let hb = client.heartbeat(&HeartbeatRequest::default()).await.unwrap();
+    let hb = client
+        .heartbeat(&HeartbeatRequest::default())
+        .await
+        .unwrap();
     assert!(hb.send_facts, "a new node has no facts yet");
     let status = reqwest::Client::new()
         .delete(format!("{}/api/v1/agents/{agent_id}", server.url))
@@ -156,7 +187,10 @@ async fn revoked_credential_is_unauthorized() {
         .unwrap()
         .status();
     assert_eq!(status, 204);
-    let err = client.heartbeat(&HeartbeatRequest::default()).await.unwrap_err();
+    let err = client
+        .heartbeat(&HeartbeatRequest::default())
+        .await
+        .unwrap_err();
     assert!(matches!(err, ClientError::Unauthorized { .. }), "{err}");
     assert!(!err.is_transient());
 }

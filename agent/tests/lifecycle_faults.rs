@@ -28,7 +28,8 @@ async fn result_spooled_while_server_is_down_is_uploaded_once() {
         (e.len() == 1).then_some(e)
     })
     .await;
-    let entry: serde_json::Value = serde_json::from_slice(&std::fs::read(&spooled[0]).unwrap()).unwrap();
+    let entry: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&spooled[0]).unwrap()).unwrap();
     assert_eq!(entry["upload"]["outcome"], "succeeded");
     // Uploads fail for a while; the entry stays.
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -37,11 +38,18 @@ async fn result_spooled_while_server_is_down_is_uploaded_once() {
     let server = restart(db, &url, addr, 5).await;
     let api2 = Api::new(&server);
     api2.wait_run(run, "succeeded", &agent).await;
-    eventually("empty spool", &agent, || async { agent.spool_entries().is_empty().then_some(()) }).await;
+    eventually("empty spool", &agent, || async {
+        agent.spool_entries().is_empty().then_some(())
+    })
+    .await;
     let results = api2.results(run).await;
     assert_eq!(results.len(), 1);
     assert_eq!(results[0].summary["kind"], "sleep");
-    assert!(agent.log().contains("result upload failed; it stays spooled"));
+    assert!(
+        agent
+            .log()
+            .contains("result upload failed; it stays spooled")
+    );
     drop(api);
 }
 
@@ -70,7 +78,10 @@ async fn agent_killed_with_a_spooled_result_uploads_it_once_after_restart() {
     let api2 = Api::new(&server);
     let agent = Agent::start(&[&server.url], None, &state);
     api2.wait_run(run, "succeeded", &agent).await;
-    eventually("empty spool", &agent, || async { agent.spool_entries().is_empty().then_some(()) }).await;
+    eventually("empty spool", &agent, || async {
+        agent.spool_entries().is_empty().then_some(())
+    })
+    .await;
     assert_eq!(api2.results(run).await.len(), 1);
 
     // A crash between the server's acknowledgement and the removal of the file means the
@@ -82,7 +93,11 @@ async fn agent_killed_with_a_spooled_result_uploads_it_once_after_restart() {
         agent.spool_entries().is_empty().then_some(())
     })
     .await;
-    assert!(agent.log().contains("result was already stored (retry)"), "{}", agent.log());
+    assert!(
+        agent.log().contains("result was already stored (retry)"),
+        "{}",
+        agent.log()
+    );
     assert_eq!(api2.results(run).await.len(), 1);
     drop(api);
 }
@@ -99,7 +114,10 @@ async fn agent_killed_mid_run_leaves_no_orphan_and_the_job_is_retried() {
     let child = test_children(agent.pid());
     assert_eq!(child.len(), 1);
     agent.sigkill();
-    eventually("orphaned child killed", &agent, || async { is_dead(child[0]).then_some(()) }).await;
+    eventually("orphaned child killed", &agent, || async {
+        is_dead(child[0]).then_some(())
+    })
+    .await;
 
     // The lease lapses, the job is requeued, and the restarted agent runs it again.
     let agent = Agent::start(&[&server.url], None, &state);
@@ -114,15 +132,25 @@ async fn waits_for_an_unreachable_server_instead_of_exiting() {
     let token = server.enrollment_token().await;
     let (db, url, addr) = stop_keeping_db(server).await;
     let dir = tempfile::tempdir().unwrap();
-    let mut agent = Agent::start(&[&format!("http://{addr}")], Some(&token), &dir.path().join("state"));
+    let mut agent = Agent::start(
+        &[&format!("http://{addr}")],
+        Some(&token),
+        &dir.path().join("state"),
+    );
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(agent.child.try_wait().unwrap().is_none(), "agent exited: {}", agent.log());
+    assert!(
+        agent.child.try_wait().unwrap().is_none(),
+        "agent exited: {}",
+        agent.log()
+    );
     assert!(agent.log().contains("cannot enroll yet"), "{}", agent.log());
 
     let server = restart(db, &url, addr, 1).await;
     let api = Api::new(&server);
     eventually("node with facts", &agent, || async {
-        api.get::<NodeDetail>(&format!("/nodes/{HOST}")).await.filter(|n| n.facts.is_some())
+        api.get::<NodeDetail>(&format!("/nodes/{HOST}"))
+            .await
+            .filter(|n| n.facts.is_some())
     })
     .await;
 }
@@ -131,6 +159,13 @@ async fn waits_for_an_unreachable_server_instead_of_exiting() {
 fn is_dead(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => true,
-        Ok(stat) => matches!(stat.rsplit(')').next().unwrap_or("").split_whitespace().next(), Some("Z" | "X")),
+        Ok(stat) => matches!(
+            stat.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .split_whitespace()
+                .next(),
+            Some("Z" | "X")
+        ),
     }
 }

@@ -9,13 +9,27 @@ const BIN: &str = env!("CARGO_BIN_EXE_heddle-agent");
 
 /// Whether this machine can run NCCL at all (a driver that loads).
 fn has_cuda() -> bool {
-    ["libcuda.so.1", "libcuda.so"].iter().any(|n| unsafe { libloading::Library::new(n) }.is_ok())
+    ["libcuda.so.1", "libcuda.so"]
+        .iter()
+        .any(|n| unsafe { libloading::Library::new(n) }.is_ok())
 }
 
 #[test]
 fn bench_says_why_nccl_is_unavailable() {
     let out = Command::new(BIN)
-        .args(["bench", "nccl", "all_reduce", "-b", "8", "-e", "8G", "-f", "2", "-g", "2"])
+        .args([
+            "bench",
+            "nccl",
+            "all_reduce",
+            "-b",
+            "8",
+            "-e",
+            "8G",
+            "-f",
+            "2",
+            "-g",
+            "2",
+        ])
         .env("HEDDLE_NCCL_LIBRARY", "/nonexistent/libnccl.so.2")
         .output()
         .unwrap();
@@ -39,7 +53,13 @@ fn bench_json_reports_the_skip() {
         .output()
         .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert!(v["skipped"].as_str().unwrap().starts_with("NCCL unavailable: "), "{v}");
+    assert!(
+        v["skipped"]
+            .as_str()
+            .unwrap()
+            .starts_with("NCCL unavailable: "),
+        "{v}"
+    );
 }
 
 #[test]
@@ -51,7 +71,12 @@ fn bench_rejects_bad_flags_before_touching_the_gpu() {
         vec!["all_reduce", "--nprocs", "2"],
         vec!["gossip"],
     ] {
-        let out = Command::new(BIN).arg("bench").arg("nccl").args(&args).output().unwrap();
+        let out = Command::new(BIN)
+            .arg("bench")
+            .arg("nccl")
+            .args(&args)
+            .output()
+            .unwrap();
         assert!(!out.status.success(), "{args:?} was accepted");
     }
 }
@@ -74,7 +99,12 @@ fn job_child_ends_skipped_with_the_reason() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(input.to_string().as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.to_string().as_bytes())
+        .unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success());
     let events: Vec<serde_json::Value> = String::from_utf8(out.stdout)
@@ -84,7 +114,12 @@ fn job_child_ends_skipped_with_the_reason() {
         .collect();
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(events[0]["event"], "skipped");
-    assert!(events[0]["reason"].as_str().unwrap().starts_with("NCCL unavailable: "));
+    assert!(
+        events[0]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("NCCL unavailable: ")
+    );
 }
 
 #[test]
@@ -100,20 +135,30 @@ fn job_child_rejects_bad_params_as_a_failure() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(input.to_string().as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.to_string().as_bytes())
+        .unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown collective"));
 }
 
 fn capture(name: &str) -> String {
-    std::fs::read_to_string(format!("{}/tests/captures/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+    std::fs::read_to_string(format!(
+        "{}/tests/captures/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap()
 }
 
 /// NCCL 2.28.9's INFO log from one rank of a two-process all_reduce on 2×H200 (NVLink).
 #[test]
 fn nccl_debug_log_of_a_real_run() {
-    let s = heddle_agent::runner::nccl::debug::parse(&capture("nccl_debug_info_2proc_rank0_h200.log"));
+    let s =
+        heddle_agent::runner::nccl::debug::parse(&capture("nccl_debug_info_2proc_rank0_h200.log"));
     insta::assert_json_snapshot!("runners_nccl_debug_2proc_h200", s);
 }
 
@@ -147,7 +192,10 @@ fn table_lines_round_trip_a_real_table() {
         let (oop, ip) = (mk(5, false), mk(9, true));
         assert_eq!(table::line(&oop, Some(&ip)).trim_end(), l.trim_end());
         // all_gather on 2 ranks: busbw is half of algbw (to the printed precision).
-        assert!((oop.busbw_gbs.unwrap() - oop.algbw_gbs.unwrap() / 2.0).abs() <= 0.011, "{l}");
+        assert!(
+            (oop.busbw_gbs.unwrap() - oop.algbw_gbs.unwrap() / 2.0).abs() <= 0.011,
+            "{l}"
+        );
         rows.push(oop);
         rows.push(ip);
     }
@@ -169,11 +217,29 @@ fn sweep_job_without_nccl_is_skipped_with_the_reason() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(input.to_string().as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.to_string().as_bytes())
+        .unwrap();
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let events: Vec<serde_json::Value> = String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(events[0]["event"], "skipped");
-    assert!(events[0]["reason"].as_str().unwrap().starts_with("NCCL unavailable: "));
+    assert!(
+        events[0]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("NCCL unavailable: ")
+    );
 }

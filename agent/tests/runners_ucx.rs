@@ -10,24 +10,47 @@ use heddle_agent::runner::{rdma, ucx, ucx_parse};
 const BIN: &str = env!("CARGO_BIN_EXE_heddle-agent");
 
 fn capture(name: &str) -> String {
-    std::fs::read_to_string(format!("{}/tests/captures/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+    std::fs::read_to_string(format!(
+        "{}/tests/captures/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap()
 }
 
-fn child(kind: &str, params: serde_json::Value, env: &[(&str, &str)]) -> (bool, Vec<serde_json::Value>, String) {
+fn child(
+    kind: &str,
+    params: serde_json::Value,
+    env: &[(&str, &str)],
+) -> (bool, Vec<serde_json::Value>, String) {
     let input = serde_json::json!({
         "kind": kind, "params": params, "job_id": uuid::Uuid::nil(), "run_id": uuid::Uuid::nil(),
         "rank": 0, "world_size": 1,
     });
     let mut cmd = Command::new(BIN);
-    cmd.arg("child").stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.arg("child")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     for (k, v) in env {
         cmd.env(k, v);
     }
     let mut c = cmd.spawn().unwrap();
-    c.stdin.take().unwrap().write_all(input.to_string().as_bytes()).unwrap();
+    c.stdin
+        .take()
+        .unwrap()
+        .write_all(input.to_string().as_bytes())
+        .unwrap();
     let out = c.wait_with_output().unwrap();
-    let events = String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    (out.status.success(), events, String::from_utf8_lossy(&out.stderr).into_owned())
+    let events = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (
+        out.status.success(),
+        events,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[test]
@@ -39,19 +62,28 @@ fn ucx_info_devices_new_layout() {
 #[test]
 fn ucx_info_devices_old_layout_with_rc_and_cuda() {
     let mut t = ucx_parse::parse_info_devices(&capture("ucx_info_d_seed000_rc.txt"));
-    t.extend(ucx_parse::parse_info_devices(&capture("ucx_info_d_seed000_cuda.txt")));
+    t.extend(ucx_parse::parse_info_devices(&capture(
+        "ucx_info_d_seed000_cuda.txt",
+    )));
     insta::assert_json_snapshot!("runners_ucx_info_d_seed000", t);
 }
 
 #[test]
 fn ucx_perftest_tables() {
-    for name in ["ucx_perftest_tag_bw.txt", "ucx_perftest_tag_lat.txt", "ucx_perftest_ucp_put_bw.txt"] {
+    for name in [
+        "ucx_perftest_tag_bw.txt",
+        "ucx_perftest_tag_lat.txt",
+        "ucx_perftest_ucp_put_bw.txt",
+    ] {
         let r = ucx_parse::parse_perftest(&capture(name)).unwrap();
         insta::assert_json_snapshot!(format!("runners_{}", name.trim_end_matches(".txt")), r);
     }
     // The server side prints only the test description.
     assert!(ucx_parse::parse_perftest(&capture("ucx_perftest_server_tag_lat.txt")).is_err());
-    assert_eq!(ucx_parse::parse_version(&capture("ucx_info_v.txt")).as_deref(), Some("1.13.1"));
+    assert_eq!(
+        ucx_parse::parse_version(&capture("ucx_info_v.txt")).as_deref(),
+        Some("1.13.1")
+    );
 }
 
 #[test]
@@ -69,7 +101,11 @@ fn ucx_perftest_really_runs_over_loopback() {
         &[],
     );
     assert!(ok, "{stderr}");
-    let rows: Vec<&serde_json::Value> = events.iter().filter(|e| e["event"] == "row").map(|e| &e["row"]).collect();
+    let rows: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["event"] == "row")
+        .map(|e| &e["row"])
+        .collect();
     assert_eq!(rows.len(), 4, "{events:?}");
     for r in &rows {
         assert!(r["time_us"].as_f64().unwrap() > 0.0, "{r}");
@@ -80,13 +116,23 @@ fn ucx_perftest_really_runs_over_loopback() {
     assert_eq!(rows[2]["extra"]["time_metric"], "overhead");
     let summary = &events.iter().find(|e| e["event"] == "summary").unwrap()["summary"];
     assert!(summary["ucx_version"].is_string());
-    assert!(summary["ucx_transports"].as_array().unwrap().iter().any(|t| t.as_str().unwrap().starts_with("tcp/")));
+    assert!(
+        summary["ucx_transports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t.as_str().unwrap().starts_with("tcp/"))
+    );
 }
 
 #[test]
 fn rdma_job_without_hca_is_skipped_with_evidence() {
     let empty = tempfile::tempdir().unwrap();
-    let (ok, events, _) = child("rdma", serde_json::json!({"test": "ib_write_bw"}), &[(rdma::SYSFS_ENV, empty.path().to_str().unwrap())]);
+    let (ok, events, _) = child(
+        "rdma",
+        serde_json::json!({"test": "ib_write_bw"}),
+        &[(rdma::SYSFS_ENV, empty.path().to_str().unwrap())],
+    );
     assert!(ok);
     assert_eq!(events.len(), 1);
     assert_eq!(events[0]["event"], "skipped");
@@ -98,8 +144,15 @@ fn rdma_job_without_hca_is_skipped_with_evidence() {
 #[test]
 fn rdma_job_on_this_node() {
     // The real /sys: on a node with an HCA this runs perftest; without, it is a skip.
-    let (ok, events, stderr) = child("rdma", serde_json::json!({"size": 65536, "all": false, "iters": 1000}), &[]);
-    if std::path::Path::new("/sys/class/infiniband").read_dir().is_ok_and(|mut d| d.next().is_some()) {
+    let (ok, events, stderr) = child(
+        "rdma",
+        serde_json::json!({"size": 65536, "all": false, "iters": 1000}),
+        &[],
+    );
+    if std::path::Path::new("/sys/class/infiniband")
+        .read_dir()
+        .is_ok_and(|mut d| d.next().is_some())
+    {
         assert!(ok, "{stderr}");
     } else {
         assert!(ok);

@@ -67,12 +67,18 @@ fn writer(dir: &str, start: u64) -> ! {
 
 fn main() {
     if let Ok(dir) = std::env::var("HEDDLE_SPOOL_WRITER_DIR") {
-        let start = std::env::var("HEDDLE_SPOOL_WRITER_START").unwrap().parse().unwrap();
+        let start = std::env::var("HEDDLE_SPOOL_WRITER_START")
+            .unwrap()
+            .parse()
+            .unwrap();
         writer(&dir, start);
     }
     // Under `cargo test` the harness flags (e.g. `--nocapture`) are passed; ignore them,
     // but honour a filter that names another test.
-    if std::env::args().skip(1).any(|a| !a.starts_with('-') && !"spool_crash".contains(&a)) {
+    if std::env::args()
+        .skip(1)
+        .any(|a| !a.starts_with('-') && !"spool_crash".contains(&a))
+    {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -91,7 +97,12 @@ fn main() {
         child.kill().unwrap();
         child.wait().unwrap();
         let mut text = String::new();
-        child.stdout.take().unwrap().read_to_string(&mut text).unwrap();
+        child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut text)
+            .unwrap();
         acknowledged.extend(text.lines().map(|l| l.parse::<u64>().unwrap()));
 
         let spool = Spool::open(&dir).expect("spool opens after a crash");
@@ -100,26 +111,43 @@ fn main() {
             .flatten()
             .filter(|e| e.file_name().to_string_lossy().starts_with(".tmp-"))
             .collect();
-        assert!(leftovers.is_empty(), "round {round}: temp files survive open");
+        assert!(
+            leftovers.is_empty(),
+            "round {round}: temp files survive open"
+        );
         let stored: Vec<u64> = spool
             .list()
             .unwrap()
             .iter()
             .map(|id| {
-                let e = spool.read(id).unwrap_or_else(|err| panic!("round {round}: {err}"));
+                let e = spool
+                    .read(id)
+                    .unwrap_or_else(|err| panic!("round {round}: {err}"));
                 e.upload.summary["n"].as_u64().unwrap()
             })
             .collect();
         // In write order, every acknowledged write present, at most one more per round
         // (written, killed before it could say so).
-        assert!(stored.windows(2).all(|w| w[0] < w[1]), "round {round}: order {stored:?}");
+        assert!(
+            stored.windows(2).all(|w| w[0] < w[1]),
+            "round {round}: order {stored:?}"
+        );
         for n in &acknowledged {
-            assert!(stored.contains(n), "round {round}: acknowledged entry {n} lost");
+            assert!(
+                stored.contains(n),
+                "round {round}: acknowledged entry {n} lost"
+            );
         }
         assert!(stored.len() <= acknowledged.len() + round + 1);
         next = stored.last().map_or(next, |n| n + 1).max(next);
         acknowledged = stored;
     }
-    assert!(!acknowledged.is_empty(), "no write completed in {ROUNDS} rounds");
-    println!("spool_crash: {ROUNDS} kills, {} entries intact, order kept", acknowledged.len());
+    assert!(
+        !acknowledged.is_empty(),
+        "no write completed in {ROUNDS} rounds"
+    );
+    println!(
+        "spool_crash: {ROUNDS} kills, {} entries intact, order kept",
+        acknowledged.len()
+    );
 }

@@ -20,12 +20,29 @@ async fn two_agents_run_ucx_perftest_through_the_rendezvous() {
     let server = server(1).await;
     let api = Api::new(&server);
     let tmp = tempfile::tempdir().unwrap();
-    let (ta, tb) = (server.enrollment_token().await, server.enrollment_token().await);
-    let a = Agent::start_named("ucx-a", &[&server.url], Some(&ta), &tmp.path().join("a"), &[]);
-    let b = Agent::start_named("ucx-b", &[&server.url], Some(&tb), &tmp.path().join("b"), &[]);
+    let (ta, tb) = (
+        server.enrollment_token().await,
+        server.enrollment_token().await,
+    );
+    let a = Agent::start_named(
+        "ucx-a",
+        &[&server.url],
+        Some(&ta),
+        &tmp.path().join("a"),
+        &[],
+    );
+    let b = Agent::start_named(
+        "ucx-b",
+        &[&server.url],
+        Some(&tb),
+        &tmp.path().join("b"),
+        &[],
+    );
     for (host, agent) in [("ucx-a", &a), ("ucx-b", &b)] {
         eventually(&format!("{host} with facts"), agent, || async {
-            api.get::<heddle_types::nodes::NodeDetail>(&format!("/nodes/{host}")).await.filter(|n| n.facts.is_some())
+            api.get::<heddle_types::nodes::NodeDetail>(&format!("/nodes/{host}"))
+                .await
+                .filter(|n| n.facts.is_some())
         })
         .await;
     }
@@ -39,7 +56,9 @@ async fn two_agents_run_ucx_perftest_through_the_rendezvous() {
         }))
         .await;
     let done = eventually(&format!("run {} finished", run.id), &b, || async {
-        api.run(run.id).await.filter(|r| r.jobs.iter().all(|j| j.state.is_terminal()))
+        api.run(run.id)
+            .await
+            .filter(|r| r.jobs.iter().all(|j| j.state.is_terminal()))
     })
     .await;
     let results = api.results(run.id).await;
@@ -47,20 +66,44 @@ async fn two_agents_run_ucx_perftest_through_the_rendezvous() {
     assert!(done.jobs.iter().all(|j| j.state == JobState::Succeeded));
     assert_eq!(results.len(), 2);
     let (server_side, client_side) = (&results[0], &results[1]);
-    assert_eq!((server_side.hostname.as_str(), client_side.hostname.as_str()), ("ucx-a", "ucx-b"));
+    assert_eq!(
+        (server_side.hostname.as_str(), client_side.hostname.as_str()),
+        ("ucx-a", "ucx-b")
+    );
     assert!(results.iter().all(|r| r.outcome == Outcome::Succeeded));
     assert_eq!(server_side.summary["mode"], "two-node");
-    assert!(server_side.rows.is_empty(), "the server side reports no figures");
+    assert!(
+        server_side.rows.is_empty(),
+        "the server side reports no figures"
+    );
     // The client measured every (test, size) step against rank 0's server, whose port is
     // picked at random on rank 0: rank 1 can only have learnt it through the rendezvous.
-    let steps: Vec<(String, i64)> = client_side.rows.iter().map(|r| (r.op.clone().unwrap(), r.size_bytes)).collect();
+    let steps: Vec<(String, i64)> = client_side
+        .rows
+        .iter()
+        .map(|r| (r.op.clone().unwrap(), r.size_bytes))
+        .collect();
     assert_eq!(
         steps,
-        vec![("tag_lat".into(), 8), ("tag_lat".into(), 65536), ("tag_bw".into(), 8), ("tag_bw".into(), 65536)]
+        vec![
+            ("tag_lat".into(), 8),
+            ("tag_lat".into(), 65536),
+            ("tag_bw".into(), 8),
+            ("tag_bw".into(), 65536)
+        ]
     );
     for r in &client_side.rows {
-        assert!(r.time_us.unwrap() > 0.0 && r.algbw_gbs.unwrap() > 0.0, "{r:?}");
+        assert!(
+            r.time_us.unwrap() > 0.0 && r.algbw_gbs.unwrap() > 0.0,
+            "{r:?}"
+        );
         assert_eq!(r.extra["iterations"], 2000);
     }
-    assert!(client_side.summary["ucx_env"].as_array().unwrap().iter().any(|e| e == "UCX_TLS=tcp"));
+    assert!(
+        client_side.summary["ucx_env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e == "UCX_TLS=tcp")
+    );
 }

@@ -9,7 +9,11 @@ pub enum ClientError {
     #[error("cannot reach the Heddle server at {url}: {source}")]
     Unreachable { url: String, source: reqwest::Error },
     #[error("{status}: {message} ({code})")]
-    Api { status: StatusCode, code: String, message: String },
+    Api {
+        status: StatusCode,
+        code: String,
+        message: String,
+    },
     #[error("unexpected answer from the server ({status}): {body}")]
     Unexpected { status: StatusCode, body: String },
 }
@@ -22,10 +26,19 @@ pub struct Client {
 
 impl Client {
     pub fn new(base: &str, token: Option<String>) -> Self {
-        Client { base: base.trim_end_matches('/').to_string(), token, http: reqwest::Client::new() }
+        Client {
+            base: base.trim_end_matches('/').to_string(),
+            token,
+            http: reqwest::Client::new(),
+        }
     }
 
-    async fn send(&self, method: Method, path: &str, body: Option<Body>) -> Result<reqwest::Response, ClientError> {
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Body>,
+    ) -> Result<reqwest::Response, ClientError> {
         let url = format!("{}{path}", self.base);
         let mut req = self.http.request(method, &url);
         if let Some(t) = &self.token {
@@ -36,14 +49,24 @@ impl Client {
             Some(Body::Wasm(bytes)) => req.header("content-type", "application/wasm").body(bytes),
             None => req,
         };
-        let resp = req.send().await.map_err(|source| ClientError::Unreachable { url: self.base.clone(), source })?;
+        let resp = req
+            .send()
+            .await
+            .map_err(|source| ClientError::Unreachable {
+                url: self.base.clone(),
+                source,
+            })?;
         if resp.status().is_success() {
             return Ok(resp);
         }
         let status = resp.status();
         let text = resp.text().await.unwrap_or_default();
         Err(match serde_json::from_str::<ErrorBody>(&text) {
-            Ok(e) => ClientError::Api { status, code: e.error, message: e.message },
+            Ok(e) => ClientError::Api {
+                status,
+                code: e.error,
+                message: e.message,
+            },
             Err(_) => ClientError::Unexpected { status, body: text },
         })
     }
@@ -56,16 +79,31 @@ impl Client {
     pub async fn get_text(&self, path: &str) -> Result<String, ClientError> {
         let resp = self.send(Method::GET, path, None).await?;
         let status = resp.status();
-        resp.text().await.map_err(|e| ClientError::Unexpected { status, body: e.to_string() })
+        resp.text().await.map_err(|e| ClientError::Unexpected {
+            status,
+            body: e.to_string(),
+        })
     }
 
-    pub async fn post<T: DeserializeOwned>(&self, path: &str, body: serde_json::Value) -> Result<T, ClientError> {
-        let resp = self.send(Method::POST, path, Some(Body::Json(body))).await?;
+    pub async fn post<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: serde_json::Value,
+    ) -> Result<T, ClientError> {
+        let resp = self
+            .send(Method::POST, path, Some(Body::Json(body)))
+            .await?;
         decode(resp).await
     }
 
-    pub async fn post_wasm<T: DeserializeOwned>(&self, path: &str, bytes: Vec<u8>) -> Result<T, ClientError> {
-        let resp = self.send(Method::POST, path, Some(Body::Wasm(bytes))).await?;
+    pub async fn post_wasm<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        bytes: Vec<u8>,
+    ) -> Result<T, ClientError> {
+        let resp = self
+            .send(Method::POST, path, Some(Body::Wasm(bytes)))
+            .await?;
         decode(resp).await
     }
 }
@@ -78,7 +116,10 @@ enum Body {
 async fn decode<T: DeserializeOwned>(resp: reqwest::Response) -> Result<T, ClientError> {
     let status = resp.status();
     let text = resp.text().await.unwrap_or_default();
-    serde_json::from_str(&text).map_err(|e| ClientError::Unexpected { status, body: format!("{e}: {text}") })
+    serde_json::from_str(&text).map_err(|e| ClientError::Unexpected {
+        status,
+        body: format!("{e}: {text}"),
+    })
 }
 
 impl Client {

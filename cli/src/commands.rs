@@ -127,10 +127,16 @@ pub enum RunsCmd {
         limit: u32,
     },
     /// A run, its jobs and its results.
-    Show { id: uuid::Uuid },
+    Show {
+        id: uuid::Uuid,
+    },
     /// Follow a run until it ends; exit code 0 when it succeeded.
-    Watch { id: uuid::Uuid },
-    Cancel { id: uuid::Uuid },
+    Watch {
+        id: uuid::Uuid,
+    },
+    Cancel {
+        id: uuid::Uuid,
+    },
     /// A sweep's cells × size bands and winners; `--keep NAME` stores a winner as a tuning profile.
     Sweep(crate::sweeps::SweepArgs),
 }
@@ -149,14 +155,18 @@ pub enum PluginsCmd {
         enable: bool,
     },
     Ls,
-    Versions { name: String },
+    Versions {
+        name: String,
+    },
     /// Enable a plugin (at a version: that is also how to roll back).
     Enable {
         name: String,
         #[arg(long)]
         version: Option<String>,
     },
-    Disable { name: String },
+    Disable {
+        name: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -189,7 +199,9 @@ pub enum TokensCmd {
         expires_in_days: Option<u32>,
     },
     Ls,
-    Revoke { id: uuid::Uuid },
+    Revoke {
+        id: uuid::Uuid,
+    },
 }
 
 #[derive(Subcommand)]
@@ -202,11 +214,15 @@ pub enum AgentsCmd {
         #[arg(long)]
         expires_in_hours: Option<u32>,
     },
-    Revoke { id: uuid::Uuid },
+    Revoke {
+        id: uuid::Uuid,
+    },
 }
 
 pub(crate) fn key_value(s: &str) -> Result<(String, String), String> {
-    s.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())).ok_or_else(|| format!("{s:?} is not KEY=VALUE"))
+    s.split_once('=')
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .ok_or_else(|| format!("{s:?} is not KEY=VALUE"))
 }
 
 pub(crate) fn print_json<T: Serialize>(v: &T) -> anyhow::Result<()> {
@@ -219,14 +235,20 @@ fn query(pairs: &[(&str, &Option<String>)]) -> String {
         .iter()
         .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={}", encode(v))))
         .collect();
-    if parts.is_empty() { String::new() } else { format!("?{}", parts.join("&")) }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("?{}", parts.join("&"))
+    }
 }
 
 /// Percent-encodes a query value.
 pub fn encode(v: &str) -> String {
     v.bytes()
         .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
             _ => format!("%{b:02X}"),
         })
         .collect()
@@ -234,7 +256,11 @@ pub fn encode(v: &str) -> String {
 
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let saved = config::load();
-    let server = cli.server.clone().or(saved.server.clone()).unwrap_or_else(|| "http://127.0.0.1:8080".into());
+    let server = cli
+        .server
+        .clone()
+        .or(saved.server.clone())
+        .unwrap_or_else(|| "http://127.0.0.1:8080".into());
     let token = cli.token.clone().or(saved.token.clone());
     let client = Client::new(&server, token.clone());
     let json = cli.json;
@@ -242,31 +268,75 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Login => {
             let token = token.context("give --token (or HEDDLE_TOKEN) to log in")?;
             let me: WhoAmI = client.get("/api/v1/whoami").await?;
-            let path = config::save(&config::Saved { server: Some(server.clone()), token: Some(token) })?;
-            println!("logged in to {server} as {} ({}); saved in {}", me.name, me.role, path.display());
+            let path = config::save(&config::Saved {
+                server: Some(server.clone()),
+                token: Some(token),
+            })?;
+            println!(
+                "logged in to {server} as {} ({}); saved in {}",
+                me.name,
+                me.role,
+                path.display()
+            );
         }
         Command::Whoami => {
             let me: WhoAmI = client.get("/api/v1/whoami").await?;
-            if json { print_json(&me)? } else { println!("{} ({}) at {server}", me.name, me.role) }
+            if json {
+                print_json(&me)?
+            } else {
+                println!("{} ({}) at {server}", me.name, me.role)
+            }
         }
-        Command::Nodes(NodesCmd::Ls { hostname, gpu_model, hca, port_state, link_layer, site, trait_, health }) => {
+        Command::Nodes(NodesCmd::Ls {
+            hostname,
+            gpu_model,
+            hca,
+            port_state,
+            link_layer,
+            site,
+            trait_,
+            health,
+        }) => {
             let q = query(&[
-                ("hostname", &hostname), ("gpu_model", &gpu_model), ("hca", &hca), ("port_state", &port_state),
-                ("link_layer", &link_layer), ("site", &site), ("trait", &trait_), ("health", &health),
+                ("hostname", &hostname),
+                ("gpu_model", &gpu_model),
+                ("hca", &hca),
+                ("port_state", &port_state),
+                ("link_layer", &link_layer),
+                ("site", &site),
+                ("trait", &trait_),
+                ("health", &health),
             ]);
             let mut nodes: Vec<NodeSummary> = client.get(&format!("/api/v1/nodes{q}")).await?;
             if json {
                 return print_json(&nodes).map(|_| ExitCode::SUCCESS);
             }
-            let rank = |h: &str| match h { "offline" => 0, "stale" => 1, _ => 2 };
-            nodes.sort_by_key(|n| (rank(&n.health), n.port_states.iter().any(|s| s != "ACTIVE") as u8 ^ 1, n.hostname.clone()));
-            let mut t = table::new(&["HOSTNAME", "HEALTH", "GPUS", "HCAS", "PORTS", "LINK", "SITE", "TRAITS", "SEEN"]);
+            let rank = |h: &str| match h {
+                "offline" => 0,
+                "stale" => 1,
+                _ => 2,
+            };
+            nodes.sort_by_key(|n| {
+                (
+                    rank(&n.health),
+                    n.port_states.iter().any(|s| s != "ACTIVE") as u8 ^ 1,
+                    n.hostname.clone(),
+                )
+            });
+            let mut t = table::new(&[
+                "HOSTNAME", "HEALTH", "GPUS", "HCAS", "PORTS", "LINK", "SITE", "TRAITS", "SEEN",
+            ]);
             for n in &nodes {
-                let traits: Vec<String> = n.traits.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                let traits: Vec<String> =
+                    n.traits.iter().map(|(k, v)| format!("{k}={v}")).collect();
                 t.add_row(vec![
                     n.hostname.clone(),
                     n.health.clone(),
-                    format!("{} × {}", n.gpu_count, n.gpu_model.as_deref().unwrap_or("?")),
+                    format!(
+                        "{} × {}",
+                        n.gpu_count,
+                        n.gpu_model.as_deref().unwrap_or("?")
+                    ),
                     n.hcas.join(","),
                     n.port_states.join(","),
                     n.link_layers.join(","),
@@ -278,33 +348,77 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             println!("{t}\n{} node(s)", nodes.len());
         }
         Command::Nodes(NodesCmd::Show { node }) => {
-            let n: NodeDetail = client.get(&format!("/api/v1/nodes/{}", encode(&node))).await?;
+            let n: NodeDetail = client
+                .get(&format!("/api/v1/nodes/{}", encode(&node)))
+                .await?;
             if json {
                 return print_json(&n).map(|_| ExitCode::SUCCESS);
             }
             let s = &n.summary;
-            println!("{} ({})  {}  last seen {}", s.hostname, s.id, s.health, table::ago(s.last_seen_at));
-            println!("GPUs: {} × {}", s.gpu_count, s.gpu_model.as_deref().unwrap_or("?"));
-            println!("HCAs: {}  ports: {}  link: {}", s.hcas.join(", "), s.port_states.join(", "), s.link_layers.join(", "));
+            println!(
+                "{} ({})  {}  last seen {}",
+                s.hostname,
+                s.id,
+                s.health,
+                table::ago(s.last_seen_at)
+            );
+            println!(
+                "GPUs: {} × {}",
+                s.gpu_count,
+                s.gpu_model.as_deref().unwrap_or("?")
+            );
+            println!(
+                "HCAs: {}  ports: {}  link: {}",
+                s.hcas.join(", "),
+                s.port_states.join(", "),
+                s.link_layers.join(", ")
+            );
             if !s.traits.is_empty() {
-                println!("traits: {}", s.traits.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "));
+                println!(
+                    "traits: {}",
+                    s.traits
+                        .iter()
+                        .map(|(k, v)| format!("{k}={v}"))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                );
             }
             let mut t = table::new(&["NAME", "VALUE", "SOURCE", "REASON"]);
             for r in &n.recommendations {
-                t.add_row(vec![r.name.clone(), r.value.clone(), r.source.clone(), r.reason.clone()]);
+                t.add_row(vec![
+                    r.name.clone(),
+                    r.value.clone(),
+                    r.source.clone(),
+                    r.reason.clone(),
+                ]);
             }
             println!("{t}");
         }
         Command::Env { node } => {
-            print!("{}", client.get_text(&format!("/api/v1/nodes/{}/env", encode(&node))).await?);
+            print!(
+                "{}",
+                client
+                    .get_text(&format!("/api/v1/nodes/{}/env", encode(&node)))
+                    .await?
+            );
         }
         Command::Runs(cmd) => return runs(&client, cmd, json).await,
         Command::Plugins(cmd) => plugins(&client, cmd, json).await?,
-        Command::Plugin(PluginCmd::Test { wasm, facts, fuel, timeout_ms }) => return plugin_test(&wasm, &facts, fuel, timeout_ms, json),
+        Command::Plugin(PluginCmd::Test {
+            wasm,
+            facts,
+            fuel,
+            timeout_ms,
+        }) => return plugin_test(&wasm, &facts, fuel, timeout_ms, json),
         Command::Tokens(cmd) => tokens(&client, cmd, json).await?,
         Command::Agents(cmd) => agents(&client, cmd, json, &server).await?,
         Command::Investigate(cmd) => return crate::investigate::run(&client, cmd, json).await,
-        Command::Preflight { nodes, max_age, check, wait } => {
+        Command::Preflight {
+            nodes,
+            max_age,
+            check,
+            wait,
+        } => {
             return Ok(crate::health::preflight(&client, nodes, max_age, check, wait, json).await);
         }
         Command::Health { node } => return crate::health::health(&client, node, json).await,
@@ -315,7 +429,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 
 async fn runs(client: &Client, cmd: RunsCmd, json: bool) -> anyhow::Result<ExitCode> {
     match cmd {
-        RunsCmd::Start { kind, nodes, params, env, timeout_s, label, watch: follow } => {
+        RunsCmd::Start {
+            kind,
+            nodes,
+            params,
+            env,
+            timeout_s,
+            label,
+            watch: follow,
+        } => {
             let params: serde_json::Map<String, serde_json::Value> = params
                 .into_iter()
                 .map(|(k, v)| {
@@ -339,7 +461,11 @@ async fn runs(client: &Client, cmd: RunsCmd, json: bool) -> anyhow::Result<ExitC
             }
         }
         RunsCmd::Ls { node, kind, limit } => {
-            let q = query(&[("node", &node), ("kind", &kind), ("limit", &Some(limit.to_string()))]);
+            let q = query(&[
+                ("node", &node),
+                ("kind", &kind),
+                ("limit", &Some(limit.to_string())),
+            ]);
             let runs: Vec<Run> = client.get(&format!("/api/v1/runs{q}")).await?;
             if json {
                 print_json(&runs)?;
@@ -347,7 +473,14 @@ async fn runs(client: &Client, cmd: RunsCmd, json: bool) -> anyhow::Result<ExitC
                 let mut t = table::new(&["ID", "KIND", "STATE", "NODES", "LABEL", "CREATED"]);
                 for r in &runs {
                     let hosts: Vec<&str> = r.jobs.iter().map(|j| j.hostname.as_str()).collect();
-                    t.add_row(vec![r.id.to_string(), r.spec.kind.clone(), r.state.clone(), hosts.join(","), table::opt(&r.label), table::ago(Some(r.created_at))]);
+                    t.add_row(vec![
+                        r.id.to_string(),
+                        r.spec.kind.clone(),
+                        r.state.clone(),
+                        hosts.join(","),
+                        table::opt(&r.label),
+                        table::ago(Some(r.created_at)),
+                    ]);
                 }
                 println!("{t}");
             }
@@ -367,34 +500,77 @@ async fn runs(client: &Client, cmd: RunsCmd, json: bool) -> anyhow::Result<ExitC
         RunsCmd::Watch { id } => return watch(client, id, json).await,
         RunsCmd::Sweep(a) => crate::sweeps::command(client, a, json).await?,
         RunsCmd::Cancel { id } => {
-            let run: Run = client.post(&format!("/api/v1/runs/{id}/cancel"), serde_json::json!(null)).await?;
-            if json { print_json(&run)? } else { print_run(&run) }
+            let run: Run = client
+                .post(
+                    &format!("/api/v1/runs/{id}/cancel"),
+                    serde_json::json!(null),
+                )
+                .await?;
+            if json {
+                print_json(&run)?
+            } else {
+                print_run(&run)
+            }
         }
     }
     Ok(ExitCode::SUCCESS)
 }
 
 fn print_run(run: &Run) {
-    println!("run {}  {}  {}  created by {} {}", run.id, run.spec.kind, run.state, run.created_by, table::ago(Some(run.created_at)));
+    println!(
+        "run {}  {}  {}  created by {} {}",
+        run.id,
+        run.spec.kind,
+        run.state,
+        run.created_by,
+        table::ago(Some(run.created_at))
+    );
     let mut t = table::new(&["RANK", "NODE", "STATE", "ATTEMPT", "PROGRESS", "ERROR"]);
     for j in &run.jobs {
-        let progress = j.progress.as_ref().map_or_else(String::new, |p| match p.fraction {
-            Some(f) => format!("{:.0}% {}", f * 100.0, p.message),
-            None => p.message.clone(),
-        });
-        t.add_row(vec![j.rank.to_string(), j.hostname.clone(), j.state.to_string(), format!("{}/{}", j.attempts, j.max_attempts), progress, table::opt(&j.error)]);
+        let progress = j
+            .progress
+            .as_ref()
+            .map_or_else(String::new, |p| match p.fraction {
+                Some(f) => format!("{:.0}% {}", f * 100.0, p.message),
+                None => p.message.clone(),
+            });
+        t.add_row(vec![
+            j.rank.to_string(),
+            j.hostname.clone(),
+            j.state.to_string(),
+            format!("{}/{}", j.attempts, j.max_attempts),
+            progress,
+            table::opt(&j.error),
+        ]);
     }
     println!("{t}");
 }
 
 /// nccl-tests' columns, so the numbers read the way people are used to.
 fn print_result(r: &JobResult) {
-    println!("\n{} — {:?}{}", r.hostname, r.outcome, r.reason.as_ref().map_or_else(String::new, |s| format!(": {s}")));
+    println!(
+        "\n{} — {:?}{}",
+        r.hostname,
+        r.outcome,
+        r.reason
+            .as_ref()
+            .map_or_else(String::new, |s| format!(": {s}"))
+    );
     crate::health::print_verdict(r.verdict.as_ref());
     if r.rows.is_empty() {
         return;
     }
-    let mut t = table::new(&["size (B)", "count", "type", "op", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "#wrong", "labels"]);
+    let mut t = table::new(&[
+        "size (B)",
+        "count",
+        "type",
+        "op",
+        "time (us)",
+        "algbw (GB/s)",
+        "busbw (GB/s)",
+        "#wrong",
+        "labels",
+    ]);
     for row in &r.rows {
         let labels: Vec<String> = row.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
         t.add_row(vec![
@@ -421,7 +597,10 @@ async fn watch(client: &Client, id: uuid::Uuid, json: bool) -> anyhow::Result<Ex
             .jobs
             .iter()
             .map(|j| {
-                let p = j.progress.as_ref().map_or_else(String::new, |p| format!(" ({})", p.message));
+                let p = j
+                    .progress
+                    .as_ref()
+                    .map_or_else(String::new, |p| format!(" ({})", p.message));
                 format!("{}={}{p}", j.hostname, j.state)
             })
             .collect();
@@ -451,12 +630,39 @@ async fn watch(client: &Client, id: uuid::Uuid, json: bool) -> anyhow::Result<Ex
 
 async fn plugins(client: &Client, cmd: PluginsCmd, json: bool) -> anyhow::Result<()> {
     match cmd {
-        PluginsCmd::Upload { file, name, version, enable } => {
-            let bytes = std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
-            let v: PluginVersion = client.post_wasm(&format!("/api/v1/plugins/{}/versions/{}", encode(&name), encode(&version)), bytes).await?;
-            if json { print_json(&v)? } else { println!("uploaded {} {} ({} bytes, sha256 {})", v.plugin, v.version, v.size_bytes, v.sha256) }
+        PluginsCmd::Upload {
+            file,
+            name,
+            version,
+            enable,
+        } => {
+            let bytes =
+                std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
+            let v: PluginVersion = client
+                .post_wasm(
+                    &format!(
+                        "/api/v1/plugins/{}/versions/{}",
+                        encode(&name),
+                        encode(&version)
+                    ),
+                    bytes,
+                )
+                .await?;
+            if json {
+                print_json(&v)?
+            } else {
+                println!(
+                    "uploaded {} {} ({} bytes, sha256 {})",
+                    v.plugin, v.version, v.size_bytes, v.sha256
+                )
+            }
             if enable {
-                let p: Plugin = client.post(&format!("/api/v1/plugins/{}/enable", encode(&name)), serde_json::json!({"version": version})).await?;
+                let p: Plugin = client
+                    .post(
+                        &format!("/api/v1/plugins/{}/enable", encode(&name)),
+                        serde_json::json!({"version": version}),
+                    )
+                    .await?;
                 if !json {
                     println!("enabled {} at {}", p.name, table::opt(&p.active_version));
                 }
@@ -469,28 +675,59 @@ async fn plugins(client: &Client, cmd: PluginsCmd, json: bool) -> anyhow::Result
             }
             let mut t = table::new(&["NAME", "ENABLED", "ACTIVE VERSION", "CREATED"]);
             for p in &list {
-                t.add_row(vec![p.name.clone(), p.enabled.to_string(), table::opt(&p.active_version), table::ago(Some(p.created_at))]);
+                t.add_row(vec![
+                    p.name.clone(),
+                    p.enabled.to_string(),
+                    table::opt(&p.active_version),
+                    table::ago(Some(p.created_at)),
+                ]);
             }
             println!("{t}");
         }
         PluginsCmd::Versions { name } => {
-            let list: Vec<PluginVersion> = client.get(&format!("/api/v1/plugins/{}/versions", encode(&name))).await?;
+            let list: Vec<PluginVersion> = client
+                .get(&format!("/api/v1/plugins/{}/versions", encode(&name)))
+                .await?;
             if json {
                 return print_json(&list);
             }
             let mut t = table::new(&["VERSION", "SHA256", "BYTES", "BY", "CREATED"]);
             for v in &list {
-                t.add_row(vec![v.version.clone(), v.sha256[..16].to_string(), v.size_bytes.to_string(), v.uploaded_by.clone(), table::ago(Some(v.created_at))]);
+                t.add_row(vec![
+                    v.version.clone(),
+                    v.sha256[..16].to_string(),
+                    v.size_bytes.to_string(),
+                    v.uploaded_by.clone(),
+                    table::ago(Some(v.created_at)),
+                ]);
             }
             println!("{t}");
         }
         PluginsCmd::Enable { name, version } => {
-            let p: Plugin = client.post(&format!("/api/v1/plugins/{}/enable", encode(&name)), serde_json::json!({"version": version})).await?;
-            if json { print_json(&p)? } else { println!("enabled {} at {}", p.name, table::opt(&p.active_version)) }
+            let p: Plugin = client
+                .post(
+                    &format!("/api/v1/plugins/{}/enable", encode(&name)),
+                    serde_json::json!({"version": version}),
+                )
+                .await?;
+            if json {
+                print_json(&p)?
+            } else {
+                println!("enabled {} at {}", p.name, table::opt(&p.active_version))
+            }
         }
         PluginsCmd::Disable { name } => {
-            let p: Plugin = client.post(&format!("/api/v1/plugins/{}/disable", encode(&name)), serde_json::json!(null)).await?;
-            if json { print_json(&p)? } else { println!("disabled {}", p.name) }
+            let p: Plugin = client
+                .post(
+                    &format!("/api/v1/plugins/{}/disable", encode(&name)),
+                    serde_json::json!(null),
+                )
+                .await?;
+            if json {
+                print_json(&p)?
+            } else {
+                println!("disabled {}", p.name)
+            }
         }
     }
     Ok(())
@@ -498,12 +735,19 @@ async fn plugins(client: &Client, cmd: PluginsCmd, json: bool) -> anyhow::Result
 
 async fn tokens(client: &Client, cmd: TokensCmd, json: bool) -> anyhow::Result<()> {
     match cmd {
-        TokensCmd::Create { name, role, expires_in_days } => {
+        TokensCmd::Create {
+            name,
+            role,
+            expires_in_days,
+        } => {
             let t: TokenCreated = client.post("/api/v1/tokens", serde_json::json!({"name": name, "role": role, "expires_in_days": expires_in_days})).await?;
             if json {
                 print_json(&t)?;
             } else {
-                eprintln!("created {} token {:?}; it is shown once:", t.info.role, t.info.name);
+                eprintln!(
+                    "created {} token {:?}; it is shown once:",
+                    t.info.role, t.info.name
+                );
                 println!("{}", t.token);
             }
         }
@@ -514,7 +758,14 @@ async fn tokens(client: &Client, cmd: TokensCmd, json: bool) -> anyhow::Result<(
             }
             let mut t = table::new(&["ID", "NAME", "ROLE", "LAST USED", "EXPIRES", "REVOKED"]);
             for k in &list {
-                t.add_row(vec![k.id.to_string(), k.name.clone(), k.role.to_string(), table::ago(k.last_used_at), table::opt(&k.expires_at), table::opt(&k.revoked_at)]);
+                t.add_row(vec![
+                    k.id.to_string(),
+                    k.name.clone(),
+                    k.role.to_string(),
+                    table::ago(k.last_used_at),
+                    table::opt(&k.expires_at),
+                    table::opt(&k.revoked_at),
+                ]);
             }
             println!("{t}");
         }
@@ -535,19 +786,37 @@ async fn agents(client: &Client, cmd: AgentsCmd, json: bool, server: &str) -> an
             }
             let mut t = table::new(&["ID", "HOSTNAME", "HEALTH", "VERSION", "LAST HEARTBEAT"]);
             for a in &list {
-                t.add_row(vec![a.id.to_string(), a.hostname.clone(), a.health.clone(), table::opt(&a.version), table::ago(a.last_heartbeat_at)]);
+                t.add_row(vec![
+                    a.id.to_string(),
+                    a.hostname.clone(),
+                    a.health.clone(),
+                    table::opt(&a.version),
+                    table::ago(a.last_heartbeat_at),
+                ]);
             }
             println!("{t}");
         }
-        AgentsCmd::EnrollToken { max_uses, expires_in_hours } => {
+        AgentsCmd::EnrollToken {
+            max_uses,
+            expires_in_hours,
+        } => {
             let t: EnrollmentTokenCreated = client
-                .post("/api/v1/enrollment-tokens", serde_json::json!({"max_uses": max_uses, "expires_in_hours": expires_in_hours}))
+                .post(
+                    "/api/v1/enrollment-tokens",
+                    serde_json::json!({"max_uses": max_uses, "expires_in_hours": expires_in_hours}),
+                )
                 .await?;
             if json {
                 return print_json(&t);
             }
-            eprintln!("enrollment token for {} agent(s), expires {}; shown once.", t.info.max_uses, t.info.expires_at);
-            eprintln!("start an agent with:\n  heddle-agent run --server {server} --enroll-token {} --state-dir /var/lib/heddle-agent", t.token);
+            eprintln!(
+                "enrollment token for {} agent(s), expires {}; shown once.",
+                t.info.max_uses, t.info.expires_at
+            );
+            eprintln!(
+                "start an agent with:\n  heddle-agent run --server {server} --enroll-token {} --state-dir /var/lib/heddle-agent",
+                t.token
+            );
             println!("{}", t.token);
         }
         AgentsCmd::Revoke { id } => {
@@ -558,10 +827,21 @@ async fn agents(client: &Client, cmd: AgentsCmd, json: bool, server: &str) -> an
     Ok(())
 }
 
-fn plugin_test(wasm: &std::path::Path, facts: &std::path::Path, fuel: u64, timeout_ms: u64, json: bool) -> anyhow::Result<ExitCode> {
+fn plugin_test(
+    wasm: &std::path::Path,
+    facts: &std::path::Path,
+    fuel: u64,
+    timeout_ms: u64,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     let bytes = std::fs::read(wasm).with_context(|| format!("reading {}", wasm.display()))?;
-    let facts = std::fs::read_to_string(facts).with_context(|| format!("reading {}", facts.display()))?;
-    let limits = heddle_plugin_host::Limits { fuel, timeout: Duration::from_millis(timeout_ms), ..Default::default() };
+    let facts =
+        std::fs::read_to_string(facts).with_context(|| format!("reading {}", facts.display()))?;
+    let limits = heddle_plugin_host::Limits {
+        fuel,
+        timeout: Duration::from_millis(timeout_ms),
+        ..Default::default()
+    };
     match heddle_plugin_host::run_on_facts_json(&bytes, &facts, &limits) {
         Ok(report) => {
             if json {
@@ -569,7 +849,10 @@ fn plugin_test(wasm: &std::path::Path, facts: &std::path::Path, fuel: u64, timeo
                 return Ok(ExitCode::SUCCESS);
             }
             let d = &report.detection;
-            println!("{} {} — {}", report.plugin.name, report.plugin.version, report.plugin.description);
+            println!(
+                "{} {} — {}",
+                report.plugin.name, report.plugin.version, report.plugin.description
+            );
             for (k, v) in &d.traits {
                 println!("trait    {k}={v}");
             }
@@ -577,7 +860,14 @@ fn plugin_test(wasm: &std::path::Path, facts: &std::path::Path, fuel: u64, timeo
                 println!("env      {}={}    # {}", e.name, e.value, e.reason);
             }
             for a in &d.affinity {
-                println!("affinity gpu {} cpus {} numa {} nic {} netdev {}", a.gpu, a.cpus, table::opt(&a.numa), table::opt(&a.nic), table::opt(&a.netdev));
+                println!(
+                    "affinity gpu {} cpus {} numa {} nic {} netdev {}",
+                    a.gpu,
+                    a.cpus,
+                    table::opt(&a.numa),
+                    table::opt(&a.nic),
+                    table::opt(&a.netdev)
+                );
             }
             for w in &d.warnings {
                 println!("warning  {w}");
@@ -586,13 +876,23 @@ fn plugin_test(wasm: &std::path::Path, facts: &std::path::Path, fuel: u64, timeo
                 eprintln!("log {:?}: {}", l.level, l.message);
             }
             let u = &report.usage;
-            eprintln!("used {} fuel, {} µs, {} KiB peak memory", u.fuel_consumed, u.elapsed.as_micros(), u.peak_memory_bytes / 1024);
+            eprintln!(
+                "used {} fuel, {} µs, {} KiB peak memory",
+                u.fuel_consumed,
+                u.elapsed.as_micros(),
+                u.peak_memory_bytes / 1024
+            );
             Ok(ExitCode::SUCCESS)
         }
         Err(err) => {
             eprintln!("heddle: plugin failed [{}]: {err}", err.code());
             if let Some(u) = err.usage() {
-                eprintln!("used {} fuel, {} µs, {} KiB peak memory before it was stopped", u.fuel_consumed, u.elapsed.as_micros(), u.peak_memory_bytes / 1024);
+                eprintln!(
+                    "used {} fuel, {} µs, {} KiB peak memory before it was stopped",
+                    u.fuel_consumed,
+                    u.elapsed.as_micros(),
+                    u.peak_memory_bytes / 1024
+                );
             }
             Ok(ExitCode::FAILURE)
         }

@@ -16,12 +16,17 @@ pub fn path() -> PathBuf {
     if let Some(p) = std::env::var_os("HEDDLE_CONFIG") {
         return PathBuf::from(p);
     }
-    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."));
     home.join(".config/heddle/cli.json")
 }
 
 pub fn load() -> Saved {
-    std::fs::read(path()).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default()
+    std::fs::read(path())
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default()
 }
 
 pub fn save(saved: &Saved) -> anyhow::Result<PathBuf> {

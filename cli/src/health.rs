@@ -3,7 +3,9 @@
 use std::process::ExitCode;
 
 use clap::Subcommand;
-use heddle_types::health::{Expectation, FleetHealth, NodeHealth, PreflightResponse, Reason, ResultVerdict, Verdict};
+use heddle_types::health::{
+    Expectation, FleetHealth, NodeHealth, PreflightResponse, Reason, ResultVerdict, Verdict,
+};
 
 use crate::client::Client;
 use crate::table;
@@ -44,14 +46,18 @@ pub enum ExpectationsCmd {
         #[arg(long)]
         node: Option<String>,
     },
-    Rm { id: uuid::Uuid },
+    Rm {
+        id: uuid::Uuid,
+    },
 }
 
 /// `1h`, `30m`, `90s`, `2d` or plain seconds.
 pub fn duration_s(s: &str) -> Result<u32, String> {
     let s = s.trim();
     let (number, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: u32 = number.parse().map_err(|_| format!("{s:?} is not a duration like 3600, 90s, 30m, 1h or 2d"))?;
+    let n: u32 = number
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration like 3600, 90s, 30m, 1h or 2d"))?;
     let mult = match unit {
         "" | "s" => 1,
         "m" => 60,
@@ -59,11 +65,15 @@ pub fn duration_s(s: &str) -> Result<u32, String> {
         "d" => 86_400,
         _ => return Err(format!("{s:?}: the unit must be s, m, h or d")),
     };
-    n.checked_mul(mult).ok_or_else(|| format!("{s:?} is too long"))
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("{s:?} is too long"))
 }
 
 fn first_reason(reasons: &[Reason]) -> String {
-    reasons.first().map(|r| r.message.clone()).unwrap_or_default()
+    reasons
+        .first()
+        .map(|r| r.message.clone())
+        .unwrap_or_default()
 }
 
 fn print_json<T: serde::Serialize>(v: &T) -> anyhow::Result<()> {
@@ -73,7 +83,14 @@ fn print_json<T: serde::Serialize>(v: &T) -> anyhow::Result<()> {
 
 /// Exit code 0/1/2 for pass/warn/fail and 3 when the verdict is unknown or none could be
 /// had; errors are printed, not returned, so that they exit 3 too.
-pub async fn preflight(client: &Client, nodes: Vec<String>, max_age_s: Option<u32>, check: Option<String>, wait_s: Option<u32>, json: bool) -> ExitCode {
+pub async fn preflight(
+    client: &Client,
+    nodes: Vec<String>,
+    max_age_s: Option<u32>,
+    check: Option<String>,
+    wait_s: Option<u32>,
+    json: bool,
+) -> ExitCode {
     let body = serde_json::json!({"nodes": nodes, "max_age_s": max_age_s, "check": check, "wait_s": wait_s});
     let answer: PreflightResponse = match client.post("/api/v1/preflight", body).await {
         Ok(a) => a,
@@ -89,10 +106,21 @@ pub async fn preflight(client: &Client, nodes: Vec<String>, max_age_s: Option<u3
     } else {
         let mut t = table::new(&["NODE", "VERDICT", "FROM", "JUDGED", "REASON"]);
         for n in &answer.nodes {
-            t.add_row(vec![n.node.clone(), n.verdict.to_string(), n.from.clone(), table::ago(n.judged_at), first_reason(&n.reasons)]);
+            t.add_row(vec![
+                n.node.clone(),
+                n.verdict.to_string(),
+                n.from.clone(),
+                table::ago(n.judged_at),
+                first_reason(&n.reasons),
+            ]);
         }
         println!("{t}");
-        println!("preflight {}: {} ({} node(s))", answer.check.as_str(), answer.verdict.as_str().to_uppercase(), answer.nodes.len());
+        println!(
+            "preflight {}: {} ({} node(s))",
+            answer.check.as_str(),
+            answer.verdict.as_str().to_uppercase(),
+            answer.nodes.len()
+        );
     }
     ExitCode::from(answer.verdict.exit_code())
 }
@@ -100,18 +128,34 @@ pub async fn preflight(client: &Client, nodes: Vec<String>, max_age_s: Option<u3
 pub async fn health(client: &Client, node: Option<String>, json: bool) -> anyhow::Result<ExitCode> {
     match node {
         Some(node) => {
-            let h: NodeHealth = client.get(&format!("/api/v1/nodes/{}/health", crate::commands::encode(&node))).await?;
+            let h: NodeHealth = client
+                .get(&format!(
+                    "/api/v1/nodes/{}/health",
+                    crate::commands::encode(&node)
+                ))
+                .await?;
             if json {
                 print_json(&h)?;
             } else {
-                println!("{} ({}): {}", h.hostname, h.node_id, h.verdict.as_str().to_uppercase());
+                println!(
+                    "{} ({}): {}",
+                    h.hostname,
+                    h.node_id,
+                    h.verdict.as_str().to_uppercase()
+                );
                 let mut t = table::new(&["TEST", "VERDICT", "FIGURE", "JUDGED", "REASON"]);
                 for x in &h.tests {
                     let figure = match (&x.metric, x.value) {
                         (Some(m), Some(v)) => format!("{v:.2} {m}"),
                         _ => String::new(),
                     };
-                    t.add_row(vec![x.test.clone(), x.verdict.to_string(), figure, table::ago(Some(x.judged_at)), first_reason(&x.reasons)]);
+                    t.add_row(vec![
+                        x.test.clone(),
+                        x.verdict.to_string(),
+                        figure,
+                        table::ago(Some(x.judged_at)),
+                        first_reason(&x.reasons),
+                    ]);
                 }
                 println!("{t}");
             }
@@ -123,9 +167,18 @@ pub async fn health(client: &Client, node: Option<String>, json: bool) -> anyhow
             } else {
                 let mut t = table::new(&["NODE", "VERDICT", "GPU", "WARN/FAIL TESTS", "JUDGED"]);
                 for n in &f.nodes {
-                    t.add_row(vec![n.hostname.clone(), n.verdict.to_string(), table::opt(&n.gpu_model), n.failing.join(","), table::ago(n.last_judged_at)]);
+                    t.add_row(vec![
+                        n.hostname.clone(),
+                        n.verdict.to_string(),
+                        table::opt(&n.gpu_model),
+                        n.failing.join(","),
+                        table::ago(n.last_judged_at),
+                    ]);
                 }
-                println!("{t}\n{} pass, {} warn, {} fail, {} unknown", f.pass, f.warn, f.fail, f.unknown);
+                println!(
+                    "{t}\n{} pass, {} warn, {} fail, {} unknown",
+                    f.pass, f.warn, f.fail, f.unknown
+                );
             }
         }
     }
@@ -139,12 +192,18 @@ pub async fn expectations(client: &Client, cmd: ExpectationsCmd, json: bool) -> 
                 .into_iter()
                 .filter_map(|(k, v)| v.map(|v| format!("{k}={}", crate::commands::encode(&v))))
                 .collect();
-            let q = if q.is_empty() { String::new() } else { format!("?{}", q.join("&")) };
+            let q = if q.is_empty() {
+                String::new()
+            } else {
+                format!("?{}", q.join("&"))
+            };
             let list: Vec<Expectation> = client.get(&format!("/api/v1/expectations{q}")).await?;
             if json {
                 return print_json(&list);
             }
-            let mut t = table::new(&["ORIGIN", "TEST", "METRIC", "≥ SIZE", "VALUE", "SCOPE", "SOURCE", "ID"]);
+            let mut t = table::new(&[
+                "ORIGIN", "TEST", "METRIC", "≥ SIZE", "VALUE", "SCOPE", "SOURCE", "ID",
+            ]);
             for e in &list {
                 let scope: Vec<String> = [
                     e.gpu_model.clone().map(|m| format!("gpu={m}")),
@@ -168,11 +227,25 @@ pub async fn expectations(client: &Client, cmd: ExpectationsCmd, json: bool) -> 
             }
             println!("{t}");
         }
-        ExpectationsCmd::Add { test, metric, value, source, min_size_bytes, gpu_model, gpu_count, world_size, node } => {
+        ExpectationsCmd::Add {
+            test,
+            metric,
+            value,
+            source,
+            min_size_bytes,
+            gpu_model,
+            gpu_count,
+            world_size,
+            node,
+        } => {
             let body = serde_json::json!({"test": test, "metric": metric, "value": value, "source": source, "min_size_bytes": min_size_bytes,
                 "gpu_model": gpu_model, "gpu_count": gpu_count, "world_size": world_size, "node": node});
             let e: Expectation = client.post("/api/v1/expectations", body).await?;
-            if json { print_json(&e)? } else { println!("{}", e.id.map(|i| i.to_string()).unwrap_or_default()) }
+            if json {
+                print_json(&e)?
+            } else {
+                println!("{}", e.id.map(|i| i.to_string()).unwrap_or_default())
+            }
         }
         ExpectationsCmd::Rm { id } => {
             client.delete(&format!("/api/v1/expectations/{id}")).await?;
@@ -192,7 +265,11 @@ pub fn print_verdict(v: Option<&ResultVerdict>) {
         (Some(m), Some(x)) => format!(" — {x:.2} {m}"),
         _ => String::new(),
     };
-    println!("verdict: {} ({}{figure})", v.verdict.as_str().to_uppercase(), v.test);
+    println!(
+        "verdict: {} ({}{figure})",
+        v.verdict.as_str().to_uppercase(),
+        v.test
+    );
     for r in &v.reasons {
         println!("  [{:?}] {} ({})", r.severity, r.message, r.basis);
     }

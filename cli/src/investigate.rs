@@ -4,7 +4,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Subcommand;
-use heddle_types::investigations::{Analysis, Investigation, InvestigationState, InvestigationSummary, Matrix, Conclusion};
+use heddle_types::investigations::{
+    Analysis, Conclusion, Investigation, InvestigationState, InvestigationSummary, Matrix,
+};
 
 use crate::client::Client;
 use crate::table;
@@ -55,39 +57,67 @@ pub enum InvestigateCmd {
 
 pub async fn run(client: &Client, cmd: InvestigateCmd, json: bool) -> anyhow::Result<ExitCode> {
     match cmd {
-        InvestigateCmd::Start { nodes, kind, params, batch, threshold, label, watch } => {
+        InvestigateCmd::Start {
+            nodes,
+            kind,
+            params,
+            batch,
+            threshold,
+            label,
+            watch,
+        } => {
             let params: serde_json::Map<String, serde_json::Value> = params
                 .into_iter()
-                .map(|(k, v)| (k, serde_json::from_str(&v).unwrap_or(serde_json::Value::String(v))))
+                .map(|(k, v)| {
+                    (
+                        k,
+                        serde_json::from_str(&v).unwrap_or(serde_json::Value::String(v)),
+                    )
+                })
                 .collect();
             let body = serde_json::json!({"nodes": nodes, "kind": kind, "params": params, "batch_size": batch,
                 "threshold": threshold, "label": label});
             let inv: Investigation = client.post("/api/v1/investigations", body).await?;
-            eprintln!("started investigation {} ({} pairs)", inv.id, inv.progress.pairs_total);
+            eprintln!(
+                "started investigation {} ({} pairs)",
+                inv.id, inv.progress.pairs_total
+            );
             if watch {
                 return follow(client, inv.id, json).await;
             }
-            if json { crate::commands::print_json(&inv)? } else { println!("{}", inv.id) }
+            if json {
+                crate::commands::print_json(&inv)?
+            } else {
+                println!("{}", inv.id)
+            }
         }
         InvestigateCmd::Show { id, watch } => {
             if watch {
                 return follow(client, id, json).await;
             }
             let inv: Investigation = client.get(&format!("/api/v1/investigations/{id}")).await?;
-            if json { crate::commands::print_json(&inv)? } else { print(&inv) }
+            if json {
+                crate::commands::print_json(&inv)?
+            } else {
+                print(&inv)
+            }
         }
         InvestigateCmd::Ls { state, limit } => {
             let mut q = format!("?limit={limit}");
             if let Some(s) = state {
                 q.push_str(&format!("&state={s}"));
             }
-            let list: Vec<InvestigationSummary> = client.get(&format!("/api/v1/investigations{q}")).await?;
+            let list: Vec<InvestigationSummary> =
+                client.get(&format!("/api/v1/investigations{q}")).await?;
             if json {
                 crate::commands::print_json(&list)?;
             } else {
-                let mut t = table::new(&["ID", "KIND", "STATE", "PAIRS", "VERDICT", "CULPRITS", "NODES", "CREATED"]);
+                let mut t = table::new(&[
+                    "ID", "KIND", "STATE", "PAIRS", "VERDICT", "CULPRITS", "NODES", "CREATED",
+                ]);
                 for i in &list {
-                    let culprits: Vec<String> = i.culprits.iter().map(|c| c.members.join("–")).collect();
+                    let culprits: Vec<String> =
+                        i.culprits.iter().map(|c| c.members.join("–")).collect();
                     t.add_row(vec![
                         i.id.to_string(),
                         i.kind.as_str().to_string(),
@@ -111,13 +141,24 @@ async fn follow(client: &Client, id: uuid::Uuid, json: bool) -> anyhow::Result<E
     loop {
         let inv: Investigation = client.get(&format!("/api/v1/investigations/{id}")).await?;
         let p = &inv.progress;
-        let line = format!("{}: {}/{} pairs done ({} failed, {} running)", inv.state.as_str(), p.pairs_done, p.pairs_total, p.pairs_failed, p.pairs_running);
+        let line = format!(
+            "{}: {}/{} pairs done ({} failed, {} running)",
+            inv.state.as_str(),
+            p.pairs_done,
+            p.pairs_total,
+            p.pairs_failed,
+            p.pairs_running
+        );
         if line != last {
             eprintln!("{line}");
             last = line;
         }
         if inv.state != InvestigationState::Running {
-            if json { crate::commands::print_json(&inv)? } else { print(&inv) }
+            if json {
+                crate::commands::print_json(&inv)?
+            } else {
+                print(&inv)
+            }
             return Ok(match (inv.state, inv.analysis.verdict) {
                 (InvestigationState::Done, Conclusion::NoCulprit) => ExitCode::SUCCESS,
                 (InvestigationState::Done, Conclusion::Culprit) => ExitCode::from(1),
@@ -129,7 +170,9 @@ async fn follow(client: &Client, id: uuid::Uuid, json: bool) -> anyhow::Result<E
 }
 
 fn print(inv: &Investigation) {
-    let trigger = inv.trigger_run_id.map_or_else(String::new, |r| format!("  (started by run {r})"));
+    let trigger = inv
+        .trigger_run_id
+        .map_or_else(String::new, |r| format!("  (started by run {r})"));
     println!(
         "investigation {}  {}  {}  {}/{} pairs  batch {}  created by {} {}{trigger}",
         inv.id,
@@ -137,7 +180,11 @@ fn print(inv: &Investigation) {
         inv.state.as_str(),
         inv.progress.pairs_done,
         inv.progress.pairs_total,
-        if inv.batch_size == 0 { "all".to_string() } else { inv.batch_size.to_string() },
+        if inv.batch_size == 0 {
+            "all".to_string()
+        } else {
+            inv.batch_size.to_string()
+        },
         inv.created_by,
         table::ago(Some(inv.created_at)),
     );
@@ -162,7 +209,11 @@ pub fn print_matrix(m: &Matrix) {
         let mut row = vec![label.clone()];
         for j in 0..m.labels.len() {
             let v = m.values.get(i).and_then(|r| r.get(j)).copied().flatten();
-            row.push(if i == j && v.is_none() { "·".into() } else { table::float(v, 1) });
+            row.push(if i == j && v.is_none() {
+                "·".into()
+            } else {
+                table::float(v, 1)
+            });
         }
         t.add_row(row);
     }
@@ -174,7 +225,19 @@ pub fn print_analysis(a: &Analysis) {
     println!("verdict: {}", a.verdict.as_str());
     println!("{}", a.summary);
     for c in &a.culprits {
-        let figs: Vec<String> = c.figures.iter().map(|f| format!("{}→{} {:.1}", f.from, f.to, f.value)).collect();
-        println!("  {:?} {}: {:.1} vs median {:.1} ({:.0}%): {}", c.kind, c.members.join("–"), c.figure, c.median, c.ratio * 100.0, figs.join(", "));
+        let figs: Vec<String> = c
+            .figures
+            .iter()
+            .map(|f| format!("{}→{} {:.1}", f.from, f.to, f.value))
+            .collect();
+        println!(
+            "  {:?} {}: {:.1} vs median {:.1} ({:.0}%): {}",
+            c.kind,
+            c.members.join("–"),
+            c.figure,
+            c.median,
+            c.ratio * 100.0,
+            figs.join(", ")
+        );
     }
 }

@@ -12,7 +12,11 @@ mod table;
 use clap::Parser;
 
 #[derive(Parser)]
-#[command(name = "heddle", version, about = "Command-line client of the Heddle control plane")]
+#[command(
+    name = "heddle",
+    version,
+    about = "Command-line client of the Heddle control plane"
+)]
 pub struct Cli {
     /// Server URL (default: the one saved by `heddle login`).
     #[arg(long, env = "HEDDLE_URL", global = true)]

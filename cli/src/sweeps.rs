@@ -30,7 +30,10 @@ fn parse_scope(s: &str) -> Result<ProfileScope, String> {
 }
 
 fn env_text(env: &std::collections::BTreeMap<String, String>) -> String {
-    env.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
+    env.iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 pub async fn command(client: &Client, a: SweepArgs, json: bool) -> anyhow::Result<()> {
@@ -41,7 +44,12 @@ pub async fn command(client: &Client, a: SweepArgs, json: bool) -> anyhow::Resul
         if json {
             println!("{}", serde_json::to_string_pretty(&p)?);
         } else {
-            println!("kept tuning profile {} ({}): {}", p.name, p.id, env_text(&p.env));
+            println!(
+                "kept tuning profile {} ({}): {}",
+                p.name,
+                p.id,
+                env_text(&p.env)
+            );
         }
         return Ok(());
     }
@@ -50,8 +58,20 @@ pub async fn command(client: &Client, a: SweepArgs, json: bool) -> anyhow::Resul
         println!("{}", serde_json::to_string_pretty(&t)?);
         return Ok(());
     }
-    println!("sweep {} on {} ({}), mean busbw GB/s per size band", t.run_id, t.hostname, t.collective.as_deref().unwrap_or("?"));
-    let mut tab = table::new(&["CELL", "SMALL <64K", "MEDIUM", "LARGE >=64M", "PEAK", "WRONG"]);
+    println!(
+        "sweep {} on {} ({}), mean busbw GB/s per size band",
+        t.run_id,
+        t.hostname,
+        t.collective.as_deref().unwrap_or("?")
+    );
+    let mut tab = table::new(&[
+        "CELL",
+        "SMALL <64K",
+        "MEDIUM",
+        "LARGE >=64M",
+        "PEAK",
+        "WRONG",
+    ]);
     for c in &t.cells {
         let b = &c.busbw_gbs;
         tab.add_row(vec![
@@ -67,7 +87,12 @@ pub async fn command(client: &Client, a: SweepArgs, json: bool) -> anyhow::Resul
     println!("{tab}");
     let mut w = table::new(&["BAND", "WINNER", "BUSBW", "RUNNER-UP"]);
     for x in &t.winners {
-        w.add_row(vec![x.band.as_str().to_string(), env_text(&x.env), format!("{:.2}", x.busbw_gbs), table::float(x.runner_up_busbw_gbs, 2)]);
+        w.add_row(vec![
+            x.band.as_str().to_string(),
+            env_text(&x.env),
+            format!("{:.2}", x.busbw_gbs),
+            table::float(x.runner_up_busbw_gbs, 2),
+        ]);
     }
     table::right(&mut w, &[2, 3]);
     println!("{w}");

@@ -5,7 +5,8 @@ use comfy_table::{CellAlignment, Table};
 
 pub fn new(headers: &[&str]) -> Table {
     let mut t = Table::new();
-    t.load_preset(UTF8_BORDERS_ONLY).set_header(headers.to_vec());
+    t.load_preset(UTF8_BORDERS_ONLY)
+        .set_header(headers.to_vec());
     t
 }
 
@@ -19,7 +20,8 @@ pub fn right(t: &mut Table, columns: &[usize]) {
 }
 
 pub fn opt<T: std::fmt::Display>(v: &Option<T>) -> String {
-    v.as_ref().map_or_else(|| "-".to_string(), ToString::to_string)
+    v.as_ref()
+        .map_or_else(|| "-".to_string(), ToString::to_string)
 }
 
 pub fn float(v: Option<f64>, decimals: usize) -> String {

@@ -22,7 +22,8 @@ impl Heddle {
         all.push("--json");
         let (code, out, err) = self.run(&all);
         assert_eq!(code, 0, "{args:?}: {err}");
-        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?} printed no JSON ({e}): {out}"))
+        serde_json::from_str(&out)
+            .unwrap_or_else(|e| panic!("{args:?} printed no JSON ({e}): {out}"))
     }
 }
 
@@ -30,13 +31,20 @@ impl Heddle {
 async fn cli_drives_the_api() {
     let server = TestServer::start().await;
     let dir = std::env::temp_dir().join(format!("heddle-cli-{}", uuid::Uuid::new_v4()));
-    let h = Heddle { url: server.url.clone(), token: server.admin_token.clone(), config: dir.join("cli.json") };
+    let h = Heddle {
+        url: server.url.clone(),
+        token: server.admin_token.clone(),
+        config: dir.join("cli.json"),
+    };
 
     let (code, out, err) = h.run(&["login"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("admin-from-config (admin)"), "{out}");
     use std::os::unix::fs::PermissionsExt;
-    assert_eq!(std::fs::metadata(&h.config).unwrap().permissions().mode() & 0o777, 0o600);
+    assert_eq!(
+        std::fs::metadata(&h.config).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
 
     // An agent enrolls with a token the CLI makes.
     let (code, token, err) = h.run(&["agents", "enroll-token", "--max-uses", "2"]);
@@ -48,10 +56,27 @@ async fn cli_drives_the_api() {
     assert_eq!(nodes[0]["hostname"], "cli-node");
     let (code, table, _) = h.run(&["nodes", "ls"]);
     assert_eq!(code, 0);
-    assert!(table.contains("cli-node") && table.contains("HEALTH"), "{table}");
-    assert_eq!(h.json(&["nodes", "show", "cli-node"])["hostname"], "cli-node");
+    assert!(
+        table.contains("cli-node") && table.contains("HEALTH"),
+        "{table}"
+    );
+    assert_eq!(
+        h.json(&["nodes", "show", "cli-node"])["hostname"],
+        "cli-node"
+    );
 
-    let run = h.json(&["runs", "start", "--kind", "memcpy", "--nodes", "cli-node", "--param", "max_bytes=1048576", "--env", "A=1"]);
+    let run = h.json(&[
+        "runs",
+        "start",
+        "--kind",
+        "memcpy",
+        "--nodes",
+        "cli-node",
+        "--param",
+        "max_bytes=1048576",
+        "--env",
+        "A=1",
+    ]);
     assert_eq!(run["spec"]["params"]["max_bytes"], 1048576);
     assert_eq!(run["spec"]["env"]["A"], "1");
     let id = run["id"].as_str().unwrap().to_string();
@@ -69,15 +94,41 @@ async fn cli_drives_the_api() {
     assert_eq!(code, 0);
     assert!(secret.trim().starts_with("hdl_"));
     let tokens = h.json(&["tokens", "ls"]);
-    assert!(tokens.as_array().unwrap().iter().any(|t| t["name"] == "ci" && t["role"] == "viewer"));
+    assert!(
+        tokens
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"] == "ci" && t["role"] == "viewer")
+    );
 
-    let wasm = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/dist/template.wasm");
-    assert!(wasm.exists(), "build the plugins first: scripts/build-plugins.sh");
-    let v = h.json(&["plugins", "upload", wasm.to_str().unwrap(), "--name", "demo", "--version", "1.0.0"]);
+    let wasm =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/dist/template.wasm");
+    assert!(
+        wasm.exists(),
+        "build the plugins first: scripts/build-plugins.sh"
+    );
+    let v = h.json(&[
+        "plugins",
+        "upload",
+        wasm.to_str().unwrap(),
+        "--name",
+        "demo",
+        "--version",
+        "1.0.0",
+    ]);
     assert_eq!(v["size_bytes"], std::fs::metadata(&wasm).unwrap().len());
     let not_wasm = dir.join("garbage.wasm");
     std::fs::write(&not_wasm, b"garbage").unwrap();
-    let (code, _, err) = h.run(&["plugins", "upload", not_wasm.to_str().unwrap(), "--name", "demo", "--version", "1.0.1"]);
+    let (code, _, err) = h.run(&[
+        "plugins",
+        "upload",
+        not_wasm.to_str().unwrap(),
+        "--name",
+        "demo",
+        "--version",
+        "1.0.1",
+    ]);
     assert_eq!(code, 1);
     assert!(err.contains("not a WebAssembly binary"), "{err}");
     let p = h.json(&["plugins", "enable", "demo"]);
@@ -87,15 +138,35 @@ async fn cli_drives_the_api() {
     let dist = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins");
     let roce = dist.join("dist/runai-roce.wasm");
     let facts = dist.join("fixtures/runai-roce.json");
-    let (code, out, err) = h.run(&["plugin", "test", roce.to_str().unwrap(), "--facts", facts.to_str().unwrap()]);
+    let (code, out, err) = h.run(&[
+        "plugin",
+        "test",
+        roce.to_str().unwrap(),
+        "--facts",
+        facts.to_str().unwrap(),
+    ]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("env      NCCL_IB_GID_INDEX=9"), "{out}");
     assert!(err.contains("fuel"), "{err}");
-    let report = h.json(&["plugin", "test", roce.to_str().unwrap(), "--facts", facts.to_str().unwrap()]);
+    let report = h.json(&[
+        "plugin",
+        "test",
+        roce.to_str().unwrap(),
+        "--facts",
+        facts.to_str().unwrap(),
+    ]);
     assert!(report["usage"]["fuel_consumed"].as_u64().unwrap() > 0);
     let hostile = std::env::temp_dir().join(format!("hostile-{}.json", uuid::Uuid::new_v4()));
     std::fs::write(&hostile, r#"{"hostile": "loop"}"#).unwrap();
-    let (code, _, err) = h.run(&["plugin", "test", dist.join("dist/misbehave.wasm").to_str().unwrap(), "--facts", hostile.to_str().unwrap(), "--fuel", "10000000"]);
+    let (code, _, err) = h.run(&[
+        "plugin",
+        "test",
+        dist.join("dist/misbehave.wasm").to_str().unwrap(),
+        "--facts",
+        hostile.to_str().unwrap(),
+        "--fuel",
+        "10000000",
+    ]);
     assert_eq!(code, 1);
     assert!(err.contains("fuel-exhausted"), "{err}");
     let _ = std::fs::remove_file(hostile);
@@ -103,12 +174,23 @@ async fn cli_drives_the_api() {
     // Errors carry the server's message and exit 1.
     let (code, _, err) = h.run(&["nodes", "show", "nope"]);
     assert_eq!(code, 1);
-    assert!(err.contains("no node with id or hostname \"nope\""), "{err}");
-    let bad = Heddle { url: server.url.clone(), token: "hdl_wrong".into(), config: dir.join("none.json") };
+    assert!(
+        err.contains("no node with id or hostname \"nope\""),
+        "{err}"
+    );
+    let bad = Heddle {
+        url: server.url.clone(),
+        token: "hdl_wrong".into(),
+        config: dir.join("none.json"),
+    };
     let (code, _, err) = bad.run(&["nodes", "ls"]);
     assert_eq!(code, 1);
     assert!(err.contains("401"), "{err}");
-    let gone = Heddle { url: "http://127.0.0.1:9".into(), token: "x".into(), config: dir.join("none.json") };
+    let gone = Heddle {
+        url: "http://127.0.0.1:9".into(),
+        token: "x".into(),
+        config: dir.join("none.json"),
+    };
     let (code, _, err) = gone.run(&["whoami"]);
     assert_eq!(code, 1);
     assert!(err.contains("cannot reach the Heddle server"), "{err}");

@@ -18,8 +18,16 @@ async fn serve_jobs(server: &TestServer, agents: &[String], slow: &str, investig
             let Some(lease) = claim(server, cred).await else {
                 continue;
             };
-            let run = get(server, &format!("/api/v1/runs/{}", lease["run_id"].as_str().unwrap())).await;
-            let involved = run["jobs"].as_array().unwrap().iter().any(|j| j["hostname"] == slow);
+            let run = get(
+                server,
+                &format!("/api/v1/runs/{}", lease["run_id"].as_str().unwrap()),
+            )
+            .await;
+            let involved = run["jobs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|j| j["hostname"] == slow);
             let bw = if involved { 40.0 } else { 160.0 };
             let body = json!({"upload_key": format!("k-{}", lease["job_id"].as_str().unwrap()), "outcome": "succeeded",
                 "rows": [{"size_bytes": 1 << 26, "busbw_gbs": bw}],
@@ -42,7 +50,21 @@ async fn investigate_start_show_and_watch() {
     for host in ["inv-a", "inv-b", "inv-c", "inv-d"] {
         agents.push(enroll(&server, host).await);
     }
-    let (code, out, err) = heddle(&server, &["investigate", "start", "--nodes", "inv-a,inv-b,inv-c,inv-d", "--kind", "nccl", "--param", "op=all_gather", "--batch", "2"]);
+    let (code, out, err) = heddle(
+        &server,
+        &[
+            "investigate",
+            "start",
+            "--nodes",
+            "inv-a,inv-b,inv-c,inv-d",
+            "--kind",
+            "nccl",
+            "--param",
+            "op=all_gather",
+            "--batch",
+            "2",
+        ],
+    );
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("(6 pairs)"), "{err}");
     let id = out.trim().to_string();
@@ -64,7 +86,10 @@ async fn investigate_start_show_and_watch() {
     let (code, list, _) = heddle(&server, &["investigate", "ls"]);
     assert_eq!(code, 0);
     assert!(list.contains(&id) && list.contains("inv-c"), "{list}");
-    let (code, _, err) = heddle(&server, &["investigate", "start", "--nodes", "inv-a", "--kind", "nccl"]);
+    let (code, _, err) = heddle(
+        &server,
+        &["investigate", "start", "--nodes", "inv-a", "--kind", "nccl"],
+    );
     assert_eq!(code, 1);
     assert!(err.contains("nodes must list 2 to 64 nodes"), "{err}");
 }

@@ -8,7 +8,13 @@ use heddle_server::testing::TestServer;
 use serde_json::{Value, json};
 
 async fn call(server: &TestServer, path: &str, bearer: &str, body: Value) -> Value {
-    let resp = reqwest::Client::new().post(format!("{}{path}", server.url)).bearer_auth(bearer).json(&body).send().await.unwrap();
+    let resp = reqwest::Client::new()
+        .post(format!("{}{path}", server.url))
+        .bearer_auth(bearer)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
     assert!(resp.status().is_success(), "{path}: {}", resp.status());
     resp.json().await.unwrap_or(Value::Null)
 }
@@ -17,7 +23,9 @@ async fn call(server: &TestServer, path: &str, bearer: &str, body: Value) -> Val
 async fn node_with_history(server: &TestServer, host: &str, history: &[f64]) {
     let cred = enroll(server, host).await;
     for (i, gbs) in history.iter().enumerate() {
-        server.start_run(json!({"kind": "memcpy", "nodes": [host]})).await;
+        server
+            .start_run(json!({"kind": "memcpy", "nodes": [host]}))
+            .await;
         let lease = claim(server, &cred).await.expect("the memcpy job");
         let body = json!({"upload_key": format!("{host}-{i}"), "outcome": "succeeded",
             "rows": [{"size_bytes": 64 << 20, "op": "memcpy", "algbw_gbs": gbs, "wrong": 0}],
@@ -39,7 +47,23 @@ async fn preflight_exit_codes() {
     node_with_history(&server, "new", &[]).await;
     let pf = |nodes: &str| {
         let (url, admin, nodes) = (url.clone(), admin.clone(), nodes.to_string());
-        move || heddle_as(&url, &admin, &["preflight", "--nodes", &nodes, "--check", "memcpy", "--max-age", "1h", "--wait", "0"])
+        move || {
+            heddle_as(
+                &url,
+                &admin,
+                &[
+                    "preflight",
+                    "--nodes",
+                    &nodes,
+                    "--check",
+                    "memcpy",
+                    "--max-age",
+                    "1h",
+                    "--wait",
+                    "0",
+                ],
+            )
+        }
     };
     let run = |f: Box<dyn FnOnce() -> (i32, String, String) + Send>| tokio::task::spawn_blocking(f);
 
@@ -58,15 +82,41 @@ async fn preflight_exit_codes() {
     assert!(err.contains("could not decide"), "{err}");
 
     let (url2, admin2) = (url.clone(), admin.clone());
-    let (code, out, _) = tokio::task::spawn_blocking(move || heddle_as(&url2, &admin2, &["preflight", "--nodes", "bad", "--check", "memcpy", "--wait", "0", "--json"]))
-        .await
-        .unwrap();
+    let (code, out, _) = tokio::task::spawn_blocking(move || {
+        heddle_as(
+            &url2,
+            &admin2,
+            &[
+                "preflight",
+                "--nodes",
+                "bad",
+                "--check",
+                "memcpy",
+                "--wait",
+                "0",
+                "--json",
+            ],
+        )
+    })
+    .await
+    .unwrap();
     assert_eq!(code, 2);
     let v: Value = serde_json::from_str(&out).unwrap();
-    assert_eq!((v["verdict"].as_str(), v["nodes"][0]["from"].as_str()), (Some("fail"), Some("history")));
+    assert_eq!(
+        (v["verdict"].as_str(), v["nodes"][0]["from"].as_str()),
+        (Some("fail"), Some("history"))
+    );
 
     // Unreachable server: could not decide.
     server.stop().await;
-    let (code, _, err) = tokio::task::spawn_blocking(move || heddle_as(&url, &admin, &["preflight", "--nodes", "good", "--wait", "0"])).await.unwrap();
+    let (code, _, err) = tokio::task::spawn_blocking(move || {
+        heddle_as(
+            &url,
+            &admin,
+            &["preflight", "--nodes", "good", "--wait", "0"],
+        )
+    })
+    .await
+    .unwrap();
     assert_eq!(code, 3, "{err}");
 }

@@ -29,9 +29,18 @@ async fn runs_sweep_shows_winners_and_keeps_one() {
 
     let (code, out, err) = heddle(&server, &["runs", "sweep", &id]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("NCCL_PROTO=Simple") && out.contains("301.80"), "{out}");
-    let small = out.lines().find(|l| l.contains("small")).unwrap_or_else(|| panic!("{out}"));
-    assert!(small.contains("NCCL_PROTO=LL") && small.contains("0.90") && small.contains("0.50"), "{out}");
+    assert!(
+        out.contains("NCCL_PROTO=Simple") && out.contains("301.80"),
+        "{out}"
+    );
+    let small = out
+        .lines()
+        .find(|l| l.contains("small"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        small.contains("NCCL_PROTO=LL") && small.contains("0.90") && small.contains("0.50"),
+        "{out}"
+    );
 
     let (code, out, err) = heddle(&server, &["runs", "sweep", &id, "--json"]);
     assert_eq!(code, 0, "{err}");
@@ -41,11 +50,17 @@ async fn runs_sweep_shows_winners_and_keeps_one() {
 
     let (code, out, err) = heddle(&server, &["runs", "sweep", &id, "--keep", "simple-large"]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("kept tuning profile simple-large") && out.contains("NCCL_PROTO=Simple"), "{out}");
+    assert!(
+        out.contains("kept tuning profile simple-large") && out.contains("NCCL_PROTO=Simple"),
+        "{out}"
+    );
     let (code, _, err) = heddle(&server, &["runs", "sweep", &id, "--keep", "simple-large"]);
     assert_ne!(code, 0);
     assert!(err.contains("already exists"), "{err}");
-    let (code, _, err) = heddle(&server, &["runs", "sweep", &id, "--keep", "x", "--band", "huge"]);
+    let (code, _, err) = heddle(
+        &server,
+        &["runs", "sweep", &id, "--keep", "x", "--band", "huge"],
+    );
     assert_ne!(code, 0);
     assert!(err.contains("unknown band"), "{err}");
 }

@@ -21,7 +21,11 @@ pub struct ApiError {
 
 impl ApiError {
     fn network(e: impl std::fmt::Display) -> Self {
-        ApiError { status: 0, code: "network".into(), message: format!("the server could not be reached: {e}") }
+        ApiError {
+            status: 0,
+            code: "network".into(),
+            message: format!("the server could not be reached: {e}"),
+        }
     }
 
     /// What a person should read: refusals say that the role is the reason.
@@ -29,7 +33,10 @@ impl ApiError {
         match self.status {
             0 => self.message.clone(),
             401 => format!("Not signed in or the token was refused ({}).", self.message),
-            403 => format!("Refused: {} Ask an admin for a token with a higher role.", self.message),
+            403 => format!(
+                "Refused: {} Ask an admin for a token with a higher role.",
+                self.message
+            ),
             s => format!("{} ({s} {})", self.message, self.code),
         }
     }
@@ -40,7 +47,11 @@ fn storage() -> Option<web_sys::Storage> {
 }
 
 pub fn stored_token() -> Option<String> {
-    storage()?.get_item(TOKEN_KEY).ok().flatten().filter(|t| !t.is_empty())
+    storage()?
+        .get_item(TOKEN_KEY)
+        .ok()
+        .flatten()
+        .filter(|t| !t.is_empty())
 }
 
 pub fn store_token(token: Option<&str>) {
@@ -67,9 +78,20 @@ async fn check(resp: Response) -> Result<Response, ApiError> {
     let text = resp.text().await.unwrap_or_default();
     let (code, message) = match serde_json::from_str::<ErrorBody>(&text) {
         Ok(b) => (b.error, b.message),
-        Err(_) => (resp.status_text(), if text.is_empty() { "no details".into() } else { text }),
+        Err(_) => (
+            resp.status_text(),
+            if text.is_empty() {
+                "no details".into()
+            } else {
+                text
+            },
+        ),
     };
-    Err(ApiError { status, code, message })
+    Err(ApiError {
+        status,
+        code,
+        message,
+    })
 }
 
 async fn send(req: Result<Request, gloo_net::Error>) -> Result<Response, ApiError> {
@@ -78,7 +100,11 @@ async fn send(req: Result<Request, gloo_net::Error>) -> Result<Response, ApiErro
 }
 
 async fn json<T: DeserializeOwned>(resp: Response) -> Result<T, ApiError> {
-    resp.json::<T>().await.map_err(|e| ApiError { status: 200, code: "decode".into(), message: format!("unexpected answer: {e}") })
+    resp.json::<T>().await.map_err(|e| ApiError {
+        status: 200,
+        code: "decode".into(),
+        message: format!("unexpected answer: {e}"),
+    })
 }
 
 pub async fn get<T: DeserializeOwned>(path: &str) -> Result<T, ApiError> {
@@ -95,12 +121,19 @@ pub async fn post<B: Serialize, T: DeserializeOwned>(path: &str, body: &B) -> Re
 }
 
 pub async fn delete(path: &str) -> Result<(), ApiError> {
-    send(authed(Request::delete(&format!("/api/v1{path}"))).build()).await.map(|_| ())
+    send(authed(Request::delete(&format!("/api/v1{path}"))).build())
+        .await
+        .map(|_| ())
 }
 
 /// Sends a file's bytes as the body, unread by the page: the browser streams the `File`.
-pub async fn post_file<T: DeserializeOwned>(path: &str, file: web_sys::File) -> Result<T, ApiError> {
-    let req = authed(Request::post(&format!("/api/v1{path}"))).header("Content-Type", "application/wasm").body(file);
+pub async fn post_file<T: DeserializeOwned>(
+    path: &str,
+    file: web_sys::File,
+) -> Result<T, ApiError> {
+    let req = authed(Request::post(&format!("/api/v1{path}")))
+        .header("Content-Type", "application/wasm")
+        .body(file);
     json(send(req).await?).await
 }
 

@@ -20,7 +20,9 @@ const LEFT: f64 = 56.0;
 const RIGHT: f64 = 16.0;
 const TOP: f64 = 12.0;
 const BOTTOM: f64 = 40.0;
-const COLOURS: [&str; 8] = ["#2563eb", "#dc2626", "#059669", "#d97706", "#7c3aed", "#0891b2", "#be185d", "#4b5563"];
+const COLOURS: [&str; 8] = [
+    "#2563eb", "#dc2626", "#059669", "#d97706", "#7c3aed", "#0891b2", "#be185d", "#4b5563",
+];
 
 /// A y-axis step of 1, 2 or 5 × 10ⁿ giving about five gridlines.
 pub fn nice_step(max: f64) -> f64 {
@@ -30,12 +32,24 @@ pub fn nice_step(max: f64) -> f64 {
     let raw = max / 5.0;
     let mag = 10f64.powf(raw.log10().floor());
     let n = raw / mag;
-    mag * if n <= 1.0 { 1.0 } else if n <= 2.0 { 2.0 } else if n <= 5.0 { 5.0 } else { 10.0 }
+    mag * if n <= 1.0 {
+        1.0
+    } else if n <= 2.0 {
+        2.0
+    } else if n <= 5.0 {
+        5.0
+    } else {
+        10.0
+    }
 }
 
 #[component]
 pub fn BusBwChart(series: Vec<Series>) -> impl IntoView {
-    let pts: Vec<(f64, f64)> = series.iter().flat_map(|s| s.points.iter().copied()).filter(|(x, _)| *x > 0.0).collect();
+    let pts: Vec<(f64, f64)> = series
+        .iter()
+        .flat_map(|s| s.points.iter().copied())
+        .filter(|(x, _)| *x > 0.0)
+        .collect();
     if pts.is_empty() {
         return view! { <p class="empty">"No bus bandwidth figures to chart."</p> }.into_any();
     }

@@ -42,7 +42,13 @@ fn App() -> impl IntoView {
 #[component]
 fn Shell() -> impl IntoView {
     let session = use_session();
-    let who = move || session.who.get().map(|w| format!("{} ({})", w.name, w.role)).unwrap_or_default();
+    let who = move || {
+        session
+            .who
+            .get()
+            .map(|w| format!("{} ({})", w.name, w.role))
+            .unwrap_or_default()
+    };
     view! {
         <header class="top">
             <A href="/" attr:class="brand">"Heddle"</A>

@@ -16,7 +16,10 @@ pub struct Session {
 
 impl Session {
     pub fn provide() -> Session {
-        let session = Session { who: RwSignal::new(None), checking: RwSignal::new(api::stored_token().is_some()) };
+        let session = Session {
+            who: RwSignal::new(None),
+            checking: RwSignal::new(api::stored_token().is_some()),
+        };
         provide_context(session);
         if api::stored_token().is_some() {
             leptos::task::spawn_local(async move {
@@ -35,7 +38,8 @@ impl Session {
 
     /// Whether the signed-in role may do what `needed` may.
     pub fn can(&self, needed: Role) -> bool {
-        self.who.with(|w| w.as_ref().is_some_and(|w| w.role >= needed))
+        self.who
+            .with(|w| w.as_ref().is_some_and(|w| w.role >= needed))
     }
 
     pub fn sign_out(&self) {

@@ -40,7 +40,11 @@ pub fn Heatmap(topology: Topology) -> impl IntoView {
         return view! { <p class="empty">"The facts have no topology matrix (no GPUs or RDMA devices were found)."</p> }.into_any();
     }
     let affinity = |dev: &str| topology.gpu_affinity.iter().find(|a| a.gpu == dev).cloned();
-    let header = topology.devices.iter().map(|d| view! { <th class="mono">{d.clone()}</th> }).collect_view();
+    let header = topology
+        .devices
+        .iter()
+        .map(|d| view! { <th class="mono">{d.clone()}</th> })
+        .collect_view();
     let rows = topology
         .devices
         .iter()

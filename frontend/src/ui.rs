@@ -7,7 +7,11 @@ use leptos::prelude::*;
 use crate::api::{ApiError, Load};
 
 /// Renders a load: a loading line, the server's error, or `render` of the value.
-pub fn loaded<T, V>(state: RwSignal<Load<T>>, what: &'static str, render: impl Fn(T) -> V + Send + Sync + 'static) -> impl IntoView
+pub fn loaded<T, V>(
+    state: RwSignal<Load<T>>,
+    what: &'static str,
+    render: impl Fn(T) -> V + Send + Sync + 'static,
+) -> impl IntoView
 where
     T: Clone + Send + Sync + 'static,
     V: IntoView + 'static,
@@ -51,7 +55,11 @@ pub fn health_badge(health: &str) -> impl IntoView + use<> {
 }
 
 pub fn port_badge(state: &str) -> impl IntoView + use<> {
-    let class = if state == "ACTIVE" { "badge good" } else { "badge bad" };
+    let class = if state == "ACTIVE" {
+        "badge good"
+    } else {
+        "badge bad"
+    };
     view! { <span class=class>{state.to_string()}</span> }
 }
 
@@ -69,7 +77,8 @@ pub fn ago(t: Option<DateTime<Utc>>) -> String {
 }
 
 pub fn when(t: Option<DateTime<Utc>>) -> String {
-    t.map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string()).unwrap_or_else(|| "—".into())
+    t.map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
+        .unwrap_or_else(|| "—".into())
 }
 
 /// Message sizes as nccl-tests people read them: 8 B, 64 KiB, 1 MiB, 8 GiB.
@@ -81,9 +90,14 @@ pub fn size(bytes: i64) -> String {
         v /= 1024.0;
         u += 1;
     }
-    if v.fract() == 0.0 { format!("{v:.0} {}", UNITS[u]) } else { format!("{v:.1} {}", UNITS[u]) }
+    if v.fract() == 0.0 {
+        format!("{v:.0} {}", UNITS[u])
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
 }
 
 pub fn opt_num(v: Option<f64>, digits: usize) -> String {
-    v.map(|v| format!("{v:.digits$}")).unwrap_or_else(|| "—".into())
+    v.map(|v| format!("{v:.digits$}"))
+        .unwrap_or_else(|| "—".into())
 }

@@ -24,8 +24,11 @@ const PLUGINS: [&str; 3] = ["azure-nd", "runai-roce", "dgx-affinity"];
 const FIXTURES: [&str; 3] = ["azure-nd40rs-v2", "runai-roce", "dgx1"];
 
 fn read(path: &str) -> Vec<u8> {
-    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path);
-    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e} (run scripts/build-plugins.sh)", p.display()))
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(path);
+    std::fs::read(&p)
+        .unwrap_or_else(|e| panic!("{}: {e} (run scripts/build-plugins.sh)", p.display()))
 }
 
 /// CPU seconds (user, system) this process has used: on a machine shared with other work the
@@ -35,8 +38,16 @@ fn cpu_seconds() -> (f64, f64) {
     // Fields after the parenthesised command name; utime and stime are the 12th and 13th, in
     // clock ticks (USER_HZ, 100 on Linux).
     let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let t: Vec<f64> = rest.split_whitespace().skip(11).take(2).filter_map(|v| v.parse().ok()).collect();
-    (t.first().copied().unwrap_or(0.0) / 100.0, t.get(1).copied().unwrap_or(0.0) / 100.0)
+    let t: Vec<f64> = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    (
+        t.first().copied().unwrap_or(0.0) / 100.0,
+        t.get(1).copied().unwrap_or(0.0) / 100.0,
+    )
 }
 
 fn pct(v: &mut [f64], p: f64) -> f64 {
@@ -46,15 +57,22 @@ fn pct(v: &mut [f64], p: f64) -> f64 {
 
 /// Inserts `n` nodes whose facts cycle through the fixtures, each with its own hostname.
 async fn seed_nodes(db: &sqlx::PgPool, n: usize) {
-    let fixtures: Vec<Value> =
-        FIXTURES.iter().map(|f| serde_json::from_slice(&read(&format!("plugins/fixtures/{f}.json"))).unwrap()).collect();
+    let fixtures: Vec<Value> = FIXTURES
+        .iter()
+        .map(|f| serde_json::from_slice(&read(&format!("plugins/fixtures/{f}.json"))).unwrap())
+        .collect();
     for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
-        let mut qb = sqlx::QueryBuilder::<sqlx::Postgres>::new("INSERT INTO nodes (id, hostname, facts, facts_sha256) ");
+        let mut qb = sqlx::QueryBuilder::<sqlx::Postgres>::new(
+            "INSERT INTO nodes (id, hostname, facts, facts_sha256) ",
+        );
         qb.push_values(chunk, |mut b, i| {
             let mut facts = fixtures[i % fixtures.len()].clone();
             facts["host"]["hostname"] = Value::String(format!("bench-{i:05}"));
             let sha = heddle_server::db::facts::sha256(&facts);
-            b.push_bind(Uuid::new_v4()).push_bind(format!("bench-{i:05}")).push_bind(facts).push_bind(sha);
+            b.push_bind(Uuid::new_v4())
+                .push_bind(format!("bench-{i:05}"))
+                .push_bind(facts)
+                .push_bind(sha);
         });
         qb.build().execute(db).await.unwrap();
     }
@@ -64,7 +82,10 @@ async fn enable_plugins(server: &TestServer) {
     let http = reqwest::Client::new();
     for name in PLUGINS {
         let r = http
-            .post(format!("{}/api/v1/plugins/{name}/versions/0.1.0", server.url))
+            .post(format!(
+                "{}/api/v1/plugins/{name}/versions/0.1.0",
+                server.url
+            ))
             .bearer_auth(&server.admin_token)
             .header("content-type", "application/wasm")
             .body(read(&format!("plugins/dist/{name}.wasm")))
@@ -85,15 +106,24 @@ async fn enable_plugins(server: &TestServer) {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let nodes: usize = std::env::var("HEDDLE_BENCH_NODES").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
+    let nodes: usize = std::env::var("HEDDLE_BENCH_NODES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
 
     // Part 1: evaluation over stored facts, without the reconciler's writes.
     let server = TestServer::start_with(|c| c.heartbeat_interval_s = 3600).await;
     seed_nodes(&server.state.db, nodes).await;
     let runtime = Arc::new(PluginRuntime::new(server.state.config.plugin_limits()).unwrap());
-    let blobs: Vec<Vec<u8>> = PLUGINS.iter().map(|p| read(&format!("plugins/dist/{p}.wasm"))).collect();
+    let blobs: Vec<Vec<u8>> = PLUGINS
+        .iter()
+        .map(|p| read(&format!("plugins/dist/{p}.wasm")))
+        .collect();
     let t = Instant::now();
-    let rows: Vec<(Value,)> = sqlx::query_as("SELECT facts FROM nodes WHERE facts IS NOT NULL").fetch_all(&server.state.db).await.unwrap();
+    let rows: Vec<(Value,)> = sqlx::query_as("SELECT facts FROM nodes WHERE facts IS NOT NULL")
+        .fetch_all(&server.state.db)
+        .await
+        .unwrap();
     let load_s = t.elapsed().as_secs_f64();
     // Each plugin is compiled once (as the server does on first use), then called by handle.
     let t = Instant::now();
@@ -107,7 +137,10 @@ async fn main() {
     let t = Instant::now();
     let cpu = cpu_seconds();
     let evaluated = rows.len();
-    let facts: Vec<FactsJson> = rows.into_iter().map(|(f,)| FactsJson::from_value(f).unwrap()).collect();
+    let facts: Vec<FactsJson> = rows
+        .into_iter()
+        .map(|(f,)| FactsJson::from_value(f).unwrap())
+        .collect();
     let outcomes = runtime.evaluate(loaded.clone(), facts).await;
     let mut latencies = Vec::with_capacity(outcomes.len() * loaded.len());
     let (mut hits, mut fuel, mut failed) = (0u64, 0u64, 0u64);
@@ -124,24 +157,50 @@ async fn main() {
     let eval_s = t.elapsed().as_secs_f64();
     let (user_s, sys_s) = (cpu_seconds().0 - cpu.0, cpu_seconds().1 - cpu.1);
     let calls = latencies.len() as u64;
-    println!("plugins over stored facts: {evaluated} nodes x {} plugins", loaded.len());
+    println!(
+        "plugins over stored facts: {evaluated} nodes x {} plugins",
+        loaded.len()
+    );
     println!("  read facts from Postgres      {:>8.3} s", load_s);
     println!("  first calls (compile 3)       {:>8.3} s", compile_s);
-    println!("  all evaluations ({} threads)    {:>8.3} s  ({:.0} evaluations/s)", std::thread::available_parallelism().map_or(0, usize::from), eval_s, calls as f64 / eval_s);
-    println!("  CPU time, user + system       {:>8.3} s  ({user_s:.2} + {sys_s:.2}; {:.1} µs per evaluation)", user_s + sys_s, (user_s + sys_s) * 1e6 / calls.max(1) as f64);
-    println!("  per call p50 / p99 / max      {:>8.1} / {:.1} / {:.1} µs", pct(&mut latencies, 0.5), pct(&mut latencies, 0.99), pct(&mut latencies, 1.0));
-    println!("  compile-cache hits            {hits} of {calls}; failures {failed}; mean fuel {}", fuel / calls.max(1));
+    println!(
+        "  all evaluations ({} threads)    {:>8.3} s  ({:.0} evaluations/s)",
+        std::thread::available_parallelism().map_or(0, usize::from),
+        eval_s,
+        calls as f64 / eval_s
+    );
+    println!(
+        "  CPU time, user + system       {:>8.3} s  ({user_s:.2} + {sys_s:.2}; {:.1} µs per evaluation)",
+        user_s + sys_s,
+        (user_s + sys_s) * 1e6 / calls.max(1) as f64
+    );
+    println!(
+        "  per call p50 / p99 / max      {:>8.1} / {:.1} / {:.1} µs",
+        pct(&mut latencies, 0.5),
+        pct(&mut latencies, 0.99),
+        pct(&mut latencies, 1.0)
+    );
+    println!(
+        "  compile-cache hits            {hits} of {calls}; failures {failed}; mean fuel {}",
+        fuel / calls.max(1)
+    );
     server.stop().await;
 
     // Part 2: the reconciler end to end (evaluation + Postgres writes) on a smaller fleet.
-    let fleet: usize = std::env::var("HEDDLE_BENCH_RECONCILE_NODES").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
+    let fleet: usize = std::env::var("HEDDLE_BENCH_RECONCILE_NODES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
     let server = TestServer::start_with(|c| c.heartbeat_interval_s = 3600).await;
     seed_nodes(&server.state.db, fleet).await;
     enable_plugins(&server).await;
     // The server's own reconciler starts on enable; time until every node is evaluated.
     let t = Instant::now();
     loop {
-        let (done,): (i64,) = sqlx::query_as("SELECT count(*) FROM plugin_results").fetch_one(&server.state.db).await.unwrap();
+        let (done,): (i64,) = sqlx::query_as("SELECT count(*) FROM plugin_results")
+            .fetch_one(&server.state.db)
+            .await
+            .unwrap();
         if done as usize >= fleet * PLUGINS.len() {
             break;
         }
@@ -149,6 +208,10 @@ async fn main() {
     }
     let reconcile_s = t.elapsed().as_secs_f64();
     let left = plugin_runtime::reconcile(&server.state).await.unwrap();
-    println!("reconciler, Postgres writes included: {fleet} nodes x {} plugins in {reconcile_s:.2} s ({:.0} nodes/s); stale afterwards: {left}", PLUGINS.len(), fleet as f64 / reconcile_s);
+    println!(
+        "reconciler, Postgres writes included: {fleet} nodes x {} plugins in {reconcile_s:.2} s ({:.0} nodes/s); stale afterwards: {left}",
+        PLUGINS.len(),
+        fleet as f64 / reconcile_s
+    );
     server.stop().await;
 }

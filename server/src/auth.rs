@@ -20,7 +20,10 @@ pub const AGENT_CREDENTIAL_PREFIX: &str = "hda_";
 pub fn new_secret(prefix: &str) -> String {
     let mut bytes = [0u8; 32];
     rand::rng().fill_bytes(&mut bytes);
-    format!("{prefix}{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
+    format!(
+        "{prefix}{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    )
 }
 
 pub fn sha256_hex(secret: &str) -> String {
@@ -31,14 +34,18 @@ fn bearer(parts: &Parts) -> Result<&str, ApiError> {
     let value = parts
         .headers
         .get(axum::http::header::AUTHORIZATION)
-        .ok_or_else(|| ApiError::Unauthorized("missing Authorization: Bearer <token> header".into()))?;
+        .ok_or_else(|| {
+            ApiError::Unauthorized("missing Authorization: Bearer <token> header".into())
+        })?;
     let value = value
         .to_str()
         .map_err(|_| ApiError::Unauthorized("Authorization header is not valid text".into()))?;
     let token = value
         .strip_prefix("Bearer ")
         .or_else(|| value.strip_prefix("bearer "))
-        .ok_or_else(|| ApiError::Unauthorized("Authorization header must be `Bearer <token>`".into()))?;
+        .ok_or_else(|| {
+            ApiError::Unauthorized("Authorization header must be `Bearer <token>`".into())
+        })?;
     Ok(token.trim())
 }
 
@@ -55,7 +62,10 @@ impl Caller {
         if self.role >= role {
             Ok(())
         } else {
-            Err(ApiError::Forbidden(format!("this needs the {role} role; token {:?} is {}", self.name, self.role)))
+            Err(ApiError::Forbidden(format!(
+                "this needs the {role} role; token {:?} is {}",
+                self.name, self.role
+            )))
         }
     }
 
@@ -68,10 +78,15 @@ impl Caller {
 impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
         let token = bearer(parts)?;
         if token.starts_with(AGENT_CREDENTIAL_PREFIX) {
-            return Err(ApiError::Forbidden("agent credentials cannot use the operator API".into()));
+            return Err(ApiError::Forbidden(
+                "agent credentials cannot use the operator API".into(),
+            ));
         }
         let row: Option<(Uuid, String, String)> = sqlx::query_as(
             "UPDATE api_tokens SET last_used_at = now()
@@ -83,8 +98,14 @@ impl FromRequestParts<AppState> for Caller {
         .await?;
         let (token_id, name, role) =
             row.ok_or_else(|| ApiError::Unauthorized("unknown, revoked or expired token".into()))?;
-        let role = role.parse().map_err(|e: String| ApiError::Internal(anyhow::anyhow!(e)))?;
-        Ok(Caller { token_id, name, role })
+        let role = role
+            .parse()
+            .map_err(|e: String| ApiError::Internal(anyhow::anyhow!(e)))?;
+        Ok(Caller {
+            token_id,
+            name,
+            role,
+        })
     }
 }
 
@@ -98,7 +119,10 @@ pub struct AgentCaller {
 impl FromRequestParts<AppState> for AgentCaller {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
         let token = bearer(parts)?;
         let row: Option<(Uuid, Uuid, bool)> = sqlx::query_as(
             "SELECT id, node_id, revoked_at IS NOT NULL FROM agents WHERE credential_sha256 = $1",
@@ -107,7 +131,9 @@ impl FromRequestParts<AppState> for AgentCaller {
         .fetch_optional(&state.db)
         .await?;
         match row {
-            None => Err(ApiError::Unauthorized("unknown agent credential; enroll again".into())),
+            None => Err(ApiError::Unauthorized(
+                "unknown agent credential; enroll again".into(),
+            )),
             Some((_, _, true)) => Err(ApiError::Unauthorized("this agent has been revoked".into())),
             Some((agent_id, node_id, false)) => Ok(AgentCaller { agent_id, node_id }),
         }
@@ -116,11 +142,16 @@ impl FromRequestParts<AppState> for AgentCaller {
 
 /// Creates the first admin token: the configured one, or a random one that is printed.
 /// Safe to run on several replicas at once: only the replica that inserts it prints it.
-pub async fn bootstrap_admin(db: &sqlx::PgPool, configured: Option<&str>) -> anyhow::Result<Option<String>> {
+pub async fn bootstrap_admin(
+    db: &sqlx::PgPool,
+    configured: Option<&str>,
+) -> anyhow::Result<Option<String>> {
     let (token, name) = match configured {
         Some(t) => (t.to_string(), "admin-from-config"),
         None => {
-            let any: (bool,) = sqlx::query_as("SELECT EXISTS (SELECT 1 FROM api_tokens)").fetch_one(db).await?;
+            let any: (bool,) = sqlx::query_as("SELECT EXISTS (SELECT 1 FROM api_tokens)")
+                .fetch_one(db)
+                .await?;
             if any.0 {
                 return Ok(None);
             }
@@ -158,9 +189,16 @@ mod tests {
 
     #[test]
     fn roles_are_ordered() {
-        let caller = Caller { token_id: Uuid::nil(), name: "t".into(), role: Role::Operator };
+        let caller = Caller {
+            token_id: Uuid::nil(),
+            name: "t".into(),
+            role: Role::Operator,
+        };
         assert!(caller.require(Role::Viewer).is_ok());
         assert!(caller.require(Role::Operator).is_ok());
-        assert!(matches!(caller.require(Role::Admin), Err(ApiError::Forbidden(_))));
+        assert!(matches!(
+            caller.require(Role::Admin),
+            Err(ApiError::Forbidden(_))
+        ));
     }
 }

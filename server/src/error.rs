@@ -52,15 +52,19 @@ impl From<sqlx::Error> for ApiError {
         match &err {
             sqlx::Error::RowNotFound => ApiError::NotFound("no such object".into()),
             sqlx::Error::Database(db) => match db.kind() {
-                sqlx::error::ErrorKind::UniqueViolation => {
-                    ApiError::Conflict(format!("already exists ({})", db.constraint().unwrap_or("unique")))
-                }
-                sqlx::error::ErrorKind::ForeignKeyViolation => {
-                    ApiError::Unprocessable(format!("refers to a missing object ({})", db.constraint().unwrap_or("foreign key")))
-                }
-                sqlx::error::ErrorKind::CheckViolation | sqlx::error::ErrorKind::NotNullViolation => {
-                    ApiError::Unprocessable(format!("invalid value ({})", db.constraint().unwrap_or("check")))
-                }
+                sqlx::error::ErrorKind::UniqueViolation => ApiError::Conflict(format!(
+                    "already exists ({})",
+                    db.constraint().unwrap_or("unique")
+                )),
+                sqlx::error::ErrorKind::ForeignKeyViolation => ApiError::Unprocessable(format!(
+                    "refers to a missing object ({})",
+                    db.constraint().unwrap_or("foreign key")
+                )),
+                sqlx::error::ErrorKind::CheckViolation
+                | sqlx::error::ErrorKind::NotNullViolation => ApiError::Unprocessable(format!(
+                    "invalid value ({})",
+                    db.constraint().unwrap_or("check")
+                )),
                 // SQLSTATE class 22, "data exception": text Postgres cannot store (a NUL
                 // byte), numbers out of range. The input is at fault, not the server.
                 _ if db.code().is_some_and(|c| c.starts_with("22")) => {
@@ -68,7 +72,9 @@ impl From<sqlx::Error> for ApiError {
                 }
                 _ => ApiError::Internal(err.into()),
             },
-            sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => ApiError::Unavailable(err),
+            sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => {
+                ApiError::Unavailable(err)
+            }
             _ => ApiError::Internal(err.into()),
         }
     }
@@ -89,7 +95,9 @@ impl From<crate::health::investigate::InvestigateError> for ApiError {
     fn from(err: crate::health::investigate::InvestigateError) -> Self {
         use crate::health::investigate::InvestigateError as E;
         match err {
-            E::NoSuchInvestigation(_) | E::NoSuchResult(_) | E::NoSuchNode(_) => ApiError::NotFound(err.to_string()),
+            E::NoSuchInvestigation(_) | E::NoSuchResult(_) | E::NoSuchNode(_) => {
+                ApiError::NotFound(err.to_string())
+            }
             E::Invalid(message) => ApiError::Unprocessable(message),
             E::Database(e) => e.into(),
             other @ E::Corrupt { .. } => ApiError::Internal(other.into()),
@@ -111,9 +119,19 @@ impl IntoResponse for ApiError {
             }
             other => other.to_string(),
         };
-        let mut response = (status, axum::Json(ErrorBody { error: code.to_string(), message })).into_response();
+        let mut response = (
+            status,
+            axum::Json(ErrorBody {
+                error: code.to_string(),
+                message,
+            }),
+        )
+            .into_response();
         if status == StatusCode::SERVICE_UNAVAILABLE {
-            response.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from_static("1"));
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static("1"),
+            );
         }
         response
     }
@@ -176,7 +194,9 @@ pub type ApiResult<T> = Result<T, ApiError>;
 pub fn duplicate_name(what: &'static str, name: &str) -> impl FnOnce(sqlx::Error) -> ApiError {
     let name = name.to_string();
     move |e| match ApiError::from(e) {
-        ApiError::Conflict(_) => ApiError::Conflict(format!("a {what} named {name:?} already exists")),
+        ApiError::Conflict(_) => {
+            ApiError::Conflict(format!("a {what} named {name:?} already exists"))
+        }
         other => other,
     }
 }

@@ -24,7 +24,9 @@ pub async fn reap_expired(db: &sqlx::PgPool) -> Result<u64, sqlx::Error> {
     for (id, state) in &rows {
         tracing::warn!(job = %id, new_state = %state, "lease expired");
     }
-    sqlx::query("DELETE FROM rendezvous WHERE created_at < now() - interval '1 day'").execute(db).await?;
+    sqlx::query("DELETE FROM rendezvous WHERE created_at < now() - interval '1 day'")
+        .execute(db)
+        .await?;
     Ok(rows.len() as u64)
 }
 

@@ -42,7 +42,10 @@ pub async fn connect(config: &Config) -> anyhow::Result<sqlx::PgPool> {
         .connect(&config.database_url)
         .await
         .with_context(|| "connecting to Postgres (HEDDLE_DATABASE_URL)")?;
-    sqlx::migrate!("../migrations").run(&pool).await.context("applying migrations")?;
+    sqlx::migrate!("../migrations")
+        .run(&pool)
+        .await
+        .context("applying migrations")?;
     Ok(pool)
 }
 
@@ -50,7 +53,12 @@ impl AppState {
     pub async fn new(config: Config) -> anyhow::Result<Self> {
         let db = connect(&config).await?;
         let plugins = Arc::new(plugin_runtime::PluginRuntime::new(config.plugin_limits())?);
-        Ok(AppState { db, config: Arc::new(config), metrics: Arc::new(metrics::Metrics::new()), plugins })
+        Ok(AppState {
+            db,
+            config: Arc::new(config),
+            metrics: Arc::new(metrics::Metrics::new()),
+            plugins,
+        })
     }
 }
 
@@ -61,7 +69,9 @@ pub async fn serve(
     state: AppState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    if let Some(token) = auth::bootstrap_admin(&state.db, state.config.admin_token.as_deref()).await? {
+    if let Some(token) =
+        auth::bootstrap_admin(&state.db, state.config.admin_token.as_deref()).await?
+    {
         // Printed once, on the first start against an empty database.
         println!("heddle-server: created admin token (shown once): {token}");
         tracing::warn!("created the first admin token; it was printed on stdout and is not logged");
@@ -71,9 +81,12 @@ pub async fn serve(
     let investigator = tokio::spawn(health::investigate::run_loop(state.clone()));
     let app = router::app(state);
     tracing::info!(addr = %listener.local_addr()?, "serving");
-    let result = axum::serve(listener, app.into_make_service_with_connect_info::<std::net::SocketAddr>())
-        .with_graceful_shutdown(shutdown)
-        .await;
+    let result = axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await;
     reaper.abort();
     reconciler.abort();
     investigator.abort();

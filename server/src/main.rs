@@ -17,7 +17,8 @@ async fn main() -> anyhow::Result<()> {
 
 fn init_tracing(json: bool) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("HEDDLE_LOG").unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
+    let filter =
+        EnvFilter::try_from_env("HEDDLE_LOG").unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
     if json {
         builder.json().init();

@@ -69,19 +69,42 @@ impl Metrics {
         let mut registry = Registry::with_prefix("heddle");
         let requests = Family::<RequestLabels, Counter>::default();
         let latency = Family::<RouteLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new([0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0])
+            Histogram::new([
+                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
+            ])
         });
         let agents_online = Gauge::default();
         let jobs = Family::<StateLabels, Gauge>::default();
         registry.register("http_requests", "HTTP requests served", requests.clone());
-        registry.register("http_request_duration_seconds", "HTTP request latency", latency.clone());
-        registry.register("agents_online", "Agents that heartbeated within 2.5 intervals", agents_online.clone());
+        registry.register(
+            "http_request_duration_seconds",
+            "HTTP request latency",
+            latency.clone(),
+        );
+        registry.register(
+            "agents_online",
+            "Agents that heartbeated within 2.5 intervals",
+            agents_online.clone(),
+        );
         registry.register("jobs", "Jobs by state", jobs.clone());
         let verdicts = Family::<HealthLabels, Gauge>::default();
         let figures = Family::<FigureLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
-        registry.register("health_verdict", "Latest verdict per node and test: 0 pass, 1 warn, 2 fail, -1 unknown", verdicts.clone());
+        registry.register(
+            "health_verdict",
+            "Latest verdict per node and test: 0 pass, 1 warn, 2 fail, -1 unknown",
+            verdicts.clone(),
+        );
         registry.register("health_figure", "Headline figure of the latest judged result per node and test (GB/s, or µs for time_us)", figures.clone());
-        Metrics { registry, requests, latency, agents_online, jobs, verdicts, figures, render_lock: tokio::sync::Mutex::new(()) }
+        Metrics {
+            registry,
+            requests,
+            latency,
+            agents_online,
+            jobs,
+            verdicts,
+            figures,
+            render_lock: tokio::sync::Mutex::new(()),
+        }
     }
 
     /// Refreshes the database-derived gauges and renders the text exposition format.
@@ -97,24 +120,48 @@ impl Metrics {
         .await?;
         self.agents_online.set(online);
         let rows: Vec<(String, i64)> =
-            sqlx::query_as("SELECT state, count(*) FROM jobs GROUP BY state").fetch_all(&state.db).await?;
+            sqlx::query_as("SELECT state, count(*) FROM jobs GROUP BY state")
+                .fetch_all(&state.db)
+                .await?;
         for st in heddle_types::jobs::JobState::ALL {
-            let n = rows.iter().find(|(s, _)| s == st.as_str()).map_or(0, |(_, n)| *n);
-            self.jobs.get_or_create(&StateLabels { state: st.as_str().to_string() }).set(n);
+            let n = rows
+                .iter()
+                .find(|(s, _)| s == st.as_str())
+                .map_or(0, |(_, n)| *n);
+            self.jobs
+                .get_or_create(&StateLabels {
+                    state: st.as_str().to_string(),
+                })
+                .set(n);
         }
         // Latest per node and test only, and rebuilt each scrape: a deleted node's series go.
         let lines = crate::health::store::latest_lines(&state.db).await?;
         self.verdicts.clear();
         self.figures.clear();
         for l in lines {
-            let verdict = l.verdict.parse::<heddle_types::health::Verdict>().unwrap_or(heddle_types::health::Verdict::Unknown);
-            self.verdicts.get_or_create(&HealthLabels { node: l.hostname.clone(), test: l.test.clone() }).set(verdict.gauge());
+            let verdict = l
+                .verdict
+                .parse::<heddle_types::health::Verdict>()
+                .unwrap_or(heddle_types::health::Verdict::Unknown);
+            self.verdicts
+                .get_or_create(&HealthLabels {
+                    node: l.hostname.clone(),
+                    test: l.test.clone(),
+                })
+                .set(verdict.gauge());
             if let (Some(metric), Some(value)) = (l.metric, l.value) {
-                self.figures.get_or_create(&FigureLabels { node: l.hostname, test: l.test, metric }).set(value);
+                self.figures
+                    .get_or_create(&FigureLabels {
+                        node: l.hostname,
+                        test: l.test,
+                        metric,
+                    })
+                    .set(value);
             }
         }
         let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String");
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String");
         Ok(out)
     }
 }
@@ -130,7 +177,17 @@ pub async fn track(State(state): State<AppState>, req: Request, next: Next) -> R
     let start = Instant::now();
     let response = next.run(req).await;
     let m = &state.metrics;
-    m.latency.get_or_create(&RouteLabels { route: route.clone() }).observe(start.elapsed().as_secs_f64());
-    m.requests.get_or_create(&RequestLabels { method, route, status: response.status().as_u16() }).inc();
+    m.latency
+        .get_or_create(&RouteLabels {
+            route: route.clone(),
+        })
+        .observe(start.elapsed().as_secs_f64());
+    m.requests
+        .get_or_create(&RequestLabels {
+            method,
+            route,
+            status: response.status().as_u16(),
+        })
+        .inc();
     response
 }

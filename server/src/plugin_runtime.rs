@@ -7,7 +7,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use heddle_plugin_host::{ComponentInfo, FactsJson, HostConfig, HostError, Limits, LoadedPlugin, PluginHost, Report};
+use heddle_plugin_host::{
+    ComponentInfo, FactsJson, HostConfig, HostError, Limits, LoadedPlugin, PluginHost, Report,
+};
 use heddle_types::plugins::OutputDiff;
 use serde_json::Value;
 use uuid::Uuid;
@@ -36,8 +38,14 @@ impl PluginRuntime {
             pooling_max_memory_bytes: limits.max_memory_bytes.next_power_of_two(),
             ..HostConfig::default()
         };
-        let host = PluginHost::new(config).map_err(|e| anyhow::anyhow!("starting the plugin host: {e}"))?;
-        Ok(PluginRuntime { host: Arc::new(host), limits, loaded: Mutex::default(), wake: tokio::sync::Notify::new() })
+        let host = PluginHost::new(config)
+            .map_err(|e| anyhow::anyhow!("starting the plugin host: {e}"))?;
+        Ok(PluginRuntime {
+            host: Arc::new(host),
+            limits,
+            loaded: Mutex::default(),
+            wake: tokio::sync::Notify::new(),
+        })
     }
 
     /// Parses and checks an uploaded component (world, imports, size). CPU-bound, so it runs
@@ -55,7 +63,11 @@ impl PluginRuntime {
     /// costs the plugin's own time and nothing for scheduling. Threads take nodes from a
     /// shared queue a few at a time (one slow node does not leave a core idle) and drop each
     /// node's facts as soon as its plugins ran, so freeing them is spread over the cores too.
-    pub async fn evaluate(&self, plugins: Vec<LoadedPlugin>, facts: Vec<FactsJson>) -> Vec<Vec<Result<Report, HostError>>> {
+    pub async fn evaluate(
+        &self,
+        plugins: Vec<LoadedPlugin>,
+        facts: Vec<FactsJson>,
+    ) -> Vec<Vec<Result<Report, HostError>>> {
         /// Nodes a thread takes per visit to the queue.
         const GRAB: usize = 16;
         let host = self.host.clone();
@@ -66,12 +78,23 @@ impl PluginRuntime {
             let work = || {
                 let mut done = Vec::new();
                 loop {
-                    let grabbed: Vec<(usize, FactsJson)> = queue.lock().unwrap_or_else(|p| p.into_inner()).by_ref().take(GRAB).collect();
+                    let grabbed: Vec<(usize, FactsJson)> = queue
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .by_ref()
+                        .take(GRAB)
+                        .collect();
                     if grabbed.is_empty() {
                         return done;
                     }
                     for (i, f) in grabbed {
-                        done.push((i, plugins.iter().map(|p| host.call(p, &f, &limits)).collect::<Vec<_>>()));
+                        done.push((
+                            i,
+                            plugins
+                                .iter()
+                                .map(|p| host.call(p, &f, &limits))
+                                .collect::<Vec<_>>(),
+                        ));
                     }
                 }
             };
@@ -79,11 +102,24 @@ impl PluginRuntime {
             outcomes.resize_with(nodes, Vec::new);
             std::thread::scope(|scope| {
                 let workers: Vec<_> = (0..eval_threads().min(nodes.div_ceil(GRAB)))
-                    .filter_map(|n| std::thread::Builder::new().name(format!("heddle-plugins-{n}")).spawn_scoped(scope, work).ok())
+                    .filter_map(|n| {
+                        std::thread::Builder::new()
+                            .name(format!("heddle-plugins-{n}"))
+                            .spawn_scoped(scope, work)
+                            .ok()
+                    })
                     .collect();
                 // With no thread to be had, this one does the work.
-                let mut done = if workers.is_empty() { work() } else { Vec::new() };
-                done.extend(workers.into_iter().flat_map(|w| w.join().unwrap_or_default()));
+                let mut done = if workers.is_empty() {
+                    work()
+                } else {
+                    Vec::new()
+                };
+                done.extend(
+                    workers
+                        .into_iter()
+                        .flat_map(|w| w.join().unwrap_or_default()),
+                );
                 for (i, r) in done {
                     outcomes[i] = r;
                 }
@@ -94,7 +130,11 @@ impl PluginRuntime {
         match result {
             Ok(outcomes) if outcomes.len() == nodes => outcomes,
             Ok(_) | Err(_) => (0..nodes)
-                .map(|_| vec![Err(HostError::Internal("plugin evaluation task failed".into()))])
+                .map(|_| {
+                    vec![Err(HostError::Internal(
+                        "plugin evaluation task failed".into(),
+                    ))]
+                })
                 .collect(),
         }
     }
@@ -111,12 +151,19 @@ impl PluginRuntime {
     /// The compiled plugin stored under `sha256`: from the cache, or read from Postgres and
     /// compiled. Bytes in Postgres were validated at upload, so a failure here is reported as
     /// the plugin's outcome on every node, not as a server error.
-    pub async fn plugin(&self, db: &sqlx::PgPool, sha256: &str) -> Result<Result<LoadedPlugin, HostError>, sqlx::Error> {
+    pub async fn plugin(
+        &self,
+        db: &sqlx::PgPool,
+        sha256: &str,
+    ) -> Result<Result<LoadedPlugin, HostError>, sqlx::Error> {
         if let Some(p) = self.loaded.lock().unwrap().get(sha256) {
             return Ok(Ok(p.clone()));
         }
         let (bytes,): (Vec<u8>,) =
-            sqlx::query_as("SELECT bytes FROM plugin_blobs WHERE sha256 = $1").bind(sha256).fetch_one(db).await?;
+            sqlx::query_as("SELECT bytes FROM plugin_blobs WHERE sha256 = $1")
+                .bind(sha256)
+                .fetch_one(db)
+                .await?;
         let loaded = self.load(bytes).await;
         if let Ok(p) = &loaded {
             let mut cache = self.loaded.lock().unwrap();
@@ -140,7 +187,10 @@ pub fn usage_json(result: &Result<Report, HostError>) -> Value {
         Ok(r) => Some(&r.usage),
         Err(e) => e.usage(),
     };
-    usage.map_or_else(|| serde_json::json!({}), |u| serde_json::to_value(u).unwrap_or_default())
+    usage.map_or_else(
+        || serde_json::json!({}),
+        |u| serde_json::to_value(u).unwrap_or_default(),
+    )
 }
 
 #[derive(sqlx::FromRow)]
@@ -163,7 +213,11 @@ async fn enabled_plugins(db: &sqlx::PgPool) -> Result<Vec<Enabled>, sqlx::Error>
 
 /// Re-runs every enabled plugin on one node's latest facts and replaces what they said.
 pub async fn evaluate_node(state: &AppState, node: Uuid) -> anyhow::Result<()> {
-    evaluate_nodes(state, &[node]).await.into_iter().next().map_or(Ok(()), |(_, r)| r)
+    evaluate_nodes(state, &[node])
+        .await
+        .into_iter()
+        .next()
+        .map_or(Ok(()), |(_, r)| r)
 }
 
 /// Evaluates a batch of nodes: facts and plugins read once, every call spread over the cores,
@@ -171,7 +225,10 @@ pub async fn evaluate_node(state: &AppState, node: Uuid) -> anyhow::Result<()> {
 async fn evaluate_nodes(state: &AppState, nodes: &[Uuid]) -> Vec<(Uuid, anyhow::Result<()>)> {
     let loaded = async {
         let rows: Vec<(Uuid, Option<Value>, Option<String>)> =
-            sqlx::query_as("SELECT id, facts, facts_sha256 FROM nodes WHERE id = ANY($1)").bind(nodes).fetch_all(&state.db).await?;
+            sqlx::query_as("SELECT id, facts, facts_sha256 FROM nodes WHERE id = ANY($1)")
+                .bind(nodes)
+                .fetch_all(&state.db)
+                .await?;
         let plugins = enabled_plugins(&state.db).await?;
         let mut compiled = Vec::new();
         for p in &plugins {
@@ -183,11 +240,17 @@ async fn evaluate_nodes(state: &AppState, nodes: &[Uuid]) -> Vec<(Uuid, anyhow::
         Ok(v) => v,
         Err(e) => {
             let msg = format!("{e:#}");
-            return nodes.iter().map(|n| (*n, Err(anyhow::anyhow!("{msg}")))).collect();
+            return nodes
+                .iter()
+                .map(|n| (*n, Err(anyhow::anyhow!("{msg}"))))
+                .collect();
         }
     };
     // Only plugins that compiled are run; the others' error is every node's outcome.
-    let runnable: Vec<LoadedPlugin> = compiled.iter().filter_map(|c| c.as_ref().ok().cloned()).collect();
+    let runnable: Vec<LoadedPlugin> = compiled
+        .iter()
+        .filter_map(|c| c.as_ref().ok().cloned())
+        .collect();
     // (node, facts hash, whether it has facts to evaluate); the facts move into the batch.
     let mut subjects = Vec::with_capacity(rows.len());
     let mut facts = Vec::new();
@@ -209,12 +272,17 @@ async fn evaluate_nodes(state: &AppState, nodes: &[Uuid]) -> Vec<(Uuid, anyhow::
             let mut ran = evaluated.next().unwrap_or_default().into_iter();
             for c in &compiled {
                 outcomes.push(match c {
-                    Ok(_) => ran.next().unwrap_or_else(|| Err(HostError::Internal("missing outcome".into()))),
+                    Ok(_) => ran
+                        .next()
+                        .unwrap_or_else(|| Err(HostError::Internal("missing outcome".into()))),
                     Err(e) => Err(e.clone()),
                 });
             }
         }
-        out.push((node, store_outcomes(state, node, sha, &plugins, &outcomes).await));
+        out.push((
+            node,
+            store_outcomes(state, node, sha, &plugins, &outcomes).await,
+        ));
     }
     out
 }
@@ -270,11 +338,13 @@ async fn store_outcomes(
         .execute(&mut *tx)
         .await?;
         let source = format!("plugin:{}@{}", p.name, p.version);
-        sqlx::query("DELETE FROM recommendations WHERE node_id = $1 AND split_part(source, '@', 1) = $2")
-            .bind(node)
-            .bind(format!("plugin:{}", p.name))
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query(
+            "DELETE FROM recommendations WHERE node_id = $1 AND split_part(source, '@', 1) = $2",
+        )
+        .bind(node)
+        .bind(format!("plugin:{}", p.name))
+        .execute(&mut *tx)
+        .await?;
         let traits: BTreeMap<String, String> = match result {
             Ok(r) => {
                 for e in &r.detection.env {
@@ -309,7 +379,11 @@ pub async fn set_traits(
     traits: &BTreeMap<String, String>,
 ) -> Result<(), sqlx::Error> {
     if traits.is_empty() {
-        sqlx::query("DELETE FROM node_traits WHERE node_id = $1 AND source = $2").bind(node).bind(source).execute(&mut **tx).await?;
+        sqlx::query("DELETE FROM node_traits WHERE node_id = $1 AND source = $2")
+            .bind(node)
+            .bind(source)
+            .execute(&mut **tx)
+            .await?;
     } else {
         sqlx::query(
             "INSERT INTO node_traits (node_id, source, traits) VALUES ($1, $2, $3)
@@ -326,7 +400,10 @@ pub async fn set_traits(
 
 /// `nodes.traits` is the merge of every source's traits; on a conflict the source that
 /// sorts last wins, as for env recommendations.
-pub async fn recompute_traits(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>, node: Uuid) -> Result<(), sqlx::Error> {
+pub async fn recompute_traits(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    node: Uuid,
+) -> Result<(), sqlx::Error> {
     sqlx::query(
         "UPDATE nodes SET traits = coalesce((
             SELECT jsonb_object_agg(k, v) FROM (
@@ -365,7 +442,11 @@ pub async fn reconcile(state: &AppState) -> anyhow::Result<usize> {
     let mut done = 0;
     let mut failed_here: Vec<Uuid> = Vec::new();
     loop {
-        let batch: Vec<Uuid> = stale_nodes(&state.db, 200).await?.into_iter().filter(|n| !failed_here.contains(n)).collect();
+        let batch: Vec<Uuid> = stale_nodes(&state.db, 200)
+            .await?
+            .into_iter()
+            .filter(|n| !failed_here.contains(n))
+            .collect();
         if batch.is_empty() {
             return Ok(done);
         }
@@ -396,7 +477,12 @@ fn env_map(output: Option<&Value>) -> BTreeMap<String, String> {
         .and_then(Value::as_array)
         .map(|list| {
             list.iter()
-                .filter_map(|e| Some((e.get("name")?.as_str()?.to_string(), e.get("value")?.as_str()?.to_string())))
+                .filter_map(|e| {
+                    Some((
+                        e.get("name")?.as_str()?.to_string(),
+                        e.get("value")?.as_str()?.to_string(),
+                    ))
+                })
                 .collect()
         })
         .unwrap_or_default()
@@ -408,7 +494,12 @@ fn trait_map(output: Option<&Value>) -> BTreeMap<String, String> {
         .and_then(Value::as_array)
         .map(|list| {
             list.iter()
-                .filter_map(|t| Some((t.get(0)?.as_str()?.to_string(), t.get(1)?.as_str()?.to_string())))
+                .filter_map(|t| {
+                    Some((
+                        t.get(0)?.as_str()?.to_string(),
+                        t.get(1)?.as_str()?.to_string(),
+                    ))
+                })
                 .collect()
         })
         .unwrap_or_default()
@@ -418,24 +509,46 @@ fn warnings(output: Option<&Value>) -> Vec<String> {
     output
         .and_then(|o| o.get("warnings"))
         .and_then(Value::as_array)
-        .map(|l| l.iter().filter_map(|w| w.as_str().map(str::to_string)).collect())
+        .map(|l| {
+            l.iter()
+                .filter_map(|w| w.as_str().map(str::to_string))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
-fn diff_maps(old: &BTreeMap<String, String>, new: &BTreeMap<String, String>, sep: &str) -> (Vec<String>, Vec<String>, Vec<String>) {
-    let added = new.iter().filter(|(k, _)| !old.contains_key(*k)).map(|(k, v)| format!("{k}{sep}{v}")).collect();
-    let removed = old.iter().filter(|(k, _)| !new.contains_key(*k)).map(|(k, v)| format!("{k}{sep}{v}")).collect();
+fn diff_maps(
+    old: &BTreeMap<String, String>,
+    new: &BTreeMap<String, String>,
+    sep: &str,
+) -> (Vec<String>, Vec<String>, Vec<String>) {
+    let added = new
+        .iter()
+        .filter(|(k, _)| !old.contains_key(*k))
+        .map(|(k, v)| format!("{k}{sep}{v}"))
+        .collect();
+    let removed = old
+        .iter()
+        .filter(|(k, _)| !new.contains_key(*k))
+        .map(|(k, v)| format!("{k}{sep}{v}"))
+        .collect();
     let changed = new
         .iter()
-        .filter_map(|(k, v)| old.get(k).filter(|o| *o != v).map(|o| format!("{k}: {o} -> {v}")))
+        .filter_map(|(k, v)| {
+            old.get(k)
+                .filter(|o| *o != v)
+                .map(|o| format!("{k}: {o} -> {v}"))
+        })
         .collect();
     (added, removed, changed)
 }
 
 /// How a candidate output differs from the active one.
 pub fn diff(active: Option<&Value>, candidate: Option<&Value>) -> OutputDiff {
-    let (env_added, env_removed, env_changed) = diff_maps(&env_map(active), &env_map(candidate), "=");
-    let (traits_added, traits_removed, traits_changed) = diff_maps(&trait_map(active), &trait_map(candidate), "=");
+    let (env_added, env_removed, env_changed) =
+        diff_maps(&env_map(active), &env_map(candidate), "=");
+    let (traits_added, traits_removed, traits_changed) =
+        diff_maps(&trait_map(active), &trait_map(candidate), "=");
     let (old_w, new_w) = (warnings(active), warnings(candidate));
     OutputDiff {
         env_added,
@@ -444,11 +557,18 @@ pub fn diff(active: Option<&Value>, candidate: Option<&Value>) -> OutputDiff {
         traits_added,
         traits_removed,
         traits_changed,
-        warnings_added: new_w.iter().filter(|w| !old_w.contains(w)).cloned().collect(),
-        warnings_removed: old_w.iter().filter(|w| !new_w.contains(w)).cloned().collect(),
+        warnings_added: new_w
+            .iter()
+            .filter(|w| !old_w.contains(w))
+            .cloned()
+            .collect(),
+        warnings_removed: old_w
+            .iter()
+            .filter(|w| !new_w.contains(w))
+            .cloned()
+            .collect(),
     }
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -469,7 +589,10 @@ mod tests {
         assert_eq!(d.env_changed, ["NCCL_IB_HCA: mlx5_0 -> mlx5_1"]);
         assert_eq!(d.traits_changed, ["sku: ND40rs_v2 -> ND96asr_v4"]);
         assert!(d.traits_added.is_empty() && d.traits_removed.is_empty());
-        assert_eq!((d.warnings_added.as_slice(), d.warnings_removed.as_slice()), (&["w2".to_string()][..], &["w1".to_string()][..]));
+        assert_eq!(
+            (d.warnings_added.as_slice(), d.warnings_removed.as_slice()),
+            (&["w2".to_string()][..], &["w1".to_string()][..])
+        );
         assert_eq!(diff(Some(&active), Some(&active)), OutputDiff::default());
         assert_eq!(diff(None, Some(&active)).env_added.len(), 2);
     }

@@ -11,7 +11,9 @@ use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::api::{agent, expectations, health, investigations, nodes, plugins, runs, sweeps, tokens, verdicts};
+use crate::api::{
+    agent, expectations, health, investigations, nodes, plugins, runs, sweeps, tokens, verdicts,
+};
 use crate::error::ApiError;
 use crate::{AppState, dashboard, metrics};
 
@@ -38,7 +40,8 @@ struct SecuritySchemes;
 impl Modify for SecuritySchemes {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         let components = openapi.components.get_or_insert_with(Default::default);
-        let bearer = || SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build());
+        let bearer =
+            || SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build());
         components.add_security_scheme("bearer", bearer());
         components.add_security_scheme("agent", bearer());
     }
@@ -60,7 +63,10 @@ fn api(state: &AppState) -> OpenApiRouter<AppState> {
         .routes(routes!(tokens::whoami))
         .routes(routes!(tokens::create_token, tokens::list_tokens))
         .routes(routes!(tokens::revoke_token))
-        .routes(routes!(tokens::create_enrollment_token, tokens::list_enrollment_tokens))
+        .routes(routes!(
+            tokens::create_enrollment_token,
+            tokens::list_enrollment_tokens
+        ))
         .routes(routes!(tokens::revoke_enrollment_token))
         .routes(routes!(tokens::list_agents))
         .routes(routes!(tokens::revoke_agent))
@@ -82,7 +88,10 @@ fn api(state: &AppState) -> OpenApiRouter<AppState> {
         .routes(routes!(sweeps::sweep_table))
         .routes(routes!(sweeps::keep_winner))
         // Investigations.
-        .routes(routes!(investigations::create_investigation, investigations::list_investigations))
+        .routes(routes!(
+            investigations::create_investigation,
+            investigations::list_investigations
+        ))
         .routes(routes!(investigations::get_investigation))
         .routes(routes!(investigations::p2p_matrix))
         // Verdicts and expectations.
@@ -117,29 +126,50 @@ pub fn openapi(state: &AppState) -> utoipa::openapi::OpenApi {
 
 pub fn app(state: AppState) -> Router {
     let (api_router, doc) = api(&state).split_for_parts();
-    let doc_json = std::sync::Arc::new(doc.to_pretty_json().expect("the OpenAPI document serialises"));
+    let doc_json = std::sync::Arc::new(
+        doc.to_pretty_json()
+            .expect("the OpenAPI document serialises"),
+    );
     let api_router = api_router
         .route(
             "/api/v1/openapi.json",
             axum::routing::get(move || {
                 let doc = doc_json.clone();
-                async move { ([(axum::http::header::CONTENT_TYPE, "application/json")], (*doc).clone()) }
+                async move {
+                    (
+                        [(axum::http::header::CONTENT_TYPE, "application/json")],
+                        (*doc).clone(),
+                    )
+                }
             }),
         )
-        .route("/api/{*rest}", axum::routing::any(|| async { ApiError::NotFound("no such API route".into()).into_response() }));
+        .route(
+            "/api/{*rest}",
+            axum::routing::any(|| async {
+                ApiError::NotFound("no such API route".into()).into_response()
+            }),
+        );
     api_router
         .merge(dashboard::routes(&state))
-        .layer(axum::middleware::from_fn_with_state(state.clone(), metrics::track))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            metrics::track,
+        ))
         .layer(axum::middleware::from_fn(refuse_nul_in_path))
         .layer(DefaultBodyLimit::max(state.config.max_body_bytes))
         .layer(TraceLayer::new_for_http())
-        .layer(CatchPanicLayer::custom(|_| ApiError::Internal(anyhow::anyhow!("handler panicked")).into_response()))
+        .layer(CatchPanicLayer::custom(|_| {
+            ApiError::Internal(anyhow::anyhow!("handler panicked")).into_response()
+        }))
         .with_state(state)
 }
 
 /// No name, id or version contains a NUL byte, and Postgres cannot store one: refuse it up
 /// front with a 400 rather than let it reach a query.
-async fn refuse_nul_in_path(req: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
+async fn refuse_nul_in_path(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
     let path = req.uri().path();
     if path.contains("%00") || path.contains('\0') {
         return ApiError::BadRequest("the path contains a NUL byte".into()).into_response();

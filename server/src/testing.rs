@@ -46,30 +46,59 @@ impl TestDb {
     pub async fn create() -> TestDb {
         let admin = admin_url();
         let template = template_name();
-        let mut conn = sqlx::PgConnection::connect(&admin).await.expect("connecting to HEDDLE_TEST_DATABASE_URL");
+        let mut conn = sqlx::PgConnection::connect(&admin)
+            .await
+            .expect("connecting to HEDDLE_TEST_DATABASE_URL");
         // Test binaries run in parallel: one of them builds the template, the others wait.
-        sqlx::query("SELECT pg_advisory_lock(727274)").execute(&mut conn).await.unwrap();
-        let exists: Option<(String,)> = sqlx::query_as("SELECT datname::text FROM pg_database WHERE datname = $1")
-            .bind(&template)
-            .fetch_optional(&mut conn)
+        sqlx::query("SELECT pg_advisory_lock(727274)")
+            .execute(&mut conn)
             .await
             .unwrap();
+        let exists: Option<(String,)> =
+            sqlx::query_as("SELECT datname::text FROM pg_database WHERE datname = $1")
+                .bind(&template)
+                .fetch_optional(&mut conn)
+                .await
+                .unwrap();
         if exists.is_none() {
             let building = format!("{template}_building");
-            sqlx::query(&format!("DROP DATABASE IF EXISTS {building}")).execute(&mut conn).await.unwrap();
-            sqlx::query(&format!("CREATE DATABASE {building}")).execute(&mut conn).await.unwrap();
+            sqlx::query(&format!("DROP DATABASE IF EXISTS {building}"))
+                .execute(&mut conn)
+                .await
+                .unwrap();
+            sqlx::query(&format!("CREATE DATABASE {building}"))
+                .execute(&mut conn)
+                .await
+                .unwrap();
             {
-                let pool = sqlx::PgPool::connect(&with_database(&admin, &building)).await.unwrap();
-                sqlx::migrate!("../migrations").run(&pool).await.expect("migrating the template database");
+                let pool = sqlx::PgPool::connect(&with_database(&admin, &building))
+                    .await
+                    .unwrap();
+                sqlx::migrate!("../migrations")
+                    .run(&pool)
+                    .await
+                    .expect("migrating the template database");
                 pool.close().await;
             }
-            sqlx::query(&format!("ALTER DATABASE {building} RENAME TO {template}")).execute(&mut conn).await.unwrap();
+            sqlx::query(&format!("ALTER DATABASE {building} RENAME TO {template}"))
+                .execute(&mut conn)
+                .await
+                .unwrap();
         }
-        sqlx::query("SELECT pg_advisory_unlock(727274)").execute(&mut conn).await.unwrap();
+        sqlx::query("SELECT pg_advisory_unlock(727274)")
+            .execute(&mut conn)
+            .await
+            .unwrap();
         let name = format!("heddle_test_{}", Uuid::new_v4().simple());
-        sqlx::query(&format!("CREATE DATABASE {name} TEMPLATE {template}")).execute(&mut conn).await.unwrap();
+        sqlx::query(&format!("CREATE DATABASE {name} TEMPLATE {template}"))
+            .execute(&mut conn)
+            .await
+            .unwrap();
         conn.close().await.ok();
-        TestDb { url: with_database(&admin, &name), name }
+        TestDb {
+            url: with_database(&admin, &name),
+            name,
+        }
     }
 }
 
@@ -78,10 +107,15 @@ impl Drop for TestDb {
         let name = self.name.clone();
         // Drop runs outside any runtime guarantee; use a short-lived thread and runtime.
         let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
             rt.block_on(async {
                 if let Ok(mut conn) = sqlx::PgConnection::connect(&admin_url()).await {
-                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&mut conn).await;
+                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .execute(&mut conn)
+                        .await;
                 }
             });
         })
@@ -134,7 +168,9 @@ impl TestServer {
         config.admin_token = Some(TEST_ADMIN_TOKEN.to_string());
         tweak(&mut config);
         let addr = listener.local_addr().unwrap();
-        let state = AppState::new(config).await.expect("starting the test server");
+        let state = AppState::new(config)
+            .await
+            .expect("starting the test server");
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(crate::serve(listener, state.clone(), async move {
             let _ = rx.await;
@@ -179,7 +215,10 @@ impl TestServer {
             .await
             .unwrap();
         assert_eq!(resp.status(), 201, "creating an enrollment token");
-        resp.json::<heddle_types::auth::EnrollmentTokenCreated>().await.unwrap().token
+        resp.json::<heddle_types::auth::EnrollmentTokenCreated>()
+            .await
+            .unwrap()
+            .token
     }
 
     /// Creates an API token with the given role through the API.
@@ -192,7 +231,10 @@ impl TestServer {
             .await
             .unwrap();
         assert_eq!(resp.status(), 201, "creating a token");
-        resp.json::<heddle_types::auth::TokenCreated>().await.unwrap().token
+        resp.json::<heddle_types::auth::TokenCreated>()
+            .await
+            .unwrap()
+            .token
     }
 
     /// Starts a run through the API and returns it.

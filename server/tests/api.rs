@@ -12,15 +12,26 @@ use serde_json::{Value, json};
 async fn health_metrics_and_openapi() {
     let server = TestServer::start().await;
     let api = Api::new(&server);
-    assert_eq!(api.call(Method::GET, "/healthz", None, None).await.0, StatusCode::OK);
-    assert_eq!(api.call(Method::GET, "/readyz", None, None).await.0, StatusCode::OK);
+    assert_eq!(
+        api.call(Method::GET, "/healthz", None, None).await.0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        api.call(Method::GET, "/readyz", None, None).await.0,
+        StatusCode::OK
+    );
     let (status, metrics) = api.call(Method::GET, "/metrics", None, None).await;
     assert_eq!(status, StatusCode::OK);
     let metrics = metrics.as_str().unwrap();
     assert!(metrics.contains("heddle_agents_online"), "{metrics}");
-    assert!(metrics.contains("heddle_jobs{state=\"queued\"} 0"), "{metrics}");
+    assert!(
+        metrics.contains("heddle_jobs{state=\"queued\"} 0"),
+        "{metrics}"
+    );
     assert!(metrics.contains("heddle_http_requests_total"), "{metrics}");
-    let (status, doc) = api.call(Method::GET, "/api/v1/openapi.json", None, None).await;
+    let (status, doc) = api
+        .call(Method::GET, "/api/v1/openapi.json", None, None)
+        .await;
     assert_eq!(status, StatusCode::OK);
     let mut routes: Vec<String> = Vec::new();
     for (path, item) in doc["paths"].as_object().unwrap() {
@@ -49,41 +60,136 @@ async fn auth_matrix() {
     let cases: Vec<(Method, String, Option<Value>, Role)> = vec![
         (Method::GET, "/api/v1/whoami".into(), None, Role::Viewer),
         (Method::GET, "/api/v1/nodes".into(), None, Role::Viewer),
-        (Method::GET, "/api/v1/nodes/matrix-1".into(), None, Role::Viewer),
-        (Method::GET, "/api/v1/nodes/matrix-1/env".into(), None, Role::Viewer),
-        (Method::GET, "/api/v1/nodes/matrix-1/facts/history".into(), None, Role::Viewer),
+        (
+            Method::GET,
+            "/api/v1/nodes/matrix-1".into(),
+            None,
+            Role::Viewer,
+        ),
+        (
+            Method::GET,
+            "/api/v1/nodes/matrix-1/env".into(),
+            None,
+            Role::Viewer,
+        ),
+        (
+            Method::GET,
+            "/api/v1/nodes/matrix-1/facts/history".into(),
+            None,
+            Role::Viewer,
+        ),
         (Method::GET, "/api/v1/runs".into(), None, Role::Viewer),
         (Method::GET, "/api/v1/agents".into(), None, Role::Viewer),
         (Method::GET, "/api/v1/plugins".into(), None, Role::Viewer),
         (Method::GET, "/api/v1/sites".into(), None, Role::Viewer),
-        (Method::GET, "/api/v1/tuning-profiles".into(), None, Role::Viewer),
-        (Method::POST, "/api/v1/runs".into(), Some(json!({"kind": "memcpy", "nodes": ["matrix-1"]})), Role::Operator),
-        (Method::POST, "/api/v1/sites".into(), Some(json!({"name": "s-auth"})), Role::Operator),
-        (Method::PATCH, "/api/v1/nodes/matrix-1".into(), Some(json!({"site": null})), Role::Operator),
-        (Method::PUT, "/api/v1/nodes/matrix-1/recommendations".into(), Some(json!({"source": "manual", "items": []})), Role::Operator),
-        (Method::POST, "/api/v1/tuning-profiles".into(), Some(json!({"name": "p-auth", "node": "matrix-1", "env": {"A": "1"}})), Role::Operator),
+        (
+            Method::GET,
+            "/api/v1/tuning-profiles".into(),
+            None,
+            Role::Viewer,
+        ),
+        (
+            Method::POST,
+            "/api/v1/runs".into(),
+            Some(json!({"kind": "memcpy", "nodes": ["matrix-1"]})),
+            Role::Operator,
+        ),
+        (
+            Method::POST,
+            "/api/v1/sites".into(),
+            Some(json!({"name": "s-auth"})),
+            Role::Operator,
+        ),
+        (
+            Method::PATCH,
+            "/api/v1/nodes/matrix-1".into(),
+            Some(json!({"site": null})),
+            Role::Operator,
+        ),
+        (
+            Method::PUT,
+            "/api/v1/nodes/matrix-1/recommendations".into(),
+            Some(json!({"source": "manual", "items": []})),
+            Role::Operator,
+        ),
+        (
+            Method::POST,
+            "/api/v1/tuning-profiles".into(),
+            Some(json!({"name": "p-auth", "node": "matrix-1", "env": {"A": "1"}})),
+            Role::Operator,
+        ),
         (Method::GET, "/api/v1/tokens".into(), None, Role::Admin),
-        (Method::POST, "/api/v1/tokens".into(), Some(json!({"name": "t-auth", "role": "viewer"})), Role::Admin),
-        (Method::GET, "/api/v1/enrollment-tokens".into(), None, Role::Admin),
-        (Method::POST, "/api/v1/enrollment-tokens".into(), Some(json!({})), Role::Admin),
+        (
+            Method::POST,
+            "/api/v1/tokens".into(),
+            Some(json!({"name": "t-auth", "role": "viewer"})),
+            Role::Admin,
+        ),
+        (
+            Method::GET,
+            "/api/v1/enrollment-tokens".into(),
+            None,
+            Role::Admin,
+        ),
+        (
+            Method::POST,
+            "/api/v1/enrollment-tokens".into(),
+            Some(json!({})),
+            Role::Admin,
+        ),
         (Method::GET, "/api/v1/audit".into(), None, Role::Admin),
-        (Method::POST, "/api/v1/plugins/none/disable".into(), None, Role::Admin),
+        (
+            Method::POST,
+            "/api/v1/plugins/none/disable".into(),
+            None,
+            Role::Admin,
+        ),
     ];
     for (method, path, body, least) in cases {
         let (s, b) = api.call(method.clone(), &path, None, body.clone()).await;
-        assert_eq!(s, StatusCode::UNAUTHORIZED, "{method} {path} without a token: {b}");
+        assert_eq!(
+            s,
+            StatusCode::UNAUTHORIZED,
+            "{method} {path} without a token: {b}"
+        );
         error_code(&b);
-        let (s, _) = api.call(method.clone(), &path, Some("hdl_not-a-real-token"), body.clone()).await;
-        assert_eq!(s, StatusCode::UNAUTHORIZED, "{method} {path} with a bad token");
-        let (s, _) = api.call(method.clone(), &path, Some(&agent.credential), body.clone()).await;
-        assert_eq!(s, StatusCode::FORBIDDEN, "{method} {path} with an agent credential");
-        for (role, token) in [(Role::Viewer, &viewer), (Role::Operator, &operator), (Role::Admin, &admin)] {
-            let (s, b) = api.call(method.clone(), &path, Some(token), body.clone()).await;
+        let (s, _) = api
+            .call(
+                method.clone(),
+                &path,
+                Some("hdl_not-a-real-token"),
+                body.clone(),
+            )
+            .await;
+        assert_eq!(
+            s,
+            StatusCode::UNAUTHORIZED,
+            "{method} {path} with a bad token"
+        );
+        let (s, _) = api
+            .call(method.clone(), &path, Some(&agent.credential), body.clone())
+            .await;
+        assert_eq!(
+            s,
+            StatusCode::FORBIDDEN,
+            "{method} {path} with an agent credential"
+        );
+        for (role, token) in [
+            (Role::Viewer, &viewer),
+            (Role::Operator, &operator),
+            (Role::Admin, &admin),
+        ] {
+            let (s, b) = api
+                .call(method.clone(), &path, Some(token), body.clone())
+                .await;
             if role < least {
                 assert_eq!(s, StatusCode::FORBIDDEN, "{method} {path} as {role}: {b}");
                 assert_eq!(error_code(&b), "forbidden");
             } else {
-                assert!(s != StatusCode::UNAUTHORIZED && s != StatusCode::FORBIDDEN, "{method} {path} as {role}: {s} {b}");
+                assert!(
+                    s != StatusCode::UNAUTHORIZED && s != StatusCode::FORBIDDEN,
+                    "{method} {path} as {role}: {s} {b}"
+                );
                 assert!(!s.is_server_error(), "{method} {path} as {role}: {s} {b}");
             }
         }
@@ -95,10 +201,28 @@ async fn auth_matrix() {
     }
     // A revoked token stops working at once.
     let (_, tokens) = api.get("/api/v1/tokens", &admin).await;
-    let viewer_id = tokens.as_array().unwrap().iter().find(|t| t["role"] == "viewer").unwrap()["id"].as_str().unwrap().to_string();
-    let (s, _) = api.call(Method::DELETE, &format!("/api/v1/tokens/{viewer_id}"), Some(&admin), None).await;
+    let viewer_id = tokens
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["role"] == "viewer")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (s, _) = api
+        .call(
+            Method::DELETE,
+            &format!("/api/v1/tokens/{viewer_id}"),
+            Some(&admin),
+            None,
+        )
+        .await;
     assert_eq!(s, StatusCode::NO_CONTENT);
-    assert_eq!(api.get("/api/v1/whoami", &viewer).await.0, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        api.get("/api/v1/whoami", &viewer).await.0,
+        StatusCode::UNAUTHORIZED
+    );
 }
 
 #[tokio::test]
@@ -108,31 +232,91 @@ async fn bad_input_gets_clear_errors_and_writes_nothing() {
     let admin = server.admin_token.clone();
     enroll(&api, &server, "bad-1").await;
 
-    let (s, b) = api.raw(Method::POST, "/api/v1/runs", Some(&admin), "application/json", b"{not json".to_vec()).await;
+    let (s, b) = api
+        .raw(
+            Method::POST,
+            "/api/v1/runs",
+            Some(&admin),
+            "application/json",
+            b"{not json".to_vec(),
+        )
+        .await;
     assert_eq!(s, StatusCode::BAD_REQUEST, "{b}");
     error_code(&b);
-    let (s, b) = api.raw(Method::POST, "/api/v1/runs", Some(&admin), "text/plain", b"{}".to_vec()).await;
+    let (s, b) = api
+        .raw(
+            Method::POST,
+            "/api/v1/runs",
+            Some(&admin),
+            "text/plain",
+            b"{}".to_vec(),
+        )
+        .await;
     assert_eq!(s, StatusCode::BAD_REQUEST, "missing content type: {b}");
-    let (s, b) = api.post("/api/v1/runs", &admin, json!({"kind": 5, "nodes": ["bad-1"]})).await;
+    let (s, b) = api
+        .post(
+            "/api/v1/runs",
+            &admin,
+            json!({"kind": 5, "nodes": ["bad-1"]}),
+        )
+        .await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "wrong type: {b}");
-    let (s, b) = api.post("/api/v1/runs", &admin, json!({"kind": "memcpy", "nodes": ["bad-1"], "nodez": 1})).await;
+    let (s, b) = api
+        .post(
+            "/api/v1/runs",
+            &admin,
+            json!({"kind": "memcpy", "nodes": ["bad-1"], "nodez": 1}),
+        )
+        .await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "unknown field: {b}");
     assert!(b["message"].as_str().unwrap().contains("nodez"), "{b}");
-    let (s, b) = api.post("/api/v1/runs", &admin, json!({"kind": "memcpy", "nodes": ["no-such-node"]})).await;
+    let (s, b) = api
+        .post(
+            "/api/v1/runs",
+            &admin,
+            json!({"kind": "memcpy", "nodes": ["no-such-node"]}),
+        )
+        .await;
     assert_eq!(s, StatusCode::NOT_FOUND, "{b}");
-    let (s, b) = api.post("/api/v1/runs", &admin, json!({"kind": "memcpy", "nodes": ["bad-1", "bad-1"]})).await;
+    let (s, b) = api
+        .post(
+            "/api/v1/runs",
+            &admin,
+            json!({"kind": "memcpy", "nodes": ["bad-1", "bad-1"]}),
+        )
+        .await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
-    let (s, _) = api.post("/api/v1/runs", &admin, json!({"kind": "memcpy", "nodes": []})).await;
+    let (s, _) = api
+        .post(
+            "/api/v1/runs",
+            &admin,
+            json!({"kind": "memcpy", "nodes": []}),
+        )
+        .await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
-    let (s, _) = api.post("/api/v1/runs", &admin, json!({"kind": "memcpy", "nodes": ["bad-1"], "env": {"BAD-NAME": "1"}})).await;
+    let (s, _) = api
+        .post(
+            "/api/v1/runs",
+            &admin,
+            json!({"kind": "memcpy", "nodes": ["bad-1"], "env": {"BAD-NAME": "1"}}),
+        )
+        .await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
     let huge = "x".repeat(100 * 1024);
-    let (s, b) = api.post("/api/v1/runs", &admin, json!({"kind": "memcpy", "nodes": ["bad-1"], "label": huge})).await;
+    let (s, b) = api
+        .post(
+            "/api/v1/runs",
+            &admin,
+            json!({"kind": "memcpy", "nodes": ["bad-1"], "label": huge}),
+        )
+        .await;
     assert_eq!(s, StatusCode::PAYLOAD_TOO_LARGE, "{b}");
     assert_eq!(error_code(&b), "payload_too_large");
     let (s, b) = api.get("/api/v1/runs/not-a-uuid", &admin).await;
     assert_eq!(s, StatusCode::BAD_REQUEST, "{b}");
-    let (s, b) = api.get("/api/v1/runs/00000000-0000-0000-0000-000000000000", &admin).await;
+    let (s, b) = api
+        .get("/api/v1/runs/00000000-0000-0000-0000-000000000000", &admin)
+        .await;
     assert_eq!(s, StatusCode::NOT_FOUND, "{b}");
     let (s, _) = api.get("/api/v1/nodes?min_gpus=lots", &admin).await;
     assert_eq!(s, StatusCode::BAD_REQUEST);
@@ -141,40 +325,101 @@ async fn bad_input_gets_clear_errors_and_writes_nothing() {
     let (s, _) = api.get("/api/v1/nodes?colour=blue", &admin).await;
     assert_eq!(s, StatusCode::BAD_REQUEST);
     // NUL bytes, which Postgres cannot store, in paths and bodies.
-    for path in ["/api/v1/nodes/%00", "/api/v1/plugins/0/versions/%00/wasm", "/api/v1/nodes/a%00b/env"] {
+    for path in [
+        "/api/v1/nodes/%00",
+        "/api/v1/plugins/0/versions/%00/wasm",
+        "/api/v1/nodes/a%00b/env",
+    ] {
         let (s, b) = api.get(path, &admin).await;
         assert_eq!(s, StatusCode::BAD_REQUEST, "{path}: {b}");
     }
-    let (s, b) = api.post("/api/v1/plugins/%00/disable", &admin, json!(null)).await;
+    let (s, b) = api
+        .post("/api/v1/plugins/%00/disable", &admin, json!(null))
+        .await;
     assert_eq!(s, StatusCode::BAD_REQUEST, "{b}");
     let agent = enroll(&api, &server, "nul-1").await;
-    let (s, b) = api.call(Method::PUT, "/api/v1/agent/facts", Some(&agent.credential), Some(json!({"\u{0}": null, "host": {"hostname": "a\u{0}b"}}))).await;
+    let (s, b) = api
+        .call(
+            Method::PUT,
+            "/api/v1/agent/facts",
+            Some(&agent.credential),
+            Some(json!({"\u{0}": null, "host": {"hostname": "a\u{0}b"}})),
+        )
+        .await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
-    let (s, b) = api.post("/api/v1/sites", &admin, json!({"name": "ok", "traits": {"k": "v\u{0}"}})).await;
+    let (s, b) = api
+        .post(
+            "/api/v1/sites",
+            &admin,
+            json!({"name": "ok", "traits": {"k": "v\u{0}"}}),
+        )
+        .await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
     let (s, b) = api.get("/api/v1/no-such-route", &admin).await;
     assert_eq!(s, StatusCode::NOT_FOUND);
     assert_eq!(error_code(&b), "not_found");
     // Duplicates.
-    assert_eq!(api.post("/api/v1/sites", &admin, json!({"name": "dup"})).await.0, StatusCode::CREATED);
-    let (s, b) = api.post("/api/v1/sites", &admin, json!({"name": "dup"})).await;
+    assert_eq!(
+        api.post("/api/v1/sites", &admin, json!({"name": "dup"}))
+            .await
+            .0,
+        StatusCode::CREATED
+    );
+    let (s, b) = api
+        .post("/api/v1/sites", &admin, json!({"name": "dup"}))
+        .await;
     assert_eq!(s, StatusCode::CONFLICT, "{b}");
     assert!(b["message"].as_str().unwrap().contains("dup"));
-    assert_eq!(api.post("/api/v1/tokens", &admin, json!({"name": "dup", "role": "viewer"})).await.0, StatusCode::CREATED);
-    assert_eq!(api.post("/api/v1/tokens", &admin, json!({"name": "dup", "role": "admin"})).await.0, StatusCode::CONFLICT);
-    let (s, _) = api.post("/api/v1/tokens", &admin, json!({"name": "x", "role": "root"})).await;
+    assert_eq!(
+        api.post(
+            "/api/v1/tokens",
+            &admin,
+            json!({"name": "dup", "role": "viewer"})
+        )
+        .await
+        .0,
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        api.post(
+            "/api/v1/tokens",
+            &admin,
+            json!({"name": "dup", "role": "admin"})
+        )
+        .await
+        .0,
+        StatusCode::CONFLICT
+    );
+    let (s, _) = api
+        .post(
+            "/api/v1/tokens",
+            &admin,
+            json!({"name": "x", "role": "root"}),
+        )
+        .await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
-    let (s, _) = api.post("/api/v1/sites", &admin, json!({"name": "has space"})).await;
+    let (s, _) = api
+        .post("/api/v1/sites", &admin, json!({"name": "has space"}))
+        .await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
 
     // None of the refused requests wrote anything.
     let (_, runs) = api.get("/api/v1/runs", &admin).await;
     assert_eq!(runs.as_array().unwrap().len(), 0);
-    let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM jobs").fetch_one(&server.state.db).await.unwrap();
+    let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM jobs")
+        .fetch_one(&server.state.db)
+        .await
+        .unwrap();
     assert_eq!(n, 0);
-    let (sites,): (i64,) = sqlx::query_as("SELECT count(*) FROM sites").fetch_one(&server.state.db).await.unwrap();
+    let (sites,): (i64,) = sqlx::query_as("SELECT count(*) FROM sites")
+        .fetch_one(&server.state.db)
+        .await
+        .unwrap();
     assert_eq!(sites, 1);
-    let (facts,): (i64,) = sqlx::query_as("SELECT count(*) FROM node_facts_history").fetch_one(&server.state.db).await.unwrap();
+    let (facts,): (i64,) = sqlx::query_as("SELECT count(*) FROM node_facts_history")
+        .fetch_one(&server.state.db)
+        .await
+        .unwrap();
     assert_eq!(facts, 0);
 }
 
@@ -186,7 +431,13 @@ async fn enroll_heartbeat_facts_filters_and_history() {
     let a = enroll(&api, &server, "nd40-1").await;
     let b = enroll(&api, &server, "roce-1").await;
 
-    let (s, hb) = api.post("/api/v1/agent/heartbeat", &a.credential, json!({"agent_version": "1.0", "facts_sha256": null})).await;
+    let (s, hb) = api
+        .post(
+            "/api/v1/agent/heartbeat",
+            &a.credential,
+            json!({"agent_version": "1.0", "facts_sha256": null}),
+        )
+        .await;
     assert_eq!(s, StatusCode::OK, "{hb}");
     assert_eq!(hb["send_facts"], true, "the server has no facts yet");
 
@@ -198,30 +449,76 @@ async fn enroll_heartbeat_facts_filters_and_history() {
             {"name": "mlx5_0", "ports": [{"state": "ACTIVE", "link_layer": "InfiniBand"}]},
             {"name": "rdmaP36305p0s2", "ports": [{"state": "ACTIVE", "link_layer": "Ethernet"}]}]}
     });
-    let (s, acc) = api.call(Method::PUT, "/api/v1/agent/facts", Some(&a.credential), Some(facts_a.clone())).await;
+    let (s, acc) = api
+        .call(
+            Method::PUT,
+            "/api/v1/agent/facts",
+            Some(&a.credential),
+            Some(facts_a.clone()),
+        )
+        .await;
     assert_eq!(s, StatusCode::OK, "{acc}");
     assert_eq!(acc["changed"], true);
     let sha = acc["facts_sha256"].as_str().unwrap().to_string();
     // Same facts, a later collection time: no change, no new history entry.
     let mut again = facts_a.clone();
     again["collected_at"] = json!("2026-01-02T00:00:00Z");
-    let (_, acc) = api.call(Method::PUT, "/api/v1/agent/facts", Some(&a.credential), Some(again)).await;
+    let (_, acc) = api
+        .call(
+            Method::PUT,
+            "/api/v1/agent/facts",
+            Some(&a.credential),
+            Some(again),
+        )
+        .await;
     assert_eq!(acc["changed"], false);
-    let (_, hb) = api.post("/api/v1/agent/heartbeat", &a.credential, json!({"facts_sha256": sha})).await;
+    let (_, hb) = api
+        .post(
+            "/api/v1/agent/heartbeat",
+            &a.credential,
+            json!({"facts_sha256": sha}),
+        )
+        .await;
     assert_eq!(hb["send_facts"], false);
-    let (_, hb) = api.post("/api/v1/agent/heartbeat", &a.credential, json!({"facts_sha256": "0".repeat(64)})).await;
+    let (_, hb) = api
+        .post(
+            "/api/v1/agent/heartbeat",
+            &a.credential,
+            json!({"facts_sha256": "0".repeat(64)}),
+        )
+        .await;
     assert_eq!(hb["send_facts"], true);
 
     let facts_b = json!({
         "host": {"hostname": "roce-1"}, "gpus": [{"name": "NVIDIA H200"}],
         "rdma": {"devices": [{"name": "mlx5_bond_0", "ports": [{"state": "DOWN", "link_layer": "Ethernet"}]}]}
     });
-    let (s, _) = api.call(Method::PUT, "/api/v1/agent/facts", Some(&b.credential), Some(facts_b)).await;
+    let (s, _) = api
+        .call(
+            Method::PUT,
+            "/api/v1/agent/facts",
+            Some(&b.credential),
+            Some(facts_b),
+        )
+        .await;
     assert_eq!(s, StatusCode::OK);
-    let (s, _) = api.call(Method::PUT, "/api/v1/agent/facts", Some(&b.credential), Some(json!([1, 2]))).await;
+    let (s, _) = api
+        .call(
+            Method::PUT,
+            "/api/v1/agent/facts",
+            Some(&b.credential),
+            Some(json!([1, 2])),
+        )
+        .await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
 
-    let names = |v: &Value| -> Vec<String> { v.as_array().unwrap().iter().map(|n| n["hostname"].as_str().unwrap().to_string()).collect() };
+    let names = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["hostname"].as_str().unwrap().to_string())
+            .collect()
+    };
     let (_, all) = api.get("/api/v1/nodes", &admin).await;
     assert_eq!(names(&all), ["nd40-1", "roce-1"]);
     assert_eq!(all[0]["health"], "online");
@@ -256,24 +553,41 @@ async fn enroll_heartbeat_facts_filters_and_history() {
     assert_eq!(s, StatusCode::OK);
     assert_eq!(node["facts"]["host"]["hostname"], "nd40-1");
     assert_eq!(node["recommendations"][0]["name"], "NCCL_IB_HCA");
-    let (_, by_id) = api.get(&format!("/api/v1/nodes/{}", a.node_id), &admin).await;
+    let (_, by_id) = api
+        .get(&format!("/api/v1/nodes/{}", a.node_id), &admin)
+        .await;
     assert_eq!(by_id["hostname"], "nd40-1");
 
     // History keeps one entry per change.
     let mut changed = facts_a.clone();
     changed["rdma"]["devices"][0]["ports"][0]["state"] = json!("DOWN");
-    api.call(Method::PUT, "/api/v1/agent/facts", Some(&a.credential), Some(changed)).await;
+    api.call(
+        Method::PUT,
+        "/api/v1/agent/facts",
+        Some(&a.credential),
+        Some(changed),
+    )
+    .await;
     let (_, hist) = api.get("/api/v1/nodes/nd40-1/facts/history", &admin).await;
     let hist = hist.as_array().unwrap();
     assert_eq!(hist.len(), 2);
-    assert_eq!(hist[0]["facts"]["rdma"]["devices"][0]["ports"][0]["state"], "DOWN");
+    assert_eq!(
+        hist[0]["facts"]["rdma"]["devices"][0]["ports"][0]["state"],
+        "DOWN"
+    );
     let (_, got) = api.get("/api/v1/nodes?port_state=DOWN", &admin).await;
     assert_eq!(names(&got), ["nd40-1", "roce-1"]);
 
     // Agents list shows both online.
     let (_, agents) = api.get("/api/v1/agents", &admin).await;
     assert_eq!(agents.as_array().unwrap().len(), 2);
-    assert!(agents.as_array().unwrap().iter().all(|a| a["health"] == "online"));
+    assert!(
+        agents
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|a| a["health"] == "online")
+    );
 }
 
 #[tokio::test]
@@ -282,43 +596,113 @@ async fn env_export_merges_plugins_and_tuning_profiles() {
     let api = Api::new(&server);
     let admin = server.admin_token.clone();
     enroll(&api, &server, "env-1").await;
-    api.call(Method::PUT, "/api/v1/nodes/env-1/recommendations", Some(&admin), Some(json!({
+    api.call(
+        Method::PUT,
+        "/api/v1/nodes/env-1/recommendations",
+        Some(&admin),
+        Some(json!({
         "source": "survey:roce",
         "items": [
             {"name": "NCCL_IB_GID_INDEX", "value": "3", "reason": "RoCE v2 IPv4-mapped GID"},
             {"name": "NCCL_SOCKET_NTHREADS", "value": "2", "reason": "default"},
             {"name": "NCCL_IB_HCA", "value": "mlx5_bond_0", "reason": "the ACTIVE RoCE HCA"}
-        ]}))).await;
-    assert_eq!(api.post("/api/v1/sites", &admin, json!({"name": "dc1"})).await.0, StatusCode::CREATED);
-    assert_eq!(api.call(Method::PATCH, "/api/v1/nodes/env-1", Some(&admin), Some(json!({"site": "dc1"}))).await.0, StatusCode::NO_CONTENT);
+        ]})),
+    )
+    .await;
+    assert_eq!(
+        api.post("/api/v1/sites", &admin, json!({"name": "dc1"}))
+            .await
+            .0,
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        api.call(
+            Method::PATCH,
+            "/api/v1/nodes/env-1",
+            Some(&admin),
+            Some(json!({"site": "dc1"}))
+        )
+        .await
+        .0,
+        StatusCode::NO_CONTENT
+    );
     let (s, b) = api.post("/api/v1/tuning-profiles", &admin, json!({"name": "dc1-sockets", "site": "dc1", "env": {"NCCL_SOCKET_NTHREADS": "4", "NCCL_NSOCKS_PERTHREAD": "8"}})).await;
     assert_eq!(s, StatusCode::CREATED, "{b}");
     let (s, _) = api.post("/api/v1/tuning-profiles", &admin, json!({"name": "env1-weird", "node": "env-1", "env": {"NCCL_NSOCKS_PERTHREAD": "4", "X_QUOTED": "a b'c"}})).await;
     assert_eq!(s, StatusCode::CREATED);
-    let (s, _) = api.post("/api/v1/tuning-profiles", &admin, json!({"name": "both", "node": "env-1", "site": "dc1", "env": {"A": "1"}})).await;
+    let (s, _) = api
+        .post(
+            "/api/v1/tuning-profiles",
+            &admin,
+            json!({"name": "both", "node": "env-1", "site": "dc1", "env": {"A": "1"}}),
+        )
+        .await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
     let (s, text) = api.get("/api/v1/nodes/env-1/env", &admin).await;
     assert_eq!(s, StatusCode::OK);
     let text = text.as_str().unwrap();
     let exports: Vec<&str> = text.lines().filter(|l| l.starts_with("export ")).collect();
-    assert_eq!(exports, [
-        "export NCCL_IB_GID_INDEX=3",
-        "export NCCL_IB_HCA=mlx5_bond_0",
-        "export NCCL_NSOCKS_PERTHREAD=4",
-        "export NCCL_SOCKET_NTHREADS=4",
-        r"export X_QUOTED='a b'\''c'",
-    ]);
+    assert_eq!(
+        exports,
+        [
+            "export NCCL_IB_GID_INDEX=3",
+            "export NCCL_IB_HCA=mlx5_bond_0",
+            "export NCCL_NSOCKS_PERTHREAD=4",
+            "export NCCL_SOCKET_NTHREADS=4",
+            r"export X_QUOTED='a b'\''c'",
+        ]
+    );
     // Deleting a profile takes its values out of the export.
     let (_, profiles) = api.get("/api/v1/tuning-profiles", &admin).await;
-    let weird = profiles.as_array().unwrap().iter().find(|p| p["name"] == "env1-weird").unwrap()["id"].as_str().unwrap().to_string();
-    assert_eq!(api.call(Method::DELETE, &format!("/api/v1/tuning-profiles/{weird}"), Some(&admin), None).await.0, StatusCode::NO_CONTENT);
-    assert_eq!(api.call(Method::DELETE, &format!("/api/v1/tuning-profiles/{weird}"), Some(&admin), None).await.0, StatusCode::NOT_FOUND);
+    let weird = profiles
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "env1-weird")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        api.call(
+            Method::DELETE,
+            &format!("/api/v1/tuning-profiles/{weird}"),
+            Some(&admin),
+            None
+        )
+        .await
+        .0,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        api.call(
+            Method::DELETE,
+            &format!("/api/v1/tuning-profiles/{weird}"),
+            Some(&admin),
+            None
+        )
+        .await
+        .0,
+        StatusCode::NOT_FOUND
+    );
     let (_, after) = api.get("/api/v1/nodes/env-1/env", &admin).await;
-    assert!(after.as_str().unwrap().contains("export NCCL_NSOCKS_PERTHREAD=8"), "the site value shows again: {after}");
+    assert!(
+        after
+            .as_str()
+            .unwrap()
+            .contains("export NCCL_NSOCKS_PERTHREAD=8"),
+        "the site value shows again: {after}"
+    );
     assert!(!after.as_str().unwrap().contains("X_QUOTED"));
 
     // A shell reads it back unchanged.
-    let out = std::process::Command::new("bash").arg("-c").arg(format!("{text}\nprintf '%s|%s' \"$X_QUOTED\" \"$NCCL_IB_HCA\"")).output().unwrap();
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "{text}\nprintf '%s|%s' \"$X_QUOTED\" \"$NCCL_IB_HCA\""
+        ))
+        .output()
+        .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "a b'c|mlx5_bond_0");
 }
 
@@ -329,31 +713,70 @@ async fn rendezvous_between_ranks() {
     let r0 = enroll(&api, &server, "rdv-0").await;
     let r1 = enroll(&api, &server, "rdv-1").await;
     let outsider = enroll(&api, &server, "rdv-x").await;
-    let run = server.start_run(json!({"kind": "nccl", "nodes": ["rdv-0", "rdv-1"]})).await;
+    let run = server
+        .start_run(json!({"kind": "nccl", "nodes": ["rdv-0", "rdv-1"]}))
+        .await;
     let path = format!("/api/v1/agent/rendezvous/{}/nccl-id", run.id);
 
-    let (s, b) = api.get(&format!("{path}?timeout_ms=200"), &r1.credential).await;
+    let (s, b) = api
+        .get(&format!("{path}?timeout_ms=200"), &r1.credential)
+        .await;
     assert_eq!(s, StatusCode::REQUEST_TIMEOUT, "{b}");
     assert_eq!(error_code(&b), "rendezvous_timeout");
-    assert_eq!(api.get(&format!("{path}?timeout_ms=10"), &outsider.credential).await.0, StatusCode::FORBIDDEN);
+    assert_eq!(
+        api.get(&format!("{path}?timeout_ms=10"), &outsider.credential)
+            .await
+            .0,
+        StatusCode::FORBIDDEN
+    );
 
     let waiter = {
-        let api = Api { base: api.base.clone(), http: api.http.clone() };
+        let api = Api {
+            base: api.base.clone(),
+            http: api.http.clone(),
+        };
         let path = path.clone();
         let cred = r1.credential.clone();
         tokio::spawn(async move { api.get(&format!("{path}?timeout_ms=10000"), &cred).await })
     };
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     let blob = json!({"blob_b64": "AAECAwQ="});
-    let (s, _) = api.call(Method::PUT, &path, Some(&r0.credential), Some(blob.clone())).await;
+    let (s, _) = api
+        .call(Method::PUT, &path, Some(&r0.credential), Some(blob.clone()))
+        .await;
     assert_eq!(s, StatusCode::NO_CONTENT);
     let (s, got) = waiter.await.unwrap();
     assert_eq!(s, StatusCode::OK);
     assert_eq!(got["blob_b64"], "AAECAwQ=");
     // Re-posting the same blob is fine; another one is a conflict; garbage is refused.
-    assert_eq!(api.call(Method::PUT, &path, Some(&r0.credential), Some(blob)).await.0, StatusCode::NO_CONTENT);
-    assert_eq!(api.call(Method::PUT, &path, Some(&r0.credential), Some(json!({"blob_b64": "BBBB"}))).await.0, StatusCode::CONFLICT);
-    assert_eq!(api.call(Method::PUT, &path, Some(&r0.credential), Some(json!({"blob_b64": "%%%"}))).await.0, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        api.call(Method::PUT, &path, Some(&r0.credential), Some(blob))
+            .await
+            .0,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        api.call(
+            Method::PUT,
+            &path,
+            Some(&r0.credential),
+            Some(json!({"blob_b64": "BBBB"}))
+        )
+        .await
+        .0,
+        StatusCode::CONFLICT
+    );
+    assert_eq!(
+        api.call(
+            Method::PUT,
+            &path,
+            Some(&r0.credential),
+            Some(json!({"blob_b64": "%%%"}))
+        )
+        .await
+        .0,
+        StatusCode::BAD_REQUEST
+    );
 }
 
 #[tokio::test]
@@ -361,48 +784,191 @@ async fn plugins_upload_versions_enable_rollback_and_audit() {
     let server = TestServer::start_with(|c| c.max_plugin_bytes = 1 << 20).await;
     let api = Api::new(&server);
     let admin = server.admin_token.clone();
-    let component = |n: u8| -> Vec<u8> { dist(["azure-nd", "runai-roce", "dgx-affinity", "template", "misbehave"][n as usize - 1]) };
+    let component = |n: u8| -> Vec<u8> {
+        dist(
+            [
+                "azure-nd",
+                "runai-roce",
+                "dgx-affinity",
+                "template",
+                "misbehave",
+            ][n as usize - 1],
+        )
+    };
     let path = "/api/v1/plugins/azure-nd/versions";
-    let (s, v1) = api.raw(Method::POST, &format!("{path}/0.1.0"), Some(&admin), "application/wasm", component(1)).await;
+    let (s, v1) = api
+        .raw(
+            Method::POST,
+            &format!("{path}/0.1.0"),
+            Some(&admin),
+            "application/wasm",
+            component(1),
+        )
+        .await;
     assert_eq!(s, StatusCode::CREATED, "{v1}");
     assert_eq!(v1["size_bytes"], component(1).len());
     assert_eq!(v1["contract"], "heddle:plugin@0.2.0");
     assert_eq!(v1["sha256"].as_str().unwrap().len(), 64);
-    let (s, again) = api.raw(Method::POST, &format!("{path}/0.1.0"), Some(&admin), "application/wasm", component(1)).await;
+    let (s, again) = api
+        .raw(
+            Method::POST,
+            &format!("{path}/0.1.0"),
+            Some(&admin),
+            "application/wasm",
+            component(1),
+        )
+        .await;
     assert_eq!(s, StatusCode::OK);
     assert_eq!(again["id"], v1["id"]);
-    let (s, b) = api.raw(Method::POST, &format!("{path}/0.1.0"), Some(&admin), "application/wasm", component(2)).await;
+    let (s, b) = api
+        .raw(
+            Method::POST,
+            &format!("{path}/0.1.0"),
+            Some(&admin),
+            "application/wasm",
+            component(2),
+        )
+        .await;
     assert_eq!(s, StatusCode::CONFLICT, "{b}");
-    assert_eq!(api.raw(Method::POST, &format!("{path}/0.2.0"), Some(&admin), "application/wasm", component(2)).await.0, StatusCode::CREATED);
-    let (s, b) = api.raw(Method::POST, &format!("{path}/0.3.0"), Some(&admin), "application/wasm", b"\0asm\x01\0\0\0".to_vec()).await;
+    assert_eq!(
+        api.raw(
+            Method::POST,
+            &format!("{path}/0.2.0"),
+            Some(&admin),
+            "application/wasm",
+            component(2)
+        )
+        .await
+        .0,
+        StatusCode::CREATED
+    );
+    let (s, b) = api
+        .raw(
+            Method::POST,
+            &format!("{path}/0.3.0"),
+            Some(&admin),
+            "application/wasm",
+            b"\0asm\x01\0\0\0".to_vec(),
+        )
+        .await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
-    let (s, _) = api.raw(Method::POST, &format!("{path}/0.3.0"), Some(&admin), "application/wasm", vec![0; 2 << 20]).await;
+    let (s, _) = api
+        .raw(
+            Method::POST,
+            &format!("{path}/0.3.0"),
+            Some(&admin),
+            "application/wasm",
+            vec![0; 2 << 20],
+        )
+        .await;
     assert_eq!(s, StatusCode::PAYLOAD_TOO_LARGE);
-    let (s, _) = api.raw(Method::POST, "/api/v1/plugins/Bad%20Name/versions/1", Some(&admin), "application/wasm", component(3)).await;
+    let (s, _) = api
+        .raw(
+            Method::POST,
+            "/api/v1/plugins/Bad%20Name/versions/1",
+            Some(&admin),
+            "application/wasm",
+            component(3),
+        )
+        .await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
     let viewer = server.token(Role::Viewer).await;
-    assert_eq!(api.raw(Method::POST, &format!("{path}/0.4.0"), Some(&viewer), "application/wasm", component(4)).await.0, StatusCode::FORBIDDEN);
+    assert_eq!(
+        api.raw(
+            Method::POST,
+            &format!("{path}/0.4.0"),
+            Some(&viewer),
+            "application/wasm",
+            component(4)
+        )
+        .await
+        .0,
+        StatusCode::FORBIDDEN
+    );
 
     let (_, versions) = api.get(path, &admin).await;
-    let versions: Vec<&str> = versions.as_array().unwrap().iter().map(|v| v["version"].as_str().unwrap()).collect();
+    let versions: Vec<&str> = versions
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["version"].as_str().unwrap())
+        .collect();
     assert_eq!(versions, ["0.2.0", "0.1.0"]);
-    let (s, p) = api.post("/api/v1/plugins/azure-nd/enable", &admin, json!({})).await;
+    let (s, p) = api
+        .post("/api/v1/plugins/azure-nd/enable", &admin, json!({}))
+        .await;
     assert_eq!(s, StatusCode::OK, "{p}");
-    assert_eq!((p["enabled"].as_bool(), p["active_version"].as_str()), (Some(true), Some("0.2.0")));
-    let (_, p) = api.post("/api/v1/plugins/azure-nd/enable", &admin, json!({"version": "0.1.0"})).await;
+    assert_eq!(
+        (p["enabled"].as_bool(), p["active_version"].as_str()),
+        (Some(true), Some("0.2.0"))
+    );
+    let (_, p) = api
+        .post(
+            "/api/v1/plugins/azure-nd/enable",
+            &admin,
+            json!({"version": "0.1.0"}),
+        )
+        .await;
     assert_eq!(p["active_version"], "0.1.0", "rollback");
-    assert_eq!(api.post("/api/v1/plugins/azure-nd/enable", &admin, json!({"version": "9"})).await.0, StatusCode::NOT_FOUND);
-    let (_, p) = api.call(Method::POST, "/api/v1/plugins/azure-nd/disable", Some(&admin), None).await;
+    assert_eq!(
+        api.post(
+            "/api/v1/plugins/azure-nd/enable",
+            &admin,
+            json!({"version": "9"})
+        )
+        .await
+        .0,
+        StatusCode::NOT_FOUND
+    );
+    let (_, p) = api
+        .call(
+            Method::POST,
+            "/api/v1/plugins/azure-nd/disable",
+            Some(&admin),
+            None,
+        )
+        .await;
     assert_eq!(p["enabled"], false);
-    let resp = api.http.get(format!("{}{path}/0.2.0/wasm", api.base)).bearer_auth(&admin).send().await.unwrap();
-    assert_eq!(resp.bytes().await.unwrap().as_ref(), component(2).as_slice());
+    let resp = api
+        .http
+        .get(format!("{}{path}/0.2.0/wasm", api.base))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        resp.bytes().await.unwrap().as_ref(),
+        component(2).as_slice()
+    );
 
     let (_, audit) = api.get("/api/v1/audit?action=plugin.", &admin).await;
-    let actions: Vec<&str> = audit.as_array().unwrap().iter().map(|a| a["action"].as_str().unwrap()).collect();
-    assert_eq!(actions, ["plugin.disable", "plugin.enable", "plugin.enable", "plugin.upload", "plugin.upload"]);
+    let actions: Vec<&str> = audit
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            "plugin.disable",
+            "plugin.enable",
+            "plugin.enable",
+            "plugin.upload",
+            "plugin.upload"
+        ]
+    );
     assert!(audit[0]["actor"].as_str().unwrap().starts_with("token:"));
     // A component built against the previous contract is accepted and says so.
-    let (s, old) = api.raw(Method::POST, "/api/v1/plugins/contract-v01/versions/0.1.0", Some(&admin), "application/wasm", dist("contract-v01")).await;
+    let (s, old) = api
+        .raw(
+            Method::POST,
+            "/api/v1/plugins/contract-v01/versions/0.1.0",
+            Some(&admin),
+            "application/wasm",
+            dist("contract-v01"),
+        )
+        .await;
     assert_eq!(s, StatusCode::CREATED, "{old}");
     assert_eq!(old["contract"], "heddle:plugin@0.1.0");
 }
@@ -419,8 +985,17 @@ async fn first_start_creates_one_admin_token_and_prints_it() {
     let printed: Vec<String> = [a.unwrap(), b.unwrap()].into_iter().flatten().collect();
     assert_eq!(printed.len(), 1, "one replica prints the token");
     assert!(printed[0].starts_with("hdl_"));
-    assert_eq!(heddle_server::auth::bootstrap_admin(&pool, None).await.unwrap(), None, "later starts create nothing");
-    let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM api_tokens WHERE role = 'admin'").fetch_one(&pool).await.unwrap();
+    assert_eq!(
+        heddle_server::auth::bootstrap_admin(&pool, None)
+            .await
+            .unwrap(),
+        None,
+        "later starts create nothing"
+    );
+    let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM api_tokens WHERE role = 'admin'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
     assert_eq!(n, 1);
     // The printed token works.
     let server = TestServer::start_on(&db.url, |c| c.admin_token = None).await;

@@ -11,10 +11,23 @@ use serde_json::{Value, json};
 const GIB: i64 = 1 << 30;
 
 /// Enrolls a node with `gpus` GPUs of `model` in its facts.
-async fn gpu_node(api: &Api, server: &TestServer, host: &str, model: &str, gpus: usize) -> FakeAgent {
+async fn gpu_node(
+    api: &Api,
+    server: &TestServer,
+    host: &str,
+    model: &str,
+    gpus: usize,
+) -> FakeAgent {
     let a = enroll(api, server, host).await;
     let facts = json!({"host": {"hostname": host}, "gpus": (0..gpus).map(|i| json!({"index": i, "name": model})).collect::<Vec<_>>()});
-    let (s, body) = api.call(Method::PUT, "/api/v1/agent/facts", Some(&a.credential), Some(facts)).await;
+    let (s, body) = api
+        .call(
+            Method::PUT,
+            "/api/v1/agent/facts",
+            Some(&a.credential),
+            Some(facts),
+        )
+        .await;
     assert_eq!(s, StatusCode::OK, "{body}");
     a
 }
@@ -42,20 +55,53 @@ fn memcpy_upload(key: &str, gbs: f64) -> Value {
 
 /// Starts a one-node run, lets the node's agent claim it and upload `body`; returns the
 /// stored result with its verdict, as `GET /runs/{id}/results` shows it.
-async fn run_once(api: &Api, server: &TestServer, agent: &FakeAgent, host: &str, kind: &str, params: Value, body: Value) -> Value {
-    let run = server.start_run(json!({"kind": kind, "params": params, "nodes": [host]})).await;
-    let (s, lease) = api.call(Method::POST, "/api/v1/agent/jobs/claim", Some(&agent.credential), None).await;
+async fn run_once(
+    api: &Api,
+    server: &TestServer,
+    agent: &FakeAgent,
+    host: &str,
+    kind: &str,
+    params: Value,
+    body: Value,
+) -> Value {
+    let run = server
+        .start_run(json!({"kind": kind, "params": params, "nodes": [host]}))
+        .await;
+    let (s, lease) = api
+        .call(
+            Method::POST,
+            "/api/v1/agent/jobs/claim",
+            Some(&agent.credential),
+            None,
+        )
+        .await;
     assert_eq!(s, StatusCode::OK, "{lease}");
     let job = lease["job_id"].as_str().unwrap();
-    let (s, up) = api.post(&format!("/api/v1/agent/jobs/{job}/result"), &agent.credential, body).await;
+    let (s, up) = api
+        .post(
+            &format!("/api/v1/agent/jobs/{job}/result"),
+            &agent.credential,
+            body,
+        )
+        .await;
     assert_eq!(s, StatusCode::CREATED, "{up}");
-    let (s, results) = api.get(&format!("/api/v1/runs/{}/results", run.id), &server.admin_token).await;
+    let (s, results) = api
+        .get(
+            &format!("/api/v1/runs/{}/results", run.id),
+            &server.admin_token,
+        )
+        .await;
     assert_eq!(s, StatusCode::OK);
     results[0].clone()
 }
 
 fn bases(result: &Value) -> Vec<String> {
-    result["verdict"]["reasons"].as_array().unwrap().iter().map(|r| r["basis"].as_str().unwrap().to_string()).collect()
+    result["verdict"]["reasons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["basis"].as_str().unwrap().to_string())
+        .collect()
 }
 
 #[tokio::test]
@@ -71,18 +117,45 @@ async fn a_degraded_node_fails_a_slower_one_warns_and_the_others_pass() {
     // History: three healthy all_reduce results per node.
     for round in 0..3 {
         for (i, h) in hosts.iter().enumerate() {
-            let r = run_once(&api, &server, &agents[i], h, "nccl", json!({"op": "all_reduce"}), nccl_upload(&format!("{h}-{round}"), 340.0 + i as f64, 0)).await;
+            let r = run_once(
+                &api,
+                &server,
+                &agents[i],
+                h,
+                "nccl",
+                json!({"op": "all_reduce"}),
+                nccl_upload(&format!("{h}-{round}"), 340.0 + i as f64, 0),
+            )
+            .await;
             assert_eq!(r["verdict"]["verdict"], "pass", "{r}");
             assert_eq!(r["verdict"]["test"], "nccl.all_reduce");
         }
     }
     let mut last = Vec::new();
-    for (i, (h, bw)) in hosts.iter().zip([342.0, 343.0, 341.0, 250.0, 318.0]).enumerate() {
-        last.push(run_once(&api, &server, &agents[i], h, "nccl", json!({"op": "all_reduce"}), nccl_upload(&format!("{h}-last"), bw, 0)).await);
+    for (i, (h, bw)) in hosts
+        .iter()
+        .zip([342.0, 343.0, 341.0, 250.0, 318.0])
+        .enumerate()
+    {
+        last.push(
+            run_once(
+                &api,
+                &server,
+                &agents[i],
+                h,
+                "nccl",
+                json!({"op": "all_reduce"}),
+                nccl_upload(&format!("{h}-last"), bw, 0),
+            )
+            .await,
+        );
     }
     for r in &last[..3] {
         assert_eq!(r["verdict"]["verdict"], "pass", "{r}");
-        assert!(r["verdict"]["reasons"].as_array().unwrap().is_empty(), "{r}");
+        assert!(
+            r["verdict"]["reasons"].as_array().unwrap().is_empty(),
+            "{r}"
+        );
         assert_eq!(r["verdict"]["metric"], "busbw_gbs");
     }
     // h4: below the built-in floor for 2× H200 (80 % of the 326 GB/s Heddle measured),
@@ -90,8 +163,14 @@ async fn a_degraded_node_fails_a_slower_one_warns_and_the_others_pass() {
     let h4 = &last[3];
     assert_eq!(h4["verdict"]["verdict"], "fail", "{h4}");
     let b = bases(h4);
-    assert!(b[0].starts_with("expectation:measured by Heddle on 2x H200"), "{b:?}");
-    assert!(b.contains(&"node-baseline".to_string()) && b.contains(&"fleet-median".to_string()), "{b:?}");
+    assert!(
+        b[0].starts_with("expectation:measured by Heddle on 2x H200"),
+        "{b:?}"
+    );
+    assert!(
+        b.contains(&"node-baseline".to_string()) && b.contains(&"fleet-median".to_string()),
+        "{b:?}"
+    );
     assert_eq!(h4["verdict"]["reasons"][0]["expected"], 260.0);
     assert_eq!(h4["verdict"]["reasons"][0]["observed"], 250.0);
     assert_eq!(h4["verdict"]["reasons"][0]["severity"], "fail");
@@ -104,39 +183,109 @@ async fn a_degraded_node_fails_a_slower_one_warns_and_the_others_pass() {
     // Node and fleet health.
     let (s, n) = api.get("/api/v1/nodes/h4/health", &admin).await;
     assert_eq!(s, StatusCode::OK);
-    assert_eq!((n["verdict"].as_str(), n["tests"][0]["test"].as_str(), n["tests"][0]["value"].as_f64()), (Some("fail"), Some("nccl.all_reduce"), Some(250.0)));
+    assert_eq!(
+        (
+            n["verdict"].as_str(),
+            n["tests"][0]["test"].as_str(),
+            n["tests"][0]["value"].as_f64()
+        ),
+        (Some("fail"), Some("nccl.all_reduce"), Some(250.0))
+    );
     let (_, f) = api.get("/api/v1/health", &admin).await;
-    assert_eq!((f["pass"].as_i64(), f["warn"].as_i64(), f["fail"].as_i64(), f["unknown"].as_i64()), (Some(3), Some(1), Some(1), Some(0)), "{f}");
+    assert_eq!(
+        (
+            f["pass"].as_i64(),
+            f["warn"].as_i64(),
+            f["fail"].as_i64(),
+            f["unknown"].as_i64()
+        ),
+        (Some(3), Some(1), Some(1), Some(0)),
+        "{f}"
+    );
     assert_eq!(f["nodes"][0]["hostname"], "h4", "worst first");
     assert_eq!(f["nodes"][0]["failing"][0], "nccl.all_reduce");
-    assert_eq!(api.get("/api/v1/nodes/nope/health", &admin).await.0, StatusCode::NOT_FOUND);
+    assert_eq!(
+        api.get("/api/v1/nodes/nope/health", &admin).await.0,
+        StatusCode::NOT_FOUND
+    );
 
     // Metrics: the latest verdict and figure per node and test.
     let (s, text) = api.call(Method::GET, "/metrics", None, None).await;
     assert_eq!(s, StatusCode::OK);
     let text = text.as_str().unwrap();
-    assert!(text.contains(r#"heddle_health_verdict{node="h4",test="nccl.all_reduce"} 2"#), "{text}");
-    assert!(text.contains(r#"heddle_health_verdict{node="h5",test="nccl.all_reduce"} 1"#), "{text}");
-    assert!(text.contains(r#"heddle_health_verdict{node="h1",test="nccl.all_reduce"} 0"#), "{text}");
-    assert!(text.contains(r#"heddle_health_figure{node="h4",test="nccl.all_reduce",metric="busbw_gbs"} 250"#), "{text}");
-    assert_eq!(text.matches("heddle_health_verdict{").count(), 5, "one series per node and test: {text}");
+    assert!(
+        text.contains(r#"heddle_health_verdict{node="h4",test="nccl.all_reduce"} 2"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"heddle_health_verdict{node="h5",test="nccl.all_reduce"} 1"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"heddle_health_verdict{node="h1",test="nccl.all_reduce"} 0"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            r#"heddle_health_figure{node="h4",test="nccl.all_reduce",metric="busbw_gbs"} 250"#
+        ),
+        "{text}"
+    );
+    assert_eq!(
+        text.matches("heddle_health_verdict{").count(),
+        5,
+        "one series per node and test: {text}"
+    );
 
     // Wrong elements fail whatever the bandwidth; a failed test fails.
-    let r = run_once(&api, &server, &agents[0], "h1", "nccl", json!({}), nccl_upload("h1-wrong", 345.0, 3)).await;
-    assert_eq!((r["verdict"]["verdict"].as_str(), bases(&r)[0].as_str()), (Some("fail"), "validation"));
+    let r = run_once(
+        &api,
+        &server,
+        &agents[0],
+        "h1",
+        "nccl",
+        json!({}),
+        nccl_upload("h1-wrong", 345.0, 3),
+    )
+    .await;
+    assert_eq!(
+        (r["verdict"]["verdict"].as_str(), bases(&r)[0].as_str()),
+        (Some("fail"), "validation")
+    );
     let failed = json!({"upload_key": "h2-failed", "outcome": "failed", "reason": "ncclCommInitRank: unhandled system error",
         "started_at": "2026-01-01T00:00:00Z", "finished_at": "2026-01-01T00:00:01Z"});
     let r = run_once(&api, &server, &agents[1], "h2", "nccl", json!({}), failed).await;
     assert_eq!(r["verdict"]["verdict"], "fail");
-    assert!(r["verdict"]["reasons"][0]["message"].as_str().unwrap().contains("unhandled system error"));
+    assert!(
+        r["verdict"]["reasons"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("unhandled system error")
+    );
 
     // Every result judged exactly once, retries included.
-    let (results,): (i64,) = sqlx::query_as("SELECT count(*) FROM results").fetch_one(&server.state.db).await.unwrap();
-    let (verdicts,): (i64,) = sqlx::query_as("SELECT count(*) FROM verdicts").fetch_one(&server.state.db).await.unwrap();
+    let (results,): (i64,) = sqlx::query_as("SELECT count(*) FROM results")
+        .fetch_one(&server.state.db)
+        .await
+        .unwrap();
+    let (verdicts,): (i64,) = sqlx::query_as("SELECT count(*) FROM verdicts")
+        .fetch_one(&server.state.db)
+        .await
+        .unwrap();
     assert_eq!(results, verdicts);
-    let (id,): (uuid::Uuid,) = sqlx::query_as("SELECT id FROM results WHERE upload_key = 'h4-last'").fetch_one(&server.state.db).await.unwrap();
-    let again = heddle_server::health::verdict::judge_result(&server.state.db, id).await.unwrap();
-    assert_eq!(again.verdict.as_str(), "fail", "judging again gives the same verdict");
+    let (id,): (uuid::Uuid,) =
+        sqlx::query_as("SELECT id FROM results WHERE upload_key = 'h4-last'")
+            .fetch_one(&server.state.db)
+            .await
+            .unwrap();
+    let again = heddle_server::health::verdict::judge_result(&server.state.db, id)
+        .await
+        .unwrap();
+    assert_eq!(
+        again.verdict.as_str(),
+        "fail",
+        "judging again gives the same verdict"
+    );
     assert_eq!(again.reasons.len(), 3);
 }
 
@@ -149,53 +298,154 @@ async fn expectations_from_operators_and_plugins() {
     let a = enroll(&api, &server, "m1").await;
 
     // Nothing to compare with yet.
-    let r = run_once(&api, &server, &a, "m1", "memcpy", json!({}), memcpy_upload("m-0", 9.0)).await;
+    let r = run_once(
+        &api,
+        &server,
+        &a,
+        "m1",
+        "memcpy",
+        json!({}),
+        memcpy_upload("m-0", 9.0),
+    )
+    .await;
     assert_eq!(r["verdict"]["verdict"], "unknown", "{r}");
 
     let body = json!({"test": "memcpy", "metric": "algbw_gbs", "value": 10.0, "source": "acceptance test 2026-11", "node": "m1"});
-    assert_eq!(api.post("/api/v1/expectations", &viewer, body.clone()).await.0, StatusCode::FORBIDDEN);
+    assert_eq!(
+        api.post("/api/v1/expectations", &viewer, body.clone())
+            .await
+            .0,
+        StatusCode::FORBIDDEN
+    );
     for bad in [
         json!({"test": "memcpy", "metric": "speed", "value": 1.0, "source": "x"}),
         json!({"test": "memcpy", "metric": "algbw_gbs", "value": -1.0, "source": "x"}),
         json!({"test": "memcpy", "metric": "algbw_gbs", "value": 1.0, "source": " "}),
         json!({"test": "a b", "metric": "algbw_gbs", "value": 1.0, "source": "x"}),
     ] {
-        assert_eq!(api.post("/api/v1/expectations", &admin, bad.clone()).await.0, StatusCode::UNPROCESSABLE_ENTITY, "{bad}");
+        assert_eq!(
+            api.post("/api/v1/expectations", &admin, bad.clone())
+                .await
+                .0,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{bad}"
+        );
     }
     let (s, e) = api.post("/api/v1/expectations", &admin, json!({"test": "memcpy", "metric": "algbw_gbs", "value": 1.0, "source": "x", "node": "nope"})).await;
     assert_eq!(s, StatusCode::NOT_FOUND, "{e}");
     let (s, created) = api.post("/api/v1/expectations", &admin, body).await;
     assert_eq!(s, StatusCode::CREATED, "{created}");
-    assert_eq!((created["origin"].as_str(), created["node"].as_str()), (Some("operator"), Some("m1")));
+    assert_eq!(
+        (created["origin"].as_str(), created["node"].as_str()),
+        (Some("operator"), Some("m1"))
+    );
     let id = created["id"].as_str().unwrap().to_string();
 
-    let r = run_once(&api, &server, &a, "m1", "memcpy", json!({}), memcpy_upload("m-1", 8.0)).await;
+    let r = run_once(
+        &api,
+        &server,
+        &a,
+        "m1",
+        "memcpy",
+        json!({}),
+        memcpy_upload("m-1", 8.0),
+    )
+    .await;
     assert_eq!(r["verdict"]["verdict"], "fail", "{r}");
     assert_eq!(bases(&r)[0], "expectation:acceptance test 2026-11");
-    let r = run_once(&api, &server, &a, "m1", "memcpy", json!({}), memcpy_upload("m-2", 12.0)).await;
+    let r = run_once(
+        &api,
+        &server,
+        &a,
+        "m1",
+        "memcpy",
+        json!({}),
+        memcpy_upload("m-2", 12.0),
+    )
+    .await;
     assert_eq!(r["verdict"]["verdict"], "pass", "{r}");
 
     let (_, list) = api.get("/api/v1/expectations?test=memcpy", &viewer).await;
     assert_eq!(list.as_array().unwrap().len(), 1, "{list}");
-    let (_, builtin) = api.get("/api/v1/expectations?origin=builtin", &viewer).await;
-    assert!(builtin.as_array().unwrap().iter().any(|e| e["test"] == "nccl.all_reduce" && e["value"] == 260.0), "{builtin}");
-    assert_eq!(api.call(Method::DELETE, &format!("/api/v1/expectations/{id}"), Some(&viewer), None).await.0, StatusCode::FORBIDDEN);
-    assert_eq!(api.call(Method::DELETE, &format!("/api/v1/expectations/{id}"), Some(&admin), None).await.0, StatusCode::NO_CONTENT);
-    assert_eq!(api.call(Method::DELETE, &format!("/api/v1/expectations/{id}"), Some(&admin), None).await.0, StatusCode::NOT_FOUND);
+    let (_, builtin) = api
+        .get("/api/v1/expectations?origin=builtin", &viewer)
+        .await;
+    assert!(
+        builtin
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["test"] == "nccl.all_reduce" && e["value"] == 260.0),
+        "{builtin}"
+    );
+    assert_eq!(
+        api.call(
+            Method::DELETE,
+            &format!("/api/v1/expectations/{id}"),
+            Some(&viewer),
+            None
+        )
+        .await
+        .0,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        api.call(
+            Method::DELETE,
+            &format!("/api/v1/expectations/{id}"),
+            Some(&admin),
+            None
+        )
+        .await
+        .0,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        api.call(
+            Method::DELETE,
+            &format!("/api/v1/expectations/{id}"),
+            Some(&admin),
+            None
+        )
+        .await
+        .0,
+        StatusCode::NOT_FOUND
+    );
     let (_, audit) = api.get("/api/v1/audit", &admin).await;
-    let actions: Vec<&str> = audit.as_array().unwrap().iter().filter_map(|e| e["action"].as_str()).collect();
-    assert!(actions.contains(&"expectation.create") && actions.contains(&"expectation.delete"), "{actions:?}");
+    let actions: Vec<&str> = audit
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["action"].as_str())
+        .collect();
+    assert!(
+        actions.contains(&"expectation.create") && actions.contains(&"expectation.delete"),
+        "{actions:?}"
+    );
 
     // A site plugin's output row: {"expectations": [...]} on the node's plugin result.
     let db = &server.state.db;
     let mut tx = db.begin().await.unwrap();
     let (plugin, version) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
     let sha = "ab".repeat(32);
-    sqlx::query("INSERT INTO plugin_blobs (sha256, bytes, size_bytes) VALUES ($1, '\\x00', 1)").bind(&sha).execute(&mut *tx).await.unwrap();
-    sqlx::query("INSERT INTO plugins (id, name, enabled) VALUES ($1, 'site-sku', true)").bind(plugin).execute(&mut *tx).await.unwrap();
+    sqlx::query("INSERT INTO plugin_blobs (sha256, bytes, size_bytes) VALUES ($1, '\\x00', 1)")
+        .bind(&sha)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO plugins (id, name, enabled) VALUES ($1, 'site-sku', true)")
+        .bind(plugin)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
     sqlx::query("INSERT INTO plugin_versions (id, plugin_id, version, sha256, uploaded_by) VALUES ($1, $2, '1.0.0', $3, 'test')")
         .bind(version).bind(plugin).bind(&sha).execute(&mut *tx).await.unwrap();
-    sqlx::query("UPDATE plugins SET active_version_id = $1 WHERE id = $2").bind(version).bind(plugin).execute(&mut *tx).await.unwrap();
+    sqlx::query("UPDATE plugins SET active_version_id = $1 WHERE id = $2")
+        .bind(version)
+        .bind(plugin)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
     let output = json!({"traits": {}, "env": [], "expectations": [
         {"test": "memcpy", "metric": "algbw_gbs", "min_size_bytes": 1048576, "value": 20.0, "source": "SKU table row 7"},
         {"test": "memcpy", "metric": "algbw_gbs", "value": "not a number", "source": "ignored"}
@@ -204,16 +454,46 @@ async fn expectations_from_operators_and_plugins() {
         "INSERT INTO plugin_results (node_id, plugin_id, version_id, facts_sha256, output)
          SELECT id, $2, $3, coalesce(facts_sha256, ''), $4 FROM nodes WHERE hostname = $1",
     )
-    .bind("m1").bind(plugin).bind(version).bind(&output).execute(&mut *tx).await.unwrap();
+    .bind("m1")
+    .bind(plugin)
+    .bind(version)
+    .bind(&output)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
     tx.commit().await.unwrap();
-    let r = run_once(&api, &server, &a, "m1", "memcpy", json!({}), memcpy_upload("m-3", 15.0)).await;
+    let r = run_once(
+        &api,
+        &server,
+        &a,
+        "m1",
+        "memcpy",
+        json!({}),
+        memcpy_upload("m-3", 15.0),
+    )
+    .await;
     assert_eq!(r["verdict"]["verdict"], "fail", "{r}");
     assert_eq!(bases(&r)[0], "expectation:plugin site-sku: SKU table row 7");
-    let (_, listed) = api.get("/api/v1/expectations?node=m1&origin=plugin", &viewer).await;
+    let (_, listed) = api
+        .get("/api/v1/expectations?node=m1&origin=plugin", &viewer)
+        .await;
     assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
     // A disabled plugin's expectations no longer count.
-    sqlx::query("UPDATE plugins SET enabled = false WHERE id = $1").bind(plugin).execute(db).await.unwrap();
-    let r = run_once(&api, &server, &a, "m1", "memcpy", json!({}), memcpy_upload("m-4", 15.0)).await;
+    sqlx::query("UPDATE plugins SET enabled = false WHERE id = $1")
+        .bind(plugin)
+        .execute(db)
+        .await
+        .unwrap();
+    let r = run_once(
+        &api,
+        &server,
+        &a,
+        "m1",
+        "memcpy",
+        json!({}),
+        memcpy_upload("m-4", 15.0),
+    )
+    .await;
     assert_ne!(r["verdict"]["verdict"], "fail", "{r}");
 }
 
@@ -226,36 +506,99 @@ async fn preflight_from_history_and_from_a_fresh_run() {
     let p1 = gpu_node(&api, &server, "p1", "NVIDIA H200", 2).await;
     let p2 = gpu_node(&api, &server, "p2", "NVIDIA H200", 2).await;
     let _p3 = gpu_node(&api, &server, "p3", "NVIDIA H200", 2).await;
-    let r = run_once(&api, &server, &p1, "p1", "nccl", json!({"op": "all_reduce"}), nccl_upload("p1-0", 340.0, 0)).await;
+    let r = run_once(
+        &api,
+        &server,
+        &p1,
+        "p1",
+        "nccl",
+        json!({"op": "all_reduce"}),
+        nccl_upload("p1-0", 340.0, 0),
+    )
+    .await;
     assert_eq!(r["verdict"]["verdict"], "pass");
 
     for (body, status) in [
         (json!({"nodes": []}), StatusCode::UNPROCESSABLE_ENTITY),
-        (json!({"nodes": ["p1"], "wait_s": 601}), StatusCode::UNPROCESSABLE_ENTITY),
-        (json!({"nodes": ["p1"], "max_age_s": 0}), StatusCode::UNPROCESSABLE_ENTITY),
-        (json!({"nodes": ["p1", "p1"]}), StatusCode::UNPROCESSABLE_ENTITY),
-        (json!({"nodes": ["p1"], "check": "bogus"}), StatusCode::UNPROCESSABLE_ENTITY),
+        (
+            json!({"nodes": ["p1"], "wait_s": 601}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            json!({"nodes": ["p1"], "max_age_s": 0}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            json!({"nodes": ["p1", "p1"]}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            json!({"nodes": ["p1"], "check": "bogus"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
         (json!({"nodes": ["nope"]}), StatusCode::NOT_FOUND),
     ] {
-        assert_eq!(api.post("/api/v1/preflight", &admin, body.clone()).await.0, status, "{body}");
+        assert_eq!(
+            api.post("/api/v1/preflight", &admin, body.clone()).await.0,
+            status,
+            "{body}"
+        );
     }
-    let (s, a) = api.post("/api/v1/preflight", &viewer, json!({"nodes": ["p1"], "max_age_s": 3600})).await;
+    let (s, a) = api
+        .post(
+            "/api/v1/preflight",
+            &viewer,
+            json!({"nodes": ["p1"], "max_age_s": 3600}),
+        )
+        .await;
     assert_eq!(s, StatusCode::OK, "{a}");
-    assert_eq!((a["verdict"].as_str(), a["nodes"][0]["from"].as_str()), (Some("pass"), Some("history")));
+    assert_eq!(
+        (a["verdict"].as_str(), a["nodes"][0]["from"].as_str()),
+        (Some("pass"), Some("history"))
+    );
 
     // A viewer may not start checks: the stale node is undecided.
-    let (_, a) = api.post("/api/v1/preflight", &viewer, json!({"nodes": ["p1", "p3"]})).await;
-    assert_eq!((a["verdict"].as_str(), a["nodes"][1]["verdict"].as_str(), a["nodes"][1]["from"].as_str()), (Some("unknown"), Some("unknown"), Some("none")));
-    assert!(a["nodes"][1]["reasons"][0]["message"].as_str().unwrap().contains("operator"), "{a}");
+    let (_, a) = api
+        .post("/api/v1/preflight", &viewer, json!({"nodes": ["p1", "p3"]}))
+        .await;
+    assert_eq!(
+        (
+            a["verdict"].as_str(),
+            a["nodes"][1]["verdict"].as_str(),
+            a["nodes"][1]["from"].as_str()
+        ),
+        (Some("unknown"), Some("unknown"), Some("none"))
+    );
+    assert!(
+        a["nodes"][1]["reasons"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("operator"),
+        "{a}"
+    );
 
     // p2 has no history: a check run is started and an agent answers it while we wait.
     let ask = {
         let api = Api::new(&server);
         let admin = admin.clone();
-        tokio::spawn(async move { api.post("/api/v1/preflight", &admin, json!({"nodes": ["p1", "p2"], "wait_s": 30})).await })
+        tokio::spawn(async move {
+            api.post(
+                "/api/v1/preflight",
+                &admin,
+                json!({"nodes": ["p1", "p2"], "wait_s": 30}),
+            )
+            .await
+        })
     };
     let lease = loop {
-        let (s, lease) = api.call(Method::POST, "/api/v1/agent/jobs/claim", Some(&p2.credential), None).await;
+        let (s, lease) = api
+            .call(
+                Method::POST,
+                "/api/v1/agent/jobs/claim",
+                Some(&p2.credential),
+                None,
+            )
+            .await;
         if s == StatusCode::OK {
             break lease;
         }
@@ -268,26 +611,84 @@ async fn preflight_from_history_and_from_a_fresh_run() {
         "rows": [{"size_bytes": GIB, "op": "all_reduce", "busbw_gbs": 200.0, "wrong": 0}],
         "started_at": "2026-01-01T00:00:00Z", "finished_at": "2026-01-01T00:00:01Z"
     });
-    let (s, _) = api.post(&format!("/api/v1/agent/jobs/{}/result", lease["job_id"].as_str().unwrap()), &p2.credential, slow).await;
+    let (s, _) = api
+        .post(
+            &format!(
+                "/api/v1/agent/jobs/{}/result",
+                lease["job_id"].as_str().unwrap()
+            ),
+            &p2.credential,
+            slow,
+        )
+        .await;
     assert_eq!(s, StatusCode::CREATED);
     let (s, a) = ask.await.unwrap();
     assert_eq!(s, StatusCode::OK, "{a}");
     assert_eq!(a["verdict"], "fail", "{a}");
-    assert_eq!((a["nodes"][0]["from"].as_str(), a["nodes"][0]["verdict"].as_str()), (Some("history"), Some("pass")));
-    assert_eq!((a["nodes"][1]["from"].as_str(), a["nodes"][1]["verdict"].as_str()), (Some("fresh-run"), Some("fail")));
-    assert!(a["nodes"][1]["reasons"][0]["basis"].as_str().unwrap().starts_with("expectation:"), "{a}");
+    assert_eq!(
+        (
+            a["nodes"][0]["from"].as_str(),
+            a["nodes"][0]["verdict"].as_str()
+        ),
+        (Some("history"), Some("pass"))
+    );
+    assert_eq!(
+        (
+            a["nodes"][1]["from"].as_str(),
+            a["nodes"][1]["verdict"].as_str()
+        ),
+        (Some("fresh-run"), Some("fail"))
+    );
+    assert!(
+        a["nodes"][1]["reasons"][0]["basis"]
+            .as_str()
+            .unwrap()
+            .starts_with("expectation:"),
+        "{a}"
+    );
     // Now p2 answers from history.
-    let (_, a) = api.post("/api/v1/preflight", &admin, json!({"nodes": ["p2"], "wait_s": 0})).await;
-    assert_eq!((a["verdict"].as_str(), a["nodes"][0]["from"].as_str()), (Some("fail"), Some("history")));
+    let (_, a) = api
+        .post(
+            "/api/v1/preflight",
+            &admin,
+            json!({"nodes": ["p2"], "wait_s": 0}),
+        )
+        .await;
+    assert_eq!(
+        (a["verdict"].as_str(), a["nodes"][0]["from"].as_str()),
+        (Some("fail"), Some("history"))
+    );
 
     // Nobody answers p3's check in time: undecided, and the next pre-flight waits on the same run.
-    let (_, a) = api.post("/api/v1/preflight", &admin, json!({"nodes": ["p3"], "wait_s": 1, "check": "memcpy"})).await;
-    assert_eq!((a["verdict"].as_str(), a["nodes"][0]["from"].as_str()), (Some("unknown"), Some("fresh-run")), "{a}");
+    let (_, a) = api
+        .post(
+            "/api/v1/preflight",
+            &admin,
+            json!({"nodes": ["p3"], "wait_s": 1, "check": "memcpy"}),
+        )
+        .await;
+    assert_eq!(
+        (a["verdict"].as_str(), a["nodes"][0]["from"].as_str()),
+        (Some("unknown"), Some("fresh-run")),
+        "{a}"
+    );
     let run = a["nodes"][0]["run_id"].clone();
     assert!(run.is_string());
-    let (_, b) = api.post("/api/v1/preflight", &admin, json!({"nodes": ["p3"], "wait_s": 1, "check": "memcpy"})).await;
-    assert_eq!(b["nodes"][0]["run_id"], run, "one check run per node, not one per caller");
-    let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM runs WHERE label = 'preflight'").fetch_one(&server.state.db).await.unwrap();
+    let (_, b) = api
+        .post(
+            "/api/v1/preflight",
+            &admin,
+            json!({"nodes": ["p3"], "wait_s": 1, "check": "memcpy"}),
+        )
+        .await;
+    assert_eq!(
+        b["nodes"][0]["run_id"], run,
+        "one check run per node, not one per caller"
+    );
+    let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM runs WHERE label = 'preflight'")
+        .fetch_one(&server.state.db)
+        .await
+        .unwrap();
     assert_eq!(n, 2);
 }
 
@@ -296,25 +697,49 @@ async fn a_result_left_without_a_verdict_is_judged_later() {
     let server = TestServer::start().await;
     let api = Api::new(&server);
     let agent = gpu_node(&api, &server, "late-1", "NVIDIA H200", 2).await;
-    let r = run_once(&api, &server, &agent, "late-1", "nccl", json!({"op": "all_reduce"}), nccl_upload("late-1-0", 100.0, 0)).await;
+    let r = run_once(
+        &api,
+        &server,
+        &agent,
+        "late-1",
+        "nccl",
+        json!({"op": "all_reduce"}),
+        nccl_upload("late-1-0", 100.0, 0),
+    )
+    .await;
     assert_eq!(r["verdict"]["verdict"], "fail", "{r}");
     // As if judging had failed when the result arrived: no verdict, and the upload was acknowledged.
     let id: uuid::Uuid = r["id"].as_str().unwrap().parse().unwrap();
-    sqlx::query("DELETE FROM verdicts WHERE result_id = $1").bind(id).execute(&server.state.db).await.unwrap();
-    sqlx::query("UPDATE results SET received_at = now() - interval '1 minute' WHERE id = $1").bind(id).execute(&server.state.db).await.unwrap();
+    sqlx::query("DELETE FROM verdicts WHERE result_id = $1")
+        .bind(id)
+        .execute(&server.state.db)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE results SET received_at = now() - interval '1 minute' WHERE id = $1")
+        .bind(id)
+        .execute(&server.state.db)
+        .await
+        .unwrap();
     // Every replica's background loop catches up within a tick or two.
     let mut verdict = None;
     for _ in 0..50 {
-        verdict = sqlx::query_as::<_, (String,)>("SELECT verdict FROM verdicts WHERE result_id = $1")
-            .bind(id)
-            .fetch_optional(&server.state.db)
-            .await
-            .unwrap();
+        verdict =
+            sqlx::query_as::<_, (String,)>("SELECT verdict FROM verdicts WHERE result_id = $1")
+                .bind(id)
+                .fetch_optional(&server.state.db)
+                .await
+                .unwrap();
         if verdict.is_some() {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     assert_eq!(verdict.map(|v| v.0).as_deref(), Some("fail"));
-    assert_eq!(heddle_server::health::verdict::judge_pending(&server.state.db).await.unwrap(), 0, "nothing left");
+    assert_eq!(
+        heddle_server::health::verdict::judge_pending(&server.state.db)
+            .await
+            .unwrap(),
+        0,
+        "nothing left"
+    );
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use base64::Engine;
 use common::*;
 use heddle_server::testing::TestServer;
-use heddle_types::investigations::{CulpritKind, Investigation, InvestigationState, Conclusion};
+use heddle_types::investigations::{Conclusion, CulpritKind, Investigation, InvestigationState};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -36,7 +36,14 @@ impl Fault {
             Fault::Node(n) if me == n || peer == n => SLOW,
             Fault::Link(a, b) if (me == a && peer == b) || (me == b && peer == a) => SLOW,
             // A little spread, as on a real fabric.
-            _ => GOOD * (1.0 + 0.01 * ((me.len() + peer.len() + me.bytes().chain(peer.bytes()).map(u32::from).sum::<u32>() as usize) % 4) as f64),
+            _ => {
+                GOOD * (1.0
+                    + 0.01
+                        * ((me.len()
+                            + peer.len()
+                            + me.bytes().chain(peer.bytes()).map(u32::from).sum::<u32>() as usize)
+                            % 4) as f64)
+            }
         }
     }
 }
@@ -58,10 +65,22 @@ impl Fleet {
         let mut tasks = Vec::new();
         for (i, host) in hosts.iter().enumerate() {
             let agent = enroll(&api, servers[0], host).await;
-            let (stop, claims, bases, fault, host) = (stop.clone(), claims.clone(), bases.clone(), fault.clone(), host.to_string());
-            tasks.push(tokio::spawn(async move { agent_loop(bases, agent.credential, host, fault, stop, claims, i).await }));
+            let (stop, claims, bases, fault, host) = (
+                stop.clone(),
+                claims.clone(),
+                bases.clone(),
+                fault.clone(),
+                host.to_string(),
+            );
+            tasks.push(tokio::spawn(async move {
+                agent_loop(bases, agent.credential, host, fault, stop, claims, i).await
+            }));
         }
-        Fleet { stop, tasks, claims }
+        Fleet {
+            stop,
+            tasks,
+            claims,
+        }
     }
 
     async fn stop(self) -> HashMap<String, u32> {
@@ -87,15 +106,26 @@ async fn agent_loop(
     while !stop.load(Ordering::SeqCst) {
         let base = &bases[turn % bases.len()];
         turn += 1;
-        let resp = http.post(format!("{base}/api/v1/agent/jobs/claim")).bearer_auth(&cred).send().await.unwrap();
+        let resp = http
+            .post(format!("{base}/api/v1/agent/jobs/claim"))
+            .bearer_auth(&cred)
+            .send()
+            .await
+            .unwrap();
         if resp.status() == StatusCode::NO_CONTENT {
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         }
         assert_eq!(resp.status(), StatusCode::OK);
         let lease: Value = resp.json().await.unwrap();
-        let (job, run) = (lease["job_id"].as_str().unwrap().to_string(), lease["run_id"].as_str().unwrap().to_string());
-        let (rank, world) = (lease["rank"].as_i64().unwrap(), lease["world_size"].as_i64().unwrap());
+        let (job, run) = (
+            lease["job_id"].as_str().unwrap().to_string(),
+            lease["run_id"].as_str().unwrap().to_string(),
+        );
+        let (rank, world) = (
+            lease["rank"].as_i64().unwrap(),
+            lease["world_size"].as_i64().unwrap(),
+        );
         *claims.lock().unwrap().entry(job.clone()).or_default() += 1;
         // Two ranks meet through the server's rendezvous, as the nccl runner does; each
         // learns who its peer is.
@@ -109,14 +139,22 @@ async fn agent_loop(
                 .unwrap();
             assert_eq!(put.status(), StatusCode::NO_CONTENT);
             let got = http
-                .get(format!("{base}/api/v1/agent/rendezvous/{run}/host-{}?timeout_ms=30000", 1 - rank))
+                .get(format!(
+                    "{base}/api/v1/agent/rendezvous/{run}/host-{}?timeout_ms=30000",
+                    1 - rank
+                ))
                 .bearer_auth(&cred)
                 .send()
                 .await
                 .unwrap();
-            assert_eq!(got.status(), StatusCode::OK, "{host}: the peer of run {run} never came");
+            assert_eq!(
+                got.status(),
+                StatusCode::OK,
+                "{host}: the peer of run {run} never came"
+            );
             let blob: Value = got.json().await.unwrap();
-            let peer = String::from_utf8(b64.decode(blob["blob_b64"].as_str().unwrap()).unwrap()).unwrap();
+            let peer =
+                String::from_utf8(b64.decode(blob["blob_b64"].as_str().unwrap()).unwrap()).unwrap();
             fault.busbw(&host, &peer)
         } else {
             SLOW
@@ -138,13 +176,26 @@ async fn agent_loop(
             "finished_at": "2026-01-01T00:00:01Z"
         });
         let other = &bases[turn % bases.len()];
-        let up = http.post(format!("{other}/api/v1/agent/jobs/{job}/result")).bearer_auth(&cred).json(&body).send().await.unwrap();
-        assert_eq!(up.status(), StatusCode::CREATED, "{}", up.text().await.unwrap());
+        let up = http
+            .post(format!("{other}/api/v1/agent/jobs/{job}/result"))
+            .bearer_auth(&cred)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            up.status(),
+            StatusCode::CREATED,
+            "{}",
+            up.text().await.unwrap()
+        );
     }
 }
 
 async fn investigation(api: &Api, token: &str, id: Uuid) -> Investigation {
-    let (s, body) = api.get(&format!("/api/v1/investigations/{id}"), token).await;
+    let (s, body) = api
+        .get(&format!("/api/v1/investigations/{id}"), token)
+        .await;
     assert_eq!(s, StatusCode::OK, "{body}");
     serde_json::from_value(body).unwrap()
 }
@@ -157,15 +208,27 @@ async fn wait_done(api: &Api, token: &str, id: Uuid) -> Investigation {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    panic!("investigation {id} did not finish in 60 s: {:?}", investigation(api, token, id).await.progress);
+    panic!(
+        "investigation {id} did not finish in 60 s: {:?}",
+        investigation(api, token, id).await.progress
+    );
 }
 
 /// Every pair has one run of its own, every job was claimed once and succeeded first time,
 /// and no batch put a node in two pairs or started before the previous batch ended.
-async fn check_schedule(server: &TestServer, inv: &Investigation, claims: &HashMap<String, u32>, batch_size: usize) {
+async fn check_schedule(
+    server: &TestServer,
+    inv: &Investigation,
+    claims: &HashMap<String, u32>,
+    batch_size: usize,
+) {
     let n = inv.nodes.len();
     assert_eq!(inv.pairs.len(), n * (n - 1) / 2);
-    let runs: BTreeSet<Uuid> = inv.pairs.iter().map(|p| p.run_id.expect("every pair ran")).collect();
+    let runs: BTreeSet<Uuid> = inv
+        .pairs
+        .iter()
+        .map(|p| p.run_id.expect("every pair ran"))
+        .collect();
     assert_eq!(runs.len(), inv.pairs.len(), "one run per pair");
     assert_eq!(inv.runs.len(), inv.pairs.len());
     let (labelled,): (i64,) = sqlx::query_as("SELECT count(*) FROM runs WHERE label LIKE $1")
@@ -173,7 +236,11 @@ async fn check_schedule(server: &TestServer, inv: &Investigation, claims: &HashM
         .fetch_one(&server.state.db)
         .await
         .unwrap();
-    assert_eq!(labelled as usize, inv.pairs.len(), "no batch was started twice");
+    assert_eq!(
+        labelled as usize,
+        inv.pairs.len(),
+        "no batch was started twice"
+    );
     let jobs: Vec<(Uuid, Uuid, i32, String)> =
         sqlx::query_as("SELECT id, run_id, attempts, state FROM jobs WHERE run_id = ANY($1)")
             .bind(runs.iter().copied().collect::<Vec<_>>())
@@ -183,20 +250,37 @@ async fn check_schedule(server: &TestServer, inv: &Investigation, claims: &HashM
     assert_eq!(jobs.len(), 2 * inv.pairs.len());
     for (id, _, attempts, state) in &jobs {
         assert_eq!((*attempts, state.as_str()), (1, "succeeded"), "job {id}");
-        assert_eq!(claims.get(&id.to_string()), Some(&1), "job {id} claimed exactly once");
+        assert_eq!(
+            claims.get(&id.to_string()),
+            Some(&1),
+            "job {id} claimed exactly once"
+        );
     }
     let batches = inv.pairs.iter().map(|p| p.batch).max().unwrap() + 1;
     for b in 0..batches {
         let pairs: Vec<_> = inv.pairs.iter().filter(|p| p.batch == b).collect();
         if batch_size > 0 {
-            assert!(pairs.len() <= batch_size, "batch {b}: {} pairs", pairs.len());
+            assert!(
+                pairs.len() <= batch_size,
+                "batch {b}: {} pairs",
+                pairs.len()
+            );
         }
         let mut busy = BTreeSet::new();
         for p in &pairs {
-            assert!(busy.insert(&p.a) && busy.insert(&p.b), "batch {b} has a node twice");
+            assert!(
+                busy.insert(&p.a) && busy.insert(&p.b),
+                "batch {b} has a node twice"
+            );
         }
         if b > 0 && batch_size > 0 {
-            let ids = |b: i32| inv.pairs.iter().filter(|p| p.batch == b).filter_map(|p| p.run_id).collect::<Vec<_>>();
+            let ids = |b: i32| {
+                inv.pairs
+                    .iter()
+                    .filter(|p| p.batch == b)
+                    .filter_map(|p| p.run_id)
+                    .collect::<Vec<_>>()
+            };
             let (started, prev_done): (chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>) = sqlx::query_as(
                 "SELECT (SELECT min(created_at) FROM runs WHERE id = ANY($1)), (SELECT max(finished_at) FROM jobs WHERE run_id = ANY($2))",
             )
@@ -205,13 +289,21 @@ async fn check_schedule(server: &TestServer, inv: &Investigation, claims: &HashM
             .fetch_one(&server.state.db)
             .await
             .unwrap();
-            assert!(started >= prev_done, "batch {b} started before batch {} ended", b - 1);
+            assert!(
+                started >= prev_done,
+                "batch {b} started before batch {} ended",
+                b - 1
+            );
         }
     }
 }
 
 fn named(inv: &Investigation) -> Vec<(CulpritKind, Vec<String>)> {
-    inv.analysis.culprits.iter().map(|c| (c.kind, c.members.clone())).collect()
+    inv.analysis
+        .culprits
+        .iter()
+        .map(|c| (c.kind, c.members.clone()))
+        .collect()
 }
 
 #[tokio::test]
@@ -228,23 +320,49 @@ async fn started_by_hand_it_names_the_degraded_node() {
     assert_eq!(body["state"], "running");
     assert_eq!(body["analysis"]["verdict"], "pending");
     assert_eq!(body["progress"]["pairs_total"], 10);
-    assert_eq!(body["progress"]["pairs_running"], 2, "the first batch starts at once");
+    assert_eq!(
+        body["progress"]["pairs_running"], 2,
+        "the first batch starts at once"
+    );
     let id: Uuid = body["id"].as_str().unwrap().parse().unwrap();
     let inv = wait_done(&api, &token, id).await;
     let claims = fleet.stop().await;
     assert_eq!(inv.state, InvestigationState::Done, "{:?}", inv.analysis);
-    assert_eq!(inv.analysis.verdict, Conclusion::Culprit, "{}", inv.analysis.summary);
-    assert_eq!(named(&inv), vec![(CulpritKind::Node, vec!["hand-c".to_string()])], "{}", inv.analysis.summary);
+    assert_eq!(
+        inv.analysis.verdict,
+        Conclusion::Culprit,
+        "{}",
+        inv.analysis.summary
+    );
+    assert_eq!(
+        named(&inv),
+        vec![(CulpritKind::Node, vec!["hand-c".to_string()])],
+        "{}",
+        inv.analysis.summary
+    );
     let c = &inv.analysis.culprits[0];
-    assert!((c.figure - SLOW * 0.99).abs() < 1.0 && c.median > GOOD * 0.99, "{c:?}");
+    assert!(
+        (c.figure - SLOW * 0.99).abs() < 1.0 && c.median > GOOD * 0.99,
+        "{c:?}"
+    );
     assert_eq!(c.figures.len(), 4);
-    assert!(inv.analysis.summary.contains("node hand-c is bad"), "{}", inv.analysis.summary);
+    assert!(
+        inv.analysis.summary.contains("node hand-c is bad"),
+        "{}",
+        inv.analysis.summary
+    );
     assert_eq!(inv.progress.pairs_done, 10);
-    assert_eq!(inv.progress.batches_total, 5, "5 rounds of 2 pairs (one node sits each out), in batches of 2");
+    assert_eq!(
+        inv.progress.batches_total, 5,
+        "5 rounds of 2 pairs (one node sits each out), in batches of 2"
+    );
     assert_eq!(inv.matrix.labels, hosts);
     assert_eq!(inv.matrix.values[0][0], None);
     assert_eq!(inv.matrix.values[1][2], inv.matrix.values[2][1]);
-    assert!(inv.pairs.iter().all(|p| p.size_bytes == Some(1 << 28)), "figures at the largest size");
+    assert!(
+        inv.pairs.iter().all(|p| p.size_bytes == Some(1 << 28)),
+        "figures at the largest size"
+    );
     check_schedule(&server, &inv, &claims, 2).await;
     let (_, list) = api.get("/api/v1/investigations?state=done", &token).await;
     assert_eq!(list[0]["id"], id.to_string());
@@ -258,10 +376,17 @@ async fn a_fail_verdict_starts_one_that_names_the_degraded_link() {
     let api = Api::new(&server);
     let token = server.admin_token.clone();
     let hosts = ["auto-a", "auto-b", "auto-c", "auto-d"];
-    let fleet = Fleet::start(&[&server], &hosts, Fault::Link("auto-b".into(), "auto-d".into())).await;
+    let fleet = Fleet::start(
+        &[&server],
+        &hosts,
+        Fault::Link("auto-b".into(), "auto-d".into()),
+    )
+    .await;
     // A slow four-node run; its results are judged "fail" (the verdict contract: one row
     // per result, written by the verdict code on upload; written here directly).
-    let run = server.start_run(json!({"kind": "nccl", "params": {"op": "all_gather"}, "nodes": hosts})).await;
+    let run = server
+        .start_run(json!({"kind": "nccl", "params": {"op": "all_gather"}, "nodes": hosts}))
+        .await;
     let mut auto = None;
     for _ in 0..300 {
         if server.get_run(run.id).await.state == "succeeded" && auto.is_none() {
@@ -278,7 +403,12 @@ async fn a_fail_verdict_starts_one_that_names_the_degraded_link() {
             auto = Some(());
         }
         let (_, list) = api.get("/api/v1/investigations", &token).await;
-        if let Some(found) = list.as_array().unwrap().iter().find(|i| i["trigger_run_id"] == run.id.to_string()) {
+        if let Some(found) = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["trigger_run_id"] == run.id.to_string())
+        {
             let id: Uuid = found["id"].as_str().unwrap().parse().unwrap();
             let inv = wait_done(&api, &token, id).await;
             // Pair runs judged "fail" too must not start investigations of their own.
@@ -296,12 +426,31 @@ async fn a_fail_verdict_starts_one_that_names_the_degraded_link() {
             assert_eq!(inv.state, InvestigationState::Done);
             assert_eq!(inv.created_by, "heddle:investigate");
             assert_eq!(inv.params["op"], "all_gather", "the run's own params");
-            assert_eq!(inv.analysis.verdict, Conclusion::Culprit, "{}", inv.analysis.summary);
-            assert_eq!(named(&inv), vec![(CulpritKind::Link, vec!["auto-b".to_string(), "auto-d".to_string()])], "{}", inv.analysis.summary);
+            assert_eq!(
+                inv.analysis.verdict,
+                Conclusion::Culprit,
+                "{}",
+                inv.analysis.summary
+            );
+            assert_eq!(
+                named(&inv),
+                vec![(
+                    CulpritKind::Link,
+                    vec!["auto-b".to_string(), "auto-d".to_string()]
+                )],
+                "{}",
+                inv.analysis.summary
+            );
             assert!((inv.analysis.culprits[0].figure - SLOW * 0.99).abs() < 1.0);
             check_schedule(&server, &inv, &claims, 0).await;
-            let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM investigations").fetch_one(&server.state.db).await.unwrap();
-            assert_eq!(n, 1, "one investigation per failing run, none for the pair runs");
+            let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM investigations")
+                .fetch_one(&server.state.db)
+                .await
+                .unwrap();
+            assert_eq!(
+                n, 1,
+                "one investigation per failing run, none for the pair runs"
+            );
             return;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -317,12 +466,23 @@ async fn two_replicas_advance_it_and_start_each_pair_once() {
     let token = first.admin_token.clone();
     let hosts = ["rep-a", "rep-b", "rep-c", "rep-d"];
     let fleet = Fleet::start(&[&first, &second], &hosts, Fault::Node("rep-a".into())).await;
-    let (s, body) = api.post("/api/v1/investigations", &token, json!({"nodes": hosts, "kind": "nccl", "batch_size": 1})).await;
+    let (s, body) = api
+        .post(
+            "/api/v1/investigations",
+            &token,
+            json!({"nodes": hosts, "kind": "nccl", "batch_size": 1}),
+        )
+        .await;
     assert_eq!(s, StatusCode::CREATED, "{body}");
     let id: Uuid = body["id"].as_str().unwrap().parse().unwrap();
     let inv = wait_done(&Api::new(&second), &token, id).await;
     let claims = fleet.stop().await;
-    assert_eq!(named(&inv), vec![(CulpritKind::Node, vec!["rep-a".to_string()])], "{}", inv.analysis.summary);
+    assert_eq!(
+        named(&inv),
+        vec![(CulpritKind::Node, vec!["rep-a".to_string()])],
+        "{}",
+        inv.analysis.summary
+    );
     check_schedule(&first, &inv, &claims, 1).await;
     second.stop().await;
 }
@@ -334,17 +494,41 @@ async fn failed_pairs_make_it_inconclusive() {
     let token = server.admin_token.clone();
     let hosts = ["fail-a", "fail-b", "fail-c", "fail-d"];
     let fleet = Fleet::start(&[&server], &hosts, Fault::Failing("fail-b".into())).await;
-    let (s, body) = api.post("/api/v1/investigations", &token, json!({"nodes": hosts, "kind": "rdma", "params": {"test": "ib_write_bw"}})).await;
+    let (s, body) = api
+        .post(
+            "/api/v1/investigations",
+            &token,
+            json!({"nodes": hosts, "kind": "rdma", "params": {"test": "ib_write_bw"}}),
+        )
+        .await;
     assert_eq!(s, StatusCode::CREATED, "{body}");
     let inv = wait_done(&api, &token, body["id"].as_str().unwrap().parse().unwrap()).await;
     fleet.stop().await;
     assert_eq!(inv.state, InvestigationState::Done);
-    assert_eq!(inv.analysis.verdict, Conclusion::Inconclusive, "{}", inv.analysis.summary);
+    assert_eq!(
+        inv.analysis.verdict,
+        Conclusion::Inconclusive,
+        "{}",
+        inv.analysis.summary
+    );
     assert_eq!(inv.progress.pairs_failed, 3);
     assert_eq!(inv.analysis.missing.len(), 3);
-    assert!(inv.analysis.summary.contains("every pair of node fail-b failed"), "{}", inv.analysis.summary);
+    assert!(
+        inv.analysis
+            .summary
+            .contains("every pair of node fail-b failed"),
+        "{}",
+        inv.analysis.summary
+    );
     let failed = inv.pairs.iter().find(|p| p.error.is_some()).unwrap();
-    assert!(failed.error.as_deref().unwrap().contains("fail-b failed: NCCL WARN NET/IB: peer unreachable"), "{failed:?}");
+    assert!(
+        failed
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("fail-b failed: NCCL WARN NET/IB: peer unreachable"),
+        "{failed:?}"
+    );
     assert_eq!(inv.matrix.metric, "algbw_gbs");
 }
 
@@ -362,40 +546,99 @@ async fn requests_are_checked() {
         async move { api.post("/api/v1/investigations", token, body).await }
     };
     let cases = [
-        (json!({"nodes": ["chk-a"], "kind": "nccl"}), StatusCode::UNPROCESSABLE_ENTITY),
-        (json!({"nodes": ["chk-a", "chk-a"], "kind": "nccl"}), StatusCode::UNPROCESSABLE_ENTITY),
-        (json!({"nodes": ["chk-a", "nope"], "kind": "nccl"}), StatusCode::NOT_FOUND),
-        (json!({"nodes": ["chk-a", "chk-b"], "kind": "ucx"}), StatusCode::UNPROCESSABLE_ENTITY),
-        (json!({"nodes": ["chk-a", "chk-b"], "kind": "nccl", "threshold": 1.5}), StatusCode::UNPROCESSABLE_ENTITY),
-        (json!({"nodes": ["chk-a", "chk-b"], "kind": "nccl", "params": [1]}), StatusCode::UNPROCESSABLE_ENTITY),
-        (json!({"nodes": ["chk-a", "chk-b"], "kind": "nccl", "env": {"1BAD": "x"}}), StatusCode::UNPROCESSABLE_ENTITY),
-        (json!({"nodes": ["chk-a", "chk-b\u{0}"], "kind": "nccl"}), StatusCode::UNPROCESSABLE_ENTITY),
-        (json!({"nodes": ["chk-a", "chk-b"], "kind": "nccl", "label": "a\u{0}b"}), StatusCode::UNPROCESSABLE_ENTITY),
+        (
+            json!({"nodes": ["chk-a"], "kind": "nccl"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            json!({"nodes": ["chk-a", "chk-a"], "kind": "nccl"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            json!({"nodes": ["chk-a", "nope"], "kind": "nccl"}),
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            json!({"nodes": ["chk-a", "chk-b"], "kind": "ucx"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            json!({"nodes": ["chk-a", "chk-b"], "kind": "nccl", "threshold": 1.5}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            json!({"nodes": ["chk-a", "chk-b"], "kind": "nccl", "params": [1]}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            json!({"nodes": ["chk-a", "chk-b"], "kind": "nccl", "env": {"1BAD": "x"}}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            json!({"nodes": ["chk-a", "chk-b\u{0}"], "kind": "nccl"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            json!({"nodes": ["chk-a", "chk-b"], "kind": "nccl", "label": "a\u{0}b"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
     ];
     for (body, want) in cases {
         let (s, resp) = post(body.clone()).await;
         assert_eq!(s, want, "{body} → {resp}");
         error_code(&resp);
     }
-    let (s, _) = api.get(&format!("/api/v1/investigations/{}", Uuid::new_v4()), &token).await;
+    let (s, _) = api
+        .get(
+            &format!("/api/v1/investigations/{}", Uuid::new_v4()),
+            &token,
+        )
+        .await;
     assert_eq!(s, StatusCode::NOT_FOUND);
     let (s, _) = api.get("/api/v1/investigations?state=bogus", &token).await;
     assert_eq!(s, StatusCode::BAD_REQUEST);
     let viewer = server.token(heddle_types::auth::Role::Viewer).await;
-    let (s, _) = api.post("/api/v1/investigations", &viewer, json!({"nodes": ["chk-a", "chk-b"], "kind": "nccl"})).await;
+    let (s, _) = api
+        .post(
+            "/api/v1/investigations",
+            &viewer,
+            json!({"nodes": ["chk-a", "chk-b"], "kind": "nccl"}),
+        )
+        .await;
     assert_eq!(s, StatusCode::FORBIDDEN);
     // Two nodes: one pair, nothing to compare it with, said so.
-    let (s, body) = post(json!({"nodes": ["chk-a", "chk-b"], "kind": "nccl", "label": "two"})).await;
+    let (s, body) =
+        post(json!({"nodes": ["chk-a", "chk-b"], "kind": "nccl", "label": "two"})).await;
     assert_eq!(s, StatusCode::CREATED, "{body}");
     assert_eq!(body["pairs"].as_array().unwrap().len(), 1);
     let (_, audit) = api.get("/api/v1/audit", &token).await;
-    assert!(audit.as_array().unwrap().iter().any(|e| e["action"] == "investigation.create"), "{audit}");
+    assert!(
+        audit
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["action"] == "investigation.create"),
+        "{audit}"
+    );
     // The OpenAPI document names every schema once: ours do not shadow the verdicts' ones.
     let (_, doc) = api.get("/api/v1/openapi.json", &token).await;
     let schemas = &doc["components"]["schemas"];
-    assert_eq!(schemas["Analysis"]["properties"]["verdict"]["$ref"], "#/components/schemas/Conclusion", "{}", schemas["Analysis"]);
-    assert_eq!(schemas["Culprit"]["properties"]["figures"]["items"]["$ref"], "#/components/schemas/PairFigure");
-    assert!(schemas["InvestigationCreate"]["required"].as_array().unwrap().iter().any(|r| r == "nodes"));
+    assert_eq!(
+        schemas["Analysis"]["properties"]["verdict"]["$ref"], "#/components/schemas/Conclusion",
+        "{}",
+        schemas["Analysis"]
+    );
+    assert_eq!(
+        schemas["Culprit"]["properties"]["figures"]["items"]["$ref"],
+        "#/components/schemas/PairFigure"
+    );
+    assert!(
+        schemas["InvestigationCreate"]["required"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r == "nodes")
+    );
     assert!(doc["paths"]["/api/v1/results/{id}/p2p-matrix"]["get"].is_object());
 }
 
@@ -405,23 +648,46 @@ async fn p2p_matrix_names_the_bad_gpu() {
     let api = Api::new(&server);
     let token = server.admin_token.clone();
     let agent = enroll(&api, &server, "gpu-node").await;
-    let run = server.start_run(json!({"kind": "p2p", "nodes": ["gpu-node"]})).await;
-    let (_, lease) = api.call(reqwest::Method::POST, "/api/v1/agent/jobs/claim", Some(&agent.credential), None).await;
+    let run = server
+        .start_run(json!({"kind": "p2p", "nodes": ["gpu-node"]}))
+        .await;
+    let (_, lease) = api
+        .call(
+            reqwest::Method::POST,
+            "/api/v1/agent/jobs/claim",
+            Some(&agent.credential),
+            None,
+        )
+        .await;
     let job = lease["job_id"].as_str().unwrap();
     let mut rows = Vec::new();
     for s in 0..8 {
         for d in 0..8 {
-            let (path, bw) = if s == d { ("local", 1400.0) } else if s == 5 || d == 5 { ("p2p", 30.0) } else { ("p2p", 330.0 + f64::from(s + d)) };
+            let (path, bw) = if s == d {
+                ("local", 1400.0)
+            } else if s == 5 || d == 5 {
+                ("p2p", 30.0)
+            } else {
+                ("p2p", 330.0 + f64::from(s + d))
+            };
             rows.push(json!({"size_bytes": 1 << 28, "algbw_gbs": bw, "labels": {"src": s.to_string(), "dst": d.to_string(), "kind": "d2d", "path": path}}));
         }
         rows.push(json!({"size_bytes": 1 << 28, "algbw_gbs": 25.0, "labels": {"src": "host", "dst": s.to_string(), "kind": "h2d", "path": "staged"}}));
     }
     let body = json!({"upload_key": "p2p-1", "outcome": "succeeded", "rows": rows,
         "started_at": "2026-01-01T00:00:00Z", "finished_at": "2026-01-01T00:00:01Z"});
-    let (s, up) = api.post(&format!("/api/v1/agent/jobs/{job}/result"), &agent.credential, body).await;
+    let (s, up) = api
+        .post(
+            &format!("/api/v1/agent/jobs/{job}/result"),
+            &agent.credential,
+            body,
+        )
+        .await;
     assert_eq!(s, StatusCode::CREATED, "{up}");
     let result = up["result_id"].as_str().unwrap();
-    let (s, m) = api.get(&format!("/api/v1/results/{result}/p2p-matrix"), &token).await;
+    let (s, m) = api
+        .get(&format!("/api/v1/results/{result}/p2p-matrix"), &token)
+        .await;
     assert_eq!(s, StatusCode::OK, "{m}");
     assert_eq!(m["hostname"], "gpu-node");
     assert_eq!(m["matrix"]["labels"].as_array().unwrap().len(), 8);
@@ -430,17 +696,59 @@ async fn p2p_matrix_names_the_bad_gpu() {
     assert_eq!(m["analysis"]["verdict"], "culprit");
     assert_eq!(m["analysis"]["culprits"][0]["kind"], "node");
     assert_eq!(m["analysis"]["culprits"][0]["members"], json!(["5"]));
-    assert!(m["analysis"]["summary"].as_str().unwrap().starts_with("GPU 5 is bad"), "{m}");
-    let (s, _) = api.get(&format!("/api/v1/results/{result}/p2p-matrix?threshold=2"), &token).await;
+    assert!(
+        m["analysis"]["summary"]
+            .as_str()
+            .unwrap()
+            .starts_with("GPU 5 is bad"),
+        "{m}"
+    );
+    let (s, _) = api
+        .get(
+            &format!("/api/v1/results/{result}/p2p-matrix?threshold=2"),
+            &token,
+        )
+        .await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
-    let (s, _) = api.get(&format!("/api/v1/results/{}/p2p-matrix", Uuid::new_v4()), &token).await;
+    let (s, _) = api
+        .get(
+            &format!("/api/v1/results/{}/p2p-matrix", Uuid::new_v4()),
+            &token,
+        )
+        .await;
     assert_eq!(s, StatusCode::NOT_FOUND);
     // A result without p2p rows.
-    let other = server.start_run(json!({"kind": "nccl", "nodes": ["gpu-node"]})).await;
-    let (_, lease) = api.call(reqwest::Method::POST, "/api/v1/agent/jobs/claim", Some(&agent.credential), None).await;
+    let other = server
+        .start_run(json!({"kind": "nccl", "nodes": ["gpu-node"]}))
+        .await;
+    let (_, lease) = api
+        .call(
+            reqwest::Method::POST,
+            "/api/v1/agent/jobs/claim",
+            Some(&agent.credential),
+            None,
+        )
+        .await;
     assert_eq!(lease["run_id"], other.id.to_string());
-    let (_, up) = api.post(&format!("/api/v1/agent/jobs/{}/result", lease["job_id"].as_str().unwrap()), &agent.credential, result_body("nccl-1", "succeeded")).await;
-    let (s, body) = api.get(&format!("/api/v1/results/{}/p2p-matrix", up["result_id"].as_str().unwrap()), &token).await;
+    let (_, up) = api
+        .post(
+            &format!(
+                "/api/v1/agent/jobs/{}/result",
+                lease["job_id"].as_str().unwrap()
+            ),
+            &agent.credential,
+            result_body("nccl-1", "succeeded"),
+        )
+        .await;
+    let (s, body) = api
+        .get(
+            &format!(
+                "/api/v1/results/{}/p2p-matrix",
+                up["result_id"].as_str().unwrap()
+            ),
+            &token,
+        )
+        .await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
     let _ = run;
 }
@@ -456,7 +764,13 @@ async fn concurrent_advances_start_each_batch_once() {
     for h in hosts {
         enroll(&api, &server, h).await;
     }
-    let (s, body) = api.post("/api/v1/investigations", &token, json!({"nodes": hosts, "kind": "nccl", "batch_size": 1})).await;
+    let (s, body) = api
+        .post(
+            "/api/v1/investigations",
+            &token,
+            json!({"nodes": hosts, "kind": "nccl", "batch_size": 1}),
+        )
+        .await;
     assert_eq!(s, StatusCode::CREATED, "{body}");
     let id: Uuid = body["id"].as_str().unwrap().parse().unwrap();
     let db = server.state.db.clone();
@@ -464,7 +778,11 @@ async fn concurrent_advances_start_each_batch_once() {
         let tasks: Vec<_> = (0..8)
             .map(|_| {
                 let db = db.clone();
-                tokio::spawn(async move { heddle_server::health::investigate::advance_all(&db).await.unwrap() })
+                tokio::spawn(async move {
+                    heddle_server::health::investigate::advance_all(&db)
+                        .await
+                        .unwrap()
+                })
             })
             .collect();
         for t in tasks {
@@ -482,10 +800,21 @@ async fn concurrent_advances_start_each_batch_once() {
         }
     }
     let inv = investigation(&api, &token, id).await;
-    assert_eq!(inv.state, InvestigationState::Failed, "no pair produced a figure");
+    assert_eq!(
+        inv.state,
+        InvestigationState::Failed,
+        "no pair produced a figure"
+    );
     assert_eq!(inv.error.as_deref(), Some("no pair produced a figure"));
     assert_eq!(inv.pairs.len(), 15);
-    assert!(inv.pairs.iter().all(|p| p.error.as_deref().is_some_and(|e| e.contains("ended by the test"))), "{:?}", inv.pairs);
+    assert!(
+        inv.pairs.iter().all(|p| p
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("ended by the test"))),
+        "{:?}",
+        inv.pairs
+    );
     let (labelled,): (i64,) = sqlx::query_as("SELECT count(*) FROM runs WHERE label LIKE $1")
         .bind(format!("investigation {id}:%"))
         .fetch_one(&db)
@@ -504,11 +833,21 @@ async fn a_pair_nobody_claims_fails_after_the_deadline() {
     for h in ["down-a", "down-b"] {
         enroll(&api, &server, h).await;
     }
-    let (s, body) = api.post("/api/v1/investigations", &token, json!({"nodes": ["down-a", "down-b"], "kind": "nccl"})).await;
+    let (s, body) = api
+        .post(
+            "/api/v1/investigations",
+            &token,
+            json!({"nodes": ["down-a", "down-b"], "kind": "nccl"}),
+        )
+        .await;
     assert_eq!(s, StatusCode::CREATED, "{body}");
     let id: Uuid = body["id"].as_str().unwrap().parse().unwrap();
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert_eq!(investigation(&api, &token, id).await.state, InvestigationState::Running, "within the deadline it waits");
+    assert_eq!(
+        investigation(&api, &token, id).await.state,
+        InvestigationState::Running,
+        "within the deadline it waits"
+    );
     // The deadline passes.
     let deadline = heddle_server::health::investigate::PAIR_CLAIM_DEADLINE.as_secs() as f64 + 1.0;
     sqlx::query("UPDATE jobs SET created_at = created_at - make_interval(secs => $1) WHERE state = 'queued'")
@@ -519,7 +858,13 @@ async fn a_pair_nobody_claims_fails_after_the_deadline() {
     let inv = wait_done(&api, &token, id).await;
     assert_eq!(inv.state, InvestigationState::Failed);
     let error = inv.pairs[0].error.as_deref().unwrap();
-    assert!(error.contains("not claimed within 600 s: is the agent of down-a running?"), "{error}");
-    let (queued,): (i64,) = sqlx::query_as("SELECT count(*) FROM jobs WHERE state = 'queued'").fetch_one(&server.state.db).await.unwrap();
+    assert!(
+        error.contains("not claimed within 600 s: is the agent of down-a running?"),
+        "{error}"
+    );
+    let (queued,): (i64,) = sqlx::query_as("SELECT count(*) FROM jobs WHERE state = 'queued'")
+        .fetch_one(&server.state.db)
+        .await
+        .unwrap();
     assert_eq!(queued, 0, "nothing left waiting for the silent agents");
 }

@@ -21,14 +21,21 @@ pub fn image(name: &str) -> String {
 
 /// Runs `docker ARGS`, returning its output whatever the status.
 pub fn docker_output(args: &[&str]) -> anyhow::Result<Output> {
-    Command::new("docker").args(args).output().context("running docker (is it installed?)")
+    Command::new("docker")
+        .args(args)
+        .output()
+        .context("running docker (is it installed?)")
 }
 
 /// Runs `docker ARGS` and returns its trimmed stdout; fails with stderr on a non-zero status.
 pub fn docker(args: &[&str]) -> anyhow::Result<String> {
     let out = docker_output(args)?;
     if !out.status.success() {
-        bail!("docker {} failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+        bail!(
+            "docker {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
     }
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
@@ -38,10 +45,15 @@ pub fn preflight() -> anyhow::Result<()> {
     let info = docker_output(&["info", "--format", "{{.ServerVersion}}"]);
     match info {
         Ok(o) if o.status.success() => {}
-        _ => bail!("the Docker engine does not answer (`docker info`); the fleet test needs Docker"),
+        _ => {
+            bail!("the Docker engine does not answer (`docker info`); the fleet test needs Docker")
+        }
     }
     for name in IMAGES {
-        if docker_output(&["image", "inspect", &image(name)])?.status.success() {
+        if docker_output(&["image", "inspect", &image(name)])?
+            .status
+            .success()
+        {
             continue;
         }
         bail!(
@@ -61,10 +73,17 @@ pub struct Fleet {
 
 impl Fleet {
     pub fn new() -> anyhow::Result<Fleet> {
-        let prefix = format!("heddle-fleet-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+        let prefix = format!(
+            "heddle-fleet-{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
         let network = format!("{prefix}-net");
         docker(&["network", "create", "--label", "heddle-fleet=1", &network])?;
-        Ok(Fleet { prefix, network, containers: Vec::new() })
+        Ok(Fleet {
+            prefix,
+            network,
+            containers: Vec::new(),
+        })
     }
 
     /// The container's full name for a short name (`srv-a` → `heddle-fleet-1a2b3c4d-srv-a`).
@@ -73,7 +92,13 @@ impl Fleet {
     }
 
     /// Starts a detached container on the fleet network, reachable there as `short`.
-    pub fn run(&mut self, short: &str, image_name: &str, env: &[(&str, String)], extra: &[&str]) -> anyhow::Result<()> {
+    pub fn run(
+        &mut self,
+        short: &str,
+        image_name: &str,
+        env: &[(&str, String)],
+        extra: &[&str],
+    ) -> anyhow::Result<()> {
         let name = self.name(short);
         let mut args: Vec<String> = vec![
             "run".into(),
@@ -103,9 +128,16 @@ impl Fleet {
 
     /// The container's address on the fleet network (the host reaches it directly).
     pub fn ip(&self, short: &str) -> anyhow::Result<String> {
-        let format = format!("{{{{(index .NetworkSettings.Networks \"{}\").IPAddress}}}}", self.network);
+        let format = format!(
+            "{{{{(index .NetworkSettings.Networks \"{}\").IPAddress}}}}",
+            self.network
+        );
         let ip = docker(&["inspect", "-f", &format, &self.name(short)])?;
-        anyhow::ensure!(!ip.is_empty() && ip != "<no value>", "{short} has no address on {}", self.network);
+        anyhow::ensure!(
+            !ip.is_empty() && ip != "<no value>",
+            "{short} has no address on {}",
+            self.network
+        );
         Ok(ip)
     }
 
@@ -118,12 +150,29 @@ impl Fleet {
 
     /// `psql -tA` in the Postgres container; rows as lines, columns separated by `|`.
     pub fn sql(&self, pg_short: &str, query: &str) -> anyhow::Result<String> {
-        self.exec(pg_short, &["psql", "-U", "postgres", "-d", "heddle", "-v", "ON_ERROR_STOP=1", "-tAc", query])
+        self.exec(
+            pg_short,
+            &[
+                "psql",
+                "-U",
+                "postgres",
+                "-d",
+                "heddle",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-tAc",
+                query,
+            ],
+        )
     }
 
     pub fn logs(&self, short: &str) -> String {
         match docker_output(&["logs", "--tail", "60", &self.name(short)]) {
-            Ok(o) => format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)),
+            Ok(o) => format!(
+                "{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            ),
             Err(e) => e.to_string(),
         }
     }
@@ -167,7 +216,10 @@ where
             Err(e) => last_err = Some(e),
         }
         if start.elapsed() > timeout {
-            bail!("timed out after {:?} waiting for {what}; last error: {last_err:?}", timeout);
+            bail!(
+                "timed out after {:?} waiting for {what}; last error: {last_err:?}",
+                timeout
+            );
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }

@@ -26,9 +26,18 @@ pub struct ServerProcess {
 }
 
 impl ServerProcess {
-    pub async fn start(database_url: &str, port: u16, admin_token: &str, heartbeat_s: u32) -> anyhow::Result<ServerProcess> {
+    pub async fn start(
+        database_url: &str,
+        port: u16,
+        admin_token: &str,
+        heartbeat_s: u32,
+    ) -> anyhow::Result<ServerProcess> {
         let bin = sibling_binary("heddle-server");
-        anyhow::ensure!(bin.exists(), "{} is missing: build heddle-server with the same profile first", bin.display());
+        anyhow::ensure!(
+            bin.exists(),
+            "{} is missing: build heddle-server with the same profile first",
+            bin.display()
+        );
         let child = Command::new(&bin)
             .env("HEDDLE_DATABASE_URL", database_url)
             .env("HEDDLE_LISTEN", format!("127.0.0.1:{port}"))
@@ -67,7 +76,13 @@ impl Drop for ServerProcess {
 /// Resident set size in KiB.
 pub fn rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status.lines().find(|l| l.starts_with("VmRSS:"))?.split_whitespace().nth(1)?.parse().ok()
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 /// User + system CPU time in clock ticks.
@@ -81,5 +96,9 @@ pub fn cpu_ticks(pid: u32) -> Option<u64> {
 
 /// Free TCP port on loopback.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }

@@ -48,7 +48,9 @@ async fn browser() -> (Driver, Client) {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {bin}: {e}; install chromium and chromium-driver (apt)"));
+        .unwrap_or_else(|e| {
+            panic!("cannot start {bin}: {e}; install chromium and chromium-driver (apt)")
+        });
     let driver = Driver(child);
     let mut opts = json!({"args": ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1400,2000"]});
     if Path::new("/usr/bin/chromium").exists() {
@@ -60,9 +62,15 @@ async fn browser() -> (Driver, Client) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let connector = hyper_util::client::legacy::connect::HttpConnector::new();
-        match ClientBuilder::new(connector).capabilities(caps.clone()).connect(&url).await {
+        match ClientBuilder::new(connector)
+            .capabilities(caps.clone())
+            .connect(&url)
+            .await
+        {
             Ok(c) => return (driver, c),
-            Err(e) if Instant::now() > deadline => panic!("chromedriver at {url} did not start a session: {e}"),
+            Err(e) if Instant::now() > deadline => {
+                panic!("chromedriver at {url} did not start a session: {e}")
+            }
             Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
         }
     }
@@ -91,11 +99,23 @@ async fn wait_text(c: &Client, css: &str, needle: &str) -> String {
 }
 
 async fn click(c: &Client, css: &str) {
-    c.wait().at_most(Duration::from_secs(20)).for_element(Locator::Css(css)).await.unwrap_or_else(|e| panic!("{css}: {e}")).click().await.unwrap();
+    c.wait()
+        .at_most(Duration::from_secs(20))
+        .for_element(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("{css}: {e}"))
+        .click()
+        .await
+        .unwrap();
 }
 
 async fn type_into(c: &Client, css: &str, text: &str) {
-    let el = c.wait().at_most(Duration::from_secs(20)).for_element(Locator::Css(css)).await.unwrap();
+    let el = c
+        .wait()
+        .at_most(Duration::from_secs(20))
+        .for_element(Locator::Css(css))
+        .await
+        .unwrap();
     el.clear().await.unwrap();
     el.send_keys(text).await.unwrap();
 }
@@ -115,8 +135,17 @@ struct Api {
 }
 
 impl Api {
-    async fn call(&self, method: reqwest::Method, path: &str, token: &str, body: Option<Value>) -> Value {
-        let mut req = self.http.request(method, format!("{}{path}", self.base)).bearer_auth(token);
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        token: &str,
+        body: Option<Value>,
+    ) -> Value {
+        let mut req = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .bearer_auth(token);
         if let Some(b) = body {
             req = req.json(&b);
         }
@@ -132,22 +161,44 @@ impl Api {
 async fn enroll(api: &Api, server: &TestServer, hostname: &str, facts: Option<Value>) -> String {
     let token = server.enrollment_token().await;
     let body = json!({"enroll_token": token, "hostname": hostname, "agent_version": "0.1.0"});
-    let resp = api.http.post(format!("{}/api/v1/agent/enroll", api.base)).json(&body).send().await.unwrap();
+    let resp = api
+        .http
+        .post(format!("{}/api/v1/agent/enroll", api.base))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), 201);
-    let credential = resp.json::<Value>().await.unwrap()["credential"].as_str().unwrap().to_string();
+    let credential = resp.json::<Value>().await.unwrap()["credential"]
+        .as_str()
+        .unwrap()
+        .to_string();
     if let Some(f) = facts {
-        api.call(reqwest::Method::PUT, "/api/v1/agent/facts", &credential, Some(f)).await;
+        api.call(
+            reqwest::Method::PUT,
+            "/api/v1/agent/facts",
+            &credential,
+            Some(f),
+        )
+        .await;
     }
     credential
 }
 
 fn fixture(name: &str) -> Value {
-    serde_json::from_slice(&std::fs::read(repo().join("plugins/fixtures").join(format!("{name}.json"))).unwrap()).unwrap()
+    serde_json::from_slice(
+        &std::fs::read(repo().join("plugins/fixtures").join(format!("{name}.json"))).unwrap(),
+    )
+    .unwrap()
 }
 
 fn plugin_path(name: &str) -> PathBuf {
     let p = repo().join("plugins/dist").join(format!("{name}.wasm"));
-    assert!(p.is_file(), "{} is missing: run scripts/build-plugins.sh", p.display());
+    assert!(
+        p.is_file(),
+        "{} is missing: run scripts/build-plugins.sh",
+        p.display()
+    );
     p.canonicalize().unwrap()
 }
 
@@ -170,8 +221,17 @@ fn nccl_rows(peak: f64) -> Value {
 async fn agent_loop(base: String, credential: String, mut peak: f64) {
     let http = reqwest::Client::new();
     loop {
-        let _ = http.post(format!("{base}/api/v1/agent/heartbeat")).bearer_auth(&credential).json(&json!({})).send().await;
-        let resp = http.post(format!("{base}/api/v1/agent/jobs/claim")).bearer_auth(&credential).send().await;
+        let _ = http
+            .post(format!("{base}/api/v1/agent/heartbeat"))
+            .bearer_auth(&credential)
+            .json(&json!({}))
+            .send()
+            .await;
+        let resp = http
+            .post(format!("{base}/api/v1/agent/jobs/claim"))
+            .bearer_auth(&credential)
+            .send()
+            .await;
         let Ok(resp) = resp else { return };
         if resp.status() != 200 {
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -182,13 +242,24 @@ async fn agent_loop(base: String, credential: String, mut peak: f64) {
         let started = chrono::Utc::now();
         for (fraction, msg) in [(0.3, "size 64 MiB"), (0.7, "size 512 MiB")] {
             let body = json!({"progress": {"fraction": fraction, "message": msg}});
-            let _ = http.post(format!("{base}/api/v1/agent/jobs/{job}/renew")).bearer_auth(&credential).json(&body).send().await;
+            let _ = http
+                .post(format!("{base}/api/v1/agent/jobs/{job}/renew"))
+                .bearer_auth(&credential)
+                .json(&body)
+                .send()
+                .await;
             tokio::time::sleep(Duration::from_millis(1200)).await;
         }
         let result = json!({"upload_key": format!("k-{job}"), "outcome": "succeeded", "summary": {"nccl": "2.21.5", "transport": "IB"},
             "rows": nccl_rows(peak), "started_at": started, "finished_at": chrono::Utc::now()});
         peak += 12.0;
-        let r = http.post(format!("{base}/api/v1/agent/jobs/{job}/result")).bearer_auth(&credential).json(&result).send().await.unwrap();
+        let r = http
+            .post(format!("{base}/api/v1/agent/jobs/{job}/result"))
+            .bearer_auth(&credential)
+            .json(&result)
+            .send()
+            .await
+            .unwrap();
         assert!(r.status().is_success(), "result upload: {}", r.status());
     }
 }
@@ -199,22 +270,54 @@ async fn dashboard_end_to_end_in_chromium() {
     let runai = plugin_path("runai-roce");
     let server = TestServer::start_with(|c| c.dashboard_dir = Some(dist.clone())).await;
     let admin = server.admin_token.clone();
-    let api = Api { base: server.url.clone(), http: reqwest::Client::new() };
+    let api = Api {
+        base: server.url.clone(),
+        http: reqwest::Client::new(),
+    };
     let shots = Shots(Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard-screenshots"));
     std::fs::create_dir_all(&shots.0).unwrap();
 
     // Seed: three nodes from plugin fixtures, one agent that never sent facts, two enabled
     // plugins, and a finished baseline run on dgx15 to overlay later.
     let dgx = enroll(&api, &server, "dgx15", Some(fixture("dgx1"))).await;
-    enroll(&api, &server, "nd40rs-v2-0", Some(fixture("azure-nd40rs-v2"))).await;
-    enroll(&api, &server, "my-first-distributed-app-worker-0", Some(fixture("runai-roce"))).await;
+    enroll(
+        &api,
+        &server,
+        "nd40rs-v2-0",
+        Some(fixture("azure-nd40rs-v2")),
+    )
+    .await;
+    enroll(
+        &api,
+        &server,
+        "my-first-distributed-app-worker-0",
+        Some(fixture("runai-roce")),
+    )
+    .await;
     enroll(&api, &server, "gpu-new-7", None).await;
     for name in ["dgx-affinity", "azure-nd"] {
         let bytes = std::fs::read(plugin_path(name)).unwrap();
-        let r = api.http.post(format!("{}/api/v1/plugins/{name}/versions/0.1.0", api.base)).bearer_auth(&admin)
-            .header("content-type", "application/wasm").body(bytes).send().await.unwrap();
-        assert!(r.status().is_success(), "uploading {name}: {}", r.text().await.unwrap());
-        api.call(reqwest::Method::POST, &format!("/api/v1/plugins/{name}/enable"), &admin, Some(json!({}))).await;
+        let r = api
+            .http
+            .post(format!("{}/api/v1/plugins/{name}/versions/0.1.0", api.base))
+            .bearer_auth(&admin)
+            .header("content-type", "application/wasm")
+            .body(bytes)
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            r.status().is_success(),
+            "uploading {name}: {}",
+            r.text().await.unwrap()
+        );
+        api.call(
+            reqwest::Method::POST,
+            &format!("/api/v1/plugins/{name}/enable"),
+            &admin,
+            Some(json!({})),
+        )
+        .await;
     }
     tokio::spawn(agent_loop(server.url.clone(), dgx.clone(), 170.0));
     let baseline = server.start_run(json!({"kind": "nccl", "nodes": ["dgx15"], "label": "baseline", "params": {"op": "all_reduce"}})).await;
@@ -226,11 +329,19 @@ async fn dashboard_end_to_end_in_chromium() {
     // The reconciler applies enabled plugins in the background; wait for dgx15's env.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let node = api.call(reqwest::Method::GET, "/api/v1/nodes/dgx15", &admin, None).await;
-        if node["recommendations"].as_array().is_some_and(|r| !r.is_empty()) {
+        let node = api
+            .call(reqwest::Method::GET, "/api/v1/nodes/dgx15", &admin, None)
+            .await;
+        if node["recommendations"]
+            .as_array()
+            .is_some_and(|r| !r.is_empty())
+        {
             break;
         }
-        assert!(Instant::now() < deadline, "no plugin recommendation reached dgx15: {node}");
+        assert!(
+            Instant::now() < deadline,
+            "no plugin recommendation reached dgx15: {node}"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
@@ -249,22 +360,47 @@ async fn dashboard_end_to_end_in_chromium() {
     // Fleet, and time to first render from a fresh navigation with the stored token.
     let t0 = Instant::now();
     c.goto(&format!("{}/", server.url)).await.unwrap();
-    c.wait().at_most(Duration::from_secs(20)).for_element(Locator::Css("#fleet-table tbody tr")).await.unwrap();
+    c.wait()
+        .at_most(Duration::from_secs(20))
+        .for_element(Locator::Css("#fleet-table tbody tr"))
+        .await
+        .unwrap();
     let seen_ms = t0.elapsed().as_secs_f64() * 1000.0;
-    let mark = c.execute("return performance.getEntriesByName('heddle:fleet-rendered')[0].startTime", vec![]).await.unwrap();
-    let mark_ms = mark.as_f64().expect("the fleet page marks its first render");
-    println!("dashboard: first fleet render {mark_ms:.0} ms after navigation start (browser mark), {seen_ms:.0} ms as seen by WebDriver");
+    let mark = c
+        .execute(
+            "return performance.getEntriesByName('heddle:fleet-rendered')[0].startTime",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let mark_ms = mark
+        .as_f64()
+        .expect("the fleet page marks its first render");
+    println!(
+        "dashboard: first fleet render {mark_ms:.0} ms after navigation start (browser mark), {seen_ms:.0} ms as seen by WebDriver"
+    );
     assert!(mark_ms < 5000.0, "first render took {mark_ms} ms");
     let count = wait_text(&c, "#fleet-count", "4 of 4 nodes").await;
     assert!(count.contains("4 of 4"));
     // Problems first: the node without facts leads.
-    let first = c.find(Locator::Css("#fleet-table tbody tr")).await.unwrap().attr("data-host").await.unwrap();
+    let first = c
+        .find(Locator::Css("#fleet-table tbody tr"))
+        .await
+        .unwrap()
+        .attr("data-host")
+        .await
+        .unwrap();
     assert_eq!(first.as_deref(), Some("gpu-new-7"));
     wait_text(&c, "#fleet-table", "8 × Tesla V100").await;
     shots.take(&c, "02-fleet").await;
     type_into(&c, "#fleet-search", "mlx5_bond").await;
     wait_text(&c, "#fleet-count", "1 of 4 nodes").await;
-    wait_text(&c, "#fleet-table tbody", "my-first-distributed-app-worker-0").await;
+    wait_text(
+        &c,
+        "#fleet-table tbody",
+        "my-first-distributed-app-worker-0",
+    )
+    .await;
     shots.take(&c, "03-fleet-search").await;
     type_into(&c, "#fleet-search", "dgx15").await;
     wait_text(&c, "#fleet-count", "1 of 4 nodes").await;
@@ -273,15 +409,29 @@ async fn dashboard_end_to_end_in_chromium() {
     click(&c, "#fleet-table tbody a").await;
     wait_text(&c, "#node-title", "dgx15").await;
     let heat = wait_text(&c, "#topology", "NV2").await;
-    assert!(heat.contains("mlx5_0") && heat.contains("SYS") && heat.contains("0-19,40-59"), "{heat}");
-    let nv = c.find(Locator::Css("#topology td.t-nv2")).await.unwrap().text().await.unwrap();
+    assert!(
+        heat.contains("mlx5_0") && heat.contains("SYS") && heat.contains("0-19,40-59"),
+        "{heat}"
+    );
+    let nv = c
+        .find(Locator::Css("#topology td.t-nv2"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     assert_eq!(nv, "NV2");
     wait_text(&c, "#recommendations", "plugin:").await;
     wait_text(&c, "#env-block", "export ").await;
     wait_text(&c, "#hcas", "mlx5_0").await;
     wait_text(&c, "#history", "8").await;
     shots.take(&c, "04-node").await;
-    c.execute("document.getElementById('topology').scrollIntoView()", vec![]).await.unwrap();
+    c.execute(
+        "document.getElementById('topology').scrollIntoView()",
+        vec![],
+    )
+    .await
+    .unwrap();
     shots.take(&c, "05-node-heatmap").await;
 
     // Launch a run from the form and watch it progress and finish.
@@ -298,18 +448,35 @@ async fn dashboard_end_to_end_in_chromium() {
     shots.take(&c, "07-run-live").await;
     wait_text(&c, "#run-state", "succeeded").await;
     wait_text(&c, "#nccl-table", "1 GiB").await;
-    c.wait().at_most(Duration::from_secs(10)).for_element(Locator::Css("#busbw-chart polyline")).await.unwrap();
+    c.wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::Css("#busbw-chart polyline"))
+        .await
+        .unwrap();
     click(&c, "input.overlay").await;
     wait_text(&c, "figure.chart", "baseline").await;
-    let lines = c.find_all(Locator::Css("#busbw-chart polyline")).await.unwrap().len();
+    let lines = c
+        .find_all(Locator::Css("#busbw-chart polyline"))
+        .await
+        .unwrap()
+        .len();
     assert_eq!(lines, 2, "this run and the overlaid baseline");
-    c.execute("document.getElementById('busbw-chart').scrollIntoView()", vec![]).await.unwrap();
+    c.execute(
+        "document.getElementById('busbw-chart').scrollIntoView()",
+        vec![],
+    )
+    .await
+    .unwrap();
     shots.take(&c, "08-run-results").await;
 
     // Upload runai-roce through the file input, then dry-run it.
     c.goto(&format!("{}/plugins", server.url)).await.unwrap();
     wait_text(&c, "main", "dgx-affinity").await;
-    let input = c.wait().for_element(Locator::Css("#plugin-file")).await.unwrap();
+    let input = c
+        .wait()
+        .for_element(Locator::Css("#plugin-file"))
+        .await
+        .unwrap();
     input.send_keys(runai.to_str().unwrap()).await.unwrap();
     wait_text(&c, "#dropzone", "runai-roce.wasm").await;
     type_into(&c, "#plugin-version", "0.1.0").await;
@@ -320,7 +487,12 @@ async fn dashboard_end_to_end_in_chromium() {
     assert!(!summary.contains(" 0 would change"), "{summary}");
     wait_text(&c, "#dry-run", "+ env NCCL_").await;
     wait_text(&c, "#dry-run", "fuel").await;
-    c.execute("document.getElementById('dry-run').scrollIntoView()", vec![]).await.unwrap();
+    c.execute(
+        "document.getElementById('dry-run').scrollIntoView()",
+        vec![],
+    )
+    .await
+    .unwrap();
     shots.take(&c, "09-plugins-dry-run").await;
 
     // Agents: an enrollment token with the lines that start an agent.
@@ -328,10 +500,19 @@ async fn dashboard_end_to_end_in_chromium() {
     wait_text(&c, "#agents-table", "dgx15").await;
     click(&c, "#enroll-create").await;
     let docker = wait_text(&c, "#docker-line", "docker run").await;
-    assert!(docker.contains(&format!("--server {}", server.url)) && docker.contains("--enroll-token hde"), "{docker}");
+    assert!(
+        docker.contains(&format!("--server {}", server.url))
+            && docker.contains("--enroll-token hde"),
+        "{docker}"
+    );
     wait_text(&c, "#agent-line", "heddle-agent run --server").await;
     click(&c, "tr[data-host=gpu-new-7] .revoke-agent").await;
-    wait_text(&c, "main .ok[role=status]", "Revoked the agent on gpu-new-7").await;
+    wait_text(
+        &c,
+        "main .ok[role=status]",
+        "Revoked the agent on gpu-new-7",
+    )
+    .await;
     wait_text(&c, "tr[data-host=gpu-new-7]", "revoked").await;
     shots.take(&c, "10-agents").await;
 
@@ -343,13 +524,25 @@ async fn dashboard_end_to_end_in_chromium() {
     wait_text(&c, "#who", "(viewer)").await;
     c.goto(&format!("{}/runs", server.url)).await.unwrap();
     wait_text(&c, "main", "Your role cannot start runs").await;
-    assert!(c.find(Locator::Css("#run-start")).await.is_err(), "a viewer gets no launch form");
-    assert!(c.find(Locator::Css("a[href='/agents']")).await.is_err(), "a viewer gets no agents link");
+    assert!(
+        c.find(Locator::Css("#run-start")).await.is_err(),
+        "a viewer gets no launch form"
+    );
+    assert!(
+        c.find(Locator::Css("a[href='/agents']")).await.is_err(),
+        "a viewer gets no agents link"
+    );
     c.goto(&format!("{}/agents", server.url)).await.unwrap();
     wait_text(&c, "main .error", "Refused").await;
     wait_text(&c, "#agents-table", "dgx15").await;
-    assert!(c.find(Locator::Css("#enroll-create")).await.is_err(), "a viewer cannot create enrollment tokens");
-    assert!(c.find(Locator::Css(".revoke-agent")).await.is_err(), "a viewer cannot revoke agents");
+    assert!(
+        c.find(Locator::Css("#enroll-create")).await.is_err(),
+        "a viewer cannot create enrollment tokens"
+    );
+    assert!(
+        c.find(Locator::Css(".revoke-agent")).await.is_err(),
+        "a viewer cannot revoke agents"
+    );
     shots.take(&c, "11-viewer-refused").await;
 
     println!("dashboard screenshots: {}", shots.0.display());

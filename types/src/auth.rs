@@ -32,7 +32,9 @@ impl std::str::FromStr for Role {
             "viewer" => Ok(Role::Viewer),
             "operator" => Ok(Role::Operator),
             "admin" => Ok(Role::Admin),
-            other => Err(format!("unknown role {other:?} (expected viewer, operator or admin)")),
+            other => Err(format!(
+                "unknown role {other:?} (expected viewer, operator or admin)"
+            )),
         }
     }
 }

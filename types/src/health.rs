@@ -19,7 +19,12 @@ pub enum Verdict {
 }
 
 impl Verdict {
-    pub const ALL: [Verdict; 4] = [Verdict::Pass, Verdict::Warn, Verdict::Fail, Verdict::Unknown];
+    pub const ALL: [Verdict; 4] = [
+        Verdict::Pass,
+        Verdict::Warn,
+        Verdict::Fail,
+        Verdict::Unknown,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -62,14 +67,20 @@ impl Verdict {
     /// The verdict of a set: any fail fails it; otherwise one node that could not be
     /// judged makes the set undecided; otherwise any warning warns. Empty sets are unknown.
     pub fn combine(verdicts: impl IntoIterator<Item = Verdict>) -> Verdict {
-        verdicts.into_iter().max_by_key(|v| v.rank()).unwrap_or(Verdict::Unknown)
+        verdicts
+            .into_iter()
+            .max_by_key(|v| v.rank())
+            .unwrap_or(Verdict::Unknown)
     }
 }
 
 impl std::str::FromStr for Verdict {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Verdict::ALL.into_iter().find(|v| v.as_str() == s).ok_or_else(|| format!("unknown verdict {s:?}"))
+        Verdict::ALL
+            .into_iter()
+            .find(|v| v.as_str() == s)
+            .ok_or_else(|| format!("unknown verdict {s:?}"))
     }
 }
 
@@ -326,6 +337,9 @@ mod tests {
             assert_eq!(v.as_str().parse::<Verdict>().unwrap(), v);
             assert_eq!(serde_json::to_value(v).unwrap(), v.as_str());
         }
-        assert_eq!([Pass, Warn, Fail, Unknown].map(Verdict::exit_code), [0, 1, 2, 3]);
+        assert_eq!(
+            [Pass, Warn, Fail, Unknown].map(Verdict::exit_code),
+            [0, 1, 2, 3]
+        );
     }
 }

@@ -112,7 +112,12 @@ pub struct RunCreate {
 impl RunCreate {
     /// What each job of the run executes.
     pub fn spec(&self) -> JobSpec {
-        JobSpec { kind: self.kind.clone(), params: self.params.clone(), env: self.env.clone(), timeout_s: self.timeout_s }
+        JobSpec {
+            kind: self.kind.clone(),
+            params: self.params.clone(),
+            env: self.env.clone(),
+            timeout_s: self.timeout_s,
+        }
     }
 }
 

@@ -47,7 +47,10 @@ impl Band {
 impl std::str::FromStr for Band {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Band::ALL.into_iter().find(|b| b.as_str() == s).ok_or_else(|| format!("unknown band {s:?} (small, medium or large)"))
+        Band::ALL
+            .into_iter()
+            .find(|b| b.as_str() == s)
+            .ok_or_else(|| format!("unknown band {s:?} (small, medium or large)"))
     }
 }
 

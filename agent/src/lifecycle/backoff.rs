@@ -61,8 +61,13 @@ mod tests {
         let mut b = Backoff::new(Duration::from_millis(100), Duration::from_secs(30));
         for n in 0..20u32 {
             let d = b.next_delay_with(&mut rng);
-            let exp = (Duration::from_millis(100) * 2u32.pow(n.min(20))).min(Duration::from_secs(30));
-            assert!(d >= exp / 2 && d <= exp, "attempt {n}: {d:?} not in [{:?}, {exp:?}]", exp / 2);
+            let exp =
+                (Duration::from_millis(100) * 2u32.pow(n.min(20))).min(Duration::from_secs(30));
+            assert!(
+                d >= exp / 2 && d <= exp,
+                "attempt {n}: {d:?} not in [{:?}, {exp:?}]",
+                exp / 2
+            );
         }
         assert_eq!(b.failures(), 20);
         // Far past the cap it stays bounded (no overflow).

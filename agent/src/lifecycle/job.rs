@@ -100,7 +100,10 @@ async fn run_job(
                 world_size: lease.world_size,
             },
             env: child_env(&agent, &lease),
-            timeout: lease.spec.timeout_s.map(|s| Duration::from_secs(u64::from(s))),
+            timeout: lease
+                .spec
+                .timeout_s
+                .map(|s| Duration::from_secs(u64::from(s))),
         };
         let (progress_tx, progress_rx) = watch::channel(None);
         tokio::select! {
@@ -156,10 +159,16 @@ async fn run_job(
 
 /// Last resort when the disk refuses the spool file: one direct attempt.
 async fn send_unspooled(agent: &Agent, entry: &SpoolEntry) {
-    match agent.client.upload_result(entry.job_id, &entry.upload).await {
+    match agent
+        .client
+        .upload_result(entry.job_id, &entry.upload)
+        .await
+    {
         Ok(UploadOutcome::Stored(_)) => tracing::info!(job_id = %entry.job_id, "result uploaded"),
         Ok(other) => tracing::warn!(job_id = %entry.job_id, answer = ?other, "result not stored"),
-        Err(err) => tracing::error!(job_id = %entry.job_id, error = %err, "result lost: neither spooled nor uploaded"),
+        Err(err) => {
+            tracing::error!(job_id = %entry.job_id, error = %err, "result lost: neither spooled nor uploaded")
+        }
     }
 }
 
@@ -179,10 +188,7 @@ fn unsupported(kind: &str) -> ChildReport {
 
 /// How long to wait between renewals: a third of the lease (so two can fail before it
 /// lapses), no more than half a heartbeat, no less than a quarter second.
-pub(crate) fn renew_every(
-    heartbeat: Duration,
-    lease_left: Option<Duration>,
-) -> Duration {
+pub(crate) fn renew_every(heartbeat: Duration, lease_left: Option<Duration>) -> Duration {
     let by_lease = lease_left.map_or(heartbeat / 2, |left| left / 3);
     by_lease
         .min(heartbeat / 2)
@@ -238,7 +244,11 @@ async fn renew_loop(
                 agent.fatal(agent.revoked(message));
                 break;
             }
-            Err(ClientError::Rejected { status: 404, message, .. }) => {
+            Err(ClientError::Rejected {
+                status: 404,
+                message,
+                ..
+            }) => {
                 tracing::warn!(%job_id, %message, "the server no longer knows this job; stopping the child");
                 agent.stop_job(job_id, StopReason::LeaseLost);
                 break;
@@ -260,7 +270,10 @@ fn sanitize(mut p: Progress) -> Progress {
         }
         p.message.truncate(cut);
     }
-    p.fraction = p.fraction.filter(|f| f.is_finite()).map(|f| f.clamp(0.0, 1.0));
+    p.fraction = p
+        .fraction
+        .filter(|f| f.is_finite())
+        .map(|f| f.clamp(0.0, 1.0));
     p
 }
 
@@ -271,10 +284,19 @@ mod tests {
     #[test]
     fn renewal_cadence() {
         let hb = Duration::from_secs(10);
-        assert_eq!(renew_every(hb, Some(Duration::from_secs(15))), Duration::from_secs(5));
-        assert_eq!(renew_every(hb, Some(Duration::from_secs(6))), Duration::from_secs(2));
+        assert_eq!(
+            renew_every(hb, Some(Duration::from_secs(15))),
+            Duration::from_secs(5)
+        );
+        assert_eq!(
+            renew_every(hb, Some(Duration::from_secs(6))),
+            Duration::from_secs(2)
+        );
         assert_eq!(renew_every(hb, None), Duration::from_secs(5));
-        assert_eq!(renew_every(hb, Some(Duration::ZERO)), Duration::from_millis(250));
+        assert_eq!(
+            renew_every(hb, Some(Duration::ZERO)),
+            Duration::from_millis(250)
+        );
         assert_eq!(
             renew_every(Duration::from_secs(600), Some(Duration::from_secs(900))),
             Duration::from_secs(30)
@@ -290,13 +312,23 @@ mod tests {
         assert_eq!(p.fraction, Some(1.0));
         assert!(p.message.len() <= MAX_PROGRESS_MESSAGE);
         assert!(p.message.chars().all(|c| c == 'é'));
-        assert_eq!(sanitize(Progress { fraction: Some(f64::NAN), message: "x".into() }).fraction, None);
+        assert_eq!(
+            sanitize(Progress {
+                fraction: Some(f64::NAN),
+                message: "x".into()
+            })
+            .fraction,
+            None
+        );
     }
 
     #[test]
     fn unknown_kind_is_skipped_with_the_reason() {
         let up = unsupported("quantum-entangle").into_upload("k".into());
         assert_eq!(up.outcome, heddle_types::jobs::Outcome::Skipped);
-        assert_eq!(up.reason.as_deref(), Some("unsupported job kind: quantum-entangle"));
+        assert_eq!(
+            up.reason.as_deref(),
+            Some("unsupported job kind: quantum-entangle")
+        );
     }
 }

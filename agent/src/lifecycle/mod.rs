@@ -47,14 +47,23 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 pub struct RunArgs {
     /// Server base URL, e.g. `http://heddle:8080`. Repeat the flag or separate URLs with
     /// commas to list replicas; the agent fails over between them.
-    #[arg(long = "server", env = "HEDDLE_SERVER", value_delimiter = ',', required = true)]
+    #[arg(
+        long = "server",
+        env = "HEDDLE_SERVER",
+        value_delimiter = ',',
+        required = true
+    )]
     pub servers: Vec<String>,
     /// One-time enrollment token. Only read while the state directory holds no
     /// credential; once enrolled the agent never enrolls again.
     #[arg(long, env = "HEDDLE_ENROLL_TOKEN", hide_env_values = true)]
     pub enroll_token: Option<String>,
     /// Holds the credential (0600), the result spool and a lock against a second agent.
-    #[arg(long, env = "HEDDLE_STATE_DIR", default_value = "/var/lib/heddle-agent")]
+    #[arg(
+        long,
+        env = "HEDDLE_STATE_DIR",
+        default_value = "/var/lib/heddle-agent"
+    )]
     pub state_dir: PathBuf,
     /// Name this node enrolls under; defaults to the kernel's host name.
     #[arg(long, env = "HEDDLE_HOSTNAME")]
@@ -174,15 +183,24 @@ pub(crate) struct Agent {
 
 impl Agent {
     pub fn heartbeat_interval(&self) -> Duration {
-        Duration::from_secs(u64::from(self.heartbeat_interval_s.load(Ordering::Relaxed).max(1)))
+        Duration::from_secs(u64::from(
+            self.heartbeat_interval_s.load(Ordering::Relaxed).max(1),
+        ))
     }
 
     pub fn set_heartbeat_interval(&self, secs: u32) {
-        self.heartbeat_interval_s.store(secs.max(1), Ordering::Relaxed);
+        self.heartbeat_interval_s
+            .store(secs.max(1), Ordering::Relaxed);
     }
 
     pub fn running_jobs(&self) -> Vec<Uuid> {
-        let mut ids: Vec<Uuid> = self.jobs.lock().expect("jobs lock").keys().copied().collect();
+        let mut ids: Vec<Uuid> = self
+            .jobs
+            .lock()
+            .expect("jobs lock")
+            .keys()
+            .copied()
+            .collect();
         ids.sort();
         ids
     }
@@ -327,7 +345,11 @@ pub async fn run(args: RunArgs) -> Result<(), LifecycleError> {
     while !agent.running_jobs().is_empty() && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    if outcome.is_ok() && tokio::time::timeout_at(deadline, upload::drain(&agent)).await.is_err() {
+    if outcome.is_ok()
+        && tokio::time::timeout_at(deadline, upload::drain(&agent))
+            .await
+            .is_err()
+    {
         tracing::warn!(dir = %agent.spool.dir().display(), "results left in the spool; they go out at the next start");
     }
     drop(state);
@@ -427,7 +449,10 @@ mod tests {
             "/tmp/s",
         ])
         .unwrap();
-        assert_eq!(t.run.servers, vec!["http://a:1", "http://b:2", "http://c:3"]);
+        assert_eq!(
+            t.run.servers,
+            vec!["http://a:1", "http://b:2", "http://c:3"]
+        );
         assert_eq!(t.run.max_parallel, 1);
         assert_eq!(t.run.claim_interval, Duration::from_secs(5));
     }

@@ -68,7 +68,8 @@ pub(super) async fn facts_loop(agent: Arc<Agent>) -> Result<Infallible, Lifecycl
         let changed = sent_sha.as_deref() != Some(doc.sha256.as_str());
         // A request for facts that crossed our own sending of them needs no second copy.
         let just_sent = last_sent.is_some_and(|t| t.elapsed() < agent.heartbeat_interval());
-        if (changed || (force && !just_sent)) && refused_sha.as_deref() != Some(doc.sha256.as_str()) {
+        if (changed || (force && !just_sent)) && refused_sha.as_deref() != Some(doc.sha256.as_str())
+        {
             match agent.client.put_facts(&doc.json, &doc.sha256).await {
                 Ok(accepted) => {
                     tracing::info!(sha256 = %doc.sha256, changed = accepted.changed, "facts sent");

@@ -147,7 +147,10 @@ mod tests {
         let back = state.load_identity().unwrap().unwrap();
         assert_eq!(back.credential, id.credential);
         assert_eq!(back.agent_id, id.agent_id);
-        let mode = fs::metadata(state.identity_path()).unwrap().permissions().mode();
+        let mode = fs::metadata(state.identity_path())
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o600);
         let dir_mode = fs::metadata(state.path()).unwrap().permissions().mode();
         assert_eq!(dir_mode & 0o777, 0o700);
@@ -157,7 +160,10 @@ mod tests {
     fn second_open_is_refused_until_the_first_is_dropped() {
         let dir = tempfile::tempdir().unwrap();
         let first = StateDir::open(dir.path()).unwrap();
-        assert!(matches!(StateDir::open(dir.path()), Err(StateError::Locked(_))));
+        assert!(matches!(
+            StateDir::open(dir.path()),
+            Err(StateError::Locked(_))
+        ));
         drop(first);
         StateDir::open(dir.path()).unwrap();
     }
@@ -167,6 +173,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let state = StateDir::open(dir.path()).unwrap();
         fs::write(state.identity_path(), b"{").unwrap();
-        assert!(matches!(state.load_identity(), Err(StateError::BadIdentity { .. })));
+        assert!(matches!(
+            state.load_identity(),
+            Err(StateError::BadIdentity { .. })
+        ));
     }
 }

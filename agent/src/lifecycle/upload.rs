@@ -85,7 +85,9 @@ pub(super) async fn drain(agent: &Agent) -> Result<(), LifecycleError> {
                         tracing::warn!(%job_id, upload_key = key, %message, "server does not know the job; dropping its result");
                         break true;
                     }
-                    Err(ClientError::Unauthorized { message }) => return Err(agent.revoked(message)),
+                    Err(ClientError::Unauthorized { message }) => {
+                        return Err(agent.revoked(message));
+                    }
                     Err(err) if err.is_transient() || matches!(err, ClientError::Decode { .. }) => {
                         let delay = backoff.next_delay();
                         tracing::warn!(%job_id, error = %err, retry_in = ?delay, failures = backoff.failures(),

@@ -47,7 +47,10 @@ impl Params {
             )));
         }
         if p.factor <= 1.0 {
-            return Err(RunError::Params(format!("factor must be > 1, got {}", p.factor)));
+            return Err(RunError::Params(format!(
+                "factor must be > 1, got {}",
+                p.factor
+            )));
         }
         if p.iters == 0 || p.iters > MAX_ITERS {
             return Err(RunError::Params(format!(
@@ -76,7 +79,9 @@ pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
     let sizes = params.sizes();
     let max = params.max_bytes as usize;
     // Fill both buffers so every page is faulted in before anything is timed.
-    let src: Vec<u8> = (0..max).map(|i| (i.wrapping_mul(31) ^ 0x5a) as u8).collect();
+    let src: Vec<u8> = (0..max)
+        .map(|i| (i.wrapping_mul(31) ^ 0x5a) as u8)
+        .collect();
     let mut dst = vec![0u8; max];
     let mut peak: f64 = 0.0;
     for (i, &size) in sizes.iter().enumerate() {
@@ -144,8 +149,9 @@ mod tests {
         assert_eq!(p.sizes().first(), Some(&1024));
         assert_eq!(p.sizes().last(), Some(&(64 << 20)));
         assert_eq!(p.sizes().len(), 17);
-        let odd = Params::parse(&serde_json::json!({"min_bytes": 1, "max_bytes": 4, "factor": 1.1}))
-            .unwrap();
+        let odd =
+            Params::parse(&serde_json::json!({"min_bytes": 1, "max_bytes": 4, "factor": 1.1}))
+                .unwrap();
         assert_eq!(odd.sizes(), vec![1, 2, 3, 4]);
     }
 
@@ -159,7 +165,10 @@ mod tests {
             serde_json::json!({"max_bytes": 4u64 << 30}),
             serde_json::json!({"iters": "many"}),
         ] {
-            assert!(matches!(Params::parse(&bad), Err(RunError::Params(_))), "{bad}");
+            assert!(
+                matches!(Params::parse(&bad), Err(RunError::Params(_))),
+                "{bad}"
+            );
         }
     }
 

@@ -35,7 +35,13 @@ pub struct Params {
 
 impl Default for Params {
     fn default() -> Self {
-        Params { size: 256 << 20, warmup: 5, iters: 20, bidirectional: false, gpus: None }
+        Params {
+            size: 256 << 20,
+            warmup: 5,
+            iters: 20,
+            bidirectional: false,
+            gpus: None,
+        }
     }
 }
 
@@ -45,16 +51,28 @@ impl Params {
         let bidirectional = match p.get("bidirectional") {
             None | Some(Value::Null) => d.bidirectional,
             Some(Value::Bool(b)) => *b,
-            Some(v) => return Err(RunError::Params(format!("bidirectional must be a boolean, got {v}"))),
+            Some(v) => {
+                return Err(RunError::Params(format!(
+                    "bidirectional must be a boolean, got {v}"
+                )));
+            }
         };
         let gpus = match p.get("gpus") {
             None | Some(Value::Null) => None,
             Some(Value::Array(a)) => Some(
                 a.iter()
-                    .map(|v| v.as_u64().map(|x| x as usize).ok_or_else(|| RunError::Params(format!("gpus must list device indices, got {v}"))))
+                    .map(|v| {
+                        v.as_u64().map(|x| x as usize).ok_or_else(|| {
+                            RunError::Params(format!("gpus must list device indices, got {v}"))
+                        })
+                    })
                     .collect::<Result<Vec<_>, _>>()?,
             ),
-            Some(v) => return Err(RunError::Params(format!("gpus must be a list of device indices, got {v}"))),
+            Some(v) => {
+                return Err(RunError::Params(format!(
+                    "gpus must be a list of device indices, got {v}"
+                )));
+            }
         };
         let params = Params {
             size: param_u64(p, "size")?.unwrap_or(d.size),
@@ -72,10 +90,16 @@ impl Params {
             return Err(format!("size must be in 1..={MAX_SIZE}, got {}", self.size));
         }
         if self.iters == 0 || self.iters > MAX_ITERS {
-            return Err(format!("iters must be in 1..={MAX_ITERS}, got {}", self.iters));
+            return Err(format!(
+                "iters must be in 1..={MAX_ITERS}, got {}",
+                self.iters
+            ));
         }
         if self.warmup > MAX_ITERS {
-            return Err(format!("warmup must be at most {MAX_ITERS}, got {}", self.warmup));
+            return Err(format!(
+                "warmup must be at most {MAX_ITERS}, got {}",
+                self.warmup
+            ));
         }
         if let Some(g) = &self.gpus {
             if g.is_empty() {
@@ -96,7 +120,9 @@ impl Params {
         match &self.gpus {
             None => Ok((0..count).collect()),
             Some(g) => match g.iter().find(|&&d| d >= count) {
-                Some(bad) => Err(format!("GPU {bad} requested but this node has {count} CUDA device(s)")),
+                Some(bad) => Err(format!(
+                    "GPU {bad} requested but this node has {count} CUDA device(s)"
+                )),
                 None => Ok(g.clone()),
             },
         }
@@ -129,7 +155,11 @@ impl Path {
 
 /// GB/s (10⁹ bytes per second) for `bytes` moved in `time_us`.
 pub fn gbs(bytes: u64, time_us: f64) -> f64 {
-    if time_us > 0.0 { bytes as f64 / time_us / 1e3 } else { 0.0 }
+    if time_us > 0.0 {
+        bytes as f64 / time_us / 1e3
+    } else {
+        0.0
+    }
 }
 
 /// What one row measured: `src`/`dst` are device indices or "host", `kind` d2d, h2d or d2h.
@@ -145,7 +175,13 @@ pub struct Transfer<'a> {
 
 /// One measurement; `bytes` is what moved per iteration (twice the size when bidirectional).
 pub fn row(size: u64, c: Transfer<'_>, time_us: f64, wrong: u64) -> ResultRow {
-    let Transfer { src, dst, kind, path, bidir } = c;
+    let Transfer {
+        src,
+        dst,
+        kind,
+        path,
+        bidir,
+    } = c;
     let bytes = if bidir { 2 * size } else { size };
     let mut labels = BTreeMap::from([
         ("src".to_string(), src.to_string()),
@@ -175,7 +211,10 @@ pub fn row(size: u64, c: Transfer<'_>, time_us: f64, wrong: u64) -> ResultRow {
 /// The matrices and host tables of a result, from its rows: `d2d_gbs[i][j]` is the copy
 /// from the i-th to the j-th GPU listed in `gpus` (null where not measured).
 pub fn summarize(rows: &[ResultRow], gpus: &[usize]) -> Map<String, Value> {
-    let pos = |s: Option<&String>| s.and_then(|s| s.parse::<usize>().ok()).and_then(|d| gpus.iter().position(|&g| g == d));
+    let pos = |s: Option<&String>| {
+        s.and_then(|s| s.parse::<usize>().ok())
+            .and_then(|d| gpus.iter().position(|&g| g == d))
+    };
     let n = gpus.len();
     let mut uni = vec![vec![Value::Null; n]; n];
     let mut bi = vec![vec![Value::Null; n]; n];
@@ -186,7 +225,9 @@ pub fn summarize(rows: &[ResultRow], gpus: &[usize]) -> Map<String, Value> {
         let (s, d) = (pos(r.labels.get("src")), pos(r.labels.get("dst")));
         let bw = r.algbw_gbs.map_or(Value::Null, |x| json!(x));
         match (r.labels.get("kind").map(String::as_str), s, d) {
-            (Some("d2d"), Some(s), Some(d)) if r.labels.get("mode").is_some_and(|m| m == "bidir") => {
+            (Some("d2d"), Some(s), Some(d))
+                if r.labels.get("mode").is_some_and(|m| m == "bidir") =>
+            {
                 any_bidir = true;
                 bi[s][d] = bw;
             }
@@ -207,19 +248,26 @@ pub fn summarize(rows: &[ResultRow], gpus: &[usize]) -> Map<String, Value> {
     }
     m.insert("h2d_gbs".into(), json!(h2d));
     m.insert("d2h_gbs".into(), json!(d2h));
-    m.insert("wrong".into(), json!(rows.iter().filter_map(|r| r.wrong).sum::<i64>()));
+    m.insert(
+        "wrong".into(),
+        json!(rows.iter().filter_map(|r| r.wrong).sum::<i64>()),
+    );
     m
 }
 
 fn cell(v: &Value) -> String {
-    v.as_f64().map_or_else(|| format!("{:>9}", "-"), |x| format!("{x:>9.2}"))
+    v.as_f64()
+        .map_or_else(|| format!("{:>9}", "-"), |x| format!("{x:>9.2}"))
 }
 
 /// The bench command's tables: the matrix (rows src, columns dst, GB/s) with the path of
 /// each pair, the bidirectional matrix when measured, and the host copies.
 pub fn render(summary: &Map<String, Value>) -> String {
     use std::fmt::Write;
-    let gpus: Vec<i64> = summary["gpus"].as_array().map(|a| a.iter().filter_map(|g| g["index"].as_i64()).collect()).unwrap_or_default();
+    let gpus: Vec<i64> = summary["gpus"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|g| g["index"].as_i64()).collect())
+        .unwrap_or_default();
     let mut s = String::new();
     let header = |s: &mut String| {
         let _ = write!(s, "{:>6}", "src\\dst");
@@ -234,32 +282,56 @@ pub fn render(summary: &Map<String, Value>) -> String {
             let _ = write!(s, "{:>7}", format!("GPU{g}"));
             for j in 0..gpus.len() {
                 let v = &summary[key][i][j];
-                let tag = if paths { summary["d2d_paths"][i][j].as_str().map_or(" ", |p| &p[..1]) } else { "" };
+                let tag = if paths {
+                    summary["d2d_paths"][i][j].as_str().map_or(" ", |p| &p[..1])
+                } else {
+                    ""
+                };
                 let _ = write!(s, "{}{tag}", cell(v));
             }
             s.push('\n');
         }
     };
-    let _ = writeln!(s, "Unidirectional copy bandwidth (GB/s, rows src, columns dst; l local, p direct peer, s staged through host)");
+    let _ = writeln!(
+        s,
+        "Unidirectional copy bandwidth (GB/s, rows src, columns dst; l local, p direct peer, s staged through host)"
+    );
     matrix(&mut s, "d2d_gbs", true);
     if summary.contains_key("d2d_bidir_gbs") {
-        let _ = writeln!(s, "\nBidirectional copy bandwidth (GB/s, both directions together)");
+        let _ = writeln!(
+            s,
+            "\nBidirectional copy bandwidth (GB/s, both directions together)"
+        );
         matrix(&mut s, "d2d_bidir_gbs", false);
     }
     let _ = writeln!(s, "\nHost copies, pinned memory (GB/s)");
     let _ = writeln!(s, "{:>7}{:>9}{:>9}", "GPU", "h2d", "d2h");
     for (i, g) in gpus.iter().enumerate() {
-        let _ = writeln!(s, "{:>7}{}{}", format!("GPU{g}"), cell(&summary["h2d_gbs"][i]), cell(&summary["d2h_gbs"][i]));
+        let _ = writeln!(
+            s,
+            "{:>7}{}{}",
+            format!("GPU{g}"),
+            cell(&summary["h2d_gbs"][i]),
+            cell(&summary["d2h_gbs"][i])
+        );
     }
     s
 }
 
 /// Runs every measurement on a node where [`gpu::probe`] found `count` devices; `on_row`
 /// sees each row as it is measured. Returns the summary.
-pub fn execute(p: &Params, count: usize, on_row: &mut dyn FnMut(&ResultRow, usize, usize) -> std::io::Result<()>) -> Result<Map<String, Value>, RunError> {
+pub fn execute(
+    p: &Params,
+    count: usize,
+    on_row: &mut dyn FnMut(&ResultRow, usize, usize) -> std::io::Result<()>,
+) -> Result<Map<String, Value>, RunError> {
     let devices = p.devices(count).map_err(RunError::Params)?;
-    let failed = |e: gpu::GpuError| RunError::Failed { code: 1, message: e.to_string() };
-    let size = usize::try_from(p.size).map_err(|_| RunError::Params("size does not fit this machine".into()))?;
+    let failed = |e: gpu::GpuError| RunError::Failed {
+        code: 1,
+        message: e.to_string(),
+    };
+    let size = usize::try_from(p.size)
+        .map_err(|_| RunError::Params("size does not fit this machine".into()))?;
     let mut bench = gpu::Bench::new(&devices, size, p.warmup, p.iters).map_err(failed)?;
     let n = devices.len();
     let total = n * n + if p.bidirectional { n * (n - 1) / 2 } else { 0 } + 2 * n;
@@ -272,7 +344,13 @@ pub fn execute(p: &Params, count: usize, on_row: &mut dyn FnMut(&ResultRow, usiz
     for s in 0..n {
         for d in 0..n {
             let (us, wrong) = bench.copy(s, d).map_err(failed)?;
-            let c = Transfer { src: &devices[s].to_string(), dst: &devices[d].to_string(), kind: "d2d", path: bench.path(s, d), bidir: false };
+            let c = Transfer {
+                src: &devices[s].to_string(),
+                dst: &devices[d].to_string(),
+                kind: "d2d",
+                path: bench.path(s, d),
+                bidir: false,
+            };
             let r = row(p.size, c, us, wrong);
             push(r, &mut rows)?;
         }
@@ -282,7 +360,13 @@ pub fn execute(p: &Params, count: usize, on_row: &mut dyn FnMut(&ResultRow, usiz
             for d in s + 1..n {
                 let (us, wrong_sd, wrong_ds) = bench.copy_bidir(s, d).map_err(failed)?;
                 for (a, b, wrong) in [(s, d, wrong_sd), (d, s, wrong_ds)] {
-                    let c = Transfer { src: &devices[a].to_string(), dst: &devices[b].to_string(), kind: "d2d", path: bench.path(a, b), bidir: true };
+                    let c = Transfer {
+                        src: &devices[a].to_string(),
+                        dst: &devices[b].to_string(),
+                        kind: "d2d",
+                        path: bench.path(a, b),
+                        bidir: true,
+                    };
                     let r = row(p.size, c, us, wrong);
                     push(r, &mut rows)?;
                 }
@@ -291,9 +375,37 @@ pub fn execute(p: &Params, count: usize, on_row: &mut dyn FnMut(&ResultRow, usiz
     }
     for (i, dev) in devices.iter().map(ToString::to_string).enumerate() {
         let (us, wrong) = bench.h2d(i).map_err(failed)?;
-        push(row(p.size, Transfer { src: "host", dst: &dev, kind: "h2d", path: Path::Pinned, bidir: false }, us, wrong), &mut rows)?;
+        push(
+            row(
+                p.size,
+                Transfer {
+                    src: "host",
+                    dst: &dev,
+                    kind: "h2d",
+                    path: Path::Pinned,
+                    bidir: false,
+                },
+                us,
+                wrong,
+            ),
+            &mut rows,
+        )?;
         let (us, wrong) = bench.d2h(i).map_err(failed)?;
-        push(row(p.size, Transfer { src: &dev, dst: "host", kind: "d2h", path: Path::Pinned, bidir: false }, us, wrong), &mut rows)?;
+        push(
+            row(
+                p.size,
+                Transfer {
+                    src: &dev,
+                    dst: "host",
+                    kind: "d2h",
+                    path: Path::Pinned,
+                    bidir: false,
+                },
+                us,
+                wrong,
+            ),
+            &mut rows,
+        )?;
     }
     let mut summary = summarize(&rows, &devices);
     summary.insert("kind".into(), "p2p".into());
@@ -301,10 +413,19 @@ pub fn execute(p: &Params, count: usize, on_row: &mut dyn FnMut(&ResultRow, usiz
     summary.insert("warmup".into(), p.warmup.into());
     summary.insert("iters".into(), p.iters.into());
     summary.insert("bidirectional".into(), p.bidirectional.into());
-    summary.insert("cuda_driver_version".into(), gpu::driver_version().map_or(Value::Null, Value::from));
+    summary.insert(
+        "cuda_driver_version".into(),
+        gpu::driver_version().map_or(Value::Null, Value::from),
+    );
     summary.insert(
         "gpus".into(),
-        Value::Array(bench.gpus.iter().map(|g| json!({"index": g.index, "name": g.name, "pci_bus_id": g.pci_bus_id})).collect()),
+        Value::Array(
+            bench
+                .gpus
+                .iter()
+                .map(|g| json!({"index": g.index, "name": g.name, "pci_bus_id": g.pci_bus_id}))
+                .collect(),
+        ),
     );
     summary.insert("peer_access".into(), json!(bench.access));
     Ok(summary)
@@ -318,14 +439,23 @@ pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
         let l = &r.labels;
         out.progress(
             Some(i as f64 / n as f64),
-            format!("{} {} -> {}: {:.2} GB/s", l["kind"], l["src"], l["dst"], r.algbw_gbs.unwrap_or(0.0)),
+            format!(
+                "{} {} -> {}: {:.2} GB/s",
+                l["kind"],
+                l["src"],
+                l["dst"],
+                r.algbw_gbs.unwrap_or(0.0)
+            ),
         )
     };
     let summary = execute(&params, count, &mut on_row)?;
     let wrong = summary["wrong"].as_i64().unwrap_or(0);
     out.emit(&ChildEvent::Summary { summary })?;
     if wrong > 0 {
-        return Err(RunError::Failed { code: 1, message: format!("{wrong} bytes differ after the copies") });
+        return Err(RunError::Failed {
+            code: 1,
+            message: format!("{wrong} bytes differ after the copies"),
+        });
     }
     Ok(())
 }
@@ -339,7 +469,10 @@ mod tests {
         let p = Params::from_json(&json!({})).unwrap();
         assert_eq!(p, Params::default());
         assert_eq!(p.size, 256 << 20);
-        let p = Params::from_json(&json!({"size": 1024, "iters": 3, "warmup": 0, "bidirectional": true, "gpus": [1, 0]})).unwrap();
+        let p = Params::from_json(
+            &json!({"size": 1024, "iters": 3, "warmup": 0, "bidirectional": true, "gpus": [1, 0]}),
+        )
+        .unwrap();
         assert_eq!(p.devices(2).unwrap(), vec![1, 0]);
         assert!(p.devices(1).unwrap_err().contains("GPU 1 requested"));
         assert_eq!(Params::default().devices(3).unwrap(), vec![0, 1, 2]);
@@ -354,19 +487,44 @@ mod tests {
             json!({"gpus": [-1]}),
             json!({"gpus": 0}),
         ] {
-            assert!(matches!(Params::from_json(&bad), Err(RunError::Params(_))), "{bad}");
+            assert!(
+                matches!(Params::from_json(&bad), Err(RunError::Params(_))),
+                "{bad}"
+            );
         }
     }
 
     #[test]
     fn rows_carry_labels_and_gbs() {
-        let r = row(256 << 20, Transfer { src: "0", dst: "1", kind: "d2d", path: Path::P2p, bidir: false }, 1000.0, 0);
+        let r = row(
+            256 << 20,
+            Transfer {
+                src: "0",
+                dst: "1",
+                kind: "d2d",
+                path: Path::P2p,
+                bidir: false,
+            },
+            1000.0,
+            0,
+        );
         assert_eq!(r.labels["src"], "0");
         assert_eq!(r.labels["path"], "p2p");
         assert!(!r.labels.contains_key("mode"));
         // 268,435,456 B in 1 ms is 268.4 GB/s (10⁹ bytes/s).
         assert!((r.algbw_gbs.unwrap() - 268.435456).abs() < 1e-9);
-        let b = row(256 << 20, Transfer { src: "1", dst: "0", kind: "d2d", path: Path::P2p, bidir: true }, 1000.0, 0);
+        let b = row(
+            256 << 20,
+            Transfer {
+                src: "1",
+                dst: "0",
+                kind: "d2d",
+                path: Path::P2p,
+                bidir: true,
+            },
+            1000.0,
+            0,
+        );
         assert_eq!(b.labels["mode"], "bidir");
         assert!((b.algbw_gbs.unwrap() - 2.0 * 268.435456).abs() < 1e-9);
         assert_eq!(b.extra["bytes_moved"], json!(2u64 * (256 << 20)));
@@ -374,14 +532,102 @@ mod tests {
 
     fn two_gpu_rows() -> Vec<ResultRow> {
         vec![
-            row(1 << 20, Transfer { src: "0", dst: "0", kind: "d2d", path: Path::Local, bidir: false }, 1.0, 0),
-            row(1 << 20, Transfer { src: "0", dst: "1", kind: "d2d", path: Path::P2p, bidir: false }, 2.0, 0),
-            row(1 << 20, Transfer { src: "1", dst: "0", kind: "d2d", path: Path::Staged, bidir: false }, 4.0, 0),
-            row(1 << 20, Transfer { src: "1", dst: "1", kind: "d2d", path: Path::Local, bidir: false }, 1.0, 0),
-            row(1 << 20, Transfer { src: "0", dst: "1", kind: "d2d", path: Path::P2p, bidir: true }, 2.0, 0),
-            row(1 << 20, Transfer { src: "1", dst: "0", kind: "d2d", path: Path::Staged, bidir: true }, 2.0, 0),
-            row(1 << 20, Transfer { src: "host", dst: "0", kind: "h2d", path: Path::Pinned, bidir: false }, 20.0, 0),
-            row(1 << 20, Transfer { src: "0", dst: "host", kind: "d2h", path: Path::Pinned, bidir: false }, 25.0, 3),
+            row(
+                1 << 20,
+                Transfer {
+                    src: "0",
+                    dst: "0",
+                    kind: "d2d",
+                    path: Path::Local,
+                    bidir: false,
+                },
+                1.0,
+                0,
+            ),
+            row(
+                1 << 20,
+                Transfer {
+                    src: "0",
+                    dst: "1",
+                    kind: "d2d",
+                    path: Path::P2p,
+                    bidir: false,
+                },
+                2.0,
+                0,
+            ),
+            row(
+                1 << 20,
+                Transfer {
+                    src: "1",
+                    dst: "0",
+                    kind: "d2d",
+                    path: Path::Staged,
+                    bidir: false,
+                },
+                4.0,
+                0,
+            ),
+            row(
+                1 << 20,
+                Transfer {
+                    src: "1",
+                    dst: "1",
+                    kind: "d2d",
+                    path: Path::Local,
+                    bidir: false,
+                },
+                1.0,
+                0,
+            ),
+            row(
+                1 << 20,
+                Transfer {
+                    src: "0",
+                    dst: "1",
+                    kind: "d2d",
+                    path: Path::P2p,
+                    bidir: true,
+                },
+                2.0,
+                0,
+            ),
+            row(
+                1 << 20,
+                Transfer {
+                    src: "1",
+                    dst: "0",
+                    kind: "d2d",
+                    path: Path::Staged,
+                    bidir: true,
+                },
+                2.0,
+                0,
+            ),
+            row(
+                1 << 20,
+                Transfer {
+                    src: "host",
+                    dst: "0",
+                    kind: "h2d",
+                    path: Path::Pinned,
+                    bidir: false,
+                },
+                20.0,
+                0,
+            ),
+            row(
+                1 << 20,
+                Transfer {
+                    src: "0",
+                    dst: "host",
+                    kind: "d2h",
+                    path: Path::Pinned,
+                    bidir: false,
+                },
+                25.0,
+                3,
+            ),
         ]
     }
 
@@ -390,7 +636,10 @@ mod tests {
         let s = summarize(&two_gpu_rows(), &[0, 1]);
         assert_eq!(s["d2d_gbs"][0][1], json!(gbs(1 << 20, 2.0)));
         assert_eq!(s["d2d_gbs"][1][0], json!(gbs(1 << 20, 4.0)));
-        assert_eq!(s["d2d_paths"], json!([["local", "p2p"], ["staged", "local"]]));
+        assert_eq!(
+            s["d2d_paths"],
+            json!([["local", "p2p"], ["staged", "local"]])
+        );
         assert_eq!(s["d2d_bidir_gbs"][0][0], Value::Null);
         assert_eq!(s["d2d_bidir_gbs"][1][0], json!(gbs(2 << 20, 2.0)));
         assert_eq!(s["h2d_gbs"], json!([gbs(1 << 20, 20.0), null]));

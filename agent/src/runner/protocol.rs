@@ -32,7 +32,9 @@ pub enum ChildEvent {
     /// One measured row of the result.
     Row { row: ResultRow },
     /// Keys merged into the result's `summary` (later keys win).
-    Summary { summary: serde_json::Map<String, serde_json::Value> },
+    Summary {
+        summary: serde_json::Map<String, serde_json::Value>,
+    },
     /// The node cannot run this test; with exit status 0 the outcome is `skipped`.
     Skipped { reason: String },
 }
@@ -54,7 +56,11 @@ impl<W: Write> Emitter<W> {
         self.out.flush()
     }
 
-    pub fn progress(&mut self, fraction: Option<f64>, message: impl Into<String>) -> std::io::Result<()> {
+    pub fn progress(
+        &mut self,
+        fraction: Option<f64>,
+        message: impl Into<String>,
+    ) -> std::io::Result<()> {
         self.emit(&ChildEvent::Progress(Progress {
             fraction,
             message: message.into(),

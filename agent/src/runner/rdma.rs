@@ -20,7 +20,14 @@ use super::nccl::rendezvous::Rendezvous;
 use super::protocol::{ChildEvent, ChildInput};
 use super::{RunError, Sink, param_u64};
 
-pub const TESTS: &[&str] = &["ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_write_lat", "ib_read_lat", "ib_send_lat"];
+pub const TESTS: &[&str] = &[
+    "ib_write_bw",
+    "ib_read_bw",
+    "ib_send_bw",
+    "ib_write_lat",
+    "ib_read_lat",
+    "ib_send_lat",
+];
 /// Where the kernel lists RDMA devices; tests point it elsewhere.
 pub const SYSFS_ENV: &str = "HEDDLE_RDMA_SYSFS";
 
@@ -41,7 +48,10 @@ impl Params {
         let s = |name: &str| p.get(name).and_then(Value::as_str).map(str::to_string);
         let test = s("test").unwrap_or_else(|| "ib_write_bw".into());
         if !TESTS.contains(&test.as_str()) {
-            return Err(RunError::Params(format!("unknown perftest {test:?} (one of {})", TESTS.join(", "))));
+            return Err(RunError::Params(format!(
+                "unknown perftest {test:?} (one of {})",
+                TESTS.join(", ")
+            )));
         }
         let device = s("device");
         if let Some(d) = &device
@@ -56,19 +66,38 @@ impl Params {
             device,
             ib_port: param_u64(p, "ib_port")?.unwrap_or(1),
             gid_index: param_u64(p, "gid_index")?,
-            size: if size.is_some() { size } else if all { None } else { Some(65536) },
+            size: if size.is_some() {
+                size
+            } else if all {
+                None
+            } else {
+                Some(65536)
+            },
             iters: param_u64(p, "iters")?,
             server_host: s("server_host"),
             port: param_u64(p, "port")?.unwrap_or(18515),
         };
-        if params.ib_port == 0 || params.ib_port > 2 || params.gid_index.is_some_and(|g| g > 255) || params.port > 65535 {
-            return Err(RunError::Params("ib_port must be 1 or 2, gid_index at most 255, port a TCP port".into()));
+        if params.ib_port == 0
+            || params.ib_port > 2
+            || params.gid_index.is_some_and(|g| g > 255)
+            || params.port > 65535
+        {
+            return Err(RunError::Params(
+                "ib_port must be 1 or 2, gid_index at most 255, port a TCP port".into(),
+            ));
         }
         Ok(params)
     }
 
     pub fn args(&self, device: &str) -> Vec<String> {
-        let mut a = vec!["-d".into(), device.into(), "-i".into(), self.ib_port.to_string(), "-p".into(), self.port.to_string()];
+        let mut a = vec![
+            "-d".into(),
+            device.into(),
+            "-i".into(),
+            self.ib_port.to_string(),
+            "-p".into(),
+            self.port.to_string(),
+        ];
         if let Some(g) = self.gid_index {
             a.extend(["-x".into(), g.to_string()]);
         }
@@ -86,8 +115,12 @@ impl Params {
 /// The devices under `<sysfs>/class/infiniband`, or why there are none.
 pub fn rdma_devices(sysfs: &Path) -> Result<Vec<String>, String> {
     let dir = sysfs.join("class/infiniband");
-    let entries = std::fs::read_dir(&dir).map_err(|e| format!("{} is absent ({e})", dir.display()))?;
-    let mut devs: Vec<String> = entries.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    let entries =
+        std::fs::read_dir(&dir).map_err(|e| format!("{} is absent ({e})", dir.display()))?;
+    let mut devs: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
     devs.sort();
     if devs.is_empty() {
         return Err(format!("{} is empty", dir.display()));
@@ -99,19 +132,38 @@ pub fn rdma_devices(sysfs: &Path) -> Result<Vec<String>, String> {
 pub fn check_device(sysfs: &Path, p: &Params) -> Result<String, String> {
     let devs = rdma_devices(sysfs)?;
     let dev = match &p.device {
-        Some(d) if !devs.contains(d) => return Err(format!("{d} is not among the RDMA devices ({})", devs.join(", "))),
+        Some(d) if !devs.contains(d) => {
+            return Err(format!(
+                "{d} is not among the RDMA devices ({})",
+                devs.join(", ")
+            ));
+        }
         Some(d) => d.clone(),
         None => devs[0].clone(),
     };
     let port = sysfs.join(format!("class/infiniband/{dev}/ports/{}", p.ib_port));
     if !port.is_dir() {
-        return Err(format!("{dev} has no port {} ({} is absent)", p.ib_port, port.display()));
+        return Err(format!(
+            "{dev} has no port {} ({} is absent)",
+            p.ib_port,
+            port.display()
+        ));
     }
     if let Some(g) = p.gid_index {
         let gid = port.join(format!("gids/{g}"));
-        let text = std::fs::read_to_string(&gid).map_err(|e| format!("GID index {g} of {dev} port {}: {} unreadable ({e})", p.ib_port, gid.display()))?;
+        let text = std::fs::read_to_string(&gid).map_err(|e| {
+            format!(
+                "GID index {g} of {dev} port {}: {} unreadable ({e})",
+                p.ib_port,
+                gid.display()
+            )
+        })?;
         if text.trim().chars().all(|c| c == '0' || c == ':') {
-            return Err(format!("GID index {g} of {dev} port {} is empty ({})", p.ib_port, text.trim()));
+            return Err(format!(
+                "GID index {g} of {dev} port {} is empty ({})",
+                p.ib_port,
+                text.trim()
+            ));
         }
     }
     Ok(dev)
@@ -127,7 +179,10 @@ pub struct PerfRow {
 
 impl PerfRow {
     pub fn get(&self, prefix: &str) -> Option<f64> {
-        self.columns.iter().find(|(k, _)| k.starts_with(prefix)).map(|(_, v)| *v)
+        self.columns
+            .iter()
+            .find(|(k, _)| k.starts_with(prefix))
+            .map(|(_, v)| *v)
     }
 }
 
@@ -153,30 +208,55 @@ pub fn parse_perftest(text: &str) -> Result<Vec<PerfRow>, String> {
             continue;
         }
         let Some(cols) = &header else { continue };
-        let vals: Vec<f64> = match t.split_whitespace().map(str::parse::<f64>).collect::<Result<Vec<_>, _>>() {
+        let vals: Vec<f64> = match t
+            .split_whitespace()
+            .map(str::parse::<f64>)
+            .collect::<Result<Vec<_>, _>>()
+        {
             Ok(v) if v.len() >= 2 => v,
             _ => continue,
         };
         rows.push(PerfRow {
             bytes: vals[0] as u64,
             iterations: vals[1] as u64,
-            columns: cols.iter().skip(2).cloned().zip(vals.iter().skip(2).copied()).collect(),
+            columns: cols
+                .iter()
+                .skip(2)
+                .cloned()
+                .zip(vals.iter().skip(2).copied())
+                .collect(),
         });
     }
     if rows.is_empty() {
-        return Err(match text.lines().map(str::trim).find(|l| !l.is_empty() && !l.starts_with('-')) {
-            Some(first) => format!("no result table in perftest output (it said: {first})"),
-            None => "no result table in perftest output".into(),
-        });
+        return Err(
+            match text
+                .lines()
+                .map(str::trim)
+                .find(|l| !l.is_empty() && !l.starts_with('-'))
+            {
+                Some(first) => format!("no result table in perftest output (it said: {first})"),
+                None => "no result table in perftest output".into(),
+            },
+        );
     }
     Ok(rows)
 }
 
 pub fn row(test: &str, r: &PerfRow) -> ResultRow {
     let gbits = r.columns.iter().any(|(k, _)| k.contains("Gb/sec"));
-    let bw = r.get("BW average").map(|v| if gbits { v / 8.0 } else { v * 1_048_576.0 / 1e9 });
+    let bw = r.get("BW average").map(|v| {
+        if gbits {
+            v / 8.0
+        } else {
+            v * 1_048_576.0 / 1e9
+        }
+    });
     let lat = r.get("t_avg").or_else(|| r.get("t_typical"));
-    let extra: Map<String, Value> = r.columns.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
+    let extra: Map<String, Value> = r
+        .columns
+        .iter()
+        .map(|(k, v)| (k.clone(), json!(v)))
+        .collect();
     ResultRow {
         size_bytes: r.bytes as i64,
         count: Some(r.iterations as i64),
@@ -200,19 +280,36 @@ fn run_tool(test: &str, args: &[String], host: Option<&str>) -> Result<String, R
         cmd.arg(h);
     }
     let out = cmd.output()?;
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     if !out.status.success() {
-        return Err(RunError::Failed { code: 1, message: format!("{test} failed ({}): {}", out.status, text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("")) });
+        return Err(RunError::Failed {
+            code: 1,
+            message: format!(
+                "{test} failed ({}): {}",
+                out.status,
+                text.lines()
+                    .rev()
+                    .find(|l| !l.trim().is_empty())
+                    .unwrap_or("")
+            ),
+        });
     }
     Ok(text)
 }
 
 pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
     let params = Params::parse(&input.params)?;
-    let sysfs = std::env::var_os(SYSFS_ENV).map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/sys"));
-    let device = check_device(&sysfs, &params).map_err(|why| RunError::Skip(format!("no RDMA device: {why}")))?;
+    let sysfs = std::env::var_os(SYSFS_ENV)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/sys"));
+    let device = check_device(&sysfs, &params)
+        .map_err(|why| RunError::Skip(format!("no RDMA device: {why}")))?;
     if super::ucx::which(&params.test).is_none() {
-        return Err(RunError::Skip(format!("{} not found in PATH (install perftest)", params.test)));
+        return Err(RunError::Skip(format!(
+            "{} not found in PATH (install perftest)",
+            params.test
+        )));
     }
     let args = params.args(&device);
     let world = input.world_size.max(1);
@@ -220,7 +317,11 @@ pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
         (1, _) => {
             // Server first; perftest's client retries its TCP connect briefly, so a short
             // head start is enough.
-            let mut server = Command::new(&params.test).args(&args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+            let mut server = Command::new(&params.test)
+                .args(&args)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()?;
             std::thread::sleep(Duration::from_millis(500));
             let client = run_tool(&params.test, &args, Some("127.0.0.1"));
             let _ = server.wait();
@@ -232,20 +333,49 @@ pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
                 message: "a two-node rdma job needs the server rendezvous, but the agent passed none to the test process".into(),
             })?;
             if rank == 0 {
-                let server = Command::new(&params.test).args(&args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
-                let host = params.server_host.clone().unwrap_or_else(|| nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default());
-                rv.exchange_named("rdma-server", true, Some(host.into_bytes()), Duration::from_secs(120)).map_err(|m| RunError::Failed { code: 1, message: m })?;
+                let server = Command::new(&params.test)
+                    .args(&args)
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()?;
+                let host = params.server_host.clone().unwrap_or_else(|| {
+                    nix::unistd::gethostname()
+                        .map(|h| h.to_string_lossy().into_owned())
+                        .unwrap_or_default()
+                });
+                rv.exchange_named(
+                    "rdma-server",
+                    true,
+                    Some(host.into_bytes()),
+                    Duration::from_secs(120),
+                )
+                .map_err(|m| RunError::Failed {
+                    code: 1,
+                    message: m,
+                })?;
                 let o = server.wait_with_output()?;
                 String::from_utf8_lossy(&o.stdout).into_owned()
             } else {
-                let host = rv.exchange_named("rdma-server", false, None, Duration::from_secs(120)).map_err(|m| RunError::Failed { code: 1, message: m })?;
+                let host = rv
+                    .exchange_named("rdma-server", false, None, Duration::from_secs(120))
+                    .map_err(|m| RunError::Failed {
+                        code: 1,
+                        message: m,
+                    })?;
                 std::thread::sleep(Duration::from_millis(500));
                 run_tool(&params.test, &args, Some(&String::from_utf8_lossy(&host)))?
             }
         }
-        (n, _) => return Err(RunError::Params(format!("rdma runs on one node or between two, not {n}"))),
+        (n, _) => {
+            return Err(RunError::Params(format!(
+                "rdma runs on one node or between two, not {n}"
+            )));
+        }
     };
-    let rows = parse_perftest(&text).map_err(|m| RunError::Failed { code: 1, message: m })?;
+    let rows = parse_perftest(&text).map_err(|m| RunError::Failed {
+        code: 1,
+        message: m,
+    })?;
     for r in &rows {
         out.row(row(&params.test, r))?;
     }
@@ -267,7 +397,9 @@ mod tests {
 
     fn sysfs_with(dev: &str, gid: Option<(u32, &str)>) -> tempfile::TempDir {
         let t = tempfile::tempdir().unwrap();
-        let port = t.path().join(format!("class/infiniband/{dev}/ports/1/gids"));
+        let port = t
+            .path()
+            .join(format!("class/infiniband/{dev}/ports/1/gids"));
         std::fs::create_dir_all(&port).unwrap();
         if let Some((i, g)) = gid {
             std::fs::write(port.join(i.to_string()), g).unwrap();
@@ -282,26 +414,66 @@ mod tests {
         let why = check_device(empty.path(), &p).unwrap_err();
         assert!(why.contains("class/infiniband is absent"), "{why}");
         std::fs::create_dir_all(empty.path().join("class/infiniband")).unwrap();
-        assert!(check_device(empty.path(), &p).unwrap_err().contains("is empty"));
+        assert!(
+            check_device(empty.path(), &p)
+                .unwrap_err()
+                .contains("is empty")
+        );
 
-        let s = sysfs_with("mlx5_0", Some((3, "0000:0000:0000:0000:0000:ffff:1a2d:d1f2")));
+        let s = sysfs_with(
+            "mlx5_0",
+            Some((3, "0000:0000:0000:0000:0000:ffff:1a2d:d1f2")),
+        );
         assert_eq!(check_device(s.path(), &p).unwrap(), "mlx5_0");
         let p3 = Params::parse(&json!({"gid_index": 3})).unwrap();
         assert_eq!(check_device(s.path(), &p3).unwrap(), "mlx5_0");
-        let why = check_device(s.path(), &Params::parse(&json!({"device": "mlx5_7"})).unwrap()).unwrap_err();
-        assert!(why.contains("mlx5_7 is not among the RDMA devices (mlx5_0)"), "{why}");
-        assert!(check_device(s.path(), &Params::parse(&json!({"gid_index": 4})).unwrap()).unwrap_err().contains("unreadable"));
-        assert!(check_device(s.path(), &Params::parse(&json!({"ib_port": 2})).unwrap()).unwrap_err().contains("no port 2"));
-        let z = sysfs_with("mlx5_0", Some((0, "0000:0000:0000:0000:0000:0000:0000:0000")));
-        assert!(check_device(z.path(), &Params::parse(&json!({"gid_index": 0})).unwrap()).unwrap_err().contains("is empty"));
+        let why = check_device(
+            s.path(),
+            &Params::parse(&json!({"device": "mlx5_7"})).unwrap(),
+        )
+        .unwrap_err();
+        assert!(
+            why.contains("mlx5_7 is not among the RDMA devices (mlx5_0)"),
+            "{why}"
+        );
+        assert!(
+            check_device(s.path(), &Params::parse(&json!({"gid_index": 4})).unwrap())
+                .unwrap_err()
+                .contains("unreadable")
+        );
+        assert!(
+            check_device(s.path(), &Params::parse(&json!({"ib_port": 2})).unwrap())
+                .unwrap_err()
+                .contains("no port 2")
+        );
+        let z = sysfs_with(
+            "mlx5_0",
+            Some((0, "0000:0000:0000:0000:0000:0000:0000:0000")),
+        );
+        assert!(
+            check_device(z.path(), &Params::parse(&json!({"gid_index": 0})).unwrap())
+                .unwrap_err()
+                .contains("is empty")
+        );
     }
 
     #[test]
     fn params_and_args() {
         let p = Params::parse(&json!({"test": "ib_read_lat", "device": "mlx5_1", "gid_index": 3, "size": 8, "iters": 1000})).unwrap();
-        assert_eq!(p.args("mlx5_1").join(" "), "-d mlx5_1 -i 1 -p 18515 -x 3 -s 8 -n 1000");
-        assert_eq!(Params::parse(&json!({})).unwrap().args("m").last().unwrap(), "-a");
-        for bad in [json!({"test": "rm"}), json!({"device": "../x"}), json!({"ib_port": 3}), json!({"gid_index": 999})] {
+        assert_eq!(
+            p.args("mlx5_1").join(" "),
+            "-d mlx5_1 -i 1 -p 18515 -x 3 -s 8 -n 1000"
+        );
+        assert_eq!(
+            Params::parse(&json!({})).unwrap().args("m").last().unwrap(),
+            "-a"
+        );
+        for bad in [
+            json!({"test": "rm"}),
+            json!({"device": "../x"}),
+            json!({"ib_port": 3}),
+            json!({"gid_index": 999}),
+        ] {
             assert!(Params::parse(&bad).is_err(), "{bad}");
         }
     }
@@ -335,6 +507,9 @@ mod tests {
         assert_eq!(rows[0].columns.len(), 5);
         assert_eq!(row("ib_read_lat", &rows[0]).time_us, Some(0.85));
         let gbit = " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n 65536 1000 97.1 96.0 0.18\n";
-        assert_eq!(row("ib_send_bw", &parse_perftest(gbit).unwrap()[0]).algbw_gbs, Some(12.0));
+        assert_eq!(
+            row("ib_send_bw", &parse_perftest(gbit).unwrap()[0]).algbw_gbs,
+            Some(12.0)
+        );
     }
 }

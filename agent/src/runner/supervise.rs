@@ -97,7 +97,9 @@ impl ChildReport {
             ChildEnd::Stopped(StopReason::Cancelled) => {
                 (Outcome::Cancelled, Some("cancelled".into()), None)
             }
-            ChildEnd::Stopped(other) => (Outcome::Failed, Some(format!("stopped: {other:?}")), None),
+            ChildEnd::Stopped(other) => {
+                (Outcome::Failed, Some(format!("stopped: {other:?}")), None)
+            }
             ChildEnd::SpawnFailed(err) => (
                 Outcome::Failed,
                 Some(format!("could not start the test process: {err}")),
@@ -337,7 +339,9 @@ fn spawn(spec: &ChildSpec) -> std::io::Result<tokio::process::Child> {
             }
             // The parent may have died before the death signal was armed.
             if libc::getppid() != parent {
-                return Err(std::io::Error::other("agent exited while starting the test"));
+                return Err(std::io::Error::other(
+                    "agent exited while starting the test",
+                ));
             }
             Ok(())
         });
@@ -354,11 +358,7 @@ async fn next_line<R: tokio::io::AsyncBufRead + Unpin>(
     }
 }
 
-fn handle_line(
-    line: &str,
-    report: &mut ChildReport,
-    progress: &watch::Sender<Option<Progress>>,
-) {
+fn handle_line(line: &str, report: &mut ChildReport, progress: &watch::Sender<Option<Progress>>) {
     if line.len() > MAX_LINE {
         report.unparsed_lines += 1;
         return;

@@ -75,12 +75,19 @@ async fn failure_reports_status_and_last_stderr_line() {
     let (outcome, reason, code) = r.outcome();
     assert_eq!(outcome, Outcome::Failed);
     assert_eq!(code, Some(3));
-    assert_eq!(reason.as_deref(), Some("exited with status 3: link is down"));
+    assert_eq!(
+        reason.as_deref(),
+        Some("exited with status 3: link is down")
+    );
 }
 
 #[tokio::test]
 async fn stderr_tail_is_bounded() {
-    let r = run(sh("head -c 100000 /dev/zero | tr '\\0' 'a' >&2; echo END >&2; exit 1", None)).await;
+    let r = run(sh(
+        "head -c 100000 /dev/zero | tr '\\0' 'a' >&2; echo END >&2; exit 1",
+        None,
+    ))
+    .await;
     assert_eq!(r.stderr_tail.len(), STDERR_TAIL_BYTES);
     assert!(r.stderr_tail.ends_with("aEND\n"));
 }
@@ -111,10 +118,18 @@ async fn timeout_kills_the_whole_group() {
     let script = format!("sleep 30 & echo $! > {}; wait", pidfile.display());
     let start = std::time::Instant::now();
     let r = run(sh(&script, Some(Duration::from_millis(500)))).await;
-    assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
     assert_eq!(r.end, ChildEnd::TimedOut(Duration::from_millis(500)));
     assert_eq!(r.outcome().1.as_deref(), Some("timed out after 0 s"));
-    let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     assert!(is_dead(pid), "grandchild {pid} survived");
 }
 
@@ -153,7 +168,13 @@ fn is_dead(pid: i32) -> bool {
         match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
             Err(_) => return true,
             Ok(stat) => {
-                let state = stat.rsplit(')').next().unwrap_or("").trim_start().chars().next();
+                let state = stat
+                    .rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .chars()
+                    .next();
                 if state == Some('Z') || state == Some('X') {
                     return true;
                 }

@@ -20,16 +20,21 @@ pub const MAX_CELLS: usize = 64;
 
 /// The cells of the grid, in a stable order (names sorted, values as given).
 pub fn cells(grid: &Value) -> Result<Vec<BTreeMap<String, String>>, RunError> {
-    let obj = grid
-        .as_object()
-        .filter(|o| !o.is_empty())
-        .ok_or_else(|| RunError::Params("grid must be a non-empty object of NCCL_* name → list of values".into()))?;
+    let obj = grid.as_object().filter(|o| !o.is_empty()).ok_or_else(|| {
+        RunError::Params("grid must be a non-empty object of NCCL_* name → list of values".into())
+    })?;
     let mut out = vec![BTreeMap::new()];
     let mut names: Vec<&String> = obj.keys().collect();
     names.sort();
     for name in names {
-        if !name.starts_with("NCCL_") || !name.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_') {
-            return Err(RunError::Params(format!("grid key {name:?} is not an NCCL_* variable name")));
+        if !name.starts_with("NCCL_")
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+        {
+            return Err(RunError::Params(format!(
+                "grid key {name:?} is not an NCCL_* variable name"
+            )));
         }
         let values: Vec<String> = match &obj[name] {
             Value::Array(a) if !a.is_empty() => a
@@ -37,10 +42,16 @@ pub fn cells(grid: &Value) -> Result<Vec<BTreeMap<String, String>>, RunError> {
                 .map(|v| match v {
                     Value::String(s) if !s.contains('\0') => Ok(s.clone()),
                     Value::Number(n) => Ok(n.to_string()),
-                    other => Err(RunError::Params(format!("{name}: values must be strings or numbers, got {other}"))),
+                    other => Err(RunError::Params(format!(
+                        "{name}: values must be strings or numbers, got {other}"
+                    ))),
                 })
                 .collect::<Result<_, _>>()?,
-            other => return Err(RunError::Params(format!("{name} must be a non-empty list, got {other}"))),
+            other => {
+                return Err(RunError::Params(format!(
+                    "{name} must be a non-empty list, got {other}"
+                )));
+            }
         };
         out = out
             .into_iter()
@@ -53,7 +64,9 @@ pub fn cells(grid: &Value) -> Result<Vec<BTreeMap<String, String>>, RunError> {
             })
             .collect();
         if out.len() > MAX_CELLS {
-            return Err(RunError::Params(format!("the grid has more than {MAX_CELLS} cells")));
+            return Err(RunError::Params(format!(
+                "the grid has more than {MAX_CELLS} cells"
+            )));
         }
     }
     Ok(out)
@@ -62,17 +75,29 @@ pub fn cells(grid: &Value) -> Result<Vec<BTreeMap<String, String>>, RunError> {
 /// `bench nccl` arguments for these params.
 pub fn bench_args(p: &NcclParams) -> Vec<String> {
     let mut a = vec![
-        "bench".into(), "nccl".into(), p.coll.name().into(),
-        "-b".into(), p.sweep.min_bytes.to_string(),
-        "-e".into(), p.sweep.max_bytes.to_string(),
-        "-f".into(), p.sweep.factor.to_string(),
-        "-g".into(), p.gpus.to_string(),
-        "-w".into(), p.warmup.to_string(),
-        "-n".into(), p.iters.to_string(),
-        "-c".into(), u8::from(p.check).to_string(),
-        "-d".into(), p.dtype.name().into(),
-        "-o".into(), p.redop.name().into(),
-        "-r".into(), p.root.to_string(),
+        "bench".into(),
+        "nccl".into(),
+        p.coll.name().into(),
+        "-b".into(),
+        p.sweep.min_bytes.to_string(),
+        "-e".into(),
+        p.sweep.max_bytes.to_string(),
+        "-f".into(),
+        p.sweep.factor.to_string(),
+        "-g".into(),
+        p.gpus.to_string(),
+        "-w".into(),
+        p.warmup.to_string(),
+        "-n".into(),
+        p.iters.to_string(),
+        "-c".into(),
+        u8::from(p.check).to_string(),
+        "-d".into(),
+        p.dtype.name().into(),
+        "-o".into(),
+        p.redop.name().into(),
+        "-r".into(),
+        p.root.to_string(),
         "--json".into(),
     ];
     if let Some(step) = p.sweep.step_bytes {
@@ -85,7 +110,9 @@ pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
     let params = NcclParams::from_json(&input.params)?;
     let grid = cells(input.params.get("grid").unwrap_or(&Value::Null))?;
     if input.world_size > 1 {
-        return Err(RunError::Params("sweep runs on one node; use nccl jobs with env for multi-node cells".into()));
+        return Err(RunError::Params(
+            "sweep runs on one node; use nccl jobs with env for multi-node cells".into(),
+        ));
     }
     let exe = std::env::current_exe()?;
     let args = bench_args(&params);
@@ -97,13 +124,20 @@ pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
             code: 1,
             message: format!(
                 "cell {cell:?}: bench printed no JSON ({e}); stderr: {}",
-                String::from_utf8_lossy(&o.stderr).lines().last().unwrap_or("")
+                String::from_utf8_lossy(&o.stderr)
+                    .lines()
+                    .last()
+                    .unwrap_or("")
             ),
         })?;
         if let Some(reason) = v.get("skipped").and_then(Value::as_str) {
             return Err(RunError::Skip(reason.to_string()));
         }
-        let rows: Vec<ResultRow> = serde_json::from_value(v["rows"].clone()).map_err(|e| RunError::Failed { code: 1, message: format!("cell {cell:?}: {e}") })?;
+        let rows: Vec<ResultRow> =
+            serde_json::from_value(v["rows"].clone()).map_err(|e| RunError::Failed {
+                code: 1,
+                message: format!("cell {cell:?}: {e}"),
+            })?;
         let mut peak: f64 = 0.0;
         for mut r in rows {
             peak = peak.max(r.busbw_gbs.unwrap_or(0.0));
@@ -119,7 +153,10 @@ pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
             "wrong": s["wrong"],
             "nccl_transports": s["nccl_transports"],
         }));
-        out.progress(Some((i + 1) as f64 / grid.len() as f64), format!("{cell:?}: peak busbw {peak:.2} GB/s"))?;
+        out.progress(
+            Some((i + 1) as f64 / grid.len() as f64),
+            format!("{cell:?}: peak busbw {peak:.2} GB/s"),
+        )?;
     }
     let mut summary = Map::new();
     summary.insert("kind".into(), "sweep".into());
@@ -135,11 +172,22 @@ mod tests {
 
     #[test]
     fn grid_cells_are_the_cartesian_product() {
-        let c = cells(&json!({"NCCL_PROTO": ["LL", "Simple"], "NCCL_ALGO": ["Ring", "Tree", "NVLS"]})).unwrap();
+        let c =
+            cells(&json!({"NCCL_PROTO": ["LL", "Simple"], "NCCL_ALGO": ["Ring", "Tree", "NVLS"]}))
+                .unwrap();
         assert_eq!(c.len(), 6);
-        assert_eq!(c[0], BTreeMap::from([("NCCL_ALGO".into(), "Ring".into()), ("NCCL_PROTO".into(), "LL".into())]));
+        assert_eq!(
+            c[0],
+            BTreeMap::from([
+                ("NCCL_ALGO".into(), "Ring".into()),
+                ("NCCL_PROTO".into(), "LL".into())
+            ])
+        );
         assert_eq!(c[5]["NCCL_ALGO"], "NVLS");
-        assert_eq!(cells(&json!({"NCCL_NCHANNELS": [4, 8]})).unwrap()[1]["NCCL_NCHANNELS"], "8");
+        assert_eq!(
+            cells(&json!({"NCCL_NCHANNELS": [4, 8]})).unwrap()[1]["NCCL_NCHANNELS"],
+            "8"
+        );
         for bad in [
             json!(null),
             json!({}),

@@ -22,8 +22,17 @@ use super::{RunError, Sink, param_u64};
 
 /// UCP tests ucx_perftest runs between two processes (the UCT ones need a device name).
 pub const TESTS: &[&str] = &[
-    "tag_lat", "tag_bw", "tag_sync_lat", "tag_sync_bw", "ucp_put_lat", "ucp_put_bw",
-    "ucp_get", "stream_bw", "stream_lat", "ucp_am_lat", "ucp_am_bw",
+    "tag_lat",
+    "tag_bw",
+    "tag_sync_lat",
+    "tag_sync_bw",
+    "ucp_put_lat",
+    "ucp_put_bw",
+    "ucp_get",
+    "stream_bw",
+    "stream_lat",
+    "ucp_am_lat",
+    "ucp_am_bw",
 ];
 const STEP_TIMEOUT: Duration = Duration::from_secs(120);
 const RENDEZVOUS_NAME: &str = "ucx-server";
@@ -45,7 +54,11 @@ impl Params {
                 None | Some(Value::Null) => Ok(None),
                 Some(Value::Array(a)) => a
                     .iter()
-                    .map(|v| v.as_str().map(str::to_string).ok_or_else(|| RunError::Params(format!("{name} must be strings"))))
+                    .map(|v| {
+                        v.as_str()
+                            .map(str::to_string)
+                            .ok_or_else(|| RunError::Params(format!("{name} must be strings")))
+                    })
                     .collect::<Result<_, _>>()
                     .map(Some),
                 Some(v) => Err(RunError::Params(format!("{name} must be a list, got {v}"))),
@@ -53,20 +66,39 @@ impl Params {
         };
         let tests = strings("tests")?.unwrap_or_else(|| vec!["tag_lat".into(), "tag_bw".into()]);
         if let Some(bad) = tests.iter().find(|t| !TESTS.contains(&t.as_str())) {
-            return Err(RunError::Params(format!("unknown ucx_perftest test {bad:?} (one of {})", TESTS.join(", "))));
+            return Err(RunError::Params(format!(
+                "unknown ucx_perftest test {bad:?} (one of {})",
+                TESTS.join(", ")
+            )));
         }
         let sizes = match p.get("sizes") {
             None | Some(Value::Null) => vec![8, 4096, 65536, 1 << 20],
             Some(Value::Array(a)) => a
                 .iter()
-                .map(|v| v.as_u64().filter(|&s| s > 0 && s <= 1 << 30).ok_or_else(|| RunError::Params(format!("sizes must be integers in 1..=1 GiB, got {v}"))))
+                .map(|v| {
+                    v.as_u64()
+                        .filter(|&s| s > 0 && s <= 1 << 30)
+                        .ok_or_else(|| {
+                            RunError::Params(format!(
+                                "sizes must be integers in 1..=1 GiB, got {v}"
+                            ))
+                        })
+                })
                 .collect::<Result<_, _>>()?,
             Some(v) => return Err(RunError::Params(format!("sizes must be a list, got {v}"))),
         };
         let memory = match p.get("memory") {
             None | Some(Value::Null) => "host".to_string(),
-            Some(Value::String(m)) if ["host", "cuda", "cuda-managed", "rocm"].contains(&m.as_str()) => m.clone(),
-            Some(v) => return Err(RunError::Params(format!("memory must be host, cuda, cuda-managed or rocm, got {v}"))),
+            Some(Value::String(m))
+                if ["host", "cuda", "cuda-managed", "rocm"].contains(&m.as_str()) =>
+            {
+                m.clone()
+            }
+            Some(v) => {
+                return Err(RunError::Params(format!(
+                    "memory must be host, cuda, cuda-managed or rocm, got {v}"
+                )));
+            }
         };
         let params = Params {
             tests,
@@ -74,22 +106,37 @@ impl Params {
             iters: param_u64(p, "iters")?.unwrap_or(10_000),
             warmup: param_u64(p, "warmup")?.unwrap_or(1_000),
             memory,
-            server_host: p.get("server_host").and_then(Value::as_str).map(str::to_string),
+            server_host: p
+                .get("server_host")
+                .and_then(Value::as_str)
+                .map(str::to_string),
         };
-        if params.iters == 0 || params.iters > 100_000_000 || params.tests.is_empty() || params.sizes.is_empty() {
-            return Err(RunError::Params("iters must be in 1..=1e8, tests and sizes non-empty".into()));
+        if params.iters == 0
+            || params.iters > 100_000_000
+            || params.tests.is_empty()
+            || params.sizes.is_empty()
+        {
+            return Err(RunError::Params(
+                "iters must be in 1..=1e8, tests and sizes non-empty".into(),
+            ));
         }
         Ok(params)
     }
 
     fn test_args(&self, test: &str, size: u64, port: u16) -> Vec<String> {
         vec![
-            "-t".into(), test.into(),
-            "-s".into(), size.to_string(),
-            "-n".into(), self.iters.to_string(),
-            "-w".into(), self.warmup.to_string(),
-            "-m".into(), self.memory.clone(),
-            "-p".into(), port.to_string(),
+            "-t".into(),
+            test.into(),
+            "-s".into(),
+            size.to_string(),
+            "-n".into(),
+            self.iters.to_string(),
+            "-w".into(),
+            self.warmup.to_string(),
+            "-m".into(),
+            self.memory.clone(),
+            "-p".into(),
+            port.to_string(),
         ]
     }
 }
@@ -104,7 +151,9 @@ pub fn which(program: &str) -> Option<std::path::PathBuf> {
 }
 
 fn free_port() -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }
 
 /// Starts a `ucx_perftest` server. Its "Waiting for connection" line cannot serve as a
@@ -118,7 +167,10 @@ fn start_server(port: u16) -> Result<Child, RunError> {
         .spawn()?)
 }
 
-fn wait_with_timeout(child: &mut Child, timeout: Duration) -> std::io::Result<Option<std::process::ExitStatus>> {
+fn wait_with_timeout(
+    child: &mut Child,
+    timeout: Duration,
+) -> std::io::Result<Option<std::process::ExitStatus>> {
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(st) = child.try_wait()? {
@@ -139,7 +191,9 @@ fn run_client(host: &str, args: &[String]) -> Result<(PerfResult, String), RunEr
     let mut attempt = 0;
     loop {
         match run_client_once(host, args) {
-            Err(RunError::Failed { message, .. }) if attempt < 50 && message.contains("connect") => {
+            Err(RunError::Failed { message, .. })
+                if attempt < 50 && message.contains("connect") =>
+            {
                 attempt += 1;
                 std::thread::sleep(Duration::from_millis(100));
                 tracing::debug!(%message, attempt, "ucx_perftest server not ready");
@@ -161,19 +215,39 @@ fn run_client_once(host: &str, args: &[String]) -> Result<(PerfResult, String), 
     let out_t = std::thread::spawn(move || std::io::read_to_string(out).unwrap_or_default());
     let err_t = std::thread::spawn(move || std::io::read_to_string(err).unwrap_or_default());
     let status = wait_with_timeout(&mut child, STEP_TIMEOUT)?;
-    let (stdout, stderr) = (out_t.join().unwrap_or_default(), err_t.join().unwrap_or_default());
+    let (stdout, stderr) = (
+        out_t.join().unwrap_or_default(),
+        err_t.join().unwrap_or_default(),
+    );
     match status {
-        None => Err(RunError::Failed { code: 1, message: format!("ucx_perftest {} timed out after {STEP_TIMEOUT:?}", args.join(" ")) }),
+        None => Err(RunError::Failed {
+            code: 1,
+            message: format!(
+                "ucx_perftest {} timed out after {STEP_TIMEOUT:?}",
+                args.join(" ")
+            ),
+        }),
         Some(st) if !st.success() => Err(RunError::Failed {
             code: 1,
-            message: format!("ucx_perftest {} failed ({st}): {}", args.join(" "), stderr.lines().chain(stdout.lines()).rfind(|l| !l.trim().is_empty()).unwrap_or("")),
+            message: format!(
+                "ucx_perftest {} failed ({st}): {}",
+                args.join(" "),
+                stderr
+                    .lines()
+                    .chain(stdout.lines())
+                    .rfind(|l| !l.trim().is_empty())
+                    .unwrap_or("")
+            ),
         }),
         Some(_) => parse(&stdout).map(|r| (r, stdout)),
     }
 }
 
 fn parse(stdout: &str) -> Result<PerfResult, RunError> {
-    ucx_parse::parse_perftest(stdout).map_err(|m| RunError::Failed { code: 1, message: m })
+    ucx_parse::parse_perftest(stdout).map_err(|m| RunError::Failed {
+        code: 1,
+        message: m,
+    })
 }
 
 pub fn row(test: &str, size: u64, r: &PerfResult) -> Option<ResultRow> {
@@ -206,16 +280,22 @@ pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
     let params = Params::parse(&input.params)?;
     if which("ucx_perftest").is_none() {
         return Err(RunError::Skip(
-            "ucx_perftest not found in PATH (install UCX's tools, e.g. the ucx-utils package)".into(),
+            "ucx_perftest not found in PATH (install UCX's tools, e.g. the ucx-utils package)"
+                .into(),
         ));
     }
     let world = input.world_size.max(1);
     if world > 2 {
-        return Err(RunError::Params(format!("ucx runs on one node or between two, not {world}")));
+        return Err(RunError::Params(format!(
+            "ucx runs on one node or between two, not {world}"
+        )));
     }
     let mut summary = Map::new();
     summary.insert("kind".into(), "ucx".into());
-    summary.insert("mode".into(), if world == 1 { "loopback" } else { "two-node" }.into());
+    summary.insert(
+        "mode".into(),
+        if world == 1 { "loopback" } else { "two-node" }.into(),
+    );
     if let Ok(o) = Command::new("ucx_info").arg("-v").output()
         && let Some(v) = ucx_parse::parse_version(&String::from_utf8_lossy(&o.stdout))
     {
@@ -223,13 +303,23 @@ pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
     }
     if let Ok(o) = Command::new("ucx_info").arg("-d").output() {
         let tl = ucx_parse::parse_info_devices(&String::from_utf8_lossy(&o.stdout));
-        let names: Vec<String> = tl.iter().map(|t| format!("{}/{}", t.transport, t.device)).collect();
+        let names: Vec<String> = tl
+            .iter()
+            .map(|t| format!("{}/{}", t.transport, t.device))
+            .collect();
         summary.insert("ucx_transports".into(), json!(names));
     }
-    let env: Vec<String> = std::env::vars().filter(|(k, _)| k.starts_with("UCX_")).map(|(k, v)| format!("{k}={v}")).collect();
+    let env: Vec<String> = std::env::vars()
+        .filter(|(k, _)| k.starts_with("UCX_"))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
     summary.insert("ucx_env".into(), json!(env));
 
-    let steps: Vec<(&String, u64)> = params.tests.iter().flat_map(|t| params.sizes.iter().map(move |&s| (t, s))).collect();
+    let steps: Vec<(&String, u64)> = params
+        .tests
+        .iter()
+        .flat_map(|t| params.sizes.iter().map(move |&s| (t, s)))
+        .collect();
     let rendezvous = if world == 2 {
         Some(Rendezvous::from_env(input.run_id).ok_or_else(|| RunError::Failed {
             code: 1,
@@ -255,29 +345,57 @@ pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
                 let port = free_port()?;
                 let mut server = start_server(port)?;
                 let host = params.server_host.clone().unwrap_or_else(|| {
-                    nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_else(|_| "localhost".into())
+                    nix::unistd::gethostname()
+                        .map(|h| h.to_string_lossy().into_owned())
+                        .unwrap_or_else(|_| "localhost".into())
                 });
                 let rv = rendezvous.as_ref().expect("two-node runs have one");
-                rv.exchange_named(&step_name, true, Some(format!("{host}:{port}").into_bytes()), STEP_TIMEOUT)
-                    .map_err(|m| RunError::Failed { code: 1, message: m })?;
+                rv.exchange_named(
+                    &step_name,
+                    true,
+                    Some(format!("{host}:{port}").into_bytes()),
+                    STEP_TIMEOUT,
+                )
+                .map_err(|m| RunError::Failed {
+                    code: 1,
+                    message: m,
+                })?;
                 if wait_with_timeout(&mut server, STEP_TIMEOUT)?.is_none() {
-                    return Err(RunError::Failed { code: 1, message: format!("no client connected for {test} {size} B") });
+                    return Err(RunError::Failed {
+                        code: 1,
+                        message: format!("no client connected for {test} {size} B"),
+                    });
                 }
                 None
             }
             _ => {
                 let rv = rendezvous.as_ref().expect("two-node runs have one");
-                let addr = rv.exchange_named(&step_name, false, None, STEP_TIMEOUT).map_err(|m| RunError::Failed { code: 1, message: m })?;
+                let addr = rv
+                    .exchange_named(&step_name, false, None, STEP_TIMEOUT)
+                    .map_err(|m| RunError::Failed {
+                        code: 1,
+                        message: m,
+                    })?;
                 let addr = String::from_utf8_lossy(&addr).into_owned();
-                let (host, port) = addr.rsplit_once(':').ok_or_else(|| RunError::Failed { code: 1, message: format!("bad server address {addr:?}") })?;
-                let port: u16 = port.parse().map_err(|_| RunError::Failed { code: 1, message: format!("bad port in {addr:?}") })?;
+                let (host, port) = addr.rsplit_once(':').ok_or_else(|| RunError::Failed {
+                    code: 1,
+                    message: format!("bad server address {addr:?}"),
+                })?;
+                let port: u16 = port.parse().map_err(|_| RunError::Failed {
+                    code: 1,
+                    message: format!("bad port in {addr:?}"),
+                })?;
                 Some(run_client(host, &params.test_args(test, *size, port))?)
             }
         };
         if let Some((r, _raw)) = result
             && let Some(row) = row(test, *size, &r)
         {
-            let msg = format!("{test} {size} B: {:.2} us, {:.3} GB/s", row.time_us.unwrap_or(0.0), row.algbw_gbs.unwrap_or(0.0));
+            let msg = format!(
+                "{test} {size} B: {:.2} us, {:.3} GB/s",
+                row.time_us.unwrap_or(0.0),
+                row.algbw_gbs.unwrap_or(0.0)
+            );
             out.row(row)?;
             out.progress(Some((i + 1) as f64 / steps.len() as f64), msg)?;
         }
@@ -295,8 +413,14 @@ mod tests {
         let p = Params::parse(&json!({})).unwrap();
         assert_eq!(p.tests, vec!["tag_lat", "tag_bw"]);
         assert_eq!(p.sizes.len(), 4);
-        let p = Params::parse(&json!({"tests": ["ucp_put_bw"], "sizes": [1024], "iters": 5, "memory": "cuda"})).unwrap();
-        assert_eq!(p.test_args("ucp_put_bw", 1024, 9)[..4], ["-t", "ucp_put_bw", "-s", "1024"].map(String::from));
+        let p = Params::parse(
+            &json!({"tests": ["ucp_put_bw"], "sizes": [1024], "iters": 5, "memory": "cuda"}),
+        )
+        .unwrap();
+        assert_eq!(
+            p.test_args("ucp_put_bw", 1024, 9)[..4],
+            ["-t", "ucp_put_bw", "-s", "1024"].map(String::from)
+        );
         for bad in [
             json!({"tests": ["rm_rf"]}),
             json!({"tests": "tag_bw"}),
@@ -306,7 +430,10 @@ mod tests {
             json!({"iters": 0}),
             json!({"tests": []}),
         ] {
-            assert!(matches!(Params::parse(&bad), Err(RunError::Params(_))), "{bad}");
+            assert!(
+                matches!(Params::parse(&bad), Err(RunError::Params(_))),
+                "{bad}"
+            );
         }
     }
 }

@@ -26,8 +26,12 @@ pub fn parse_info_devices(text: &str) -> Vec<UcxTransport> {
     let mut component: Option<String> = None;
     let mut transport: Option<String> = None;
     for line in text.lines() {
-        let Some(body) = line.strip_prefix('#') else { continue };
-        let Some((key, value)) = body.split_once(':') else { continue };
+        let Some(body) = line.strip_prefix('#') else {
+            continue;
+        };
+        let Some((key, value)) = body.split_once(':') else {
+            continue;
+        };
         let (key, value) = (key.trim().to_ascii_lowercase(), value.trim().to_string());
         match key.as_str() {
             "memory domain" => {
@@ -99,7 +103,11 @@ pub struct PerfResult {
 
 impl PerfResult {
     pub fn final_line(&self) -> Option<&PerfLine> {
-        self.lines.iter().rev().find(|l| l.is_final).or(self.lines.last())
+        self.lines
+            .iter()
+            .rev()
+            .find(|l| l.is_final)
+            .or(self.lines.last())
     }
 }
 
@@ -170,8 +178,14 @@ mod tests {
 
     #[test]
     fn version_lines() {
-        assert_eq!(parse_version("# Version 1.13.1\n# Git branch x").as_deref(), Some("1.13.1"));
-        assert_eq!(parse_version("# Library version: 1.8.0\n").as_deref(), Some("1.8.0"));
+        assert_eq!(
+            parse_version("# Version 1.13.1\n# Git branch x").as_deref(),
+            Some("1.13.1")
+        );
+        assert_eq!(
+            parse_version("# Library version: 1.8.0\n").as_deref(),
+            Some("1.8.0")
+        );
         assert_eq!(parse_version("nothing"), None);
     }
 }

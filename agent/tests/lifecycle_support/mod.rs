@@ -29,12 +29,23 @@ impl Agent {
         Agent::start_with(server_urls, token, state_dir, &[])
     }
 
-    pub fn start_with(server_urls: &[&str], token: Option<&str>, state_dir: &Path, extra: &[&str]) -> Agent {
+    pub fn start_with(
+        server_urls: &[&str],
+        token: Option<&str>,
+        state_dir: &Path,
+        extra: &[&str],
+    ) -> Agent {
         Agent::start_named(HOST, server_urls, token, state_dir, extra)
     }
 
     /// An agent that reports itself as `hostname` (several nodes on one machine).
-    pub fn start_named(hostname: &str, server_urls: &[&str], token: Option<&str>, state_dir: &Path, extra: &[&str]) -> Agent {
+    pub fn start_named(
+        hostname: &str,
+        server_urls: &[&str],
+        token: Option<&str>,
+        state_dir: &Path,
+        extra: &[&str],
+    ) -> Agent {
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let log = state_dir.with_file_name(format!(
@@ -45,7 +56,14 @@ impl Agent {
         cmd.arg("run")
             .args(["--server", &server_urls.join(",")])
             .args(["--state-dir", state_dir.to_str().unwrap()])
-            .args(["--hostname", hostname, "--claim-interval", "200ms", "--backoff-cap", "1s"])
+            .args([
+                "--hostname",
+                hostname,
+                "--claim-interval",
+                "200ms",
+                "--backoff-cap",
+                "1s",
+            ])
             .args(extra)
             .env_remove("HEDDLE_ENROLL_TOKEN")
             .env_remove("HEDDLE_SERVER")
@@ -89,7 +107,8 @@ impl Agent {
     }
 
     pub fn identity(&self) -> serde_json::Value {
-        serde_json::from_slice(&std::fs::read(self.state_dir.join("identity.json")).unwrap()).unwrap()
+        serde_json::from_slice(&std::fs::read(self.state_dir.join("identity.json")).unwrap())
+            .unwrap()
     }
 }
 
@@ -149,7 +168,9 @@ impl Api {
     }
 
     pub async fn results(&self, id: Uuid) -> Vec<JobResult> {
-        self.get(&format!("/runs/{id}/results")).await.unwrap_or_default()
+        self.get(&format!("/runs/{id}/results"))
+            .await
+            .unwrap_or_default()
     }
 
     pub async fn wait_run(&self, id: Uuid, state: &str, agent: &Agent) -> Run {
@@ -190,7 +211,9 @@ pub async fn server(heartbeat_s: u32) -> TestServer {
 }
 
 /// Stops `server` but keeps its database, so it can be restarted on the same address.
-pub async fn stop_keeping_db(mut server: TestServer) -> (Arc<TestDb>, String, std::net::SocketAddr) {
+pub async fn stop_keeping_db(
+    mut server: TestServer,
+) -> (Arc<TestDb>, String, std::net::SocketAddr) {
     let db = server.db.take().expect("server owns its database");
     let url = server.database_url();
     let addr = server.addr;
@@ -198,9 +221,18 @@ pub async fn stop_keeping_db(mut server: TestServer) -> (Arc<TestDb>, String, st
     (db, url, addr)
 }
 
-pub async fn restart(db: Arc<TestDb>, url: &str, addr: std::net::SocketAddr, heartbeat_s: u32) -> TestServer {
-    let listener = tokio::net::TcpListener::bind(addr).await.expect("re-binding the server address");
-    let mut s = TestServer::start_on_listener(url, listener, |c| c.heartbeat_interval_s = heartbeat_s).await;
+pub async fn restart(
+    db: Arc<TestDb>,
+    url: &str,
+    addr: std::net::SocketAddr,
+    heartbeat_s: u32,
+) -> TestServer {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .expect("re-binding the server address");
+    let mut s =
+        TestServer::start_on_listener(url, listener, |c| c.heartbeat_interval_s = heartbeat_s)
+            .await;
     s.db = Some(db);
     s
 }
@@ -211,7 +243,9 @@ pub async fn enrolled_agent(server: &TestServer, dir: &Path) -> Agent {
     let agent = Agent::start(&[&server.url], Some(&token), dir);
     let api = Api::new(server);
     eventually("node with facts", &agent, || async {
-        api.get::<NodeDetail>(&format!("/nodes/{HOST}")).await.filter(|n| n.facts.is_some())
+        api.get::<NodeDetail>(&format!("/nodes/{HOST}"))
+            .await
+            .filter(|n| n.facts.is_some())
     })
     .await;
     agent
@@ -227,10 +261,22 @@ pub async fn start_run(server: &TestServer, spec: serde_json::Value) -> Uuid {
 pub fn test_children(pid: i32) -> Vec<i32> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(p) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else { continue };
-        let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
-        let (state, ppid) = (fields.first().copied(), fields.get(1).and_then(|s| s.parse::<i32>().ok()));
+        let Ok(p) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
+            continue;
+        };
+        let fields: Vec<&str> = stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .collect();
+        let (state, ppid) = (
+            fields.first().copied(),
+            fields.get(1).and_then(|s| s.parse::<i32>().ok()),
+        );
         if ppid != Some(pid) || state == Some("Z") {
             continue;
         }

@@ -18,12 +18,21 @@ pub fn run_heddle(url: &str, token: &str, config: &Path, args: &[&str]) -> (i32,
         .env("HEDDLE_CONFIG", config)
         .output()
         .unwrap();
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
 }
 
 /// Runs `heddle` with a config file of its own, so that calls share nothing but the server.
 pub fn heddle_as(url: &str, token: &str, args: &[&str]) -> (i32, String, String) {
-    run_heddle(url, token, &std::env::temp_dir().join(format!("heddle-cli-{}.json", uuid::Uuid::new_v4())), args)
+    run_heddle(
+        url,
+        token,
+        &std::env::temp_dir().join(format!("heddle-cli-{}.json", uuid::Uuid::new_v4())),
+        args,
+    )
 }
 
 /// Runs `heddle` as the server's admin.
@@ -75,7 +84,12 @@ pub async fn upload(server: &TestServer, credential: &str, lease: &Value, body: 
         .await
         .unwrap();
     let status = resp.status();
-    assert_eq!(status, 201, "uploading the result of job {job}: {}", resp.text().await.unwrap_or_default());
+    assert_eq!(
+        status,
+        201,
+        "uploading the result of job {job}: {}",
+        resp.text().await.unwrap_or_default()
+    );
 }
 
 /// `GET path` as the admin.

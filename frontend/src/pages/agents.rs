@@ -2,7 +2,9 @@
 //! agents with their heartbeat health. Creating and revoking is for admins: others see the
 //! list without the buttons, and the server's refusal where they may not read.
 
-use heddle_types::auth::{AgentInfo, Role, EnrollmentTokenCreate, EnrollmentTokenCreated, EnrollmentTokenInfo};
+use heddle_types::auth::{
+    AgentInfo, EnrollmentTokenCreate, EnrollmentTokenCreated, EnrollmentTokenInfo, Role,
+};
 use leptos::prelude::*;
 
 use crate::api::{self, ApiError};
@@ -17,7 +19,9 @@ pub fn start_lines(server: &str, token: &str) -> (String, String) {
          --device /dev/infiniband -v /sys:/sys:ro -v heddle-agent:/var/lib/heddle-agent \\\n  \
          heddle-agent:latest run --server {server} --enroll-token {token} --state-dir /var/lib/heddle-agent"
     );
-    let plain = format!("heddle-agent run --server {server} --enroll-token {token} --state-dir /var/lib/heddle-agent");
+    let plain = format!(
+        "heddle-agent run --server {server} --enroll-token {token} --state-dir /var/lib/heddle-agent"
+    );
     (docker, plain)
 }
 
@@ -26,7 +30,8 @@ pub fn Agents() -> impl IntoView {
     let session = use_session();
     let admin = move || session.can(Role::Admin);
     let (agents, reload_agents) = api::load(|| api::get::<Vec<AgentInfo>>("/agents"));
-    let (tokens, reload_tokens) = api::load(|| api::get::<Vec<EnrollmentTokenInfo>>("/enrollment-tokens"));
+    let (tokens, reload_tokens) =
+        api::load(|| api::get::<Vec<EnrollmentTokenInfo>>("/enrollment-tokens"));
     let label = RwSignal::new(String::new());
     let uses = RwSignal::new(String::from("100"));
     let hours = RwSignal::new(String::from("24"));
@@ -75,7 +80,8 @@ pub fn Agents() -> impl IntoView {
     };
     let agent_rows = move |list: Vec<AgentInfo>| {
         if list.is_empty() {
-            return view! { <p class="empty" id="agents-empty">"No agents enrolled yet."</p> }.into_any();
+            return view! { <p class="empty" id="agents-empty">"No agents enrolled yet."</p> }
+                .into_any();
         }
         let rows = list
             .into_iter()

@@ -17,9 +17,21 @@ pub fn problems(n: &NodeSummary) -> Vec<String> {
     if n.facts_updated_at.is_none() {
         out.push("no facts yet".into());
     }
-    let down = n.port_states.iter().filter(|s| s.as_str() != "ACTIVE").count();
+    let down = n
+        .port_states
+        .iter()
+        .filter(|s| s.as_str() != "ACTIVE")
+        .count();
     if down > 0 {
-        out.push(format!("ports {}", n.port_states.iter().filter(|s| s.as_str() != "ACTIVE").cloned().collect::<Vec<_>>().join(", ")));
+        out.push(format!(
+            "ports {}",
+            n.port_states
+                .iter()
+                .filter(|s| s.as_str() != "ACTIVE")
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
     }
     out
 }
@@ -30,17 +42,25 @@ fn severity(n: &NodeSummary) -> u8 {
         "stale" => 2,
         _ => 0,
     };
-    health + u8::from(n.port_states.iter().any(|s| s != "ACTIVE")) + u8::from(n.facts_updated_at.is_none())
+    health
+        + u8::from(n.port_states.iter().any(|s| s != "ACTIVE"))
+        + u8::from(n.facts_updated_at.is_none())
 }
 
 fn matches(n: &NodeSummary, q: &str, health: &str, layer: &str, only_problems: bool) -> bool {
     let q = q.trim().to_lowercase();
     let text = q.is_empty()
         || n.hostname.to_lowercase().contains(&q)
-        || n.gpu_model.as_deref().is_some_and(|m| m.to_lowercase().contains(&q))
-        || n.site.as_deref().is_some_and(|s| s.to_lowercase().contains(&q))
+        || n.gpu_model
+            .as_deref()
+            .is_some_and(|m| m.to_lowercase().contains(&q))
+        || n.site
+            .as_deref()
+            .is_some_and(|s| s.to_lowercase().contains(&q))
         || n.hcas.iter().any(|h| h.to_lowercase().contains(&q))
-        || n.traits.iter().any(|(k, v)| format!("{k}={v}").to_lowercase().contains(&q));
+        || n.traits
+            .iter()
+            .any(|(k, v)| format!("{k}={v}").to_lowercase().contains(&q));
     let health_ok = health.is_empty() || n.health == health;
     let layer_ok = match layer {
         "" => true,
@@ -81,8 +101,15 @@ pub fn Fleet() -> impl IntoView {
         let total = all.len();
         let rows = move || {
             let (qv, hv, lv, pv) = (q.get(), health.get(), layer.get(), only_problems.get());
-            let mut shown: Vec<&NodeSummary> = all.iter().filter(|n| matches(n, &qv, &hv, &lv, pv)).collect();
-            shown.sort_by(|a, b| severity(b).cmp(&severity(a)).then_with(|| a.hostname.cmp(&b.hostname)));
+            let mut shown: Vec<&NodeSummary> = all
+                .iter()
+                .filter(|n| matches(n, &qv, &hv, &lv, pv))
+                .collect();
+            shown.sort_by(|a, b| {
+                severity(b)
+                    .cmp(&severity(a))
+                    .then_with(|| a.hostname.cmp(&b.hostname))
+            });
             let count = shown.len();
             let body = shown.into_iter().map(row).collect_view();
             view! {
@@ -137,7 +164,11 @@ fn row(n: &NodeSummary) -> impl IntoView + use<> {
     };
     let href = format!("/nodes/{}", n.id);
     let ports = n.port_states.iter().map(|s| port_badge(s)).collect_view();
-    let traits = n.traits.iter().map(|(k, v)| view! { <span class="chip">{format!("{k}={v}")}</span> }).collect_view();
+    let traits = n
+        .traits
+        .iter()
+        .map(|(k, v)| view! { <span class="chip">{format!("{k}={v}")}</span> })
+        .collect_view();
     view! {
         <tr class=class data-host=n.hostname.clone()>
             <td><a href=href>{n.hostname.clone()}</a>{n.site.clone().map(|s| view! { <span class="muted">{format!(" · {s}")}</span> })}</td>

@@ -48,8 +48,13 @@ pub fn Health() -> impl IntoView {
     let session = use_session();
     let (fleet, _) = api::load(|| api::get::<FleetHealth>("/health"));
     let (expectations, reload) = api::load(|| api::get::<Vec<Expectation>>("/expectations"));
-    let (test, metric, value, source, min_size) =
-        (RwSignal::new(String::new()), RwSignal::new("busbw_gbs".to_string()), RwSignal::new(String::new()), RwSignal::new(String::new()), RwSignal::new(String::new()));
+    let (test, metric, value, source, min_size) = (
+        RwSignal::new(String::new()),
+        RwSignal::new("busbw_gbs".to_string()),
+        RwSignal::new(String::new()),
+        RwSignal::new(String::new()),
+        RwSignal::new(String::new()),
+    );
     let action = RwSignal::new(Outcome::Idle);
     let add = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
@@ -70,10 +75,14 @@ pub fn Health() -> impl IntoView {
         };
         action.set(Outcome::Busy);
         leptos::task::spawn_local(async move {
-            action.set(match api::post::<_, Expectation>("/expectations", &body).await {
-                Ok(e) => Outcome::Done(format!("Added: {} {} ≥ {}.", e.test, e.metric, e.value)),
-                Err(e) => Outcome::Failed(e),
-            });
+            action.set(
+                match api::post::<_, Expectation>("/expectations", &body).await {
+                    Ok(e) => {
+                        Outcome::Done(format!("Added: {} {} ≥ {}.", e.test, e.metric, e.value))
+                    }
+                    Err(e) => Outcome::Failed(e),
+                },
+            );
             reload();
         });
     };
@@ -115,7 +124,7 @@ pub fn Health() -> impl IntoView {
             })
             .collect_view();
         view! { <table class="grid" id="expectations"><thead><tr><th>"Origin"</th><th>"Test"</th><th>"Metric"</th><th>"Size"</th><th>"Value"</th><th>"Scope"</th><th>"Source"</th><th></th></tr></thead>
-            <tbody>{rows}</tbody></table> }
+        <tbody>{rows}</tbody></table> }
     };
     view! {
         <section class="health">

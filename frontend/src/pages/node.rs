@@ -73,7 +73,11 @@ fn NodeBody(node: NodeDetail) -> impl IntoView {
         })
         .collect_view();
     let no_recs = node.recommendations.is_empty();
-    let traits = s.traits.iter().map(|(k, v)| view! { <span class="chip">{format!("{k}={v}")}</span> }).collect_view();
+    let traits = s
+        .traits
+        .iter()
+        .map(|(k, v)| view! { <span class="chip">{format!("{k}={v}")}</span> })
+        .collect_view();
     let (facts_view, topo_view) = match facts {
         None => (view! { <p class="empty">"No facts yet: the agent sends them after enrolling."</p> }.into_any(), ().into_any()),
         Some(Err(e)) => (view! { <p class="error">{format!("These facts do not match the dashboard's schema: {e}")}</p> }.into_any(), ().into_any()),
@@ -153,7 +157,12 @@ fn plugin_table(outcomes: Vec<PluginOutcome>) -> impl IntoView {
 /// "3 env, 2 traits, 1 warning" from a plugin's output object.
 pub fn summarize_output(v: &serde_json::Value) -> String {
     let n = |k: &str| v.get(k).and_then(|x| x.as_array()).map_or(0, Vec::len);
-    format!("{} env, {} traits, {} warnings", n("env"), n("traits"), n("warnings"))
+    format!(
+        "{} env, {} traits, {} warnings",
+        n("env"),
+        n("traits"),
+        n("warnings")
+    )
 }
 
 /// Fuel, time and peak memory of one plugin call, from its `usage` object.
@@ -172,7 +181,11 @@ pub fn usage_line(u: &serde_json::Value) -> String {
     if u.get("cache_hit").and_then(serde_json::Value::as_bool) == Some(true) {
         parts.push("cached".into());
     }
-    if parts.is_empty() { u.to_string() } else { parts.join(" · ") }
+    if parts.is_empty() {
+        u.to_string()
+    } else {
+        parts.join(" · ")
+    }
 }
 
 fn history_table(history: Vec<FactsSnapshot>) -> impl IntoView {

@@ -11,7 +11,9 @@ fn or_dash(v: &Option<String>) -> String {
 }
 
 fn gib(bytes: Option<u64>) -> String {
-    bytes.map(|b| format!("{:.0} GiB", b as f64 / (1u64 << 30) as f64)).unwrap_or_else(|| "—".into())
+    bytes
+        .map(|b| format!("{:.0} GiB", b as f64 / (1u64 << 30) as f64))
+        .unwrap_or_else(|| "—".into())
 }
 
 #[component]
@@ -19,18 +21,34 @@ pub fn FactsView(facts: NodeFacts) -> impl IntoView {
     let h = &facts.host;
     let host_line = format!(
         "{} · kernel {} · {} {} · collected {}{}",
-        h.os.pretty_name.clone().unwrap_or_else(|| "unknown OS".into()),
+        h.os.pretty_name
+            .clone()
+            .unwrap_or_else(|| "unknown OS".into()),
         or_dash(&h.kernel),
         or_dash(&h.dmi.sys_vendor),
         or_dash(&h.dmi.product_name),
         when(Some(facts.collected_at)),
-        h.container.runtime.as_ref().map(|r| format!(" · in {r}")).unwrap_or_default(),
+        h.container
+            .runtime
+            .as_ref()
+            .map(|r| format!(" · in {r}"))
+            .unwrap_or_default(),
     );
     let cpu_line = format!(
         "{} · {} CPUs online · NUMA nodes: {}",
         or_dash(&facts.cpu.model),
-        facts.cpu.online_count.map(|c| c.to_string()).unwrap_or_else(|| "?".into()),
-        facts.cpu.numa_nodes.iter().map(|n| format!("{} ({})", n.id, n.cpulist)).collect::<Vec<_>>().join(", ")
+        facts
+            .cpu
+            .online_count
+            .map(|c| c.to_string())
+            .unwrap_or_else(|| "?".into()),
+        facts
+            .cpu
+            .numa_nodes
+            .iter()
+            .map(|n| format!("{} ({})", n.id, n.cpulist))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     let gpus = facts
         .gpus
@@ -69,8 +87,15 @@ pub fn FactsView(facts: NodeFacts) -> impl IntoView {
         or_dash(&s.ucx),
         or_dash(&s.ofed)
     );
-    let probes = format!("NVML: {} · RDMA: {} · verbs: {}", facts.nvml.message, facts.rdma.sysfs.message, facts.rdma.verbs.message);
-    let errors = facts.errors.iter().map(|e| view! { <li><code>{e.field.clone()}</code>": "{e.message.clone()}</li> }).collect_view();
+    let probes = format!(
+        "NVML: {} · RDMA: {} · verbs: {}",
+        facts.nvml.message, facts.rdma.sysfs.message, facts.rdma.verbs.message
+    );
+    let errors = facts
+        .errors
+        .iter()
+        .map(|e| view! { <li><code>{e.field.clone()}</code>": "{e.message.clone()}</li> })
+        .collect_view();
     let has_errors = !facts.errors.is_empty();
     let no_gpus = facts.gpus.is_empty();
     let no_hcas = facts.rdma.devices.is_empty();
@@ -105,8 +130,15 @@ fn hca_rows(d: &RdmaDevice) -> impl IntoView + use<> {
     let head = format!(
         "{}{}{}",
         d.name,
-        d.pci_bdf.as_ref().map(|b| format!(" · {b}")).unwrap_or_default(),
-        if d.netdevs.is_empty() { String::new() } else { format!(" · {}", d.netdevs.join(" ")) }
+        d.pci_bdf
+            .as_ref()
+            .map(|b| format!(" · {b}"))
+            .unwrap_or_default(),
+        if d.netdevs.is_empty() {
+            String::new()
+        } else {
+            format!(" · {}", d.netdevs.join(" "))
+        }
     );
     if d.ports.is_empty() {
         return view! { <tr><td class="mono">{head}</td><td colspan="6" class="muted">"no ports"</td></tr> }.into_any();

@@ -10,7 +10,11 @@ fn diff_lines(n: &DryRunNode) -> Vec<(&'static str, String)> {
     let d = &n.diff;
     let mut out = Vec::new();
     let mut add = |class: &'static str, prefix: &str, what: &str, items: &[String]| {
-        out.extend(items.iter().map(|i| (class, format!("{prefix} {what} {i}"))));
+        out.extend(
+            items
+                .iter()
+                .map(|i| (class, format!("{prefix} {what} {i}"))),
+        );
     };
     add("add", "+", "env", &d.env_added);
     add("del", "−", "env", &d.env_removed);
@@ -45,7 +49,11 @@ pub fn report_view(r: DryRunReport) -> impl IntoView {
             } else if lines.is_empty() {
                 view! { <span class="muted">"no change"</span> }.into_any()
             } else {
-                lines.into_iter().map(|(c, l)| view! { <div class=format!("diff {c}")>{l}</div> }).collect_view().into_any()
+                lines
+                    .into_iter()
+                    .map(|(c, l)| view! { <div class=format!("diff {c}")>{l}</div> })
+                    .collect_view()
+                    .into_any()
             };
             view! { <tr>
                 <td>{n.hostname.clone()}</td>

@@ -31,24 +31,43 @@ pub fn Upload(on_done: impl Fn() + Copy + Send + Sync + 'static) -> impl IntoVie
     let on_drop = move |ev: leptos::ev::DragEvent| {
         ev.prevent_default();
         over.set(false);
-        if let Some(f) = ev.data_transfer().and_then(|d| d.files()).and_then(|l| l.get(0)) {
+        if let Some(f) = ev
+            .data_transfer()
+            .and_then(|d| d.files())
+            .and_then(|l| l.get(0))
+        {
             take(f);
         }
     };
     let submit = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
-        let (n, v) = (name.get_untracked().trim().to_string(), version.get_untracked().trim().to_string());
+        let (n, v) = (
+            name.get_untracked().trim().to_string(),
+            version.get_untracked().trim().to_string(),
+        );
         let Some(f) = file.get_untracked() else {
             return outcome.set(Outcome::Done("Choose or drop a .wasm file first.".into()));
         };
         if n.is_empty() || v.is_empty() {
-            return outcome.set(Outcome::Done("A plugin name and a version are needed.".into()));
+            return outcome.set(Outcome::Done(
+                "A plugin name and a version are needed.".into(),
+            ));
         }
         outcome.set(Outcome::Busy);
         leptos::task::spawn_local(async move {
-            let r = api::post_file::<PluginVersion>(&format!("/plugins/{}/versions/{}", seg(&n), seg(&v)), f).await;
+            let r = api::post_file::<PluginVersion>(
+                &format!("/plugins/{}/versions/{}", seg(&n), seg(&v)),
+                f,
+            )
+            .await;
             outcome.set(match r {
-                Ok(pv) => Outcome::Done(format!("Uploaded {} {} ({} bytes, sha256 {}…). Dry-run it before enabling.", pv.plugin, pv.version, pv.size_bytes, &pv.sha256[..12])),
+                Ok(pv) => Outcome::Done(format!(
+                    "Uploaded {} {} ({} bytes, sha256 {}…). Dry-run it before enabling.",
+                    pv.plugin,
+                    pv.version,
+                    pv.size_bytes,
+                    &pv.sha256[..12]
+                )),
                 Err(e) => Outcome::Failed(e),
             });
             on_done();
@@ -77,4 +96,3 @@ pub fn Upload(on_done: impl Fn() + Copy + Send + Sync + 'static) -> impl IntoVie
         </form>
     }
 }
-

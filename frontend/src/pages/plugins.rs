@@ -19,7 +19,10 @@ pub fn Plugins() -> impl IntoView {
         if ps.is_empty() {
             return view! { <p class="empty" id="plugins-empty">"No plugins yet. Upload a component built with the plugin SDK."</p> }.into_any();
         }
-        ps.into_iter().map(|p| view! { <PluginCard plugin=p reload=reload/> }).collect_view().into_any()
+        ps.into_iter()
+            .map(|p| view! { <PluginCard plugin=p reload=reload/> })
+            .collect_view()
+            .into_any()
     };
     view! {
         <section>
@@ -53,11 +56,29 @@ fn PluginCard(plugin: Plugin, reload: impl Fn() + Copy + Send + Sync + 'static) 
             action.set(Outcome::Busy);
             leptos::task::spawn_local(async move {
                 let r: Result<Plugin, ApiError> = match &body {
-                    Some(v) => api::post(&format!("/plugins/{}/{path}", seg(&name)), &PluginEnable { version: Some(v.clone()) }).await,
-                    None => api::post(&format!("/plugins/{}/{path}", seg(&name)), &serde_json::json!({})).await,
+                    Some(v) => {
+                        api::post(
+                            &format!("/plugins/{}/{path}", seg(&name)),
+                            &PluginEnable {
+                                version: Some(v.clone()),
+                            },
+                        )
+                        .await
+                    }
+                    None => {
+                        api::post(
+                            &format!("/plugins/{}/{path}", seg(&name)),
+                            &serde_json::json!({}),
+                        )
+                        .await
+                    }
                 };
                 action.set(match r {
-                    Ok(p) if p.enabled => Outcome::Done(format!("{} {} is enabled.", p.name, p.active_version.unwrap_or_default())),
+                    Ok(p) if p.enabled => Outcome::Done(format!(
+                        "{} {} is enabled.",
+                        p.name,
+                        p.active_version.unwrap_or_default()
+                    )),
                     Ok(p) => Outcome::Done(format!("{} is disabled.", p.name)),
                     Err(e) => Outcome::Failed(e),
                 });
@@ -113,7 +134,7 @@ fn PluginCard(plugin: Plugin, reload: impl Fn() + Copy + Send + Sync + 'static) 
             })
             .collect_view();
         view! { <table class="grid versions"><thead><tr><th>"Version"</th><th>"Description"</th><th>"Artifact"</th><th>"Uploaded"</th><th></th></tr></thead>
-            <tbody>{rows}</tbody></table> }
+        <tbody>{rows}</tbody></table> }
     };
     view! {
         <article class="plugin" data-plugin=name.clone()>

@@ -27,7 +27,9 @@ pub fn RunPage() -> impl IntoView {
         let id = params.with(|p| p.get("id").unwrap_or_default());
         match id.parse::<Uuid>() {
             Ok(id) => view! { <RunView id=id/> }.into_any(),
-            Err(_) => view! { <p class="error">{format!("{id:?} is not a run id.")}</p> }.into_any(),
+            Err(_) => {
+                view! { <p class="error">{format!("{id:?} is not a run id.")}</p> }.into_any()
+            }
         }
     }
 }
@@ -35,8 +37,11 @@ pub fn RunPage() -> impl IntoView {
 #[component]
 fn RunView(id: Uuid) -> impl IntoView {
     let session = use_session();
-    let (run, reload) = api::load(move || async move { api::get::<Run>(&format!("/runs/{id}")).await });
-    let (results, reload_results) = api::load(move || async move { api::get::<Vec<JobResult>>(&format!("/runs/{id}/results")).await });
+    let (run, reload) =
+        api::load(move || async move { api::get::<Run>(&format!("/runs/{id}")).await });
+    let (results, reload_results) = api::load(move || async move {
+        api::get::<Vec<JobResult>>(&format!("/runs/{id}/results")).await
+    });
     let is_done = move || matches!(run.get(), Load::Ready(r) if finished(&r.state));
     // Poll while the run is live; stop once it has ended (a failed load keeps polling, the
     // server may be restarting).
@@ -66,7 +71,8 @@ fn RunView(id: Uuid) -> impl IntoView {
     let do_cancel = move |_| {
         cancel.set(Outcome::Busy);
         leptos::task::spawn_local(async move {
-            let r: Result<serde_json::Value, ApiError> = api::post(&format!("/runs/{id}/cancel"), &serde_json::json!({})).await;
+            let r: Result<serde_json::Value, ApiError> =
+                api::post(&format!("/runs/{id}/cancel"), &serde_json::json!({})).await;
             cancel.set(match r {
                 Ok(_) => Outcome::Done("Cancellation requested.".into()),
                 Err(e) => Outcome::Failed(e),
@@ -75,8 +81,17 @@ fn RunView(id: Uuid) -> impl IntoView {
         });
     };
     let header = move |r: Run| {
-        let title = r.label.clone().unwrap_or_else(|| format!("Run {}", &r.id.to_string()[..8]));
-        let env = r.spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ");
+        let title = r
+            .label
+            .clone()
+            .unwrap_or_else(|| format!("Run {}", &r.id.to_string()[..8]));
+        let env = r
+            .spec
+            .env
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(" ");
         let kind = r.spec.kind.clone();
         view! {
             <div class="title-row"><h1>{title}</h1><span id="run-state">{state_badge(&r.state)}</span></div>
@@ -121,7 +136,7 @@ fn jobs_table(jobs: Vec<Job>) -> impl IntoView {
         })
         .collect_view();
     view! { <table class="grid" id="jobs"><thead><tr><th>"Rank"</th><th>"Node"</th><th>"State"</th><th>"Progress"</th><th>"Attempts"</th><th>"Error"</th></tr></thead>
-        <tbody>{rows}</tbody></table> }
+    <tbody>{rows}</tbody></table> }
 }
 
 fn series_of(label: &str, results: &[JobResult], dashed: bool) -> Vec<Series> {
@@ -130,7 +145,11 @@ fn series_of(label: &str, results: &[JobResult], dashed: bool) -> Vec<Series> {
         .filter(|r| r.rows.iter().any(|row| row.busbw_gbs.is_some()))
         .map(|r| Series {
             name: format!("{label} {}", r.hostname),
-            points: r.rows.iter().filter_map(|row| Some((row.size_bytes as f64, row.busbw_gbs?))).collect(),
+            points: r
+                .rows
+                .iter()
+                .filter_map(|row| Some((row.size_bytes as f64, row.busbw_gbs?)))
+                .collect(),
             dashed,
         })
         .collect()
@@ -145,7 +164,10 @@ fn RunResults(id: Uuid, kind: String, results: RwSignal<Load<Vec<JobResult>>>) -
     });
     let overlay = RwSignal::new(Vec::<(String, Vec<JobResult>)>::new());
     let toggle = move |run: Run, on: bool| {
-        let name = run.label.clone().unwrap_or_else(|| run.id.to_string()[..8].to_string());
+        let name = run
+            .label
+            .clone()
+            .unwrap_or_else(|| run.id.to_string()[..8].to_string());
         if !on {
             return overlay.update(|o| o.retain(|(n, _)| n != &name));
         }
@@ -156,7 +178,10 @@ fn RunResults(id: Uuid, kind: String, results: RwSignal<Load<Vec<JobResult>>>) -
         });
     };
     let pickers = move |runs: Vec<Run>| {
-        let others: Vec<Run> = runs.into_iter().filter(|r| r.id != id && r.state == "succeeded").collect();
+        let others: Vec<Run> = runs
+            .into_iter()
+            .filter(|r| r.id != id && r.state == "succeeded")
+            .collect();
         if others.is_empty() {
             return view! { <p class="muted">"No other finished runs of this kind to compare with."</p> }.into_any();
         }

@@ -95,11 +95,12 @@ fn LaunchForm() -> impl IntoView {
     let submit = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
         refused.set(None);
-        let params_v = match serde_json::from_str::<serde_json::Value>(params.get_untracked().trim()) {
-            Ok(v) if v.is_object() => v,
-            Ok(_) => return error.set(Some("params must be a JSON object".into())),
-            Err(e) => return error.set(Some(format!("params are not JSON: {e}"))),
-        };
+        let params_v =
+            match serde_json::from_str::<serde_json::Value>(params.get_untracked().trim()) {
+                Ok(v) if v.is_object() => v,
+                Ok(_) => return error.set(Some("params must be a JSON object".into())),
+                Err(e) => return error.set(Some(format!("params are not JSON: {e}"))),
+            };
         let env_v = match parse_env(&env.get_untracked()) {
             Ok(v) => v,
             Err(e) => return error.set(Some(format!("env: {e}"))),

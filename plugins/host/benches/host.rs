@@ -9,8 +9,16 @@ use std::time::{Duration, Instant};
 use heddle_plugin_host::{FactsJson, HostConfig, Limits, PluginHost};
 
 fn read(dir: &str, name: &str) -> Vec<u8> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(dir).join(name);
-    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}; run scripts/build-plugins.sh first", path.display()))
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(dir)
+        .join(name);
+    std::fs::read(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; run scripts/build-plugins.sh first",
+            path.display()
+        )
+    })
 }
 
 fn percentile(samples: &mut [Duration], p: f64) -> Duration {
@@ -22,7 +30,12 @@ fn percentile(samples: &mut [Duration], p: f64) -> Duration {
 fn show(label: &str, samples: &mut [Duration]) {
     let p50 = percentile(samples, 0.5);
     let p99 = percentile(samples, 0.99);
-    println!("{label:<52} p50 {:>10.1?}  p99 {:>10.1?}  (n={})", p50, p99, samples.len());
+    println!(
+        "{label:<52} p50 {:>10.1?}  p99 {:>10.1?}  (n={})",
+        p50,
+        p99,
+        samples.len()
+    );
 }
 
 fn main() {
@@ -34,7 +47,11 @@ fn main() {
     let dgx_checked = FactsJson::parse(&dgx_facts).unwrap();
     let ok_checked = FactsJson::parse(ok_facts).unwrap();
 
-    println!("component sizes: dgx-affinity {} bytes, misbehave {} bytes", dgx.len(), misbehave.len());
+    println!(
+        "component sizes: dgx-affinity {} bytes, misbehave {} bytes",
+        dgx.len(),
+        misbehave.len()
+    );
 
     // Compile: a fresh host each time so nothing is cached. `compile_time` is the
     // Component::from_binary part; the wall time adds the checks, InstancePre and info().
@@ -47,8 +64,14 @@ fn main() {
         validate.push(t.elapsed());
         compile.push(Duration::from_micros(info.compile_time.micros));
     }
-    show("compile dgx-affinity (Component::from_binary)", &mut compile);
-    show("validate dgx-affinity (compile+checks+info())", &mut validate);
+    show(
+        "compile dgx-affinity (Component::from_binary)",
+        &mut compile,
+    );
+    show(
+        "validate dgx-affinity (compile+checks+info())",
+        &mut validate,
+    );
 
     // Cold call: first run of a component on a new host.
     let mut cold = Vec::new();
@@ -62,7 +85,13 @@ fn main() {
 
     for (label, config) in [
         ("on-demand", HostConfig::default()),
-        ("pooling", HostConfig { pooling_instances: Some(16), ..HostConfig::default() }),
+        (
+            "pooling",
+            HostConfig {
+                pooling_instances: Some(16),
+                ..HostConfig::default()
+            },
+        ),
     ] {
         let host = PluginHost::new(config).unwrap();
         let trivial = host.load(&misbehave, &limits).unwrap();
@@ -74,7 +103,10 @@ fn main() {
             host.run(&misbehave, ok_facts, &limits).unwrap();
             warm.push(t.elapsed());
         }
-        show(&format!("warm run(bytes), trivial plugin, {label}"), &mut warm);
+        show(
+            &format!("warm run(bytes), trivial plugin, {label}"),
+            &mut warm,
+        );
         let mut warm = Vec::new();
         for _ in 0..2000 {
             let t = Instant::now();
@@ -82,7 +114,10 @@ fn main() {
             warm.push(t.elapsed());
             fuel = r.usage.fuel_consumed;
         }
-        show(&format!("warm call(handle), trivial plugin, {label} (fuel {fuel})"), &mut warm);
+        show(
+            &format!("warm call(handle), trivial plugin, {label} (fuel {fuel})"),
+            &mut warm,
+        );
         let mut warm = Vec::new();
         for _ in 0..500 {
             let t = Instant::now();
@@ -90,7 +125,10 @@ fn main() {
             warm.push(t.elapsed());
             fuel = r.usage.fuel_consumed;
         }
-        show(&format!("warm call(handle), dgx-affinity on DGX-1, {label} (fuel {fuel})"), &mut warm);
+        show(
+            &format!("warm call(handle), dgx-affinity on DGX-1, {label} (fuel {fuel})"),
+            &mut warm,
+        );
     }
 
     println!();
@@ -98,7 +136,13 @@ fn main() {
     let host = PluginHost::new(HostConfig::default()).unwrap();
     let plugins: Vec<_> = ["azure-nd", "runai-roce", "dgx-affinity"]
         .into_iter()
-        .map(|p| (p, host.load(&read("dist", &format!("{p}.wasm")), &limits).unwrap()))
+        .map(|p| {
+            (
+                p,
+                host.load(&read("dist", &format!("{p}.wasm")), &limits)
+                    .unwrap(),
+            )
+        })
         .collect();
     for fixture in ["azure-nd40rs-v2", "runai-roce", "dgx1"] {
         let json = String::from_utf8(read("fixtures", &format!("{fixture}.json"))).unwrap();
@@ -123,9 +167,24 @@ fn main() {
     let host = PluginHost::new(HostConfig::default()).unwrap();
     host.validate(&misbehave, &limits).unwrap();
     let cases: [(&str, &str, Limits); 7] = [
-        ("loop, fuel 20M", "loop", Limits { fuel: 20_000_000, ..limits }),
+        (
+            "loop, fuel 20M",
+            "loop",
+            Limits {
+                fuel: 20_000_000,
+                ..limits
+            },
+        ),
         ("loop, default fuel 500M", "loop", limits),
-        ("loop, fuel unlimited, timeout 100 ms", "loop", Limits { fuel: u64::MAX / 2, timeout: Duration::from_millis(100), ..limits }),
+        (
+            "loop, fuel unlimited, timeout 100 ms",
+            "loop",
+            Limits {
+                fuel: u64::MAX / 2,
+                timeout: Duration::from_millis(100),
+                ..limits
+            },
+        ),
         ("memory bomb, cap 64 MiB", "memory", limits),
         ("8 MiB output, cap 1 MiB", "output", limits),
         ("panic", "panic", limits),

@@ -28,19 +28,32 @@ pub enum HostError {
 
     /// A valid component, but not of the `heddle:plugin/detector` world.
     #[error("component does not implement {expected}: it exports [{found}]")]
-    WrongWorld { expected: &'static str, found: String },
+    WrongWorld {
+        expected: &'static str,
+        found: String,
+    },
 
-    #[error("plugin used its whole fuel budget ({limit} units) without returning: probably an endless loop")]
+    #[error(
+        "plugin used its whole fuel budget ({limit} units) without returning: probably an endless loop"
+    )]
     FuelExhausted { limit: u64, usage: Usage },
 
     #[error("plugin ran past its {limit_ms} ms wall-clock deadline")]
     Timeout { limit_ms: u64, usage: Usage },
 
     #[error("plugin tried to grow a memory to {requested} bytes, over the {limit}-byte cap")]
-    MemoryLimit { requested: usize, limit: usize, usage: Usage },
+    MemoryLimit {
+        requested: usize,
+        limit: usize,
+        usage: Usage,
+    },
 
     #[error("plugin returned {size} bytes of output, over the {limit}-byte cap")]
-    OutputTooLarge { size: usize, limit: usize, usage: Usage },
+    OutputTooLarge {
+        size: usize,
+        limit: usize,
+        usage: Usage,
+    },
 
     /// The plugin returned something no consumer could use safely (e.g. an environment
     /// variable name that is not a shell identifier).
@@ -49,11 +62,19 @@ pub enum HostError {
 
     /// The plugin crashed: a Rust panic, `unreachable`, an out-of-bounds access.
     #[error("plugin trapped: {message}{}", stderr_suffix(.stderr))]
-    Trap { message: String, stderr: String, usage: Usage },
+    Trap {
+        message: String,
+        stderr: String,
+        usage: Usage,
+    },
 
     /// The plugin ran to completion and reported an error of its own.
     #[error("plugin reported error `{code}`: {message}")]
-    Plugin { code: String, message: String, usage: Usage },
+    Plugin {
+        code: String,
+        message: String,
+        usage: Usage,
+    },
 
     #[error("facts are not valid JSON: {0}")]
     BadFacts(String),
@@ -66,10 +87,17 @@ pub enum HostError {
 /// The tail of stderr worth putting in a one-line error: a Rust panic prints
 /// "thread … panicked at file:line:col:" then the message, then a `note:` about backtraces.
 fn stderr_suffix(stderr: &str) -> String {
-    let lines: Vec<&str> =
-        stderr.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with("note: ")).collect();
+    let lines: Vec<&str> = stderr
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("note: "))
+        .collect();
     let tail = &lines[lines.len().saturating_sub(2)..];
-    if tail.is_empty() { String::new() } else { format!(" (stderr: {})", tail.join(" ")) }
+    if tail.is_empty() {
+        String::new()
+    } else {
+        format!(" (stderr: {})", tail.join(" "))
+    }
 }
 
 impl HostError {

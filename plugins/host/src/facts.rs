@@ -21,7 +21,8 @@ pub struct FactsJson {
 impl FactsJson {
     /// Checks that `json` is a JSON object.
     pub fn parse(json: &str) -> Result<Self, HostError> {
-        let value: Value = serde_json::from_str(json).map_err(|e| HostError::BadFacts(e.to_string()))?;
+        let value: Value =
+            serde_json::from_str(json).map_err(|e| HostError::BadFacts(e.to_string()))?;
         if !value.is_object() {
             return Err(HostError::BadFacts("facts must be a JSON object".into()));
         }
@@ -39,7 +40,11 @@ impl FactsJson {
     }
 
     fn from_object(value: Value) -> Self {
-        Self { value: OnceLock::from(value), full: OnceLock::new(), projections: Mutex::default() }
+        Self {
+            value: OnceLock::from(value),
+            full: OnceLock::new(),
+            projections: Mutex::default(),
+        }
     }
 
     fn value(&self) -> &Value {
@@ -48,7 +53,8 @@ impl FactsJson {
 
     /// The whole document.
     pub fn as_str(&self) -> &str {
-        self.full.get_or_init(|| Arc::from(self.value().to_string()))
+        self.full
+            .get_or_init(|| Arc::from(self.value().to_string()))
     }
 
     /// What a plugin that declared `reads` is given: the whole document when it declared
@@ -61,7 +67,10 @@ impl FactsJson {
         let mut cache = self.projections.lock().unwrap_or_else(|p| p.into_inner());
         // The same plan (one per compiled plugin) is found by address; an equal one from
         // another plugin by content.
-        if let Some((_, json)) = cache.iter().find(|(r, _)| Arc::ptr_eq(r, reads) || r.pointers() == reads.pointers()) {
+        if let Some((_, json)) = cache
+            .iter()
+            .find(|(r, _)| Arc::ptr_eq(r, reads) || r.pointers() == reads.pointers())
+        {
             return json.clone();
         }
         let json = serialise(&reads.cut(self.value()));
@@ -78,7 +87,10 @@ fn serialise(value: &impl serde::Serialize) -> Arc<str> {
         buf.clear();
         // Serialising a `Value` cannot fail, and serde_json writes UTF-8; an empty object keeps
         // the plugin running should either ever happen.
-        match serde_json::to_writer(&mut *buf, value).ok().and_then(|()| std::str::from_utf8(buf).ok()) {
+        match serde_json::to_writer(&mut *buf, value)
+            .ok()
+            .and_then(|()| std::str::from_utf8(buf).ok())
+        {
             Some(json) => Arc::from(json),
             None => Arc::from("{}"),
         }
@@ -94,12 +106,19 @@ mod tests {
         assert_eq!(FactsJson::parse("[1]").err().unwrap().code(), "bad-facts");
         assert_eq!(FactsJson::parse("{").err().unwrap().code(), "bad-facts");
         let f = FactsJson::parse(r#"{"a": {"b": 1}, "c": 2}"#).unwrap();
-        assert_eq!(f.as_str(), r#"{"a": {"b": 1}, "c": 2}"#, "the caller's bytes, untouched");
+        assert_eq!(
+            f.as_str(),
+            r#"{"a": {"b": 1}, "c": 2}"#,
+            "the caller's bytes, untouched"
+        );
         let reads = Arc::new(Reads::new(&["/a".into()]));
         let one = f.for_reads(&reads);
         assert_eq!(&*one, r#"{"a":{"b":1}}"#);
         assert!(Arc::ptr_eq(&one, &f.for_reads(&reads)));
-        assert!(Arc::ptr_eq(&one, &f.for_reads(&Arc::new(Reads::new(&["/a".into()])))), "equal reads of another plugin");
+        assert!(
+            Arc::ptr_eq(&one, &f.for_reads(&Arc::new(Reads::new(&["/a".into()])))),
+            "equal reads of another plugin"
+        );
         assert_eq!(&*f.for_reads(&Arc::new(Reads::new(&[]))), f.as_str());
     }
 }

@@ -10,16 +10,16 @@ use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
 
+use crate::HostError;
 use crate::bindings::{v01, v02};
 use crate::facts::{FactsJson, Reads};
 use crate::limits::{Limits, MemoryDenied};
 use crate::policy::{self, Contract};
 use crate::report::{
-    CompileTime, ComponentInfo, Detection, EnvRecommendation, Expectation, GpuAffinity, LogLevel, PluginInfo, Report,
-    Usage,
+    CompileTime, ComponentInfo, Detection, EnvRecommendation, Expectation, GpuAffinity, LogLevel,
+    PluginInfo, Report, Usage,
 };
 use crate::sandbox::State;
-use crate::HostError;
 
 /// Engine-wide settings, fixed when the host is created. Per-call limits are [`Limits`].
 #[derive(Debug, Clone)]
@@ -69,18 +69,38 @@ impl Pre {
     fn info(&self, store: &mut Store<State>) -> wasmtime::Result<PluginInfo> {
         Ok(match self {
             Pre::V01(pre) => {
-                let i = pre.instantiate(&mut *store)?.heddle_plugin_plugin().call_info(&mut *store)?;
-                PluginInfo { name: i.name, version: i.version, description: i.description, reads: Vec::new() }
+                let i = pre
+                    .instantiate(&mut *store)?
+                    .heddle_plugin_plugin()
+                    .call_info(&mut *store)?;
+                PluginInfo {
+                    name: i.name,
+                    version: i.version,
+                    description: i.description,
+                    reads: Vec::new(),
+                }
             }
             Pre::V02(pre) => {
-                let i = pre.instantiate(&mut *store)?.heddle_plugin_plugin().call_info(&mut *store)?;
-                PluginInfo { name: i.name, version: i.version, description: i.description, reads: i.reads }
+                let i = pre
+                    .instantiate(&mut *store)?
+                    .heddle_plugin_plugin()
+                    .call_info(&mut *store)?;
+                PluginInfo {
+                    name: i.name,
+                    version: i.version,
+                    description: i.description,
+                    reads: i.reads,
+                }
             }
         })
     }
 
     /// Instantiates and calls `detect`; the outer error is a trap, the inner one the plugin's.
-    fn detect(&self, store: &mut Store<State>, facts_json: &str) -> wasmtime::Result<Result<Detection, (String, String)>> {
+    fn detect(
+        &self,
+        store: &mut Store<State>,
+        facts_json: &str,
+    ) -> wasmtime::Result<Result<Detection, (String, String)>> {
         Ok(match self {
             Pre::V01(pre) => pre
                 .instantiate(&mut *store)?
@@ -171,10 +191,18 @@ impl PluginHost {
         let engine = Engine::new(&cfg).map_err(internal)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(internal)?;
-        v01::Detector::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s).map_err(internal)?;
-        v02::Detector::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s).map_err(internal)?;
+        v01::Detector::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s)
+            .map_err(internal)?;
+        v02::Detector::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s)
+            .map_err(internal)?;
         let ticker = Ticker::start(&engine, config.epoch_tick);
-        Ok(Self { engine, linker, cache: Mutex::new(Cache::default()), config, _ticker: ticker })
+        Ok(Self {
+            engine,
+            linker,
+            cache: Mutex::new(Cache::default()),
+            config,
+            _ticker: ticker,
+        })
     }
 
     /// Compiles (or fetches from the cache), checks the imports and the world, and calls
@@ -187,14 +215,26 @@ impl PluginHost {
             size_bytes: prepared.size,
             contract: prepared.pre.contract().package().to_string(),
             imports: prepared.imports.clone(),
-            compile_time: CompileTime { micros: if cache_hit { 0 } else { prepared.compile_micros }, cache_hit },
+            compile_time: CompileTime {
+                micros: if cache_hit {
+                    0
+                } else {
+                    prepared.compile_micros
+                },
+                cache_hit,
+            },
         })
     }
 
     /// Runs `detect` on `facts_json` in a fresh store under `limits`. Hashes `bytes` to find
     /// the compiled component and checks the facts on every call; callers that run plugins
     /// often should [`Self::load`] once and [`Self::call`] the handle with [`FactsJson`].
-    pub fn run(&self, bytes: &[u8], facts_json: &str, limits: &Limits) -> Result<Report, HostError> {
+    pub fn run(
+        &self,
+        bytes: &[u8],
+        facts_json: &str,
+        limits: &Limits,
+    ) -> Result<Report, HostError> {
         let facts = FactsJson::parse(facts_json)?;
         let (prepared, cache_hit) = self.prepare(bytes, limits)?;
         self.call_prepared(&prepared, cache_hit, &facts, limits)
@@ -208,7 +248,12 @@ impl PluginHost {
     }
 
     /// Runs `detect` of a loaded plugin on checked facts in a fresh store under `limits`.
-    pub fn call(&self, plugin: &LoadedPlugin, facts: &FactsJson, limits: &Limits) -> Result<Report, HostError> {
+    pub fn call(
+        &self,
+        plugin: &LoadedPlugin,
+        facts: &FactsJson,
+        limits: &Limits,
+    ) -> Result<Report, HostError> {
         self.call_prepared(&plugin.prepared, true, facts, limits)
     }
 
@@ -227,12 +272,22 @@ impl PluginHost {
         forward_logs(&prepared.info.name, &logs);
         let detection = match outcome {
             Err(err) => return Err(classify(err, usage, limits, stderr)),
-            Ok(Err((code, message))) => return Err(HostError::Plugin { code, message, usage }),
+            Ok(Err((code, message))) => {
+                return Err(HostError::Plugin {
+                    code,
+                    message,
+                    usage,
+                });
+            }
             Ok(Ok(d)) => d,
         };
         let size = detection.output_bytes();
         if size > limits.max_output_bytes {
-            return Err(HostError::OutputTooLarge { size, limit: limits.max_output_bytes, usage });
+            return Err(HostError::OutputTooLarge {
+                size,
+                limit: limits.max_output_bytes,
+                usage,
+            });
         }
         check_output(&detection)?;
         Ok(Report {
@@ -269,7 +324,10 @@ impl PluginHost {
 
     fn prepare(&self, bytes: &[u8], limits: &Limits) -> Result<(Arc<Prepared>, bool), HostError> {
         if bytes.len() > limits.max_component_bytes {
-            return Err(HostError::TooLarge { size: bytes.len(), limit: limits.max_component_bytes });
+            return Err(HostError::TooLarge {
+                size: bytes.len(),
+                limit: limits.max_component_bytes,
+            });
         }
         let key: [u8; 32] = Sha256::digest(bytes).into();
         if let Some(p) = self.lock_cache().entries.get(&key) {
@@ -284,8 +342,14 @@ impl PluginHost {
         let compile_micros = started.elapsed().as_micros() as u64;
         let imports = policy::check_imports(&self.engine, &component)?;
         let contract = policy::check_exports(&self.engine, &component)?;
-        let instance_pre = self.linker.instantiate_pre(&component).map_err(|e| HostError::Link(format!("{e:#}")))?;
-        let wrong_world = |e: wasmtime::Error| HostError::WrongWorld { expected: policy::EXPORT_INTERFACE, found: format!("{e:#}") };
+        let instance_pre = self
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| HostError::Link(format!("{e:#}")))?;
+        let wrong_world = |e: wasmtime::Error| HostError::WrongWorld {
+            expected: policy::EXPORT_INTERFACE,
+            found: format!("{e:#}"),
+        };
         let pre = match contract {
             Contract::V01 => Pre::V01(v01::DetectorPre::new(instance_pre).map_err(wrong_world)?),
             Contract::V02 => Pre::V02(v02::DetectorPre::new(instance_pre).map_err(wrong_world)?),
@@ -299,7 +363,10 @@ impl PluginHost {
             Ok(info) => info,
             // Traps (fuel, memory) are the plugin's doing; anything else is the sandbox refusing
             // its shape, e.g. a second linear memory.
-            Err(e) if e.downcast_ref::<Trap>().is_none() && e.downcast_ref::<MemoryDenied>().is_none() => {
+            Err(e)
+                if e.downcast_ref::<Trap>().is_none()
+                    && e.downcast_ref::<MemoryDenied>().is_none() =>
+            {
                 return Err(HostError::Link(format!("{e:#}")));
             }
             Err(e) => return Err(classify(e, usage, limits, stderr)),
@@ -319,7 +386,11 @@ impl PluginHost {
             seq: cache.seq,
         });
         if cache.entries.len() >= self.config.cache_capacity.max(1)
-            && let Some(oldest) = cache.entries.iter().min_by_key(|(_, p)| p.seq).map(|(k, _)| *k)
+            && let Some(oldest) = cache
+                .entries
+                .iter()
+                .min_by_key(|(_, p)| p.seq)
+                .map(|(k, _)| *k)
         {
             cache.entries.remove(&oldest);
         }
@@ -344,7 +415,12 @@ fn check_header(bytes: &[u8]) -> Result<(), HostError> {
 type Captured = (Vec<crate::report::LogRecord>, String, String);
 
 /// Reads what the call used and produced out of the store.
-fn finish(store: &mut Store<State>, limits: &Limits, started: Instant, cache_hit: bool) -> (Usage, Captured) {
+fn finish(
+    store: &mut Store<State>,
+    limits: &Limits,
+    started: Instant,
+    cache_hit: bool,
+) -> (Usage, Captured) {
     let elapsed = started.elapsed();
     let remaining = store.get_fuel().unwrap_or(0);
     let state = store.data_mut();
@@ -359,24 +435,43 @@ fn finish(store: &mut Store<State>, limits: &Limits, started: Instant, cache_hit
         stdout_dropped_bytes: stdout_dropped,
         stderr_dropped_bytes: stderr_dropped,
     };
-    (usage, (std::mem::take(&mut state.logs.records), stdout, stderr))
+    (
+        usage,
+        (std::mem::take(&mut state.logs.records), stdout, stderr),
+    )
 }
 
 /// Names the limit that stopped a failed call.
 fn classify(err: wasmtime::Error, usage: Usage, limits: &Limits, stderr: String) -> HostError {
     if let Some(denied) = err.downcast_ref::<MemoryDenied>() {
-        return HostError::MemoryLimit { requested: denied.requested, limit: denied.limit, usage };
+        return HostError::MemoryLimit {
+            requested: denied.requested,
+            limit: denied.limit,
+            usage,
+        };
     }
     match err.downcast_ref::<Trap>() {
-        Some(Trap::OutOfFuel) => HostError::FuelExhausted { limit: limits.fuel, usage },
-        Some(Trap::Interrupt) => {
-            HostError::Timeout { limit_ms: limits.timeout.as_millis().try_into().unwrap_or(u64::MAX), usage }
-        }
+        Some(Trap::OutOfFuel) => HostError::FuelExhausted {
+            limit: limits.fuel,
+            usage,
+        },
+        Some(Trap::Interrupt) => HostError::Timeout {
+            limit_ms: limits.timeout.as_millis().try_into().unwrap_or(u64::MAX),
+            usage,
+        },
         Some(trap) => {
             tracing::debug!(error = ?err, "plugin trapped");
-            HostError::Trap { message: trap.to_string(), stderr, usage }
+            HostError::Trap {
+                message: trap.to_string(),
+                stderr,
+                usage,
+            }
         }
-        None => HostError::Trap { message: format!("{err:#}"), stderr, usage },
+        None => HostError::Trap {
+            message: format!("{err:#}"),
+            stderr,
+            usage,
+        },
     }
 }
 
@@ -394,7 +489,11 @@ fn forward_logs(plugin: &str, logs: &[crate::report::LogRecord]) {
 
 /// What `info()` may return: bounded, and `reads` made of JSON pointers.
 fn check_info(info: &PluginInfo) -> Result<(), HostError> {
-    if info.name.is_empty() || info.name.len() > 64 || info.version.len() > 64 || info.description.len() > 1024 {
+    if info.name.is_empty()
+        || info.name.len() > 64
+        || info.version.len() > 64
+        || info.description.len() > 1024
+    {
         return Err(HostError::NotAComponent(format!(
             "info() must return a name of 1-64 bytes, a version up to 64 and a description up to 1024 (got {}, {}, {})",
             info.name.len(),
@@ -403,9 +502,16 @@ fn check_info(info: &PluginInfo) -> Result<(), HostError> {
         )));
     }
     if info.reads.len() > 64 {
-        return Err(HostError::NotAComponent(format!("info() declares {} reads; at most 64", info.reads.len())));
+        return Err(HostError::NotAComponent(format!(
+            "info() declares {} reads; at most 64",
+            info.reads.len()
+        )));
     }
-    if let Some(bad) = info.reads.iter().find(|r| !r.starts_with('/') || r.len() > 256) {
+    if let Some(bad) = info
+        .reads
+        .iter()
+        .find(|r| !r.starts_with('/') || r.len() > 256)
+    {
         return Err(HostError::NotAComponent(format!(
             "info() declares read {bad:?}: reads are JSON pointers such as `/host/dmi` (at most 256 bytes)"
         )));
@@ -418,11 +524,25 @@ macro_rules! convert_common {
     ($d:expr) => {
         Detection {
             traits: $d.traits.into_iter().map(|t| (t.key, t.value)).collect(),
-            env: $d.env.into_iter().map(|e| EnvRecommendation { name: e.name, value: e.value, reason: e.reason }).collect(),
+            env: $d
+                .env
+                .into_iter()
+                .map(|e| EnvRecommendation {
+                    name: e.name,
+                    value: e.value,
+                    reason: e.reason,
+                })
+                .collect(),
             affinity: $d
                 .affinity
                 .into_iter()
-                .map(|a| GpuAffinity { gpu: a.gpu, cpus: a.cpus, numa: a.numa, nic: a.nic, netdev: a.netdev })
+                .map(|a| GpuAffinity {
+                    gpu: a.gpu,
+                    cpus: a.cpus,
+                    numa: a.numa,
+                    nic: a.nic,
+                    netdev: a.netdev,
+                })
                 .collect(),
             warnings: $d.warnings,
             expectations: Vec::new(),
@@ -437,9 +557,18 @@ fn convert_v01(d: v01::exports::heddle::plugin::plugin::Detection) -> Detection 
 fn convert_v02(mut d: v02::exports::heddle::plugin::plugin::Detection) -> Detection {
     let expectations = std::mem::take(&mut d.expectations)
         .into_iter()
-        .map(|e| Expectation { test: e.test, metric: e.metric, min_size_bytes: e.min_size_bytes, value: e.value, source: e.source })
+        .map(|e| Expectation {
+            test: e.test,
+            metric: e.metric,
+            min_size_bytes: e.min_size_bytes,
+            value: e.value,
+            source: e.source,
+        })
         .collect();
-    Detection { expectations, ..convert_common!(d) }
+    Detection {
+        expectations,
+        ..convert_common!(d)
+    }
 }
 
 /// Recommendations end up in shells (`export NAME=VALUE`) and process environments, so names
@@ -447,13 +576,21 @@ fn convert_v02(mut d: v02::exports::heddle::plugin::plugin::Detection) -> Detect
 fn check_output(d: &Detection) -> Result<(), HostError> {
     for e in &d.env {
         let mut chars = e.name.chars();
-        let ident = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        let ident = chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
             && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
         if !ident {
-            return Err(HostError::InvalidOutput(format!("environment variable name {:?} is not an identifier", e.name)));
+            return Err(HostError::InvalidOutput(format!(
+                "environment variable name {:?} is not an identifier",
+                e.name
+            )));
         }
         if e.value.contains('\0') {
-            return Err(HostError::InvalidOutput(format!("value of {} contains a NUL byte", e.name)));
+            return Err(HostError::InvalidOutput(format!(
+                "value of {} contains a NUL byte",
+                e.name
+            )));
         }
     }
     Ok(())
@@ -506,7 +643,11 @@ mod tests {
 
     fn with_env(name: &str, value: &str) -> Detection {
         Detection {
-            env: vec![EnvRecommendation { name: name.into(), value: value.into(), reason: String::new() }],
+            env: vec![EnvRecommendation {
+                name: name.into(),
+                value: value.into(),
+                reason: String::new(),
+            }],
             ..Detection::default()
         }
     }
@@ -516,7 +657,11 @@ mod tests {
         assert!(check_output(&with_env("NCCL_IB_HCA", "mlx5_0")).is_ok());
         assert!(check_output(&with_env("_X1", "")).is_ok());
         for bad in ["", "1X", "A-B", "X;rm -rf /", "A B", "X=Y"] {
-            assert_eq!(check_output(&with_env(bad, "v")).unwrap_err().code(), "invalid-output", "{bad:?}");
+            assert_eq!(
+                check_output(&with_env(bad, "v")).unwrap_err().code(),
+                "invalid-output",
+                "{bad:?}"
+            );
         }
         assert!(check_output(&with_env("X", "a\0b")).is_err());
     }
@@ -524,7 +669,17 @@ mod tests {
     #[test]
     fn header_check_names_the_problem() {
         assert!(check_header(b"\0asm\x0d\x00\x01\x00").is_ok());
-        assert!(check_header(b"\0asm\x01\x00\x00\x00").unwrap_err().to_string().contains("core WebAssembly module"));
-        assert!(check_header(b"PK\x03\x04zip!").unwrap_err().to_string().contains("magic number"));
+        assert!(
+            check_header(b"\0asm\x01\x00\x00\x00")
+                .unwrap_err()
+                .to_string()
+                .contains("core WebAssembly module")
+        );
+        assert!(
+            check_header(b"PK\x03\x04zip!")
+                .unwrap_err()
+                .to_string()
+                .contains("magic number")
+        );
     }
 }

@@ -31,8 +31,8 @@ pub use host::{HostConfig, LoadedPlugin, PluginHost};
 pub use limits::Limits;
 pub use policy::{CONTRACT, Contract, EXPORT_INTERFACE};
 pub use report::{
-    CompileTime, ComponentInfo, Detection, EnvRecommendation, Expectation, GpuAffinity, LogLevel, LogRecord, PluginInfo, Report,
-    Usage,
+    CompileTime, ComponentInfo, Detection, EnvRecommendation, Expectation, GpuAffinity, LogLevel,
+    LogRecord, PluginInfo, Report, Usage,
 };
 
 /// Host-side bindings, one module per released contract version. `PluginHost` dispatches on
@@ -56,6 +56,10 @@ pub(crate) mod bindings {
 /// Validates and runs one component on one facts document with a throwaway host. Convenient
 /// for one-off use (the CLI's `plugin test`); long-lived callers should keep a [`PluginHost`]
 /// so compiled components are cached.
-pub fn run_on_facts_json(bytes: &[u8], facts_json: &str, limits: &Limits) -> Result<Report, HostError> {
+pub fn run_on_facts_json(
+    bytes: &[u8],
+    facts_json: &str,
+    limits: &Limits,
+) -> Result<Report, HostError> {
     PluginHost::new(HostConfig::default())?.run(bytes, facts_json, limits)
 }

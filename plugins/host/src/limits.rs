@@ -76,20 +76,37 @@ const MAX_TABLE_ELEMENTS: usize = 100_000;
 
 impl Limiter {
     pub fn new(max_memory_bytes: usize) -> Self {
-        Self { max_memory_bytes, peak_memory_bytes: 0 }
+        Self {
+            max_memory_bytes,
+            peak_memory_bytes: 0,
+        }
     }
 }
 
 impl wasmtime::ResourceLimiter for Limiter {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         if desired > self.max_memory_bytes {
-            return Err(MemoryDenied { requested: desired, limit: self.max_memory_bytes }.into());
+            return Err(MemoryDenied {
+                requested: desired,
+                limit: self.max_memory_bytes,
+            }
+            .into());
         }
         self.peak_memory_bytes = self.peak_memory_bytes.max(desired);
         Ok(true)
     }
 
-    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         Ok(desired <= MAX_TABLE_ELEMENTS)
     }
 

@@ -74,10 +74,16 @@ fn unversioned(name: &str) -> &str {
 
 /// Every import of `component`, sorted, or the first one outside the allow-list.
 pub fn check_imports(engine: &Engine, component: &Component) -> Result<Vec<String>, HostError> {
-    let mut imports: Vec<String> = component.component_type().imports(engine).map(|(name, _)| name.to_string()).collect();
+    let mut imports: Vec<String> = component
+        .component_type()
+        .imports(engine)
+        .map(|(name, _)| name.to_string())
+        .collect();
     imports.sort();
     if let Some(bad) = imports.iter().find(|name| !allowed_import(name)) {
-        return Err(HostError::DisallowedImport { import: bad.clone() });
+        return Err(HostError::DisallowedImport {
+            import: bad.clone(),
+        });
     }
     Ok(imports)
 }
@@ -96,13 +102,23 @@ fn allowed_import(name: &str) -> bool {
 /// The contract whose detector interface the component exports (the newest, should it export
 /// several), or why it is not a detector.
 pub fn check_exports(engine: &Engine, component: &Component) -> Result<Contract, HostError> {
-    let exports: Vec<String> = component.component_type().exports(engine).map(|(name, _)| name.to_string()).collect();
+    let exports: Vec<String> = component
+        .component_type()
+        .exports(engine)
+        .map(|(name, _)| name.to_string())
+        .collect();
     let found = exports
         .iter()
-        .filter_map(|e| e.split_once('@').filter(|(bare, _)| *bare == "heddle:plugin/plugin"))
+        .filter_map(|e| {
+            e.split_once('@')
+                .filter(|(bare, _)| *bare == "heddle:plugin/plugin")
+        })
         .filter_map(|(_, v)| Contract::of_version(v))
         .max_by_key(|c| *c as u8);
-    found.ok_or_else(|| HostError::WrongWorld { expected: EXPORT_INTERFACE, found: exports.join(", ") })
+    found.ok_or_else(|| HostError::WrongWorld {
+        expected: EXPORT_INTERFACE,
+        found: exports.join(", "),
+    })
 }
 
 #[cfg(test)]

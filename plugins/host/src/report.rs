@@ -65,8 +65,15 @@ impl Detection {
 
     /// Total bytes of every string, which is what the output cap limits.
     pub fn output_bytes(&self) -> usize {
-        self.traits.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>()
-            + self.env.iter().map(|e| e.name.len() + e.value.len() + e.reason.len()).sum::<usize>()
+        self.traits
+            .iter()
+            .map(|(k, v)| k.len() + v.len())
+            .sum::<usize>()
+            + self
+                .env
+                .iter()
+                .map(|e| e.name.len() + e.value.len() + e.reason.len())
+                .sum::<usize>()
             + self
                 .affinity
                 .iter()
@@ -77,7 +84,11 @@ impl Detection {
                 })
                 .sum::<usize>()
             + self.warnings.iter().map(String::len).sum::<usize>()
-            + self.expectations.iter().map(|e| 16 + e.test.len() + e.metric.len() + e.source.len()).sum::<usize>()
+            + self
+                .expectations
+                .iter()
+                .map(|e| 16 + e.test.len() + e.metric.len() + e.source.len())
+                .sum::<usize>()
     }
 }
 
@@ -169,8 +180,18 @@ mod tests {
     fn output_bytes_counts_every_string() {
         let d = Detection {
             traits: vec![("ab".into(), "cde".into())],
-            env: vec![EnvRecommendation { name: "N".into(), value: "vv".into(), reason: "rrr".into() }],
-            affinity: vec![GpuAffinity { gpu: 0, cpus: "0-3".into(), numa: None, nic: Some("m".into()), netdev: None }],
+            env: vec![EnvRecommendation {
+                name: "N".into(),
+                value: "vv".into(),
+                reason: "rrr".into(),
+            }],
+            affinity: vec![GpuAffinity {
+                gpu: 0,
+                cpus: "0-3".into(),
+                numa: None,
+                nic: Some("m".into()),
+                netdev: None,
+            }],
             warnings: vec!["w".into()],
             expectations: vec![Expectation {
                 test: "nccl.all_reduce".into(),
@@ -180,6 +201,9 @@ mod tests {
                 source: "s".into(),
             }],
         };
-        assert_eq!(d.output_bytes(), 5 + 6 + (8 + 3 + 1) + 1 + (16 + 15 + 9 + 1));
+        assert_eq!(
+            d.output_bytes(),
+            5 + 6 + (8 + 3 + 1) + 1 + (16 + 15 + 9 + 1)
+        );
     }
 }

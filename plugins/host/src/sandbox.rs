@@ -52,7 +52,10 @@ impl State {
 
 impl WasiView for State {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
     }
 }
 
@@ -68,7 +71,10 @@ pub struct LogBuffer {
 
 impl LogBuffer {
     fn new(cap: usize) -> Self {
-        Self { cap, ..Self::default() }
+        Self {
+            cap,
+            ..Self::default()
+        }
     }
 
     fn push(&mut self, level: LogLevel, message: String) {
@@ -119,13 +125,21 @@ struct Captured {
 
 impl CappedPipe {
     fn new(cap: usize) -> Self {
-        Self { inner: Arc::new(Mutex::new(Captured { cap, ..Captured::default() })) }
+        Self {
+            inner: Arc::new(Mutex::new(Captured {
+                cap,
+                ..Captured::default()
+            })),
+        }
     }
 
     /// What was kept (lossy UTF-8) and how many bytes were dropped.
     pub fn take(&self) -> (String, u64) {
         let mut c = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        (String::from_utf8_lossy(&std::mem::take(&mut c.kept)).into_owned(), c.dropped)
+        (
+            String::from_utf8_lossy(&std::mem::take(&mut c.kept)).into_owned(),
+            c.dropped,
+        )
     }
 }
 
@@ -161,7 +175,9 @@ const WRITE_BUDGET: usize = 64 << 10;
 impl OutputStream for CappedPipe {
     fn write(&mut self, bytes: bytes::Bytes) -> StreamResult<()> {
         if bytes.len() > WRITE_BUDGET {
-            return Err(StreamError::Trap(wasmtime::format_err!("write larger than check_write allowed")));
+            return Err(StreamError::Trap(wasmtime::format_err!(
+                "write larger than check_write allowed"
+            )));
         }
         self.write_bytes(&bytes);
         Ok(())
@@ -196,11 +212,17 @@ impl tokio::io::AsyncWrite for CappedPipe {
         std::task::Poll::Ready(Ok(buf.len()))
     }
 
-    fn poll_flush(self: Pin<&mut Self>, _cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+    fn poll_flush(
+        self: Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
         std::task::Poll::Ready(Ok(()))
     }
 
-    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+    fn poll_shutdown(
+        self: Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
         std::task::Poll::Ready(Ok(()))
     }
 }

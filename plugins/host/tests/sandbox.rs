@@ -9,13 +9,21 @@ use std::time::Duration;
 use heddle_plugin_host::{FactsJson, HostConfig, HostError, Limits, PluginHost};
 
 fn dist(name: &str) -> Vec<u8> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../dist").join(format!("{name}.wasm"));
-    std::fs::read(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}; run scripts/build-plugins.sh first", path.display()))
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../dist")
+        .join(format!("{name}.wasm"));
+    std::fs::read(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; run scripts/build-plugins.sh first",
+            path.display()
+        )
+    })
 }
 
 fn fixture(name: &str) -> String {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures").join(name);
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../fixtures")
+        .join(name);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
@@ -33,17 +41,28 @@ fn hostile(mode: &str) -> String {
 #[test]
 fn fixtures_match_the_agents_facts_schema() {
     for name in ["azure-nd40rs-v2.json", "runai-roce.json", "dgx1.json"] {
-        let parsed: Result<heddle_types::facts::NodeFacts, _> = serde_json::from_str(&fixture(name));
+        let parsed: Result<heddle_types::facts::NodeFacts, _> =
+            serde_json::from_str(&fixture(name));
         assert!(parsed.is_ok(), "{name}: {:?}", parsed.err());
     }
 }
 
 #[test]
 fn azure_nd_on_seed_001() {
-    let r = host().run(&dist("azure-nd"), &fixture("azure-nd40rs-v2.json"), &Limits::default()).unwrap();
+    let r = host()
+        .run(
+            &dist("azure-nd"),
+            &fixture("azure-nd40rs-v2.json"),
+            &Limits::default(),
+        )
+        .unwrap();
     assert_eq!(r.plugin.name, "azure-nd");
     let d = &r.detection;
-    assert!(d.traits.contains(&("azure.sku".into(), "ND40rs_v2".into())), "{:?}", d.traits);
+    assert!(
+        d.traits.contains(&("azure.sku".into(), "ND40rs_v2".into())),
+        "{:?}",
+        d.traits
+    );
     let hca = d.env.iter().find(|e| e.name == "NCCL_IB_HCA").unwrap();
     assert_eq!(hca.value, "mlx5_0");
     assert!(d.warnings.iter().any(|w| w.contains("rdmaP36305p0s2")));
@@ -52,8 +71,19 @@ fn azure_nd_on_seed_001() {
 
 #[test]
 fn runai_roce_on_seed_003() {
-    let r = host().run(&dist("runai-roce"), &fixture("runai-roce.json"), &Limits::default()).unwrap();
-    let env: Vec<(&str, &str)> = r.detection.env.iter().map(|e| (e.name.as_str(), e.value.as_str())).collect();
+    let r = host()
+        .run(
+            &dist("runai-roce"),
+            &fixture("runai-roce.json"),
+            &Limits::default(),
+        )
+        .unwrap();
+    let env: Vec<(&str, &str)> = r
+        .detection
+        .env
+        .iter()
+        .map(|e| (e.name.as_str(), e.value.as_str()))
+        .collect();
     assert!(env.contains(&("NCCL_IB_GID_INDEX", "9")), "{env:?}");
     assert!(env.contains(&("NCCL_IB_HCA", "mlx5_bond_0")));
     assert!(env.contains(&("NCCL_SOCKET_NTHREADS", "4")));
@@ -61,10 +91,19 @@ fn runai_roce_on_seed_003() {
 
 #[test]
 fn dgx_affinity_on_seed_004() {
-    let r = host().run(&dist("dgx-affinity"), &fixture("dgx1.json"), &Limits::default()).unwrap();
+    let r = host()
+        .run(
+            &dist("dgx-affinity"),
+            &fixture("dgx1.json"),
+            &Limits::default(),
+        )
+        .unwrap();
     let a = &r.detection.affinity;
     assert_eq!(a.len(), 8);
-    assert_eq!((a[2].nic.as_deref(), a[2].netdev.as_deref()), (Some("mlx5_1"), Some("ib1")));
+    assert_eq!(
+        (a[2].nic.as_deref(), a[2].netdev.as_deref()),
+        (Some("mlx5_1"), Some("ib1"))
+    );
     assert_eq!((a[5].cpus.as_str(), a[5].numa), ("20-39,60-79", Some(1)));
 }
 
@@ -72,7 +111,9 @@ fn dgx_affinity_on_seed_004() {
 fn first_party_plugins_ignore_nodes_they_do_not_know() {
     let h = host();
     for name in ["azure-nd", "runai-roce", "dgx-affinity", "template"] {
-        let r = h.run(&dist(name), r#"{"schema_version": 1}"#, &Limits::default()).unwrap();
+        let r = h
+            .run(&dist(name), r#"{"schema_version": 1}"#, &Limits::default())
+            .unwrap();
         assert!(r.detection.is_empty(), "{name}: {:?}", r.detection);
     }
 }
@@ -86,20 +127,35 @@ fn validate_reports_info_imports_and_caches() {
     assert_eq!(info.contract, "heddle:plugin@0.2.0");
     assert_eq!(info.sha256.len(), 64);
     assert!(!info.compile_time.cache_hit && info.compile_time.micros > 0);
-    assert!(info.imports.iter().any(|i| i.starts_with("heddle:plugin/log@")), "{:?}", info.imports);
+    assert!(
+        info.imports
+            .iter()
+            .any(|i| i.starts_with("heddle:plugin/log@")),
+        "{:?}",
+        info.imports
+    );
     assert!(info.imports.iter().all(|i| !i.starts_with("wasi:sockets")));
     let again = h.validate(&bytes, &Limits::default()).unwrap();
     assert!(again.compile_time.cache_hit);
-    let r = h.run(&bytes, &fixture("dgx1.json"), &Limits::default()).unwrap();
+    let r = h
+        .run(&bytes, &fixture("dgx1.json"), &Limits::default())
+        .unwrap();
     assert!(r.usage.cache_hit);
     assert_eq!(h.cached(), 1);
 }
 
 #[test]
 fn endless_loop_runs_out_of_fuel() {
-    let limits = Limits { fuel: 20_000_000, ..Limits::default() };
-    let err = host().run(&dist("misbehave"), &hostile("loop"), &limits).unwrap_err();
-    let HostError::FuelExhausted { limit, usage } = &err else { panic!("{err}") };
+    let limits = Limits {
+        fuel: 20_000_000,
+        ..Limits::default()
+    };
+    let err = host()
+        .run(&dist("misbehave"), &hostile("loop"), &limits)
+        .unwrap_err();
+    let HostError::FuelExhausted { limit, usage } = &err else {
+        panic!("{err}")
+    };
     assert_eq!(*limit, 20_000_000);
     assert_eq!(usage.fuel_consumed, 20_000_000);
     assert!(err.to_string().contains("endless loop"));
@@ -107,18 +163,50 @@ fn endless_loop_runs_out_of_fuel() {
 
 #[test]
 fn wall_clock_deadline_stops_a_loop_that_fuel_would_not() {
-    let limits = Limits { fuel: u64::MAX / 2, timeout: Duration::from_millis(100), ..Limits::default() };
-    let err = host().run(&dist("misbehave"), &hostile("loop"), &limits).unwrap_err();
-    let HostError::Timeout { limit_ms: 100, usage } = &err else { panic!("{err}") };
-    assert!(usage.elapsed >= Duration::from_millis(100), "{:?}", usage.elapsed);
-    assert!(usage.elapsed < Duration::from_secs(2), "{:?}", usage.elapsed);
+    let limits = Limits {
+        fuel: u64::MAX / 2,
+        timeout: Duration::from_millis(100),
+        ..Limits::default()
+    };
+    let err = host()
+        .run(&dist("misbehave"), &hostile("loop"), &limits)
+        .unwrap_err();
+    let HostError::Timeout {
+        limit_ms: 100,
+        usage,
+    } = &err
+    else {
+        panic!("{err}")
+    };
+    assert!(
+        usage.elapsed >= Duration::from_millis(100),
+        "{:?}",
+        usage.elapsed
+    );
+    assert!(
+        usage.elapsed < Duration::from_secs(2),
+        "{:?}",
+        usage.elapsed
+    );
 }
 
 #[test]
 fn memory_bomb_hits_the_cap() {
-    let limits = Limits { max_memory_bytes: 16 << 20, ..Limits::default() };
-    let err = host().run(&dist("misbehave"), &hostile("memory"), &limits).unwrap_err();
-    let HostError::MemoryLimit { requested, limit, usage } = &err else { panic!("{err}") };
+    let limits = Limits {
+        max_memory_bytes: 16 << 20,
+        ..Limits::default()
+    };
+    let err = host()
+        .run(&dist("misbehave"), &hostile("memory"), &limits)
+        .unwrap_err();
+    let HostError::MemoryLimit {
+        requested,
+        limit,
+        usage,
+    } = &err
+    else {
+        panic!("{err}")
+    };
     assert_eq!(*limit, 16 << 20);
     assert!(*requested > 16 << 20);
     assert!(usage.peak_memory_bytes <= 16 << 20);
@@ -126,37 +214,56 @@ fn memory_bomb_hits_the_cap() {
 
 #[test]
 fn huge_output_is_refused() {
-    let err = host().run(&dist("misbehave"), &hostile("output"), &Limits::default()).unwrap_err();
-    let HostError::OutputTooLarge { size, limit, .. } = &err else { panic!("{err}") };
+    let err = host()
+        .run(&dist("misbehave"), &hostile("output"), &Limits::default())
+        .unwrap_err();
+    let HostError::OutputTooLarge { size, limit, .. } = &err else {
+        panic!("{err}")
+    };
     assert!(*size >= 8 << 20 && *limit == 1 << 20, "{size} {limit}");
 }
 
 #[test]
 fn panic_is_a_trap_with_the_panic_message() {
-    let err = host().run(&dist("misbehave"), &hostile("panic"), &Limits::default()).unwrap_err();
-    let HostError::Trap { stderr, .. } = &err else { panic!("{err}") };
+    let err = host()
+        .run(&dist("misbehave"), &hostile("panic"), &Limits::default())
+        .unwrap_err();
+    let HostError::Trap { stderr, .. } = &err else {
+        panic!("{err}")
+    };
     assert!(stderr.contains("misbehave was asked to panic"), "{stderr}");
-    assert!(err.to_string().contains("misbehave was asked to panic"), "{err}");
+    assert!(
+        err.to_string().contains("misbehave was asked to panic"),
+        "{err}"
+    );
 }
 
 #[test]
 fn runaway_recursion_is_a_trap_not_a_host_stack_overflow() {
-    let err = host().run(&dist("misbehave"), &hostile("recurse"), &Limits::default()).unwrap_err();
+    let err = host()
+        .run(&dist("misbehave"), &hostile("recurse"), &Limits::default())
+        .unwrap_err();
     assert_eq!(err.code(), "trap", "{err}");
     assert!(err.to_string().contains("stack"), "{err}");
 }
 
 #[test]
 fn abort_is_a_trap() {
-    let err = host().run(&dist("misbehave"), &hostile("trap"), &Limits::default()).unwrap_err();
+    let err = host()
+        .run(&dist("misbehave"), &hostile("trap"), &Limits::default())
+        .unwrap_err();
     assert_eq!(err.code(), "trap", "{err}");
     assert!(err.to_string().contains("unreachable"), "{err}");
 }
 
 #[test]
 fn plugin_errors_are_reported_as_such() {
-    let err = host().run(&dist("misbehave"), &hostile("error"), &Limits::default()).unwrap_err();
-    let HostError::Plugin { code, .. } = &err else { panic!("{err}") };
+    let err = host()
+        .run(&dist("misbehave"), &hostile("error"), &Limits::default())
+        .unwrap_err();
+    let HostError::Plugin { code, .. } = &err else {
+        panic!("{err}")
+    };
     assert_eq!(code, "unsupported");
     assert!(err.usage().is_some());
 }
@@ -166,28 +273,43 @@ fn log_and_stdout_floods_are_capped_not_fatal() {
     let h = host();
     // This is about capping, not speed: 16 MiB of writes through an unoptimised test build of
     // the host on a busy machine can take longer than the default deadline.
-    let limits = Limits { timeout: Duration::from_secs(60), ..Limits::default() };
-    let r = h.run(&dist("misbehave"), &hostile("log-flood"), &limits).unwrap();
+    let limits = Limits {
+        timeout: Duration::from_secs(60),
+        ..Limits::default()
+    };
+    let r = h
+        .run(&dist("misbehave"), &hostile("log-flood"), &limits)
+        .unwrap();
     assert!(r.usage.logs_dropped > 0);
     assert!(r.logs.iter().map(|l| l.message.len()).sum::<usize>() <= limits.max_log_bytes);
-    let r = h.run(&dist("misbehave"), &hostile("stdout-flood"), &limits).unwrap();
+    let r = h
+        .run(&dist("misbehave"), &hostile("stdout-flood"), &limits)
+        .unwrap();
     assert_eq!(r.stdout.len(), limits.max_stdio_bytes);
     assert_eq!(r.usage.stdout_dropped_bytes, (16 << 20) - (64 << 10));
 }
 
 #[test]
 fn sockets_import_is_refused_by_name() {
-    let err = host().validate(&dist("netclient"), &Limits::default()).unwrap_err();
-    let HostError::DisallowedImport { import } = &err else { panic!("{err}") };
+    let err = host()
+        .validate(&dist("netclient"), &Limits::default())
+        .unwrap_err();
+    let HostError::DisallowedImport { import } = &err else {
+        panic!("{err}")
+    };
     assert!(import.starts_with("wasi:sockets/"), "{import}");
     assert!(err.to_string().contains(import.as_str()));
 }
 
 #[test]
 fn foreign_import_is_refused_by_name() {
-    let bytes = wat::parse_str(r#"(component (import "evil:net/exfil@0.1.0" (instance)))"#).unwrap();
+    let bytes =
+        wat::parse_str(r#"(component (import "evil:net/exfil@0.1.0" (instance)))"#).unwrap();
     let err = host().validate(&bytes, &Limits::default()).unwrap_err();
-    assert!(matches!(&err, HostError::DisallowedImport { import } if import == "evil:net/exfil@0.1.0"), "{err}");
+    assert!(
+        matches!(&err, HostError::DisallowedImport { import } if import == "evil:net/exfil@0.1.0"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -200,7 +322,9 @@ fn component_of_another_world_is_refused() {
     )
     .unwrap();
     let err = host().validate(&bytes, &Limits::default()).unwrap_err();
-    let HostError::WrongWorld { found, .. } = &err else { panic!("{err}") };
+    let HostError::WrongWorld { found, .. } = &err else {
+        panic!("{err}")
+    };
     assert_eq!(found, "hello");
 }
 
@@ -210,17 +334,26 @@ fn non_components_are_refused_with_a_reason() {
     let core = wat::parse_str("(module)").unwrap();
     let err = h.validate(&core, &Limits::default()).unwrap_err();
     assert!(err.to_string().contains("core WebAssembly module"), "{err}");
-    for bytes in [&b""[..], b"#!/bin/sh\necho hi\n", b"\0asm\x0d\x00\x01\x00garbage"] {
+    for bytes in [
+        &b""[..],
+        b"#!/bin/sh\necho hi\n",
+        b"\0asm\x0d\x00\x01\x00garbage",
+    ] {
         let err = h.validate(bytes, &Limits::default()).unwrap_err();
         assert_eq!(err.code(), "not-a-component", "{err}");
     }
     let big = vec![0u8; Limits::default().max_component_bytes + 1];
-    assert_eq!(h.validate(&big, &Limits::default()).unwrap_err().code(), "too-large");
+    assert_eq!(
+        h.validate(&big, &Limits::default()).unwrap_err().code(),
+        "too-large"
+    );
 }
 
 #[test]
 fn bad_facts_are_the_callers_fault() {
-    let err = host().run(&dist("template"), "{not json", &Limits::default()).unwrap_err();
+    let err = host()
+        .run(&dist("template"), "{not json", &Limits::default())
+        .unwrap_err();
     assert_eq!(err.code(), "bad-facts");
     assert!(!err.is_plugin_fault());
 }
@@ -228,34 +361,64 @@ fn bad_facts_are_the_callers_fault() {
 #[test]
 fn host_keeps_serving_after_every_hostile_case() {
     let h = PluginHost::new(HostConfig::default()).unwrap();
-    let limits = Limits { fuel: 20_000_000, max_memory_bytes: 16 << 20, ..Limits::default() };
+    let limits = Limits {
+        fuel: 20_000_000,
+        max_memory_bytes: 16 << 20,
+        ..Limits::default()
+    };
     let bad = dist("misbehave");
     for mode in ["loop", "memory", "output", "panic", "trap", "recurse"] {
         assert!(h.run(&bad, &hostile(mode), &limits).is_err(), "{mode}");
     }
     assert!(h.validate(&dist("netclient"), &limits).is_err());
     let r = h.run(&bad, &hostile("ok"), &limits).unwrap();
-    assert_eq!(r.detection.traits, vec![("misbehave.host".to_string(), "n1".to_string())]);
+    assert_eq!(
+        r.detection.traits,
+        vec![("misbehave.host".to_string(), "n1".to_string())]
+    );
     assert_eq!(r.logs.len(), 1);
-    let r = h.run(&dist("dgx-affinity"), &fixture("dgx1.json"), &limits).unwrap();
+    let r = h
+        .run(&dist("dgx-affinity"), &fixture("dgx1.json"), &limits)
+        .unwrap();
     assert_eq!(r.detection.affinity.len(), 8);
 }
 
 #[test]
 fn pooling_allocator_runs_plugins_too() {
-    let h = PluginHost::new(HostConfig { pooling_instances: Some(4), ..HostConfig::default() }).unwrap();
-    let r = h.run(&dist("runai-roce"), &fixture("runai-roce.json"), &Limits::default()).unwrap();
+    let h = PluginHost::new(HostConfig {
+        pooling_instances: Some(4),
+        ..HostConfig::default()
+    })
+    .unwrap();
+    let r = h
+        .run(
+            &dist("runai-roce"),
+            &fixture("runai-roce.json"),
+            &Limits::default(),
+        )
+        .unwrap();
     assert!(!r.detection.env.is_empty());
     let err = h
-        .run(&dist("misbehave"), &hostile("memory"), &Limits { max_memory_bytes: 8 << 20, ..Limits::default() })
+        .run(
+            &dist("misbehave"),
+            &hostile("memory"),
+            &Limits {
+                max_memory_bytes: 8 << 20,
+                ..Limits::default()
+            },
+        )
         .unwrap_err();
     assert_eq!(err.code(), "memory-limit", "{err}");
 }
 
 #[test]
 fn one_shot_helper_matches_the_host() {
-    let r = heddle_plugin_host::run_on_facts_json(&dist("azure-nd"), &fixture("azure-nd40rs-v2.json"), &Limits::default())
-        .unwrap();
+    let r = heddle_plugin_host::run_on_facts_json(
+        &dist("azure-nd"),
+        &fixture("azure-nd40rs-v2.json"),
+        &Limits::default(),
+    )
+    .unwrap();
     assert_eq!(r.plugin.name, "azure-nd");
 }
 
@@ -267,31 +430,65 @@ fn load_then_call_skips_recompiling() {
     assert_eq!(plugin.sha256().len(), 64);
     let facts = FactsJson::parse(&fixture("runai-roce.json")).unwrap();
     let a = h.call(&plugin, &facts, &Limits::default()).unwrap();
-    let b = h.run(&dist("runai-roce"), &fixture("runai-roce.json"), &Limits::default()).unwrap();
+    let b = h
+        .run(
+            &dist("runai-roce"),
+            &fixture("runai-roce.json"),
+            &Limits::default(),
+        )
+        .unwrap();
     assert!(b.usage.cache_hit);
     assert_eq!(a.detection, b.detection);
     assert_eq!(FactsJson::parse("[").err().unwrap().code(), "bad-facts");
-    assert_eq!(h.run(&dist("runai-roce"), "{", &Limits::default()).unwrap_err().code(), "bad-facts");
+    assert_eq!(
+        h.run(&dist("runai-roce"), "{", &Limits::default())
+            .unwrap_err()
+            .code(),
+        "bad-facts"
+    );
 }
 
 #[test]
 fn a_plugin_built_against_contract_0_1_runs_beside_0_2_ones() {
     let h = host();
-    let v01 = h.validate(&dist("contract-v01"), &Limits::default()).unwrap();
+    let v01 = h
+        .validate(&dist("contract-v01"), &Limits::default())
+        .unwrap();
     assert_eq!(v01.contract, "heddle:plugin@0.1.0");
-    assert!(v01.imports.contains(&"heddle:plugin/log@0.1.0".to_string()), "{:?}", v01.imports);
+    assert!(
+        v01.imports.contains(&"heddle:plugin/log@0.1.0".to_string()),
+        "{:?}",
+        v01.imports
+    );
     assert!(v01.plugin.reads.is_empty());
-    let r = h.run(&dist("contract-v01"), &fixture("dgx1.json"), &Limits::default()).unwrap();
-    assert_eq!(r.detection.traits, [
-        ("v01.gpu_model".to_string(), "Tesla V100-SXM2-32GB".to_string()),
-        ("v01.hostname".to_string(), "dgx15".to_string()),
-    ], "a 0.1 plugin sees the whole document");
+    let r = h
+        .run(
+            &dist("contract-v01"),
+            &fixture("dgx1.json"),
+            &Limits::default(),
+        )
+        .unwrap();
+    assert_eq!(
+        r.detection.traits,
+        [
+            (
+                "v01.gpu_model".to_string(),
+                "Tesla V100-SXM2-32GB".to_string()
+            ),
+            ("v01.hostname".to_string(), "dgx15".to_string()),
+        ],
+        "a 0.1 plugin sees the whole document"
+    );
     assert_eq!(r.detection.env[0].name, "NCCL_DEBUG");
     assert!(r.detection.expectations.is_empty());
     assert_eq!(r.logs[0].message, "0.1 detector called");
     let v02 = h.validate(&dist("misbehave"), &Limits::default()).unwrap();
     assert_eq!(v02.contract, "heddle:plugin@0.2.0");
-    assert!(v02.imports.contains(&"heddle:plugin/log@0.2.0".to_string()), "{:?}", v02.imports);
+    assert!(
+        v02.imports.contains(&"heddle:plugin/log@0.2.0".to_string()),
+        "{:?}",
+        v02.imports
+    );
 }
 
 #[test]
@@ -300,9 +497,14 @@ fn a_0_2_plugin_sees_only_the_facts_it_declared() {
     let info = h.validate(&dist("misbehave"), &Limits::default()).unwrap();
     assert_eq!(info.plugin.reads, ["/hostile", "/seed", "/host/hostname"]);
     let facts = r#"{"hostile": "echo", "host": {"hostname": "n1", "serial": "S3CR3T"}, "rdma": {"devices": []}}"#;
-    let r = h.run(&dist("misbehave"), facts, &Limits::default()).unwrap();
+    let r = h
+        .run(&dist("misbehave"), facts, &Limits::default())
+        .unwrap();
     let seen: serde_json::Value = serde_json::from_str(&r.detection.traits[0].1).unwrap();
-    assert_eq!(seen, serde_json::json!({"hostile": "echo", "host": {"hostname": "n1"}}));
+    assert_eq!(
+        seen,
+        serde_json::json!({"hostile": "echo", "host": {"hostname": "n1"}})
+    );
 }
 
 #[test]
@@ -311,10 +513,17 @@ fn the_small_guest_stack_parses_the_deepest_json_serde_accepts() {
     // built with the workspace's 64 KiB shadow stack (plugins/.cargo/config.toml).
     let deep = format!("{}1{}", "[".repeat(126), "]".repeat(126));
     let facts = format!(r#"{{"gpus": [{{"name": "H100"}}], "deep": {deep}}}"#);
-    let r = host().run(&dist("contract-v01"), &facts, &Limits::default()).unwrap();
-    assert_eq!(r.detection.traits[0], ("v01.gpu_model".to_string(), "H100".to_string()));
+    let r = host()
+        .run(&dist("contract-v01"), &facts, &Limits::default())
+        .unwrap();
+    assert_eq!(
+        r.detection.traits[0],
+        ("v01.gpu_model".to_string(), "H100".to_string())
+    );
     // Deeper than that never reaches a plugin: the host's own check refuses it.
     let too_deep = format!(r#"{{"deep": {}1{}}}"#, "[".repeat(200), "]".repeat(200));
-    let err = host().run(&dist("contract-v01"), &too_deep, &Limits::default()).unwrap_err();
+    let err = host()
+        .run(&dist("contract-v01"), &too_deep, &Limits::default())
+        .unwrap_err();
     assert_eq!(err.code(), "bad-facts", "{err}");
 }

@@ -23,13 +23,19 @@ impl Reads {
         let keep = (!pointers.is_empty()).then(|| {
             let mut keep = Keep::none();
             for pointer in pointers {
-                let tokens: Vec<String> =
-                    pointer.split('/').skip(1).map(|t| t.replace("~1", "/").replace("~0", "~")).collect();
+                let tokens: Vec<String> = pointer
+                    .split('/')
+                    .skip(1)
+                    .map(|t| t.replace("~1", "/").replace("~0", "~"))
+                    .collect();
                 keep.add(&tokens);
             }
             keep
         });
-        Self { pointers: pointers.to_vec(), keep }
+        Self {
+            pointers: pointers.to_vec(),
+            keep,
+        }
     }
 
     pub fn pointers(&self) -> &[String] {
@@ -43,7 +49,10 @@ impl Reads {
 
     /// `facts` cut down, serialisable straight from the borrowed value without copying it.
     pub fn cut<'a>(&'a self, facts: &'a Value) -> impl serde::Serialize + 'a {
-        Projected { facts, keep: self.keep.as_ref() }
+        Projected {
+            facts,
+            keep: self.keep.as_ref(),
+        }
     }
 
     /// `facts` cut down, as a value of its own.
@@ -91,7 +100,10 @@ impl Keep {
         match self {
             Keep::All => {}
             Keep::Each(each) if first == "*" => each.add(rest),
-            Keep::Some(members) if first != "*" => members.entry(first.clone()).or_insert_with(Keep::none).add(rest),
+            Keep::Some(members) if first != "*" => members
+                .entry(first.clone())
+                .or_insert_with(Keep::none)
+                .add(rest),
             Keep::Some(members) if members.is_empty() => {
                 let mut each = Keep::none();
                 each.add(rest);
@@ -107,12 +119,16 @@ impl Keep {
     fn finds(&self, value: &Value) -> bool {
         match (self, value) {
             (Keep::All | Keep::Each(_), _) => true,
-            (Keep::Some(members), Value::Object(map)) => {
-                members.iter().any(|(name, keep)| map.get(name).is_some_and(|v| keep.finds(v)))
-            }
+            (Keep::Some(members), Value::Object(map)) => members
+                .iter()
+                .any(|(name, keep)| map.get(name).is_some_and(|v| keep.finds(v))),
             (Keep::Some(members), Value::Array(items)) => members.iter().any(|(token, keep)| {
-                let index = (token == "0" || !token.starts_with('0')).then(|| token.parse::<usize>().ok()).flatten();
-                index.and_then(|i| items.get(i)).is_some_and(|v| keep.finds(v))
+                let index = (token == "0" || !token.starts_with('0'))
+                    .then(|| token.parse::<usize>().ok())
+                    .flatten();
+                index
+                    .and_then(|i| items.get(i))
+                    .is_some_and(|v| keep.finds(v))
             }),
             (Keep::Some(_), _) => false,
         }
@@ -170,26 +186,57 @@ mod tests {
         let reads = |r: &[&str]| {
             let pointers: Vec<String> = r.iter().map(|s| s.to_string()).collect();
             let reads = Reads::new(&pointers);
-            let streamed: Value = serde_json::from_str(&serde_json::to_string(&reads.cut(&facts)).unwrap()).unwrap();
+            let streamed: Value =
+                serde_json::from_str(&serde_json::to_string(&reads.cut(&facts)).unwrap()).unwrap();
             assert_eq!(reads.project(&facts), streamed, "{r:?}");
             streamed
         };
-        assert_eq!(reads(&["/host/dmi/sys_vendor", "/rdma"]), json!({
-            "host": {"dmi": {"sys_vendor": "Microsoft Corporation"}},
-            "rdma": {"devices": [{"name": "mlx5_0", "gids": [1]}]},
-        }));
-        assert_eq!(reads(&["/gpus/0/index"]), json!({"gpus": [{"index": 0, "uuid": "GPU-1"}]}), "arrays stay whole");
-        assert_eq!(reads(&["/host/dmi", "/host/dmi/sys_vendor"])["host"]["dmi"]["serial"], "x");
-        assert_eq!(reads(&["/missing", "/host/nothing", "/gpus/1/index", "/gpus/01"]), json!({}));
+        assert_eq!(
+            reads(&["/host/dmi/sys_vendor", "/rdma"]),
+            json!({
+                "host": {"dmi": {"sys_vendor": "Microsoft Corporation"}},
+                "rdma": {"devices": [{"name": "mlx5_0", "gids": [1]}]},
+            })
+        );
+        assert_eq!(
+            reads(&["/gpus/0/index"]),
+            json!({"gpus": [{"index": 0, "uuid": "GPU-1"}]}),
+            "arrays stay whole"
+        );
+        assert_eq!(
+            reads(&["/host/dmi", "/host/dmi/sys_vendor"])["host"]["dmi"]["serial"],
+            "x"
+        );
+        assert_eq!(
+            reads(&["/missing", "/host/nothing", "/gpus/1/index", "/gpus/01"]),
+            json!({})
+        );
         assert_eq!(reads(&["/a~1b/c~0d"]), json!({"a/b": {"c~d": 1}}));
-        assert_eq!(reads(&["/rdma/devices/*/name", "/gpus/*/index", "/gpus/*/missing"]), json!({
-            "rdma": {"devices": [{"name": "mlx5_0"}]},
-            "gpus": [{"index": 0}],
-        }));
-        assert_eq!(reads(&["/host/*/sys_vendor"]), json!({"host": {"hostname": "n1", "dmi": {"sys_vendor": "Microsoft Corporation"}}}));
-        assert_eq!(reads(&["/gpus/*", "/gpus/*/index"]), json!({"gpus": [{"index": 0, "uuid": "GPU-1"}]}), "every GPU whole");
-        assert_eq!(reads(&["/host/*/sys_vendor", "/host/hostname"])["host"]["dmi"]["serial"], "x", "`*` beside a name keeps it whole");
-        assert_eq!(reads(&["/missing/*/x", "/host/hostname/*"]), json!({"host": {"hostname": "n1"}}));
+        assert_eq!(
+            reads(&["/rdma/devices/*/name", "/gpus/*/index", "/gpus/*/missing"]),
+            json!({
+                "rdma": {"devices": [{"name": "mlx5_0"}]},
+                "gpus": [{"index": 0}],
+            })
+        );
+        assert_eq!(
+            reads(&["/host/*/sys_vendor"]),
+            json!({"host": {"hostname": "n1", "dmi": {"sys_vendor": "Microsoft Corporation"}}})
+        );
+        assert_eq!(
+            reads(&["/gpus/*", "/gpus/*/index"]),
+            json!({"gpus": [{"index": 0, "uuid": "GPU-1"}]}),
+            "every GPU whole"
+        );
+        assert_eq!(
+            reads(&["/host/*/sys_vendor", "/host/hostname"])["host"]["dmi"]["serial"],
+            "x",
+            "`*` beside a name keeps it whole"
+        );
+        assert_eq!(
+            reads(&["/missing/*/x", "/host/hostname/*"]),
+            json!({"host": {"hostname": "n1"}})
+        );
     }
 
     #[test]

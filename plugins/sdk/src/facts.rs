@@ -22,7 +22,8 @@ impl Facts {
 
     /// Like [`Facts::parse`], keeping `json` instead of copying it.
     pub fn from_json(json: String) -> Result<Self, PluginError> {
-        let tape = Tape::parse(&json).map_err(|e| PluginError::bad_facts(format!("facts are not valid JSON: {e}")))?;
+        let tape = Tape::parse(&json)
+            .map_err(|e| PluginError::bad_facts(format!("facts are not valid JSON: {e}")))?;
         let facts = Self { raw: json, tape };
         if !facts.root().is_object() {
             return Err(PluginError::bad_facts("facts must be a JSON object"));
@@ -67,7 +68,14 @@ pub fn entries(value: Json<'_>) -> Vec<(String, Json<'_>)> {
     if let Some(items) = value.as_array() {
         items
             .enumerate()
-            .map(|(i, v)| (v.get("name").and_then(scalar_string).unwrap_or_else(|| i.to_string()), v))
+            .map(|(i, v)| {
+                (
+                    v.get("name")
+                        .and_then(scalar_string)
+                        .unwrap_or_else(|| i.to_string()),
+                    v,
+                )
+            })
             .collect()
     } else if let Some(members) = value.as_object() {
         members.map(|(k, v)| (k.to_string(), v)).collect()
@@ -86,7 +94,9 @@ pub fn scalar_string(value: Json<'_>) -> Option<String> {
 
 /// An unsigned integer from a number or a decimal string.
 pub fn as_u64(value: Json<'_>) -> Option<u64> {
-    value.as_u64().or_else(|| value.as_str()?.trim().parse().ok())
+    value
+        .as_u64()
+        .or_else(|| value.as_str()?.trim().parse().ok())
 }
 
 #[cfg(test)]
@@ -101,7 +111,10 @@ mod tests {
         assert_eq!(f.str_at("/a/b/1/c"), Some("x"));
         assert_eq!(f.get("/d~0~1e").unwrap(), json!(2));
         assert!(f.get("/n").is_none() && f.get("/zz").is_none() && f.get("nope").is_none());
-        assert_eq!(f.get("").unwrap().get("a").unwrap().get("b").unwrap(), json!([7, {"c": "x"}]));
+        assert_eq!(
+            f.get("").unwrap().get("a").unwrap().get("b").unwrap(),
+            json!([7, {"c": "x"}])
+        );
         let v = Facts::from_json(r#"{"a": {"b": 1}}"#.to_string()).unwrap();
         assert_eq!(v.u64_at("/a/b"), Some(1));
         assert_eq!(v.root(), json!({"a": {"b": 1}}));

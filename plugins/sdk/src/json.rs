@@ -62,12 +62,23 @@ pub struct Tape {
 impl Tape {
     /// Parses `src`, which must be exactly one JSON value with optional surrounding whitespace.
     pub fn parse(src: &str) -> Result<Self, ParseError> {
-        Parser { b: src.as_bytes(), src, i: 0, tape: Tape::default(), open: Vec::new() }.run()
+        Parser {
+            b: src.as_bytes(),
+            src,
+            i: 0,
+            tape: Tape::default(),
+            open: Vec::new(),
+        }
+        .run()
     }
 
     /// The top-level value of `src`, which must be the text this tape was parsed from.
     pub fn root<'a>(&'a self, src: &'a str) -> Json<'a> {
-        Json { src, tape: self, at: 0 }
+        Json {
+            src,
+            tape: self,
+            at: 0,
+        }
     }
 }
 
@@ -93,7 +104,13 @@ impl Parser<'_> {
 
     fn push(&mut self, kind: Kind, start: usize, end: usize) {
         let next = self.tape.tokens.len() as u32 + 1;
-        self.tape.tokens.push(Token { kind, start: start as u32, end: end as u32, next, len: 0 });
+        self.tape.tokens.push(Token {
+            kind,
+            start: start as u32,
+            end: end as u32,
+            next,
+            len: 0,
+        });
     }
 
     fn run(mut self) -> Result<Tape, ParseError> {
@@ -115,7 +132,11 @@ impl Parser<'_> {
                         return self.err("nested more than 128 levels deep");
                     }
                     self.open.push((self.tape.tokens.len() as u32, 0));
-                    self.push(if object { Kind::Object } else { Kind::Array }, self.i, self.i);
+                    self.push(
+                        if object { Kind::Object } else { Kind::Array },
+                        self.i,
+                        self.i,
+                    );
                     self.i += 1;
                     self.ws();
                     match (object, self.b.get(self.i)) {
@@ -138,7 +159,9 @@ impl Parser<'_> {
             }
             // After a value: close containers or move to the next member.
             loop {
-                let Some(&(top, values)) = self.open.last() else { break 'value };
+                let Some(&(top, values)) = self.open.last() else {
+                    break 'value;
+                };
                 self.ws();
                 let object = self.tape.tokens[top as usize].kind == Kind::Object;
                 match (object, self.b.get(self.i)) {
@@ -260,7 +283,9 @@ impl Parser<'_> {
                 Ok(s) => s,
                 Err(_) => return self.err("invalid escape in a string"),
             };
-            self.tape.decoded.push((self.tape.tokens.len() as u32, decoded));
+            self.tape
+                .decoded
+                .push((self.tape.tokens.len() as u32, decoded));
         }
         self.push(if escaped { Kind::EscapedStr } else { Kind::Str }, start, i);
         self.i = i + 1;
@@ -278,7 +303,9 @@ fn special(b: &[u8], mut i: usize) -> usize {
         let zero = |v: u64| v.wrapping_sub(LO) & !v & HI;
         // Bytes below 0x20, equal to `"`, or equal to `\` (all below 0x80, so the classic
         // has-zero/has-less tricks mark exactly them, lowest first).
-        let hit = zero(x ^ (LO * b'"' as u64)) | zero(x ^ (LO * b'\\' as u64)) | (x.wrapping_sub(LO * 0x20) & !x & HI);
+        let hit = zero(x ^ (LO * b'"' as u64))
+            | zero(x ^ (LO * b'\\' as u64))
+            | (x.wrapping_sub(LO * 0x20) & !x & HI);
         if hit != 0 {
             return i + (hit.trailing_zeros() / 8) as usize;
         }
@@ -347,7 +374,10 @@ impl<'a> Json<'a> {
             Kind::Str => Some(&self.src[t.start as usize..t.end as usize]),
             Kind::EscapedStr => {
                 let decoded = &self.tape.decoded;
-                decoded.binary_search_by_key(&self.at, |(at, _)| *at).ok().map(|i| decoded[i].1.as_str())
+                decoded
+                    .binary_search_by_key(&self.at, |(at, _)| *at)
+                    .ok()
+                    .map(|i| decoded[i].1.as_str())
             }
             _ => None,
         }
@@ -382,13 +412,21 @@ impl<'a> Json<'a> {
     /// The elements of an array.
     pub fn as_array(self) -> Option<Items<'a>> {
         let t = self.token();
-        (t.kind == Kind::Array).then(|| Items { json: self, next: self.at + 1, left: t.len })
+        (t.kind == Kind::Array).then(|| Items {
+            json: self,
+            next: self.at + 1,
+            left: t.len,
+        })
     }
 
     /// The members of an object, in document order.
     pub fn as_object(self) -> Option<Members<'a>> {
         let t = self.token();
-        (t.kind == Kind::Object).then(|| Members { json: self, next: self.at + 1, left: t.len })
+        (t.kind == Kind::Object).then(|| Members {
+            json: self,
+            next: self.at + 1,
+            left: t.len,
+        })
     }
 
     /// The names of an object's members (nothing for other values).
@@ -433,7 +471,9 @@ impl<'a> Json<'a> {
     fn step(self, token: &str) -> Option<Json<'a>> {
         match self.token().kind {
             Kind::Object => self.get(token),
-            Kind::Array if token == "0" || !token.starts_with('0') => self.get(token.parse::<usize>().ok()?),
+            Kind::Array if token == "0" || !token.starts_with('0') => {
+                self.get(token.parse::<usize>().ok()?)
+            }
             _ => None,
         }
     }
@@ -446,11 +486,23 @@ impl<'a> Json<'a> {
             Kind::True => Value::Bool(true),
             Kind::False => Value::Bool(false),
             Kind::Number => serde_json::from_str(self.raw()).unwrap_or(Value::Null),
-            Kind::Str | Kind::EscapedStr => Value::String(self.as_str().unwrap_or_default().to_string()),
-            Kind::Array => Value::Array(self.as_array().into_iter().flatten().map(Json::to_value).collect()),
-            Kind::Object => {
-                Value::Object(self.as_object().into_iter().flatten().map(|(k, v)| (k.to_string(), v.to_value())).collect())
+            Kind::Str | Kind::EscapedStr => {
+                Value::String(self.as_str().unwrap_or_default().to_string())
             }
+            Kind::Array => Value::Array(
+                self.as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(Json::to_value)
+                    .collect(),
+            ),
+            Kind::Object => Value::Object(
+                self.as_object()
+                    .into_iter()
+                    .flatten()
+                    .map(|(k, v)| (k.to_string(), v.to_value()))
+                    .collect(),
+            ),
         }
     }
 }
@@ -624,17 +676,28 @@ mod tests {
             fn walk(v: &serde_json::Value, at: String, out: &mut Vec<(String, serde_json::Value)>) {
                 out.push((at.clone(), v.clone()));
                 match v {
-                    serde_json::Value::Object(m) => {
-                        m.iter().for_each(|(k, c)| walk(c, format!("{at}/{}", k.replace('~', "~0").replace('/', "~1")), out))
-                    }
-                    serde_json::Value::Array(a) => a.iter().enumerate().for_each(|(i, c)| walk(c, format!("{at}/{i}"), out)),
+                    serde_json::Value::Object(m) => m.iter().for_each(|(k, c)| {
+                        walk(
+                            c,
+                            format!("{at}/{}", k.replace('~', "~0").replace('/', "~1")),
+                            out,
+                        )
+                    }),
+                    serde_json::Value::Array(a) => a
+                        .iter()
+                        .enumerate()
+                        .for_each(|(i, c)| walk(c, format!("{at}/{i}"), out)),
                     _ => {}
                 }
             }
             let mut all = Vec::new();
             walk(&want, String::new(), &mut all);
             for (pointer, value) in all {
-                assert_eq!(tape.root(src).pointer(&pointer).map(Json::to_value), Some(value), "{pointer}");
+                assert_eq!(
+                    tape.root(src).pointer(&pointer).map(Json::to_value),
+                    Some(value),
+                    "{pointer}"
+                );
             }
         }
     }
@@ -642,17 +705,49 @@ mod tests {
     #[test]
     fn refuses_what_serde_json_refuses() {
         for bad in [
-            "", " ", "{", "[1,]", "[1 2]", "{\"a\"}", "{\"a\":}", "{\"a\":1,}", "{\"a\":1", "{a:1}", "[01]", "[1.]",
-            "[.5]", "[1e]", "[-]", "[tru]", "[nul]", "\"x", "\"\\x\"", "\"\\u12\"", "\"a\nb\"", "[1] [2]", "{}x", "]",
+            "",
+            " ",
+            "{",
+            "[1,]",
+            "[1 2]",
+            "{\"a\"}",
+            "{\"a\":}",
+            "{\"a\":1,}",
+            "{\"a\":1",
+            "{a:1}",
+            "[01]",
+            "[1.]",
+            "[.5]",
+            "[1e]",
+            "[-]",
+            "[tru]",
+            "[nul]",
+            "\"x",
+            "\"\\x\"",
+            "\"\\u12\"",
+            "\"a\nb\"",
+            "[1] [2]",
+            "{}x",
+            "]",
             "[\"\\ud800\"]",
         ] {
-            assert!(serde_json::from_str::<serde_json::Value>(bad).is_err(), "serde_json accepts {bad:?}");
+            assert!(
+                serde_json::from_str::<serde_json::Value>(bad).is_err(),
+                "serde_json accepts {bad:?}"
+            );
             assert!(Tape::parse(bad).is_err(), "accepted {bad:?}");
         }
         let deep = format!("{}1{}", "[".repeat(MAX_DEPTH), "]".repeat(MAX_DEPTH));
         assert!(Tape::parse(&deep).is_ok());
-        let deeper = format!("{}1{}", "[".repeat(MAX_DEPTH + 1), "]".repeat(MAX_DEPTH + 1));
-        assert_eq!(Tape::parse(&deeper).unwrap_err().what, "nested more than 128 levels deep");
+        let deeper = format!(
+            "{}1{}",
+            "[".repeat(MAX_DEPTH + 1),
+            "]".repeat(MAX_DEPTH + 1)
+        );
+        assert_eq!(
+            Tape::parse(&deeper).unwrap_err().what,
+            "nested more than 128 levels deep"
+        );
     }
 
     #[test]
@@ -660,16 +755,36 @@ mod tests {
         let src = r#"{"gpus": [{"index": 0, "numa": [0, 1]}, {"index": 1}], "a/b": {"c~d": 7}, "k": 1, "k": 2}"#;
         let tape = Tape::parse(src).unwrap();
         let root = tape.root(src);
-        assert_eq!(root.pointer("/gpus/1/index").and_then(Json::as_u64), Some(1));
-        assert_eq!(root.pointer("/gpus/0/numa/1").and_then(Json::as_u64), Some(1));
+        assert_eq!(
+            root.pointer("/gpus/1/index").and_then(Json::as_u64),
+            Some(1)
+        );
+        assert_eq!(
+            root.pointer("/gpus/0/numa/1").and_then(Json::as_u64),
+            Some(1)
+        );
         assert_eq!(root.pointer("/a~1b/c~0d").and_then(Json::as_i64), Some(7));
-        assert_eq!(root.get("k").and_then(Json::as_u64), Some(1), "the first duplicate is found");
-        assert!(root.pointer("/gpus/01").is_none() && root.pointer("/gpus/2").is_none() && root.pointer("x").is_none());
+        assert_eq!(
+            root.get("k").and_then(Json::as_u64),
+            Some(1),
+            "the first duplicate is found"
+        );
+        assert!(
+            root.pointer("/gpus/01").is_none()
+                && root.pointer("/gpus/2").is_none()
+                && root.pointer("x").is_none()
+        );
         assert_eq!(root.pointer("").unwrap().len(), 4);
         let gpus = root.get("gpus").unwrap();
         assert_eq!((gpus.len(), gpus.as_array().unwrap().len()), (2, 2));
-        assert_eq!((root.get("a/b").unwrap().len(), root.get("k").unwrap().len()), (1, 0));
-        assert_eq!(gpus.raw(), r#"[{"index": 0, "numa": [0, 1]}, {"index": 1}]"#);
+        assert_eq!(
+            (root.get("a/b").unwrap().len(), root.get("k").unwrap().len()),
+            (1, 0)
+        );
+        assert_eq!(
+            gpus.raw(),
+            r#"[{"index": 0, "numa": [0, 1]}, {"index": 1}]"#
+        );
         assert_eq!(root.keys().collect::<Vec<_>>(), ["gpus", "a/b", "k", "k"]);
         assert_eq!(gpus.get(0).unwrap(), json!({"index": 0, "numa": [0, 1]}));
         assert_eq!(format!("{}", root.get("a/b").unwrap()), r#"{"c~d":7}"#);
@@ -690,7 +805,12 @@ mod tests {
     #[test]
     fn special_bytes_are_found_in_any_lane() {
         for len in 0usize..20 {
-            for (pos, c) in [(0usize, b'"'), (3, b'\\'), (7, 0x1f), (len.saturating_sub(1), b'"')] {
+            for (pos, c) in [
+                (0usize, b'"'),
+                (3, b'\\'),
+                (7, 0x1f),
+                (len.saturating_sub(1), b'"'),
+            ] {
                 let mut b = vec![b'a'; len];
                 if pos < len {
                     b[pos] = c;

@@ -76,7 +76,9 @@ pub fn run<P: Plugin>(facts_json: &str) -> Result<Detection, PluginError> {
         } else {
             let whole: serde_json::Value = serde_json::from_str(facts_json)
                 .map_err(|e| PluginError::bad_facts(format!("facts are not valid JSON: {e}")))?;
-            heddle_plugin_reads::Reads::new(&reads).project(&whole).to_string()
+            heddle_plugin_reads::Reads::new(&reads)
+                .project(&whole)
+                .to_string()
         }
     };
     #[cfg(target_arch = "wasm32")]
@@ -124,7 +126,12 @@ pub mod __glue {
 
     pub fn info<P: Plugin>() -> wit::PluginInfo {
         let info = P::info();
-        wit::PluginInfo { name: info.name, version: info.version, description: info.description, reads: info.reads }
+        wit::PluginInfo {
+            name: info.name,
+            version: info.version,
+            description: info.description,
+            reads: info.reads,
+        }
     }
 
     pub fn detect<P: Plugin>(facts_json: String) -> Result<wit::Detection, wit::PluginError> {
@@ -138,7 +145,11 @@ pub mod __glue {
                 env: d
                     .env
                     .into_iter()
-                    .map(|e| wit::EnvRecommendation { name: e.name, value: e.value, reason: e.reason })
+                    .map(|e| wit::EnvRecommendation {
+                        name: e.name,
+                        value: e.value,
+                        reason: e.reason,
+                    })
                     .collect(),
                 affinity: d
                     .affinity
@@ -164,8 +175,10 @@ pub mod __glue {
                     })
                     .collect(),
             }),
-            Err(e) => Err(wit::PluginError { code: e.code, message: e.message }),
+            Err(e) => Err(wit::PluginError {
+                code: e.code,
+                message: e.message,
+            }),
         }
     }
 }
-

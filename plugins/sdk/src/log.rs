@@ -10,7 +10,10 @@ macro_rules! level_fn {
     ($name:ident, $variant:ident) => {
         pub fn $name(message: &str) {
             #[cfg(target_arch = "wasm32")]
-            emit(crate::bindings::heddle::plugin::log::Level::$variant, message);
+            emit(
+                crate::bindings::heddle::plugin::log::Level::$variant,
+                message,
+            );
             #[cfg(not(target_arch = "wasm32"))]
             eprintln!("[{}] {}", stringify!($name), message);
         }

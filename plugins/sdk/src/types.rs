@@ -15,7 +15,12 @@ pub struct Info {
 
 impl Info {
     pub fn new(name: &str, version: &str, description: &str) -> Self {
-        Self { name: name.into(), version: version.into(), description: description.into(), reads: Vec::new() }
+        Self {
+            name: name.into(),
+            version: version.into(),
+            description: description.into(),
+            reads: Vec::new(),
+        }
     }
 
     /// Declares the parts of the facts the plugin reads (see [`Info::reads`]).
@@ -77,7 +82,11 @@ impl Detection {
     /// Recommends `name=value`; a second recommendation of the same name replaces the first.
     pub fn recommend(&mut self, name: &str, value: &str, reason: &str) -> &mut Self {
         self.env.retain(|e| e.name != name);
-        self.env.push(EnvVar { name: name.into(), value: value.into(), reason: reason.into() });
+        self.env.push(EnvVar {
+            name: name.into(),
+            value: value.into(),
+            reason: reason.into(),
+        });
         self
     }
 
@@ -88,8 +97,17 @@ impl Detection {
 
     /// Expects `test`'s `metric` to reach `value` at sizes of at least `min_size_bytes`; a
     /// second expectation for the same test, metric and size replaces the first.
-    pub fn expect(&mut self, test: &str, metric: &str, min_size_bytes: u64, value: f64, source: &str) -> &mut Self {
-        self.expectations.retain(|e| !(e.test == test && e.metric == metric && e.min_size_bytes == min_size_bytes));
+    pub fn expect(
+        &mut self,
+        test: &str,
+        metric: &str,
+        min_size_bytes: u64,
+        value: f64,
+        source: &str,
+    ) -> &mut Self {
+        self.expectations.retain(|e| {
+            !(e.test == test && e.metric == metric && e.min_size_bytes == min_size_bytes)
+        });
         self.expectations.push(Expectation {
             test: test.into(),
             metric: metric.into(),
@@ -109,11 +127,17 @@ impl Detection {
     }
 
     pub fn trait_value(&self, key: &str) -> Option<&str> {
-        self.traits.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+        self.traits
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
     }
 
     pub fn env_value(&self, name: &str) -> Option<&str> {
-        self.env.iter().find(|e| e.name == name).map(|e| e.value.as_str())
+        self.env
+            .iter()
+            .find(|e| e.name == name)
+            .map(|e| e.value.as_str())
     }
 }
 
@@ -126,7 +150,10 @@ pub struct PluginError {
 
 impl PluginError {
     pub fn new(code: &str, message: impl Into<String>) -> Self {
-        Self { code: code.into(), message: message.into() }
+        Self {
+            code: code.into(),
+            message: message.into(),
+        }
     }
 
     /// The facts are not the JSON this plugin expects.
@@ -150,7 +177,8 @@ mod tests {
     #[test]
     fn recommend_replaces_same_name() {
         let mut d = Detection::default();
-        d.recommend("NCCL_IB_HCA", "mlx5_0", "a").recommend("NCCL_IB_HCA", "mlx5_1", "b");
+        d.recommend("NCCL_IB_HCA", "mlx5_0", "a")
+            .recommend("NCCL_IB_HCA", "mlx5_1", "b");
         assert_eq!(d.env.len(), 1);
         assert_eq!(d.env_value("NCCL_IB_HCA"), Some("mlx5_1"));
         assert!(!d.is_empty());
@@ -159,7 +187,12 @@ mod tests {
     #[test]
     fn traits_keep_order_and_replace() {
         let mut d = Detection::default();
-        d.add_trait("a", "1").add_trait("b", "2").add_trait("a", "3");
-        assert_eq!(d.traits, vec![("b".into(), "2".into()), ("a".into(), "3".into())]);
+        d.add_trait("a", "1")
+            .add_trait("b", "2")
+            .add_trait("a", "3");
+        assert_eq!(
+            d.traits,
+            vec![("b".into(), "2".into()), ("a".into(), "3".into())]
+        );
     }
 }

@@ -13,7 +13,11 @@ pub struct MyPlugin;
 
 impl Plugin for MyPlugin {
     fn info() -> Info {
-        Info::new("my-plugin", env!("CARGO_PKG_VERSION"), "Counts the NUMA nodes the GPUs sit on")
+        Info::new(
+            "my-plugin",
+            env!("CARGO_PKG_VERSION"),
+            "Counts the NUMA nodes the GPUs sit on",
+        )
     }
 
     fn detect(facts: &Facts) -> Result<Detection, PluginError> {
@@ -22,8 +26,10 @@ impl Plugin for MyPlugin {
         if gpus.is_empty() {
             return Ok(d); // Not applicable: return an empty detection, not an error.
         }
-        let numa: BTreeSet<u64> =
-            gpus.iter().filter_map(|(_, g)| g.get("numa_node").and_then(Json::as_u64)).collect();
+        let numa: BTreeSet<u64> = gpus
+            .iter()
+            .filter_map(|(_, g)| g.get("numa_node").and_then(Json::as_u64))
+            .collect();
         log::debug(&format!("{} GPUs on NUMA nodes {numa:?}", gpus.len()));
         d.add_trait("my.gpu_numa_nodes", &numa.len().to_string());
         if numa.len() > 1 {
@@ -54,6 +60,10 @@ mod tests {
 
     #[test]
     fn no_gpus_means_not_applicable() {
-        assert!(heddle_plugin_sdk::run::<MyPlugin>(r#"{"gpus": []}"#).unwrap().is_empty());
+        assert!(
+            heddle_plugin_sdk::run::<MyPlugin>(r#"{"gpus": []}"#)
+                .unwrap()
+                .is_empty()
+        );
     }
 }

@@ -13,10 +13,10 @@ use heddle_types::jobs::{JobSpec, Progress, ResultUpload};
 use serde::Deserialize;
 use uuid::Uuid;
 
+use crate::AppState;
 use crate::auth::{self, AgentCaller};
 use crate::db;
 use crate::error::{ApiError, ApiResult, Json, Path, Query};
-use crate::AppState;
 
 fn lease_secs(state: &AppState) -> f64 {
     state.config.lease_ttl().as_secs_f64()
@@ -25,13 +25,20 @@ fn lease_secs(state: &AppState) -> f64 {
 /// Exchange an enrollment token for the agent's own credential.
 #[utoipa::path(post, path = "/api/v1/agent/enroll", tag = "agent", request_body = EnrollRequest,
     responses((status = 201, body = EnrollResponse), (status = 401, body = heddle_types::ErrorBody)))]
-pub async fn enroll(State(state): State<AppState>, Json(req): Json<EnrollRequest>) -> ApiResult<(StatusCode, Json<EnrollResponse>)> {
+pub async fn enroll(
+    State(state): State<AppState>,
+    Json(req): Json<EnrollRequest>,
+) -> ApiResult<(StatusCode, Json<EnrollResponse>)> {
     let hostname = req.hostname.trim();
     let host_ok = !hostname.is_empty()
         && hostname.len() <= 253
-        && hostname.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'));
+        && hostname
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'));
     if !host_ok {
-        return Err(ApiError::Unprocessable(format!("hostname {hostname:?} is not a valid host name")));
+        return Err(ApiError::Unprocessable(format!(
+            "hostname {hostname:?} is not a valid host name"
+        )));
     }
     let mut tx = state.db.begin().await?;
     let token: Option<(Uuid,)> = sqlx::query_as(
@@ -42,7 +49,9 @@ pub async fn enroll(State(state): State<AppState>, Json(req): Json<EnrollRequest
     .bind(auth::sha256_hex(&req.enroll_token))
     .fetch_optional(&mut *tx)
     .await?;
-    let (token_id,) = token.ok_or_else(|| ApiError::Unauthorized("enrollment token is unknown, revoked, expired or used up".into()))?;
+    let (token_id,) = token.ok_or_else(|| {
+        ApiError::Unauthorized("enrollment token is unknown, revoked, expired or used up".into())
+    })?;
     let (node_id,): (Uuid,) = sqlx::query_as(
         "INSERT INTO nodes (id, hostname) VALUES ($1, $2)
          ON CONFLICT (hostname) DO UPDATE SET hostname = EXCLUDED.hostname RETURNING id",
@@ -79,14 +88,28 @@ pub async fn enroll(State(state): State<AppState>, Json(req): Json<EnrollRequest
     .bind(&req.agent_version)
     .execute(&mut *tx)
     .await?;
-    sqlx::query("UPDATE nodes SET last_seen_at = now() WHERE id = $1").bind(node_id).execute(&mut *tx).await?;
-    db::audit(&mut *tx, &format!("agent:{agent_id}"), "agent.enroll", &format!("node:{hostname}"),
-        serde_json::json!({"replaced": replaced.len(), "version": req.agent_version})).await?;
+    sqlx::query("UPDATE nodes SET last_seen_at = now() WHERE id = $1")
+        .bind(node_id)
+        .execute(&mut *tx)
+        .await?;
+    db::audit(
+        &mut *tx,
+        &format!("agent:{agent_id}"),
+        "agent.enroll",
+        &format!("node:{hostname}"),
+        serde_json::json!({"replaced": replaced.len(), "version": req.agent_version}),
+    )
+    .await?;
     tx.commit().await?;
     tracing::info!(%agent_id, %node_id, hostname, "agent enrolled");
     Ok((
         StatusCode::CREATED,
-        Json(EnrollResponse { agent_id, node_id, credential, heartbeat_interval_s: state.config.heartbeat_interval_s }),
+        Json(EnrollResponse {
+            agent_id,
+            node_id,
+            credential,
+            heartbeat_interval_s: state.config.heartbeat_interval_s,
+        }),
     ))
 }
 
@@ -94,9 +117,15 @@ pub async fn enroll(State(state): State<AppState>, Json(req): Json<EnrollRequest
 /// of them to stop.
 #[utoipa::path(post, path = "/api/v1/agent/heartbeat", tag = "agent", security(("agent" = [])), request_body = HeartbeatRequest,
     responses((status = 200, body = HeartbeatResponse), (status = 401, body = heddle_types::ErrorBody)))]
-pub async fn heartbeat(State(state): State<AppState>, agent: AgentCaller, Json(req): Json<HeartbeatRequest>) -> ApiResult<Json<HeartbeatResponse>> {
+pub async fn heartbeat(
+    State(state): State<AppState>,
+    agent: AgentCaller,
+    Json(req): Json<HeartbeatRequest>,
+) -> ApiResult<Json<HeartbeatResponse>> {
     if req.running_jobs.len() > 1024 {
-        return Err(ApiError::Unprocessable("running_jobs lists more than 1024 jobs".into()));
+        return Err(ApiError::Unprocessable(
+            "running_jobs lists more than 1024 jobs".into(),
+        ));
     }
     let (stored_sha,): (Option<String>,) = sqlx::query_as(
         "WITH a AS (UPDATE agents SET last_heartbeat_at = now(), version = coalesce($2, version) WHERE id = $1 RETURNING node_id)
@@ -131,7 +160,11 @@ pub async fn heartbeat(State(state): State<AppState>, agent: AgentCaller, Json(r
         (Some(stored), Some(theirs)) => stored != theirs,
         (Some(_), None) => false,
     };
-    Ok(Json(HeartbeatResponse { heartbeat_interval_s: state.config.heartbeat_interval_s, send_facts, cancel_jobs }))
+    Ok(Json(HeartbeatResponse {
+        heartbeat_interval_s: state.config.heartbeat_interval_s,
+        send_facts,
+        cancel_jobs,
+    }))
 }
 
 use heddle_types::FACTS_SHA_HEADER;
@@ -147,11 +180,19 @@ pub async fn put_facts(
     Json(facts): Json<serde_json::Value>,
 ) -> ApiResult<Json<FactsAccepted>> {
     if !facts.is_object() {
-        return Err(ApiError::Unprocessable("facts must be a JSON object".into()));
+        return Err(ApiError::Unprocessable(
+            "facts must be a JSON object".into(),
+        ));
     }
     let sha = match headers.get(FACTS_SHA_HEADER).map(|v| v.to_str()) {
-        Some(Ok(s)) if s.len() == 64 && s.chars().all(|c| c.is_ascii_hexdigit()) => s.to_ascii_lowercase(),
-        Some(_) => return Err(ApiError::BadRequest(format!("{FACTS_SHA_HEADER} must be 64 hex digits"))),
+        Some(Ok(s)) if s.len() == 64 && s.chars().all(|c| c.is_ascii_hexdigit()) => {
+            s.to_ascii_lowercase()
+        }
+        Some(_) => {
+            return Err(ApiError::BadRequest(format!(
+                "{FACTS_SHA_HEADER} must be 64 hex digits"
+            )));
+        }
         None => db::facts::sha256(&facts),
     };
     let cols = db::facts::extract(&facts);
@@ -172,18 +213,24 @@ pub async fn put_facts(
     .fetch_optional(&mut *tx)
     .await?;
     if changed.is_some() {
-        sqlx::query("INSERT INTO node_facts_history (node_id, facts_sha256, facts) VALUES ($1, $2, $3)")
-            .bind(agent.node_id)
-            .bind(&sha)
-            .bind(&facts)
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query(
+            "INSERT INTO node_facts_history (node_id, facts_sha256, facts) VALUES ($1, $2, $3)",
+        )
+        .bind(agent.node_id)
+        .bind(&sha)
+        .bind(&facts)
+        .execute(&mut *tx)
+        .await?;
     }
     tx.commit().await?;
     if changed.is_some() {
         state.plugins.wake.notify_one();
     }
-    Ok(Json(FactsAccepted { node_id: agent.node_id, facts_sha256: sha, changed: changed.is_some() }))
+    Ok(Json(FactsAccepted {
+        node_id: agent.node_id,
+        facts_sha256: sha,
+        changed: changed.is_some(),
+    }))
 }
 
 #[derive(sqlx::FromRow)]
@@ -243,7 +290,9 @@ pub async fn renew(
 ) -> ApiResult<Json<LeaseRenewed>> {
     if let Some(Progress { message, fraction }) = &req.progress {
         if message.len() > 1024 || fraction.is_some_and(|f| !(0.0..=1.0).contains(&f)) {
-            return Err(ApiError::Unprocessable("progress message must be at most 1024 bytes and fraction within 0..1".into()));
+            return Err(ApiError::Unprocessable(
+                "progress message must be at most 1024 bytes and fraction within 0..1".into(),
+            ));
         }
     }
     let row: Option<(DateTime<Utc>, bool)> = sqlx::query_as(
@@ -259,12 +308,20 @@ pub async fn renew(
     .fetch_optional(&state.db)
     .await?;
     match row {
-        Some((lease_expires_at, cancel)) => Ok(Json(LeaseRenewed { lease_expires_at, cancel })),
+        Some((lease_expires_at, cancel)) => Ok(Json(LeaseRenewed {
+            lease_expires_at,
+            cancel,
+        })),
         None => {
-            let exists: Option<(String,)> = sqlx::query_as("SELECT state FROM jobs WHERE id = $1").bind(id).fetch_optional(&state.db).await?;
+            let exists: Option<(String,)> = sqlx::query_as("SELECT state FROM jobs WHERE id = $1")
+                .bind(id)
+                .fetch_optional(&state.db)
+                .await?;
             match exists {
                 None => Err(ApiError::NotFound(format!("no job {id}"))),
-                Some((st,)) => Err(ApiError::Conflict(format!("lease on job {id} lost: it is {st} and not leased to this agent"))),
+                Some((st,)) => Err(ApiError::Conflict(format!(
+                    "lease on job {id} lost: it is {st} and not leased to this agent"
+                ))),
             }
         }
     }
@@ -283,44 +340,70 @@ pub async fn upload_result(
     Json(up): Json<ResultUpload>,
 ) -> ApiResult<(StatusCode, Json<UploadAccepted>)> {
     if up.upload_key.is_empty() || up.upload_key.len() > 128 {
-        return Err(ApiError::Unprocessable("upload_key must be 1-128 characters".into()));
+        return Err(ApiError::Unprocessable(
+            "upload_key must be 1-128 characters".into(),
+        ));
     }
     if up.rows.len() > 100_000 {
-        return Err(ApiError::Unprocessable("a result may hold at most 100000 rows".into()));
+        return Err(ApiError::Unprocessable(
+            "a result may hold at most 100000 rows".into(),
+        ));
     }
     let mut tx = state.db.begin().await?;
     // The job row lock serialises concurrent uploads for one job (retries racing on two
     // replicas included).
-    let job: Option<(Uuid, String)> = sqlx::query_as("SELECT node_id, state FROM jobs WHERE id = $1 FOR UPDATE")
-        .bind(id)
-        .fetch_optional(&mut *tx)
-        .await?;
+    let job: Option<(Uuid, String)> =
+        sqlx::query_as("SELECT node_id, state FROM jobs WHERE id = $1 FOR UPDATE")
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?;
     let (node_id, job_state) = job.ok_or_else(|| ApiError::NotFound(format!("no job {id}")))?;
     if node_id != agent.node_id {
-        return Err(ApiError::Forbidden(format!("job {id} belongs to another node")));
+        return Err(ApiError::Forbidden(format!(
+            "job {id} belongs to another node"
+        )));
     }
-    let by_key: Option<(Uuid, Uuid)> = sqlx::query_as("SELECT id, job_id FROM results WHERE upload_key = $1")
-        .bind(&up.upload_key)
-        .fetch_optional(&mut *tx)
-        .await?;
+    let by_key: Option<(Uuid, Uuid)> =
+        sqlx::query_as("SELECT id, job_id FROM results WHERE upload_key = $1")
+            .bind(&up.upload_key)
+            .fetch_optional(&mut *tx)
+            .await?;
     match by_key {
         Some((result_id, job_id)) if job_id == id => {
             drop(tx);
             // A retry after a failed judgement gets its verdict now.
             let judged: Option<(Uuid,)> =
-                sqlx::query_as("SELECT result_id FROM verdicts WHERE result_id = $1").bind(result_id).fetch_optional(&state.db).await?;
+                sqlx::query_as("SELECT result_id FROM verdicts WHERE result_id = $1")
+                    .bind(result_id)
+                    .fetch_optional(&state.db)
+                    .await?;
             if judged.is_none() {
                 judge(&state, result_id).await;
             }
-            return Ok((StatusCode::OK, Json(UploadAccepted { result_id, created: false })));
+            return Ok((
+                StatusCode::OK,
+                Json(UploadAccepted {
+                    result_id,
+                    created: false,
+                }),
+            ));
         }
-        Some(_) => return Err(ApiError::Conflict(format!("upload key {:?} was used for another job", up.upload_key))),
+        Some(_) => {
+            return Err(ApiError::Conflict(format!(
+                "upload key {:?} was used for another job",
+                up.upload_key
+            )));
+        }
         None => {}
     }
-    let by_job: Option<(Uuid,)> =
-        sqlx::query_as("SELECT id FROM results WHERE job_id = $1").bind(id).fetch_optional(&mut *tx).await?;
+    let by_job: Option<(Uuid,)> = sqlx::query_as("SELECT id FROM results WHERE job_id = $1")
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?;
     if by_job.is_some() {
-        return Err(ApiError::Conflict(format!("job {id} already has a result from another upload")));
+        return Err(ApiError::Conflict(format!(
+            "job {id} already has a result from another upload"
+        )));
     }
     let result_id = Uuid::new_v4();
     sqlx::query(
@@ -342,7 +425,11 @@ pub async fn upload_result(
     .await?;
     insert_rows(&mut tx, result_id, &up).await?;
     // A job cancelled meanwhile stays cancelled; otherwise the outcome is its final state.
-    let final_state = if job_state == "cancelled" { "cancelled" } else { up.outcome.job_state().as_str() };
+    let final_state = if job_state == "cancelled" {
+        "cancelled"
+    } else {
+        up.outcome.job_state().as_str()
+    };
     sqlx::query(
         "UPDATE jobs SET state = $2, finished_at = now(), lease_agent_id = NULL, lease_expires_at = NULL,
                 started_at = coalesce(started_at, $3), error = CASE WHEN $2 IN ('failed', 'skipped') THEN $4 ELSE error END
@@ -356,7 +443,13 @@ pub async fn upload_result(
     .await?;
     tx.commit().await?;
     judge(&state, result_id).await;
-    Ok((StatusCode::CREATED, Json(UploadAccepted { result_id, created: true })))
+    Ok((
+        StatusCode::CREATED,
+        Json(UploadAccepted {
+            result_id,
+            created: true,
+        }),
+    ))
 }
 
 /// Judges a stored result (docs/health.md). After the result's transaction: the result is
@@ -379,7 +472,11 @@ fn tail(s: &str, max: usize) -> &str {
     &s[start..]
 }
 
-async fn insert_rows(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>, result_id: Uuid, up: &ResultUpload) -> Result<(), sqlx::Error> {
+async fn insert_rows(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    result_id: Uuid,
+    up: &ResultUpload,
+) -> Result<(), sqlx::Error> {
     // Postgres caps a statement at 65535 bind parameters; 14 per row.
     for (chunk_no, chunk) in up.rows.chunks(4000).enumerate() {
         let mut qb = sqlx::QueryBuilder::<sqlx::Postgres>::new(
@@ -399,7 +496,11 @@ async fn insert_rows(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>, result_id: 
                 .push_bind(r.busbw_gbs.filter(|v| v.is_finite()))
                 .push_bind(r.wrong)
                 .push_bind(sqlx::types::Json(&r.labels))
-                .push_bind(if r.extra.is_null() { serde_json::json!({}) } else { r.extra.clone() });
+                .push_bind(if r.extra.is_null() {
+                    serde_json::json!({})
+                } else {
+                    r.extra.clone()
+                });
         });
         qb.build().execute(&mut **tx).await?;
     }
@@ -408,17 +509,31 @@ async fn insert_rows(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>, result_id: 
 
 /// Agents may only meet in runs they take part in.
 async fn check_member(state: &AppState, agent: &AgentCaller, run: Uuid) -> ApiResult<()> {
-    let member: (bool,) = sqlx::query_as("SELECT EXISTS (SELECT 1 FROM jobs WHERE run_id = $1 AND node_id = $2)")
-        .bind(run)
-        .bind(agent.node_id)
-        .fetch_one(&state.db)
-        .await?;
-    if member.0 { Ok(()) } else { Err(ApiError::Forbidden(format!("this node has no job in run {run}"))) }
+    let member: (bool,) =
+        sqlx::query_as("SELECT EXISTS (SELECT 1 FROM jobs WHERE run_id = $1 AND node_id = $2)")
+            .bind(run)
+            .bind(agent.node_id)
+            .fetch_one(&state.db)
+            .await?;
+    if member.0 {
+        Ok(())
+    } else {
+        Err(ApiError::Forbidden(format!(
+            "this node has no job in run {run}"
+        )))
+    }
 }
 
 fn check_rdv_name(name: &str) -> ApiResult<()> {
-    if name.is_empty() || name.len() > 128 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
-        return Err(ApiError::BadRequest("rendezvous name must be 1-128 letters, digits, '-', '_' or '.'".into()));
+    if name.is_empty()
+        || name.len() > 128
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+    {
+        return Err(ApiError::BadRequest(
+            "rendezvous name must be 1-128 letters, digits, '-', '_' or '.'".into(),
+        ));
     }
     Ok(())
 }
@@ -439,22 +554,29 @@ pub async fn rendezvous_put(
         .decode(&req.blob_b64)
         .map_err(|e| ApiError::BadRequest(format!("blob_b64 is not base64: {e}")))?;
     if blob.len() > 64 * 1024 {
-        return Err(ApiError::PayloadTooLarge("rendezvous blobs are at most 64 KiB".into()));
+        return Err(ApiError::PayloadTooLarge(
+            "rendezvous blobs are at most 64 KiB".into(),
+        ));
     }
-    let inserted = sqlx::query("INSERT INTO rendezvous (run_id, name, blob) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING")
-        .bind(run)
-        .bind(&name)
-        .bind(&blob)
-        .execute(&state.db)
-        .await?;
+    let inserted = sqlx::query(
+        "INSERT INTO rendezvous (run_id, name, blob) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+    )
+    .bind(run)
+    .bind(&name)
+    .bind(&blob)
+    .execute(&state.db)
+    .await?;
     if inserted.rows_affected() == 0 {
-        let (stored,): (Vec<u8>,) = sqlx::query_as("SELECT blob FROM rendezvous WHERE run_id = $1 AND name = $2")
-            .bind(run)
-            .bind(&name)
-            .fetch_one(&state.db)
-            .await?;
+        let (stored,): (Vec<u8>,) =
+            sqlx::query_as("SELECT blob FROM rendezvous WHERE run_id = $1 AND name = $2")
+                .bind(run)
+                .bind(&name)
+                .fetch_one(&state.db)
+                .await?;
         if stored != blob {
-            return Err(ApiError::Conflict(format!("rendezvous {name:?} of run {run} already holds another blob")));
+            return Err(ApiError::Conflict(format!(
+                "rendezvous {name:?} of run {run} already holds another blob"
+            )));
         }
     }
     Ok(StatusCode::NO_CONTENT)
@@ -479,19 +601,26 @@ pub async fn rendezvous_get(
 ) -> ApiResult<Json<RendezvousBlob>> {
     check_rdv_name(&name)?;
     check_member(&state, &agent, run).await?;
-    let deadline = tokio::time::Instant::now() + Duration::from_millis(q.timeout_ms.unwrap_or(30_000).min(120_000));
+    let deadline = tokio::time::Instant::now()
+        + Duration::from_millis(q.timeout_ms.unwrap_or(30_000).min(120_000));
     // Polling keeps replicas independent: whichever one rank 0 posted to, Postgres has it.
     loop {
-        let row: Option<(Vec<u8>,)> = sqlx::query_as("SELECT blob FROM rendezvous WHERE run_id = $1 AND name = $2")
-            .bind(run)
-            .bind(&name)
-            .fetch_optional(&state.db)
-            .await?;
+        let row: Option<(Vec<u8>,)> =
+            sqlx::query_as("SELECT blob FROM rendezvous WHERE run_id = $1 AND name = $2")
+                .bind(run)
+                .bind(&name)
+                .fetch_optional(&state.db)
+                .await?;
         if let Some((blob,)) = row {
-            return Ok(Json(RendezvousBlob { blob_b64: base64::engine::general_purpose::STANDARD.encode(blob) }));
+            return Ok(Json(RendezvousBlob {
+                blob_b64: base64::engine::general_purpose::STANDARD.encode(blob),
+            }));
         }
         if tokio::time::Instant::now() >= deadline {
-            return Err(ApiError::Timeout("rendezvous_timeout", format!("nothing posted to rendezvous {name:?} of run {run} in time")));
+            return Err(ApiError::Timeout(
+                "rendezvous_timeout",
+                format!("nothing posted to rendezvous {name:?} of run {run} in time"),
+            ));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

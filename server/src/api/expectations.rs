@@ -8,39 +8,60 @@ use heddle_types::health::{Expectation, ExpectationCreate};
 use serde::Deserialize;
 use uuid::Uuid;
 
+use crate::AppState;
 use crate::auth::Caller;
 use crate::db;
 use crate::error::{ApiError, ApiResult, Json, Path, Query};
 use crate::health::expectations::{self as table, ExpectationRow, OPERATOR_SELECT};
-use crate::AppState;
 
 const METRICS: [&str; 3] = ["busbw_gbs", "algbw_gbs", "time_us"];
 
 fn check(req: &ExpectationCreate) -> ApiResult<()> {
     let test_ok = !req.test.is_empty()
         && req.test.len() <= 128
-        && req.test.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+        && req
+            .test
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
     if !test_ok {
-        return Err(ApiError::Unprocessable(format!("test {:?} must be 1-128 letters, digits, '_', '-' or '.' (e.g. nccl.all_reduce)", req.test)));
+        return Err(ApiError::Unprocessable(format!(
+            "test {:?} must be 1-128 letters, digits, '_', '-' or '.' (e.g. nccl.all_reduce)",
+            req.test
+        )));
     }
     if !METRICS.contains(&req.metric.as_str()) {
-        return Err(ApiError::Unprocessable(format!("metric must be one of {}", METRICS.join(", "))));
+        return Err(ApiError::Unprocessable(format!(
+            "metric must be one of {}",
+            METRICS.join(", ")
+        )));
     }
     if !(req.value.is_finite() && req.value > 0.0 && req.value < 1e12) {
-        return Err(ApiError::Unprocessable("value must be a positive number below 1e12".into()));
+        return Err(ApiError::Unprocessable(
+            "value must be a positive number below 1e12".into(),
+        ));
     }
     let text_ok = |s: &str, max: usize| !s.trim().is_empty() && s.len() <= max && !s.contains('\0');
     if !text_ok(&req.source, 512) {
-        return Err(ApiError::Unprocessable("source must say where the figure comes from (1-512 bytes)".into()));
+        return Err(ApiError::Unprocessable(
+            "source must say where the figure comes from (1-512 bytes)".into(),
+        ));
     }
     if req.gpu_model.as_deref().is_some_and(|m| !text_ok(m, 128)) {
-        return Err(ApiError::Unprocessable("gpu_model must be 1-128 bytes".into()));
+        return Err(ApiError::Unprocessable(
+            "gpu_model must be 1-128 bytes".into(),
+        ));
     }
     if req.min_size_bytes.is_some_and(|n| n < 0) {
-        return Err(ApiError::Unprocessable("min_size_bytes must not be negative".into()));
+        return Err(ApiError::Unprocessable(
+            "min_size_bytes must not be negative".into(),
+        ));
     }
-    if req.gpu_count.is_some_and(|n| !(1..=1_000_000).contains(&n)) || req.world_size.is_some_and(|n| !(1..=4096).contains(&n)) {
-        return Err(ApiError::Unprocessable("gpu_count must be 1-1000000 and world_size 1-4096".into()));
+    if req.gpu_count.is_some_and(|n| !(1..=1_000_000).contains(&n))
+        || req.world_size.is_some_and(|n| !(1..=4096).contains(&n))
+    {
+        return Err(ApiError::Unprocessable(
+            "gpu_count must be 1-1000000 and world_size 1-4096".into(),
+        ));
     }
     Ok(())
 }
@@ -49,7 +70,11 @@ fn check(req: &ExpectationCreate) -> ApiResult<()> {
 /// figures it matches, from the next judged result on.
 #[utoipa::path(post, path = "/api/v1/expectations", tag = "verdicts", security(("bearer" = [])), request_body = ExpectationCreate,
     responses((status = 201, body = Expectation), (status = 404, body = heddle_types::ErrorBody), (status = 422, body = heddle_types::ErrorBody)))]
-pub async fn create(State(state): State<AppState>, caller: Caller, Json(req): Json<ExpectationCreate>) -> ApiResult<(StatusCode, Json<Expectation>)> {
+pub async fn create(
+    State(state): State<AppState>,
+    caller: Caller,
+    Json(req): Json<ExpectationCreate>,
+) -> ApiResult<(StatusCode, Json<Expectation>)> {
     caller.require(Role::Operator)?;
     check(&req)?;
     let mut tx = state.db.begin().await?;
@@ -77,7 +102,10 @@ pub async fn create(State(state): State<AppState>, caller: Caller, Json(req): Js
     .await?;
     db::audit(&mut *tx, &caller.actor(), "expectation.create", &format!("expectation:{id}"),
         serde_json::json!({"test": req.test, "metric": req.metric, "value": req.value, "node": req.node})).await?;
-    let row: ExpectationRow = sqlx::query_as(&format!("{OPERATOR_SELECT} WHERE e.id = $1")).bind(id).fetch_one(&mut *tx).await?;
+    let row: ExpectationRow = sqlx::query_as(&format!("{OPERATOR_SELECT} WHERE e.id = $1"))
+        .bind(id)
+        .fetch_one(&mut *tx)
+        .await?;
     tx.commit().await?;
     tracing::info!(%id, test = %req.test, "expectation added");
     Ok((StatusCode::CREATED, Json(row.into())))
@@ -97,32 +125,53 @@ pub struct ExpectationFilter {
 /// Operator expectations, the built-in table, and with `node` that node's plugin ones.
 #[utoipa::path(get, path = "/api/v1/expectations", tag = "verdicts", security(("bearer" = [])), params(ExpectationFilter),
     responses((status = 200, body = [Expectation]), (status = 404, body = heddle_types::ErrorBody)))]
-pub async fn list(State(state): State<AppState>, caller: Caller, Query(f): Query<ExpectationFilter>) -> ApiResult<Json<Vec<Expectation>>> {
+pub async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(f): Query<ExpectationFilter>,
+) -> ApiResult<Json<Vec<Expectation>>> {
     caller.require(Role::Viewer)?;
-    let rows: Vec<ExpectationRow> = sqlx::query_as(&format!("{OPERATOR_SELECT} ORDER BY e.test, e.created_at")).fetch_all(&state.db).await?;
+    let rows: Vec<ExpectationRow> =
+        sqlx::query_as(&format!("{OPERATOR_SELECT} ORDER BY e.test, e.created_at"))
+            .fetch_all(&state.db)
+            .await?;
     let mut out: Vec<Expectation> = rows.into_iter().map(Into::into).collect();
     if let Some(key) = &f.node {
         let node = db::resolve_node(&state.db, key).await?;
         out.extend(table::from_plugins(&state.db, node).await?);
     }
     out.extend(table::builtin_table());
-    out.retain(|e| f.test.as_ref().is_none_or(|t| &e.test == t) && f.origin.as_ref().is_none_or(|o| &e.origin == o));
+    out.retain(|e| {
+        f.test.as_ref().is_none_or(|t| &e.test == t)
+            && f.origin.as_ref().is_none_or(|o| &e.origin == o)
+    });
     Ok(Json(out))
 }
 
 /// Delete an operator expectation.
 #[utoipa::path(delete, path = "/api/v1/expectations/{id}", tag = "verdicts", security(("bearer" = [])),
     params(("id" = Uuid, Path)), responses((status = 204), (status = 404, body = heddle_types::ErrorBody)))]
-pub async fn delete(State(state): State<AppState>, caller: Caller, Path(id): Path<Uuid>) -> ApiResult<StatusCode> {
+pub async fn delete(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<Uuid>,
+) -> ApiResult<StatusCode> {
     caller.require(Role::Operator)?;
     let mut tx = state.db.begin().await?;
-    let gone: Option<(String, String)> = sqlx::query_as("DELETE FROM expectations WHERE id = $1 RETURNING test, metric")
-        .bind(id)
-        .fetch_optional(&mut *tx)
-        .await?;
+    let gone: Option<(String, String)> =
+        sqlx::query_as("DELETE FROM expectations WHERE id = $1 RETURNING test, metric")
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?;
     let (test, metric) = gone.ok_or_else(|| ApiError::NotFound(format!("no expectation {id}")))?;
-    db::audit(&mut *tx, &caller.actor(), "expectation.delete", &format!("expectation:{id}"),
-        serde_json::json!({"test": test, "metric": metric})).await?;
+    db::audit(
+        &mut *tx,
+        &caller.actor(),
+        "expectation.delete",
+        &format!("expectation:{id}"),
+        serde_json::json!({"test": test, "metric": metric}),
+    )
+    .await?;
     tx.commit().await?;
     Ok(StatusCode::NO_CONTENT)
 }

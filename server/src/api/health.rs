@@ -17,7 +17,10 @@ pub async fn healthz() -> &'static str {
 pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     match sqlx::query("SELECT 1").execute(&state.db).await {
         Ok(_) => (StatusCode::OK, "ready\n".to_string()),
-        Err(err) => (StatusCode::SERVICE_UNAVAILABLE, format!("postgres: {err}\n")),
+        Err(err) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("postgres: {err}\n"),
+        ),
     }
 }
 
@@ -25,5 +28,11 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
 #[utoipa::path(get, path = "/metrics", tag = "health", responses((status = 200, description = "Prometheus text format")))]
 pub async fn metrics(State(state): State<AppState>) -> ApiResult<impl IntoResponse> {
     let body = state.metrics.render(&state).await?;
-    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body))
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        body,
+    ))
 }

@@ -8,10 +8,10 @@ use heddle_types::investigations::*;
 use serde::Deserialize;
 use uuid::Uuid;
 
+use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult, Json, Path, Query};
 use crate::health::investigate::{self, THRESHOLDS};
-use crate::AppState;
 
 /// Test every pair of the given nodes with a two-node run and name the bad node or link.
 #[utoipa::path(post, path = "/api/v1/investigations", tag = "investigations", security(("bearer" = [])),
@@ -25,7 +25,10 @@ pub async fn create_investigation(
 ) -> ApiResult<(StatusCode, Json<Investigation>)> {
     caller.require(Role::Operator)?;
     let id = investigate::create(&state.db, &caller.actor(), &req).await?;
-    Ok((StatusCode::CREATED, Json(investigate::load(&state.db, id).await?)))
+    Ok((
+        StatusCode::CREATED,
+        Json(investigate::load(&state.db, id).await?),
+    ))
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -44,14 +47,20 @@ pub async fn list_investigations(
     Query(f): Query<InvestigationFilter>,
 ) -> ApiResult<Json<Vec<InvestigationSummary>>> {
     caller.require(Role::Viewer)?;
-    Ok(Json(investigate::list(&state.db, f.state, super::limit(f.limit, 20)).await?))
+    Ok(Json(
+        investigate::list(&state.db, f.state, super::limit(f.limit, 20)).await?,
+    ))
 }
 
 /// One investigation: progress, pairs and their runs, the matrix and the culprits.
 #[utoipa::path(get, path = "/api/v1/investigations/{id}", tag = "investigations", security(("bearer" = [])),
     params(("id" = Uuid, Path)),
     responses((status = 200, body = Investigation), (status = 404, body = heddle_types::ErrorBody)))]
-pub async fn get_investigation(State(state): State<AppState>, caller: Caller, Path(id): Path<Uuid>) -> ApiResult<Json<Investigation>> {
+pub async fn get_investigation(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<Uuid>,
+) -> ApiResult<Json<Investigation>> {
     caller.require(Role::Viewer)?;
     Ok(Json(investigate::load(&state.db, id).await?))
 }
@@ -77,7 +86,13 @@ pub async fn p2p_matrix(
     caller.require(Role::Viewer)?;
     let threshold = q.threshold.unwrap_or(DEFAULT_THRESHOLD);
     if !THRESHOLDS.contains(&threshold) {
-        return Err(ApiError::Unprocessable(format!("threshold must be between {} and {}", THRESHOLDS.start(), THRESHOLDS.end())));
+        return Err(ApiError::Unprocessable(format!(
+            "threshold must be between {} and {}",
+            THRESHOLDS.start(),
+            THRESHOLDS.end()
+        )));
     }
-    Ok(Json(investigate::p2p::for_result(&state.db, id, threshold).await?))
+    Ok(Json(
+        investigate::p2p::for_result(&state.db, id, threshold).await?,
+    ))
 }

@@ -11,10 +11,10 @@ use heddle_types::nodes::*;
 use serde::Deserialize;
 use uuid::Uuid;
 
+use crate::AppState;
 use crate::auth::Caller;
 use crate::db;
 use crate::error::{ApiError, ApiResult, Json, Path, Query, duplicate_name};
-use crate::AppState;
 
 #[derive(sqlx::FromRow)]
 struct NodeRow {
@@ -31,7 +31,8 @@ struct NodeRow {
     facts_updated_at: Option<DateTime<Utc>>,
 }
 
-const NODE_SELECT: &str = "SELECT n.id, n.hostname, s.name AS site, n.gpu_model, n.gpu_count, n.hcas,
+const NODE_SELECT: &str =
+    "SELECT n.id, n.hostname, s.name AS site, n.gpu_model, n.gpu_count, n.hcas,
     n.port_states, n.link_layers, n.traits, n.last_seen_at, n.facts_updated_at
     FROM nodes n LEFT JOIN sites s ON s.id = n.site_id";
 
@@ -81,14 +82,18 @@ pub struct NodeFilter {
 /// List nodes, filtered by the facts people ask about.
 #[utoipa::path(get, path = "/api/v1/nodes", tag = "nodes", security(("bearer" = [])), params(NodeFilter),
     responses((status = 200, body = [NodeSummary]), (status = 400, body = heddle_types::ErrorBody)))]
-pub async fn list_nodes(State(state): State<AppState>, caller: Caller, Query(f): Query<NodeFilter>) -> ApiResult<Json<Vec<NodeSummary>>> {
+pub async fn list_nodes(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(f): Query<NodeFilter>,
+) -> ApiResult<Json<Vec<NodeSummary>>> {
     caller.require(Role::Viewer)?;
     let trait_filter = match &f.trait_ {
         None => None,
         Some(kv) => {
-            let (k, v) = kv
-                .split_once('=')
-                .ok_or_else(|| ApiError::BadRequest(format!("trait filter {kv:?} must be key=value")))?;
+            let (k, v) = kv.split_once('=').ok_or_else(|| {
+                ApiError::BadRequest(format!("trait filter {kv:?} must be key=value"))
+            })?;
             Some(serde_json::json!({ k: v }))
         }
     };
@@ -98,7 +103,11 @@ pub async fn list_nodes(State(state): State<AppState>, caller: Caller, Query(f):
         Some("online") => (None, Some(hb * 2.5)),
         Some("stale") => (Some(hb * 2.5), Some(hb * 10.0)),
         Some("offline") => (Some(hb * 10.0), None),
-        Some(other) => return Err(ApiError::BadRequest(format!("health {other:?} must be online, stale or offline"))),
+        Some(other) => {
+            return Err(ApiError::BadRequest(format!(
+                "health {other:?} must be online, stale or offline"
+            )));
+        }
     };
     let rows: Vec<NodeRow> = sqlx::query_as(&format!(
         "{NODE_SELECT}
@@ -135,12 +144,22 @@ pub async fn list_nodes(State(state): State<AppState>, caller: Caller, Query(f):
 #[utoipa::path(get, path = "/api/v1/nodes/{node}", tag = "nodes", security(("bearer" = [])),
     params(("node" = String, Path, description = "node id or hostname")),
     responses((status = 200, body = NodeDetail), (status = 404, body = heddle_types::ErrorBody)))]
-pub async fn get_node(State(state): State<AppState>, caller: Caller, Path(key): Path<String>) -> ApiResult<Json<NodeDetail>> {
+pub async fn get_node(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(key): Path<String>,
+) -> ApiResult<Json<NodeDetail>> {
     caller.require(Role::Viewer)?;
     let id = db::resolve_node(&state.db, &key).await?;
-    let row: NodeRow = sqlx::query_as(&format!("{NODE_SELECT} WHERE n.id = $1")).bind(id).fetch_one(&state.db).await?;
+    let row: NodeRow = sqlx::query_as(&format!("{NODE_SELECT} WHERE n.id = $1"))
+        .bind(id)
+        .fetch_one(&state.db)
+        .await?;
     let (facts, facts_sha256): (Option<serde_json::Value>, Option<String>) =
-        sqlx::query_as("SELECT facts, facts_sha256 FROM nodes WHERE id = $1").bind(id).fetch_one(&state.db).await?;
+        sqlx::query_as("SELECT facts, facts_sha256 FROM nodes WHERE id = $1")
+            .bind(id)
+            .fetch_one(&state.db)
+            .await?;
     Ok(Json(NodeDetail {
         summary: row.summary(state.config.heartbeat_interval()),
         facts,
@@ -175,7 +194,12 @@ pub async fn facts_history(
     .await?;
     Ok(Json(
         rows.into_iter()
-            .map(|(id, facts_sha256, collected_at, facts)| FactsSnapshot { id, facts_sha256, collected_at, facts })
+            .map(|(id, facts_sha256, collected_at, facts)| FactsSnapshot {
+                id,
+                facts_sha256,
+                collected_at,
+                facts,
+            })
             .collect(),
     ))
 }
@@ -197,38 +221,69 @@ pub async fn update_node(
         Some(name) => Some(db::resolve_site(&mut *tx, name).await?),
         None => None,
     };
-    sqlx::query("UPDATE nodes SET site_id = $2 WHERE id = $1").bind(id).bind(site_id).execute(&mut *tx).await?;
-    db::audit(&mut *tx, &caller.actor(), "node.update", &format!("node:{id}"), serde_json::json!({"site": req.site})).await?;
+    sqlx::query("UPDATE nodes SET site_id = $2 WHERE id = $1")
+        .bind(id)
+        .bind(site_id)
+        .execute(&mut *tx)
+        .await?;
+    db::audit(
+        &mut *tx,
+        &caller.actor(),
+        "node.update",
+        &format!("node:{id}"),
+        serde_json::json!({"site": req.site}),
+    )
+    .await?;
     tx.commit().await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 /// The environment a job on this node should run with: plugin recommendations, overridden
 /// by site tuning profiles, overridden by node tuning profiles. Sorted by name.
-pub async fn effective_env(db: &sqlx::PgPool, node: Uuid) -> Result<Vec<Recommendation>, sqlx::Error> {
+pub async fn effective_env(
+    db: &sqlx::PgPool,
+    node: Uuid,
+) -> Result<Vec<Recommendation>, sqlx::Error> {
     let recs: Vec<(String, String, String, String)> = sqlx::query_as(
         "SELECT name, value, reason, source FROM recommendations WHERE node_id = $1 ORDER BY source, name",
     )
     .bind(node)
     .fetch_all(db)
     .await?;
-    let profiles: Vec<(String, sqlx::types::Json<BTreeMap<String, String>>, bool)> = sqlx::query_as(
-        "SELECT p.name, p.env, p.node_id IS NOT NULL FROM tuning_profiles p
+    let profiles: Vec<(String, sqlx::types::Json<BTreeMap<String, String>>, bool)> =
+        sqlx::query_as(
+            "SELECT p.name, p.env, p.node_id IS NOT NULL FROM tuning_profiles p
          WHERE p.node_id = $1 OR p.site_id = (SELECT site_id FROM nodes WHERE id = $1)
          ORDER BY p.node_id IS NOT NULL, p.created_at",
-    )
-    .bind(node)
-    .fetch_all(db)
-    .await?;
+        )
+        .bind(node)
+        .fetch_all(db)
+        .await?;
     let mut merged: BTreeMap<String, Recommendation> = BTreeMap::new();
     for (name, value, reason, source) in recs {
-        merged.insert(name.clone(), Recommendation { name, value, reason, source });
+        merged.insert(
+            name.clone(),
+            Recommendation {
+                name,
+                value,
+                reason,
+                source,
+            },
+        );
     }
     for (profile, env, node_level) in profiles {
         let scope = if node_level { "node" } else { "site" };
         for (name, value) in env.0 {
             let reason = format!("chosen by {scope} tuning profile {profile:?}");
-            merged.insert(name.clone(), Recommendation { name, value, reason, source: format!("tuning:{profile}") });
+            merged.insert(
+                name.clone(),
+                Recommendation {
+                    name,
+                    value,
+                    reason,
+                    source: format!("tuning:{profile}"),
+                },
+            );
         }
     }
     Ok(merged.into_values().collect())
@@ -236,7 +291,11 @@ pub async fn effective_env(db: &sqlx::PgPool, node: Uuid) -> Result<Vec<Recommen
 
 /// Single-quotes a value for POSIX shells.
 fn shell_quote(value: &str) -> String {
-    if !value.is_empty() && value.chars().all(|c| c.is_ascii_alphanumeric() || "_-.,:/=@+".contains(c)) {
+    if !value.is_empty()
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-.,:/=@+".contains(c))
+    {
         value.to_string()
     } else {
         format!("'{}'", value.replace('\'', r"'\''"))
@@ -247,12 +306,22 @@ fn shell_quote(value: &str) -> String {
 #[utoipa::path(get, path = "/api/v1/nodes/{node}/env", tag = "nodes", security(("bearer" = [])),
     params(("node" = String, Path)),
     responses((status = 200, content_type = "text/plain", body = String), (status = 404, body = heddle_types::ErrorBody)))]
-pub async fn node_env(State(state): State<AppState>, caller: Caller, Path(key): Path<String>) -> ApiResult<impl IntoResponse> {
+pub async fn node_env(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(key): Path<String>,
+) -> ApiResult<impl IntoResponse> {
     caller.require(Role::Viewer)?;
     let id = db::resolve_node(&state.db, &key).await?;
     let mut out = format!("# Heddle environment for node {key}\n");
     for r in effective_env(&state.db, id).await? {
-        out.push_str(&format!("# {} ({})\nexport {}={}\n", r.reason.replace('\n', " "), r.source, r.name, shell_quote(&r.value)));
+        out.push_str(&format!(
+            "# {} ({})\nexport {}={}\n",
+            r.reason.replace('\n', " "),
+            r.source,
+            r.name,
+            shell_quote(&r.value)
+        ));
     }
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], out))
 }
@@ -269,10 +338,14 @@ pub async fn put_recommendations(
 ) -> ApiResult<StatusCode> {
     caller.require(Role::Operator)?;
     if req.source.is_empty() || req.source.len() > 200 {
-        return Err(ApiError::Unprocessable("source must be 1-200 characters".into()));
+        return Err(ApiError::Unprocessable(
+            "source must be 1-200 characters".into(),
+        ));
     }
     if req.source.starts_with("plugin:") {
-        return Err(ApiError::Unprocessable("sources named plugin:… belong to enabled plugins; enable the plugin instead".into()));
+        return Err(ApiError::Unprocessable(
+            "sources named plugin:… belong to enabled plugins; enable the plugin instead".into(),
+        ));
     }
     for item in &req.items {
         db::check_env_name(&item.name)?;
@@ -281,8 +354,14 @@ pub async fn put_recommendations(
     let mut tx = state.db.begin().await?;
     let id = db::resolve_node(&mut *tx, &key).await?;
     replace_recommendations(&mut tx, id, &req).await?;
-    db::audit(&mut *tx, &caller.actor(), "node.recommendations", &format!("node:{id}"),
-        serde_json::json!({"source": req.source, "count": req.items.len()})).await?;
+    db::audit(
+        &mut *tx,
+        &caller.actor(),
+        "node.recommendations",
+        &format!("node:{id}"),
+        serde_json::json!({"source": req.source, "count": req.items.len()}),
+    )
+    .await?;
     tx.commit().await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -326,13 +405,22 @@ struct SiteRow {
 
 impl From<SiteRow> for Site {
     fn from(r: SiteRow) -> Self {
-        Site { id: r.id, name: r.name, traits: r.traits.0, created_at: r.created_at }
+        Site {
+            id: r.id,
+            name: r.name,
+            traits: r.traits.0,
+            created_at: r.created_at,
+        }
     }
 }
 
 #[utoipa::path(post, path = "/api/v1/sites", tag = "nodes", security(("bearer" = [])), request_body = SiteCreate,
     responses((status = 201, body = Site), (status = 409, body = heddle_types::ErrorBody)))]
-pub async fn create_site(State(state): State<AppState>, caller: Caller, Json(req): Json<SiteCreate>) -> ApiResult<(StatusCode, Json<Site>)> {
+pub async fn create_site(
+    State(state): State<AppState>,
+    caller: Caller,
+    Json(req): Json<SiteCreate>,
+) -> ApiResult<(StatusCode, Json<Site>)> {
     caller.require(Role::Operator)?;
     db::check_name("site name", &req.name)?;
     let mut tx = state.db.begin().await?;
@@ -345,16 +433,28 @@ pub async fn create_site(State(state): State<AppState>, caller: Caller, Json(req
     .fetch_one(&mut *tx)
     .await
     .map_err(duplicate_name("site", &req.name))?;
-    db::audit(&mut *tx, &caller.actor(), "site.create", &format!("site:{}", req.name), serde_json::json!({})).await?;
+    db::audit(
+        &mut *tx,
+        &caller.actor(),
+        "site.create",
+        &format!("site:{}", req.name),
+        serde_json::json!({}),
+    )
+    .await?;
     tx.commit().await?;
     Ok((StatusCode::CREATED, Json(row.into())))
 }
 
 #[utoipa::path(get, path = "/api/v1/sites", tag = "nodes", security(("bearer" = [])), responses((status = 200, body = [Site])))]
-pub async fn list_sites(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Vec<Site>>> {
+pub async fn list_sites(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> ApiResult<Json<Vec<Site>>> {
     caller.require(Role::Viewer)?;
     let rows: Vec<SiteRow> =
-        sqlx::query_as("SELECT id, name, traits, created_at FROM sites ORDER BY name").fetch_all(&state.db).await?;
+        sqlx::query_as("SELECT id, name, traits, created_at FROM sites ORDER BY name")
+            .fetch_all(&state.db)
+            .await?;
     Ok(Json(rows.into_iter().map(Into::into).collect()))
 }
 
@@ -385,7 +485,8 @@ impl From<ProfileRow> for TuningProfile {
     }
 }
 
-const PROFILE_COLUMNS: &str = "id, name, node_id, site_id, env, source_run_id, created_by, created_at";
+const PROFILE_COLUMNS: &str =
+    "id, name, node_id, site_id, env, source_run_id, created_by, created_at";
 
 /// A tuning profile to store; its name and env are already checked.
 pub(crate) struct NewProfile<'a> {
@@ -419,7 +520,14 @@ pub(crate) async fn insert_profile(
     .fetch_one(&mut *tx)
     .await
     .map_err(duplicate_name("tuning profile", p.name))?;
-    db::audit(&mut *tx, &caller.actor(), "tuning_profile.create", &format!("tuning_profile:{}", p.name), detail).await?;
+    db::audit(
+        &mut *tx,
+        &caller.actor(),
+        "tuning_profile.create",
+        &format!("tuning_profile:{}", p.name),
+        detail,
+    )
+    .await?;
     Ok(row.into())
 }
 
@@ -435,10 +543,14 @@ pub async fn create_profile(
     caller.require(Role::Operator)?;
     db::check_name("profile name", &req.name)?;
     if req.node.is_some() == req.site.is_some() {
-        return Err(ApiError::Unprocessable("give exactly one of node or site".into()));
+        return Err(ApiError::Unprocessable(
+            "give exactly one of node or site".into(),
+        ));
     }
     if req.env.is_empty() {
-        return Err(ApiError::Unprocessable("env must set at least one variable".into()));
+        return Err(ApiError::Unprocessable(
+            "env must set at least one variable".into(),
+        ));
     }
     db::check_env(&req.env)?;
     let mut tx = state.db.begin().await?;
@@ -450,31 +562,62 @@ pub async fn create_profile(
         Some(s) => Some(db::resolve_site(&mut *tx, s).await?),
         None => None,
     };
-    let profile = NewProfile { name: &req.name, node_id, site_id, env: &req.env, source_run_id: req.source_run_id };
-    let row = insert_profile(&mut tx, &caller, profile, serde_json::json!({"env": req.env})).await?;
+    let profile = NewProfile {
+        name: &req.name,
+        node_id,
+        site_id,
+        env: &req.env,
+        source_run_id: req.source_run_id,
+    };
+    let row = insert_profile(
+        &mut tx,
+        &caller,
+        profile,
+        serde_json::json!({"env": req.env}),
+    )
+    .await?;
     tx.commit().await?;
     Ok((StatusCode::CREATED, Json(row)))
 }
 
 #[utoipa::path(get, path = "/api/v1/tuning-profiles", tag = "nodes", security(("bearer" = [])),
     responses((status = 200, body = [TuningProfile])))]
-pub async fn list_profiles(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Vec<TuningProfile>>> {
+pub async fn list_profiles(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> ApiResult<Json<Vec<TuningProfile>>> {
     caller.require(Role::Viewer)?;
-    let rows: Vec<ProfileRow> = sqlx::query_as(&format!("SELECT {PROFILE_COLUMNS} FROM tuning_profiles ORDER BY name"))
-        .fetch_all(&state.db)
-        .await?;
+    let rows: Vec<ProfileRow> = sqlx::query_as(&format!(
+        "SELECT {PROFILE_COLUMNS} FROM tuning_profiles ORDER BY name"
+    ))
+    .fetch_all(&state.db)
+    .await?;
     Ok(Json(rows.into_iter().map(Into::into).collect()))
 }
 
 #[utoipa::path(delete, path = "/api/v1/tuning-profiles/{id}", tag = "nodes", security(("bearer" = [])),
     params(("id" = Uuid, Path)), responses((status = 204), (status = 404, body = heddle_types::ErrorBody)))]
-pub async fn delete_profile(State(state): State<AppState>, caller: Caller, Path(id): Path<Uuid>) -> ApiResult<StatusCode> {
+pub async fn delete_profile(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<Uuid>,
+) -> ApiResult<StatusCode> {
     caller.require(Role::Operator)?;
     let mut tx = state.db.begin().await?;
     let gone: Option<(String,)> =
-        sqlx::query_as("DELETE FROM tuning_profiles WHERE id = $1 RETURNING name").bind(id).fetch_optional(&mut *tx).await?;
+        sqlx::query_as("DELETE FROM tuning_profiles WHERE id = $1 RETURNING name")
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?;
     let (name,) = gone.ok_or_else(|| ApiError::NotFound(format!("no tuning profile {id}")))?;
-    db::audit(&mut *tx, &caller.actor(), "tuning_profile.delete", &format!("tuning_profile:{name}"), serde_json::json!({})).await?;
+    db::audit(
+        &mut *tx,
+        &caller.actor(),
+        "tuning_profile.delete",
+        &format!("tuning_profile:{name}"),
+        serde_json::json!({}),
+    )
+    .await?;
     tx.commit().await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -12,10 +12,10 @@ use heddle_types::plugins::*;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
+use crate::AppState;
 use crate::auth::Caller;
 use crate::db;
 use crate::error::{ApiError, ApiResult, Json, Path};
-use crate::AppState;
 
 /// The first 8 bytes of a WebAssembly component (magic, then component-model layer 1).
 /// Core modules have `01 00 00 00` after the magic and are refused: plugins are components.
@@ -24,10 +24,15 @@ const COMPONENT_HEADER: [u8; 8] = [0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x0
 /// Cheap structural checks done before anything is stored.
 pub fn check_component_bytes(bytes: &[u8], max: usize) -> Result<(), ApiError> {
     if bytes.len() > max {
-        return Err(ApiError::PayloadTooLarge(format!("plugin is {} bytes; the limit is {max}", bytes.len())));
+        return Err(ApiError::PayloadTooLarge(format!(
+            "plugin is {} bytes; the limit is {max}",
+            bytes.len()
+        )));
     }
     if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
-        return Err(ApiError::Unprocessable("not a WebAssembly binary (no \\0asm header)".into()));
+        return Err(ApiError::Unprocessable(
+            "not a WebAssembly binary (no \\0asm header)".into(),
+        ));
     }
     if bytes[..8] != COMPONENT_HEADER {
         return Err(ApiError::Unprocessable(
@@ -40,8 +45,16 @@ pub fn check_component_bytes(bytes: &[u8], max: usize) -> Result<(), ApiError> {
 fn check_version(version: &str) -> Result<(), ApiError> {
     let ok = !version.is_empty()
         && version.len() <= 64
-        && version.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '+'));
-    if ok { Ok(()) } else { Err(ApiError::Unprocessable(format!("version {version:?} must be 1-64 of letters, digits, '.', '-', '+'"))) }
+        && version
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '+'));
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::Unprocessable(format!(
+            "version {version:?} must be 1-64 of letters, digits, '.', '-', '+'"
+        )))
+    }
 }
 
 #[derive(sqlx::FromRow)]
@@ -55,11 +68,18 @@ struct PluginRow {
 
 impl From<PluginRow> for Plugin {
     fn from(r: PluginRow) -> Self {
-        Plugin { id: r.id, name: r.name, enabled: r.enabled, active_version: r.active_version, created_at: r.created_at }
+        Plugin {
+            id: r.id,
+            name: r.name,
+            enabled: r.enabled,
+            active_version: r.active_version,
+            created_at: r.created_at,
+        }
     }
 }
 
-const PLUGIN_SELECT: &str = "SELECT p.id, p.name, p.enabled, v.version AS active_version, p.created_at
+const PLUGIN_SELECT: &str =
+    "SELECT p.id, p.name, p.enabled, v.version AS active_version, p.created_at
     FROM plugins p LEFT JOIN plugin_versions v ON v.id = p.active_version_id";
 
 #[derive(sqlx::FromRow)]
@@ -115,7 +135,11 @@ pub async fn upload(
     // The full check: parses, compiles, and checks the world and every import. Nothing is
     // stored unless it passes.
     let bytes = std::sync::Arc::new(bytes.to_vec());
-    let info = state.plugins.validate(bytes.clone()).await.map_err(host_error)?;
+    let info = state
+        .plugins
+        .validate(bytes.clone())
+        .await
+        .map_err(host_error)?;
     let sha = hex::encode(Sha256::digest(bytes.as_slice()));
     let mut tx = state.db.begin().await?;
     sqlx::query("INSERT INTO plugin_blobs (sha256, bytes, size_bytes) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING")
@@ -131,14 +155,19 @@ pub async fn upload(
     .bind(&name)
     .fetch_one(&mut *tx)
     .await?;
-    let existing: Option<(String,)> = sqlx::query_as("SELECT sha256 FROM plugin_versions WHERE plugin_id = $1 AND version = $2")
-        .bind(plugin_id)
-        .bind(&version)
-        .fetch_optional(&mut *tx)
-        .await?;
+    let existing: Option<(String,)> =
+        sqlx::query_as("SELECT sha256 FROM plugin_versions WHERE plugin_id = $1 AND version = $2")
+            .bind(plugin_id)
+            .bind(&version)
+            .fetch_optional(&mut *tx)
+            .await?;
     let status = match existing {
         Some((stored,)) if stored == sha => StatusCode::OK,
-        Some(_) => return Err(ApiError::Conflict(format!("{name} {version} already exists with other bytes; upload a new version"))),
+        Some(_) => {
+            return Err(ApiError::Conflict(format!(
+                "{name} {version} already exists with other bytes; upload a new version"
+            )));
+        }
         None => {
             sqlx::query(
                 "INSERT INTO plugin_versions (id, plugin_id, version, sha256, uploaded_by, contract, description)
@@ -159,11 +188,13 @@ pub async fn upload(
             StatusCode::CREATED
         }
     };
-    let row: VersionRow = sqlx::query_as(&format!("{VERSION_SELECT} WHERE v.plugin_id = $1 AND v.version = $2"))
-        .bind(plugin_id)
-        .bind(&version)
-        .fetch_one(&mut *tx)
-        .await?;
+    let row: VersionRow = sqlx::query_as(&format!(
+        "{VERSION_SELECT} WHERE v.plugin_id = $1 AND v.version = $2"
+    ))
+    .bind(plugin_id)
+    .bind(&version)
+    .fetch_one(&mut *tx)
+    .await?;
     tx.commit().await?;
     Ok((status, Json(row.into())))
 }
@@ -171,24 +202,36 @@ pub async fn upload(
 #[utoipa::path(get, path = "/api/v1/plugins", tag = "plugins", security(("bearer" = [])), responses((status = 200, body = [Plugin])))]
 pub async fn list(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Vec<Plugin>>> {
     caller.require(Role::Viewer)?;
-    let rows: Vec<PluginRow> = sqlx::query_as(&format!("{PLUGIN_SELECT} ORDER BY p.name")).fetch_all(&state.db).await?;
+    let rows: Vec<PluginRow> = sqlx::query_as(&format!("{PLUGIN_SELECT} ORDER BY p.name"))
+        .fetch_all(&state.db)
+        .await?;
     Ok(Json(rows.into_iter().map(Into::into).collect()))
 }
 
 async fn plugin_id(db: &sqlx::PgPool, name: &str) -> ApiResult<Uuid> {
-    let row: Option<(Uuid,)> = sqlx::query_as("SELECT id FROM plugins WHERE name = $1").bind(name).fetch_optional(db).await?;
-    row.map(|r| r.0).ok_or_else(|| ApiError::NotFound(format!("no plugin named {name:?}")))
+    let row: Option<(Uuid,)> = sqlx::query_as("SELECT id FROM plugins WHERE name = $1")
+        .bind(name)
+        .fetch_optional(db)
+        .await?;
+    row.map(|r| r.0)
+        .ok_or_else(|| ApiError::NotFound(format!("no plugin named {name:?}")))
 }
 
 #[utoipa::path(get, path = "/api/v1/plugins/{name}/versions", tag = "plugins", security(("bearer" = [])),
     params(("name" = String, Path)), responses((status = 200, body = [PluginVersion]), (status = 404, body = heddle_types::ErrorBody)))]
-pub async fn versions(State(state): State<AppState>, caller: Caller, Path(name): Path<String>) -> ApiResult<Json<Vec<PluginVersion>>> {
+pub async fn versions(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> ApiResult<Json<Vec<PluginVersion>>> {
     caller.require(Role::Viewer)?;
     let id = plugin_id(&state.db, &name).await?;
-    let rows: Vec<VersionRow> = sqlx::query_as(&format!("{VERSION_SELECT} WHERE v.plugin_id = $1 ORDER BY v.created_at DESC"))
-        .bind(id)
-        .fetch_all(&state.db)
-        .await?;
+    let rows: Vec<VersionRow> = sqlx::query_as(&format!(
+        "{VERSION_SELECT} WHERE v.plugin_id = $1 ORDER BY v.created_at DESC"
+    ))
+    .bind(id)
+    .fetch_all(&state.db)
+    .await?;
     Ok(Json(rows.into_iter().map(Into::into).collect()))
 }
 
@@ -210,7 +253,8 @@ pub async fn download(
     .bind(&version)
     .fetch_optional(&state.db)
     .await?;
-    let (bytes,) = row.ok_or_else(|| ApiError::NotFound(format!("no version {version:?} of plugin {name:?}")))?;
+    let (bytes,) = row
+        .ok_or_else(|| ApiError::NotFound(format!("no version {version:?} of plugin {name:?}")))?;
     Ok(([(header::CONTENT_TYPE, "application/wasm")], bytes))
 }
 
@@ -240,31 +284,61 @@ pub async fn enable(
             .await?,
     };
     let (version_id, version) = version.ok_or_else(|| {
-        ApiError::NotFound(format!("plugin {name:?} has no version {}", req.version.as_deref().unwrap_or("at all")))
+        ApiError::NotFound(format!(
+            "plugin {name:?} has no version {}",
+            req.version.as_deref().unwrap_or("at all")
+        ))
     })?;
     sqlx::query("UPDATE plugins SET enabled = true, active_version_id = $2 WHERE id = $1")
         .bind(id)
         .bind(version_id)
         .execute(&mut *tx)
         .await?;
-    db::audit(&mut *tx, &caller.actor(), "plugin.enable", &format!("plugin:{name}@{version}"), serde_json::json!({})).await?;
+    db::audit(
+        &mut *tx,
+        &caller.actor(),
+        "plugin.enable",
+        &format!("plugin:{name}@{version}"),
+        serde_json::json!({}),
+    )
+    .await?;
     tx.commit().await?;
     state.plugins.wake.notify_one();
-    let row: PluginRow = sqlx::query_as(&format!("{PLUGIN_SELECT} WHERE p.id = $1")).bind(id).fetch_one(&state.db).await?;
+    let row: PluginRow = sqlx::query_as(&format!("{PLUGIN_SELECT} WHERE p.id = $1"))
+        .bind(id)
+        .fetch_one(&state.db)
+        .await?;
     Ok(Json(row.into()))
 }
 
 #[utoipa::path(post, path = "/api/v1/plugins/{name}/disable", tag = "plugins", security(("bearer" = [])),
     params(("name" = String, Path)), responses((status = 200, body = Plugin), (status = 404, body = heddle_types::ErrorBody)))]
-pub async fn disable(State(state): State<AppState>, caller: Caller, Path(name): Path<String>) -> ApiResult<Json<Plugin>> {
+pub async fn disable(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> ApiResult<Json<Plugin>> {
     caller.require(Role::Admin)?;
     let id = plugin_id(&state.db, &name).await?;
     let mut tx = state.db.begin().await?;
-    sqlx::query("UPDATE plugins SET enabled = false WHERE id = $1").bind(id).execute(&mut *tx).await?;
-    db::audit(&mut *tx, &caller.actor(), "plugin.disable", &format!("plugin:{name}"), serde_json::json!({})).await?;
+    sqlx::query("UPDATE plugins SET enabled = false WHERE id = $1")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    db::audit(
+        &mut *tx,
+        &caller.actor(),
+        "plugin.disable",
+        &format!("plugin:{name}"),
+        serde_json::json!({}),
+    )
+    .await?;
     tx.commit().await?;
     state.plugins.wake.notify_one();
-    let row: PluginRow = sqlx::query_as(&format!("{PLUGIN_SELECT} WHERE p.id = $1")).bind(id).fetch_one(&state.db).await?;
+    let row: PluginRow = sqlx::query_as(&format!("{PLUGIN_SELECT} WHERE p.id = $1"))
+        .bind(id)
+        .fetch_one(&state.db)
+        .await?;
     Ok(Json(row.into()))
 }
 
@@ -297,7 +371,8 @@ pub async fn dry_run(
     .bind(&version)
     .fetch_optional(&state.db)
     .await?;
-    let (plugin_id, sha) = row.ok_or_else(|| ApiError::NotFound(format!("no version {version:?} of plugin {name:?}")))?;
+    let (plugin_id, sha) = row
+        .ok_or_else(|| ApiError::NotFound(format!("no version {version:?} of plugin {name:?}")))?;
     let node_ids: Option<Vec<Uuid>> = match &req.nodes {
         Some(keys) => {
             let mut ids = Vec::with_capacity(keys.len());
@@ -308,7 +383,13 @@ pub async fn dry_run(
         }
         None => None,
     };
-    let nodes: Vec<(Uuid, String, serde_json::Value, Option<serde_json::Value>, Option<String>)> = sqlx::query_as(
+    let nodes: Vec<(
+        Uuid,
+        String,
+        serde_json::Value,
+        Option<serde_json::Value>,
+        Option<String>,
+    )> = sqlx::query_as(
         "SELECT n.id, n.hostname, n.facts, r.output, v.version
          FROM nodes n
          LEFT JOIN plugin_results r ON r.node_id = n.id AND r.plugin_id = $1
@@ -321,32 +402,63 @@ pub async fn dry_run(
     .bind(i64::from(req.limit.unwrap_or(500).clamp(1, 5000)))
     .fetch_all(&state.db)
     .await?;
-    let loaded = state.plugins.plugin(&state.db, &sha).await?.map_err(host_error)?;
+    let loaded = state
+        .plugins
+        .plugin(&state.db, &sha)
+        .await?
+        .map_err(host_error)?;
     let mut checked = Vec::with_capacity(nodes.len());
     for (_, _, facts, _, _) in &nodes {
         checked.push(heddle_plugin_host::FactsJson::from_value(facts.clone()).map_err(host_error)?);
     }
     let results = state.plugins.evaluate(vec![loaded], checked).await;
     let mut out = Vec::with_capacity(nodes.len());
-    for ((node_id, hostname, _, active, active_version), mut ran) in nodes.into_iter().zip(results) {
-        let result = ran.pop().unwrap_or_else(|| Err(heddle_plugin_host::HostError::Internal("no outcome".into())));
+    for ((node_id, hostname, _, active, active_version), mut ran) in nodes.into_iter().zip(results)
+    {
+        let result = ran
+            .pop()
+            .unwrap_or_else(|| Err(heddle_plugin_host::HostError::Internal("no outcome".into())));
         let usage = crate::plugin_runtime::usage_json(&result);
         let (output, error) = match result {
-            Ok(r) => (Some(serde_json::to_value(&r.detection).map_err(|e| ApiError::Internal(e.into()))?), None),
+            Ok(r) => (
+                Some(serde_json::to_value(&r.detection).map_err(|e| ApiError::Internal(e.into()))?),
+                None,
+            ),
             Err(e) => (None, Some(format!("{e} [{}]", e.code()))),
         };
         let diff = crate::plugin_runtime::diff(active.as_ref(), output.as_ref());
-        out.push(DryRunNode { node_id, hostname, output, error, active_version, diff, usage });
+        out.push(DryRunNode {
+            node_id,
+            hostname,
+            output,
+            error,
+            active_version,
+            diff,
+            usage,
+        });
     }
-    let changed = out.iter().filter(|n| n.diff != OutputDiff::default()).count();
+    let changed = out
+        .iter()
+        .filter(|n| n.diff != OutputDiff::default())
+        .count();
     let failed = out.iter().filter(|n| n.error.is_some()).count();
-    Ok(Json(DryRunReport { plugin: name, version, nodes: out, changed, failed }))
+    Ok(Json(DryRunReport {
+        plugin: name,
+        version,
+        nodes: out,
+        changed,
+        failed,
+    }))
 }
 
 /// What each enabled plugin said about a node, with the resources it used.
 #[utoipa::path(get, path = "/api/v1/nodes/{node}/plugins", tag = "plugins", security(("bearer" = [])),
     params(("node" = String, Path)), responses((status = 200, body = [PluginOutcome]), (status = 404, body = heddle_types::ErrorBody)))]
-pub async fn node_outcomes(State(state): State<AppState>, caller: Caller, Path(key): Path<String>) -> ApiResult<Json<Vec<PluginOutcome>>> {
+pub async fn node_outcomes(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(key): Path<String>,
+) -> ApiResult<Json<Vec<PluginOutcome>>> {
     caller.require(Role::Viewer)?;
     let node = db::resolve_node(&state.db, &key).await?;
     let rows: Vec<(Uuid, String, String, String, Option<serde_json::Value>, Option<String>, serde_json::Value, DateTime<Utc>)> =
@@ -360,9 +472,20 @@ pub async fn node_outcomes(State(state): State<AppState>, caller: Caller, Path(k
         .await?;
     Ok(Json(
         rows.into_iter()
-            .map(|(node_id, hostname, plugin, version, output, error, usage, ran_at)| PluginOutcome {
-                node_id, hostname, plugin, version, output, error, usage, ran_at,
-            })
+            .map(
+                |(node_id, hostname, plugin, version, output, error, usage, ran_at)| {
+                    PluginOutcome {
+                        node_id,
+                        hostname,
+                        plugin,
+                        version,
+                        output,
+                        error,
+                        usage,
+                        ran_at,
+                    }
+                },
+            )
             .collect(),
     ))
 }
@@ -376,8 +499,14 @@ mod tests {
         let mut component = COMPONENT_HEADER.to_vec();
         component.extend_from_slice(&[0; 16]);
         assert!(check_component_bytes(&component, 1024).is_ok());
-        assert!(matches!(check_component_bytes(&component, 8), Err(ApiError::PayloadTooLarge(_))));
-        assert!(matches!(check_component_bytes(b"hello world", 1024), Err(ApiError::Unprocessable(_))));
+        assert!(matches!(
+            check_component_bytes(&component, 8),
+            Err(ApiError::PayloadTooLarge(_))
+        ));
+        assert!(matches!(
+            check_component_bytes(b"hello world", 1024),
+            Err(ApiError::Unprocessable(_))
+        ));
         let core = [0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00];
         let err = check_component_bytes(&core, 1024).unwrap_err().to_string();
         assert!(err.contains("core WebAssembly module"), "{err}");

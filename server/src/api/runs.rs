@@ -8,10 +8,10 @@ use heddle_types::jobs::*;
 use serde::Deserialize;
 use uuid::Uuid;
 
+use crate::AppState;
 use crate::auth::Caller;
 use crate::db;
 use crate::error::{ApiError, ApiResult, Json, Path, Query};
-use crate::AppState;
 
 /// Most nodes one run may span.
 pub(crate) const MAX_RUN_NODES: usize = 4096;
@@ -50,7 +50,10 @@ impl TryFrom<JobRow> for Job {
             hostname: r.hostname,
             rank: r.rank,
             world_size: r.world_size,
-            state: r.state.parse().map_err(|e: String| ApiError::Internal(anyhow::anyhow!(e)))?,
+            state: r
+                .state
+                .parse()
+                .map_err(|e: String| ApiError::Internal(anyhow::anyhow!(e)))?,
             attempts: r.attempts,
             max_attempts: r.max_attempts,
             lease_expires_at: r.lease_expires_at,
@@ -68,7 +71,11 @@ impl TryFrom<JobRow> for Job {
 fn run_state(jobs: &[Job]) -> &'static str {
     let any = |s: JobState| jobs.iter().any(|j| j.state == s);
     if jobs.iter().any(|j| !j.state.is_terminal()) {
-        if any(JobState::Leased) || any(JobState::Running) { "running" } else { "queued" }
+        if any(JobState::Leased) || any(JobState::Running) {
+            "running"
+        } else {
+            "queued"
+        }
     } else if any(JobState::Failed) {
         "failed"
     } else if any(JobState::Cancelled) {
@@ -83,38 +90,67 @@ fn run_state(jobs: &[Job]) -> &'static str {
 pub(crate) fn validate_spec(spec: &JobSpec) -> Result<(), ApiError> {
     let kind_ok = !spec.kind.is_empty()
         && spec.kind.len() <= 64
-        && spec.kind.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+        && spec
+            .kind
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
     if !kind_ok {
-        return Err(ApiError::Unprocessable(format!("kind {:?} must be 1-64 letters, digits, '_', '-' or '.'", spec.kind)));
+        return Err(ApiError::Unprocessable(format!(
+            "kind {:?} must be 1-64 letters, digits, '_', '-' or '.'",
+            spec.kind
+        )));
     }
     if !(spec.params.is_object() || spec.params.is_null()) {
-        return Err(ApiError::Unprocessable("params must be a JSON object".into()));
+        return Err(ApiError::Unprocessable(
+            "params must be a JSON object".into(),
+        ));
     }
     db::check_env(&spec.env)?;
     if spec.timeout_s == Some(0) {
-        return Err(ApiError::Unprocessable("timeout_s must be at least 1".into()));
+        return Err(ApiError::Unprocessable(
+            "timeout_s must be at least 1".into(),
+        ));
     }
     Ok(())
 }
 
 async fn load_run(db: &sqlx::PgPool, id: Uuid) -> ApiResult<Run> {
-    let row: Option<(Uuid, Option<String>, sqlx::types::Json<JobSpec>, String, DateTime<Utc>)> =
-        sqlx::query_as("SELECT id, label, spec, created_by, created_at FROM runs WHERE id = $1")
-            .bind(id)
-            .fetch_optional(db)
-            .await?;
-    let (id, label, spec, created_by, created_at) = row.ok_or_else(|| ApiError::NotFound(format!("no run {id}")))?;
-    let jobs: Vec<JobRow> = sqlx::query_as(&format!("{JOB_SELECT} WHERE j.run_id = $1 ORDER BY j.rank"))
+    let row: Option<(
+        Uuid,
+        Option<String>,
+        sqlx::types::Json<JobSpec>,
+        String,
+        DateTime<Utc>,
+    )> = sqlx::query_as("SELECT id, label, spec, created_by, created_at FROM runs WHERE id = $1")
         .bind(id)
-        .fetch_all(db)
+        .fetch_optional(db)
         .await?;
-    let jobs: Vec<Job> = jobs.into_iter().map(TryInto::try_into).collect::<Result<_, _>>()?;
+    let (id, label, spec, created_by, created_at) =
+        row.ok_or_else(|| ApiError::NotFound(format!("no run {id}")))?;
+    let jobs: Vec<JobRow> =
+        sqlx::query_as(&format!("{JOB_SELECT} WHERE j.run_id = $1 ORDER BY j.rank"))
+            .bind(id)
+            .fetch_all(db)
+            .await?;
+    let jobs: Vec<Job> = jobs
+        .into_iter()
+        .map(TryInto::try_into)
+        .collect::<Result<_, _>>()?;
     let finished_at = if jobs.iter().all(|j| j.state.is_terminal()) {
         jobs.iter().filter_map(|j| j.finished_at).max()
     } else {
         None
     };
-    Ok(Run { id, label, spec: spec.0, state: run_state(&jobs).to_string(), created_by, created_at, finished_at, jobs })
+    Ok(Run {
+        id,
+        label,
+        spec: spec.0,
+        state: run_state(&jobs).to_string(),
+        created_by,
+        created_at,
+        finished_at,
+        jobs,
+    })
 }
 
 /// Stores a run of `spec` and one queued job per node, ranked in the order given, inside
@@ -157,31 +193,58 @@ pub(crate) async fn insert_run(
 /// Start a run: one job per node, ranked in the order given.
 #[utoipa::path(post, path = "/api/v1/runs", tag = "runs", security(("bearer" = [])), request_body = RunCreate,
     responses((status = 201, body = Run), (status = 404, body = heddle_types::ErrorBody), (status = 422, body = heddle_types::ErrorBody)))]
-pub async fn create_run(State(state): State<AppState>, caller: Caller, Json(req): Json<RunCreate>) -> ApiResult<(StatusCode, Json<Run>)> {
+pub async fn create_run(
+    State(state): State<AppState>,
+    caller: Caller,
+    Json(req): Json<RunCreate>,
+) -> ApiResult<(StatusCode, Json<Run>)> {
     caller.require(Role::Operator)?;
     let spec = req.spec();
     validate_spec(&spec)?;
     if req.nodes.is_empty() || req.nodes.len() > MAX_RUN_NODES {
-        return Err(ApiError::Unprocessable(format!("nodes must list 1 to {MAX_RUN_NODES} nodes")));
+        return Err(ApiError::Unprocessable(format!(
+            "nodes must list 1 to {MAX_RUN_NODES} nodes"
+        )));
     }
     let max_attempts = req.max_attempts.unwrap_or(3);
     if !(1..=100).contains(&max_attempts) {
-        return Err(ApiError::Unprocessable("max_attempts must be between 1 and 100".into()));
+        return Err(ApiError::Unprocessable(
+            "max_attempts must be between 1 and 100".into(),
+        ));
     }
     let mut tx = state.db.begin().await?;
     let mut node_ids = Vec::with_capacity(req.nodes.len());
     for key in &req.nodes {
         let id = db::resolve_node(&mut *tx, key).await?;
         if node_ids.contains(&id) {
-            return Err(ApiError::Unprocessable(format!("node {key:?} is listed twice")));
+            return Err(ApiError::Unprocessable(format!(
+                "node {key:?} is listed twice"
+            )));
         }
         node_ids.push(id);
     }
-    let run_id = insert_run(&mut tx, &spec, &node_ids, max_attempts, req.label.as_deref(), &caller.actor()).await?;
-    db::audit(&mut *tx, &caller.actor(), "run.create", &format!("run:{run_id}"),
-        serde_json::json!({"kind": spec.kind, "nodes": req.nodes})).await?;
+    let run_id = insert_run(
+        &mut tx,
+        &spec,
+        &node_ids,
+        max_attempts,
+        req.label.as_deref(),
+        &caller.actor(),
+    )
+    .await?;
+    db::audit(
+        &mut *tx,
+        &caller.actor(),
+        "run.create",
+        &format!("run:{run_id}"),
+        serde_json::json!({"kind": spec.kind, "nodes": req.nodes}),
+    )
+    .await?;
     tx.commit().await?;
-    Ok((StatusCode::CREATED, Json(load_run(&state.db, run_id).await?)))
+    Ok((
+        StatusCode::CREATED,
+        Json(load_run(&state.db, run_id).await?),
+    ))
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -196,7 +259,11 @@ pub struct RunFilter {
 /// Recent runs, newest first.
 #[utoipa::path(get, path = "/api/v1/runs", tag = "runs", security(("bearer" = [])), params(RunFilter),
     responses((status = 200, body = [Run])))]
-pub async fn list_runs(State(state): State<AppState>, caller: Caller, Query(f): Query<RunFilter>) -> ApiResult<Json<Vec<Run>>> {
+pub async fn list_runs(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(f): Query<RunFilter>,
+) -> ApiResult<Json<Vec<Run>>> {
     caller.require(Role::Viewer)?;
     let node = match &f.node {
         Some(key) => Some(db::resolve_node(&state.db, key).await?),
@@ -222,7 +289,11 @@ pub async fn list_runs(State(state): State<AppState>, caller: Caller, Query(f): 
 
 #[utoipa::path(get, path = "/api/v1/runs/{id}", tag = "runs", security(("bearer" = [])), params(("id" = Uuid, Path)),
     responses((status = 200, body = Run), (status = 404, body = heddle_types::ErrorBody)))]
-pub async fn get_run(State(state): State<AppState>, caller: Caller, Path(id): Path<Uuid>) -> ApiResult<Json<Run>> {
+pub async fn get_run(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<Uuid>,
+) -> ApiResult<Json<Run>> {
     caller.require(Role::Viewer)?;
     Ok(Json(load_run(&state.db, id).await?))
 }
@@ -231,10 +302,17 @@ pub async fn get_run(State(state): State<AppState>, caller: Caller, Path(id): Pa
 /// next heartbeat or lease renewal.
 #[utoipa::path(post, path = "/api/v1/runs/{id}/cancel", tag = "runs", security(("bearer" = [])), params(("id" = Uuid, Path)),
     responses((status = 200, body = Run), (status = 404, body = heddle_types::ErrorBody)))]
-pub async fn cancel_run(State(state): State<AppState>, caller: Caller, Path(id): Path<Uuid>) -> ApiResult<Json<Run>> {
+pub async fn cancel_run(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<Uuid>,
+) -> ApiResult<Json<Run>> {
     caller.require(Role::Operator)?;
     let mut tx = state.db.begin().await?;
-    let exists: Option<(Uuid,)> = sqlx::query_as("SELECT id FROM runs WHERE id = $1 FOR UPDATE").bind(id).fetch_optional(&mut *tx).await?;
+    let exists: Option<(Uuid,)> = sqlx::query_as("SELECT id FROM runs WHERE id = $1 FOR UPDATE")
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?;
     if exists.is_none() {
         return Err(ApiError::NotFound(format!("no run {id}")));
     }
@@ -249,7 +327,14 @@ pub async fn cancel_run(State(state): State<AppState>, caller: Caller, Path(id):
         .bind(id)
         .execute(&mut *tx)
         .await?;
-    db::audit(&mut *tx, &caller.actor(), "run.cancel", &format!("run:{id}"), serde_json::json!({})).await?;
+    db::audit(
+        &mut *tx,
+        &caller.actor(),
+        "run.cancel",
+        &format!("run:{id}"),
+        serde_json::json!({}),
+    )
+    .await?;
     tx.commit().await?;
     Ok(Json(load_run(&state.db, id).await?))
 }
@@ -290,9 +375,16 @@ struct MeasureRow {
 /// Results of a run's jobs with their measured rows.
 #[utoipa::path(get, path = "/api/v1/runs/{id}/results", tag = "runs", security(("bearer" = [])), params(("id" = Uuid, Path)),
     responses((status = 200, body = [JobResult]), (status = 404, body = heddle_types::ErrorBody)))]
-pub async fn run_results(State(state): State<AppState>, caller: Caller, Path(id): Path<Uuid>) -> ApiResult<Json<Vec<JobResult>>> {
+pub async fn run_results(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<Uuid>,
+) -> ApiResult<Json<Vec<JobResult>>> {
     caller.require(Role::Viewer)?;
-    let exists: Option<(Uuid,)> = sqlx::query_as("SELECT id FROM runs WHERE id = $1").bind(id).fetch_optional(&state.db).await?;
+    let exists: Option<(Uuid,)> = sqlx::query_as("SELECT id FROM runs WHERE id = $1")
+        .bind(id)
+        .fetch_optional(&state.db)
+        .await?;
     if exists.is_none() {
         return Err(ApiError::NotFound(format!("no run {id}")));
     }
@@ -388,7 +480,8 @@ mod tests {
     #[test]
     fn run_state_follows_jobs() {
         use JobState::*;
-        let s = |states: &[JobState]| run_state(&states.iter().map(|s| job(*s)).collect::<Vec<_>>());
+        let s =
+            |states: &[JobState]| run_state(&states.iter().map(|s| job(*s)).collect::<Vec<_>>());
         assert_eq!(s(&[Queued, Queued]), "queued");
         assert_eq!(s(&[Queued, Running]), "running");
         assert_eq!(s(&[Succeeded, Leased]), "running");
@@ -401,7 +494,12 @@ mod tests {
 
     #[test]
     fn specs_are_checked() {
-        let spec = |kind: &str, params: serde_json::Value| JobSpec { kind: kind.into(), params, env: Default::default(), timeout_s: None };
+        let spec = |kind: &str, params: serde_json::Value| JobSpec {
+            kind: kind.into(),
+            params,
+            env: Default::default(),
+            timeout_s: None,
+        };
         assert!(validate_spec(&spec("nccl", serde_json::json!({}))).is_ok());
         assert!(validate_spec(&spec("", serde_json::json!({}))).is_err());
         assert!(validate_spec(&spec("a b", serde_json::json!({}))).is_err());

@@ -34,12 +34,22 @@ pub fn tabulate(rows: &[ResultRow]) -> (Vec<SweepCell>, Vec<SweepWinner>) {
     }
     let mut cells: Vec<Acc> = Vec::new();
     for r in rows {
-        let env: BTreeMap<String, String> =
-            r.labels.iter().filter(|(k, _)| k.starts_with("NCCL_")).map(|(k, v)| (k.clone(), v.clone())).collect();
+        let env: BTreeMap<String, String> = r
+            .labels
+            .iter()
+            .filter(|(k, _)| k.starts_with("NCCL_"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         let i = match cells.iter().position(|c| c.env == env) {
             Some(i) => i,
             None => {
-                cells.push(Acc { env, sums: [(0.0, 0); 3], peak: None, wrong: 0, rows: 0 });
+                cells.push(Acc {
+                    env,
+                    sums: [(0.0, 0); 3],
+                    peak: None,
+                    wrong: 0,
+                    rows: 0,
+                });
                 cells.len() - 1
             }
         };
@@ -61,13 +71,22 @@ pub fn tabulate(rows: &[ResultRow]) -> (Vec<SweepCell>, Vec<SweepWinner>) {
                 let (sum, n) = a.sums[band as usize];
                 busbw.set(band, (n > 0).then(|| sum / f64::from(n)));
             }
-            SweepCell { env: a.env, busbw_gbs: busbw, peak_busbw_gbs: a.peak, wrong: a.wrong, rows: a.rows }
+            SweepCell {
+                env: a.env,
+                busbw_gbs: busbw,
+                peak_busbw_gbs: a.peak,
+                wrong: a.wrong,
+                rows: a.rows,
+            }
         })
         .collect();
     let mut winners = Vec::new();
     for band in Band::ALL {
-        let mut ranked: Vec<(&SweepCell, f64)> =
-            cells.iter().filter(|c| c.wrong == 0).filter_map(|c| c.busbw_gbs.get(band).map(|b| (c, b))).collect();
+        let mut ranked: Vec<(&SweepCell, f64)> = cells
+            .iter()
+            .filter(|c| c.wrong == 0)
+            .filter_map(|c| c.busbw_gbs.get(band).map(|b| (c, b)))
+            .collect();
         // Stable: among equal figures the earlier cell wins.
         ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
         if let Some(&(best, bw)) = ranked.first() {
@@ -83,7 +102,12 @@ pub fn tabulate(rows: &[ResultRow]) -> (Vec<SweepCell>, Vec<SweepWinner>) {
 }
 
 /// size_bytes, busbw_gbs, wrong, labels of a stored row.
-type StoredRow = (i64, Option<f64>, Option<i64>, sqlx::types::Json<BTreeMap<String, String>>);
+type StoredRow = (
+    i64,
+    Option<f64>,
+    Option<i64>,
+    sqlx::types::Json<BTreeMap<String, String>>,
+);
 
 struct Loaded {
     table: SweepTable,
@@ -103,10 +127,16 @@ struct JobAndResult {
 
 async fn load(db: &sqlx::PgPool, id: Uuid) -> ApiResult<Loaded> {
     let spec: Option<(sqlx::types::Json<JobSpec>,)> =
-        sqlx::query_as("SELECT spec FROM runs WHERE id = $1").bind(id).fetch_optional(db).await?;
+        sqlx::query_as("SELECT spec FROM runs WHERE id = $1")
+            .bind(id)
+            .fetch_optional(db)
+            .await?;
     let (spec,) = spec.ok_or_else(|| ApiError::NotFound(format!("no run {id}")))?;
     if spec.kind != "sweep" {
-        return Err(ApiError::Unprocessable(format!("run {id} is a {} run, not a sweep", spec.kind)));
+        return Err(ApiError::Unprocessable(format!(
+            "run {id} is a {} run, not a sweep",
+            spec.kind
+        )));
     }
     // A sweep runs on one node (the agent refuses more), so its first rank is the sweep.
     let job: JobAndResult = sqlx::query_as(
@@ -119,7 +149,10 @@ async fn load(db: &sqlx::PgPool, id: Uuid) -> ApiResult<Loaded> {
     .await?
     .ok_or_else(|| ApiError::Conflict(format!("run {id} has no job")))?;
     let Some(result_id) = job.result_id else {
-        return Err(ApiError::Conflict(format!("sweep {id} has no result yet (its job is {})", job.state)));
+        return Err(ApiError::Conflict(format!(
+            "sweep {id} has no result yet (its job is {})",
+            job.state
+        )));
     };
     let rows: Vec<StoredRow> =
         sqlx::query_as("SELECT size_bytes, busbw_gbs, wrong, labels FROM result_rows WHERE result_id = $1 ORDER BY seq")
@@ -135,12 +168,30 @@ async fn load(db: &sqlx::PgPool, id: Uuid) -> ApiResult<Loaded> {
     }
     let rows: Vec<ResultRow> = rows
         .into_iter()
-        .map(|(size_bytes, busbw_gbs, wrong, labels)| ResultRow { size_bytes, busbw_gbs, wrong, labels: labels.0, ..Default::default() })
+        .map(|(size_bytes, busbw_gbs, wrong, labels)| ResultRow {
+            size_bytes,
+            busbw_gbs,
+            wrong,
+            labels: labels.0,
+            ..Default::default()
+        })
         .collect();
     let (cells, winners) = tabulate(&rows);
-    let collective = spec.params.get("op").and_then(|v| v.as_str()).unwrap_or("all_reduce").to_string();
+    let collective = spec
+        .params
+        .get("op")
+        .and_then(|v| v.as_str())
+        .unwrap_or("all_reduce")
+        .to_string();
     Ok(Loaded {
-        table: SweepTable { run_id: id, node_id: job.node_id, hostname: job.hostname, collective: Some(collective), cells, winners },
+        table: SweepTable {
+            run_id: id,
+            node_id: job.node_id,
+            hostname: job.hostname,
+            collective: Some(collective),
+            cells,
+            winners,
+        },
         site_id: job.site_id,
     })
 }
@@ -150,7 +201,11 @@ async fn load(db: &sqlx::PgPool, id: Uuid) -> ApiResult<Loaded> {
     responses((status = 200, body = SweepTable), (status = 404, body = heddle_types::ErrorBody),
         (status = 409, body = heddle_types::ErrorBody, description = "the sweep has no result with rows yet"),
         (status = 422, body = heddle_types::ErrorBody, description = "the run is not a sweep")))]
-pub async fn sweep_table(State(state): State<AppState>, caller: Caller, Path(id): Path<Uuid>) -> ApiResult<Json<SweepTable>> {
+pub async fn sweep_table(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<Uuid>,
+) -> ApiResult<Json<SweepTable>> {
     caller.require(Role::Viewer)?;
     Ok(Json(load(&state.db, id).await?.table))
 }
@@ -171,11 +226,22 @@ pub async fn keep_winner(
     db::check_name("profile name", &req.name)?;
     let loaded = load(&state.db, id).await?;
     let band = req.band;
-    let winner = loaded.table.winners.iter().find(|w| w.band == band).ok_or_else(|| {
-        ApiError::Unprocessable(format!("sweep {id} has no valid cell that measured the {} band", band.as_str()))
-    })?;
+    let winner = loaded
+        .table
+        .winners
+        .iter()
+        .find(|w| w.band == band)
+        .ok_or_else(|| {
+            ApiError::Unprocessable(format!(
+                "sweep {id} has no valid cell that measured the {} band",
+                band.as_str()
+            ))
+        })?;
     if winner.env.is_empty() {
-        return Err(ApiError::Unprocessable(format!("the {} winner of sweep {id} has no NCCL_* values to keep", band.as_str())));
+        return Err(ApiError::Unprocessable(format!(
+            "the {} winner of sweep {id} has no NCCL_* values to keep",
+            band.as_str()
+        )));
     }
     db::check_env(&winner.env)?;
     let (node_id, site_id) = match req.scope {
@@ -183,14 +249,22 @@ pub async fn keep_winner(
         ProfileScope::Site => match loaded.site_id {
             Some(s) => (None, Some(s)),
             None => {
-                return Err(ApiError::Unprocessable(format!("node {} belongs to no site", loaded.table.hostname)));
+                return Err(ApiError::Unprocessable(format!(
+                    "node {} belongs to no site",
+                    loaded.table.hostname
+                )));
             }
         },
     };
     let mut tx = state.db.begin().await?;
-    let profile = NewProfile { name: &req.name, node_id, site_id, env: &winner.env, source_run_id: Some(id) };
-    let detail =
-        serde_json::json!({"env": winner.env, "from_sweep": id, "band": band, "busbw_gbs": winner.busbw_gbs, "scope": req.scope});
+    let profile = NewProfile {
+        name: &req.name,
+        node_id,
+        site_id,
+        env: &winner.env,
+        source_run_id: Some(id),
+    };
+    let detail = serde_json::json!({"env": winner.env, "from_sweep": id, "band": band, "busbw_gbs": winner.busbw_gbs, "scope": req.scope});
     let row = insert_profile(&mut tx, &caller, profile, detail).await?;
     tx.commit().await?;
     tracing::info!(run = %id, profile = %req.name, band = band.as_str(), "kept a sweep winner as a tuning profile");
@@ -206,7 +280,10 @@ mod tests {
             size_bytes: size,
             busbw_gbs: Some(busbw),
             wrong: Some(wrong),
-            labels: cell.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            labels: cell
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             ..Default::default()
         }
     }
@@ -235,18 +312,44 @@ mod tests {
         assert_eq!(cells[0].peak_busbw_gbs, Some(300.0));
         assert_eq!((cells[2].wrong, cells[2].rows), (12, 2));
         // The LL128 cell's figures are the best but it counted wrong elements.
-        let w: Vec<(Band, &str, f64)> = winners.iter().map(|w| (w.band, w.env["NCCL_ALGO"].as_str(), w.busbw_gbs)).collect();
-        assert_eq!(w, vec![(Band::Small, "Tree", 0.02), (Band::Medium, "Ring", 72.0), (Band::Large, "Ring", 300.0)]);
+        let w: Vec<(Band, &str, f64)> = winners
+            .iter()
+            .map(|w| (w.band, w.env["NCCL_ALGO"].as_str(), w.busbw_gbs))
+            .collect();
+        assert_eq!(
+            w,
+            vec![
+                (Band::Small, "Tree", 0.02),
+                (Band::Medium, "Ring", 72.0),
+                (Band::Large, "Ring", 300.0)
+            ]
+        );
         assert_eq!(winners[2].runner_up_busbw_gbs, Some(250.0));
-        assert_eq!(winners[1].env, BTreeMap::from([("NCCL_ALGO".into(), "Ring".into()), ("NCCL_PROTO".into(), "Simple".into())]));
+        assert_eq!(
+            winners[1].env,
+            BTreeMap::from([
+                ("NCCL_ALGO".into(), "Ring".into()),
+                ("NCCL_PROTO".into(), "Simple".into())
+            ])
+        );
     }
 
     #[test]
     fn non_nccl_labels_do_not_split_cells_and_empty_bands_have_no_winner() {
-        let rows = vec![r(8, 1.0, 0, &[("NCCL_ALGO", "Ring"), ("host", "a")]), r(16, 2.0, 0, &[("NCCL_ALGO", "Ring"), ("host", "b")])];
+        let rows = vec![
+            r(8, 1.0, 0, &[("NCCL_ALGO", "Ring"), ("host", "a")]),
+            r(16, 2.0, 0, &[("NCCL_ALGO", "Ring"), ("host", "b")]),
+        ];
         let (cells, winners) = tabulate(&rows);
         assert_eq!(cells.len(), 1);
-        assert_eq!(cells[0].busbw_gbs, BandBusbw { small: Some(1.5), medium: None, large: None });
+        assert_eq!(
+            cells[0].busbw_gbs,
+            BandBusbw {
+                small: Some(1.5),
+                medium: None,
+                large: None
+            }
+        );
         assert_eq!(winners.len(), 1);
         assert_eq!(winners[0].band, Band::Small);
     }

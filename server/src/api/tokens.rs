@@ -7,10 +7,10 @@ use heddle_types::auth::*;
 use serde::Deserialize;
 use uuid::Uuid;
 
+use crate::AppState;
 use crate::auth::{self, Caller};
 use crate::db;
 use crate::error::{ApiError, ApiResult, Json, Path, Query, duplicate_name};
-use crate::AppState;
 
 #[derive(sqlx::FromRow)]
 struct TokenRow {
@@ -29,7 +29,10 @@ impl TryFrom<TokenRow> for TokenInfo {
         Ok(TokenInfo {
             id: r.id,
             name: r.name,
-            role: r.role.parse().map_err(|e: String| ApiError::Internal(anyhow::anyhow!(e)))?,
+            role: r
+                .role
+                .parse()
+                .map_err(|e: String| ApiError::Internal(anyhow::anyhow!(e)))?,
             created_at: r.created_at,
             expires_at: r.expires_at,
             revoked_at: r.revoked_at,
@@ -44,7 +47,10 @@ const TOKEN_COLUMNS: &str = "id, name, role, created_at, expires_at, revoked_at,
 #[utoipa::path(get, path = "/api/v1/whoami", tag = "tokens", security(("bearer" = [])),
     responses((status = 200, body = WhoAmI), (status = 401, body = heddle_types::ErrorBody)))]
 pub async fn whoami(caller: Caller) -> Json<WhoAmI> {
-    Json(WhoAmI { name: caller.name, role: caller.role })
+    Json(WhoAmI {
+        name: caller.name,
+        role: caller.role,
+    })
 }
 
 /// Create an API token. The secret is in the response and nowhere else.
@@ -58,7 +64,9 @@ pub async fn create_token(
     caller.require(Role::Admin)?;
     db::check_name("token name", &req.name)?;
     let secret = auth::new_secret(auth::API_TOKEN_PREFIX);
-    let expires_at = req.expires_in_days.map(|d| Utc::now() + chrono::Duration::days(i64::from(d.min(3650))));
+    let expires_at = req
+        .expires_in_days
+        .map(|d| Utc::now() + chrono::Duration::days(i64::from(d.min(3650))));
     let mut tx = state.db.begin().await?;
     let row: TokenRow = sqlx::query_as(&format!(
         "INSERT INTO api_tokens (id, name, role, token_sha256, expires_at) VALUES ($1, $2, $3, $4, $5)
@@ -72,26 +80,52 @@ pub async fn create_token(
     .fetch_one(&mut *tx)
     .await
     .map_err(duplicate_name("token", &req.name))?;
-    db::audit(&mut *tx, &caller.actor(), "token.create", &format!("token:{}", req.name), serde_json::json!({"role": req.role})).await?;
+    db::audit(
+        &mut *tx,
+        &caller.actor(),
+        "token.create",
+        &format!("token:{}", req.name),
+        serde_json::json!({"role": req.role}),
+    )
+    .await?;
     tx.commit().await?;
-    Ok((StatusCode::CREATED, Json(TokenCreated { info: row.try_into()?, token: secret })))
+    Ok((
+        StatusCode::CREATED,
+        Json(TokenCreated {
+            info: row.try_into()?,
+            token: secret,
+        }),
+    ))
 }
 
 /// List API tokens (never their secrets).
 #[utoipa::path(get, path = "/api/v1/tokens", tag = "tokens", security(("bearer" = [])),
     responses((status = 200, body = [TokenInfo])))]
-pub async fn list_tokens(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Vec<TokenInfo>>> {
+pub async fn list_tokens(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> ApiResult<Json<Vec<TokenInfo>>> {
     caller.require(Role::Admin)?;
-    let rows: Vec<TokenRow> = sqlx::query_as(&format!("SELECT {TOKEN_COLUMNS} FROM api_tokens ORDER BY created_at"))
-        .fetch_all(&state.db)
-        .await?;
-    Ok(Json(rows.into_iter().map(TryInto::try_into).collect::<Result<_, _>>()?))
+    let rows: Vec<TokenRow> = sqlx::query_as(&format!(
+        "SELECT {TOKEN_COLUMNS} FROM api_tokens ORDER BY created_at"
+    ))
+    .fetch_all(&state.db)
+    .await?;
+    Ok(Json(
+        rows.into_iter()
+            .map(TryInto::try_into)
+            .collect::<Result<_, _>>()?,
+    ))
 }
 
 /// Revoke an API token. It stops working at once.
 #[utoipa::path(delete, path = "/api/v1/tokens/{id}", tag = "tokens", security(("bearer" = [])),
     params(("id" = Uuid, Path)), responses((status = 204), (status = 404, body = heddle_types::ErrorBody)))]
-pub async fn revoke_token(State(state): State<AppState>, caller: Caller, Path(id): Path<Uuid>) -> ApiResult<StatusCode> {
+pub async fn revoke_token(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<Uuid>,
+) -> ApiResult<StatusCode> {
     caller.require(Role::Admin)?;
     let mut tx = state.db.begin().await?;
     let name: Option<(String,)> = sqlx::query_as(
@@ -101,7 +135,14 @@ pub async fn revoke_token(State(state): State<AppState>, caller: Caller, Path(id
     .fetch_optional(&mut *tx)
     .await?;
     let (name,) = name.ok_or_else(|| ApiError::NotFound(format!("no token {id}")))?;
-    db::audit(&mut *tx, &caller.actor(), "token.revoke", &format!("token:{name}"), serde_json::json!({})).await?;
+    db::audit(
+        &mut *tx,
+        &caller.actor(),
+        "token.revoke",
+        &format!("token:{name}"),
+        serde_json::json!({}),
+    )
+    .await?;
     tx.commit().await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -144,7 +185,9 @@ pub async fn create_enrollment_token(
     caller.require(Role::Admin)?;
     let max_uses = req.max_uses.unwrap_or(1000);
     if max_uses == 0 || max_uses > 1_000_000 {
-        return Err(ApiError::Unprocessable("max_uses must be between 1 and 1000000".into()));
+        return Err(ApiError::Unprocessable(
+            "max_uses must be between 1 and 1000000".into(),
+        ));
     }
     let hours = i64::from(req.expires_in_hours.unwrap_or(24).clamp(1, 24 * 365));
     let secret = auth::new_secret(auth::ENROLL_TOKEN_PREFIX);
@@ -161,36 +204,65 @@ pub async fn create_enrollment_token(
     .bind(i32::try_from(hours).unwrap_or(24))
     .fetch_one(&mut *tx)
     .await?;
-    db::audit(&mut *tx, &caller.actor(), "enrollment_token.create", &format!("enrollment_token:{}", row.id),
-        serde_json::json!({"max_uses": max_uses, "expires_in_hours": hours})).await?;
+    db::audit(
+        &mut *tx,
+        &caller.actor(),
+        "enrollment_token.create",
+        &format!("enrollment_token:{}", row.id),
+        serde_json::json!({"max_uses": max_uses, "expires_in_hours": hours}),
+    )
+    .await?;
     tx.commit().await?;
-    Ok((StatusCode::CREATED, Json(EnrollmentTokenCreated { info: row.into(), token: secret })))
+    Ok((
+        StatusCode::CREATED,
+        Json(EnrollmentTokenCreated {
+            info: row.into(),
+            token: secret,
+        }),
+    ))
 }
 
 #[utoipa::path(get, path = "/api/v1/enrollment-tokens", tag = "agents", security(("bearer" = [])),
     responses((status = 200, body = [EnrollmentTokenInfo])))]
-pub async fn list_enrollment_tokens(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Vec<EnrollmentTokenInfo>>> {
+pub async fn list_enrollment_tokens(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> ApiResult<Json<Vec<EnrollmentTokenInfo>>> {
     caller.require(Role::Admin)?;
-    let rows: Vec<EnrollRow> =
-        sqlx::query_as(&format!("SELECT {ENROLL_COLUMNS} FROM enrollment_tokens ORDER BY created_at"))
-            .fetch_all(&state.db)
-            .await?;
+    let rows: Vec<EnrollRow> = sqlx::query_as(&format!(
+        "SELECT {ENROLL_COLUMNS} FROM enrollment_tokens ORDER BY created_at"
+    ))
+    .fetch_all(&state.db)
+    .await?;
     Ok(Json(rows.into_iter().map(Into::into).collect()))
 }
 
 #[utoipa::path(delete, path = "/api/v1/enrollment-tokens/{id}", tag = "agents", security(("bearer" = [])),
     params(("id" = Uuid, Path)), responses((status = 204), (status = 404, body = heddle_types::ErrorBody)))]
-pub async fn revoke_enrollment_token(State(state): State<AppState>, caller: Caller, Path(id): Path<Uuid>) -> ApiResult<StatusCode> {
+pub async fn revoke_enrollment_token(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<Uuid>,
+) -> ApiResult<StatusCode> {
     caller.require(Role::Admin)?;
     let mut tx = state.db.begin().await?;
-    let done = sqlx::query("UPDATE enrollment_tokens SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1")
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
+    let done = sqlx::query(
+        "UPDATE enrollment_tokens SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1",
+    )
+    .bind(id)
+    .execute(&mut *tx)
+    .await?;
     if done.rows_affected() == 0 {
         return Err(ApiError::NotFound(format!("no enrollment token {id}")));
     }
-    db::audit(&mut *tx, &caller.actor(), "enrollment_token.revoke", &format!("enrollment_token:{id}"), serde_json::json!({})).await?;
+    db::audit(
+        &mut *tx,
+        &caller.actor(),
+        "enrollment_token.revoke",
+        &format!("enrollment_token:{id}"),
+        serde_json::json!({}),
+    )
+    .await?;
     tx.commit().await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -209,7 +281,10 @@ struct AgentRow {
 /// List agents with their health.
 #[utoipa::path(get, path = "/api/v1/agents", tag = "agents", security(("bearer" = [])),
     responses((status = 200, body = [AgentInfo])))]
-pub async fn list_agents(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Vec<AgentInfo>>> {
+pub async fn list_agents(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> ApiResult<Json<Vec<AgentInfo>>> {
     caller.require(Role::Viewer)?;
     let rows: Vec<AgentRow> = sqlx::query_as(
         "SELECT a.id, a.node_id, n.hostname, a.version, a.created_at, a.last_heartbeat_at, a.revoked_at
@@ -221,7 +296,11 @@ pub async fn list_agents(State(state): State<AppState>, caller: Caller) -> ApiRe
     Ok(Json(
         rows.into_iter()
             .map(|r| AgentInfo {
-                health: if r.revoked_at.is_some() { "revoked".into() } else { db::health(r.last_heartbeat_at, hb).into() },
+                health: if r.revoked_at.is_some() {
+                    "revoked".into()
+                } else {
+                    db::health(r.last_heartbeat_at, hb).into()
+                },
                 id: r.id,
                 node_id: r.node_id,
                 hostname: r.hostname,
@@ -237,13 +316,18 @@ pub async fn list_agents(State(state): State<AppState>, caller: Caller) -> ApiRe
 /// Revoke an agent: its credential stops working and its running jobs are requeued.
 #[utoipa::path(delete, path = "/api/v1/agents/{id}", tag = "agents", security(("bearer" = [])),
     params(("id" = Uuid, Path)), responses((status = 204), (status = 404, body = heddle_types::ErrorBody)))]
-pub async fn revoke_agent(State(state): State<AppState>, caller: Caller, Path(id): Path<Uuid>) -> ApiResult<StatusCode> {
+pub async fn revoke_agent(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<Uuid>,
+) -> ApiResult<StatusCode> {
     caller.require(Role::Admin)?;
     let mut tx = state.db.begin().await?;
-    let done = sqlx::query("UPDATE agents SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1")
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
+    let done =
+        sqlx::query("UPDATE agents SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
     if done.rows_affected() == 0 {
         return Err(ApiError::NotFound(format!("no agent {id}")));
     }
@@ -252,7 +336,14 @@ pub async fn revoke_agent(State(state): State<AppState>, caller: Caller, Path(id
         .bind(id)
         .execute(&mut *tx)
         .await?;
-    db::audit(&mut *tx, &caller.actor(), "agent.revoke", &format!("agent:{id}"), serde_json::json!({})).await?;
+    db::audit(
+        &mut *tx,
+        &caller.actor(),
+        "agent.revoke",
+        &format!("agent:{id}"),
+        serde_json::json!({}),
+    )
+    .await?;
     tx.commit().await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -269,9 +360,20 @@ pub struct AuditQuery {
 /// The audit log of writes, newest first.
 #[utoipa::path(get, path = "/api/v1/audit", tag = "tokens", security(("bearer" = [])), params(AuditQuery),
     responses((status = 200, body = [AuditEntry])))]
-pub async fn audit_log(State(state): State<AppState>, caller: Caller, Query(q): Query<AuditQuery>) -> ApiResult<Json<Vec<AuditEntry>>> {
+pub async fn audit_log(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(q): Query<AuditQuery>,
+) -> ApiResult<Json<Vec<AuditEntry>>> {
     caller.require(Role::Admin)?;
-    let rows: Vec<(i64, DateTime<Utc>, String, String, String, serde_json::Value)> = sqlx::query_as(
+    let rows: Vec<(
+        i64,
+        DateTime<Utc>,
+        String,
+        String,
+        String,
+        serde_json::Value,
+    )> = sqlx::query_as(
         "SELECT id, at, actor, action, target, detail FROM audit_log
          WHERE ($1::text IS NULL OR starts_with(action, $1)) ORDER BY id DESC LIMIT $2",
     )
@@ -281,7 +383,14 @@ pub async fn audit_log(State(state): State<AppState>, caller: Caller, Query(q): 
     .await?;
     Ok(Json(
         rows.into_iter()
-            .map(|(id, at, actor, action, target, detail)| AuditEntry { id, at, actor, action, target, detail })
+            .map(|(id, at, actor, action, target, detail)| AuditEntry {
+                id,
+                at,
+                actor,
+                action,
+                target,
+                detail,
+            })
             .collect(),
     ))
 }

@@ -7,28 +7,43 @@ use axum::extract::State;
 use heddle_types::auth::Role;
 use heddle_types::health::{FleetHealth, NodeHealth, PreflightRequest, PreflightResponse, Verdict};
 
+use crate::AppState;
 use crate::auth::Caller;
 use crate::db;
 use crate::error::{ApiError, ApiResult, Json, Path};
 use crate::health::{preflight, store};
-use crate::AppState;
 
 /// The latest verdict of every test on a node.
 #[utoipa::path(get, path = "/api/v1/nodes/{node}/health", tag = "verdicts", security(("bearer" = [])),
     params(("node" = String, Path, description = "node id or hostname")),
     responses((status = 200, body = NodeHealth), (status = 404, body = heddle_types::ErrorBody)))]
-pub async fn node_health(State(state): State<AppState>, caller: Caller, Path(node): Path<String>) -> ApiResult<Json<NodeHealth>> {
+pub async fn node_health(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(node): Path<String>,
+) -> ApiResult<Json<NodeHealth>> {
     caller.require(Role::Viewer)?;
     let node_id = db::resolve_node(&state.db, &node).await?;
-    let (hostname,): (String,) = sqlx::query_as("SELECT hostname FROM nodes WHERE id = $1").bind(node_id).fetch_one(&state.db).await?;
+    let (hostname,): (String,) = sqlx::query_as("SELECT hostname FROM nodes WHERE id = $1")
+        .bind(node_id)
+        .fetch_one(&state.db)
+        .await?;
     let tests = store::node_tests(&state.db, node_id).await?;
-    Ok(Json(NodeHealth { node_id, hostname, verdict: Verdict::combine(tests.iter().map(|t| t.verdict)), tests }))
+    Ok(Json(NodeHealth {
+        node_id,
+        hostname,
+        verdict: Verdict::combine(tests.iter().map(|t| t.verdict)),
+        tests,
+    }))
 }
 
 /// Every node's combined verdict, worst first, with counts.
 #[utoipa::path(get, path = "/api/v1/health", tag = "verdicts", security(("bearer" = [])),
     responses((status = 200, body = FleetHealth)))]
-pub async fn fleet_health(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<FleetHealth>> {
+pub async fn fleet_health(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> ApiResult<Json<FleetHealth>> {
     caller.require(Role::Viewer)?;
     Ok(Json(store::fleet(&state.db).await?))
 }
@@ -39,33 +54,56 @@ pub async fn fleet_health(State(state): State<AppState>, caller: Caller) -> ApiR
 /// could not be decided in time.
 #[utoipa::path(post, path = "/api/v1/preflight", tag = "verdicts", security(("bearer" = [])), request_body = PreflightRequest,
     responses((status = 200, body = PreflightResponse), (status = 404, body = heddle_types::ErrorBody), (status = 422, body = heddle_types::ErrorBody)))]
-pub async fn preflight(State(state): State<AppState>, caller: Caller, Json(req): Json<PreflightRequest>) -> ApiResult<Json<PreflightResponse>> {
+pub async fn preflight(
+    State(state): State<AppState>,
+    caller: Caller,
+    Json(req): Json<PreflightRequest>,
+) -> ApiResult<Json<PreflightResponse>> {
     caller.require(Role::Viewer)?;
     if req.nodes.is_empty() || req.nodes.len() > crate::api::runs::MAX_RUN_NODES {
-        return Err(ApiError::Unprocessable(format!("nodes must list 1 to {} nodes", crate::api::runs::MAX_RUN_NODES)));
+        return Err(ApiError::Unprocessable(format!(
+            "nodes must list 1 to {} nodes",
+            crate::api::runs::MAX_RUN_NODES
+        )));
     }
     let max_age_s = req.max_age_s.unwrap_or(preflight::DEFAULT_MAX_AGE_S);
     if max_age_s == 0 || max_age_s > 366 * 86_400 {
-        return Err(ApiError::Unprocessable("max_age_s must be between 1 and 31622400 (a year)".into()));
+        return Err(ApiError::Unprocessable(
+            "max_age_s must be between 1 and 31622400 (a year)".into(),
+        ));
     }
     let wait_s = req.wait_s.unwrap_or(preflight::DEFAULT_WAIT_S);
     if wait_s > preflight::MAX_WAIT_S {
-        return Err(ApiError::Unprocessable(format!("wait_s must be at most {}", preflight::MAX_WAIT_S)));
+        return Err(ApiError::Unprocessable(format!(
+            "wait_s must be at most {}",
+            preflight::MAX_WAIT_S
+        )));
     }
     let mut nodes = Vec::with_capacity(req.nodes.len());
     for key in &req.nodes {
         let node_id = db::resolve_node(&state.db, key).await?;
-        if nodes.iter().any(|a: &preflight::Asked| a.node_id == node_id) {
-            return Err(ApiError::Unprocessable(format!("node {key:?} is listed twice")));
+        if nodes
+            .iter()
+            .any(|a: &preflight::Asked| a.node_id == node_id)
+        {
+            return Err(ApiError::Unprocessable(format!(
+                "node {key:?} is listed twice"
+            )));
         }
-        nodes.push(preflight::Asked { key: key.clone(), node_id });
+        nodes.push(preflight::Asked {
+            key: key.clone(),
+            node_id,
+        });
     }
     let request = preflight::Request {
         nodes,
         check: req.check.unwrap_or_default(),
         max_age: Duration::from_secs(u64::from(max_age_s)),
         wait: Duration::from_secs(u64::from(wait_s)),
-        operator: caller.require(Role::Operator).is_ok().then(|| caller.actor()),
+        operator: caller
+            .require(Role::Operator)
+            .is_ok()
+            .then(|| caller.actor()),
     };
     let answer = preflight::preflight(&state.db, request).await?;
     tracing::info!(nodes = answer.nodes.len(), check = answer.check.as_str(), verdict = %answer.verdict, "preflight");

@@ -13,24 +13,41 @@ pub struct FactColumns {
 }
 
 fn strings<'a>(values: impl Iterator<Item = &'a serde_json::Value>) -> Vec<String> {
-    let mut out: Vec<String> = values.filter_map(|v| v.as_str()).map(str::to_string).collect();
+    let mut out: Vec<String> = values
+        .filter_map(|v| v.as_str())
+        .map(str::to_string)
+        .collect();
     out.sort();
     out.dedup();
     out
 }
 
 pub fn extract(facts: &serde_json::Value) -> FactColumns {
-    let gpus = facts.pointer("/gpus").and_then(|g| g.as_array()).cloned().unwrap_or_default();
+    let gpus = facts
+        .pointer("/gpus")
+        .and_then(|g| g.as_array())
+        .cloned()
+        .unwrap_or_default();
     // The most common GPU name, so one odd card does not rename the node.
-    let mut names: Vec<&str> = gpus.iter().filter_map(|g| g.get("name")?.as_str()).collect();
+    let mut names: Vec<&str> = gpus
+        .iter()
+        .filter_map(|g| g.get("name")?.as_str())
+        .collect();
     names.sort_unstable();
     let gpu_model = names
         .chunk_by(|a, b| a == b)
         .max_by_key(|run| run.len())
         .map(|run| run[0].to_string());
-    let devices = facts.pointer("/rdma/devices").and_then(|d| d.as_array()).cloned().unwrap_or_default();
-    let ports: Vec<&serde_json::Value> =
-        devices.iter().filter_map(|d| d.get("ports")?.as_array()).flatten().collect();
+    let devices = facts
+        .pointer("/rdma/devices")
+        .and_then(|d| d.as_array())
+        .cloned()
+        .unwrap_or_default();
+    let ports: Vec<&serde_json::Value> = devices
+        .iter()
+        .filter_map(|d| d.get("ports")?.as_array())
+        .flatten()
+        .collect();
     FactColumns {
         gpu_model,
         gpu_count: i32::try_from(gpus.len()).unwrap_or(i32::MAX),
@@ -47,7 +64,9 @@ pub fn sha256(facts: &serde_json::Value) -> String {
     if let Some(obj) = copy.as_object_mut() {
         obj.remove("collected_at");
     }
-    hex::encode(Sha256::digest(serde_json::to_vec(&copy).expect("a Value always serialises")))
+    hex::encode(Sha256::digest(
+        serde_json::to_vec(&copy).expect("a Value always serialises"),
+    ))
 }
 
 #[cfg(test)]
@@ -76,13 +95,18 @@ mod tests {
     #[test]
     fn missing_sections_give_empty_columns() {
         assert_eq!(extract(&json!({})), FactColumns::default());
-        assert_eq!(extract(&json!({"gpus": "garbage", "rdma": 3})), FactColumns::default());
+        assert_eq!(
+            extract(&json!({"gpus": "garbage", "rdma": 3})),
+            FactColumns::default()
+        );
     }
 
     #[test]
     fn hash_ignores_collection_time_and_key_order() {
-        let a: serde_json::Value = serde_json::from_str(r#"{"b":1,"a":2,"collected_at":"x"}"#).unwrap();
-        let b: serde_json::Value = serde_json::from_str(r#"{"a":2,"collected_at":"y","b":1}"#).unwrap();
+        let a: serde_json::Value =
+            serde_json::from_str(r#"{"b":1,"a":2,"collected_at":"x"}"#).unwrap();
+        let b: serde_json::Value =
+            serde_json::from_str(r#"{"a":2,"collected_at":"y","b":1}"#).unwrap();
         assert_eq!(sha256(&a), sha256(&b));
         assert_ne!(sha256(&a), sha256(&json!({"a": 3, "b": 1})));
     }

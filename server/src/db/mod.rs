@@ -29,21 +29,40 @@ pub async fn audit<'e>(
 /// Finds a node by id or hostname.
 pub async fn resolve_node<'e>(db: impl PgExecutor<'e>, key: &str) -> Result<Uuid, ApiError> {
     let row: Option<(Uuid,)> = match Uuid::parse_str(key) {
-        Ok(id) => sqlx::query_as("SELECT id FROM nodes WHERE id = $1").bind(id).fetch_optional(db).await?,
-        Err(_) => sqlx::query_as("SELECT id FROM nodes WHERE hostname = $1").bind(key).fetch_optional(db).await?,
+        Ok(id) => {
+            sqlx::query_as("SELECT id FROM nodes WHERE id = $1")
+                .bind(id)
+                .fetch_optional(db)
+                .await?
+        }
+        Err(_) => {
+            sqlx::query_as("SELECT id FROM nodes WHERE hostname = $1")
+                .bind(key)
+                .fetch_optional(db)
+                .await?
+        }
     };
-    row.map(|r| r.0).ok_or_else(|| ApiError::NotFound(format!("no node with id or hostname {key:?}")))
+    row.map(|r| r.0)
+        .ok_or_else(|| ApiError::NotFound(format!("no node with id or hostname {key:?}")))
 }
 
 pub async fn resolve_site<'e>(db: impl PgExecutor<'e>, name: &str) -> Result<Uuid, ApiError> {
-    let row: Option<(Uuid,)> =
-        sqlx::query_as("SELECT id FROM sites WHERE name = $1").bind(name).fetch_optional(db).await?;
-    row.map(|r| r.0).ok_or_else(|| ApiError::NotFound(format!("no site named {name:?}")))
+    let row: Option<(Uuid,)> = sqlx::query_as("SELECT id FROM sites WHERE name = $1")
+        .bind(name)
+        .fetch_optional(db)
+        .await?;
+    row.map(|r| r.0)
+        .ok_or_else(|| ApiError::NotFound(format!("no site named {name:?}")))
 }
 
 /// `online`, `stale` or `offline` from the age of the last heartbeat.
-pub fn health(last_seen: Option<chrono::DateTime<chrono::Utc>>, heartbeat: std::time::Duration) -> &'static str {
-    let Some(seen) = last_seen else { return "offline" };
+pub fn health(
+    last_seen: Option<chrono::DateTime<chrono::Utc>>,
+    heartbeat: std::time::Duration,
+) -> &'static str {
+    let Some(seen) = last_seen else {
+        return "offline";
+    };
     let age = (chrono::Utc::now() - seen).to_std().unwrap_or_default();
     if age <= heartbeat * 5 / 2 {
         "online"
@@ -58,8 +77,13 @@ pub fn health(last_seen: Option<chrono::DateTime<chrono::Utc>>, heartbeat: std::
 pub fn check_name(what: &str, name: &str) -> Result<(), ApiError> {
     let ok = !name.is_empty()
         && name.len() <= 64
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        && name.chars().next().is_some_and(|c| c.is_ascii_alphanumeric());
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric());
     if ok {
         Ok(())
     } else {
@@ -72,15 +96,25 @@ pub fn check_name(what: &str, name: &str) -> Result<(), ApiError> {
 /// Environment variable names that a shell can `export`.
 pub fn check_env_name(name: &str) -> Result<(), ApiError> {
     let mut chars = name.chars();
-    let ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+    let ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
         && name.len() <= 128;
-    if ok { Ok(()) } else { Err(ApiError::Unprocessable(format!("{name:?} is not a valid environment variable name"))) }
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::Unprocessable(format!(
+            "{name:?} is not a valid environment variable name"
+        )))
+    }
 }
 
 pub fn check_env_value(name: &str, value: &str) -> Result<(), ApiError> {
     if value.len() > 4096 || value.contains('\0') {
-        return Err(ApiError::Unprocessable(format!("value of {name} is longer than 4096 bytes or contains NUL")));
+        return Err(ApiError::Unprocessable(format!(
+            "value of {name} is longer than 4096 bytes or contains NUL"
+        )));
     }
     Ok(())
 }
@@ -118,7 +152,13 @@ mod tests {
         let now = chrono::Utc::now();
         assert_eq!(health(None, hb), "offline");
         assert_eq!(health(Some(now), hb), "online");
-        assert_eq!(health(Some(now - chrono::Duration::seconds(40)), hb), "stale");
-        assert_eq!(health(Some(now - chrono::Duration::seconds(500)), hb), "offline");
+        assert_eq!(
+            health(Some(now - chrono::Duration::seconds(40)), hb),
+            "stale"
+        );
+        assert_eq!(
+            health(Some(now - chrono::Duration::seconds(500)), hb),
+            "offline"
+        );
     }
 }

@@ -73,10 +73,30 @@ const NCCL_REFS: &[NcclRef] = &[
 
 /// PCIe generation and width of a GPU's host link, from NVIDIA's datasheets.
 const PCIE_BY_GPU: &[(&str, u32, u32, &str)] = &[
-    ("H200", 5, 16, "NVIDIA H200 datasheet: PCIe Gen5 x16, 128 GB/s"),
-    ("H100", 5, 16, "NVIDIA H100 datasheet: PCIe Gen5 x16, 128 GB/s"),
-    ("A100", 4, 16, "NVIDIA A100 datasheet: PCIe Gen4 x16, 64 GB/s"),
-    ("V100", 3, 16, "NVIDIA V100 datasheet: PCIe Gen3 x16, 32 GB/s"),
+    (
+        "H200",
+        5,
+        16,
+        "NVIDIA H200 datasheet: PCIe Gen5 x16, 128 GB/s",
+    ),
+    (
+        "H100",
+        5,
+        16,
+        "NVIDIA H100 datasheet: PCIe Gen5 x16, 128 GB/s",
+    ),
+    (
+        "A100",
+        4,
+        16,
+        "NVIDIA A100 datasheet: PCIe Gen4 x16, 64 GB/s",
+    ),
+    (
+        "V100",
+        3,
+        16,
+        "NVIDIA V100 datasheet: PCIe Gen3 x16, 32 GB/s",
+    ),
 ];
 
 /// Host-device copies should reach this fraction of the link's raw rate per direction.
@@ -99,10 +119,18 @@ pub fn pcie_gbs(generation: u32, width: u32) -> Option<f64> {
 }
 
 fn contains_ci(haystack: &str, needle: &str) -> bool {
-    haystack.to_ascii_lowercase().contains(&needle.to_ascii_lowercase())
+    haystack
+        .to_ascii_lowercase()
+        .contains(&needle.to_ascii_lowercase())
 }
 
-pub(super) fn builtin(origin_source: String, test: &str, metric: &str, min_size_bytes: i64, value: f64) -> Expectation {
+pub(super) fn builtin(
+    origin_source: String,
+    test: &str,
+    metric: &str,
+    min_size_bytes: i64,
+    value: f64,
+) -> Expectation {
     Expectation {
         id: None,
         origin: "builtin".into(),
@@ -123,24 +151,43 @@ pub(super) fn builtin(origin_source: String, test: &str, metric: &str, min_size_
 /// `"400 Gb/sec (4X NDR)"` → 400.
 fn port_rate_gbits(rate: &str) -> Option<f64> {
     let (number, rest) = rate.trim().split_once(' ')?;
-    rest.trim_start().starts_with("Gb/sec").then(|| number.parse::<f64>().ok()).flatten().filter(|v| *v > 0.0)
+    rest.trim_start()
+        .starts_with("Gb/sec")
+        .then(|| number.parse::<f64>().ok())
+        .flatten()
+        .filter(|v| *v > 0.0)
 }
 
 /// The port a perftest ran on: the one its params name, else the slowest active port.
 fn rdma_port(ctx: &Context) -> Option<(String, u64, String, f64)> {
     let devices = ctx.facts.as_ref()?.pointer("/rdma/devices")?.as_array()?;
     let want_dev = ctx.params.get("device").and_then(|d| d.as_str());
-    let want_port = ctx.params.get("ib_port").and_then(|p| p.as_u64()).unwrap_or(1);
+    let want_port = ctx
+        .params
+        .get("ib_port")
+        .and_then(|p| p.as_u64())
+        .unwrap_or(1);
     let mut ports = Vec::new();
     for d in devices {
         let name = d.get("name").and_then(|n| n.as_str()).unwrap_or_default();
-        for p in d.get("ports").and_then(|p| p.as_array()).into_iter().flatten() {
+        for p in d
+            .get("ports")
+            .and_then(|p| p.as_array())
+            .into_iter()
+            .flatten()
+        {
             let num = p.get("port").and_then(|n| n.as_u64()).unwrap_or(0);
             let active = p.get("state").and_then(|s| s.as_str()) == Some("ACTIVE");
-            let Some(rate) = p.get("rate").and_then(|r| r.as_str()) else { continue };
-            let Some(gbits) = port_rate_gbits(rate) else { continue };
+            let Some(rate) = p.get("rate").and_then(|r| r.as_str()) else {
+                continue;
+            };
+            let Some(gbits) = port_rate_gbits(rate) else {
+                continue;
+            };
             match want_dev {
-                Some(dev) if dev == name && num == want_port => return Some((name.into(), num, rate.into(), gbits)),
+                Some(dev) if dev == name && num == want_port => {
+                    return Some((name.into(), num, rate.into(), gbits));
+                }
                 None if active => ports.push((name.to_string(), num, rate.to_string(), gbits)),
                 _ => {}
             }
@@ -160,8 +207,19 @@ pub fn builtins(figure: &Figure, ctx: &Context) -> Vec<Expectation> {
                 && !r.exclude.is_some_and(|x| contains_ci(model, x))
                 && ctx.gpus == Some(r.gpus);
             if fits {
-                let source = format!("{} ({:.0} % of {} GB/s)", r.source, NCCL_FLOOR * 100.0, r.reference_gbs);
-                let mut e = builtin(source, r.test, "busbw_gbs", r.min_size_bytes, (r.reference_gbs * NCCL_FLOOR).floor());
+                let source = format!(
+                    "{} ({:.0} % of {} GB/s)",
+                    r.source,
+                    NCCL_FLOOR * 100.0,
+                    r.reference_gbs
+                );
+                let mut e = builtin(
+                    source,
+                    r.test,
+                    "busbw_gbs",
+                    r.min_size_bytes,
+                    (r.reference_gbs * NCCL_FLOOR).floor(),
+                );
                 e.gpu_model = Some(r.gpu.into());
                 e.gpu_count = Some(r.gpus);
                 e.world_size = Some(1);
@@ -169,19 +227,43 @@ pub fn builtins(figure: &Figure, ctx: &Context) -> Vec<Expectation> {
             }
         }
     }
-    let bw_perftest = matches!(figure.test.as_str(), "rdma.ib_write_bw" | "rdma.ib_read_bw" | "rdma.ib_send_bw");
-    if bw_perftest && figure.metric == "algbw_gbs"
+    let bw_perftest = matches!(
+        figure.test.as_str(),
+        "rdma.ib_write_bw" | "rdma.ib_read_bw" | "rdma.ib_send_bw"
+    );
+    if bw_perftest
+        && figure.metric == "algbw_gbs"
         && let Some((dev, port, rate, gbits)) = rdma_port(ctx)
     {
-        let source = format!("{:.0} % of {dev} port {port} rate {rate} (node facts)", RDMA_FLOOR * 100.0);
-        out.push(builtin(source, &figure.test, "algbw_gbs", 65536, gbits / 8.0 * RDMA_FLOOR));
+        let source = format!(
+            "{:.0} % of {dev} port {port} rate {rate} (node facts)",
+            RDMA_FLOOR * 100.0
+        );
+        out.push(builtin(
+            source,
+            &figure.test,
+            "algbw_gbs",
+            65536,
+            gbits / 8.0 * RDMA_FLOOR,
+        ));
     }
-    if matches!(figure.test.as_str(), "p2p.h2d" | "p2p.d2h") && figure.metric == "algbw_gbs"
-        && let Some((pattern, generation, width, sheet)) = PCIE_BY_GPU.iter().find(|(m, ..)| contains_ci(model, m))
+    if matches!(figure.test.as_str(), "p2p.h2d" | "p2p.d2h")
+        && figure.metric == "algbw_gbs"
+        && let Some((pattern, generation, width, sheet)) =
+            PCIE_BY_GPU.iter().find(|(m, ..)| contains_ci(model, m))
         && let Some(raw) = pcie_gbs(*generation, *width)
     {
-        let source = format!("{sheet}: {raw:.1} GB/s per direction, {:.0} % of it", PCIE_FLOOR * 100.0);
-        let mut e = builtin(source, &figure.test, "algbw_gbs", 16 << 20, (raw * PCIE_FLOOR * 10.0).floor() / 10.0);
+        let source = format!(
+            "{sheet}: {raw:.1} GB/s per direction, {:.0} % of it",
+            PCIE_FLOOR * 100.0
+        );
+        let mut e = builtin(
+            source,
+            &figure.test,
+            "algbw_gbs",
+            16 << 20,
+            (raw * PCIE_FLOOR * 10.0).floor() / 10.0,
+        );
         e.gpu_model = Some((*pattern).into());
         out.push(e);
     }
@@ -193,7 +275,11 @@ pub fn applies(e: &Expectation, figure: &Figure, ctx: &Context) -> bool {
     e.test == figure.test
         && e.metric == figure.metric
         && figure.size_bytes >= e.min_size_bytes
-        && e.gpu_model.as_deref().is_none_or(|m| ctx.gpu_model.as_deref().is_some_and(|have| contains_ci(have, m)))
+        && e.gpu_model.as_deref().is_none_or(|m| {
+            ctx.gpu_model
+                .as_deref()
+                .is_some_and(|have| contains_ci(have, m))
+        })
         && e.gpu_count.is_none_or(|n| ctx.gpus == Some(n))
         && e.world_size.is_none_or(|n| ctx.world_size == n)
         && e.node.as_deref().is_none_or(|n| n == ctx.hostname)
@@ -201,14 +287,26 @@ pub fn applies(e: &Expectation, figure: &Figure, ctx: &Context) -> bool {
 
 /// The expectations that decide `figure`: the first origin (operator, plugin, built-in)
 /// that has any.
-pub fn deciding(figure: &Figure, ctx: &Context, operator: &[Expectation], plugin: &[Expectation]) -> Vec<Expectation> {
+pub fn deciding(
+    figure: &Figure,
+    ctx: &Context,
+    operator: &[Expectation],
+    plugin: &[Expectation],
+) -> Vec<Expectation> {
     for stored in [operator, plugin] {
-        let hits: Vec<Expectation> = stored.iter().filter(|e| applies(e, figure, ctx)).cloned().collect();
+        let hits: Vec<Expectation> = stored
+            .iter()
+            .filter(|e| applies(e, figure, ctx))
+            .cloned()
+            .collect();
         if !hits.is_empty() {
             return hits;
         }
     }
-    builtins(figure, ctx).into_iter().filter(|e| figure.size_bytes >= e.min_size_bytes).collect()
+    builtins(figure, ctx)
+        .into_iter()
+        .filter(|e| figure.size_bytes >= e.min_size_bytes)
+        .collect()
 }
 
 /// An entry of a plugin's `expectations` output.
@@ -230,7 +328,10 @@ struct PluginEntry {
 
 /// Expectations that this node's enabled plugins returned. Entries that do not parse are
 /// skipped: a plugin's output must not stop a result from being judged.
-pub async fn from_plugins(db: &sqlx::PgPool, node_id: Uuid) -> Result<Vec<Expectation>, sqlx::Error> {
+pub async fn from_plugins(
+    db: &sqlx::PgPool,
+    node_id: Uuid,
+) -> Result<Vec<Expectation>, sqlx::Error> {
     let rows: Vec<(String, serde_json::Value)> = sqlx::query_as(
         "SELECT p.name, pr.output->'expectations' FROM plugin_results pr JOIN plugins p ON p.id = pr.plugin_id
          WHERE pr.node_id = $1 AND p.enabled AND jsonb_typeof(pr.output->'expectations') = 'array'
@@ -301,16 +402,22 @@ impl From<ExpectationRow> for Expectation {
     }
 }
 
-pub const OPERATOR_SELECT: &str = "SELECT e.id, e.test, e.metric, e.min_size_bytes, e.value, e.source, e.gpu_model,
+pub const OPERATOR_SELECT: &str =
+    "SELECT e.id, e.test, e.metric, e.min_size_bytes, e.value, e.source, e.gpu_model,
     e.gpu_count, e.world_size, n.hostname, e.created_by, e.created_at
     FROM expectations e LEFT JOIN nodes n ON n.id = e.node_id";
 
 /// Operator expectations for these tests (all nodes; `applies` filters by node).
-pub async fn from_operators(db: &sqlx::PgPool, tests: &[String]) -> Result<Vec<Expectation>, sqlx::Error> {
-    let rows: Vec<ExpectationRow> = sqlx::query_as(&format!("{OPERATOR_SELECT} WHERE e.test = ANY($1) ORDER BY e.created_at"))
-        .bind(tests)
-        .fetch_all(db)
-        .await?;
+pub async fn from_operators(
+    db: &sqlx::PgPool,
+    tests: &[String],
+) -> Result<Vec<Expectation>, sqlx::Error> {
+    let rows: Vec<ExpectationRow> = sqlx::query_as(&format!(
+        "{OPERATOR_SELECT} WHERE e.test = ANY($1) ORDER BY e.created_at"
+    ))
+    .bind(tests)
+    .fetch_all(db)
+    .await?;
     Ok(rows.into_iter().map(Into::into).collect())
 }
 
@@ -321,7 +428,12 @@ pub fn builtin_table() -> Vec<Expectation> {
         .iter()
         .map(|r| {
             let mut e = builtin(
-                format!("{} ({:.0} % of {} GB/s)", r.source, NCCL_FLOOR * 100.0, r.reference_gbs),
+                format!(
+                    "{} ({:.0} % of {} GB/s)",
+                    r.source,
+                    NCCL_FLOOR * 100.0,
+                    r.reference_gbs
+                ),
                 r.test,
                 "busbw_gbs",
                 r.min_size_bytes,
@@ -336,7 +448,16 @@ pub fn builtin_table() -> Vec<Expectation> {
     for (model, generation, width, sheet) in PCIE_BY_GPU {
         let raw = pcie_gbs(*generation, *width).expect("known generation");
         for test in ["p2p.h2d", "p2p.d2h"] {
-            let mut e = builtin(format!("{sheet}: {raw:.1} GB/s per direction, {:.0} % of it", PCIE_FLOOR * 100.0), test, "algbw_gbs", 16 << 20, (raw * PCIE_FLOOR * 10.0).floor() / 10.0);
+            let mut e = builtin(
+                format!(
+                    "{sheet}: {raw:.1} GB/s per direction, {:.0} % of it",
+                    PCIE_FLOOR * 100.0
+                ),
+                test,
+                "algbw_gbs",
+                16 << 20,
+                (raw * PCIE_FLOOR * 10.0).floor() / 10.0,
+            );
             e.gpu_model = Some((*model).into());
             out.push(e);
         }
@@ -359,27 +480,77 @@ mod tests {
     use serde_json::json;
 
     fn fig(test: &str, metric: &str, size: i64, value: f64) -> Figure {
-        Figure { test: test.into(), metric: metric.into(), size_bytes: size, value }
+        Figure {
+            test: test.into(),
+            metric: metric.into(),
+            size_bytes: size,
+            value,
+        }
     }
 
     fn ctx(model: &str, gpus: i32) -> Context {
-        Context { hostname: "n1".into(), gpu_model: Some(model.into()), gpus: Some(gpus), world_size: 1, ..Default::default() }
+        Context {
+            hostname: "n1".into(),
+            gpu_model: Some(model.into()),
+            gpus: Some(gpus),
+            world_size: 1,
+            ..Default::default()
+        }
     }
 
     #[test]
     fn nccl_floor_for_two_h200() {
-        let e = builtins(&fig("nccl.all_reduce", "busbw_gbs", 8 * GIB, 340.0), &ctx("NVIDIA H200", 2));
+        let e = builtins(
+            &fig("nccl.all_reduce", "busbw_gbs", 8 * GIB, 340.0),
+            &ctx("NVIDIA H200", 2),
+        );
         assert_eq!(e.len(), 1);
         assert_eq!(e[0].value, 260.0);
-        assert!(e[0].source.contains("measured by Heddle"), "{}", e[0].source);
-        assert!(builtins(&fig("nccl.all_reduce", "busbw_gbs", 8 * GIB, 1.0), &ctx("NVIDIA H200", 4)).is_empty(), "no row for 4 GPUs");
-        assert!(builtins(&fig("nccl.all_reduce", "busbw_gbs", 8 * GIB, 1.0), &ctx("NVIDIA H100 PCIe", 8)).is_empty(), "PCIe cards excluded");
-        assert_eq!(builtins(&fig("nccl.all_reduce", "busbw_gbs", 8 * GIB, 1.0), &ctx("NVIDIA H100 80GB HBM3", 8))[0].value, 368.0);
+        assert!(
+            e[0].source.contains("measured by Heddle"),
+            "{}",
+            e[0].source
+        );
+        assert!(
+            builtins(
+                &fig("nccl.all_reduce", "busbw_gbs", 8 * GIB, 1.0),
+                &ctx("NVIDIA H200", 4)
+            )
+            .is_empty(),
+            "no row for 4 GPUs"
+        );
+        assert!(
+            builtins(
+                &fig("nccl.all_reduce", "busbw_gbs", 8 * GIB, 1.0),
+                &ctx("NVIDIA H100 PCIe", 8)
+            )
+            .is_empty(),
+            "PCIe cards excluded"
+        );
+        assert_eq!(
+            builtins(
+                &fig("nccl.all_reduce", "busbw_gbs", 8 * GIB, 1.0),
+                &ctx("NVIDIA H100 80GB HBM3", 8)
+            )[0]
+            .value,
+            368.0
+        );
         let mut multi = ctx("NVIDIA H200", 2);
         multi.world_size = 2;
-        assert!(builtins(&fig("nccl.all_reduce", "busbw_gbs", 8 * GIB, 1.0), &multi).is_empty(), "single node only");
+        assert!(
+            builtins(&fig("nccl.all_reduce", "busbw_gbs", 8 * GIB, 1.0), &multi).is_empty(),
+            "single node only"
+        );
         // Below the reference size the floor does not apply.
-        assert!(deciding(&fig("nccl.all_reduce", "busbw_gbs", 1 << 20, 70.0), &ctx("NVIDIA H200", 2), &[], &[]).is_empty());
+        assert!(
+            deciding(
+                &fig("nccl.all_reduce", "busbw_gbs", 1 << 20, 70.0),
+                &ctx("NVIDIA H200", 2),
+                &[],
+                &[]
+            )
+            .is_empty()
+        );
     }
 
     #[test]
@@ -393,8 +564,15 @@ mod tests {
         c.facts = Some(facts);
         let f = fig("rdma.ib_write_bw", "algbw_gbs", 1 << 20, 45.0);
         let slowest = builtins(&f, &c);
-        assert_eq!(slowest[0].value, 20.0, "the slowest active port: 200 Gb/s × 0.8 / 8");
-        assert!(slowest[0].source.contains("mlx5_1 port 1"), "{}", slowest[0].source);
+        assert_eq!(
+            slowest[0].value, 20.0,
+            "the slowest active port: 200 Gb/s × 0.8 / 8"
+        );
+        assert!(
+            slowest[0].source.contains("mlx5_1 port 1"),
+            "{}",
+            slowest[0].source
+        );
         c.params = json!({"device": "mlx5_0"});
         assert_eq!(builtins(&f, &c)[0].value, 40.0);
         assert!(builtins(&fig("rdma.ib_write_lat", "time_us", 2, 2.0), &c).is_empty());
@@ -406,21 +584,52 @@ mod tests {
     fn pcie_floor_from_the_gpu_model() {
         assert!((pcie_gbs(5, 16).unwrap() - 63.015).abs() < 0.01);
         assert!((pcie_gbs(3, 16).unwrap() - 15.754).abs() < 0.01);
-        let e = builtins(&fig("p2p.h2d", "algbw_gbs", 1 << 28, 50.0), &ctx("NVIDIA H200", 2));
+        let e = builtins(
+            &fig("p2p.h2d", "algbw_gbs", 1 << 28, 50.0),
+            &ctx("NVIDIA H200", 2),
+        );
         assert_eq!(e[0].value, 44.1);
-        assert_eq!(builtins(&fig("p2p.d2h", "algbw_gbs", 1 << 28, 50.0), &ctx("Tesla V100-SXM2-32GB", 8))[0].value, 11.0);
-        assert!(builtins(&fig("p2p.d2d", "algbw_gbs", 1 << 28, 50.0), &ctx("NVIDIA H200", 2)).is_empty());
+        assert_eq!(
+            builtins(
+                &fig("p2p.d2h", "algbw_gbs", 1 << 28, 50.0),
+                &ctx("Tesla V100-SXM2-32GB", 8)
+            )[0]
+            .value,
+            11.0
+        );
+        assert!(
+            builtins(
+                &fig("p2p.d2d", "algbw_gbs", 1 << 28, 50.0),
+                &ctx("NVIDIA H200", 2)
+            )
+            .is_empty()
+        );
     }
 
     #[test]
     fn operators_override_plugins_which_override_builtins() {
         let f = fig("nccl.all_reduce", "busbw_gbs", 8 * GIB, 300.0);
         let c = ctx("NVIDIA H200", 2);
-        let mut op = builtin("acceptance test".into(), "nccl.all_reduce", "busbw_gbs", GIB, 330.0);
+        let mut op = builtin(
+            "acceptance test".into(),
+            "nccl.all_reduce",
+            "busbw_gbs",
+            GIB,
+            330.0,
+        );
         op.origin = "operator".into();
-        let mut pl = builtin("plugin x: sku".into(), "nccl.all_reduce", "busbw_gbs", 0, 310.0);
+        let mut pl = builtin(
+            "plugin x: sku".into(),
+            "nccl.all_reduce",
+            "busbw_gbs",
+            0,
+            310.0,
+        );
         pl.origin = "plugin".into();
-        assert_eq!(deciding(&f, &c, &[op.clone()], &[pl.clone()])[0].value, 330.0);
+        assert_eq!(
+            deciding(&f, &c, &[op.clone()], &[pl.clone()])[0].value,
+            330.0
+        );
         assert_eq!(deciding(&f, &c, &[], &[pl.clone()])[0].value, 310.0);
         assert_eq!(deciding(&f, &c, &[], &[])[0].origin, "builtin");
         // Scoped to another node or GPU model: does not apply, the next origin decides.
@@ -430,13 +639,19 @@ mod tests {
         op.gpu_model = Some("h200".into());
         assert!(applies(&op, &f, &c), "GPU model matches case-insensitively");
         op.min_size_bytes = 16 * GIB;
-        assert!(!applies(&op, &f, &c), "measured below the expectation's size");
+        assert!(
+            !applies(&op, &f, &c),
+            "measured below the expectation's size"
+        );
     }
 
     #[test]
     fn the_builtin_table_lists_every_row_with_a_source() {
         let t = builtin_table();
-        assert!(t.iter().all(|e| !e.source.is_empty() && e.origin == "builtin"));
+        assert!(
+            t.iter()
+                .all(|e| !e.source.is_empty() && e.origin == "builtin")
+        );
         assert!(t.iter().any(|e| e.test == "rdma.ib_write_bw"));
     }
 }

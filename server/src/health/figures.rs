@@ -22,27 +22,50 @@ pub fn lower_is_better(metric: &str) -> bool {
 }
 
 fn param<'a>(params: &'a serde_json::Value, name: &str) -> Option<&'a str> {
-    params.get(name).and_then(serde_json::Value::as_str).filter(|s| !s.is_empty())
+    params
+        .get(name)
+        .and_then(serde_json::Value::as_str)
+        .filter(|s| !s.is_empty())
 }
 
 /// The figure of `metric` at the largest size that has it (the mean of the rows there, e.g.
 /// nccl-tests' out-of-place and in-place rows), or at the smallest for latencies.
-fn headline<'a>(test: String, metric: &str, rows: impl Iterator<Item = &'a ResultRow>, min_of_rows: bool) -> Option<Figure> {
+fn headline<'a>(
+    test: String,
+    metric: &str,
+    rows: impl Iterator<Item = &'a ResultRow>,
+    min_of_rows: bool,
+) -> Option<Figure> {
     let pick = |r: &ResultRow| match metric {
         "busbw_gbs" => r.busbw_gbs,
         "algbw_gbs" => r.algbw_gbs,
         _ => r.time_us,
     };
-    let with: Vec<(i64, f64)> = rows.filter_map(|r| Some((r.size_bytes, pick(r).filter(|v| v.is_finite())?))).collect();
-    let size = if lower_is_better(metric) { with.iter().map(|w| w.0).min()? } else { with.iter().map(|w| w.0).max()? };
+    let with: Vec<(i64, f64)> = rows
+        .filter_map(|r| Some((r.size_bytes, pick(r).filter(|v| v.is_finite())?)))
+        .collect();
+    let size = if lower_is_better(metric) {
+        with.iter().map(|w| w.0).min()?
+    } else {
+        with.iter().map(|w| w.0).max()?
+    };
     let at: Vec<f64> = with.iter().filter(|w| w.0 == size).map(|w| w.1).collect();
     let value = if min_of_rows {
         // The worst of several links measured at the same size (p2p pairs).
-        if lower_is_better(metric) { at.iter().copied().fold(f64::MIN, f64::max) } else { at.iter().copied().fold(f64::MAX, f64::min) }
+        if lower_is_better(metric) {
+            at.iter().copied().fold(f64::MIN, f64::max)
+        } else {
+            at.iter().copied().fold(f64::MAX, f64::min)
+        }
     } else {
         at.iter().sum::<f64>() / at.len() as f64
     };
-    Some(Figure { test, metric: metric.to_string(), size_bytes: size, value })
+    Some(Figure {
+        test,
+        metric: metric.to_string(),
+        size_bytes: size,
+        value,
+    })
 }
 
 /// Test names are `<kind>.<test>`: `nccl.<op>` from the run's params, `rdma.<perftest>`,
@@ -63,7 +86,11 @@ pub fn extract(kind: &str, params: &serde_json::Value, rows: &[ResultRow]) -> Ex
         "rdma" => {
             let name = param(params, "test").unwrap_or("ib_write_bw");
             let test = format!("rdma.{name}");
-            let metric = if name.ends_with("_lat") { "time_us" } else { "algbw_gbs" };
+            let metric = if name.ends_with("_lat") {
+                "time_us"
+            } else {
+                "algbw_gbs"
+            };
             figures.extend(headline(test.clone(), metric, rows.iter(), false));
             test
         }
@@ -71,14 +98,27 @@ pub fn extract(kind: &str, params: &serde_json::Value, rows: &[ResultRow]) -> Ex
             // Several tests in one result: one figure per test.
             let mut groups: BTreeMap<String, Vec<&ResultRow>> = BTreeMap::new();
             for r in rows {
-                let sub = if kind == "ucx" { r.op.clone() } else { r.labels.get("kind").cloned() };
+                let sub = if kind == "ucx" {
+                    r.op.clone()
+                } else {
+                    r.labels.get("kind").cloned()
+                };
                 if let Some(sub) = sub.filter(|s| !s.is_empty()) {
                     groups.entry(sub).or_default().push(r);
                 }
             }
             for (sub, group) in groups {
-                let metric = if kind == "ucx" && sub.contains("_lat") { "time_us" } else { "algbw_gbs" };
-                figures.extend(headline(format!("{kind}.{sub}"), metric, group.into_iter(), kind == "p2p"));
+                let metric = if kind == "ucx" && sub.contains("_lat") {
+                    "time_us"
+                } else {
+                    "algbw_gbs"
+                };
+                figures.extend(headline(
+                    format!("{kind}.{sub}"),
+                    metric,
+                    group.into_iter(),
+                    kind == "p2p",
+                ));
             }
             kind.to_string()
         }
@@ -92,12 +132,20 @@ pub fn extract(kind: &str, params: &serde_json::Value, rows: &[ResultRow]) -> Ex
         [one] => one.test.clone(),
         _ => test,
     };
-    Extracted { test, figures, wrong }
+    Extracted {
+        test,
+        figures,
+        wrong,
+    }
 }
 
 /// Figures are comparable when their sizes fall in the same power-of-two band.
 pub fn size_band(size_bytes: i64) -> i32 {
-    if size_bytes <= 0 { 0 } else { 63 - size_bytes.leading_zeros() as i32 }
+    if size_bytes <= 0 {
+        0
+    } else {
+        63 - size_bytes.leading_zeros() as i32
+    }
 }
 
 #[cfg(test)]
@@ -127,13 +175,24 @@ mod tests {
         ];
         let e = extract("nccl", &json!({"op": "all_gather"}), &rows);
         assert_eq!(e.test, "nccl.all_gather");
-        assert_eq!(e.figures, vec![Figure { test: "nccl.all_gather".into(), metric: "busbw_gbs".into(), size_bytes: 1 << 33, value: 345.0 }]);
+        assert_eq!(
+            e.figures,
+            vec![Figure {
+                test: "nccl.all_gather".into(),
+                metric: "busbw_gbs".into(),
+                size_bytes: 1 << 33,
+                value: 345.0
+            }]
+        );
         assert_eq!(extract("nccl", &json!({}), &rows).test, "nccl.all_reduce");
     }
 
     #[test]
     fn wrong_elements_are_counted_and_nan_ignored() {
-        let mut rows = vec![row(1024, Some(f64::NAN), None, None), row(2048, Some(3.0), None, None)];
+        let mut rows = vec![
+            row(1024, Some(f64::NAN), None, None),
+            row(2048, Some(3.0), None, None),
+        ];
         rows[0].wrong = Some(5);
         rows[1].wrong = Some(2);
         let e = extract("nccl", &json!({}), &rows);
@@ -143,11 +202,24 @@ mod tests {
 
     #[test]
     fn rdma_latency_is_taken_at_the_smallest_size() {
-        let rows = vec![row(2, None, None, Some(1.9)), row(65536, None, None, Some(4.0))];
+        let rows = vec![
+            row(2, None, None, Some(1.9)),
+            row(65536, None, None, Some(4.0)),
+        ];
         let e = extract("rdma", &json!({"test": "ib_write_lat"}), &rows);
-        assert_eq!((e.test.as_str(), e.figures[0].metric.as_str(), e.figures[0].value), ("rdma.ib_write_lat", "time_us", 1.9));
+        assert_eq!(
+            (
+                e.test.as_str(),
+                e.figures[0].metric.as_str(),
+                e.figures[0].value
+            ),
+            ("rdma.ib_write_lat", "time_us", 1.9)
+        );
         let bw = extract("rdma", &json!({}), &[row(65536, None, Some(45.0), None)]);
-        assert_eq!((bw.test.as_str(), bw.figures[0].metric.as_str()), ("rdma.ib_write_bw", "algbw_gbs"));
+        assert_eq!(
+            (bw.test.as_str(), bw.figures[0].metric.as_str()),
+            ("rdma.ib_write_bw", "algbw_gbs")
+        );
     }
 
     #[test]
@@ -158,18 +230,42 @@ mod tests {
         bw.op = Some("tag_bw".into());
         let e = extract("ucx", &json!({}), &[lat, bw.clone()]);
         assert_eq!(e.test, "ucx");
-        let names: Vec<(&str, &str)> = e.figures.iter().map(|f| (f.test.as_str(), f.metric.as_str())).collect();
-        assert_eq!(names, vec![("ucx.tag_bw", "algbw_gbs"), ("ucx.tag_lat", "time_us")]);
-        assert_eq!(extract("ucx", &json!({}), &[bw]).test, "ucx.tag_bw", "one test names the verdict");
+        let names: Vec<(&str, &str)> = e
+            .figures
+            .iter()
+            .map(|f| (f.test.as_str(), f.metric.as_str()))
+            .collect();
+        assert_eq!(
+            names,
+            vec![("ucx.tag_bw", "algbw_gbs"), ("ucx.tag_lat", "time_us")]
+        );
+        assert_eq!(
+            extract("ucx", &json!({}), &[bw]).test,
+            "ucx.tag_bw",
+            "one test names the verdict"
+        );
 
         let p2p = |kind: &str, bw: f64| {
             let mut r = row(1 << 28, None, Some(bw), None);
             r.labels = [("kind".to_string(), kind.to_string())].into();
             r
         };
-        let e = extract("p2p", &json!({}), &[p2p("d2d", 300.0), p2p("d2d", 120.0), p2p("h2d", 50.0)]);
+        let e = extract(
+            "p2p",
+            &json!({}),
+            &[p2p("d2d", 300.0), p2p("d2d", 120.0), p2p("h2d", 50.0)],
+        );
         assert_eq!(e.test, "p2p");
-        assert_eq!(e.figures[0], Figure { test: "p2p.d2d".into(), metric: "algbw_gbs".into(), size_bytes: 1 << 28, value: 120.0 }, "the worst pair");
+        assert_eq!(
+            e.figures[0],
+            Figure {
+                test: "p2p.d2d".into(),
+                metric: "algbw_gbs".into(),
+                size_bytes: 1 << 28,
+                value: 120.0
+            },
+            "the worst pair"
+        );
         assert_eq!(e.figures[1].test, "p2p.h2d");
     }
 
@@ -177,8 +273,16 @@ mod tests {
     fn other_kinds_have_no_figures() {
         let e = extract("sleep", &json!({}), &[]);
         assert_eq!((e.test.as_str(), e.figures.len()), ("sleep", 0));
-        assert_eq!(extract("sweep", &json!({}), &[row(8, Some(1.0), None, None)]).figures.len(), 0);
-        assert_eq!(extract("memcpy", &json!({}), &[row(1 << 20, None, Some(9.5), None)]).test, "memcpy");
+        assert_eq!(
+            extract("sweep", &json!({}), &[row(8, Some(1.0), None, None)])
+                .figures
+                .len(),
+            0
+        );
+        assert_eq!(
+            extract("memcpy", &json!({}), &[row(1 << 20, None, Some(9.5), None)]).test,
+            "memcpy"
+        );
     }
 
     #[test]

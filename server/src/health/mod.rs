@@ -20,5 +20,8 @@ pub enum HealthError {
     #[error(transparent)]
     Database(#[from] sqlx::Error),
     #[error("stored {what} does not decode: {source}")]
-    Decode { what: &'static str, source: serde_json::Error },
+    Decode {
+        what: &'static str,
+        source: serde_json::Error,
+    },
 }

@@ -8,7 +8,9 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use chrono::Utc;
-use heddle_types::health::{PreflightCheck, PreflightNode, PreflightResponse, Reason, Severity, TestHealth, Verdict};
+use heddle_types::health::{
+    PreflightCheck, PreflightNode, PreflightResponse, Reason, Severity, TestHealth, Verdict,
+};
 use heddle_types::jobs::JobSpec;
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -34,12 +36,21 @@ pub fn check_test(check: PreflightCheck) -> &'static str {
 pub fn check_spec(check: PreflightCheck) -> JobSpec {
     let params = match check {
         // One size, large enough for the built-in NCCL floors (1 GiB), over every GPU.
-        PreflightCheck::Nccl => serde_json::json!({"op": "all_reduce", "min_bytes": 1u64 << 30, "max_bytes": 1u64 << 30, "warmup": 5, "iters": 20}),
-        PreflightCheck::Memcpy => serde_json::json!({"min_bytes": 1u64 << 20, "max_bytes": 64u64 << 20}),
+        PreflightCheck::Nccl => {
+            serde_json::json!({"op": "all_reduce", "min_bytes": 1u64 << 30, "max_bytes": 1u64 << 30, "warmup": 5, "iters": 20})
+        }
+        PreflightCheck::Memcpy => {
+            serde_json::json!({"min_bytes": 1u64 << 20, "max_bytes": 64u64 << 20})
+        }
         PreflightCheck::Rdma => serde_json::json!({"test": "ib_write_bw"}),
         PreflightCheck::P2p => serde_json::json!({}),
     };
-    JobSpec { kind: check.as_str().into(), params, env: Default::default(), timeout_s: Some(300) }
+    JobSpec {
+        kind: check.as_str().into(),
+        params,
+        env: Default::default(),
+        timeout_s: Some(300),
+    }
 }
 
 /// A node asked about: what the caller called it, and what it is.
@@ -74,7 +85,14 @@ fn undecided(key: &str, from: &str, run_id: Option<Uuid>, message: String) -> Pr
     PreflightNode {
         node: key.to_string(),
         verdict: Verdict::Unknown,
-        reasons: vec![Reason { severity: Severity::Info, message, metric: None, observed: None, expected: None, basis: "none".into() }],
+        reasons: vec![Reason {
+            severity: Severity::Info,
+            message,
+            metric: None,
+            observed: None,
+            expected: None,
+            basis: "none".into(),
+        }],
         from: from.into(),
         result_id: None,
         run_id,
@@ -83,12 +101,19 @@ fn undecided(key: &str, from: &str, run_id: Option<Uuid>, message: String) -> Pr
 }
 
 /// Starts (or finds) a check job for every stale node; returns node → (run, job).
-async fn schedule(db: &PgPool, check: PreflightCheck, stale: &[Uuid], actor: &str) -> Result<HashMap<Uuid, (Uuid, Uuid)>, HealthError> {
+async fn schedule(
+    db: &PgPool,
+    check: PreflightCheck,
+    stale: &[Uuid],
+    actor: &str,
+) -> Result<HashMap<Uuid, (Uuid, Uuid)>, HealthError> {
     let spec = check_spec(check);
     let mut tx = db.begin().await?;
     // Serialises concurrent pre-flights (every replica, every launcher) so that a node gets
     // one check run, not one per caller.
-    sqlx::query("SELECT pg_advisory_xact_lock(727275)").execute(&mut *tx).await?;
+    sqlx::query("SELECT pg_advisory_xact_lock(727275)")
+        .execute(&mut *tx)
+        .await?;
     let running: Vec<(Uuid, Uuid, Uuid)> = sqlx::query_as(
         "SELECT j.node_id, j.run_id, j.id FROM jobs j JOIN runs r ON r.id = j.run_id
          WHERE j.node_id = ANY($1) AND r.label = $2 AND r.spec->>'kind' = $3 AND j.world_size = 1
@@ -99,15 +124,27 @@ async fn schedule(db: &PgPool, check: PreflightCheck, stale: &[Uuid], actor: &st
     .bind(check.as_str())
     .fetch_all(&mut *tx)
     .await?;
-    let mut jobs: HashMap<Uuid, (Uuid, Uuid)> = running.into_iter().map(|(n, r, j)| (n, (r, j))).collect();
+    let mut jobs: HashMap<Uuid, (Uuid, Uuid)> =
+        running.into_iter().map(|(n, r, j)| (n, (r, j))).collect();
     for node in stale {
         if jobs.contains_key(node) {
             continue;
         }
-        let run_id = crate::api::runs::insert_run(&mut tx, &spec, &[*node], 1, Some(RUN_LABEL), actor).await?;
-        let (job_id,): (Uuid,) = sqlx::query_as("SELECT id FROM jobs WHERE run_id = $1").bind(run_id).fetch_one(&mut *tx).await?;
-        crate::db::audit(&mut *tx, actor, "run.create", &format!("run:{run_id}"),
-            serde_json::json!({"kind": spec.kind, "nodes": [node], "by": "preflight"})).await?;
+        let run_id =
+            crate::api::runs::insert_run(&mut tx, &spec, &[*node], 1, Some(RUN_LABEL), actor)
+                .await?;
+        let (job_id,): (Uuid,) = sqlx::query_as("SELECT id FROM jobs WHERE run_id = $1")
+            .bind(run_id)
+            .fetch_one(&mut *tx)
+            .await?;
+        crate::db::audit(
+            &mut *tx,
+            actor,
+            "run.create",
+            &format!("run:{run_id}"),
+            serde_json::json!({"kind": spec.kind, "nodes": [node], "by": "preflight"}),
+        )
+        .await?;
         jobs.insert(*node, (run_id, job_id));
     }
     tx.commit().await?;
@@ -115,7 +152,11 @@ async fn schedule(db: &PgPool, check: PreflightCheck, stale: &[Uuid], actor: &st
 }
 
 /// Waits until every job has a verdict or has ended without a result, or the deadline.
-async fn wait_for(db: &PgPool, jobs: &HashMap<Uuid, (Uuid, Uuid)>, wait: Duration) -> Result<HashMap<Uuid, Waited>, HealthError> {
+async fn wait_for(
+    db: &PgPool,
+    jobs: &HashMap<Uuid, (Uuid, Uuid)>,
+    wait: Duration,
+) -> Result<HashMap<Uuid, Waited>, HealthError> {
     let deadline = tokio::time::Instant::now() + wait;
     let job_ids: Vec<Uuid> = jobs.values().map(|(_, j)| *j).collect();
     let mut done: HashMap<Uuid, Waited> = HashMap::new();
@@ -134,13 +175,20 @@ async fn wait_for(db: &PgPool, jobs: &HashMap<Uuid, (Uuid, Uuid)>, wait: Duratio
                 // The upload judges its result; judging again here is harmless and covers
                 // an upload whose judgement failed.
                 Some(result_id) => {
-                    let v = match store::for_results(db, &[result_id]).await?.remove(&result_id) {
+                    let v = match store::for_results(db, &[result_id])
+                        .await?
+                        .remove(&result_id)
+                    {
                         Some(v) => v,
                         None => verdict::judge_result(db, result_id).await?,
                     };
                     done.insert(job, Waited::Judged(v));
                 }
-                None if matches!(state.as_str(), "failed" | "cancelled" | "skipped" | "succeeded") => {
+                None if matches!(
+                    state.as_str(),
+                    "failed" | "cancelled" | "skipped" | "succeeded"
+                ) =>
+                {
                     done.insert(job, Waited::Ended(state, error));
                 }
                 None => {}
@@ -160,13 +208,19 @@ enum Waited {
 
 pub async fn preflight(db: &PgPool, req: Request) -> Result<PreflightResponse, HealthError> {
     let test = check_test(req.check);
-    let since = Utc::now() - chrono::Duration::from_std(req.max_age).unwrap_or(chrono::Duration::days(365));
+    let since =
+        Utc::now() - chrono::Duration::from_std(req.max_age).unwrap_or(chrono::Duration::days(365));
     let ids: Vec<Uuid> = req.nodes.iter().map(|a| a.node_id).collect();
     let mut history = store::latest_for_nodes(db, &ids, test, since).await?;
-    let stale: Vec<Uuid> = ids.iter().filter(|id| !history.contains_key(id)).copied().collect();
+    let stale: Vec<Uuid> = ids
+        .iter()
+        .filter(|id| !history.contains_key(id))
+        .copied()
+        .collect();
     let mut fresh = HashMap::new();
     let mut waited = HashMap::new();
-    if !stale.is_empty() && !req.wait.is_zero()
+    if !stale.is_empty()
+        && !req.wait.is_zero()
         && let Some(actor) = &req.operator
     {
         fresh = schedule(db, req.check, &stale, actor).await?;
@@ -186,7 +240,14 @@ pub async fn preflight(db: &PgPool, req: Request) -> Result<PreflightResponse, H
                 } else {
                     "starting a check needs an operator token".to_string()
                 };
-                return undecided(&a.key, "none", None, format!("no verdict of {test} within {max_age_s} s, and no check was started: {why}"));
+                return undecided(
+                    &a.key,
+                    "none",
+                    None,
+                    format!(
+                        "no verdict of {test} within {max_age_s} s, and no check was started: {why}"
+                    ),
+                );
             };
             match waited.remove(&job_id) {
                 Some(Waited::Judged(v)) => PreflightNode {
@@ -199,7 +260,15 @@ pub async fn preflight(db: &PgPool, req: Request) -> Result<PreflightResponse, H
                     judged_at: Some(v.judged_at),
                 },
                 Some(Waited::Ended(state, error)) => {
-                    let mut n = undecided(&a.key, "fresh-run", Some(run_id), format!("the check run ended {state} without a result{}", error.map(|e| format!(": {e}")).unwrap_or_default()));
+                    let mut n = undecided(
+                        &a.key,
+                        "fresh-run",
+                        Some(run_id),
+                        format!(
+                            "the check run ended {state} without a result{}",
+                            error.map(|e| format!(": {e}")).unwrap_or_default()
+                        ),
+                    );
                     if state == "failed" {
                         n.verdict = Verdict::Fail;
                         n.reasons[0].severity = Severity::Fail;
@@ -207,11 +276,23 @@ pub async fn preflight(db: &PgPool, req: Request) -> Result<PreflightResponse, H
                     }
                     n
                 }
-                None => undecided(&a.key, "fresh-run", Some(run_id), format!("the check run {run_id} did not finish within {} s; it keeps running", req.wait.as_secs())),
+                None => undecided(
+                    &a.key,
+                    "fresh-run",
+                    Some(run_id),
+                    format!(
+                        "the check run {run_id} did not finish within {} s; it keeps running",
+                        req.wait.as_secs()
+                    ),
+                ),
             }
         })
         .collect();
-    Ok(PreflightResponse { verdict: Verdict::combine(nodes.iter().map(|n| n.verdict)), check: req.check, nodes })
+    Ok(PreflightResponse {
+        verdict: Verdict::combine(nodes.iter().map(|n| n.verdict)),
+        check: req.check,
+        nodes,
+    })
 }
 
 #[cfg(test)]
@@ -220,11 +301,20 @@ mod tests {
 
     #[test]
     fn every_check_has_a_test_and_a_valid_spec() {
-        for check in [PreflightCheck::Nccl, PreflightCheck::Memcpy, PreflightCheck::Rdma, PreflightCheck::P2p] {
+        for check in [
+            PreflightCheck::Nccl,
+            PreflightCheck::Memcpy,
+            PreflightCheck::Rdma,
+            PreflightCheck::P2p,
+        ] {
             let spec = check_spec(check);
             assert!(crate::api::runs::validate_spec(&spec).is_ok());
             let kind_test = super::super::figures::extract(&spec.kind, &spec.params, &[]).test;
-            assert!(kind_test.starts_with(check_test(check)), "{kind_test} answers {}", check_test(check));
+            assert!(
+                kind_test.starts_with(check_test(check)),
+                "{kind_test} answers {}",
+                check_test(check)
+            );
         }
     }
 }

@@ -4,7 +4,9 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use heddle_types::health::{Figure, FleetHealth, NodeHealthLine, Reason, ResultVerdict, TestHealth, Verdict};
+use heddle_types::health::{
+    Figure, FleetHealth, NodeHealthLine, Reason, ResultVerdict, TestHealth, Verdict,
+};
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -34,13 +36,19 @@ fn verdict(s: &str) -> Verdict {
 }
 
 fn reasons(v: &serde_json::Value) -> Result<Vec<Reason>, HealthError> {
-    serde_json::from_value(v.clone()).map_err(|source| HealthError::Decode { what: "verdict reasons", source })
+    serde_json::from_value(v.clone()).map_err(|source| HealthError::Decode {
+        what: "verdict reasons",
+        source,
+    })
 }
 
 impl VerdictRow {
     fn into_result_verdict(self) -> Result<ResultVerdict, HealthError> {
         let figures: Vec<Figure> =
-            serde_json::from_value(self.figures).map_err(|source| HealthError::Decode { what: "verdict figures", source })?;
+            serde_json::from_value(self.figures).map_err(|source| HealthError::Decode {
+                what: "verdict figures",
+                source,
+            })?;
         Ok(ResultVerdict {
             result_id: self.result_id,
             verdict: verdict(&self.verdict),
@@ -69,9 +77,17 @@ impl VerdictRow {
 }
 
 /// Verdicts of these results, by result id.
-pub async fn for_results(db: &PgPool, ids: &[Uuid]) -> Result<HashMap<Uuid, ResultVerdict>, HealthError> {
-    let rows: Vec<VerdictRow> = sqlx::query_as(&format!("{SELECT} WHERE v.result_id = ANY($1)")).bind(ids).fetch_all(db).await?;
-    rows.into_iter().map(|r| Ok((r.result_id, r.into_result_verdict()?))).collect()
+pub async fn for_results(
+    db: &PgPool,
+    ids: &[Uuid],
+) -> Result<HashMap<Uuid, ResultVerdict>, HealthError> {
+    let rows: Vec<VerdictRow> = sqlx::query_as(&format!("{SELECT} WHERE v.result_id = ANY($1)"))
+        .bind(ids)
+        .fetch_all(db)
+        .await?;
+    rows.into_iter()
+        .map(|r| Ok((r.result_id, r.into_result_verdict()?)))
+        .collect()
 }
 
 /// The latest verdict of every test on a node, newest first.
@@ -104,7 +120,9 @@ pub async fn latest_for_nodes(
     .bind(since)
     .fetch_all(db)
     .await?;
-    rows.into_iter().map(|r| Ok((r.node_id, r.into_test_health()?))).collect()
+    rows.into_iter()
+        .map(|r| Ok((r.node_id, r.into_test_health()?)))
+        .collect()
 }
 
 /// The latest verdict and headline figure per node and test, for /metrics: one line per
@@ -131,7 +149,9 @@ pub async fn latest_lines(db: &PgPool) -> Result<Vec<LatestLine>, sqlx::Error> {
 /// Every node with the combination of its tests' latest verdicts, worst first.
 pub async fn fleet(db: &PgPool) -> Result<FleetHealth, HealthError> {
     let nodes: Vec<(Uuid, String, Option<String>)> =
-        sqlx::query_as("SELECT id, hostname, gpu_model FROM nodes ORDER BY hostname").fetch_all(db).await?;
+        sqlx::query_as("SELECT id, hostname, gpu_model FROM nodes ORDER BY hostname")
+            .fetch_all(db)
+            .await?;
     let latest: Vec<(Uuid, String, String, DateTime<Utc>)> = sqlx::query_as(
         "SELECT DISTINCT ON (node_id, test) node_id, test, verdict, judged_at FROM verdicts ORDER BY node_id, test, judged_at DESC",
     )
@@ -140,8 +160,13 @@ pub async fn fleet(db: &PgPool) -> Result<FleetHealth, HealthError> {
     let mut lines: Vec<NodeHealthLine> = nodes
         .into_iter()
         .map(|(node_id, hostname, gpu_model)| {
-            let mine: Vec<&(Uuid, String, String, DateTime<Utc>)> = latest.iter().filter(|l| l.0 == node_id).collect();
-            let failing = mine.iter().filter(|l| matches!(verdict(&l.2), Verdict::Warn | Verdict::Fail)).map(|l| l.1.clone()).collect();
+            let mine: Vec<&(Uuid, String, String, DateTime<Utc>)> =
+                latest.iter().filter(|l| l.0 == node_id).collect();
+            let failing = mine
+                .iter()
+                .filter(|l| matches!(verdict(&l.2), Verdict::Warn | Verdict::Fail))
+                .map(|l| l.1.clone())
+                .collect();
             NodeHealthLine {
                 node_id,
                 hostname,
@@ -158,7 +183,11 @@ pub async fn fleet(db: &PgPool) -> Result<FleetHealth, HealthError> {
         Verdict::Unknown => 2,
         Verdict::Pass => 3,
     };
-    lines.sort_by(|a, b| rank(a.verdict).cmp(&rank(b.verdict)).then_with(|| a.hostname.cmp(&b.hostname)));
+    lines.sort_by(|a, b| {
+        rank(a.verdict)
+            .cmp(&rank(b.verdict))
+            .then_with(|| a.hostname.cmp(&b.hostname))
+    });
     let count = |v: Verdict| lines.iter().filter(|l| l.verdict == v).count() as i64;
     Ok(FleetHealth {
         pass: count(Verdict::Pass),

@@ -39,7 +39,11 @@ pub struct Comparisons {
 }
 
 fn unit(metric: &str) -> &'static str {
-    if lower_is_better(metric) { "µs" } else { "GB/s" }
+    if lower_is_better(metric) {
+        "µs"
+    } else {
+        "GB/s"
+    }
 }
 
 fn human_size(bytes: i64) -> String {
@@ -57,14 +61,23 @@ fn shortfall(metric: &str, observed: f64, reference: f64) -> f64 {
     if reference <= 0.0 {
         return 0.0;
     }
-    if lower_is_better(metric) { (observed - reference) / reference } else { (reference - observed) / reference }
+    if lower_is_better(metric) {
+        (observed - reference) / reference
+    } else {
+        (reference - observed) / reference
+    }
 }
 
 /// The rules of docs/health.md, in order: a failed outcome fails; a skipped or cancelled
 /// one is unknown; wrong elements fail; a figure worse than its expectation fails; worse
 /// than the node's baseline by more than 5 % or the fleet median by more than 10 % warns;
 /// a result with nothing to compare with is unknown.
-pub fn decide(outcome: &str, failure: Option<&str>, extracted: &Extracted, per_figure: &[Comparisons]) -> (Verdict, Vec<Reason>) {
+pub fn decide(
+    outcome: &str,
+    failure: Option<&str>,
+    extracted: &Extracted,
+    per_figure: &[Comparisons],
+) -> (Verdict, Vec<Reason>) {
     let mut reasons = Vec::new();
     let why = failure.map(|r| format!(": {r}")).unwrap_or_default();
     match outcome {
@@ -102,11 +115,21 @@ pub fn decide(outcome: &str, failure: Option<&str>, extracted: &Extracted, per_f
     let mut compared = false;
     for (f, cmp) in extracted.figures.iter().zip(per_figure) {
         let name = format!("{}/{}", f.test, f.metric);
-        let at = format!("{} {:.2} {} at {}", f.test, f.value, unit(&f.metric), human_size(f.size_bytes));
+        let at = format!(
+            "{} {:.2} {} at {}",
+            f.test,
+            f.value,
+            unit(&f.metric),
+            human_size(f.size_bytes)
+        );
         for e in &cmp.expectations {
             compared = true;
             if shortfall(&f.metric, f.value, e.value) > 0.0 {
-                let side = if lower_is_better(&f.metric) { "above the allowed" } else { "below the expected" };
+                let side = if lower_is_better(&f.metric) {
+                    "above the allowed"
+                } else {
+                    "below the expected"
+                };
                 reasons.push(Reason {
                     severity: Severity::Fail,
                     message: format!("{at} is {side} {:.2} {}", e.value, unit(&f.metric)),
@@ -118,10 +141,22 @@ pub fn decide(outcome: &str, failure: Option<&str>, extracted: &Extracted, per_f
             }
         }
         for (median, tolerance, basis, whose) in [
-            (cmp.baseline, BASELINE_TOLERANCE, "node-baseline", "this node's median"),
-            (cmp.fleet, FLEET_TOLERANCE, "fleet-median", "the fleet median"),
+            (
+                cmp.baseline,
+                BASELINE_TOLERANCE,
+                "node-baseline",
+                "this node's median",
+            ),
+            (
+                cmp.fleet,
+                FLEET_TOLERANCE,
+                "fleet-median",
+                "the fleet median",
+            ),
         ] {
-            let Some(m) = median.filter(|m| m.samples >= MIN_SAMPLES) else { continue };
+            let Some(m) = median.filter(|m| m.samples >= MIN_SAMPLES) else {
+                continue;
+            };
             compared = true;
             let off = shortfall(&f.metric, f.value, m.value);
             if off > tolerance {
@@ -156,7 +191,14 @@ pub fn decide(outcome: &str, failure: Option<&str>, extracted: &Extracted, per_f
                     "nothing to compare with: no expectation applies, and fewer than {MIN_SAMPLES} earlier results on this node or other nodes of its GPU model"
                 )
             };
-            reasons.push(Reason { severity: Severity::Info, message, metric: None, observed: None, expected: None, basis: "none".into() });
+            reasons.push(Reason {
+                severity: Severity::Info,
+                message,
+                metric: None,
+                observed: None,
+                expected: None,
+                basis: "none".into(),
+            });
             Verdict::Unknown
         }
     };
@@ -193,13 +235,17 @@ struct RowDb {
 /// GPUs the test used in all: NCCL's `nranks`, else the `gpus` param per node, else every
 /// GPU of a single node.
 fn gpus_used(s: &Subject) -> Option<i32> {
-    let n = |v: Option<&serde_json::Value>| v.and_then(serde_json::Value::as_i64).and_then(|n| i32::try_from(n).ok());
+    let n = |v: Option<&serde_json::Value>| {
+        v.and_then(serde_json::Value::as_i64)
+            .and_then(|n| i32::try_from(n).ok())
+    };
     n(s.summary.get("nranks"))
         .or_else(|| n(s.spec.params.get("gpus")).map(|g| g * s.world_size))
         .or((s.world_size == 1 && s.gpu_count > 0).then_some(s.gpu_count))
 }
 
-type MedianQuery<'q> = sqlx::query::QueryAs<'q, sqlx::Postgres, (Option<f64>, i64), sqlx::postgres::PgArguments>;
+type MedianQuery<'q> =
+    sqlx::query::QueryAs<'q, sqlx::Postgres, (Option<f64>, i64), sqlx::postgres::PgArguments>;
 
 /// Runs `sql`, a median (`percentile_cont(0.5)`, `count(*)`) over figures comparable with
 /// `f`. The baseline and the fleet median share what makes a figure comparable, bound here
@@ -228,7 +274,12 @@ async fn comparable_median<'q>(
 
 /// The median of this node's last comparable results judged pass (or unknown: not yet
 /// comparable is not a failure), received before this one.
-async fn baseline(db: &PgPool, s: &Subject, result_id: Uuid, f: &Figure) -> Result<Option<Median>, sqlx::Error> {
+async fn baseline(
+    db: &PgPool,
+    s: &Subject,
+    result_id: Uuid,
+    f: &Figure,
+) -> Result<Option<Median>, sqlx::Error> {
     let sql = "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY x), count(*) FROM (
             SELECT (f->>'value')::float8 AS x
             FROM verdicts v JOIN results r ON r.id = v.result_id, jsonb_array_elements(v.figures) f
@@ -239,7 +290,12 @@ async fn baseline(db: &PgPool, s: &Subject, result_id: Uuid, f: &Figure) -> Resu
 }
 
 /// The median of the latest comparable figure of every other node of the same GPU model.
-async fn fleet(db: &PgPool, s: &Subject, result_id: Uuid, f: &Figure) -> Result<Option<Median>, sqlx::Error> {
+async fn fleet(
+    db: &PgPool,
+    s: &Subject,
+    result_id: Uuid,
+    f: &Figure,
+) -> Result<Option<Median>, sqlx::Error> {
     let sql = "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY x), count(*) FROM (
             SELECT DISTINCT ON (v.node_id) (f->>'value')::float8 AS x
             FROM verdicts v JOIN results r ON r.id = v.result_id, jsonb_array_elements(v.figures) f
@@ -247,7 +303,10 @@ async fn fleet(db: &PgPool, s: &Subject, result_id: Uuid, f: &Figure) -> Result<
               AND (f->>'band')::int = $6 AND r.received_at <= $7 AND r.received_at > $7 - make_interval(days => $8)
               AND v.gpu_model IS NOT DISTINCT FROM $9
             ORDER BY v.node_id, r.received_at DESC) s";
-    comparable_median(db, sql, s, result_id, f, |q| q.bind(FLEET_WINDOW_DAYS).bind(&s.gpu_model)).await
+    comparable_median(db, sql, s, result_id, f, |q| {
+        q.bind(FLEET_WINDOW_DAYS).bind(&s.gpu_model)
+    })
+    .await
 }
 
 /// Judges results of the last day that have no verdict yet: those whose judgement failed
@@ -333,7 +392,10 @@ pub async fn judge_result(db: &PgPool, result_id: Uuid) -> Result<ResultVerdict,
         })
         .collect();
     let headline = extracted.figures.first();
-    let reasons_json = serde_json::to_value(&reasons).map_err(|source| HealthError::Decode { what: "reasons", source })?;
+    let reasons_json = serde_json::to_value(&reasons).map_err(|source| HealthError::Decode {
+        what: "reasons",
+        source,
+    })?;
     let (judged_at,): (DateTime<Utc>,) = sqlx::query_as(
         "INSERT INTO verdicts (result_id, run_id, node_id, test, verdict, reasons, metric, value, judged_at, figures, world_size, gpu_model)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now(), $9, $10, $11)
@@ -375,7 +437,12 @@ mod tests {
     fn extracted(value: f64, wrong: i64) -> Extracted {
         Extracted {
             test: "nccl.all_reduce".into(),
-            figures: vec![Figure { test: "nccl.all_reduce".into(), metric: "busbw_gbs".into(), size_bytes: 1 << 33, value }],
+            figures: vec![Figure {
+                test: "nccl.all_reduce".into(),
+                metric: "busbw_gbs".into(),
+                size_bytes: 1 << 33,
+                value,
+            }],
             wrong,
         }
     }
@@ -390,27 +457,76 @@ mod tests {
 
     #[test]
     fn below_the_expectation_fails_with_its_source() {
-        let c = [Comparisons { expectations: vec![expect(260.0)], ..Default::default() }];
+        let c = [Comparisons {
+            expectations: vec![expect(260.0)],
+            ..Default::default()
+        }];
         let (v, r) = decide("succeeded", None, &extracted(250.0, 0), &c);
         assert_eq!(v, Verdict::Fail);
         assert_eq!(r[0].basis, "expectation:datasheet");
         assert_eq!((r[0].observed, r[0].expected), (Some(250.0), Some(260.0)));
         assert!(r[0].message.contains("8 GiB"), "{}", r[0].message);
-        assert_eq!(decide("succeeded", None, &extracted(300.0, 0), &c).0, Verdict::Pass);
+        assert_eq!(
+            decide("succeeded", None, &extracted(300.0, 0), &c).0,
+            Verdict::Pass
+        );
     }
 
     #[test]
     fn baseline_and_fleet_warn_beyond_their_tolerances() {
-        let base = |b, f| [Comparisons { expectations: vec![expect(100.0)], baseline: b, fleet: f }];
+        let base = |b, f| {
+            [Comparisons {
+                expectations: vec![expect(100.0)],
+                baseline: b,
+                fleet: f,
+            }]
+        };
         // 4 % below the node's median: fine; 6 %: warn.
-        assert_eq!(decide("succeeded", None, &extracted(326.4, 0), &base(m(340.0, 5), None)).0, Verdict::Pass);
-        let (v, r) = decide("succeeded", None, &extracted(319.0, 0), &base(m(340.0, 5), None));
+        assert_eq!(
+            decide(
+                "succeeded",
+                None,
+                &extracted(326.4, 0),
+                &base(m(340.0, 5), None)
+            )
+            .0,
+            Verdict::Pass
+        );
+        let (v, r) = decide(
+            "succeeded",
+            None,
+            &extracted(319.0, 0),
+            &base(m(340.0, 5), None),
+        );
         assert_eq!((v, r[0].basis.as_str()), (Verdict::Warn, "node-baseline"));
         // 8 % below the fleet: fine; 12 %: warn; too few samples: not compared.
-        assert_eq!(decide("succeeded", None, &extracted(312.8, 0), &base(None, m(340.0, 4))).0, Verdict::Pass);
-        let (v, r) = decide("succeeded", None, &extracted(299.0, 0), &base(None, m(340.0, 4)));
+        assert_eq!(
+            decide(
+                "succeeded",
+                None,
+                &extracted(312.8, 0),
+                &base(None, m(340.0, 4))
+            )
+            .0,
+            Verdict::Pass
+        );
+        let (v, r) = decide(
+            "succeeded",
+            None,
+            &extracted(299.0, 0),
+            &base(None, m(340.0, 4)),
+        );
         assert_eq!((v, r[0].basis.as_str()), (Verdict::Warn, "fleet-median"));
-        assert_eq!(decide("succeeded", None, &extracted(100.0, 0), &base(m(340.0, 2), m(340.0, 2))).0, Verdict::Pass);
+        assert_eq!(
+            decide(
+                "succeeded",
+                None,
+                &extracted(100.0, 0),
+                &base(m(340.0, 2), m(340.0, 2))
+            )
+            .0,
+            Verdict::Pass
+        );
     }
 
     #[test]
@@ -420,24 +536,51 @@ mod tests {
         assert_eq!(v, Verdict::Fail);
         assert!(r[0].message.contains("NCCL error"));
         let (v, r) = decide("succeeded", None, &extracted(340.0, 12), &none);
-        assert_eq!((v, r[0].basis.as_str(), r[0].observed), (Verdict::Fail, "validation", Some(12.0)));
+        assert_eq!(
+            (v, r[0].basis.as_str(), r[0].observed),
+            (Verdict::Fail, "validation", Some(12.0))
+        );
         let (v, r) = decide("succeeded", None, &extracted(340.0, 0), &none);
         assert_eq!((v, r[0].severity), (Verdict::Unknown, Severity::Info));
-        assert_eq!(decide("skipped", Some("no RDMA device"), &extracted(0.0, 0), &none).0, Verdict::Unknown);
+        assert_eq!(
+            decide("skipped", Some("no RDMA device"), &extracted(0.0, 0), &none).0,
+            Verdict::Unknown
+        );
     }
 
     #[test]
     fn latencies_fail_above_the_allowed() {
         let e = Extracted {
             test: "rdma.ib_write_lat".into(),
-            figures: vec![Figure { test: "rdma.ib_write_lat".into(), metric: "time_us".into(), size_bytes: 2, value: 3.0 }],
+            figures: vec![Figure {
+                test: "rdma.ib_write_lat".into(),
+                metric: "time_us".into(),
+                size_bytes: 2,
+                value: 3.0,
+            }],
             wrong: 0,
         };
         let mut x = expect(2.5);
         x.metric = "time_us".into();
-        let (v, r) = decide("succeeded", None, &e, &[Comparisons { expectations: vec![x], baseline: m(2.0, 5), fleet: None }]);
+        let (v, r) = decide(
+            "succeeded",
+            None,
+            &e,
+            &[Comparisons {
+                expectations: vec![x],
+                baseline: m(2.0, 5),
+                fleet: None,
+            }],
+        );
         assert_eq!(v, Verdict::Fail);
-        assert!(r[0].message.contains("above the allowed"), "{}", r[0].message);
-        assert_eq!(r[1].basis, "node-baseline", "50 % slower than its baseline also warns");
+        assert!(
+            r[0].message.contains("above the allowed"),
+            "{}",
+            r[0].message
+        );
+        assert_eq!(
+            r[1].basis, "node-baseline",
+            "50 % slower than its baseline also warns"
+        );
     }
 }

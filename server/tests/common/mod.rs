@@ -12,10 +12,19 @@ pub struct Api {
 
 impl Api {
     pub fn new(server: &TestServer) -> Self {
-        Api { base: server.url.clone(), http: reqwest::Client::new() }
+        Api {
+            base: server.url.clone(),
+            http: reqwest::Client::new(),
+        }
     }
 
-    pub async fn call(&self, method: Method, path: &str, token: Option<&str>, body: Option<Value>) -> (StatusCode, Value) {
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
         let mut req = self.http.request(method, format!("{}{path}", self.base));
         if let Some(t) = token {
             req = req.bearer_auth(t);
@@ -38,15 +47,29 @@ impl Api {
         self.call(Method::POST, path, Some(token), Some(body)).await
     }
 
-    pub async fn raw(&self, method: Method, path: &str, token: Option<&str>, content_type: &str, body: Vec<u8>) -> (StatusCode, Value) {
-        let mut req = self.http.request(method, format!("{}{path}", self.base)).header("content-type", content_type).body(body);
+    pub async fn raw(
+        &self,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+        content_type: &str,
+        body: Vec<u8>,
+    ) -> (StatusCode, Value) {
+        let mut req = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .header("content-type", content_type)
+            .body(body);
         if let Some(t) = token {
             req = req.bearer_auth(t);
         }
         let resp = req.send().await.expect("request");
         let status = resp.status();
         let text = resp.text().await.unwrap();
-        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
     }
 }
 
@@ -60,7 +83,12 @@ pub struct FakeAgent {
 pub async fn enroll(api: &Api, server: &TestServer, hostname: &str) -> FakeAgent {
     let token = server.enrollment_token().await;
     let (status, body) = api
-        .call(Method::POST, "/api/v1/agent/enroll", None, Some(json!({"enroll_token": token, "hostname": hostname, "agent_version": "test"})))
+        .call(
+            Method::POST,
+            "/api/v1/agent/enroll",
+            None,
+            Some(json!({"enroll_token": token, "hostname": hostname, "agent_version": "test"})),
+        )
         .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     FakeAgent {
@@ -87,18 +115,32 @@ pub fn result_body(key: &str, outcome: &str) -> Value {
 
 /// Asserts the `{error, message}` shape and returns the error code.
 pub fn error_code(body: &Value) -> &str {
-    assert!(body["message"].is_string(), "error body without message: {body}");
-    body["error"].as_str().unwrap_or_else(|| panic!("error body without code: {body}"))
+    assert!(
+        body["message"].is_string(),
+        "error body without message: {body}"
+    );
+    body["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("error body without code: {body}"))
 }
 
 /// A component built by scripts/build-plugins.sh.
 pub fn dist(name: &str) -> Vec<u8> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/dist").join(format!("{name}.wasm"));
-    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}; build the plugins first: scripts/build-plugins.sh", path.display()))
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../plugins/dist")
+        .join(format!("{name}.wasm"));
+    std::fs::read(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; build the plugins first: scripts/build-plugins.sh",
+            path.display()
+        )
+    })
 }
 
 /// Facts of a fixture the plugins are tested with.
 pub fn fixture_facts(name: &str) -> Value {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/fixtures").join(format!("{name}.json"));
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../plugins/fixtures")
+        .join(format!("{name}.json"));
     serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap()
 }

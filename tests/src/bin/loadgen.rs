@@ -54,7 +54,10 @@ impl Samples {
 
 /// The machine's 1-minute load average (everything else running skews the figures).
 fn loadavg() -> f64 {
-    std::fs::read_to_string("/proc/loadavg").ok().and_then(|s| s.split_whitespace().next()?.parse().ok()).unwrap_or(f64::NAN)
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(f64::NAN)
 }
 
 fn pct(sorted: &[f64], p: f64) -> f64 {
@@ -76,7 +79,9 @@ async fn main() -> anyhow::Result<()> {
     let db = TestDb::create().await;
     let mut servers = Vec::new();
     for _ in 0..args.replicas.max(1) {
-        servers.push(ServerProcess::start(&db.url, free_port(), ADMIN, args.heartbeat_s as u32).await?);
+        servers.push(
+            ServerProcess::start(&db.url, free_port(), ADMIN, args.heartbeat_s as u32).await?,
+        );
     }
     let clients: Vec<reqwest::Client> = (0..64).map(|_| reqwest::Client::new()).collect();
     let http = &clients[0];
@@ -94,7 +99,11 @@ async fn main() -> anyhow::Result<()> {
     // Enrollment and a first facts upload, 64 at a time.
     let setup = Instant::now();
     let samples = Arc::new(Mutex::new(Samples::default()));
-    let job_every = if args.job_fraction > 0.0 { (1.0 / args.job_fraction).round() as usize } else { usize::MAX };
+    let job_every = if args.job_fraction > 0.0 {
+        (1.0 / args.job_fraction).round() as usize
+    } else {
+        usize::MAX
+    };
     let agents: Vec<Agent> = futures::stream::iter(0..args.agents)
         .map(|i| {
             let client = clients[i % clients.len()].clone();
@@ -131,7 +140,10 @@ async fn main() -> anyhow::Result<()> {
     let setup_s = setup.elapsed().as_secs_f64();
 
     // Jobs for a fraction of the nodes, in runs of at most 1000 nodes.
-    let job_hosts: Vec<String> = (0..args.agents).filter(|i| i % job_every == 0).map(|i| format!("sim-{i:05}")).collect();
+    let job_hosts: Vec<String> = (0..args.agents)
+        .filter(|i| i % job_every == 0)
+        .map(|i| format!("sim-{i:05}"))
+        .collect();
     for chunk in job_hosts.chunks(1000) {
         http.post(format!("{}/api/v1/runs", servers[0].url))
             .bearer_auth(ADMIN)
@@ -143,7 +155,10 @@ async fn main() -> anyhow::Result<()> {
 
     // Steady state: every agent heartbeats once per interval, at a random phase.
     let steady = Arc::new(Mutex::new(Samples::default()));
-    let cpu0: Vec<u64> = servers.iter().map(|s| cpu_ticks(s.pid()).unwrap_or(0)).collect();
+    let cpu0: Vec<u64> = servers
+        .iter()
+        .map(|s| cpu_ticks(s.pid()).unwrap_or(0))
+        .collect();
     let load0 = loadavg();
     let start = Instant::now();
     let end = start + Duration::from_secs(args.duration_s);
@@ -205,7 +220,10 @@ async fn main() -> anyhow::Result<()> {
         for (k, s) in servers.iter().enumerate() {
             rss_peak[k] = rss_peak[k].max(rss_kib(s.pid()).unwrap_or(0));
         }
-        tokio::time::sleep(Duration::from_millis(500).min(end.saturating_duration_since(Instant::now()))).await;
+        tokio::time::sleep(
+            Duration::from_millis(500).min(end.saturating_duration_since(Instant::now())),
+        )
+        .await;
     }
     // Rates and CPU cover exactly the steady state; tasks still finishing their last
     // request after it are not counted against it.
@@ -214,7 +232,9 @@ async fn main() -> anyhow::Result<()> {
     let cpu: Vec<f64> = servers
         .iter()
         .zip(&cpu0)
-        .map(|(s, c0)| (cpu_ticks(s.pid()).unwrap_or(0).saturating_sub(*c0)) as f64 / ticks / elapsed * 100.0)
+        .map(|(s, c0)| {
+            (cpu_ticks(s.pid()).unwrap_or(0).saturating_sub(*c0)) as f64 / ticks / elapsed * 100.0
+        })
         .collect();
     for t in tasks {
         t.await?;
@@ -231,7 +251,15 @@ async fn main() -> anyhow::Result<()> {
     report.insert("requests_per_s".into(), json!(total as f64 / elapsed));
     report.insert("errors".into(), json!(steady.1 + setup_samples.1));
     report.insert("server_cpu_percent".into(), json!(cpu));
-    report.insert("server_rss_peak_mib".into(), json!(rss_peak.iter().map(|k| *k as f64 / 1024.0).collect::<Vec<_>>()));
+    report.insert(
+        "server_rss_peak_mib".into(),
+        json!(
+            rss_peak
+                .iter()
+                .map(|k| *k as f64 / 1024.0)
+                .collect::<Vec<_>>()
+        ),
+    );
     report.insert("setup_s".into(), json!(setup_s));
     // What else ran: the 1-minute load average at the start and the end of the steady state.
     report.insert("loadavg_1m".into(), json!([load0, loadavg()]));
@@ -245,16 +273,46 @@ async fn main() -> anyhow::Result<()> {
     if args.json {
         println!("{}", serde_json::Value::Object(report));
     } else {
-        println!("agents {} · replicas {} · heartbeat every {} s · steady state {:.1} s", args.agents, servers.len(), args.heartbeat_s, elapsed);
-        println!("requests/s {:.0} · errors {} · server CPU {:?} % · server RSS peak {:?} MiB",
-            total as f64 / elapsed, steady.1 + setup_samples.1,
-            cpu.iter().map(|c| (c * 10.0).round() / 10.0).collect::<Vec<_>>(),
-            rss_peak.iter().map(|k| (*k as f64 / 1024.0 * 10.0).round() / 10.0).collect::<Vec<_>>());
-        println!("{:<10} {:>8} {:>9} {:>9} {:>9}", "request", "count", "p50 ms", "p99 ms", "max ms");
+        println!(
+            "agents {} · replicas {} · heartbeat every {} s · steady state {:.1} s",
+            args.agents,
+            servers.len(),
+            args.heartbeat_s,
+            elapsed
+        );
+        println!(
+            "requests/s {:.0} · errors {} · server CPU {:?} % · server RSS peak {:?} MiB",
+            total as f64 / elapsed,
+            steady.1 + setup_samples.1,
+            cpu.iter()
+                .map(|c| (c * 10.0).round() / 10.0)
+                .collect::<Vec<_>>(),
+            rss_peak
+                .iter()
+                .map(|k| (*k as f64 / 1024.0 * 10.0).round() / 10.0)
+                .collect::<Vec<_>>()
+        );
+        println!(
+            "{:<10} {:>8} {:>9} {:>9} {:>9}",
+            "request", "count", "p50 ms", "p99 ms", "max ms"
+        );
         for (kind, v) in &kinds {
-            println!("{:<10} {:>8} {:>9.2} {:>9.2} {:>9.2}", kind, v["count"], v["p50_ms"].as_f64().unwrap(), v["p99_ms"].as_f64().unwrap(), v["max_ms"].as_f64().unwrap());
+            println!(
+                "{:<10} {:>8} {:>9.2} {:>9.2} {:>9.2}",
+                kind,
+                v["count"],
+                v["p50_ms"].as_f64().unwrap(),
+                v["p99_ms"].as_f64().unwrap(),
+                v["max_ms"].as_f64().unwrap()
+            );
         }
-        println!("(setup: {} enrollments + facts in {:.1} s; load average {:.2} -> {:.2})", args.agents, setup_s, load0, loadavg());
+        println!(
+            "(setup: {} enrollments + facts in {:.1} s; load average {:.2} -> {:.2})",
+            args.agents,
+            setup_s,
+            load0,
+            loadavg()
+        );
     }
     drop(servers);
     Ok(())

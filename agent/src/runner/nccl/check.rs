@@ -229,7 +229,11 @@ pub fn fill(buf: &mut [u8], seg: &Segment) {
     while done < dst.len() {
         // Copy a whole number of periods so the phase is kept.
         let n = done.min(dst.len() - done);
-        let n = if n >= PERIOD * es { n / (PERIOD * es) * (PERIOD * es) } else { n };
+        let n = if n >= PERIOD * es {
+            n / (PERIOD * es) * (PERIOD * es)
+        } else {
+            n
+        };
         dst.copy_within(0..n, done);
         done += n;
     }
@@ -288,7 +292,10 @@ pub fn count_wrong(out: &[u8], dtype: Dtype, segs: &[Segment], tol: Option<f64>)
                     })
                 })
                 .collect();
-            handles.into_iter().map(|h| h.join().unwrap_or(u64::MAX)).sum::<u64>()
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or(u64::MAX))
+                .sum::<u64>()
         });
     }
     wrong
@@ -300,7 +307,14 @@ mod tests {
 
     /// The expected output computed the slow way: simulate the collective on host
     /// buffers built element by element from `input_value`.
-    fn simulate(coll: Collective, dtype: Dtype, op: RedOp, n: usize, root: usize, c: &Counts) -> Vec<Vec<u8>> {
+    fn simulate(
+        coll: Collective,
+        dtype: Dtype,
+        op: RedOp,
+        n: usize,
+        root: usize,
+        c: &Counts,
+    ) -> Vec<Vec<u8>> {
         let chunk = c.param;
         let inp = |q: usize, k: usize| input_value(op, q, k);
         (0..n)
@@ -309,15 +323,27 @@ mod tests {
                     Collective::AllReduce | Collective::Reduce => (0..c.recv)
                         .map(|k| reduce(op, dtype, &(0..n).map(|q| inp(q, k)).collect::<Vec<_>>()))
                         .collect(),
-                    Collective::Broadcast => (0..c.recv).map(|k| Value::Int(inp(root, k) as i128)).collect(),
-                    Collective::AllGather => (0..c.recv).map(|j| Value::Int(inp(j / chunk, j % chunk) as i128)).collect(),
+                    Collective::Broadcast => (0..c.recv)
+                        .map(|k| Value::Int(inp(root, k) as i128))
+                        .collect(),
+                    Collective::AllGather => (0..c.recv)
+                        .map(|j| Value::Int(inp(j / chunk, j % chunk) as i128))
+                        .collect(),
                     Collective::ReduceScatter => (0..chunk)
-                        .map(|i| reduce(op, dtype, &(0..n).map(|q| inp(q, r * chunk + i)).collect::<Vec<_>>()))
+                        .map(|i| {
+                            reduce(
+                                op,
+                                dtype,
+                                &(0..n).map(|q| inp(q, r * chunk + i)).collect::<Vec<_>>(),
+                            )
+                        })
                         .collect(),
                     Collective::AllToAll => (0..c.recv)
                         .map(|j| Value::Int(inp(j / chunk, r * chunk + j % chunk) as i128))
                         .collect(),
-                    Collective::SendRecv => (0..c.recv).map(|k| Value::Int(inp((r + n - 1) % n, k) as i128)).collect(),
+                    Collective::SendRecv => (0..c.recv)
+                        .map(|k| Value::Int(inp((r + n - 1) % n, k) as i128))
+                        .collect(),
                 };
                 vals.into_iter().flat_map(|v| encode(dtype, v)).collect()
             })
@@ -328,7 +354,13 @@ mod tests {
     #[allow(clippy::needless_range_loop)]
     fn segments_agree_with_a_simulation_of_every_collective() {
         for coll in Collective::ALL {
-            for dtype in [Dtype::Float, Dtype::Int8, Dtype::Half, Dtype::Bfloat16, Dtype::Uint64] {
+            for dtype in [
+                Dtype::Float,
+                Dtype::Int8,
+                Dtype::Half,
+                Dtype::Bfloat16,
+                Dtype::Uint64,
+            ] {
                 for op in RedOp::ALL {
                     for n in [1, 2, 3, 8] {
                         let c = coll.counts(1000 * dtype.size() as u64, dtype.size(), n);
@@ -371,7 +403,12 @@ mod tests {
 
     #[test]
     fn fill_keeps_the_phase_over_large_buffers() {
-        let seg = Segment { start: 3, len: 10_007, offset: 5, table: input_table(Dtype::Int32, RedOp::Sum, 1) };
+        let seg = Segment {
+            start: 3,
+            len: 10_007,
+            offset: 5,
+            table: input_table(Dtype::Int32, RedOp::Sum, 1),
+        };
         let mut buf = vec![0u8; (3 + 10_007) * 4];
         fill(&mut buf, &seg);
         assert_eq!(&buf[..12], &[0u8; 12]);
@@ -383,15 +420,30 @@ mod tests {
 
     #[test]
     fn reductions_wrap_and_round_like_the_device() {
-        assert_eq!(reduce(RedOp::Sum, Dtype::Int8, &[100, 100]), Value::Int(200));
+        assert_eq!(
+            reduce(RedOp::Sum, Dtype::Int8, &[100, 100]),
+            Value::Int(200)
+        );
         assert_eq!(encode(Dtype::Int8, Value::Int(200)), vec![200u8]); // -56 as i8
-        assert_eq!(encode(Dtype::Uint8, reduce(RedOp::Prod, Dtype::Uint8, &[2; 9])), vec![0]);
+        assert_eq!(
+            encode(Dtype::Uint8, reduce(RedOp::Prod, Dtype::Uint8, &[2; 9])),
+            vec![0]
+        );
         assert_eq!(reduce(RedOp::Avg, Dtype::Int32, &[1, 2]), Value::Int(1));
         assert_eq!(reduce(RedOp::Avg, Dtype::Float, &[1, 2]), Value::Float(1.5));
-        assert_eq!(reduce(RedOp::Max, Dtype::Half, &[3, 7, 1]), Value::Float(7.0));
+        assert_eq!(
+            reduce(RedOp::Max, Dtype::Half, &[3, 7, 1]),
+            Value::Float(7.0)
+        );
         assert_eq!(reduce(RedOp::Min, Dtype::Uint32, &[3, 7, 1]), Value::Int(1));
-        assert_eq!(decode(Dtype::Bfloat16, &encode(Dtype::Bfloat16, Value::Float(2.5))), 2.5);
-        assert_eq!(decode(Dtype::Half, &encode(Dtype::Half, Value::Float(1e6))), f64::INFINITY);
+        assert_eq!(
+            decode(Dtype::Bfloat16, &encode(Dtype::Bfloat16, Value::Float(2.5))),
+            2.5
+        );
+        assert_eq!(
+            decode(Dtype::Half, &encode(Dtype::Half, Value::Float(1e6))),
+            f64::INFINITY
+        );
     }
 
     #[test]

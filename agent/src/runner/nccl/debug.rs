@@ -27,10 +27,7 @@ pub fn parse(log: &str) -> DebugSummary {
     let mut s = DebugSummary::default();
     let mut channels = BTreeSet::new();
     for line in log.lines() {
-        let Some(msg) = line
-            .split_once(" NCCL INFO ")
-            .map(|(_, m)| m.trim())
-        else {
+        let Some(msg) = line.split_once(" NCCL INFO ").map(|(_, m)| m.trim()) else {
             if let Some((_, w)) = line.split_once(" NCCL WARN ")
                 && s.warnings.len() < 20
             {

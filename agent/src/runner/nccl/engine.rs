@@ -27,11 +27,17 @@ pub enum EngineError {
 }
 
 fn cuda<T>(what: impl Into<String>, r: Result<T, cu::DriverError>) -> Result<T, EngineError> {
-    r.map_err(|err| EngineError::Cuda { what: what.into(), err })
+    r.map_err(|err| EngineError::Cuda {
+        what: what.into(),
+        err,
+    })
 }
 
 fn nccl<T>(what: impl Into<String>, r: Result<T, nc::NcclError>) -> Result<T, EngineError> {
-    r.map_err(|err| EngineError::Nccl { what: what.into(), err })
+    r.map_err(|err| EngineError::Nccl {
+        what: what.into(),
+        err,
+    })
 }
 
 /// The ranks this process drives: local devices `devices`, global ranks
@@ -84,7 +90,11 @@ pub fn new_unique_id() -> Result<[u8; 128], EngineError> {
 impl Engine {
     /// Creates the communicators and allocates `capacity` bytes per buffer per rank.
     /// `unique_id` is needed when other processes hold ranks too.
-    pub fn new(topo: &Topology, unique_id: Option<[u8; 128]>, capacity: usize) -> Result<Engine, EngineError> {
+    pub fn new(
+        topo: &Topology,
+        unique_id: Option<[u8; 128]>,
+        capacity: usize,
+    ) -> Result<Engine, EngineError> {
         cuda("cuInit", cu::init())?;
         let count = cuda("cuDeviceGetCount", cu::device::get_count())? as usize;
         if let Some(bad) = topo.devices.iter().find(|&&d| d >= count) {
@@ -98,11 +108,18 @@ impl Engine {
             // SAFETY: we never use cudarc's tracked slices, only raw pointers.
             unsafe { ctx.disable_event_tracking() };
             cuda("bind context", ctx.bind_to_thread())?;
-            let stream = cuda("stream", cu::stream::create(cu::stream::StreamKind::NonBlocking))?;
+            let stream = cuda(
+                "stream",
+                cu::stream::create(cu::stream::StreamKind::NonBlocking),
+            )?;
             let bytes = capacity.max(1);
             // SAFETY: plain allocations on the bound context, freed in Drop.
-            let send = cuda(format!("allocating {bytes} B on GPU {dev}"), unsafe { cu::malloc_sync(bytes) })?;
-            let recv = cuda(format!("allocating {bytes} B on GPU {dev}"), unsafe { cu::malloc_sync(bytes) })?;
+            let send = cuda(format!("allocating {bytes} B on GPU {dev}"), unsafe {
+                cu::malloc_sync(bytes)
+            })?;
+            let recv = cuda(format!("allocating {bytes} B on GPU {dev}"), unsafe {
+                cu::malloc_sync(bytes)
+            })?;
             ranks.push(Rank {
                 ctx,
                 stream,
@@ -127,19 +144,26 @@ impl Engine {
             let raw = unique_id.ok_or_else(|| {
                 EngineError::Setup("ranks in several processes need an NCCL unique id".into())
             })?;
-            let id = ncsys::ncclUniqueId { internal: raw.map(|b| b as std::ffi::c_char) };
+            let id = ncsys::ncclUniqueId {
+                internal: raw.map(|b| b as std::ffi::c_char),
+            };
             nccl("ncclGroupStart", nc::group_start())?;
             for r in ranks.iter_mut() {
                 cuda("bind context", r.ctx.bind_to_thread())?;
                 let mut comm = std::ptr::null_mut();
                 // SAFETY: comm is a valid out-pointer; the id is the one rank 0 created.
-                let res = unsafe { nc::comm_init_rank(&mut comm, topo.nranks as i32, id, r.rank as i32) };
+                let res =
+                    unsafe { nc::comm_init_rank(&mut comm, topo.nranks as i32, id, r.rank as i32) };
                 nccl(format!("ncclCommInitRank (rank {})", r.rank), res)?;
                 r.comm = comm;
             }
             nccl("ncclGroupEnd (init)", nc::group_end())?;
         }
-        Ok(Engine { ranks, nranks: topo.nranks, capacity })
+        Ok(Engine {
+            ranks,
+            nranks: topo.nranks,
+            capacity,
+        })
     }
 
     pub fn capacity(&self) -> usize {
@@ -147,7 +171,15 @@ impl Engine {
     }
 
     /// Issues one collective on every local rank (grouped when there are several).
-    fn launch(&self, coll: Collective, dtype: Dtype, op: RedOp, root: usize, c: &Counts, in_place: bool) -> Result<(), EngineError> {
+    fn launch(
+        &self,
+        coll: Collective,
+        dtype: Dtype,
+        op: RedOp,
+        root: usize,
+        c: &Counts,
+        in_place: bool,
+    ) -> Result<(), EngineError> {
         let grouped = self.ranks.len() > 1;
         if grouped {
             nccl("ncclGroupStart", nc::group_start())?;
@@ -162,7 +194,16 @@ impl Engine {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn launch_one(&self, r: &Rank, coll: Collective, dtype: Dtype, op: RedOp, root: usize, c: &Counts, in_place: bool) -> Result<(), EngineError> {
+    fn launch_one(
+        &self,
+        r: &Rank,
+        coll: Collective,
+        dtype: Dtype,
+        op: RedOp,
+        root: usize,
+        c: &Counts,
+        in_place: bool,
+    ) -> Result<(), EngineError> {
         let es = dtype.size() as u64;
         let dt = nccl_dtype(dtype);
         let rop = nccl_op(op);
@@ -184,15 +225,41 @@ impl Engine {
             match coll {
                 Collective::AllReduce => nc::all_reduce(sp, rp, c.param, dt, rop, r.comm, stream),
                 Collective::AllGather => nc::all_gather(sp, rp, c.param, dt, r.comm, stream),
-                Collective::ReduceScatter => nc::reduce_scatter(sp, rp, c.param, dt, rop, r.comm, stream),
-                Collective::Broadcast => nc::broadcast(sp, rp, c.param, dt, root as i32, r.comm, stream),
-                Collective::Reduce => nc::reduce(sp, rp, c.param, dt, rop, root as i32, r.comm, stream),
+                Collective::ReduceScatter => {
+                    nc::reduce_scatter(sp, rp, c.param, dt, rop, r.comm, stream)
+                }
+                Collective::Broadcast => {
+                    nc::broadcast(sp, rp, c.param, dt, root as i32, r.comm, stream)
+                }
+                Collective::Reduce => {
+                    nc::reduce(sp, rp, c.param, dt, rop, root as i32, r.comm, stream)
+                }
                 Collective::AllToAll => {
                     nccl("ncclGroupStart", nc::group_start())?;
                     for p in 0..n {
                         let off = p as u64 * c.param as u64 * es;
-                        nccl("ncclSend", nc::send((send + off) as *const c_void, c.param, dt, p as i32, r.comm, stream))?;
-                        nccl("ncclRecv", nc::recv((recv + off) as *mut c_void, c.param, dt, p as i32, r.comm, stream))?;
+                        nccl(
+                            "ncclSend",
+                            nc::send(
+                                (send + off) as *const c_void,
+                                c.param,
+                                dt,
+                                p as i32,
+                                r.comm,
+                                stream,
+                            ),
+                        )?;
+                        nccl(
+                            "ncclRecv",
+                            nc::recv(
+                                (recv + off) as *mut c_void,
+                                c.param,
+                                dt,
+                                p as i32,
+                                r.comm,
+                                stream,
+                            ),
+                        )?;
                     }
                     nc::group_end()
                 }
@@ -212,18 +279,32 @@ impl Engine {
     fn sync(&self) -> Result<(), EngineError> {
         for r in &self.ranks {
             // SAFETY: the stream is ours and alive.
-            cuda("cuStreamSynchronize", unsafe { cu::stream::synchronize(r.stream) })?;
+            cuda("cuStreamSynchronize", unsafe {
+                cu::stream::synchronize(r.stream)
+            })?;
         }
         Ok(())
     }
 
     /// Warm-up, timed loop, then (when `check`) one validated run on fresh data.
     #[allow(clippy::too_many_arguments)]
-    pub fn measure(&self, coll: Collective, dtype: Dtype, op: RedOp, root: usize, c: &Counts, in_place: bool, warmup: u64, iters: u64, check: bool) -> Result<Timing, EngineError> {
+    pub fn measure(
+        &self,
+        coll: Collective,
+        dtype: Dtype,
+        op: RedOp,
+        root: usize,
+        c: &Counts,
+        in_place: bool,
+        warmup: u64,
+        iters: u64,
+        check: bool,
+    ) -> Result<Timing, EngineError> {
         let es = dtype.size();
         if c.send.max(c.recv) * es > self.capacity {
             return Err(EngineError::Setup(format!(
-                "{} B does not fit the {} B buffers", c.bytes, self.capacity
+                "{} B does not fit the {} B buffers",
+                c.bytes, self.capacity
             )));
         }
         for _ in 0..warmup {
@@ -244,7 +325,15 @@ impl Engine {
         Ok(Timing { time_us, wrong })
     }
 
-    fn validate(&self, coll: Collective, dtype: Dtype, op: RedOp, root: usize, c: &Counts, in_place: bool) -> Result<u64, EngineError> {
+    fn validate(
+        &self,
+        coll: Collective,
+        dtype: Dtype,
+        op: RedOp,
+        root: usize,
+        c: &Counts,
+        in_place: bool,
+    ) -> Result<u64, EngineError> {
         let es = dtype.size();
         let total = c.send.max(c.recv) * es;
         for r in &self.ranks {
@@ -284,7 +373,9 @@ impl Engine {
                 from += r.rank as u64 * c.param as u64 * es as u64;
             }
             // SAFETY: reading within the buffer after the stream was synchronized.
-            cuda("cuMemcpyDtoH", unsafe { cu::memcpy_dtoh_sync(&mut out, from) })?;
+            cuda("cuMemcpyDtoH", unsafe {
+                cu::memcpy_dtoh_sync(&mut out, from)
+            })?;
             wrong += check::count_wrong(&out, dtype, &segs, check::tolerance(dtype, op));
         }
         Ok(wrong)

@@ -33,7 +33,8 @@ pub fn probe() -> Probe {
     // SAFETY: is_culib_present only tries dlopen on candidate names.
     if !unsafe { cudarc::driver::sys::is_culib_present() } {
         return Probe::Unavailable(
-            "no CUDA driver: libcuda.so.1 cannot be loaded (is the NVIDIA driver installed?)".into(),
+            "no CUDA driver: libcuda.so.1 cannot be loaded (is the NVIDIA driver installed?)"
+                .into(),
         );
     }
     if let Err(e) = cudarc::driver::result::init() {
@@ -93,8 +94,8 @@ fn locate(name: &str) -> Result<PathBuf, String> {
     // SAFETY: loading NCCL runs no code of ours; its initialisers are benign.
     let lib = unsafe { libloading::Library::new(name) }.map_err(|e| e.to_string())?;
     // SAFETY: only the address is used.
-    let sym: libloading::Symbol<'_, *const ()> =
-        unsafe { lib.get(b"ncclGetVersion\0") }.map_err(|e| format!("{name} has no ncclGetVersion: {e}"))?;
+    let sym: libloading::Symbol<'_, *const ()> = unsafe { lib.get(b"ncclGetVersion\0") }
+        .map_err(|e| format!("{name} has no ncclGetVersion: {e}"))?;
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     // SAFETY: dladdr fills `info` for an address inside a loaded object.
     let ok = unsafe { libc::dladdr(*sym as *const libc::c_void, &mut info) };
@@ -166,7 +167,10 @@ mod tests {
     fn a_missing_override_is_reported_with_its_path() {
         match probe_nccl(Some("/nonexistent/libnccl.so.2".into()), false) {
             Probe::Unavailable(why) => {
-                assert!(why.contains("HEDDLE_NCCL_LIBRARY=/nonexistent/libnccl.so.2"), "{why}")
+                assert!(
+                    why.contains("HEDDLE_NCCL_LIBRARY=/nonexistent/libnccl.so.2"),
+                    "{why}"
+                )
             }
             other => panic!("{other:?}"),
         }

@@ -56,7 +56,12 @@ impl Default for Params {
             dtype: Dtype::Float,
             redop: RedOp::Sum,
             root: 0,
-            sweep: Sweep { min_bytes: 8, max_bytes: 128 << 20, factor: 2, step_bytes: None },
+            sweep: Sweep {
+                min_bytes: 8,
+                max_bytes: 128 << 20,
+                factor: 2,
+                step_bytes: None,
+            },
             warmup: 5,
             iters: 20,
             gpus: 1,
@@ -65,11 +70,16 @@ impl Default for Params {
     }
 }
 
-fn param_str<T: std::str::FromStr<Err = String>>(p: &Value, name: &str) -> Result<Option<T>, RunError> {
+fn param_str<T: std::str::FromStr<Err = String>>(
+    p: &Value,
+    name: &str,
+) -> Result<Option<T>, RunError> {
     match p.get(name) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => s.parse().map(Some).map_err(RunError::Params),
-        Some(v) => Err(RunError::Params(format!("{name} must be a string, got {v}"))),
+        Some(v) => Err(RunError::Params(format!(
+            "{name} must be a string, got {v}"
+        ))),
     }
 }
 
@@ -79,7 +89,11 @@ impl Params {
         let check = match p.get("check") {
             None | Some(Value::Null) => d.check,
             Some(Value::Bool(b)) => *b,
-            Some(v) => return Err(RunError::Params(format!("check must be a boolean, got {v}"))),
+            Some(v) => {
+                return Err(RunError::Params(format!(
+                    "check must be a boolean, got {v}"
+                )));
+            }
         };
         let params = Params {
             coll: param_str(p, "op")?.unwrap_or(d.coll),
@@ -110,10 +124,16 @@ impl Params {
             ));
         }
         if self.iters == 0 || self.iters > MAX_ITERS {
-            return Err(format!("iters must be in 1..={MAX_ITERS}, got {}", self.iters));
+            return Err(format!(
+                "iters must be in 1..={MAX_ITERS}, got {}",
+                self.iters
+            ));
         }
         if self.warmup > MAX_ITERS {
-            return Err(format!("warmup must be at most {MAX_ITERS}, got {}", self.warmup));
+            return Err(format!(
+                "warmup must be at most {MAX_ITERS}, got {}",
+                self.warmup
+            ));
         }
         if self.gpus == 0 || self.gpus > 64 {
             return Err(format!("gpus must be in 1..=64, got {}", self.gpus));
@@ -148,7 +168,13 @@ pub struct Placement {
     pub rendezvous: Option<Rendezvous>,
 }
 
-pub fn row(p: &Params, c: &spec::Counts, nranks: usize, in_place: bool, t: engine::Timing) -> ResultRow {
+pub fn row(
+    p: &Params,
+    c: &spec::Counts,
+    nranks: usize,
+    in_place: bool,
+    t: engine::Timing,
+) -> ResultRow {
     let (algbw, busbw) = spec::bandwidths(p.coll, c.bytes, t.time_us, nranks);
     ResultRow {
         size_bytes: c.bytes as i64,
@@ -176,7 +202,9 @@ pub fn prepare_debug_log() -> Option<(PathBuf, bool)> {
     if let Some(path) = std::env::var_os("NCCL_DEBUG_FILE") {
         // Ours from a parent process (the shim re-run), or the user's: read, keep.
         let path = PathBuf::from(path);
-        let ours = path.file_name().is_some_and(|n| n.to_string_lossy().starts_with("heddle-nccl-debug-"));
+        let ours = path
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("heddle-nccl-debug-"));
         return (!path.to_string_lossy().contains('%')).then_some((path, ours));
     }
     let path = std::env::temp_dir().join(format!(
@@ -204,7 +232,10 @@ pub fn execute(
     let topo = &place.topology;
     let nranks = topo.nranks;
     if p.root >= nranks {
-        return Err(RunError::Params(format!("root {} is not a rank (0..{nranks})", p.root)));
+        return Err(RunError::Params(format!(
+            "root {} is not a rank (0..{nranks})",
+            p.root
+        )));
     }
     let plan = p.plan(nranks);
     if plan.is_empty() {
@@ -213,24 +244,47 @@ pub fn execute(
         )));
     }
     let es = p.dtype.size();
-    let capacity = plan.iter().map(|c| c.send.max(c.recv) * es).max().unwrap_or(0);
-    let fail = |e: engine::EngineError| RunError::Failed { code: 1, message: e.to_string() };
+    let capacity = plan
+        .iter()
+        .map(|c| c.send.max(c.recv) * es)
+        .max()
+        .unwrap_or(0);
+    let fail = |e: engine::EngineError| RunError::Failed {
+        code: 1,
+        message: e.to_string(),
+    };
     let version = engine::nccl_version().map_err(fail)?;
     let uid = match &place.rendezvous {
         None => None,
         Some(rv) => {
             let root = topo.first_rank == 0;
-            let own = if root { Some(engine::new_unique_id().map_err(fail)?) } else { None };
-            Some(rv.exchange(root, own, RENDEZVOUS_WAIT).map_err(|m| RunError::Failed { code: 1, message: m })?)
+            let own = if root {
+                Some(engine::new_unique_id().map_err(fail)?)
+            } else {
+                None
+            };
+            Some(
+                rv.exchange(root, own, RENDEZVOUS_WAIT)
+                    .map_err(|m| RunError::Failed {
+                        code: 1,
+                        message: m,
+                    })?,
+            )
         }
     };
     let engine = Engine::new(topo, uid, capacity).map_err(fail)?;
-    let modes: &[bool] = if p.has_in_place() { &[false, true] } else { &[false] };
+    let modes: &[bool] = if p.has_in_place() {
+        &[false, true]
+    } else {
+        &[false]
+    };
     let mut rows = Vec::new();
     for (i, c) in plan.iter().enumerate() {
         for &in_place in modes {
             let t = engine
-                .measure(p.coll, p.dtype, p.redop, p.root, c, in_place, p.warmup, p.iters, p.check)
+                .measure(
+                    p.coll, p.dtype, p.redop, p.root, c, in_place, p.warmup, p.iters, p.check,
+                )
                 .map_err(fail)?;
             let r = row(p, c, nranks, in_place, t);
             on_row(&r, i, plan.len()).map_err(RunError::Io)?;
@@ -254,8 +308,14 @@ pub fn execute(
     let wrong: i64 = rows.iter().filter_map(|r| r.wrong).sum();
     s.insert("wrong".into(), wrong.into());
     let busbw: Vec<f64> = rows.iter().filter_map(|r| r.busbw_gbs).collect();
-    s.insert("avg_busbw_gbs".into(), (busbw.iter().sum::<f64>() / busbw.len().max(1) as f64).into());
-    s.insert("peak_busbw_gbs".into(), busbw.iter().cloned().fold(0.0, f64::max).into());
+    s.insert(
+        "avg_busbw_gbs".into(),
+        (busbw.iter().sum::<f64>() / busbw.len().max(1) as f64).into(),
+    );
+    s.insert(
+        "peak_busbw_gbs".into(),
+        busbw.iter().cloned().fold(0.0, f64::max).into(),
+    );
     let keys: Vec<String> = std::env::vars()
         .filter(|(k, _)| k.starts_with("NCCL_") && k != "NCCL_DEBUG_FILE")
         .map(|(k, v)| format!("{k}={v}"))
@@ -296,7 +356,9 @@ pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
     let log = prepare_debug_log();
     match loader::probe() {
         loader::Probe::Ready => {}
-        loader::Probe::Unavailable(why) => return Err(RunError::Skip(format!("NCCL unavailable: {why}"))),
+        loader::Probe::Unavailable(why) => {
+            return Err(RunError::Skip(format!("NCCL unavailable: {why}")));
+        }
         loader::Probe::NeedsShim { dir, .. } => {
             // The re-run child reads the same input and writes the events itself.
             let raw = serde_json::to_vec(input).expect("child input serializes");
@@ -330,7 +392,12 @@ pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
         out.row(r.clone())?;
         out.progress(
             Some((i + 1) as f64 / n as f64),
-            format!("{} {} B: busbw {:.2} GB/s", params.coll, r.size_bytes, r.busbw_gbs.unwrap_or(0.0)),
+            format!(
+                "{} {} B: busbw {:.2} GB/s",
+                params.coll,
+                r.size_bytes,
+                r.busbw_gbs.unwrap_or(0.0)
+            ),
         )
     };
     let mut summary = execute(&params, &place, &mut on_row)?;
@@ -352,7 +419,16 @@ mod tests {
             "max_bytes": 1 << 30, "factor": 4, "warmup": 1, "iters": 3, "gpus": 8, "check": false
         }))
         .unwrap();
-        assert_eq!((p.coll, p.dtype, p.redop, p.gpus, p.check), (Collective::ReduceScatter, Dtype::Bfloat16, RedOp::Max, 8, false));
+        assert_eq!(
+            (p.coll, p.dtype, p.redop, p.gpus, p.check),
+            (
+                Collective::ReduceScatter,
+                Dtype::Bfloat16,
+                RedOp::Max,
+                8,
+                false
+            )
+        );
         assert_eq!(p.sweep.sizes().len(), 11);
         for bad in [
             json!({"op": "gossip"}),
@@ -365,7 +441,10 @@ mod tests {
             json!({"check": "yes"}),
             json!({"factor": 1}),
         ] {
-            assert!(matches!(Params::from_json(&bad), Err(RunError::Params(_))), "{bad}");
+            assert!(
+                matches!(Params::from_json(&bad), Err(RunError::Params(_))),
+                "{bad}"
+            );
         }
     }
 
@@ -373,23 +452,51 @@ mod tests {
     fn plan_drops_sizes_that_round_to_nothing_or_repeat() {
         let p = Params {
             coll: Collective::AllGather,
-            sweep: Sweep { min_bytes: 8, max_bytes: 256, factor: 2, step_bytes: None },
+            sweep: Sweep {
+                min_bytes: 8,
+                max_bytes: 256,
+                factor: 2,
+                step_bytes: None,
+            },
             ..Params::default()
         };
         // 8 ranks × 16-byte chunks: nothing below 128 B moves.
         let sizes: Vec<u64> = p.plan(8).iter().map(|c| c.bytes).collect();
         assert_eq!(sizes, vec![128, 256]);
-        let p = Params { coll: Collective::AllReduce, ..p };
+        let p = Params {
+            coll: Collective::AllReduce,
+            ..p
+        };
         assert_eq!(p.plan(8).len(), 6);
         assert!(p.has_in_place());
-        assert!(!Params { coll: Collective::AllToAll, ..p }.has_in_place());
+        assert!(
+            !Params {
+                coll: Collective::AllToAll,
+                ..p
+            }
+            .has_in_place()
+        );
     }
 
     #[test]
     fn rows_carry_the_nccl_tests_columns() {
-        let p = Params { coll: Collective::Broadcast, root: 1, dtype: Dtype::Half, ..Params::default() };
+        let p = Params {
+            coll: Collective::Broadcast,
+            root: 1,
+            dtype: Dtype::Half,
+            ..Params::default()
+        };
         let c = p.coll.counts(1 << 20, 2, 4);
-        let r = row(&p, &c, 4, true, engine::Timing { time_us: 100.0, wrong: Some(0) });
+        let r = row(
+            &p,
+            &c,
+            4,
+            true,
+            engine::Timing {
+                time_us: 100.0,
+                wrong: Some(0),
+            },
+        );
         assert_eq!(r.size_bytes, 1 << 20);
         assert_eq!(r.count, Some(1 << 19));
         assert_eq!(r.root, Some(1));

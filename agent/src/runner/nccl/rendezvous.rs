@@ -19,7 +19,11 @@ pub enum Rendezvous {
     /// A file on a filesystem both processes see; use a fresh path per run, since a stale
     /// file would hand the others an old id.
     File(PathBuf),
-    Server { servers: Vec<String>, credential: String, run_id: Uuid },
+    Server {
+        servers: Vec<String>,
+        credential: String,
+        run_id: Uuid,
+    },
 }
 
 impl Rendezvous {
@@ -32,11 +36,20 @@ impl Rendezvous {
             .filter(|s| !s.is_empty())
             .collect();
         let credential = std::env::var(CREDENTIAL_ENV).ok()?;
-        (!servers.is_empty()).then_some(Rendezvous::Server { servers, credential, run_id })
+        (!servers.is_empty()).then_some(Rendezvous::Server {
+            servers,
+            credential,
+            run_id,
+        })
     }
 
     /// Rank 0 publishes `id`; everyone gets the id back.
-    pub fn exchange(&self, is_root: bool, id: Option<[u8; 128]>, wait: Duration) -> Result<[u8; 128], String> {
+    pub fn exchange(
+        &self,
+        is_root: bool,
+        id: Option<[u8; 128]>,
+        wait: Duration,
+    ) -> Result<[u8; 128], String> {
         let blob = self.exchange_named(NAME, is_root, id.map(|i| i.to_vec()), wait)?;
         blob.as_slice()
             .try_into()
@@ -45,7 +58,13 @@ impl Rendezvous {
 
     /// Rank 0 publishes `blob` under `name`; everyone gets it back. (For a file
     /// rendezvous, `name` is ignored: the file is the name.)
-    pub fn exchange_named(&self, name: &str, is_root: bool, blob: Option<Vec<u8>>, wait: Duration) -> Result<Vec<u8>, String> {
+    pub fn exchange_named(
+        &self,
+        name: &str,
+        is_root: bool,
+        blob: Option<Vec<u8>>,
+        wait: Duration,
+    ) -> Result<Vec<u8>, String> {
         match (is_root, blob) {
             (true, Some(blob)) => {
                 self.put(name, &blob)?;
@@ -61,10 +80,16 @@ impl Rendezvous {
             Rendezvous::File(path) => {
                 let tmp = path.with_extension(format!("tmp{}", std::process::id()));
                 let text = base64::engine::general_purpose::STANDARD.encode(id);
-                std::fs::write(&tmp, text).map_err(|e| format!("writing {}: {e}", tmp.display()))?;
-                std::fs::rename(&tmp, path).map_err(|e| format!("publishing {}: {e}", path.display()))
+                std::fs::write(&tmp, text)
+                    .map_err(|e| format!("writing {}: {e}", tmp.display()))?;
+                std::fs::rename(&tmp, path)
+                    .map_err(|e| format!("publishing {}: {e}", path.display()))
             }
-            Rendezvous::Server { servers, credential, run_id } => {
+            Rendezvous::Server {
+                servers,
+                credential,
+                run_id,
+            } => {
                 let client = client(servers, credential)?;
                 runtime()?
                     .block_on(client.rendezvous_put(*run_id, name, id))
@@ -89,7 +114,11 @@ impl Rendezvous {
                     std::thread::sleep(Duration::from_millis(50));
                 }
             }
-            Rendezvous::Server { servers, credential, run_id } => {
+            Rendezvous::Server {
+                servers,
+                credential,
+                run_id,
+            } => {
                 let client = client(servers, credential)?;
                 runtime()?
                     .block_on(client.rendezvous_get(*run_id, name, wait))
@@ -136,10 +165,14 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let path = tmp.path().join("uid");
         let rv = Rendezvous::File(path.clone());
-        let err = rv.exchange(false, None, Duration::from_millis(100)).unwrap_err();
+        let err = rv
+            .exchange(false, None, Duration::from_millis(100))
+            .unwrap_err();
         assert!(err.contains("no NCCL id"), "{err}");
         std::fs::write(&path, "aGVsbG8=").unwrap();
-        let err = rv.exchange(false, None, Duration::from_millis(100)).unwrap_err();
+        let err = rv
+            .exchange(false, None, Duration::from_millis(100))
+            .unwrap_err();
         assert!(err.contains("5 bytes"), "{err}");
     }
 }

@@ -339,7 +339,11 @@ mod tests {
         assert_eq!(Collective::AllGather.bus_factor(4), 0.75);
         assert_eq!(Collective::ReduceScatter.bus_factor(8), 0.875);
         assert_eq!(Collective::AllToAll.bus_factor(2), 0.5);
-        for c in [Collective::Broadcast, Collective::Reduce, Collective::SendRecv] {
+        for c in [
+            Collective::Broadcast,
+            Collective::Reduce,
+            Collective::SendRecv,
+        ] {
             assert_eq!(c.bus_factor(16), 1.0);
         }
         assert_eq!(Collective::AllReduce.bus_factor(1), 0.0);
@@ -349,7 +353,10 @@ mod tests {
     fn counts_match_nccl_tests() {
         // all_reduce: the whole buffer on every rank.
         let c = Collective::AllReduce.counts(1 << 20, 4, 8);
-        assert_eq!((c.send, c.recv, c.param, c.bytes), (262144, 262144, 262144, 1 << 20));
+        assert_eq!(
+            (c.send, c.recv, c.param, c.bytes),
+            (262144, 262144, 262144, 1 << 20)
+        );
         // all_gather of 8 floats over 2 ranks: 4 per rank, aligned to 16 bytes.
         let c = Collective::AllGather.counts(32, 4, 2);
         assert_eq!((c.send, c.recv, c.param, c.bytes), (4, 8, 4, 32));
@@ -367,22 +374,87 @@ mod tests {
 
     #[test]
     fn sweeps() {
-        let s = Sweep { min_bytes: 8, max_bytes: 8 << 30, factor: 2, step_bytes: None };
+        let s = Sweep {
+            min_bytes: 8,
+            max_bytes: 8 << 30,
+            factor: 2,
+            step_bytes: None,
+        };
         let sizes = s.sizes();
         assert_eq!(sizes.len(), 31);
         assert_eq!(sizes[0], 8);
         assert_eq!(*sizes.last().unwrap(), 8 << 30);
-        let s = Sweep { min_bytes: 1000, max_bytes: 3500, factor: 2, step_bytes: Some(1000) };
+        let s = Sweep {
+            min_bytes: 1000,
+            max_bytes: 3500,
+            factor: 2,
+            step_bytes: Some(1000),
+        };
         assert_eq!(s.sizes(), vec![1000, 2000, 3000]);
-        let s = Sweep { min_bytes: 3, max_bytes: 100, factor: 10, step_bytes: None };
+        let s = Sweep {
+            min_bytes: 3,
+            max_bytes: 100,
+            factor: 10,
+            step_bytes: None,
+        };
         assert_eq!(s.sizes(), vec![3, 30]);
-        assert!(Sweep { min_bytes: 0, max_bytes: 1, factor: 2, step_bytes: None }.validate().is_err());
-        assert!(Sweep { min_bytes: 9, max_bytes: 8, factor: 2, step_bytes: None }.validate().is_err());
-        assert!(Sweep { min_bytes: 1, max_bytes: 8, factor: 1, step_bytes: None }.validate().is_err());
-        assert!(Sweep { min_bytes: 1, max_bytes: 8, factor: 1, step_bytes: Some(0) }.validate().is_err());
-        assert!(Sweep { min_bytes: 1, max_bytes: 8, factor: 1, step_bytes: Some(2) }.validate().is_ok());
+        assert!(
+            Sweep {
+                min_bytes: 0,
+                max_bytes: 1,
+                factor: 2,
+                step_bytes: None
+            }
+            .validate()
+            .is_err()
+        );
+        assert!(
+            Sweep {
+                min_bytes: 9,
+                max_bytes: 8,
+                factor: 2,
+                step_bytes: None
+            }
+            .validate()
+            .is_err()
+        );
+        assert!(
+            Sweep {
+                min_bytes: 1,
+                max_bytes: 8,
+                factor: 1,
+                step_bytes: None
+            }
+            .validate()
+            .is_err()
+        );
+        assert!(
+            Sweep {
+                min_bytes: 1,
+                max_bytes: 8,
+                factor: 1,
+                step_bytes: Some(0)
+            }
+            .validate()
+            .is_err()
+        );
+        assert!(
+            Sweep {
+                min_bytes: 1,
+                max_bytes: 8,
+                factor: 1,
+                step_bytes: Some(2)
+            }
+            .validate()
+            .is_ok()
+        );
         // No overflow at the top of u64.
-        let s = Sweep { min_bytes: 1 << 62, max_bytes: u64::MAX, factor: 4, step_bytes: None };
+        let s = Sweep {
+            min_bytes: 1 << 62,
+            max_bytes: u64::MAX,
+            factor: 4,
+            step_bytes: None,
+        };
         assert_eq!(s.sizes(), vec![1 << 62]);
     }
 
@@ -404,8 +476,14 @@ mod tests {
         for c in Collective::ALL {
             assert_eq!(c.name().parse::<Collective>().unwrap(), c);
         }
-        assert_eq!("allreduce".parse::<Collective>().unwrap(), Collective::AllReduce);
-        assert_eq!("all-gather".parse::<Collective>().unwrap(), Collective::AllGather);
+        assert_eq!(
+            "allreduce".parse::<Collective>().unwrap(),
+            Collective::AllReduce
+        );
+        assert_eq!(
+            "all-gather".parse::<Collective>().unwrap(),
+            Collective::AllGather
+        );
         assert!("gossip".parse::<Collective>().is_err());
         for d in Dtype::ALL {
             assert_eq!(d.name().parse::<Dtype>().unwrap(), d);

@@ -30,7 +30,9 @@ fn half(row: Option<&ResultRow>) -> String {
             time(r.time_us.unwrap_or(0.0)),
             r.algbw_gbs.unwrap_or(0.0),
             r.busbw_gbs.unwrap_or(0.0),
-            r.wrong.map(|w| w.to_string()).unwrap_or_else(|| "N/A".into()),
+            r.wrong
+                .map(|w| w.to_string())
+                .unwrap_or_else(|| "N/A".into()),
         ),
         None => format!("  {:>7}  {:>6}  {:>6}  {:>5}", "N/A", "N/A", "N/A", "N/A"),
     }
@@ -43,7 +45,10 @@ pub fn line(oop: &ResultRow, ip: Option<&ResultRow>) -> String {
         oop.size_bytes,
         oop.count.unwrap_or(0),
         oop.dtype.as_deref().unwrap_or(""),
-        oop.extra.get("redop").and_then(|v| v.as_str()).unwrap_or("none"),
+        oop.extra
+            .get("redop")
+            .and_then(|v| v.as_str())
+            .unwrap_or("none"),
         oop.root.unwrap_or(-1),
         half(Some(oop)),
         half(ip),
@@ -73,7 +78,10 @@ pub fn render(rows: &[ResultRow]) -> String {
         }
         i += 1 + usize::from(ip.is_some());
     }
-    out.push_str(&format!("# Out of bounds values : {wrong} {}\n", if wrong == 0 { "OK" } else { "FAILED" }));
+    out.push_str(&format!(
+        "# Out of bounds values : {wrong} {}\n",
+        if wrong == 0 { "OK" } else { "FAILED" }
+    ));
     out.push_str(&format!(
         "# Avg bus bandwidth    : {:.4} \n",
         if n > 0 { busbw_sum / n as f64 } else { 0.0 }

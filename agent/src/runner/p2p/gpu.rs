@@ -21,7 +21,10 @@ pub struct GpuError {
 }
 
 fn cuda<T>(what: impl Into<String>, r: Result<T, cu::DriverError>) -> Result<T, GpuError> {
-    r.map_err(|err| GpuError { what: what.into(), err })
+    r.map_err(|err| GpuError {
+        what: what.into(),
+        err,
+    })
 }
 
 /// Why CUDA cannot be used here, or the number of devices. Never panics: cudarc's loader
@@ -29,7 +32,9 @@ fn cuda<T>(what: impl Into<String>, r: Result<T, cu::DriverError>) -> Result<T, 
 pub fn probe() -> Result<usize, String> {
     // SAFETY: only dlopen attempts on candidate names.
     if !unsafe { cusys::is_culib_present() } {
-        return Err("CUDA unavailable: libcuda.so not found (is the NVIDIA driver installed?)".into());
+        return Err(
+            "CUDA unavailable: libcuda.so not found (is the NVIDIA driver installed?)".into(),
+        );
     }
     cu::init().map_err(|e| format!("CUDA unavailable: cuInit failed: {e}"))?;
     match cu::device::get_count() {
@@ -57,8 +62,14 @@ impl DevBuf {
     fn new(ctx: &Arc<CudaContext>, bytes: usize) -> Result<DevBuf, GpuError> {
         cuda("bind context", ctx.bind_to_thread())?;
         // SAFETY: a plain allocation on the bound context, freed in Drop.
-        let ptr = cuda(format!("allocating {bytes} B on GPU {}", ctx.ordinal()), unsafe { cu::malloc_sync(bytes) })?;
-        Ok(DevBuf { ctx: ctx.clone(), ptr })
+        let ptr = cuda(
+            format!("allocating {bytes} B on GPU {}", ctx.ordinal()),
+            unsafe { cu::malloc_sync(bytes) },
+        )?;
+        Ok(DevBuf {
+            ctx: ctx.clone(),
+            ptr,
+        })
     }
 }
 
@@ -107,19 +118,36 @@ impl Bench {
         for &d in devices {
             let ctx = cuda(format!("context on GPU {d}"), CudaContext::new(d))?;
             let name = cuda("cuDeviceGetName", ctx.name())?;
-            let pci_bus_id = ctx.attribute(cusys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID).ok();
+            let pci_bus_id = ctx
+                .attribute(cusys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)
+                .ok();
             let stream = cuda("stream", ctx.new_stream())?;
             let src = DevBuf::new(&ctx, size)?;
             let dst = DevBuf::new(&ctx, size)?;
             // SAFETY: filled below before anything reads it. Not write-combined: the
             // device-to-host check reads it back on the CPU.
-            let mut host = cuda(format!("pinning {size} B for GPU {d}"), unsafe { ctx.alloc_pinned_with_flags::<u8>(size, 0) })?;
+            let mut host = cuda(format!("pinning {size} B for GPU {d}"), unsafe {
+                ctx.alloc_pinned_with_flags::<u8>(size, 0)
+            })?;
             cuda("pinned buffer", host.as_mut_slice())?.fill(HOST_PATTERN);
             // SAFETY: both buffers are `size` bytes on this context.
-            cuda("memset", unsafe { cu::memset_d8_async(src.ptr, pattern(d), size, stream.cu_stream()) })?;
-            cuda("memset", unsafe { cu::memset_d8_async(dst.ptr, 0, size, stream.cu_stream()) })?;
+            cuda("memset", unsafe {
+                cu::memset_d8_async(src.ptr, pattern(d), size, stream.cu_stream())
+            })?;
+            cuda("memset", unsafe {
+                cu::memset_d8_async(dst.ptr, 0, size, stream.cu_stream())
+            })?;
             cuda("sync", stream.synchronize())?;
-            gpus.push(Gpu { index: d, name, pci_bus_id, ctx, stream, src, dst, host });
+            gpus.push(Gpu {
+                index: d,
+                name,
+                pci_bus_id,
+                ctx,
+                stream,
+                src,
+                dst,
+                host,
+            });
         }
         let n = gpus.len();
         let mut access = vec![vec![false; n]; n];
@@ -130,12 +158,22 @@ impl Bench {
                 }
             }
         }
-        Ok(Bench { gpus, access, size, warmup, iters })
+        Ok(Bench {
+            gpus,
+            access,
+            size,
+            warmup,
+            iters,
+        })
     }
 
     /// Times `iters` rounds of `enqueue` after `warmup` rounds: host clock around the
     /// launches and a sync of every stream involved, as nccl-tests times collectives.
-    fn time(&self, involved: &[usize], mut enqueue: impl FnMut(&Bench) -> Result<(), GpuError>) -> Result<f64, GpuError> {
+    fn time(
+        &self,
+        involved: &[usize],
+        mut enqueue: impl FnMut(&Bench) -> Result<(), GpuError>,
+    ) -> Result<f64, GpuError> {
         for _ in 0..self.warmup {
             enqueue(self)?;
         }
@@ -150,7 +188,10 @@ impl Bench {
 
     fn sync(&self, involved: &[usize]) -> Result<(), GpuError> {
         for &i in involved {
-            cuda(format!("sync GPU {}", self.gpus[i].index), self.gpus[i].stream.synchronize())?;
+            cuda(
+                format!("sync GPU {}", self.gpus[i].index),
+                self.gpus[i].stream.synchronize(),
+            )?;
         }
         Ok(())
     }
@@ -164,7 +205,14 @@ impl Bench {
             if s == d {
                 cu::memcpy_dtod_async(b.dst.ptr, a.src.ptr, self.size, a.stream.cu_stream())
             } else {
-                cu::memcpy_peer_async(b.ctx.cu_ctx(), b.dst.ptr, a.ctx.cu_ctx(), a.src.ptr, self.size, a.stream.cu_stream())
+                cu::memcpy_peer_async(
+                    b.ctx.cu_ctx(),
+                    b.dst.ptr,
+                    a.ctx.cu_ctx(),
+                    a.src.ptr,
+                    self.size,
+                    a.stream.cu_stream(),
+                )
             }
         };
         cuda(format!("copy GPU {} -> GPU {}", a.index, b.index), r)
@@ -174,7 +222,9 @@ impl Bench {
         let g = &self.gpus[d];
         cuda("bind context", g.ctx.bind_to_thread())?;
         // SAFETY: `size` bytes on this context.
-        cuda("memset", unsafe { cu::memset_d8_async(g.dst.ptr, 0, self.size, g.stream.cu_stream()) })?;
+        cuda("memset", unsafe {
+            cu::memset_d8_async(g.dst.ptr, 0, self.size, g.stream.cu_stream())
+        })?;
         cuda("sync", g.stream.synchronize())
     }
 
@@ -187,7 +237,9 @@ impl Bench {
         for off in [0, self.size - n] {
             let mut buf = vec![0u8; n];
             // SAFETY: off + n <= size.
-            cuda("read back", unsafe { cu::memcpy_dtoh_sync(&mut buf, g.dst.ptr + off as u64) })?;
+            cuda("read back", unsafe {
+                cu::memcpy_dtoh_sync(&mut buf, g.dst.ptr + off as u64)
+            })?;
             wrong += buf.iter().filter(|&&b| b != want).count() as u64;
         }
         Ok(wrong)
@@ -221,7 +273,9 @@ impl Bench {
         let us = self.time(&[i], |_| {
             cuda("bind context", g.ctx.bind_to_thread())?;
             // SAFETY: the pinned buffer outlives the copies (synced in time()).
-            cuda("copy host -> device", unsafe { cu::memcpy_htod_async(g.dst.ptr, host, g.stream.cu_stream()) })
+            cuda("copy host -> device", unsafe {
+                cu::memcpy_htod_async(g.dst.ptr, host, g.stream.cu_stream())
+            })
         })?;
         Ok((us, self.wrong_in_dst(i, HOST_PATTERN)?))
     }
@@ -236,7 +290,9 @@ impl Bench {
         let host = cuda("pinned buffer", g.host.as_mut_slice())?;
         let once = |host: &mut [u8]| {
             // SAFETY: `size` bytes each way; synced before the buffer is read.
-            cuda("copy device -> host", unsafe { cu::memcpy_dtoh_async(&mut host[..size], src, stream.cu_stream()) })
+            cuda("copy device -> host", unsafe {
+                cu::memcpy_dtoh_async(&mut host[..size], src, stream.cu_stream())
+            })
         };
         for _ in 0..warmup {
             once(host)?;
@@ -267,15 +323,21 @@ impl Bench {
 fn enable_peer(a: &Gpu, b: &Gpu) -> Result<bool, GpuError> {
     let mut can = 0i32;
     // SAFETY: writes one int; both are valid device handles.
-    let r = unsafe { cusys::cuDeviceCanAccessPeer(&mut can, a.ctx.cu_device(), b.ctx.cu_device()) }.result();
-    cuda(format!("cuDeviceCanAccessPeer({}, {})", a.index, b.index), r)?;
+    let r = unsafe { cusys::cuDeviceCanAccessPeer(&mut can, a.ctx.cu_device(), b.ctx.cu_device()) }
+        .result();
+    cuda(
+        format!("cuDeviceCanAccessPeer({}, {})", a.index, b.index),
+        r,
+    )?;
     if can == 0 {
         return Ok(false);
     }
     cuda("bind context", a.ctx.bind_to_thread())?;
     // SAFETY: enables the current context's access to a live peer context.
     match unsafe { cusys::cuCtxEnablePeerAccess(b.ctx.cu_ctx(), 0) } {
-        cusys::CUresult::CUDA_SUCCESS | cusys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => Ok(true),
+        cusys::CUresult::CUDA_SUCCESS | cusys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => {
+            Ok(true)
+        }
         other => {
             tracing::warn!(from = a.index, to = b.index, error = ?other, "peer access reported but cannot be enabled; copies are staged");
             Ok(false)

@@ -7,7 +7,9 @@ wit_bindgen::generate!({
     world: "heddle:plugin/detector",
 });
 
-use exports::heddle::plugin::plugin::{DetectedTrait, Detection, EnvRecommendation, Guest, PluginError, PluginInfo};
+use exports::heddle::plugin::plugin::{
+    DetectedTrait, Detection, EnvRecommendation, Guest, PluginError, PluginInfo,
+};
 
 struct ContractV01;
 
@@ -16,20 +18,30 @@ impl Guest for ContractV01 {
         PluginInfo {
             name: "contract-v01".into(),
             version: "0.1.0".into(),
-            description: "a 0.1 detector: names the GPU model and asks for NCCL debug output".into(),
+            description: "a 0.1 detector: names the GPU model and asks for NCCL debug output"
+                .into(),
         }
     }
 
     fn detect(facts_json: String) -> Result<Detection, PluginError> {
-        let facts: serde_json::Value = serde_json::from_str(&facts_json)
-            .map_err(|e| PluginError { code: "bad-facts".into(), message: e.to_string() })?;
+        let facts: serde_json::Value =
+            serde_json::from_str(&facts_json).map_err(|e| PluginError {
+                code: "bad-facts".into(),
+                message: e.to_string(),
+            })?;
         heddle::plugin::log::log(heddle::plugin::log::Level::Info, "0.1 detector called");
         let mut traits = Vec::new();
         if let Some(name) = facts.pointer("/gpus/0/name").and_then(|v| v.as_str()) {
-            traits.push(DetectedTrait { key: "v01.gpu_model".into(), value: name.into() });
+            traits.push(DetectedTrait {
+                key: "v01.gpu_model".into(),
+                value: name.into(),
+            });
         }
         if let Some(host) = facts.pointer("/host/hostname").and_then(|v| v.as_str()) {
-            traits.push(DetectedTrait { key: "v01.hostname".into(), value: host.into() });
+            traits.push(DetectedTrait {
+                key: "v01.hostname".into(),
+                value: host.into(),
+            });
         }
         Ok(Detection {
             traits,

@@ -49,8 +49,10 @@ impl Plugin for AzureNd {
         }
 
         let devices = rdma_devices(facts);
-        let ib_devices: Vec<&RdmaDev> =
-            devices.iter().filter(|dev| dev.link_layer.eq_ignore_ascii_case("infiniband")).collect();
+        let ib_devices: Vec<&RdmaDev> = devices
+            .iter()
+            .filter(|dev| dev.link_layer.eq_ignore_ascii_case("infiniband"))
+            .collect();
 
         if let Some(sku) = guess_sku(&gpus, !ib_devices.is_empty()) {
             d.add_trait("azure.sku", sku);
@@ -68,7 +70,10 @@ impl Plugin for AzureNd {
             }
         }
 
-        for dev in devices.iter().filter(|dev| dev.link_layer.eq_ignore_ascii_case("ethernet")) {
+        for dev in devices
+            .iter()
+            .filter(|dev| dev.link_layer.eq_ignore_ascii_case("ethernet"))
+        {
             d.warn(format!(
                 "{} is the Ethernet accelerated-networking device (link layer Ethernet{}); do not use it \
                  for NCCL: NCCL_IB_HCA must name only the InfiniBand HCA(s)",
@@ -93,7 +98,11 @@ impl Plugin for AzureNd {
         } else if !ib_devices.is_empty() {
             d.warn(format!(
                 "InfiniBand device(s) {} have no ACTIVE port; NCCL will fall back to TCP",
-                ib_devices.iter().map(|dev| dev.name.as_str()).collect::<Vec<_>>().join(",")
+                ib_devices
+                    .iter()
+                    .map(|dev| dev.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(",")
             ));
         }
 
@@ -116,15 +125,23 @@ heddle_plugin_sdk::export_plugin!(AzureNd);
 fn is_azure(facts: &Facts) -> bool {
     let vendor = facts.str_at("/host/dmi/sys_vendor").unwrap_or_default();
     let product = facts.str_at("/host/dmi/product_name").unwrap_or_default();
-    let tag = facts.str_at("/host/dmi/chassis_asset_tag").unwrap_or_default();
-    tag.trim() == AZURE_ASSET_TAG || (vendor.trim() == "Microsoft Corporation" && product.trim() == "Virtual Machine")
+    let tag = facts
+        .str_at("/host/dmi/chassis_asset_tag")
+        .unwrap_or_default();
+    tag.trim() == AZURE_ASSET_TAG
+        || (vendor.trim() == "Microsoft Corporation" && product.trim() == "Virtual Machine")
 }
 
 fn gpu_names(facts: &Facts) -> Vec<String> {
     facts
         .entries("/gpus")
         .into_iter()
-        .map(|(_, g)| g.get("name").and_then(Json::as_str).unwrap_or("unknown NVIDIA GPU").to_string())
+        .map(|(_, g)| {
+            g.get("name")
+                .and_then(Json::as_str)
+                .unwrap_or("unknown NVIDIA GPU")
+                .to_string()
+        })
         .collect()
 }
 
@@ -174,21 +191,35 @@ fn rdma_devices(facts: &Facts) -> Vec<RdmaDev> {
                 .find_map(|(_, p)| p.get("link_layer").and_then(Json::as_str))
                 .unwrap_or_default()
                 .to_string();
-            let active = ports.iter().any(|(_, p)| p.get("state").and_then(Json::as_str) == Some("ACTIVE"));
+            let active = ports
+                .iter()
+                .any(|(_, p)| p.get("state").and_then(Json::as_str) == Some("ACTIVE"));
             let netdev = dev
                 .get("netdevs")
                 .and_then(|n| n.get(0))
                 .and_then(Json::as_str)
                 .map(str::to_string);
-            RdmaDev { name, link_layer, active, netdev }
+            RdmaDev {
+                name,
+                link_layer,
+                active,
+                netdev,
+            }
         })
         .collect()
 }
 
 fn plural_devices(devices: &[RdmaDev], link_layer: &str) -> String {
-    let names: Vec<&str> =
-        devices.iter().filter(|d| d.link_layer.eq_ignore_ascii_case(link_layer)).map(|d| d.name.as_str()).collect();
-    if names.is_empty() { String::new() } else { format!(" ({})", names.join(", ")) }
+    let names: Vec<&str> = devices
+        .iter()
+        .filter(|d| d.link_layer.eq_ignore_ascii_case(link_layer))
+        .map(|d| d.name.as_str())
+        .collect();
+    if names.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", names.join(", "))
+    }
 }
 
 /// NCCL's bootstrap and socket fallback should use IPoIB when it is up, else the primary
@@ -197,10 +228,16 @@ fn recommend_socket_ifname(facts: &Facts, ib_devices: &[&RdmaDev], d: &mut Detec
     let interfaces = facts.entries("/network/interfaces");
     let is_up = |name: &str| {
         interfaces.iter().any(|(n, i)| {
-            n == name && i.get("operstate").and_then(Json::as_str).is_some_and(|s| s.eq_ignore_ascii_case("up"))
+            n == name
+                && i.get("operstate")
+                    .and_then(Json::as_str)
+                    .is_some_and(|s| s.eq_ignore_ascii_case("up"))
         })
     };
-    let ipoib: Vec<&str> = ib_devices.iter().filter_map(|dev| dev.netdev.as_deref()).collect();
+    let ipoib: Vec<&str> = ib_devices
+        .iter()
+        .filter_map(|dev| dev.netdev.as_deref())
+        .collect();
     if let Some(up) = ipoib.iter().find(|n| is_up(n)) {
         d.recommend(
             "NCCL_SOCKET_IFNAME",
@@ -249,13 +286,36 @@ mod tests {
         assert_eq!(d.env_value("NCCL_IB_HCA"), Some("mlx5_0"));
         // The seed's ibP59423s2 is DOWN, so bootstrap goes over eth0.
         assert_eq!(d.env_value("NCCL_SOCKET_IFNAME"), Some("eth0"));
-        assert!(d.warnings.iter().any(|w| w.contains("rdmaP36305p0s2") && w.contains("do not use it")));
-        assert!(d.warnings.iter().any(|w| w.contains("ibP59423s2 is not up")));
-        assert!(!d.warnings.iter().any(|w| w.contains("OS.EnableRDMA is not set")));
+        assert!(
+            d.warnings
+                .iter()
+                .any(|w| w.contains("rdmaP36305p0s2") && w.contains("do not use it"))
+        );
+        assert!(
+            d.warnings
+                .iter()
+                .any(|w| w.contains("ibP59423s2 is not up"))
+        );
+        assert!(
+            !d.warnings
+                .iter()
+                .any(|w| w.contains("OS.EnableRDMA is not set"))
+        );
         // The SKU's EDR line rate gives perftest a floor: 90 % of 100 Gb/s.
-        let write = d.expectations.iter().find(|e| e.test == "rdma.ib_write_bw").unwrap();
-        assert_eq!((write.metric.as_str(), write.min_size_bytes, write.value), ("algbw_gbs", 65536, 11.25));
-        assert!(write.source.contains("ND40rs_v2") && write.source.contains("100 Gb/s"), "{}", write.source);
+        let write = d
+            .expectations
+            .iter()
+            .find(|e| e.test == "rdma.ib_write_bw")
+            .unwrap();
+        assert_eq!(
+            (write.metric.as_str(), write.min_size_bytes, write.value),
+            ("algbw_gbs", 65536, 11.25)
+        );
+        assert!(
+            write.source.contains("ND40rs_v2") && write.source.contains("100 Gb/s"),
+            "{}",
+            write.source
+        );
         assert_eq!(d.expectations.len(), 3);
     }
 
@@ -275,14 +335,20 @@ mod tests {
             let mut f = seed();
             f["host"]["azure_enable_rdma"] = value;
             let d = detect(&f);
-            assert!(d.warnings.iter().any(|w| w.contains("OS.EnableRDMA is not set to y")), "{d:?}");
+            assert!(
+                d.warnings
+                    .iter()
+                    .any(|w| w.contains("OS.EnableRDMA is not set to y")),
+                "{d:?}"
+            );
         }
     }
 
     #[test]
     fn other_clouds_do_not_apply() {
         let mut f = seed();
-        f["host"]["dmi"] = json!({"sys_vendor": "NVIDIA", "product_name": "DGX-1", "chassis_asset_tag": null});
+        f["host"]["dmi"] =
+            json!({"sys_vendor": "NVIDIA", "product_name": "DGX-1", "chassis_asset_tag": null});
         assert!(detect(&f).is_empty());
     }
 
@@ -299,9 +365,18 @@ mod tests {
     #[test]
     fn sku_table() {
         let g = |n: usize, m: &str| vec![m.to_string(); n];
-        assert_eq!(guess_sku(&g(8, "NVIDIA A100-SXM4-80GB"), true), Some("ND96amsr_A100_v4"));
-        assert_eq!(guess_sku(&g(8, "NVIDIA A100-SXM4-40GB"), true), Some("ND96asr_v4"));
-        assert_eq!(guess_sku(&g(8, "NVIDIA H100 80GB HBM3"), true), Some("ND96isr_H100_v5"));
+        assert_eq!(
+            guess_sku(&g(8, "NVIDIA A100-SXM4-80GB"), true),
+            Some("ND96amsr_A100_v4")
+        );
+        assert_eq!(
+            guess_sku(&g(8, "NVIDIA A100-SXM4-40GB"), true),
+            Some("ND96asr_v4")
+        );
+        assert_eq!(
+            guess_sku(&g(8, "NVIDIA H100 80GB HBM3"), true),
+            Some("ND96isr_H100_v5")
+        );
         assert_eq!(guess_sku(&g(8, "Tesla V100-SXM2-32GB"), false), None);
         assert_eq!(guess_sku(&g(1, "Tesla T4"), false), None);
     }

@@ -39,7 +39,10 @@ impl Plugin for DgxAffinity {
         if topo.gpus.is_empty() || topo.nics.is_empty() {
             return Ok(d);
         }
-        if let Some(product) = facts.str_at("/host/dmi/product_name").filter(|p| p.contains("DGX")) {
+        if let Some(product) = facts
+            .str_at("/host/dmi/product_name")
+            .filter(|p| p.contains("DGX"))
+        {
             d.add_trait("platform.dgx", product.trim());
         }
 
@@ -55,7 +58,13 @@ impl Plugin for DgxAffinity {
                 })
                 .min_by_key(|(r, _, _)| *r);
             let (cpus, numa) = topo.gpu_cpus(gpu_index);
-            let mut aff = GpuAffinity { gpu: gpu_index, cpus, numa, nic: None, netdev: None };
+            let mut aff = GpuAffinity {
+                gpu: gpu_index,
+                cpus,
+                numa,
+                nic: None,
+                netdev: None,
+            };
             match best {
                 Some((r, _, nic)) if r <= NEAR => {
                     aff.netdev = topo.netdev_of(nic);
@@ -64,7 +73,9 @@ impl Plugin for DgxAffinity {
                         near_nics.push(nic);
                     }
                 }
-                Some((_, label, nic)) => far.push(format!("GPU{gpu_index} (closest {nic}: {label})")),
+                Some((_, label, nic)) => {
+                    far.push(format!("GPU{gpu_index} (closest {nic}: {label})"))
+                }
                 None => far.push(format!("GPU{gpu_index}")),
             }
             d.affinity.push(aff);
@@ -91,7 +102,10 @@ impl Plugin for DgxAffinity {
             "the HCAs that sit behind a GPU's PCIe switch, in GPU order; HCAs near no GPU (storage, \
              management) are left out so NCCL does not route GPU traffic through them",
         );
-        let ucx: Vec<String> = near_nics.iter().map(|nic| format!("{nic}:{}", topo.active_port(nic))).collect();
+        let ucx: Vec<String> = near_nics
+            .iter()
+            .map(|nic| format!("{nic}:{}", topo.active_port(nic)))
+            .collect();
         d.recommend(
             "UCX_NET_DEVICES",
             &ucx.join(","),
@@ -143,9 +157,14 @@ impl<'a> Topology<'a> {
         let matrix: Vec<Vec<Json>> = facts
             .get("/topology/matrix")
             .and_then(Json::as_array)
-            .map(|rows| rows.map(|r| r.as_array().map(Iterator::collect).unwrap_or_default()).collect())
+            .map(|rows| {
+                rows.map(|r| r.as_array().map(Iterator::collect).unwrap_or_default())
+                    .collect()
+            })
             .unwrap_or_default();
-        if !matrix.is_empty() && (matrix.len() != labels.len() || matrix.iter().any(|r| r.len() != labels.len())) {
+        if !matrix.is_empty()
+            && (matrix.len() != labels.len() || matrix.iter().any(|r| r.len() != labels.len()))
+        {
             return Err(PluginError::bad_facts(format!(
                 "topology matrix is not {n}x{n} for {n} devices",
                 n = labels.len()
@@ -154,7 +173,10 @@ impl<'a> Topology<'a> {
         let mut gpus = Vec::new();
         let mut nics = Vec::new();
         for (i, label) in labels.into_iter().enumerate() {
-            match label.strip_prefix("GPU").and_then(|n| n.parse::<u32>().ok()) {
+            match label
+                .strip_prefix("GPU")
+                .and_then(|n| n.parse::<u32>().ok())
+            {
                 Some(n) => gpus.push((n, i)),
                 None => nics.push((i, label)),
             }
@@ -162,7 +184,13 @@ impl<'a> Topology<'a> {
         if matrix.is_empty() {
             gpus.clear();
         }
-        let items = |pointer: &str| facts.get(pointer).and_then(Json::as_array).map(Iterator::collect).unwrap_or_default();
+        let items = |pointer: &str| {
+            facts
+                .get(pointer)
+                .and_then(Json::as_array)
+                .map(Iterator::collect)
+                .unwrap_or_default()
+        };
         Ok(Self {
             matrix,
             gpus,
@@ -174,20 +202,36 @@ impl<'a> Topology<'a> {
     }
 
     fn cell(&self, row: usize, col: usize) -> Option<&'a str> {
-        self.matrix.get(row)?.get(col).map(|v| v.as_str().unwrap_or("?"))
+        self.matrix
+            .get(row)?
+            .get(col)
+            .map(|v| v.as_str().unwrap_or("?"))
     }
 
     /// CPU list and NUMA node from the topology's affinity columns, else from the GPU's own
     /// facts.
     fn gpu_cpus(&self, index: u32) -> (String, Option<i32>) {
         let label = format!("GPU{index}");
-        let topo = self.affinity.iter().find(|a| a.get("gpu").and_then(Json::as_str) == Some(label.as_str()));
-        let gpu = self.gpu_facts.iter().find(|g| g.get("index").and_then(Json::as_u64) == Some(index.into()));
+        let topo = self
+            .affinity
+            .iter()
+            .find(|a| a.get("gpu").and_then(Json::as_str) == Some(label.as_str()));
+        let gpu = self
+            .gpu_facts
+            .iter()
+            .find(|g| g.get("index").and_then(Json::as_u64) == Some(index.into()));
         let pick = |key_topo: &str, key_gpu: &str| {
-            topo.and_then(|a| a.get(key_topo)).filter(|v| !v.is_null()).or_else(|| gpu.and_then(|g| g.get(key_gpu)))
+            topo.and_then(|a| a.get(key_topo))
+                .filter(|v| !v.is_null())
+                .or_else(|| gpu.and_then(|g| g.get(key_gpu)))
         };
-        let cpus = pick("cpu_affinity", "cpu_affinity").and_then(Json::as_str).unwrap_or_default().to_string();
-        let numa = pick("numa_node", "numa_node").and_then(Json::as_i64).and_then(|n| i32::try_from(n).ok());
+        let cpus = pick("cpu_affinity", "cpu_affinity")
+            .and_then(Json::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let numa = pick("numa_node", "numa_node")
+            .and_then(Json::as_i64)
+            .and_then(|n| i32::try_from(n).ok());
         (cpus, numa)
     }
 
@@ -201,7 +245,11 @@ impl<'a> Topology<'a> {
     }
 
     fn netdev_of(&self, nic: &str) -> Option<String> {
-        self.rdma_device(nic)?.get("netdevs")?.get(0)?.as_str().map(str::to_string)
+        self.rdma_device(nic)?
+            .get("netdevs")?
+            .get(0)?
+            .as_str()
+            .map(str::to_string)
     }
 
     /// UCX names devices `mlx5_0:1`; use the first ACTIVE port, else port 1.
@@ -230,18 +278,40 @@ mod tests {
     #[test]
     fn dgx1_pairs_each_gpu_with_its_switch_hca() {
         let d = detect(include_str!("../../../fixtures/dgx1.json"));
-        let nics: Vec<_> = d.affinity.iter().map(|a| a.nic.as_deref().unwrap()).collect();
+        let nics: Vec<_> = d
+            .affinity
+            .iter()
+            .map(|a| a.nic.as_deref().unwrap())
+            .collect();
         // The seed's matrix orders columns mlx5_0, mlx5_2, mlx5_1, mlx5_3.
-        assert_eq!(nics, ["mlx5_0", "mlx5_0", "mlx5_1", "mlx5_1", "mlx5_2", "mlx5_2", "mlx5_3", "mlx5_3"]);
+        assert_eq!(
+            nics,
+            [
+                "mlx5_0", "mlx5_0", "mlx5_1", "mlx5_1", "mlx5_2", "mlx5_2", "mlx5_3", "mlx5_3"
+            ]
+        );
         // The seed's launcher uses interface "ib" + str(gpu // 2).
-        let netdevs: Vec<_> = d.affinity.iter().map(|a| a.netdev.as_deref().unwrap()).collect();
-        assert_eq!(netdevs, ["ib0", "ib0", "ib1", "ib1", "ib2", "ib2", "ib3", "ib3"]);
+        let netdevs: Vec<_> = d
+            .affinity
+            .iter()
+            .map(|a| a.netdev.as_deref().unwrap())
+            .collect();
+        assert_eq!(
+            netdevs,
+            ["ib0", "ib0", "ib1", "ib1", "ib2", "ib2", "ib3", "ib3"]
+        );
         assert_eq!(d.affinity[0].cpus, "0-19,40-59");
         assert_eq!(d.affinity[0].numa, Some(0));
         assert_eq!(d.affinity[7].cpus, "20-39,60-79");
         assert_eq!(d.affinity[7].numa, Some(1));
-        assert_eq!(d.env_value("NCCL_IB_HCA"), Some("mlx5_0,mlx5_1,mlx5_2,mlx5_3"));
-        assert_eq!(d.env_value("UCX_NET_DEVICES"), Some("mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1"));
+        assert_eq!(
+            d.env_value("NCCL_IB_HCA"),
+            Some("mlx5_0,mlx5_1,mlx5_2,mlx5_3")
+        );
+        assert_eq!(
+            d.env_value("UCX_NET_DEVICES"),
+            Some("mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1")
+        );
         assert_eq!(d.trait_value("topology.gpus_per_nic"), Some("2"));
         assert_eq!(d.trait_value("platform.dgx"), Some("DGX-1 with V100-32"));
         assert!(d.warnings.is_empty(), "{:?}", d.warnings);
@@ -251,7 +321,11 @@ mod tests {
     fn azure_node_gets_cpus_but_no_nic_and_one_warning() {
         let d = detect(include_str!("../../../fixtures/azure-nd40rs-v2.json"));
         assert_eq!(d.affinity.len(), 8);
-        assert!(d.affinity.iter().all(|a| a.nic.is_none() && a.cpus == "0-19" && a.numa == Some(0)));
+        assert!(
+            d.affinity
+                .iter()
+                .all(|a| a.nic.is_none() && a.cpus == "0-19" && a.numa == Some(0))
+        );
         assert_eq!(d.warnings.len(), 1);
         assert!(d.warnings[0].contains("GPU0 (closest mlx5_0: NODE)"));
         assert!(d.env.is_empty());
@@ -259,21 +333,30 @@ mod tests {
 
     #[test]
     fn pxb_counts_as_near_and_pix_beats_it() {
-        let mut f: Value = serde_json::from_str(include_str!("../../../fixtures/dgx1.json")).unwrap();
+        let mut f: Value =
+            serde_json::from_str(include_str!("../../../fixtures/dgx1.json")).unwrap();
         // GPU0: make mlx5_2 (column 9) PXB while mlx5_0 stays PIX; then drop mlx5_0 to SYS.
         f["topology"]["matrix"][0][9] = json!("PXB");
-        assert_eq!(detect(&f.to_string()).affinity[0].nic.as_deref(), Some("mlx5_0"));
+        assert_eq!(
+            detect(&f.to_string()).affinity[0].nic.as_deref(),
+            Some("mlx5_0")
+        );
         f["topology"]["matrix"][0][8] = json!("SYS");
-        assert_eq!(detect(&f.to_string()).affinity[0].nic.as_deref(), Some("mlx5_2"));
+        assert_eq!(
+            detect(&f.to_string()).affinity[0].nic.as_deref(),
+            Some("mlx5_2")
+        );
     }
 
     #[test]
     fn malformed_matrix_is_an_error_and_no_topology_does_not_apply() {
-        let mut f: Value = serde_json::from_str(include_str!("../../../fixtures/dgx1.json")).unwrap();
+        let mut f: Value =
+            serde_json::from_str(include_str!("../../../fixtures/dgx1.json")).unwrap();
         f["topology"]["matrix"][3] = json!(["X"]);
         let err = heddle_plugin_sdk::run::<DgxAffinity>(&f.to_string()).unwrap_err();
         assert_eq!(err.code, "bad-facts");
-        f["topology"] = json!({"devices": [], "matrix": [], "gpu_affinity": [], "nvlink_source": ""});
+        f["topology"] =
+            json!({"devices": [], "matrix": [], "gpu_affinity": [], "nvlink_source": ""});
         assert!(detect(&f.to_string()).is_empty());
     }
 }

@@ -57,8 +57,10 @@ impl Plugin for RunaiRoce {
             return Ok(d);
         }
 
-        let chosen: Vec<(&RocePort, &GidEntry)> =
-            active.iter().filter_map(|p| p.v2_ipv4_gid().map(|g| (*p, g))).collect();
+        let chosen: Vec<(&RocePort, &GidEntry)> = active
+            .iter()
+            .filter_map(|p| p.v2_ipv4_gid().map(|g| (*p, g)))
+            .collect();
         for port in &active {
             if port.gids.iter().all(|g| !g.is_v2()) {
                 d.warn(format!(
@@ -139,7 +141,10 @@ fn orchestrator(facts: &Facts) -> Option<&'static str> {
     let has = |prefix: &str| env.is_some_and(|e| e.keys().any(|k| k.starts_with(prefix)));
     if has("RUNAI_") {
         Some("runai")
-    } else if facts.get("/host/container/kubernetes").and_then(Json::as_bool) == Some(true)
+    } else if facts
+        .get("/host/container/kubernetes")
+        .and_then(Json::as_bool)
+        == Some(true)
         || has("KUBERNETES_SERVICE_HOST")
     {
         Some("kubernetes")
@@ -162,7 +167,11 @@ impl GidEntry {
     }
 
     fn is_ipv4_mapped(&self) -> bool {
-        self.ipv4.is_some() || self.gid.to_ascii_lowercase().starts_with(IPV4_MAPPED_PREFIX)
+        self.ipv4.is_some()
+            || self
+                .gid
+                .to_ascii_lowercase()
+                .starts_with(IPV4_MAPPED_PREFIX)
     }
 }
 
@@ -178,7 +187,10 @@ impl RocePort {
     /// The lowest-index GID that is RoCE v2 and IPv4-mapped: what the seed's
     /// `grep ffff … | grep 'RoCE v2'` one-liner selects.
     fn v2_ipv4_gid(&self) -> Option<&GidEntry> {
-        self.gids.iter().filter(|g| g.is_v2() && g.is_ipv4_mapped()).min_by_key(|g| g.index)
+        self.gids
+            .iter()
+            .filter(|g| g.is_v2() && g.is_ipv4_mapped())
+            .min_by_key(|g| g.index)
     }
 }
 
@@ -199,7 +211,10 @@ fn str_field(v: Json<'_>, key: &str) -> Option<String> {
 fn roce_ports(facts: &Facts) -> Vec<RocePort> {
     let mut out = Vec::new();
     for (device, dev) in facts.entries("/rdma/devices") {
-        let netdev = dev.get("netdevs").and_then(|n| n.get(0)).and_then(Json::as_str);
+        let netdev = dev
+            .get("netdevs")
+            .and_then(|n| n.get(0))
+            .and_then(Json::as_str);
         for (key, port) in dev.get("ports").map(entries).unwrap_or_default() {
             if !str_field(port, "link_layer").is_some_and(|l| l.eq_ignore_ascii_case("ethernet")) {
                 continue;
@@ -221,7 +236,11 @@ fn roce_ports(facts: &Facts) -> Vec<RocePort> {
                 .collect();
             out.push(RocePort {
                 device: device.clone(),
-                port: port.get("port").and_then(as_u64).map(|p| p.to_string()).unwrap_or(key),
+                port: port
+                    .get("port")
+                    .and_then(as_u64)
+                    .map(|p| p.to_string())
+                    .unwrap_or(key),
                 active: str_field(port, "state").as_deref() == Some("ACTIVE"),
                 netdev: netdev.map(str::to_string),
                 gids,
@@ -248,7 +267,9 @@ mod tests {
     }
 
     fn gids(f: &mut Value) -> &mut Vec<Value> {
-        f["rdma"]["devices"][0]["ports"][0]["gids"].as_array_mut().unwrap()
+        f["rdma"]["devices"][0]["ports"][0]["gids"]
+            .as_array_mut()
+            .unwrap()
     }
 
     #[test]
@@ -270,8 +291,10 @@ mod tests {
     fn gid_index_follows_the_data_not_a_constant() {
         let mut f = seed();
         gids(&mut f).retain(|g| g["index"] != 9);
-        gids(&mut f).push(json!({"index": 5, "gid": "0000:0000:0000:0000:0000:ffff:0a14:1e07",
-            "gid_type": "RoCE v2", "ndev": "net1", "ipv4": null}));
+        gids(&mut f).push(
+            json!({"index": 5, "gid": "0000:0000:0000:0000:0000:ffff:0a14:1e07",
+            "gid_type": "RoCE v2", "ndev": "net1", "ipv4": null}),
+        );
         assert_eq!(detect(&f).env_value("NCCL_IB_GID_INDEX"), Some("5"));
     }
 
@@ -281,7 +304,11 @@ mod tests {
         gids(&mut f).retain(|g| g["gid_type"] != "RoCE v2");
         let d = detect(&f);
         assert_eq!(d.env_value("NCCL_IB_GID_INDEX"), None);
-        assert!(d.warnings.iter().any(|w| w.contains("only RoCE v1")), "{:?}", d.warnings);
+        assert!(
+            d.warnings.iter().any(|w| w.contains("only RoCE v1")),
+            "{:?}",
+            d.warnings
+        );
     }
 
     #[test]

@@ -8,8 +8,12 @@ pub struct Misbehave;
 
 impl Plugin for Misbehave {
     fn info() -> Info {
-        Info::new("misbehave", env!("CARGO_PKG_VERSION"), "misbehaves on request (host tests only)")
-            .reads(&["/hostile", "/seed", "/host/hostname"])
+        Info::new(
+            "misbehave",
+            env!("CARGO_PKG_VERSION"),
+            "misbehaves on request (host tests only)",
+        )
+        .reads(&["/hostile", "/seed", "/host/hostname"])
     }
 
     fn detect(facts: &Facts) -> Result<Detection, PluginError> {
@@ -17,7 +21,10 @@ impl Plugin for Misbehave {
         match facts.str_at("/hostile").unwrap_or("ok") {
             "ok" => {
                 log::info("behaving");
-                d.add_trait("misbehave.host", facts.str_at("/host/hostname").unwrap_or("?"));
+                d.add_trait(
+                    "misbehave.host",
+                    facts.str_at("/host/hostname").unwrap_or("?"),
+                );
             }
             "loop" => {
                 let mut x: u64 = facts.u64_at("/seed").unwrap_or(1);
@@ -44,7 +51,10 @@ impl Plugin for Misbehave {
                 d.add_trait("misbehave.facts", &facts.root().to_string());
             }
             "recurse" => {
-                d.add_trait("misbehave.depth", &depth(facts.u64_at("/seed").unwrap_or(1)).to_string());
+                d.add_trait(
+                    "misbehave.depth",
+                    &depth(facts.u64_at("/seed").unwrap_or(1)).to_string(),
+                );
             }
             "panic" => panic!("misbehave was asked to panic"),
             "trap" => {
@@ -64,8 +74,17 @@ impl Plugin for Misbehave {
                 }
                 d.add_trait("misbehave.printed", "16 MiB");
             }
-            "error" => return Err(PluginError::new("unsupported", "misbehave was asked to fail")),
-            other => return Err(PluginError::bad_facts(format!("unknown hostile mode {other}"))),
+            "error" => {
+                return Err(PluginError::new(
+                    "unsupported",
+                    "misbehave was asked to fail",
+                ));
+            }
+            other => {
+                return Err(PluginError::bad_facts(format!(
+                    "unknown hostile mode {other}"
+                )));
+            }
         }
         Ok(d)
     }

@@ -7,7 +7,11 @@ pub struct NetClient;
 
 impl Plugin for NetClient {
     fn info() -> Info {
-        Info::new("netclient", env!("CARGO_PKG_VERSION"), "tries to phone home (host tests only)")
+        Info::new(
+            "netclient",
+            env!("CARGO_PKG_VERSION"),
+            "tries to phone home (host tests only)",
+        )
     }
 
     fn detect(_facts: &Facts) -> Result<Detection, PluginError> {

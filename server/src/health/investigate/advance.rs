@@ -5,13 +5,13 @@
 
 use std::time::Duration;
 
-use heddle_types::investigations::{InvestigationKind, DEFAULT_THRESHOLD};
+use heddle_types::investigations::{DEFAULT_THRESHOLD, InvestigationKind};
 use heddle_types::jobs::JobSpec;
 use uuid::Uuid;
 
-use super::store::{self, InvRow, NewInvestigation, INV_SELECT};
+use super::store::{self, INV_SELECT, InvRow, NewInvestigation};
 use super::{AUTO_ACTOR, MAX_NODES};
-use crate::{db, AppState};
+use crate::{AppState, db};
 
 /// Attempts of a pair's jobs, as for a run started without `max_attempts`.
 const PAIR_MAX_ATTEMPTS: u32 = 3;
@@ -42,9 +42,10 @@ pub async fn run_loop(state: AppState) {
 /// Advances every running investigation that no other replica holds right now. Returns
 /// how many pair runs were started.
 pub async fn advance_all(db: &sqlx::PgPool) -> Result<usize, sqlx::Error> {
-    let ids: Vec<(Uuid,)> = sqlx::query_as("SELECT id FROM investigations WHERE state = 'running' ORDER BY created_at")
-        .fetch_all(db)
-        .await?;
+    let ids: Vec<(Uuid,)> =
+        sqlx::query_as("SELECT id FROM investigations WHERE state = 'running' ORDER BY created_at")
+            .fetch_all(db)
+            .await?;
     let mut started = 0;
     for (id,) in ids {
         let mut tx = db.begin().await?;
@@ -56,11 +57,16 @@ pub async fn advance_all(db: &sqlx::PgPool) -> Result<usize, sqlx::Error> {
 
 /// Locks the investigation (skipping it when another transaction holds it), records
 /// finished pairs, then starts the next batch or finishes. Returns the runs started.
-pub(super) async fn advance_locked(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>, id: Uuid) -> Result<usize, sqlx::Error> {
-    let inv: Option<InvRow> = sqlx::query_as(&format!("{INV_SELECT} WHERE id = $1 AND state = 'running' FOR UPDATE SKIP LOCKED"))
-        .bind(id)
-        .fetch_optional(&mut **tx)
-        .await?;
+pub(super) async fn advance_locked(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    id: Uuid,
+) -> Result<usize, sqlx::Error> {
+    let inv: Option<InvRow> = sqlx::query_as(&format!(
+        "{INV_SELECT} WHERE id = $1 AND state = 'running' FOR UPDATE SKIP LOCKED"
+    ))
+    .bind(id)
+    .fetch_optional(&mut **tx)
+    .await?;
     let Some(inv) = inv else { return Ok(0) };
     let Ok(kind) = inv.kind() else {
         fail(tx, id, "its kind is unknown to this server").await?;
@@ -81,14 +87,19 @@ pub(super) async fn advance_locked(tx: &mut sqlx::Transaction<'_, sqlx::Postgres
     if pending > 0 {
         return start_batch(tx, &inv).await;
     }
-    let (done,): (i64,) = sqlx::query_as("SELECT count(*) FROM investigation_pairs WHERE investigation_id = $1 AND state = 'done'")
-        .bind(id)
-        .fetch_one(&mut **tx)
-        .await?;
+    let (done,): (i64,) = sqlx::query_as(
+        "SELECT count(*) FROM investigation_pairs WHERE investigation_id = $1 AND state = 'done'",
+    )
+    .bind(id)
+    .fetch_one(&mut **tx)
+    .await?;
     if done == 0 {
         fail(tx, id, "no pair produced a figure").await?;
     } else {
-        sqlx::query("UPDATE investigations SET state = 'done', finished_at = now() WHERE id = $1").bind(id).execute(&mut **tx).await?;
+        sqlx::query("UPDATE investigations SET state = 'done', finished_at = now() WHERE id = $1")
+            .bind(id)
+            .execute(&mut **tx)
+            .await?;
         tracing::info!(investigation = %id, pairs_measured = done, "investigation done");
     }
     Ok(0)
@@ -100,11 +111,13 @@ async fn fail(tx: &mut sqlx::PgConnection, id: Uuid, why: &str) -> Result<(), sq
         .bind(format!("not run: {why}"))
         .execute(&mut *tx)
         .await?;
-    sqlx::query("UPDATE investigations SET state = 'failed', error = $2, finished_at = now() WHERE id = $1")
-        .bind(id)
-        .bind(why)
-        .execute(&mut *tx)
-        .await?;
+    sqlx::query(
+        "UPDATE investigations SET state = 'failed', error = $2, finished_at = now() WHERE id = $1",
+    )
+    .bind(id)
+    .bind(why)
+    .execute(&mut *tx)
+    .await?;
     tracing::warn!(investigation = %id, why, "investigation failed");
     Ok(())
 }
@@ -112,9 +125,15 @@ async fn fail(tx: &mut sqlx::PgConnection, id: Uuid, why: &str) -> Result<(), sq
 /// Starts the pending pairs of the lowest pending batch, or every pending pair when the
 /// batch size is 0. Jobs of later batches are placed later in the claim order, so each node
 /// works through its pairs round by round and a pair's two jobs meet.
-async fn start_batch(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>, inv: &InvRow) -> Result<usize, sqlx::Error> {
+async fn start_batch(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    inv: &InvRow,
+) -> Result<usize, sqlx::Error> {
     let names: Vec<(Uuid, String)> =
-        sqlx::query_as("SELECT id, hostname FROM nodes WHERE id = ANY($1)").bind(&inv.node_ids).fetch_all(&mut **tx).await?;
+        sqlx::query_as("SELECT id, hostname FROM nodes WHERE id = ANY($1)")
+            .bind(&inv.node_ids)
+            .fetch_all(&mut **tx)
+            .await?;
     let host = |id: &Uuid| names.iter().find(|(n, _)| n == id).map(|(_, h)| h.clone());
     if let Some(gone) = inv.node_ids.iter().find(|id| host(id).is_none()) {
         fail(tx, inv.id, &format!("node {gone} no longer exists")).await?;
@@ -133,9 +152,20 @@ async fn start_batch(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>, inv: &InvRo
     let spec: JobSpec = inv.spec();
     for &(a, b, batch) in &pairs {
         let nodes = [inv.node_ids[a as usize], inv.node_ids[b as usize]];
-        let (ha, hb) = (host(&nodes[0]).unwrap_or_default(), host(&nodes[1]).unwrap_or_default());
+        let (ha, hb) = (
+            host(&nodes[0]).unwrap_or_default(),
+            host(&nodes[1]).unwrap_or_default(),
+        );
         let label = format!("investigation {}: {ha}–{hb}", inv.id);
-        let run_id = crate::api::runs::insert_run(tx, &spec, &nodes, PAIR_MAX_ATTEMPTS, Some(&label), &inv.created_by).await?;
+        let run_id = crate::api::runs::insert_run(
+            tx,
+            &spec,
+            &nodes,
+            PAIR_MAX_ATTEMPTS,
+            Some(&label),
+            &inv.created_by,
+        )
+        .await?;
         sqlx::query("UPDATE jobs SET created_at = created_at + make_interval(secs => $2::float8 / 1e6) WHERE run_id = $1")
             .bind(run_id)
             .bind(f64::from(batch))
@@ -148,8 +178,13 @@ async fn start_batch(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>, inv: &InvRo
             .bind(run_id)
             .execute(&mut **tx)
             .await?;
-        db::audit(&mut **tx, &inv.created_by, "run.create", &format!("run:{run_id}"),
-            serde_json::json!({"kind": spec.kind, "nodes": [ha, hb], "investigation": inv.id}))
+        db::audit(
+            &mut **tx,
+            &inv.created_by,
+            "run.create",
+            &format!("run:{run_id}"),
+            serde_json::json!({"kind": spec.kind, "nodes": [ha, hb], "investigation": inv.id}),
+        )
         .await?;
     }
     if !pairs.is_empty() {
@@ -202,7 +237,11 @@ async fn give_up_unclaimed(tx: &mut sqlx::PgConnection, id: Uuid) -> Result<(), 
 }
 
 /// Records the figure (or the failure) of every running pair whose run has ended.
-async fn collect(tx: &mut sqlx::PgConnection, id: Uuid, kind: InvestigationKind) -> Result<(), sqlx::Error> {
+async fn collect(
+    tx: &mut sqlx::PgConnection,
+    id: Uuid,
+    kind: InvestigationKind,
+) -> Result<(), sqlx::Error> {
     let ended: Vec<Ended> = sqlx::query_as(
         "SELECT p.a, p.b, p.run_id, count(j.id) AS jobs,
                 count(j.id) FILTER (WHERE j.state IN ('succeeded', 'failed', 'cancelled', 'skipped')) AS ended,
@@ -219,8 +258,15 @@ async fn collect(tx: &mut sqlx::PgConnection, id: Uuid, kind: InvestigationKind)
     .bind(id)
     .fetch_all(&mut *tx)
     .await?;
-    let finished: Vec<&Ended> = ended.iter().filter(|e| e.jobs == 0 || e.ended == e.jobs).collect();
-    let ok_runs: Vec<Uuid> = finished.iter().filter(|e| e.jobs > 0 && e.ok == e.jobs).filter_map(|e| e.run_id).collect();
+    let finished: Vec<&Ended> = ended
+        .iter()
+        .filter(|e| e.jobs == 0 || e.ended == e.jobs)
+        .collect();
+    let ok_runs: Vec<Uuid> = finished
+        .iter()
+        .filter(|e| e.jobs > 0 && e.ok == e.jobs)
+        .filter_map(|e| e.run_id)
+        .collect();
     let rows: Vec<(Uuid, i64, Option<f64>)> = sqlx::query_as(&format!(
         "SELECT j.run_id, rr.size_bytes, rr.{} FROM result_rows rr
          JOIN results r ON r.id = rr.result_id JOIN jobs j ON j.id = r.job_id WHERE j.run_id = ANY($1)",
@@ -233,9 +279,20 @@ async fn collect(tx: &mut sqlx::PgConnection, id: Uuid, kind: InvestigationKind)
         let (value, error) = if e.jobs == 0 {
             (None, Some("its run was deleted".to_string()))
         } else if e.ok < e.jobs {
-            (None, Some(e.why.clone().unwrap_or_else(|| "its run did not succeed".into())))
+            (
+                None,
+                Some(
+                    e.why
+                        .clone()
+                        .unwrap_or_else(|| "its run did not succeed".into()),
+                ),
+            )
         } else {
-            let mine: Vec<(i64, Option<f64>)> = rows.iter().filter(|r| Some(r.0) == e.run_id).map(|r| (r.1, r.2)).collect();
+            let mine: Vec<(i64, Option<f64>)> = rows
+                .iter()
+                .filter(|r| Some(r.0) == e.run_id)
+                .map(|r| (r.1, r.2))
+                .collect();
             match headline(&mine) {
                 Some(v) => (Some(v), None),
                 None => (None, Some(format!("its results have no {}", kind.metric()))),
@@ -261,7 +318,10 @@ async fn collect(tx: &mut sqlx::PgConnection, id: Uuid, kind: InvestigationKind)
 /// The pair's figure: the mean, over both ranks' rows (and nccl-tests' out-of-place and
 /// in-place rows), of the metric at the largest size that has it.
 pub(super) fn headline(rows: &[(i64, Option<f64>)]) -> Option<(i64, f64)> {
-    let with: Vec<(i64, f64)> = rows.iter().filter_map(|&(s, v)| Some((s, v.filter(|v| v.is_finite())?))).collect();
+    let with: Vec<(i64, f64)> = rows
+        .iter()
+        .filter_map(|&(s, v)| Some((s, v.filter(|v| v.is_finite())?)))
+        .collect();
     let size = with.iter().map(|w| w.0).max()?;
     let at: Vec<f64> = with.iter().filter(|w| w.0 == size).map(|w| w.1).collect();
     Some((size, at.iter().sum::<f64>() / at.len() as f64))
@@ -326,8 +386,21 @@ mod tests {
     fn headline_is_the_mean_at_the_largest_size() {
         assert_eq!(headline(&[]), None);
         assert_eq!(headline(&[(8, None)]), None);
-        let rows = [(1024, Some(5.0)), (1 << 20, Some(40.0)), (1 << 20, Some(44.0)), (1 << 30, None), (1 << 20, Some(f64::NAN))];
-        assert_eq!(headline(&rows), Some((1 << 20, 42.0)), "sizes without a figure do not count");
-        assert_eq!(headline(&[(8, Some(1.0)), (16, Some(2.0)), (16, Some(4.0))]), Some((16, 3.0)));
+        let rows = [
+            (1024, Some(5.0)),
+            (1 << 20, Some(40.0)),
+            (1 << 20, Some(44.0)),
+            (1 << 30, None),
+            (1 << 20, Some(f64::NAN)),
+        ];
+        assert_eq!(
+            headline(&rows),
+            Some((1 << 20, 42.0)),
+            "sizes without a figure do not count"
+        );
+        assert_eq!(
+            headline(&[(8, Some(1.0)), (16, Some(2.0)), (16, Some(4.0))]),
+            Some((16, 3.0))
+        );
     }
 }

@@ -9,7 +9,9 @@
 //! (its lowest direction) is below `threshold` × the median of the remaining pairs while
 //! both its ends are fine in their other pairs.
 
-use heddle_types::investigations::{Analysis, Culprit, CulpritKind, PairFigure, Matrix, Conclusion};
+use heddle_types::investigations::{
+    Analysis, Conclusion, Culprit, CulpritKind, Matrix, PairFigure,
+};
 
 /// What a row and a pair are called in sentences.
 #[derive(Debug, Clone, Copy)]
@@ -18,11 +20,22 @@ pub struct Nouns {
     pub link: &'static str,
 }
 
-pub const NODES: Nouns = Nouns { node: "node", link: "link" };
-pub const GPUS: Nouns = Nouns { node: "GPU", link: "GPU pair" };
+pub const NODES: Nouns = Nouns {
+    node: "node",
+    link: "link",
+};
+pub const GPUS: Nouns = Nouns {
+    node: "GPU",
+    link: "GPU pair",
+};
 
 fn cell(m: &Matrix, i: usize, j: usize) -> Option<f64> {
-    m.values.get(i)?.get(j).copied().flatten().filter(|v| v.is_finite())
+    m.values
+        .get(i)?
+        .get(j)
+        .copied()
+        .flatten()
+        .filter(|v| v.is_finite())
 }
 
 pub fn median(values: &[f64]) -> Option<f64> {
@@ -64,7 +77,11 @@ fn row(m: &Matrix, i: usize, member: &[bool], except: Option<usize>) -> Vec<f64>
 
 /// The figures between `i` and `j`: `i → j`, and `j → i` when it says something else.
 fn pair_figures(m: &Matrix, i: usize, j: usize) -> Vec<PairFigure> {
-    let fig = |a: usize, b: usize, value| PairFigure { from: m.labels[a].clone(), to: m.labels[b].clone(), value };
+    let fig = |a: usize, b: usize, value| PairFigure {
+        from: m.labels[a].clone(),
+        to: m.labels[b].clone(),
+        value,
+    };
     let (ij, ji) = (cell(m, i, j), cell(m, j, i));
     let mut out: Vec<PairFigure> = ij.map(|v| fig(i, j, v)).into_iter().collect();
     if let Some(v) = ji.filter(|v| Some(*v) != ij) {
@@ -106,18 +123,31 @@ pub fn analyse(m: &Matrix, threshold: f64, nouns: Nouns) -> Analysis {
     };
     let named: Vec<&str> = culprits.iter().map(|c| c.explanation.as_str()).collect();
     if n < 2 {
-        return verdict_of(Conclusion::Inconclusive, format!("{n} {}(s): there is no pair to measure", nouns.node));
+        return verdict_of(
+            Conclusion::Inconclusive,
+            format!("{n} {}(s): there is no pair to measure", nouns.node),
+        );
     }
     if median_all.is_none() {
-        return verdict_of(Conclusion::Inconclusive, format!("none of the {pairs_total} pair(s) produced a figure"));
+        return verdict_of(
+            Conclusion::Inconclusive,
+            format!("none of the {pairs_total} pair(s) produced a figure"),
+        );
     }
     if !missing.is_empty() {
         let list: Vec<String> = missing.iter().map(|[a, b]| format!("{a}–{b}")).collect();
-        let mut s = format!("{} of {pairs_total} pair(s) have no figure ({})", missing.len(), list.join(", "));
+        let mut s = format!(
+            "{} of {pairs_total} pair(s) have no figure ({})",
+            missing.len(),
+            list.join(", ")
+        );
         for label in &m.labels {
             let mine = missing.iter().filter(|p| p.contains(label)).count();
             if n > 2 && mine == n - 1 {
-                s.push_str(&format!("; every pair of {} {label} failed, which points at it", nouns.node));
+                s.push_str(&format!(
+                    "; every pair of {} {label} failed, which points at it",
+                    nouns.node
+                ));
             }
         }
         if !named.is_empty() {
@@ -175,7 +205,9 @@ fn extreme(m: &Matrix, lowest: bool) -> (f64, String) {
     for i in 0..n {
         for j in (0..n).filter(|&j| j != i) {
             if let Some(v) = cell(m, i, j)
-                && best.as_ref().is_none_or(|(b, _)| if lowest { v < *b } else { v > *b })
+                && best
+                    .as_ref()
+                    .is_none_or(|(b, _)| if lowest { v < *b } else { v > *b })
             {
                 best = Some((v, format!("{}–{}", m.labels[i], m.labels[j])));
             }
@@ -184,7 +216,13 @@ fn extreme(m: &Matrix, lowest: bool) -> (f64, String) {
     best.unwrap_or((0.0, String::new()))
 }
 
-fn find_nodes(m: &Matrix, threshold: f64, nouns: Nouns, member: &mut [bool], out: &mut Vec<Culprit>) {
+fn find_nodes(
+    m: &Matrix,
+    threshold: f64,
+    nouns: Nouns,
+    member: &mut [bool],
+    out: &mut Vec<Culprit>,
+) {
     let n = member.len();
     let max_named = n.saturating_sub(1) / 2;
     let mut named = 0;
@@ -194,7 +232,9 @@ fn find_nodes(m: &Matrix, threshold: f64, nouns: Nouns, member: &mut [bool], out
             let r = row(m, i, member, None);
             let mut others = member.to_vec();
             others[i] = false;
-            let (Some(fig), Some(med)) = (upper_median(&r), median(&entries(m, &others))) else { continue };
+            let (Some(fig), Some(med)) = (upper_median(&r), median(&entries(m, &others))) else {
+                continue;
+            };
             if med <= 0.0 {
                 continue;
             }
@@ -202,8 +242,13 @@ fn find_nodes(m: &Matrix, threshold: f64, nouns: Nouns, member: &mut [bool], out
                 worst = Some((i, fig, med));
             }
         }
-        let Some((i, fig, med)) = worst.filter(|&(_, f, md)| f < threshold * md) else { break };
-        let figures: Vec<PairFigure> = (0..n).filter(|&j| j != i).flat_map(|j| pair_figures(m, i, j)).collect();
+        let Some((i, fig, med)) = worst.filter(|&(_, f, md)| f < threshold * md) else {
+            break;
+        };
+        let figures: Vec<PairFigure> = (0..n)
+            .filter(|&j| j != i)
+            .flat_map(|j| pair_figures(m, i, j))
+            .collect();
         let low = figures.iter().filter(|f| f.value < threshold * med).count();
         let label = &m.labels[i];
         out.push(Culprit {
@@ -229,17 +274,22 @@ fn find_nodes(m: &Matrix, threshold: f64, nouns: Nouns, member: &mut [bool], out
 
 fn find_links(m: &Matrix, threshold: f64, nouns: Nouns, member: &[bool], out: &mut Vec<Culprit>) {
     let n = member.len();
-    let Some(med) = median(&entries(m, member)).filter(|v| *v > 0.0) else { return };
+    let Some(med) = median(&entries(m, member)).filter(|v| *v > 0.0) else {
+        return;
+    };
     for i in (0..n).filter(|&i| member[i]) {
         for j in (i + 1..n).filter(|&j| member[j]) {
             let figures = pair_figures(m, i, j);
-            let Some(low) = figures.iter().map(|f| f.value).min_by(f64::total_cmp) else { continue };
+            let Some(low) = figures.iter().map(|f| f.value).min_by(f64::total_cmp) else {
+                continue;
+            };
             if low >= threshold * med {
                 continue;
             }
             // Both ends must be fine without this pair, else it is not the link alone.
             let fine = |x: usize, partner: usize| {
-                upper_median(&row(m, x, member, Some(partner))).is_some_and(|v| v >= threshold * med)
+                upper_median(&row(m, x, member, Some(partner)))
+                    .is_some_and(|v| v >= threshold * med)
             };
             if !(fine(i, j) && fine(j, i)) {
                 continue;
@@ -283,16 +333,27 @@ mod tests {
             values[i][j] = v;
             values[j][i] = v;
         }
-        Matrix { labels: (0..n).map(|i| format!("n{i}")).collect(), metric: "busbw_gbs".into(), unit: "GB/s".into(), values }
+        Matrix {
+            labels: (0..n).map(|i| format!("n{i}")).collect(),
+            metric: "busbw_gbs".into(),
+            unit: "GB/s".into(),
+            values,
+        }
     }
 
     /// Every pair of `bad` at `v`.
     fn bad_node(n: usize, bad: usize, v: f64) -> Vec<(usize, usize, Option<f64>)> {
-        (0..n).filter(|&j| j != bad).map(|j| (bad, j, Some(v))).collect()
+        (0..n)
+            .filter(|&j| j != bad)
+            .map(|j| (bad, j, Some(v)))
+            .collect()
     }
 
     fn members(a: &Analysis) -> Vec<(CulpritKind, Vec<String>)> {
-        a.culprits.iter().map(|c| (c.kind, c.members.clone())).collect()
+        a.culprits
+            .iter()
+            .map(|c| (c.kind, c.members.clone()))
+            .collect()
     }
 
     #[test]
@@ -301,10 +362,19 @@ mod tests {
             for bad in [0, n / 2, n - 1] {
                 let a = analyse(&nodes(n, 100.0, &bad_node(n, bad, 35.0)), 0.75, NODES);
                 assert_eq!(a.verdict, Conclusion::Culprit, "n={n} bad={bad}: {a:?}");
-                assert_eq!(members(&a), vec![(CulpritKind::Node, vec![format!("n{bad}")])], "n={n} bad={bad}: {}", a.summary);
+                assert_eq!(
+                    members(&a),
+                    vec![(CulpritKind::Node, vec![format!("n{bad}")])],
+                    "n={n} bad={bad}: {}",
+                    a.summary
+                );
                 let c = &a.culprits[0];
                 assert!(c.median > 99.0 && c.figure < 40.0 && c.ratio < 0.4, "{c:?}");
-                assert_eq!(c.figures.len(), n - 1, "one figure per pair of a symmetric matrix");
+                assert_eq!(
+                    c.figures.len(),
+                    n - 1,
+                    "one figure per pair of a symmetric matrix"
+                );
             }
         }
     }
@@ -314,7 +384,12 @@ mod tests {
         for n in 3..=8 {
             let a = analyse(&nodes(n, 100.0, &[(1, 2, Some(40.0))]), 0.75, NODES);
             assert_eq!(a.verdict, Conclusion::Culprit, "n={n}: {a:?}");
-            assert_eq!(members(&a), vec![(CulpritKind::Link, vec!["n1".to_string(), "n2".to_string()])], "n={n}: {}", a.summary);
+            assert_eq!(
+                members(&a),
+                vec![(CulpritKind::Link, vec!["n1".to_string(), "n2".to_string()])],
+                "n={n}: {}",
+                a.summary
+            );
             assert_eq!(a.culprits[0].figure, 40.0);
             assert!(a.summary.contains("link n1–n2 is bad"), "{}", a.summary);
         }
@@ -322,10 +397,17 @@ mod tests {
 
     #[test]
     fn two_disjoint_bad_links_are_both_named() {
-        let a = analyse(&nodes(4, 100.0, &[(0, 1, Some(30.0)), (2, 3, Some(50.0))]), 0.75, NODES);
+        let a = analyse(
+            &nodes(4, 100.0, &[(0, 1, Some(30.0)), (2, 3, Some(50.0))]),
+            0.75,
+            NODES,
+        );
         assert_eq!(
             members(&a),
-            vec![(CulpritKind::Link, vec!["n0".into(), "n1".into()]), (CulpritKind::Link, vec!["n2".into(), "n3".into()])]
+            vec![
+                (CulpritKind::Link, vec!["n0".into(), "n1".into()]),
+                (CulpritKind::Link, vec!["n2".into(), "n3".into()])
+            ]
         );
     }
 
@@ -337,7 +419,15 @@ mod tests {
         let a = analyse(&nodes(7, 100.0, &set), 0.75, NODES);
         let mut named = members(&a);
         named.sort_by(|x, y| x.1.cmp(&y.1));
-        assert_eq!(named, vec![(CulpritKind::Node, vec!["n2".into()]), (CulpritKind::Node, vec!["n5".into()])], "{}", a.summary);
+        assert_eq!(
+            named,
+            vec![
+                (CulpritKind::Node, vec!["n2".into()]),
+                (CulpritKind::Node, vec!["n5".into()])
+            ],
+            "{}",
+            a.summary
+        );
     }
 
     #[test]
@@ -372,29 +462,71 @@ mod tests {
         assert_eq!(a.verdict, Conclusion::Inconclusive);
         assert_eq!(a.missing, vec![["n0".to_string(), "n1".to_string()]]);
         assert_eq!(members(&a), vec![(CulpritKind::Node, vec!["n4".into()])]);
-        assert!(a.summary.contains("1 of 15 pair(s) have no figure (n0–n1)"), "{}", a.summary);
-        assert!(a.summary.contains("among the measured pairs: node n4 is bad"), "{}", a.summary);
+        assert!(
+            a.summary.contains("1 of 15 pair(s) have no figure (n0–n1)"),
+            "{}",
+            a.summary
+        );
+        assert!(
+            a.summary
+                .contains("among the measured pairs: node n4 is bad"),
+            "{}",
+            a.summary
+        );
     }
 
     #[test]
     fn a_node_whose_every_pair_failed_is_pointed_at() {
-        let failed: Vec<_> = bad_node(5, 3, 0.0).into_iter().map(|(i, j, _)| (i, j, None)).collect();
+        let failed: Vec<_> = bad_node(5, 3, 0.0)
+            .into_iter()
+            .map(|(i, j, _)| (i, j, None))
+            .collect();
         let a = analyse(&nodes(5, 100.0, &failed), 0.75, NODES);
         assert_eq!(a.verdict, Conclusion::Inconclusive);
         assert_eq!(a.missing.len(), 4);
-        assert!(a.summary.contains("every pair of node n3 failed"), "{}", a.summary);
-        let none = analyse(&nodes(3, 100.0, &[(0, 1, None), (0, 2, None), (1, 2, None)]), 0.75, NODES);
+        assert!(
+            a.summary.contains("every pair of node n3 failed"),
+            "{}",
+            a.summary
+        );
+        let none = analyse(
+            &nodes(3, 100.0, &[(0, 1, None), (0, 2, None), (1, 2, None)]),
+            0.75,
+            NODES,
+        );
         assert_eq!(none.verdict, Conclusion::Inconclusive);
-        assert!(none.summary.contains("none of the 3 pair(s)"), "{}", none.summary);
+        assert!(
+            none.summary.contains("none of the 3 pair(s)"),
+            "{}",
+            none.summary
+        );
     }
 
     #[test]
     fn spread_without_a_pattern_is_inconclusive() {
         // Two slow nodes of four: the fast pair might as well be the odd one out.
-        let a = analyse(&nodes(4, 100.0, &[(0, 2, Some(40.0)), (0, 3, Some(40.0)), (1, 2, Some(40.0)), (1, 3, Some(40.0)), (2, 3, Some(40.0))]), 0.75, NODES);
+        let a = analyse(
+            &nodes(
+                4,
+                100.0,
+                &[
+                    (0, 2, Some(40.0)),
+                    (0, 3, Some(40.0)),
+                    (1, 2, Some(40.0)),
+                    (1, 3, Some(40.0)),
+                    (2, 3, Some(40.0)),
+                ],
+            ),
+            0.75,
+            NODES,
+        );
         assert_eq!(a.verdict, Conclusion::Inconclusive, "{a:?}");
         assert!(a.culprits.is_empty(), "{a:?}");
-        assert!(a.summary.contains("no single node or link explains it"), "{}", a.summary);
+        assert!(
+            a.summary.contains("no single node or link explains it"),
+            "{}",
+            a.summary
+        );
     }
 
     #[test]
@@ -407,20 +539,45 @@ mod tests {
             for &(i, j, v) in set {
                 values[i][j] = Some(v);
             }
-            Matrix { labels: (0..8).map(|i| i.to_string()).collect(), metric: "algbw_gbs".into(), unit: "GB/s".into(), values }
+            Matrix {
+                labels: (0..8).map(|i| i.to_string()).collect(),
+                metric: "algbw_gbs".into(),
+                unit: "GB/s".into(),
+                values,
+            }
         };
         // GPU 6 is slow both ways with everyone; the diagonal (local copies) is ignored.
-        let set: Vec<(usize, usize, f64)> = (0..8).filter(|&j| j != 6).flat_map(|j| [(6, j, 20.0), (j, 6, 22.0)]).collect();
+        let set: Vec<(usize, usize, f64)> = (0..8)
+            .filter(|&j| j != 6)
+            .flat_map(|j| [(6, j, 20.0), (j, 6, 22.0)])
+            .collect();
         let a = analyse(&gpus(&set), 0.75, GPUS);
-        assert_eq!(members(&a), vec![(CulpritKind::Node, vec!["6".into()])], "{}", a.summary);
-        assert_eq!(a.culprits[0].figures.len(), 14, "both directions of each pair");
+        assert_eq!(
+            members(&a),
+            vec![(CulpritKind::Node, vec!["6".into()])],
+            "{}",
+            a.summary
+        );
+        assert_eq!(
+            a.culprits[0].figures.len(),
+            14,
+            "both directions of each pair"
+        );
         assert!(a.summary.starts_with("GPU 6 is bad"), "{}", a.summary);
         // One direction of one pair is slow.
         let a = analyse(&gpus(&[(1, 3, 25.0)]), 0.75, GPUS);
-        assert_eq!(members(&a), vec![(CulpritKind::Link, vec!["1".into(), "3".into()])], "{}", a.summary);
+        assert_eq!(
+            members(&a),
+            vec![(CulpritKind::Link, vec!["1".into(), "3".into()])],
+            "{}",
+            a.summary
+        );
         assert_eq!(a.culprits[0].figures.len(), 2);
         assert_eq!(a.culprits[0].figure, 25.0);
-        assert_eq!(analyse(&gpus(&[]), 0.75, GPUS).verdict, Conclusion::NoCulprit);
+        assert_eq!(
+            analyse(&gpus(&[]), 0.75, GPUS).verdict,
+            Conclusion::NoCulprit
+        );
     }
 
     #[test]

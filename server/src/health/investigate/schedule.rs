@@ -55,11 +55,21 @@ mod tests {
             let mut busy = BTreeSet::new();
             for &(a, b) in batch {
                 assert!(a < b && b < n, "n={n}: bad pair {a}-{b}");
-                assert!(busy.insert(a) && busy.insert(b), "n={n} k={k}: a node twice in {batch:?}");
-                assert!(seen.insert((a, b)), "n={n} k={k}: pair {a}-{b} scheduled twice");
+                assert!(
+                    busy.insert(a) && busy.insert(b),
+                    "n={n} k={k}: a node twice in {batch:?}"
+                );
+                assert!(
+                    seen.insert((a, b)),
+                    "n={n} k={k}: pair {a}-{b} scheduled twice"
+                );
             }
         }
-        assert_eq!(seen.len(), n * n.saturating_sub(1) / 2, "n={n} k={k}: every pair exactly once");
+        assert_eq!(
+            seen.len(),
+            n * n.saturating_sub(1) / 2,
+            "n={n} k={k}: every pair exactly once"
+        );
     }
 
     #[test]
@@ -80,7 +90,11 @@ mod tests {
         assert!(rounds(4).iter().all(|r| r.len() == 2));
         assert_eq!(rounds(5).len(), 5);
         assert!(rounds(5).iter().all(|r| r.len() == 2));
-        assert_eq!(batches(6, 2).len(), 10, "5 rounds of 3 pairs in batches of 2 and 1");
+        assert_eq!(
+            batches(6, 2).len(),
+            10,
+            "5 rounds of 3 pairs in batches of 2 and 1"
+        );
         assert_eq!(batches(6, 0).len(), 5);
         assert!(rounds(1).is_empty() && rounds(0).is_empty());
     }

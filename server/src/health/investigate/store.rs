@@ -8,7 +8,7 @@ use heddle_types::jobs::JobSpec;
 use sqlx::types::Json;
 use uuid::Uuid;
 
-use super::{culprit, schedule, InvestigateError, MAX_NODES, THRESHOLDS};
+use super::{InvestigateError, MAX_NODES, THRESHOLDS, culprit, schedule};
 use crate::db;
 
 /// An `investigations` row.
@@ -31,12 +31,18 @@ pub(super) struct InvRow {
     pub finished_at: Option<DateTime<Utc>>,
 }
 
-pub(super) const INV_SELECT: &str = "SELECT id, kind, params, env, timeout_s, batch_size, threshold, node_ids, label, state, error,
+pub(super) const INV_SELECT: &str =
+    "SELECT id, kind, params, env, timeout_s, batch_size, threshold, node_ids, label, state, error,
     trigger_run_id, created_by, created_at, finished_at FROM investigations";
 
 impl InvRow {
     pub fn kind(&self) -> Result<InvestigationKind, InvestigateError> {
-        self.kind.parse().map_err(|message| InvestigateError::Corrupt { what: "investigation kind", message })
+        self.kind
+            .parse()
+            .map_err(|message| InvestigateError::Corrupt {
+                what: "investigation kind",
+                message,
+            })
     }
 
     /// What every pair's run executes.
@@ -74,7 +80,10 @@ pub(super) struct NewInvestigation<'a> {
 }
 
 /// Stores an investigation and its pairs. `None` when the trigger run already has one.
-pub(super) async fn insert(tx: &mut sqlx::PgConnection, new: &NewInvestigation<'_>) -> Result<Option<Uuid>, sqlx::Error> {
+pub(super) async fn insert(
+    tx: &mut sqlx::PgConnection,
+    new: &NewInvestigation<'_>,
+) -> Result<Option<Uuid>, sqlx::Error> {
     let id = Uuid::new_v4();
     let inserted: Option<(Uuid,)> = sqlx::query_as(
         "INSERT INTO investigations (id, kind, params, env, timeout_s, batch_size, threshold, node_ids, label, trigger_run_id, created_by)
@@ -124,17 +133,34 @@ pub(super) async fn insert(tx: &mut sqlx::PgConnection, new: &NewInvestigation<'
 
 async fn resolve_node(tx: &mut sqlx::PgConnection, key: &str) -> Result<Uuid, InvestigateError> {
     let row: Option<(Uuid,)> = match Uuid::parse_str(key) {
-        Ok(id) => sqlx::query_as("SELECT id FROM nodes WHERE id = $1").bind(id).fetch_optional(&mut *tx).await?,
-        Err(_) => sqlx::query_as("SELECT id FROM nodes WHERE hostname = $1").bind(key).fetch_optional(&mut *tx).await?,
+        Ok(id) => {
+            sqlx::query_as("SELECT id FROM nodes WHERE id = $1")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await?
+        }
+        Err(_) => {
+            sqlx::query_as("SELECT id FROM nodes WHERE hostname = $1")
+                .bind(key)
+                .fetch_optional(&mut *tx)
+                .await?
+        }
     };
-    row.map(|r| r.0).ok_or_else(|| InvestigateError::NoSuchNode(key.to_string()))
+    row.map(|r| r.0)
+        .ok_or_else(|| InvestigateError::NoSuchNode(key.to_string()))
 }
 
 /// Checks a request, stores the investigation and starts its first batch, in one
 /// transaction with its audit entries.
-pub async fn create(db: &sqlx::PgPool, actor: &str, req: &InvestigationCreate) -> Result<Uuid, InvestigateError> {
+pub async fn create(
+    db: &sqlx::PgPool,
+    actor: &str,
+    req: &InvestigationCreate,
+) -> Result<Uuid, InvestigateError> {
     if req.nodes.len() < 2 || req.nodes.len() > MAX_NODES {
-        return Err(InvestigateError::Invalid(format!("nodes must list 2 to {MAX_NODES} nodes")));
+        return Err(InvestigateError::Invalid(format!(
+            "nodes must list 2 to {MAX_NODES} nodes"
+        )));
     }
     let threshold = req.threshold.unwrap_or(DEFAULT_THRESHOLD);
     if !THRESHOLDS.contains(&threshold) {
@@ -148,19 +174,36 @@ pub async fn create(db: &sqlx::PgPool, actor: &str, req: &InvestigationCreate) -
         .ok()
         .filter(|k| *k <= 4096)
         .ok_or_else(|| InvestigateError::Invalid("batch_size must be between 0 and 4096".into()))?;
-    let spec = JobSpec { kind: req.kind.as_str().to_string(), params: req.params.clone(), env: req.env.clone(), timeout_s: req.timeout_s };
+    let spec = JobSpec {
+        kind: req.kind.as_str().to_string(),
+        params: req.params.clone(),
+        env: req.env.clone(),
+        timeout_s: req.timeout_s,
+    };
     crate::api::runs::validate_spec(&spec).map_err(|e| InvestigateError::Invalid(e.to_string()))?;
     let mut tx = db.begin().await?;
     let mut node_ids = Vec::with_capacity(req.nodes.len());
     for key in &req.nodes {
         let id = resolve_node(&mut tx, key).await?;
         if node_ids.contains(&id) {
-            return Err(InvestigateError::Invalid(format!("node {key:?} is listed twice")));
+            return Err(InvestigateError::Invalid(format!(
+                "node {key:?} is listed twice"
+            )));
         }
         node_ids.push(id);
     }
-    let new = NewInvestigation { spec, node_ids, batch_size, threshold, label: req.label.clone(), trigger_run_id: None, actor };
-    let id = insert(&mut tx, &new).await?.expect("no trigger run, so no conflict");
+    let new = NewInvestigation {
+        spec,
+        node_ids,
+        batch_size,
+        threshold,
+        label: req.label.clone(),
+        trigger_run_id: None,
+        actor,
+    };
+    let id = insert(&mut tx, &new)
+        .await?
+        .expect("no trigger run, so no conflict");
     super::advance::advance_locked(&mut tx, id).await?;
     tx.commit().await?;
     tracing::info!(investigation = %id, kind = %req.kind.as_str(), nodes = req.nodes.len(), "investigation started");
@@ -168,7 +211,11 @@ pub async fn create(db: &sqlx::PgPool, actor: &str, req: &InvestigationCreate) -
 }
 
 async fn hostnames(db: &sqlx::PgPool, ids: &[Uuid]) -> Result<HashMap<Uuid, String>, sqlx::Error> {
-    let rows: Vec<(Uuid, String)> = sqlx::query_as("SELECT id, hostname FROM nodes WHERE id = ANY($1)").bind(ids).fetch_all(db).await?;
+    let rows: Vec<(Uuid, String)> =
+        sqlx::query_as("SELECT id, hostname FROM nodes WHERE id = ANY($1)")
+            .bind(ids)
+            .fetch_all(db)
+            .await?;
     Ok(rows.into_iter().collect())
 }
 
@@ -178,7 +225,12 @@ fn parse_pair_state(s: &str) -> Result<PairState, InvestigateError> {
         "running" => PairState::Running,
         "done" => PairState::Done,
         "failed" => PairState::Failed,
-        other => return Err(InvestigateError::Corrupt { what: "pair state", message: other.to_string() }),
+        other => {
+            return Err(InvestigateError::Corrupt {
+                what: "pair state",
+                message: other.to_string(),
+            });
+        }
     })
 }
 
@@ -204,7 +256,12 @@ fn matrix(kind: InvestigationKind, labels: Vec<String>, pairs: &[PairRow]) -> Ma
             values[b][a] = p.value;
         }
     }
-    Matrix { labels, metric: kind.metric().to_string(), unit: "GB/s".into(), values }
+    Matrix {
+        labels,
+        metric: kind.metric().to_string(),
+        unit: "GB/s".into(),
+        values,
+    }
 }
 
 struct Loaded {
@@ -220,12 +277,20 @@ struct Loaded {
 async fn load_parts(db: &sqlx::PgPool, row: InvRow) -> Result<Loaded, InvestigateError> {
     let kind = row.kind()?;
     let state: InvestigationState =
-        row.state.parse().map_err(|message| InvestigateError::Corrupt { what: "investigation state", message })?;
+        row.state
+            .parse()
+            .map_err(|message| InvestigateError::Corrupt {
+                what: "investigation state",
+                message,
+            })?;
     let names = hostnames(db, &row.node_ids).await?;
     let nodes: Vec<InvestigationNode> = row
         .node_ids
         .iter()
-        .map(|id| InvestigationNode { id: *id, hostname: names.get(id).cloned().unwrap_or_else(|| id.to_string()) })
+        .map(|id| InvestigationNode {
+            id: *id,
+            hostname: names.get(id).cloned().unwrap_or_else(|| id.to_string()),
+        })
         .collect();
     let pairs: Vec<PairRow> = sqlx::query_as(
         "SELECT a, b, batch, state, run_id, value, size_bytes, error FROM investigation_pairs
@@ -234,7 +299,11 @@ async fn load_parts(db: &sqlx::PgPool, row: InvRow) -> Result<Loaded, Investigat
     .bind(row.id)
     .fetch_all(db)
     .await?;
-    let matrix = matrix(kind, nodes.iter().map(|n| n.hostname.clone()).collect(), &pairs);
+    let matrix = matrix(
+        kind,
+        nodes.iter().map(|n| n.hostname.clone()).collect(),
+        &pairs,
+    );
     let analysis = if state == InvestigationState::Running {
         let p = progress(&pairs);
         Analysis {
@@ -252,7 +321,15 @@ async fn load_parts(db: &sqlx::PgPool, row: InvRow) -> Result<Loaded, Investigat
         }
         a
     };
-    Ok(Loaded { row, kind, state, nodes, pairs, matrix, analysis })
+    Ok(Loaded {
+        row,
+        kind,
+        state,
+        nodes,
+        pairs,
+        matrix,
+        analysis,
+    })
 }
 
 pub async fn load(db: &sqlx::PgPool, id: Uuid) -> Result<Investigation, InvestigateError> {
@@ -262,7 +339,11 @@ pub async fn load(db: &sqlx::PgPool, id: Uuid) -> Result<Investigation, Investig
         .await?
         .ok_or(InvestigateError::NoSuchInvestigation(id))?;
     let l = load_parts(db, row).await?;
-    let host = |i: i32| l.nodes.get(i as usize).map_or_else(|| i.to_string(), |n| n.hostname.clone());
+    let host = |i: i32| {
+        l.nodes
+            .get(i as usize)
+            .map_or_else(|| i.to_string(), |n| n.hostname.clone())
+    };
     let pairs = l
         .pairs
         .iter()
@@ -305,12 +386,18 @@ pub async fn load(db: &sqlx::PgPool, id: Uuid) -> Result<Investigation, Investig
 }
 
 /// Newest first; `state` filters.
-pub async fn list(db: &sqlx::PgPool, state: Option<InvestigationState>, limit: i64) -> Result<Vec<InvestigationSummary>, InvestigateError> {
-    let rows: Vec<InvRow> = sqlx::query_as(&format!("{INV_SELECT} WHERE ($1::text IS NULL OR state = $1) ORDER BY created_at DESC LIMIT $2"))
-        .bind(state.map(InvestigationState::as_str))
-        .bind(limit)
-        .fetch_all(db)
-        .await?;
+pub async fn list(
+    db: &sqlx::PgPool,
+    state: Option<InvestigationState>,
+    limit: i64,
+) -> Result<Vec<InvestigationSummary>, InvestigateError> {
+    let rows: Vec<InvRow> = sqlx::query_as(&format!(
+        "{INV_SELECT} WHERE ($1::text IS NULL OR state = $1) ORDER BY created_at DESC LIMIT $2"
+    ))
+    .bind(state.map(InvestigationState::as_str))
+    .bind(limit)
+    .fetch_all(db)
+    .await?;
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
         let l = load_parts(db, row).await?;
