@@ -9,6 +9,12 @@ cd "$repo"
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/heddle-target}
 step() { printf '\n== test.sh: %s (%s)\n' "$*" "$(date +%T)" >&2; }
 
+step "format and lints"
+for manifest in Cargo.toml plugins/Cargo.toml plugins/template/Cargo.toml frontend/Cargo.toml; do
+    cargo fmt --all --check --manifest-path "$manifest"
+done
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
 step "Postgres"
 HEDDLE_TEST_DATABASE_URL=$(scripts/pg-ensure.sh)
 export HEDDLE_TEST_DATABASE_URL

@@ -51,10 +51,10 @@ impl ServerProcess {
         let url = format!("http://127.0.0.1:{port}");
         let http = reqwest::Client::new();
         for _ in 0..200 {
-            if let Ok(r) = http.get(format!("{url}/readyz")).send().await {
-                if r.status().is_success() {
-                    return Ok(ServerProcess { child, url });
-                }
+            if let Ok(r) = http.get(format!("{url}/readyz")).send().await
+                && r.status().is_success()
+            {
+                return Ok(ServerProcess { child, url });
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

@@ -80,12 +80,11 @@ async fn browser() -> (Driver, Client) {
 async fn wait_text(c: &Client, css: &str, needle: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        if let Ok(el) = c.find(Locator::Css(css)).await {
-            if let Ok(t) = el.text().await {
-                if t.contains(needle) {
-                    return t;
-                }
-            }
+        if let Ok(el) = c.find(Locator::Css(css)).await
+            && let Ok(t) = el.text().await
+            && t.contains(needle)
+        {
+            return t;
         }
         if Instant::now() > deadline {
             let body = match c.find(Locator::Css("body")).await {

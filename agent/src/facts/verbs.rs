@@ -94,9 +94,7 @@ pub fn rdma_core_version(library: &str) -> Option<String> {
 
 pub fn rdma_core_from_file_name(name: &str) -> Option<String> {
     let rest = name.trim().strip_prefix("libibverbs.so.1.")?;
-    let mut parts = rest.splitn(2, '.');
-    let _abi = parts.next()?;
-    let release = parts.next()?;
+    let (_abi, release) = rest.split_once('.')?;
     release
         .split('.')
         .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))

@@ -288,12 +288,12 @@ pub async fn renew(
     Path(id): Path<Uuid>,
     Json(req): Json<LeaseRenew>,
 ) -> ApiResult<Json<LeaseRenewed>> {
-    if let Some(Progress { message, fraction }) = &req.progress {
-        if message.len() > 1024 || fraction.is_some_and(|f| !(0.0..=1.0).contains(&f)) {
-            return Err(ApiError::Unprocessable(
-                "progress message must be at most 1024 bytes and fraction within 0..1".into(),
-            ));
-        }
+    if let Some(Progress { message, fraction }) = &req.progress
+        && (message.len() > 1024 || fraction.is_some_and(|f| !(0.0..=1.0).contains(&f)))
+    {
+        return Err(ApiError::Unprocessable(
+            "progress message must be at most 1024 bytes and fraction within 0..1".into(),
+        ));
     }
     let row: Option<(DateTime<Utc>, bool)> = sqlx::query_as(
         "UPDATE jobs SET lease_expires_at = now() + make_interval(secs => $3), state = 'running',
