@@ -743,3 +743,26 @@ async fn a_result_left_without_a_verdict_is_judged_later() {
         "nothing left"
     );
 }
+
+/// `allreduce` is an alias the agent accepts; the run must still be judged as the
+/// all-reduce that built-in figures and history are keyed by.
+#[tokio::test]
+async fn a_run_started_with_a_collective_alias_is_judged_under_its_canonical_name() {
+    let server = TestServer::start().await;
+    let api = Api::new(&server);
+    let agent = gpu_node(&api, &server, "alias-1", "NVIDIA H200", 2).await;
+    let r = run_once(
+        &api,
+        &server,
+        &agent,
+        "alias-1",
+        "nccl",
+        json!({"op": "allreduce"}),
+        nccl_upload("alias-1-a", 100.0, 0),
+    )
+    .await;
+    assert_eq!(r["verdict"]["test"], "nccl.all_reduce", "{r}");
+    // 100 GB/s on two H200s is far under the datasheet figure for nccl.all_reduce: judged
+    // against it, not passed for want of an expectation.
+    assert_eq!(r["verdict"]["verdict"], "fail", "{r}");
+}

@@ -4,6 +4,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use heddle_types::auth::Role;
+use heddle_types::collective::canonical_collective;
 use heddle_types::jobs::*;
 use serde::Deserialize;
 use uuid::Uuid;
@@ -87,7 +88,12 @@ fn run_state(jobs: &[Job]) -> &'static str {
     }
 }
 
-pub(crate) fn validate_spec(spec: &JobSpec) -> Result<(), ApiError> {
+/// Kinds whose `op` parameter names an NCCL collective.
+const COLLECTIVE_KINDS: [&str; 2] = ["nccl", "sweep"];
+
+/// Checks a job spec and puts its collective name in the one spelling that results,
+/// verdicts and expectations use (`allreduce` becomes `all_reduce`).
+pub(crate) fn validate_spec(spec: &mut JobSpec) -> Result<(), ApiError> {
     let kind_ok = !spec.kind.is_empty()
         && spec.kind.len() <= 64
         && spec
@@ -104,6 +110,16 @@ pub(crate) fn validate_spec(spec: &JobSpec) -> Result<(), ApiError> {
         return Err(ApiError::Unprocessable(
             "params must be a JSON object".into(),
         ));
+    }
+    if COLLECTIVE_KINDS.contains(&spec.kind.as_str())
+        && let Some(op) = spec.params.get_mut("op")
+    {
+        let name = op.as_str().ok_or_else(|| {
+            ApiError::Unprocessable("params.op must be a collective's name".into())
+        })?;
+        *op = canonical_collective(name)
+            .map_err(|e| ApiError::Unprocessable(format!("params.op: {e}")))?
+            .into();
     }
     db::check_env(&spec.env)?;
     if spec.timeout_s == Some(0) {
@@ -199,8 +215,8 @@ pub async fn create_run(
     Json(req): Json<RunCreate>,
 ) -> ApiResult<(StatusCode, Json<Run>)> {
     caller.require(Role::Operator)?;
-    let spec = req.spec();
-    validate_spec(&spec)?;
+    let mut spec = req.spec();
+    validate_spec(&mut spec)?;
     if req.nodes.is_empty() || req.nodes.len() > MAX_RUN_NODES {
         return Err(ApiError::Unprocessable(format!(
             "nodes must list 1 to {MAX_RUN_NODES} nodes"
@@ -500,12 +516,24 @@ mod tests {
             env: Default::default(),
             timeout_s: None,
         };
-        assert!(validate_spec(&spec("nccl", serde_json::json!({}))).is_ok());
-        assert!(validate_spec(&spec("", serde_json::json!({}))).is_err());
-        assert!(validate_spec(&spec("a b", serde_json::json!({}))).is_err());
-        assert!(validate_spec(&spec("nccl", serde_json::json!([1]))).is_err());
+        assert!(validate_spec(&mut spec("nccl", serde_json::json!({}))).is_ok());
+        assert!(validate_spec(&mut spec("", serde_json::json!({}))).is_err());
+        assert!(validate_spec(&mut spec("a b", serde_json::json!({}))).is_err());
+        assert!(validate_spec(&mut spec("nccl", serde_json::json!([1]))).is_err());
         let mut bad_env = spec("nccl", serde_json::Value::Null);
         bad_env.env.insert("NOT-OK".into(), "1".into());
-        assert!(validate_spec(&bad_env).is_err());
+        assert!(validate_spec(&mut bad_env).is_err());
+        let mut alias = spec("nccl", serde_json::json!({"op": "allreduce"}));
+        validate_spec(&mut alias).unwrap();
+        assert_eq!(alias.params["op"], "all_reduce");
+        let mut sweep = spec("sweep", serde_json::json!({"op": "All-Gather"}));
+        validate_spec(&mut sweep).unwrap();
+        assert_eq!(sweep.params["op"], "all_gather");
+        assert!(validate_spec(&mut spec("nccl", serde_json::json!({"op": "gossip"}))).is_err());
+        assert!(validate_spec(&mut spec("nccl", serde_json::json!({"op": 3}))).is_err());
+        // Other kinds keep their own `op` untouched.
+        let mut ucx = spec("ucx", serde_json::json!({"op": "tag_bw"}));
+        validate_spec(&mut ucx).unwrap();
+        assert_eq!(ucx.params["op"], "tag_bw");
     }
 }

@@ -307,8 +307,8 @@ mod tests {
             PreflightCheck::Rdma,
             PreflightCheck::P2p,
         ] {
-            let spec = check_spec(check);
-            assert!(crate::api::runs::validate_spec(&spec).is_ok());
+            let mut spec = check_spec(check);
+            assert!(crate::api::runs::validate_spec(&mut spec).is_ok());
             let kind_test = super::super::figures::extract(&spec.kind, &spec.params, &[]).test;
             assert!(
                 kind_test.starts_with(check_test(check)),

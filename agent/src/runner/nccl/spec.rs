@@ -116,23 +116,11 @@ impl fmt::Display for Collective {
 impl FromStr for Collective {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let norm = s.trim().to_ascii_lowercase().replace('-', "_");
-        let norm = match norm.as_str() {
-            "allreduce" => "all_reduce",
-            "allgather" => "all_gather",
-            "reducescatter" => "reduce_scatter",
-            "all_to_all" | "all2all" => "alltoall",
-            "send_recv" => "sendrecv",
-            other => other,
-        }
-        .to_string();
-        Collective::ALL
+        let name = heddle_types::collective::canonical_collective(s)?;
+        Ok(Collective::ALL
             .into_iter()
-            .find(|c| c.name() == norm)
-            .ok_or_else(|| {
-                let names: Vec<_> = Collective::ALL.iter().map(|c| c.name()).collect();
-                format!("unknown collective {s:?} (one of {})", names.join(", "))
-            })
+            .find(|c| c.name() == name)
+            .expect("every canonical collective has a variant"))
     }
 }
 
@@ -473,6 +461,8 @@ mod tests {
 
     #[test]
     fn names_parse_and_round_trip() {
+        let names: Vec<_> = Collective::ALL.iter().map(|c| c.name()).collect();
+        assert_eq!(names, heddle_types::collective::COLLECTIVES);
         for c in Collective::ALL {
             assert_eq!(c.name().parse::<Collective>().unwrap(), c);
         }

@@ -174,13 +174,14 @@ pub async fn create(
         .ok()
         .filter(|k| *k <= 4096)
         .ok_or_else(|| InvestigateError::Invalid("batch_size must be between 0 and 4096".into()))?;
-    let spec = JobSpec {
+    let mut spec = JobSpec {
         kind: req.kind.as_str().to_string(),
         params: req.params.clone(),
         env: req.env.clone(),
         timeout_s: req.timeout_s,
     };
-    crate::api::runs::validate_spec(&spec).map_err(|e| InvestigateError::Invalid(e.to_string()))?;
+    crate::api::runs::validate_spec(&mut spec)
+        .map_err(|e| InvestigateError::Invalid(e.to_string()))?;
     let mut tx = db.begin().await?;
     let mut node_ids = Vec::with_capacity(req.nodes.len());
     for key in &req.nodes {
