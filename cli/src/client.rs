@@ -127,3 +127,28 @@ impl Client {
         self.send(Method::DELETE, path, None).await.map(|_| ())
     }
 }
+
+/// `?k=v&...` of the pairs that have a value, each value percent-encoded.
+pub fn query(pairs: &[(&str, &Option<String>)]) -> String {
+    let parts: Vec<String> = pairs
+        .iter()
+        .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={}", encode(v))))
+        .collect();
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("?{}", parts.join("&"))
+    }
+}
+
+/// Percent-encodes a query value.
+pub fn encode(v: &str) -> String {
+    v.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}

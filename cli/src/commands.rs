@@ -10,9 +10,10 @@ use heddle_types::auth::*;
 use heddle_types::jobs::{JobResult, Run};
 use heddle_types::nodes::{NodeDetail, NodeSummary};
 use heddle_types::plugins::{Plugin, PluginVersion};
-use serde::Serialize;
 
-use crate::client::Client;
+use crate::args::key_value;
+use crate::client::{Client, encode, query};
+use crate::output::print_json;
 use crate::{Cli, config, table};
 
 #[derive(Subcommand)]
@@ -217,41 +218,6 @@ pub enum AgentsCmd {
     Revoke {
         id: uuid::Uuid,
     },
-}
-
-pub(crate) fn key_value(s: &str) -> Result<(String, String), String> {
-    s.split_once('=')
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .ok_or_else(|| format!("{s:?} is not KEY=VALUE"))
-}
-
-pub(crate) fn print_json<T: Serialize>(v: &T) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(v)?);
-    Ok(())
-}
-
-fn query(pairs: &[(&str, &Option<String>)]) -> String {
-    let parts: Vec<String> = pairs
-        .iter()
-        .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={}", encode(v))))
-        .collect();
-    if parts.is_empty() {
-        String::new()
-    } else {
-        format!("?{}", parts.join("&"))
-    }
-}
-
-/// Percent-encodes a query value.
-pub fn encode(v: &str) -> String {
-    v.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {

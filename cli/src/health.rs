@@ -8,6 +8,7 @@ use heddle_types::health::{
 };
 
 use crate::client::Client;
+use crate::output::print_json;
 use crate::table;
 
 /// Exit code of `heddle preflight` when no verdict could be had (server unreachable, a
@@ -76,11 +77,6 @@ fn first_reason(reasons: &[Reason]) -> String {
         .unwrap_or_default()
 }
 
-fn print_json<T: serde::Serialize>(v: &T) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(v)?);
-    Ok(())
-}
-
 /// Exit code 0/1/2 for pass/warn/fail and 3 when the verdict is unknown or none could be
 /// had; errors are printed, not returned, so that they exit 3 too.
 pub async fn preflight(
@@ -131,7 +127,7 @@ pub async fn health(client: &Client, node: Option<String>, json: bool) -> anyhow
             let h: NodeHealth = client
                 .get(&format!(
                     "/api/v1/nodes/{}/health",
-                    crate::commands::encode(&node)
+                    crate::client::encode(&node)
                 ))
                 .await?;
             if json {
@@ -190,7 +186,7 @@ pub async fn expectations(client: &Client, cmd: ExpectationsCmd, json: bool) -> 
         ExpectationsCmd::Ls { test, node } => {
             let q: Vec<String> = [("test", test), ("node", node)]
                 .into_iter()
-                .filter_map(|(k, v)| v.map(|v| format!("{k}={}", crate::commands::encode(&v))))
+                .filter_map(|(k, v)| v.map(|v| format!("{k}={}", crate::client::encode(&v))))
                 .collect();
             let q = if q.is_empty() {
                 String::new()

@@ -23,7 +23,7 @@ pub enum InvestigateCmd {
         kind: String,
         /// Test parameter as key=value (the value is parsed as JSON when it parses), e.g.
         /// op=all_gather, max_bytes=1073741824, test=ib_write_bw.
-        #[arg(long = "param", value_parser = crate::commands::key_value)]
+        #[arg(long = "param", value_parser = crate::args::key_value)]
         params: Vec<(String, String)>,
         /// Pairs at a time, no node in two of them; 0 queues every pair at once.
         #[arg(long = "batch", default_value_t = 0)]
@@ -86,7 +86,7 @@ pub async fn run(client: &Client, cmd: InvestigateCmd, json: bool) -> anyhow::Re
                 return follow(client, inv.id, json).await;
             }
             if json {
-                crate::commands::print_json(&inv)?
+                crate::output::print_json(&inv)?
             } else {
                 println!("{}", inv.id)
             }
@@ -97,7 +97,7 @@ pub async fn run(client: &Client, cmd: InvestigateCmd, json: bool) -> anyhow::Re
             }
             let inv: Investigation = client.get(&format!("/api/v1/investigations/{id}")).await?;
             if json {
-                crate::commands::print_json(&inv)?
+                crate::output::print_json(&inv)?
             } else {
                 print(&inv)
             }
@@ -110,7 +110,7 @@ pub async fn run(client: &Client, cmd: InvestigateCmd, json: bool) -> anyhow::Re
             let list: Vec<InvestigationSummary> =
                 client.get(&format!("/api/v1/investigations{q}")).await?;
             if json {
-                crate::commands::print_json(&list)?;
+                crate::output::print_json(&list)?;
             } else {
                 let mut t = table::new(&[
                     "ID", "KIND", "STATE", "PAIRS", "VERDICT", "CULPRITS", "NODES", "CREATED",
@@ -155,7 +155,7 @@ async fn follow(client: &Client, id: uuid::Uuid, json: bool) -> anyhow::Result<E
         }
         if inv.state != InvestigationState::Running {
             if json {
-                crate::commands::print_json(&inv)?
+                crate::output::print_json(&inv)?
             } else {
                 print(&inv)
             }

@@ -1,11 +1,13 @@
 //! `heddle`: a thin client of the Heddle API for people and scripts. Human tables by
 //! default, `--json` for scripts; exit code 1 on any error, with the server's message.
 
+mod args;
 mod client;
 mod commands;
 mod config;
 mod health;
 mod investigate;
+mod output;
 mod sweeps;
 mod table;
 

@@ -68,7 +68,7 @@ async fn seed_nodes(db: &sqlx::PgPool, n: usize) {
         qb.push_values(chunk, |mut b, i| {
             let mut facts = fixtures[i % fixtures.len()].clone();
             facts["host"]["hostname"] = Value::String(format!("bench-{i:05}"));
-            let sha = heddle_server::db::facts::sha256(&facts);
+            let sha = heddle_types::facts_sha256(&facts);
             b.push_bind(Uuid::new_v4())
                 .push_bind(format!("bench-{i:05}"))
                 .push_bind(facts)

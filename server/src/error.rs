@@ -91,6 +91,16 @@ impl From<crate::health::HealthError> for ApiError {
     }
 }
 
+impl From<crate::db::LookupError> for ApiError {
+    fn from(err: crate::db::LookupError) -> Self {
+        use crate::db::LookupError as E;
+        match err {
+            E::NoNode(_) | E::NoSite(_) => ApiError::NotFound(err.to_string()),
+            E::Db(e) => e.into(),
+        }
+    }
+}
+
 impl From<crate::health::investigate::InvestigateError> for ApiError {
     fn from(err: crate::health::investigate::InvestigateError) -> Self {
         use crate::health::investigate::InvestigateError as E;

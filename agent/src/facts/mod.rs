@@ -21,7 +21,6 @@ mod verbs;
 use std::path::PathBuf;
 
 use heddle_types::facts::{FACTS_SCHEMA_VERSION, NodeFacts, Probe, ProbeState, RdmaFacts};
-use sha2::{Digest, Sha256};
 
 pub use topo::render as render_topology;
 
@@ -169,16 +168,10 @@ fn not_consulted(what: &str) -> Probe {
     }
 }
 
-/// SHA-256 (hex) of the facts' JSON without `collected_at`: equal hashes mean nothing
-/// the agent reports has changed. The collectors sort every list, so equal machines
-/// serialize to equal bytes.
+/// The hash the agent sends with its facts: [`heddle_types::facts_sha256`] of their JSON.
+/// The collectors sort every list, so equal machines serialize to equal bytes.
 pub fn facts_sha256(facts: &NodeFacts) -> String {
-    let mut value = serde_json::to_value(facts).expect("facts always serialize");
-    if let Some(obj) = value.as_object_mut() {
-        obj.remove("collected_at");
-    }
-    let bytes = serde_json::to_vec(&value).expect("a JSON value always serializes");
-    hex::encode(Sha256::digest(&bytes))
+    heddle_types::facts_sha256(&serde_json::to_value(facts).expect("facts always serialize"))
 }
 
 #[cfg(test)]

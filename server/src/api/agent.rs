@@ -193,7 +193,7 @@ pub async fn put_facts(
                 "{FACTS_SHA_HEADER} must be 64 hex digits"
             )));
         }
-        None => db::facts::sha256(&facts),
+        None => heddle_types::facts_sha256(&facts),
     };
     let cols = db::facts::extract(&facts);
     let mut tx = state.db.begin().await?;

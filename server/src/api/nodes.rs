@@ -97,16 +97,12 @@ pub async fn list_nodes(
             Some(serde_json::json!({ k: v }))
         }
     };
-    let hb = state.config.heartbeat_interval().as_secs_f64();
-    let (min_age, max_age): (Option<f64>, Option<f64>) = match f.health.as_deref() {
+    let (min_age, max_age) = match f.health.as_deref() {
         None => (None, None),
-        Some("online") => (None, Some(hb * 2.5)),
-        Some("stale") => (Some(hb * 2.5), Some(hb * 10.0)),
-        Some("offline") => (Some(hb * 10.0), None),
-        Some(other) => {
-            return Err(ApiError::BadRequest(format!(
-                "health {other:?} must be online, stale or offline"
-            )));
+        Some(h) => {
+            db::health_age_bounds(h, state.config.heartbeat_interval()).ok_or_else(|| {
+                ApiError::BadRequest(format!("health {h:?} must be online, stale or offline"))
+            })?
         }
     };
     let rows: Vec<NodeRow> = sqlx::query_as(&format!(

@@ -1,8 +1,6 @@
 //! The facts columns people filter on, extracted from the facts document the agent sends.
 //! Facts stay JSONB; these columns are what indexes and `GET /nodes?...` filters use.
 
-use sha2::{Digest, Sha256};
-
 #[derive(Debug, Default, PartialEq)]
 pub struct FactColumns {
     pub gpu_model: Option<String>,
@@ -57,18 +55,6 @@ pub fn extract(facts: &serde_json::Value) -> FactColumns {
     }
 }
 
-/// Hash of the facts without their collection time, so unchanged hardware gives an
-/// unchanged hash. serde_json sorts object keys, which makes the bytes canonical.
-pub fn sha256(facts: &serde_json::Value) -> String {
-    let mut copy = facts.clone();
-    if let Some(obj) = copy.as_object_mut() {
-        obj.remove("collected_at");
-    }
-    hex::encode(Sha256::digest(
-        serde_json::to_vec(&copy).expect("a Value always serialises"),
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -99,15 +85,5 @@ mod tests {
             extract(&json!({"gpus": "garbage", "rdma": 3})),
             FactColumns::default()
         );
-    }
-
-    #[test]
-    fn hash_ignores_collection_time_and_key_order() {
-        let a: serde_json::Value =
-            serde_json::from_str(r#"{"b":1,"a":2,"collected_at":"x"}"#).unwrap();
-        let b: serde_json::Value =
-            serde_json::from_str(r#"{"a":2,"collected_at":"y","b":1}"#).unwrap();
-        assert_eq!(sha256(&a), sha256(&b));
-        assert_ne!(sha256(&a), sha256(&json!({"a": 3, "b": 1})));
     }
 }

@@ -26,8 +26,20 @@ pub async fn audit<'e>(
     Ok(())
 }
 
-/// Finds a node by id or hostname.
-pub async fn resolve_node<'e>(db: impl PgExecutor<'e>, key: &str) -> Result<Uuid, ApiError> {
+/// A name or id that matches nothing; a domain error that each caller's error type maps
+/// (to 404 in `error.rs`).
+#[derive(Debug, thiserror::Error)]
+pub enum LookupError {
+    #[error("no node with id or hostname {0:?}")]
+    NoNode(String),
+    #[error("no site named {0:?}")]
+    NoSite(String),
+    #[error(transparent)]
+    Db(#[from] sqlx::Error),
+}
+
+/// Finds a node by id or hostname: the one place node names are resolved.
+pub async fn resolve_node<'e>(db: impl PgExecutor<'e>, key: &str) -> Result<Uuid, LookupError> {
     let row: Option<(Uuid,)> = match Uuid::parse_str(key) {
         Ok(id) => {
             sqlx::query_as("SELECT id FROM nodes WHERE id = $1")
@@ -43,17 +55,22 @@ pub async fn resolve_node<'e>(db: impl PgExecutor<'e>, key: &str) -> Result<Uuid
         }
     };
     row.map(|r| r.0)
-        .ok_or_else(|| ApiError::NotFound(format!("no node with id or hostname {key:?}")))
+        .ok_or_else(|| LookupError::NoNode(key.to_string()))
 }
 
-pub async fn resolve_site<'e>(db: impl PgExecutor<'e>, name: &str) -> Result<Uuid, ApiError> {
+pub async fn resolve_site<'e>(db: impl PgExecutor<'e>, name: &str) -> Result<Uuid, LookupError> {
     let row: Option<(Uuid,)> = sqlx::query_as("SELECT id FROM sites WHERE name = $1")
         .bind(name)
         .fetch_optional(db)
         .await?;
     row.map(|r| r.0)
-        .ok_or_else(|| ApiError::NotFound(format!("no site named {name:?}")))
+        .ok_or_else(|| LookupError::NoSite(name.to_string()))
 }
+
+/// A node is `online` while its last heartbeat is at most this many intervals old...
+const ONLINE_WITHIN_HEARTBEATS: f64 = 2.5;
+/// ...`stale` up to this many, `offline` after (or without any heartbeat).
+const STALE_WITHIN_HEARTBEATS: f64 = 10.0;
 
 /// `online`, `stale` or `offline` from the age of the last heartbeat.
 pub fn health(
@@ -64,12 +81,28 @@ pub fn health(
         return "offline";
     };
     let age = (chrono::Utc::now() - seen).to_std().unwrap_or_default();
-    if age <= heartbeat * 5 / 2 {
+    if age <= heartbeat.mul_f64(ONLINE_WITHIN_HEARTBEATS) {
         "online"
-    } else if age <= heartbeat * 10 {
+    } else if age <= heartbeat.mul_f64(STALE_WITHIN_HEARTBEATS) {
         "stale"
     } else {
         "offline"
+    }
+}
+
+/// The heartbeat ages in seconds (at least, at most) that [`health`] calls `state`, for
+/// filtering in SQL; `None` for a name that is not a health state.
+pub fn health_age_bounds(
+    state: &str,
+    heartbeat: std::time::Duration,
+) -> Option<(Option<f64>, Option<f64>)> {
+    let hb = heartbeat.as_secs_f64();
+    let (online, stale) = (hb * ONLINE_WITHIN_HEARTBEATS, hb * STALE_WITHIN_HEARTBEATS);
+    match state {
+        "online" => Some((None, Some(online))),
+        "stale" => Some((Some(online), Some(stale))),
+        "offline" => Some((Some(stale), None)),
+        _ => None,
     }
 }
 

@@ -16,8 +16,8 @@ pub mod schedule;
 mod advance;
 mod store;
 
-pub use advance::{PAIR_CLAIM_DEADLINE, advance_all, run_loop, trigger_from_verdicts};
-pub use store::{create, list, load};
+pub use advance::{PAIR_CLAIM_DEADLINE, advance_all, create, run_loop, trigger_from_verdicts};
+pub use store::{list, load};
 
 use uuid::Uuid;
 
@@ -29,6 +29,17 @@ pub const THRESHOLDS: std::ops::RangeInclusive<f64> = 0.05..=0.95;
 
 /// Who starts automatic investigations, in `created_by` and the audit log.
 pub const AUTO_ACTOR: &str = "heddle:investigate";
+
+impl From<crate::db::LookupError> for InvestigateError {
+    fn from(err: crate::db::LookupError) -> Self {
+        use crate::db::LookupError as E;
+        match err {
+            E::NoNode(key) => InvestigateError::NoSuchNode(key),
+            E::NoSite(name) => InvestigateError::Invalid(format!("no site named {name:?}")),
+            E::Db(e) => InvestigateError::Database(e),
+        }
+    }
+}
 
 /// What creating or reading investigations can fail with; mapped to HTTP in `error.rs`.
 #[derive(Debug, thiserror::Error)]

@@ -5,12 +5,12 @@
 
 use std::time::Duration;
 
-use heddle_types::investigations::{DEFAULT_THRESHOLD, InvestigationKind};
+use heddle_types::investigations::{DEFAULT_THRESHOLD, InvestigationCreate, InvestigationKind};
 use heddle_types::jobs::JobSpec;
 use uuid::Uuid;
 
 use super::store::{self, INV_SELECT, InvRow, NewInvestigation};
-use super::{AUTO_ACTOR, MAX_NODES};
+use super::{AUTO_ACTOR, InvestigateError, MAX_NODES, THRESHOLDS};
 use crate::{AppState, db};
 
 /// Attempts of a pair's jobs, as for a run started without `max_attempts`.
@@ -18,6 +18,67 @@ const PAIR_MAX_ATTEMPTS: u32 = 3;
 /// A pair job nobody claims for this long (its node's agent is down or busy elsewhere) gives
 /// up its run, so the investigation ends with that pair failed instead of waiting forever.
 pub const PAIR_CLAIM_DEADLINE: Duration = Duration::from_secs(600);
+
+/// Checks a request, stores the investigation and starts its first batch, in one
+/// transaction with its audit entries.
+pub async fn create(
+    db: &sqlx::PgPool,
+    actor: &str,
+    req: &InvestigationCreate,
+) -> Result<Uuid, InvestigateError> {
+    if req.nodes.len() < 2 || req.nodes.len() > MAX_NODES {
+        return Err(InvestigateError::Invalid(format!(
+            "nodes must list 2 to {MAX_NODES} nodes"
+        )));
+    }
+    let threshold = req.threshold.unwrap_or(DEFAULT_THRESHOLD);
+    if !THRESHOLDS.contains(&threshold) {
+        return Err(InvestigateError::Invalid(format!(
+            "threshold must be between {} and {}",
+            THRESHOLDS.start(),
+            THRESHOLDS.end()
+        )));
+    }
+    let batch_size = i32::try_from(req.batch_size)
+        .ok()
+        .filter(|k| *k <= 4096)
+        .ok_or_else(|| InvestigateError::Invalid("batch_size must be between 0 and 4096".into()))?;
+    let mut spec = JobSpec {
+        kind: req.kind.as_str().to_string(),
+        params: req.params.clone(),
+        env: req.env.clone(),
+        timeout_s: req.timeout_s,
+    };
+    crate::api::runs::validate_spec(&mut spec)
+        .map_err(|e| InvestigateError::Invalid(e.to_string()))?;
+    let mut tx = db.begin().await?;
+    let mut node_ids = Vec::with_capacity(req.nodes.len());
+    for key in &req.nodes {
+        let id = db::resolve_node(&mut *tx, key).await?;
+        if node_ids.contains(&id) {
+            return Err(InvestigateError::Invalid(format!(
+                "node {key:?} is listed twice"
+            )));
+        }
+        node_ids.push(id);
+    }
+    let new = NewInvestigation {
+        spec,
+        node_ids,
+        batch_size,
+        threshold,
+        label: req.label.clone(),
+        trigger_run_id: None,
+        actor,
+    };
+    let id = store::insert(&mut tx, &new)
+        .await?
+        .expect("no trigger run, so no conflict");
+    advance_locked(&mut tx, id).await?;
+    tx.commit().await?;
+    tracing::info!(investigation = %id, kind = %req.kind.as_str(), nodes = req.nodes.len(), "investigation started");
+    Ok(id)
+}
 
 /// Ticks at most once a second, and four times per heartbeat interval when that is shorter.
 pub async fn run_loop(state: AppState) {

@@ -8,7 +8,7 @@ use heddle_types::jobs::JobSpec;
 use sqlx::types::Json;
 use uuid::Uuid;
 
-use super::{InvestigateError, MAX_NODES, THRESHOLDS, culprit, schedule};
+use super::{InvestigateError, culprit, schedule};
 use crate::db;
 
 /// An `investigations` row.
@@ -129,86 +129,6 @@ pub(super) async fn insert(
         serde_json::json!({"kind": new.spec.kind, "nodes": new.node_ids, "pairs": a.len(), "trigger_run_id": new.trigger_run_id}))
     .await?;
     Ok(Some(id))
-}
-
-async fn resolve_node(tx: &mut sqlx::PgConnection, key: &str) -> Result<Uuid, InvestigateError> {
-    let row: Option<(Uuid,)> = match Uuid::parse_str(key) {
-        Ok(id) => {
-            sqlx::query_as("SELECT id FROM nodes WHERE id = $1")
-                .bind(id)
-                .fetch_optional(&mut *tx)
-                .await?
-        }
-        Err(_) => {
-            sqlx::query_as("SELECT id FROM nodes WHERE hostname = $1")
-                .bind(key)
-                .fetch_optional(&mut *tx)
-                .await?
-        }
-    };
-    row.map(|r| r.0)
-        .ok_or_else(|| InvestigateError::NoSuchNode(key.to_string()))
-}
-
-/// Checks a request, stores the investigation and starts its first batch, in one
-/// transaction with its audit entries.
-pub async fn create(
-    db: &sqlx::PgPool,
-    actor: &str,
-    req: &InvestigationCreate,
-) -> Result<Uuid, InvestigateError> {
-    if req.nodes.len() < 2 || req.nodes.len() > MAX_NODES {
-        return Err(InvestigateError::Invalid(format!(
-            "nodes must list 2 to {MAX_NODES} nodes"
-        )));
-    }
-    let threshold = req.threshold.unwrap_or(DEFAULT_THRESHOLD);
-    if !THRESHOLDS.contains(&threshold) {
-        return Err(InvestigateError::Invalid(format!(
-            "threshold must be between {} and {}",
-            THRESHOLDS.start(),
-            THRESHOLDS.end()
-        )));
-    }
-    let batch_size = i32::try_from(req.batch_size)
-        .ok()
-        .filter(|k| *k <= 4096)
-        .ok_or_else(|| InvestigateError::Invalid("batch_size must be between 0 and 4096".into()))?;
-    let mut spec = JobSpec {
-        kind: req.kind.as_str().to_string(),
-        params: req.params.clone(),
-        env: req.env.clone(),
-        timeout_s: req.timeout_s,
-    };
-    crate::api::runs::validate_spec(&mut spec)
-        .map_err(|e| InvestigateError::Invalid(e.to_string()))?;
-    let mut tx = db.begin().await?;
-    let mut node_ids = Vec::with_capacity(req.nodes.len());
-    for key in &req.nodes {
-        let id = resolve_node(&mut tx, key).await?;
-        if node_ids.contains(&id) {
-            return Err(InvestigateError::Invalid(format!(
-                "node {key:?} is listed twice"
-            )));
-        }
-        node_ids.push(id);
-    }
-    let new = NewInvestigation {
-        spec,
-        node_ids,
-        batch_size,
-        threshold,
-        label: req.label.clone(),
-        trigger_run_id: None,
-        actor,
-    };
-    let id = insert(&mut tx, &new)
-        .await?
-        .expect("no trigger run, so no conflict");
-    super::advance::advance_locked(&mut tx, id).await?;
-    tx.commit().await?;
-    tracing::info!(investigation = %id, kind = %req.kind.as_str(), nodes = req.nodes.len(), "investigation started");
-    Ok(id)
 }
 
 async fn hostnames(db: &sqlx::PgPool, ids: &[Uuid]) -> Result<HashMap<Uuid, String>, sqlx::Error> {
