@@ -3,17 +3,18 @@
 //! Buffers are raw device pointers allocated once at the largest size, and every call
 //! goes straight to `ncclAllReduce` & co. on our own non-blocking streams, so nothing
 //! between two launches (no event tracking, no allocation) shows up in small-size latency.
-//! Timing is as nccl-tests: host clock around `iters` launches and a stream sync, divided
-//! by `iters`.
+//! Test data is written and checked on the GPU (`gpu.rs`); how the loops are timed is
+//! `timing.rs`.
 
 use std::ffi::c_void;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use cudarc::driver::{CudaContext, result as cu, sys as cusys};
 use cudarc::nccl::{result as nc, sys as ncsys};
 
 use super::check;
+use super::gpu::Kernels;
 use super::spec::{Collective, Counts, Dtype, RedOp};
 
 #[derive(Debug, thiserror::Error)]
@@ -56,24 +57,75 @@ struct Rank {
     rank: usize,
     send: cusys::CUdeviceptr,
     recv: cusys::CUdeviceptr,
+    /// 8 bytes where the check kernels count wrong elements.
+    counter: cusys::CUdeviceptr,
+    kernels: Option<Kernels>,
 }
 
 pub struct Engine {
     ranks: Vec<Rank>,
     nranks: usize,
     capacity: usize,
+    nccl_init: Duration,
 }
 
-/// One timed measurement of one size in one mode.
+/// What one launch does: the collective, its data type, reduction and root.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Timing {
-    pub time_us: f64,
-    /// Elements that failed validation on this process's ranks; `None` when not checked.
-    pub wrong: Option<u64>,
+pub struct Case {
+    pub coll: Collective,
+    pub dtype: Dtype,
+    pub op: RedOp,
+    pub root: usize,
+}
+
+/// One CUDA graph per local rank, each holding the same captured launches.
+pub struct Graphs {
+    execs: Vec<(cusys::CUgraph, cusys::CUgraphExec)>,
+}
+
+/// A local GPU as nccl-tests' "Using devices" lines show it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct DeviceInfo {
+    pub device: usize,
+    pub name: String,
+    /// `domain:bus:device`, as nccl-tests prints it (e.g. `0000:19:00`).
+    pub bus_id: String,
+}
+
+/// Names and PCI addresses of `devices` (after `cuInit`).
+pub fn describe_devices(devices: &[usize]) -> Result<Vec<DeviceInfo>, EngineError> {
+    use cusys::CUdevice_attribute as A;
+    devices
+        .iter()
+        .map(|&d| {
+            let dev = cuda(format!("GPU {d}"), cu::device::get(d as i32))?;
+            let attr = |a: A| {
+                // SAFETY: a valid device handle and attribute.
+                cuda("cuDeviceGetAttribute", unsafe {
+                    cu::device::get_attribute(dev, a)
+                })
+            };
+            Ok(DeviceInfo {
+                device: d,
+                name: cuda("cuDeviceGetName", cu::device::get_name(dev))?,
+                bus_id: format!(
+                    "{:04x}:{:02x}:{:02x}",
+                    attr(A::CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID)?,
+                    attr(A::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?,
+                    attr(A::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)?
+                ),
+            })
+        })
+        .collect()
+}
+
+/// NCCL's version code (e.g. 22803 for 2.28.3), as nccl-tests prints it.
+pub fn nccl_version_code() -> Result<i32, EngineError> {
+    nccl("ncclGetVersion", nc::get_nccl_version())
 }
 
 pub fn nccl_version() -> Result<String, EngineError> {
-    let v = nccl("ncclGetVersion", nc::get_nccl_version())?;
+    let v = nccl_version_code()?;
     // Since 2.9 the code is major*10000 + minor*100 + patch.
     Ok(if v >= 20900 {
         format!("{}.{}.{}", v / 10000, (v / 100) % 100, v % 100)
@@ -120,6 +172,12 @@ impl Engine {
             let recv = cuda(format!("allocating {bytes} B on GPU {dev}"), unsafe {
                 cu::malloc_sync(bytes)
             })?;
+            // SAFETY: as above.
+            let counter = cuda("allocating a counter", unsafe { cu::malloc_sync(8) })?;
+            let kernels = cuda(
+                format!("loading the check kernels on GPU {dev}"),
+                Kernels::load(dev),
+            )?;
             ranks.push(Rank {
                 ctx,
                 stream,
@@ -127,8 +185,11 @@ impl Engine {
                 rank: topo.first_rank + i,
                 send,
                 recv,
+                counter,
+                kernels: Some(kernels),
             });
         }
+        let started = Instant::now();
         let single_process = topo.first_rank == 0 && topo.devices.len() == topo.nranks;
         if single_process && unique_id.is_none() {
             let mut comms = vec![std::ptr::null_mut(); ranks.len()];
@@ -163,6 +224,7 @@ impl Engine {
             ranks,
             nranks: topo.nranks,
             capacity,
+            nccl_init: started.elapsed(),
         })
     }
 
@@ -170,22 +232,30 @@ impl Engine {
         self.capacity
     }
 
+    /// How long creating the communicators took.
+    pub fn nccl_init_time(&self) -> Duration {
+        self.nccl_init
+    }
+
+    /// Fails when a size does not fit the buffers allocated at start.
+    pub fn fits(&self, dtype: Dtype, c: &Counts) -> Result<(), EngineError> {
+        if c.send.max(c.recv) * dtype.size() > self.capacity {
+            return Err(EngineError::Setup(format!(
+                "{} B does not fit the {} B buffers",
+                c.bytes, self.capacity
+            )));
+        }
+        Ok(())
+    }
+
     /// Issues one collective on every local rank (grouped when there are several).
-    fn launch(
-        &self,
-        coll: Collective,
-        dtype: Dtype,
-        op: RedOp,
-        root: usize,
-        c: &Counts,
-        in_place: bool,
-    ) -> Result<(), EngineError> {
+    pub fn launch(&self, k: &Case, c: &Counts, in_place: bool) -> Result<(), EngineError> {
         let grouped = self.ranks.len() > 1;
         if grouped {
             nccl("ncclGroupStart", nc::group_start())?;
         }
         for r in &self.ranks {
-            self.launch_one(r, coll, dtype, op, root, c, in_place)?;
+            self.launch_one(r, k.coll, k.dtype, k.op, k.root, c, in_place)?;
         }
         if grouped {
             nccl("ncclGroupEnd", nc::group_end())?;
@@ -276,7 +346,7 @@ impl Engine {
         nccl(coll.name(), res).map(|_| ())
     }
 
-    fn sync(&self) -> Result<(), EngineError> {
+    pub fn sync(&self) -> Result<(), EngineError> {
         for r in &self.ranks {
             // SAFETY: the stream is ours and alive.
             cuda("cuStreamSynchronize", unsafe {
@@ -286,108 +356,164 @@ impl Engine {
         Ok(())
     }
 
-    /// Warm-up, timed loop, then (when `check`) one validated run on fresh data.
-    #[allow(clippy::too_many_arguments)]
-    pub fn measure(
+    /// Writes every local rank's input pattern and, when `check`, runs the collective once
+    /// and counts the wrong elements of its output, all on the GPU: only the count comes
+    /// back. The inputs are written either way, so the timed loops never run on zeros.
+    pub fn validate(
         &self,
-        coll: Collective,
-        dtype: Dtype,
-        op: RedOp,
-        root: usize,
+        k: &Case,
         c: &Counts,
         in_place: bool,
-        warmup: u64,
-        iters: u64,
         check: bool,
-    ) -> Result<Timing, EngineError> {
-        let es = dtype.size();
-        if c.send.max(c.recv) * es > self.capacity {
-            return Err(EngineError::Setup(format!(
-                "{} B does not fit the {} B buffers",
-                c.bytes, self.capacity
-            )));
-        }
-        for _ in 0..warmup {
-            self.launch(coll, dtype, op, root, c, in_place)?;
-        }
-        self.sync()?;
-        let start = Instant::now();
-        for _ in 0..iters {
-            self.launch(coll, dtype, op, root, c, in_place)?;
-        }
-        self.sync()?;
-        let time_us = start.elapsed().as_secs_f64() * 1e6 / iters.max(1) as f64;
-        let wrong = if check {
-            Some(self.validate(coll, dtype, op, root, c, in_place)?)
-        } else {
-            None
-        };
-        Ok(Timing { time_us, wrong })
-    }
-
-    fn validate(
-        &self,
-        coll: Collective,
-        dtype: Dtype,
-        op: RedOp,
-        root: usize,
-        c: &Counts,
-        in_place: bool,
-    ) -> Result<u64, EngineError> {
-        let es = dtype.size();
+    ) -> Result<Option<u64>, EngineError> {
+        self.fits(k.dtype, c)?;
+        let es = k.dtype.size();
         let total = c.send.max(c.recv) * es;
         for r in &self.ranks {
             cuda("bind context", r.ctx.bind_to_thread())?;
-            let mut host = vec![0u8; if in_place { total } else { c.send * es }];
-            for seg in check::input_segments(coll, dtype, op, r.rank, c, in_place) {
-                check::fill(&mut host, &seg);
-            }
+            let kernels = r
+                .kernels
+                .as_ref()
+                .expect("kernels live as long as the rank");
             let target = if in_place { r.recv } else { r.send };
-            // SAFETY: host.len() <= capacity; synchronous copies on the bound context.
+            // SAFETY: every region is within the `capacity` bytes of its buffer (checked by
+            // `fits`); all work is on this rank's stream, in order.
             unsafe {
-                if !in_place {
-                    cuda("cuMemsetD8", cu::memset_d8_sync(r.recv, 0, c.recv * es))?;
+                if check {
+                    // Nothing in the pattern is 0, so an output left untouched is wrong.
+                    let out = if in_place { total } else { c.recv * es };
+                    cuda(
+                        "cuMemsetD8Async",
+                        cu::memset_d8_async(r.recv, 0, out, r.stream),
+                    )?;
                 }
-                cuda("cuMemcpyHtoD", cu::memcpy_htod_sync(target, &host))?;
+                for seg in check::input_segments(k.coll, k.dtype, k.op, r.rank, c, in_place) {
+                    cuda("filling the input", kernels.fill(r.stream, target, &seg))?;
+                }
             }
-            // A pageable copy or a memset may still be in flight when the call returns, and
-            // our non-blocking stream does not wait for the legacy stream they ran on.
-            cuda("cuCtxSynchronize", r.ctx.synchronize())?;
         }
-        self.launch(coll, dtype, op, root, c, in_place)?;
+        if !check {
+            self.sync()?;
+            return Ok(None);
+        }
+        self.launch(k, c, in_place)?;
+        let tol = check::tolerance(k.dtype, k.op);
+        for r in &self.ranks {
+            cuda("bind context", r.ctx.bind_to_thread())?;
+            let kernels = r
+                .kernels
+                .as_ref()
+                .expect("kernels live as long as the rank");
+            let mut out = r.recv;
+            if in_place && k.coll == Collective::ReduceScatter {
+                out += (r.rank * c.param * es) as u64;
+            }
+            let segs =
+                check::expected_segments(k.coll, k.dtype, k.op, r.rank, self.nranks, k.root, c);
+            // SAFETY: as above; the counter is 8 bytes of this rank's context.
+            unsafe {
+                cuda(
+                    "cuMemsetD8Async",
+                    cu::memset_d8_async(r.counter, 0, 8, r.stream),
+                )?;
+                for seg in &segs {
+                    cuda(
+                        "counting wrong elements",
+                        kernels.count(r.stream, out, seg, k.dtype, tol, r.counter),
+                    )?;
+                }
+            }
+        }
         self.sync()?;
         let mut wrong = 0;
         for r in &self.ranks {
             cuda("bind context", r.ctx.bind_to_thread())?;
-            let segs = check::expected_segments(coll, dtype, op, r.rank, self.nranks, root, c);
-            if segs.is_empty() {
-                continue;
-            }
-            let out_len = match coll {
-                Collective::ReduceScatter => c.param,
-                _ => c.recv,
-            };
-            let mut out = vec![0u8; out_len * es];
-            let mut from = r.recv;
-            if in_place && coll == Collective::ReduceScatter {
-                from += r.rank as u64 * c.param as u64 * es as u64;
-            }
-            // SAFETY: reading within the buffer after the stream was synchronized.
-            cuda("cuMemcpyDtoH", unsafe {
-                cu::memcpy_dtoh_sync(&mut out, from)
+            let mut n = [0u64; 1];
+            // SAFETY: the stream that wrote the counter was synchronized.
+            cuda("reading the count", unsafe {
+                cu::memcpy_dtoh_sync(&mut n, r.counter)
             })?;
-            wrong += check::count_wrong(&out, dtype, &segs, check::tolerance(dtype, op));
+            wrong += n[0];
         }
-        Ok(wrong)
+        Ok(Some(wrong))
+    }
+
+    /// Captures `iters` launches into one CUDA graph per local rank (nccl-tests' `-G`).
+    pub fn capture(
+        &self,
+        k: &Case,
+        c: &Counts,
+        in_place: bool,
+        iters: u64,
+    ) -> Result<Graphs, EngineError> {
+        use cusys::CUstreamCaptureMode as M;
+        for r in &self.ranks {
+            // SAFETY: our stream; capture ends below on every path that began it.
+            cuda("cuStreamBeginCapture", unsafe {
+                cu::stream::begin_capture(r.stream, M::CU_STREAM_CAPTURE_MODE_GLOBAL)
+            })?;
+        }
+        let mut launched = Ok(());
+        for _ in 0..iters {
+            launched = self.launch(k, c, in_place);
+            if launched.is_err() {
+                break;
+            }
+        }
+        let mut graphs = Graphs { execs: Vec::new() };
+        let mut ended = Ok(());
+        for r in &self.ranks {
+            // SAFETY: capture was begun on this stream above.
+            match unsafe { cu::stream::end_capture(r.stream) } {
+                Ok(g) => graphs.execs.push((g, std::ptr::null_mut())),
+                Err(e) => ended = cuda("cuStreamEndCapture", Err(e)),
+            }
+        }
+        launched?;
+        ended?;
+        for (r, (g, exec)) in self.ranks.iter().zip(graphs.execs.iter_mut()) {
+            cuda("bind context", r.ctx.bind_to_thread())?;
+            // SAFETY: a graph just captured on this context.
+            *exec = cuda("cuGraphInstantiate", unsafe {
+                cu::graph::instantiate(*g, cusys::CUgraphInstantiate_flags(0))
+            })?;
+        }
+        Ok(graphs)
+    }
+
+    /// Launches every rank's graph once on its stream.
+    pub fn replay(&self, g: &Graphs) -> Result<(), EngineError> {
+        for (r, (_, exec)) in self.ranks.iter().zip(&g.execs) {
+            // SAFETY: an instantiated graph of this rank, launched on its stream.
+            cuda("cuGraphLaunch", unsafe {
+                cu::graph::launch(*exec, r.stream)
+            })?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Graphs {
+    fn drop(&mut self) {
+        for (g, exec) in self.execs.drain(..) {
+            // SAFETY: each was created once by `capture` and is destroyed once here.
+            unsafe {
+                if !exec.is_null() {
+                    let _ = cu::graph::exec_destroy(exec);
+                }
+                let _ = cu::graph::destroy(g);
+            }
+        }
     }
 }
 
 impl Drop for Engine {
     fn drop(&mut self) {
-        for r in &self.ranks {
+        for r in &mut self.ranks {
             if r.ctx.bind_to_thread().is_err() {
                 continue;
             }
+            drop(r.kernels.take());
             // SAFETY: each resource was created by us and is released once.
             unsafe {
                 if !r.comm.is_null() {
@@ -395,6 +521,7 @@ impl Drop for Engine {
                 }
                 let _ = cu::free_sync(r.send);
                 let _ = cu::free_sync(r.recv);
+                let _ = cu::free_sync(r.counter);
                 let _ = cu::stream::destroy(r.stream);
             }
         }
