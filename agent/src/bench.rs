@@ -280,8 +280,8 @@ fn nccl_command(a: NcclArgs) -> anyhow::Result<()> {
     let host = nix::unistd::gethostname()
         .map(|h| h.to_string_lossy().into_owned())
         .unwrap_or_else(|_| "unknown".into());
-    let ranks: Vec<report::RankLine> = engine::describe_devices(&place.topology.devices)
-        .map_err(failed)?
+    let ranks: Vec<report::RankLine> = nccl::gpu::describe_devices(&place.topology.devices)
+        .map_err(|e| exit(EXIT_FAILED, e))?
         .into_iter()
         .enumerate()
         .map(|(i, dev)| report::RankLine {

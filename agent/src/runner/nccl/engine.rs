@@ -62,6 +62,44 @@ struct Rank {
     kernels: Option<Kernels>,
 }
 
+impl Rank {
+    /// A context, a stream, the two buffers, the counter and the kernels on `dev`.
+    fn set_up(dev: usize, rank: usize, capacity: usize) -> Result<Rank, EngineError> {
+        let ctx = cuda(format!("context on GPU {dev}"), CudaContext::new(dev))?;
+        // SAFETY: we never use cudarc's tracked slices, only raw pointers.
+        unsafe { ctx.disable_event_tracking() };
+        cuda("bind context", ctx.bind_to_thread())?;
+        let stream = cuda(
+            "stream",
+            cu::stream::create(cu::stream::StreamKind::NonBlocking),
+        )?;
+        let bytes = capacity.max(1);
+        // SAFETY: plain allocations on the bound context, freed in Engine's Drop.
+        let send = cuda(format!("allocating {bytes} B on GPU {dev}"), unsafe {
+            cu::malloc_sync(bytes)
+        })?;
+        let recv = cuda(format!("allocating {bytes} B on GPU {dev}"), unsafe {
+            cu::malloc_sync(bytes)
+        })?;
+        // SAFETY: as above.
+        let counter = cuda("allocating a counter", unsafe { cu::malloc_sync(8) })?;
+        let kernels = cuda(
+            format!("loading the check kernels on GPU {dev}"),
+            Kernels::load(dev),
+        )?;
+        Ok(Rank {
+            ctx,
+            stream,
+            comm: std::ptr::null_mut(),
+            rank,
+            send,
+            recv,
+            counter,
+            kernels: Some(kernels),
+        })
+    }
+}
+
 pub struct Engine {
     ranks: Vec<Rank>,
     nranks: usize,
@@ -81,42 +119,6 @@ pub struct Case {
 /// One CUDA graph per local rank, each holding the same captured launches.
 pub struct Graphs {
     execs: Vec<(cusys::CUgraph, cusys::CUgraphExec)>,
-}
-
-/// A local GPU as nccl-tests' "Using devices" lines show it.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct DeviceInfo {
-    pub device: usize,
-    pub name: String,
-    /// `domain:bus:device`, as nccl-tests prints it (e.g. `0000:19:00`).
-    pub bus_id: String,
-}
-
-/// Names and PCI addresses of `devices` (after `cuInit`).
-pub fn describe_devices(devices: &[usize]) -> Result<Vec<DeviceInfo>, EngineError> {
-    use cusys::CUdevice_attribute as A;
-    devices
-        .iter()
-        .map(|&d| {
-            let dev = cuda(format!("GPU {d}"), cu::device::get(d as i32))?;
-            let attr = |a: A| {
-                // SAFETY: a valid device handle and attribute.
-                cuda("cuDeviceGetAttribute", unsafe {
-                    cu::device::get_attribute(dev, a)
-                })
-            };
-            Ok(DeviceInfo {
-                device: d,
-                name: cuda("cuDeviceGetName", cu::device::get_name(dev))?,
-                bus_id: format!(
-                    "{:04x}:{:02x}:{:02x}",
-                    attr(A::CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID)?,
-                    attr(A::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?,
-                    attr(A::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)?
-                ),
-            })
-        })
-        .collect()
 }
 
 /// NCCL's version code (e.g. 22803 for 2.28.3), as nccl-tests prints it.
@@ -154,53 +156,42 @@ impl Engine {
                 "GPU {bad} requested but this node has {count} CUDA device(s)"
             )));
         }
-        let mut ranks = Vec::new();
-        for (i, &dev) in topo.devices.iter().enumerate() {
-            let ctx = cuda(format!("context on GPU {dev}"), CudaContext::new(dev))?;
-            // SAFETY: we never use cudarc's tracked slices, only raw pointers.
-            unsafe { ctx.disable_event_tracking() };
-            cuda("bind context", ctx.bind_to_thread())?;
-            let stream = cuda(
-                "stream",
-                cu::stream::create(cu::stream::StreamKind::NonBlocking),
-            )?;
-            let bytes = capacity.max(1);
-            // SAFETY: plain allocations on the bound context, freed in Drop.
-            let send = cuda(format!("allocating {bytes} B on GPU {dev}"), unsafe {
-                cu::malloc_sync(bytes)
-            })?;
-            let recv = cuda(format!("allocating {bytes} B on GPU {dev}"), unsafe {
-                cu::malloc_sync(bytes)
-            })?;
-            // SAFETY: as above.
-            let counter = cuda("allocating a counter", unsafe { cu::malloc_sync(8) })?;
-            let kernels = cuda(
-                format!("loading the check kernels on GPU {dev}"),
-                Kernels::load(dev),
-            )?;
-            ranks.push(Rank {
-                ctx,
-                stream,
-                comm: std::ptr::null_mut(),
-                rank: topo.first_rank + i,
-                send,
-                recv,
-                counter,
-                kernels: Some(kernels),
-            });
-        }
-        let started = Instant::now();
         let single_process = topo.first_rank == 0 && topo.devices.len() == topo.nranks;
+        let mut ranks;
+        let nccl_init;
         if single_process && unique_id.is_none() {
-            let mut comms = vec![std::ptr::null_mut(); ranks.len()];
             let devs: Vec<i32> = topo.devices.iter().map(|&d| d as i32).collect();
-            // SAFETY: comms has one slot per device in devs.
-            nccl("ncclCommInitAll", unsafe {
-                nc::comm_init_all(comms.as_mut_ptr(), devs.len() as i32, devs.as_ptr())
+            // NCCL's set-up and ours (contexts, buffers, the kernels' JIT compile) need
+            // nothing from each other, so they run at the same time.
+            let (set_up, init) = std::thread::scope(|s| {
+                let init = s.spawn(|| {
+                    let started = Instant::now();
+                    let mut comms = vec![std::ptr::null_mut(); devs.len()];
+                    // SAFETY: comms has one slot per device in devs.
+                    let res = unsafe {
+                        nc::comm_init_all(comms.as_mut_ptr(), devs.len() as i32, devs.as_ptr())
+                    };
+                    // Handles cross the thread as addresses (raw pointers are not Send).
+                    let comms: Vec<usize> = comms.into_iter().map(|c| c as usize).collect();
+                    (res.map(|_| comms), started.elapsed())
+                });
+                let set_up: Result<Vec<Rank>, EngineError> = topo
+                    .devices
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &dev)| Rank::set_up(dev, topo.first_rank + i, capacity))
+                    .collect();
+                (set_up, init.join())
+            });
+            let (comms, took) = init.map_err(|_| {
+                EngineError::Setup("the thread creating the communicators panicked".into())
             })?;
+            ranks = set_up?;
+            let comms = nccl("ncclCommInitAll", comms)?;
             for (r, c) in ranks.iter_mut().zip(comms) {
-                r.comm = c;
+                r.comm = c as ncsys::ncclComm_t;
             }
+            nccl_init = took;
         } else {
             let raw = unique_id.ok_or_else(|| {
                 EngineError::Setup("ranks in several processes need an NCCL unique id".into())
@@ -208,6 +199,13 @@ impl Engine {
             let id = ncsys::ncclUniqueId {
                 internal: raw.map(|b| b as std::ffi::c_char),
             };
+            ranks = topo
+                .devices
+                .iter()
+                .enumerate()
+                .map(|(i, &dev)| Rank::set_up(dev, topo.first_rank + i, capacity))
+                .collect::<Result<Vec<_>, _>>()?;
+            let started = Instant::now();
             nccl("ncclGroupStart", nc::group_start())?;
             for r in ranks.iter_mut() {
                 cuda("bind context", r.ctx.bind_to_thread())?;
@@ -219,12 +217,13 @@ impl Engine {
                 r.comm = comm;
             }
             nccl("ncclGroupEnd (init)", nc::group_end())?;
+            nccl_init = started.elapsed();
         }
         Ok(Engine {
             ranks,
             nranks: topo.nranks,
             capacity,
-            nccl_init: started.elapsed(),
+            nccl_init,
         })
     }
 
@@ -249,13 +248,26 @@ impl Engine {
     }
 
     /// Issues one collective on every local rank (grouped when there are several).
-    pub fn launch(&self, k: &Case, c: &Counts, in_place: bool) -> Result<(), EngineError> {
+    ///
+    /// Launch `iter` works on the `iter`-th window of the buffers, as nccl-tests does, so
+    /// sizes that fit in the L2 cache are not timed on data the previous launch left there
+    /// (launch 0 is the validated one).
+    pub fn launch(
+        &self,
+        k: &Case,
+        c: &Counts,
+        in_place: bool,
+        iter: u64,
+    ) -> Result<(), EngineError> {
+        let window = (c.send.max(c.recv) * k.dtype.size()) as u64;
+        let windows = (self.capacity as u64).checked_div(window).unwrap_or(1).max(1);
+        let shift = window * (iter % windows);
         let grouped = self.ranks.len() > 1;
         if grouped {
             nccl("ncclGroupStart", nc::group_start())?;
         }
         for r in &self.ranks {
-            self.launch_one(r, k.coll, k.dtype, k.op, k.root, c, in_place)?;
+            self.launch_one(r, k, c, in_place, shift)?;
         }
         if grouped {
             nccl("ncclGroupEnd", nc::group_end())?;
@@ -263,34 +275,32 @@ impl Engine {
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn launch_one(
         &self,
         r: &Rank,
-        coll: Collective,
-        dtype: Dtype,
-        op: RedOp,
-        root: usize,
+        k: &Case,
         c: &Counts,
         in_place: bool,
+        shift: u64,
     ) -> Result<(), EngineError> {
-        let es = dtype.size() as u64;
-        let dt = nccl_dtype(dtype);
-        let rop = nccl_op(op);
+        let (coll, root) = (k.coll, k.root);
+        let es = k.dtype.size() as u64;
+        let dt = nccl_dtype(k.dtype);
+        let rop = nccl_op(k.op);
         let stream = r.stream as ncsys::cudaStream_t;
-        let (mut send, mut recv) = (r.send, r.recv);
+        let (mut send, mut recv) = (r.send + shift, r.recv + shift);
         if in_place {
-            send = r.recv;
+            send = recv;
             match coll {
-                Collective::AllGather => send = r.recv + r.rank as u64 * c.param as u64 * es,
-                Collective::ReduceScatter => recv = r.recv + r.rank as u64 * c.param as u64 * es,
+                Collective::AllGather => send = recv + r.rank as u64 * c.param as u64 * es,
+                Collective::ReduceScatter => recv += r.rank as u64 * c.param as u64 * es,
                 _ => {}
             }
         }
         let (sp, rp) = (send as *const c_void, recv as *mut c_void);
         let n = self.nranks;
-        // SAFETY: both buffers hold at least `capacity` bytes, and Counts never exceed it
-        // (checked by `measure`); the communicator and stream belong to this rank.
+        // SAFETY: both buffers hold `capacity` bytes, and a window never reaches past them
+        // (Counts are checked by `fits`); the communicator and stream belong to this rank.
         let res = unsafe {
             match coll {
                 Collective::AllReduce => nc::all_reduce(sp, rp, c.param, dt, rop, r.comm, stream),
@@ -396,7 +406,7 @@ impl Engine {
             self.sync()?;
             return Ok(None);
         }
-        self.launch(k, c, in_place)?;
+        self.launch(k, c, in_place, 0)?;
         let tol = check::tolerance(k.dtype, k.op);
         for r in &self.ranks {
             cuda("bind context", r.ctx.bind_to_thread())?;
@@ -454,8 +464,8 @@ impl Engine {
             })?;
         }
         let mut launched = Ok(());
-        for _ in 0..iters {
-            launched = self.launch(k, c, in_place);
+        for i in 0..iters {
+            launched = self.launch(k, c, in_place, i);
             if launched.is_err() {
                 break;
             }

@@ -225,6 +225,42 @@ impl Drop for Kernels {
     }
 }
 
+/// A local GPU as nccl-tests' "Using devices" lines show it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct DeviceInfo {
+    pub device: usize,
+    pub name: String,
+    /// `domain:bus:device`, as nccl-tests prints it (e.g. `0000:19:00`).
+    pub bus_id: String,
+}
+
+/// Names and PCI addresses of `devices` (after `cuInit`).
+pub fn describe_devices(devices: &[usize]) -> Result<Vec<DeviceInfo>, String> {
+    use cusys::CUdevice_attribute as A;
+    devices
+        .iter()
+        .map(|&d| {
+            let dev = cu::device::get(d as i32).map_err(|e| format!("GPU {d}: {e:?}"))?;
+            let attr = |a: A| {
+                // SAFETY: a valid device handle and attribute.
+                unsafe { cu::device::get_attribute(dev, a) }
+                    .map_err(|e| format!("GPU {d}: cuDeviceGetAttribute: {e:?}"))
+            };
+            Ok(DeviceInfo {
+                device: d,
+                name: cu::device::get_name(dev)
+                    .map_err(|e| format!("GPU {d}: cuDeviceGetName: {e:?}"))?,
+                bus_id: format!(
+                    "{:04x}:{:02x}:{:02x}",
+                    attr(A::CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID)?,
+                    attr(A::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?,
+                    attr(A::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)?
+                ),
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 #[path = "gpu_tests.rs"]
 mod tests;

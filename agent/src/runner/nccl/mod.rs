@@ -196,7 +196,9 @@ pub fn execute(
     }
     let sweep = sweep_start.elapsed();
     let nccl_init = engine.nccl_init_time();
+    let teardown = Instant::now();
     drop(engine);
+    let teardown = teardown.elapsed();
     let mut s = Map::new();
     s.insert("kind".into(), "nccl".into());
     s.insert("collective".into(), p.coll.name().into());
@@ -214,8 +216,8 @@ pub fn execute(
     if let Some(b) = p.budget {
         s.insert("budget_s".into(), b.as_secs_f64().into());
     }
-    // Where the wall time went: contexts, buffers, kernels and communicators; the first
-    // row after them; the whole sweep.
+    // Where the wall time went: contexts, buffers, kernels and communicators (NCCL's part
+    // overlaps ours); the first row after them; the whole sweep; freeing it all.
     s.insert("init_s".into(), init.as_secs_f64().into());
     s.insert("nccl_init_s".into(), nccl_init.as_secs_f64().into());
     s.insert(
@@ -223,6 +225,7 @@ pub fn execute(
         first_row.unwrap_or_default().as_secs_f64().into(),
     );
     s.insert("sweep_s".into(), sweep.as_secs_f64().into());
+    s.insert("teardown_s".into(), teardown.as_secs_f64().into());
     let wrong: i64 = rows.iter().filter_map(|r| r.wrong).sum();
     s.insert("wrong".into(), wrong.into());
     let busbw: Vec<f64> = rows.iter().filter_map(|r| r.busbw_gbs).collect();

@@ -69,8 +69,8 @@ pub fn measure(
     share: Option<Duration>,
 ) -> Result<Timing, EngineError> {
     let wrong = engine.validate(k, c, in_place, s.check)?;
-    for _ in 0..s.warmup {
-        engine.launch(k, c, in_place)?;
+    for i in 0..s.warmup {
+        engine.launch(k, c, in_place, i)?;
     }
     engine.sync()?;
     let iters = s.iters.max(1);
@@ -96,8 +96,8 @@ pub fn measure(
                 }
             }
             None => {
-                for _ in 0..iters {
-                    engine.launch(k, c, in_place)?;
+                for i in 0..iters {
+                    engine.launch(k, c, in_place, i)?;
                 }
             }
         }
