@@ -7,9 +7,35 @@ use clap::{Args, Subcommand};
 use heddle_types::jobs::ResultRow;
 
 use crate::runner::nccl::{
-    self, Params, Placement, engine::Topology, loader, rendezvous::Rendezvous, spec,
+    self, Params, Placement, engine, engine::Topology, loader, rendezvous::Rendezvous, report, spec,
 };
 use crate::runner::{RunError, p2p};
+
+/// `bench nccl` ended without passing; `main` exits with `code`.
+///
+/// Exit status of `bench nccl`: 0 every element right; 1 wrong elements (validation
+/// failed); 2 bad flags; 3 could not run here (no CUDA driver, no GPU, no NCCL), with the
+/// reason; 4 CUDA or NCCL failed during the run.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct Exit {
+    pub code: u8,
+    pub message: String,
+}
+
+pub const EXIT_WRONG: u8 = 1;
+/// As clap's own usage errors.
+pub const EXIT_USAGE: u8 = 2;
+pub const EXIT_UNAVAILABLE: u8 = 3;
+pub const EXIT_FAILED: u8 = 4;
+
+fn exit(code: u8, message: impl Into<String>) -> anyhow::Error {
+    Exit {
+        code,
+        message: message.into(),
+    }
+    .into()
+}
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
@@ -97,6 +123,18 @@ pub struct NcclArgs {
     /// File through which process 0 hands NCCL's id to the others (fresh path per run).
     #[arg(long)]
     pub rendezvous_file: Option<PathBuf>,
+    /// Replay the `-n` iterations from a CUDA graph this many times per sample (0: launch
+    /// one by one), as nccl-tests' `-G`.
+    #[arg(short = 'G', long = "cudagraph", default_value_t = 0)]
+    pub graph: u64,
+    /// Sample each size until its figure is stable, the sweep within about this long
+    /// (e.g. `10s`, `500ms`, `2m`); sizes up to 1 MiB are then timed as graph replays.
+    #[arg(long, value_parser = nccl::parse_budget)]
+    pub budget: Option<std::time::Duration>,
+    /// Also write nccl-tests' JSON document (format 3) to this file; an existing file is
+    /// kept and FILE.0, FILE.1, … are tried instead.
+    #[arg(short = 'J', long = "output_file")]
+    pub output_file: Option<PathBuf>,
     /// Print the rows and summary as JSON instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -186,6 +224,8 @@ impl NcclArgs {
             iters: self.iters,
             gpus: self.gpus,
             check: self.check != 0,
+            graph: self.graph,
+            budget: self.budget,
         };
         p.validate()?;
         Ok(p)
@@ -216,21 +256,18 @@ impl NcclArgs {
 }
 
 fn nccl_command(a: NcclArgs) -> anyhow::Result<()> {
-    let params = a.params().map_err(anyhow::Error::msg)?;
-    let place = a.placement().map_err(anyhow::Error::msg)?;
+    let params = a.params().map_err(|e| exit(EXIT_USAGE, e))?;
+    let place = a.placement().map_err(|e| exit(EXIT_USAGE, e))?;
+    let start_time = chrono::Local::now();
     let log = nccl::prepare_debug_log();
     match loader::probe() {
         loader::Probe::Ready => {}
         loader::Probe::Unavailable(why) => {
-            // Not an error of the command: the node cannot run it, and says why.
-            eprintln!("NCCL unavailable: {why}");
+            let why = format!("NCCL unavailable: {why}");
             if a.json {
-                println!(
-                    "{}",
-                    serde_json::json!({"skipped": format!("NCCL unavailable: {why}")})
-                );
+                println!("{}", serde_json::json!({ "skipped": why }));
             }
-            return Ok(());
+            return Err(exit(EXIT_UNAVAILABLE, why));
         }
         loader::Probe::NeedsShim { dir, library } => {
             tracing::debug!(library = %library.display(), shim = %dir.display(), "re-running with a libnccl.so link");
@@ -238,20 +275,24 @@ fn nccl_command(a: NcclArgs) -> anyhow::Result<()> {
             std::process::exit(code);
         }
     }
+    let failed = |e: engine::EngineError| exit(EXIT_FAILED, e.to_string());
+    let version = engine::nccl_version_code().map_err(failed)?;
+    let host = nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "unknown".into());
+    let ranks: Vec<report::RankLine> = nccl::gpu::describe_devices(&place.topology.devices)
+        .map_err(|e| exit(EXIT_FAILED, e))?
+        .into_iter()
+        .enumerate()
+        .map(|(i, dev)| report::RankLine {
+            rank: place.topology.first_rank + i,
+            pid: std::process::id(),
+            host: host.clone(),
+            dev,
+        })
+        .collect();
     if !a.json {
-        println!(
-            "# heddle-agent bench nccl {}: nranks {} (this process: ranks {}..{} on GPUs {:?}), dtype {}, redop {}, warmup {}, iters {}, check {}",
-            params.coll,
-            place.topology.nranks,
-            place.topology.first_rank,
-            place.topology.first_rank + place.topology.devices.len(),
-            place.topology.devices,
-            params.dtype.name(),
-            params.redop.name(),
-            params.warmup,
-            params.iters,
-            params.check
-        );
+        println!("{}", report::preamble(&params, version, &ranks));
         println!("{}", nccl::table::header());
     }
     let mut pending: Option<ResultRow> = None;
@@ -265,11 +306,13 @@ fn nccl_command(a: NcclArgs) -> anyhow::Result<()> {
         let mut out = std::io::stdout().lock();
         if r.in_place == Some(true) {
             let oop = pending.take().unwrap_or_else(|| r.clone());
-            writeln!(out, "{}", nccl::table::line(&oop, Some(r)))?;
+            let note = report::spread_note(&oop, Some(r));
+            writeln!(out, "{}{note}", nccl::table::line(&oop, Some(r)))?;
         } else if has_ip {
             pending = Some(r.clone());
         } else {
-            writeln!(out, "{}", nccl::table::line(r, None))?;
+            let note = report::spread_note(r, None);
+            writeln!(out, "{}{note}", nccl::table::line(r, None))?;
         }
         out.flush()
     };
@@ -280,11 +323,9 @@ fn nccl_command(a: NcclArgs) -> anyhow::Result<()> {
     };
     let mut summary = match nccl::execute(&params, &place, &mut collect) {
         Ok(s) => s,
-        Err(RunError::Skip(why)) => {
-            eprintln!("{why}");
-            return Ok(());
-        }
-        Err(e) => anyhow::bail!("{e}"),
+        Err(RunError::Skip(why)) => return Err(exit(EXIT_UNAVAILABLE, why)),
+        Err(RunError::Params(why)) => return Err(exit(EXIT_USAGE, why)),
+        Err(e) => return Err(exit(EXIT_FAILED, e.to_string())),
     };
     nccl::absorb_debug_log(log, &mut summary);
     if json {
@@ -293,16 +334,7 @@ fn nccl_command(a: NcclArgs) -> anyhow::Result<()> {
             serde_json::to_string_pretty(&serde_json::json!({"summary": summary, "rows": rows}))?
         );
     } else {
-        let wrong: i64 = rows.iter().filter_map(|r| r.wrong).sum();
-        let busbw: Vec<f64> = rows.iter().filter_map(|r| r.busbw_gbs).collect();
-        println!(
-            "# Out of bounds values : {wrong} {}",
-            if wrong == 0 { "OK" } else { "FAILED" }
-        );
-        println!(
-            "# Avg bus bandwidth    : {:.4}",
-            busbw.iter().sum::<f64>() / busbw.len().max(1) as f64
-        );
+        print!("{}", report::footer(&params, &rows, &summary));
         for key in [
             "nccl_version",
             "nccl_network",
@@ -315,9 +347,34 @@ fn nccl_command(a: NcclArgs) -> anyhow::Result<()> {
             }
         }
     }
+    if let Some(path) = &a.output_file {
+        let args: Vec<String> = std::env::args().collect();
+        let fmt = "%Y-%m-%d %H:%M:%S";
+        let doc = report::JsonRun {
+            args: &args,
+            env: report::env_for_json(),
+            nccl_version: version,
+            start_time: start_time.format(fmt).to_string(),
+            end_time: chrono::Local::now().format(fmt).to_string(),
+            params: &params,
+            ranks: &ranks,
+            rows: &rows,
+            summary: &summary,
+        }
+        .document();
+        let text = serde_json::to_string_pretty(&doc)? + "\n";
+        let written = report::write_new(path, &text)
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+        // On stderr with --json, whose stdout is one document.
+        if json {
+            eprintln!("# Writing JSON output to {}", written.display());
+        } else {
+            println!("# Writing JSON output to {}", written.display());
+        }
+    }
     let wrong: i64 = rows.iter().filter_map(|r| r.wrong).sum();
     if wrong > 0 {
-        anyhow::bail!("{wrong} wrong elements");
+        return Err(exit(EXIT_WRONG, format!("{wrong} wrong elements")));
     }
     Ok(())
 }

@@ -37,7 +37,11 @@ fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("heddle-agent: {err:#}");
-            std::process::ExitCode::FAILURE
+            // `bench` says why it did not pass in its exit status (see bench::Exit).
+            match err.downcast_ref::<heddle_agent::bench::Exit>() {
+                Some(e) => std::process::ExitCode::from(e.code),
+                None => std::process::ExitCode::FAILURE,
+            }
         }
     }
 }

@@ -34,7 +34,8 @@ fn bench_says_why_nccl_is_unavailable() {
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    // 3: could not run here; a script tells it from a pass (0) and from wrong results (1).
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
     assert!(stderr.contains("NCCL unavailable: "), "{stderr}");
     if !has_cuda() {
         assert!(stderr.contains("libcuda.so.1"), "{stderr}");
@@ -52,6 +53,7 @@ fn bench_json_reports_the_skip() {
         .env("HEDDLE_NCCL_LIBRARY", "/nonexistent/libnccl.so.2")
         .output()
         .unwrap();
+    assert_eq!(out.status.code(), Some(3));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(
         v["skipped"]
@@ -69,6 +71,9 @@ fn bench_rejects_bad_flags_before_touching_the_gpu() {
         vec!["all_reduce", "-b", "1M", "-e", "1K"],
         vec!["all_reduce", "-d", "float8"],
         vec!["all_reduce", "--nprocs", "2"],
+        vec!["all_reduce", "--budget", "soon"],
+        vec!["all_reduce", "--budget", "0s"],
+        vec!["all_reduce", "-G", "-1"],
         vec!["gossip"],
     ] {
         let out = Command::new(BIN)
@@ -77,7 +82,7 @@ fn bench_rejects_bad_flags_before_touching_the_gpu() {
             .args(&args)
             .output()
             .unwrap();
-        assert!(!out.status.success(), "{args:?} was accepted");
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
     }
 }
 
@@ -242,4 +247,110 @@ fn sweep_job_without_nccl_is_skipped_with_the_reason() {
             .unwrap()
             .starts_with("NCCL unavailable: ")
     );
+}
+
+/// On a node with a GPU and NCCL (says SKIPPED elsewhere): a real sweep prints
+/// nccl-tests' preamble and closing lines, validates every size, and writes nccl-tests'
+/// JSON document; the budget and CUDA-graph modes report how they timed each row.
+#[test]
+fn bench_on_a_gpu_writes_nccl_tests_lines_and_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("all_reduce.json");
+    let out = Command::new(BIN)
+        .args([
+            "bench",
+            "nccl",
+            "all_reduce",
+            "-b",
+            "8",
+            "-e",
+            "16M",
+            "-f",
+            "4",
+            "-J",
+        ])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if out.status.code() == Some(3) {
+        eprintln!("SKIPPED bench_on_a_gpu_writes_nccl_tests_lines_and_json: {stderr}");
+        return;
+    }
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    for line in [
+        "# Collective test starting: all_reduce_perf",
+        "# nThread 1 nGpus 1 minBytes 8 maxBytes 16777216 step: 4(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0 unalign: 0",
+        "# Using devices",
+        "# Out of bounds values : 0 OK",
+        "# Collective test concluded: all_reduce_perf",
+    ] {
+        assert!(stdout.lines().any(|l| l == line), "{line}\n{stdout}");
+    }
+    assert!(stdout.contains("#  Rank  0 Group  0 Pid "), "{stdout}");
+    let rows: Vec<Vec<&str>> = stdout
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    // 8 B × 4 up to 16 MiB: 11 sizes, every element right out of place and in place.
+    assert_eq!(rows.len(), 11, "{stdout}");
+    assert!(rows.iter().all(|f| f[8] == "0" && f[12] == "0"), "{stdout}");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(doc["version"], 3);
+    assert_eq!(doc["results"].as_array().unwrap().len(), 11);
+    assert_eq!(doc["out_of_bounds"]["okay"], "true");
+    assert!(
+        !doc["config"]["devices"][0]["device_info"]
+            .as_str()
+            .unwrap()
+            .is_empty()
+    );
+
+    let json_of = |extra: &[&str]| -> serde_json::Value {
+        let out = Command::new(BIN)
+            .args([
+                "bench",
+                "nccl",
+                "all_reduce",
+                "-b",
+                "8",
+                "-e",
+                "4M",
+                "-f",
+                "8",
+                "--json",
+            ])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let v = json_of(&["--budget", "2s"]);
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2 * 8); // 8 B × 8 up to 4 MiB, out of place and in place
+    for r in rows {
+        let spread = &r["extra"]["spread"];
+        assert!(spread["samples"].as_u64().unwrap() >= 1, "{r}");
+        let small = r["size_bytes"].as_u64().unwrap() <= 1 << 20;
+        assert_eq!(r["extra"]["graph"].as_bool().unwrap_or(false), small, "{r}");
+        assert_eq!(r["wrong"], 0, "{r}");
+    }
+    assert!(
+        v["summary"]["first_row_s"].as_f64().unwrap() < 1.0,
+        "{}",
+        v["summary"]
+    );
+    let v = json_of(&["-G", "3"]);
+    for r in v["rows"].as_array().unwrap() {
+        assert_eq!(r["extra"]["graph"], true, "{r}");
+        assert!(r["extra"].get("spread").is_none(), "{r}");
+    }
 }

@@ -103,6 +103,12 @@ pub fn bench_args(p: &NcclParams) -> Vec<String> {
     if let Some(step) = p.sweep.step_bytes {
         a.extend(["-i".into(), step.to_string()]);
     }
+    if p.graph > 0 {
+        a.extend(["-G".into(), p.graph.to_string()]);
+    }
+    if let Some(b) = p.budget {
+        a.extend(["--budget".into(), b.as_secs_f64().to_string()]);
+    }
     a
 }
 
@@ -115,6 +121,9 @@ pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
         ));
     }
     let exe = std::env::current_exe()?;
+    // The job's budget is for the whole grid: each cell gets its part.
+    let mut params = params;
+    params.budget = params.budget.map(|b| b / grid.len().max(1) as u32);
     let args = bench_args(&params);
     let mut cells_summary = Vec::new();
     for (i, cell) in grid.iter().enumerate() {

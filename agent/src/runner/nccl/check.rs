@@ -110,7 +110,7 @@ pub fn input_table(dtype: Dtype, op: RedOp, rank: usize) -> Table {
         .collect()
 }
 
-fn reduced_table(dtype: Dtype, op: RedOp, nranks: usize) -> Table {
+pub fn reduced_table(dtype: Dtype, op: RedOp, nranks: usize) -> Table {
     (0..PERIOD)
         .map(|k| {
             let vals: Vec<i64> = (0..nranks).map(|q| input_value(op, q, k)).collect();

@@ -3,17 +3,18 @@
 //! Buffers are raw device pointers allocated once at the largest size, and every call
 //! goes straight to `ncclAllReduce` & co. on our own non-blocking streams, so nothing
 //! between two launches (no event tracking, no allocation) shows up in small-size latency.
-//! Timing is as nccl-tests: host clock around `iters` launches and a stream sync, divided
-//! by `iters`.
+//! Test data is written and checked on the GPU (`gpu.rs`); how the loops are timed is
+//! `timing.rs`.
 
 use std::ffi::c_void;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use cudarc::driver::{CudaContext, result as cu, sys as cusys};
 use cudarc::nccl::{result as nc, sys as ncsys};
 
 use super::check;
+use super::gpu::Kernels;
 use super::spec::{Collective, Counts, Dtype, RedOp};
 
 #[derive(Debug, thiserror::Error)]
@@ -56,24 +57,77 @@ struct Rank {
     rank: usize,
     send: cusys::CUdeviceptr,
     recv: cusys::CUdeviceptr,
+    /// 8 bytes where the check kernels count wrong elements.
+    counter: cusys::CUdeviceptr,
+    kernels: Option<Kernels>,
+}
+
+impl Rank {
+    /// A context, a stream, the two buffers, the counter and the kernels on `dev`.
+    fn set_up(dev: usize, rank: usize, capacity: usize) -> Result<Rank, EngineError> {
+        let ctx = cuda(format!("context on GPU {dev}"), CudaContext::new(dev))?;
+        // SAFETY: we never use cudarc's tracked slices, only raw pointers.
+        unsafe { ctx.disable_event_tracking() };
+        cuda("bind context", ctx.bind_to_thread())?;
+        let stream = cuda(
+            "stream",
+            cu::stream::create(cu::stream::StreamKind::NonBlocking),
+        )?;
+        let bytes = capacity.max(1);
+        // SAFETY: plain allocations on the bound context, freed in Engine's Drop.
+        let send = cuda(format!("allocating {bytes} B on GPU {dev}"), unsafe {
+            cu::malloc_sync(bytes)
+        })?;
+        let recv = cuda(format!("allocating {bytes} B on GPU {dev}"), unsafe {
+            cu::malloc_sync(bytes)
+        })?;
+        // SAFETY: as above.
+        let counter = cuda("allocating a counter", unsafe { cu::malloc_sync(8) })?;
+        let kernels = cuda(
+            format!("loading the check kernels on GPU {dev}"),
+            Kernels::load(dev),
+        )?;
+        Ok(Rank {
+            ctx,
+            stream,
+            comm: std::ptr::null_mut(),
+            rank,
+            send,
+            recv,
+            counter,
+            kernels: Some(kernels),
+        })
+    }
 }
 
 pub struct Engine {
     ranks: Vec<Rank>,
     nranks: usize,
     capacity: usize,
+    nccl_init: Duration,
 }
 
-/// One timed measurement of one size in one mode.
+/// What one launch does: the collective, its data type, reduction and root.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Timing {
-    pub time_us: f64,
-    /// Elements that failed validation on this process's ranks; `None` when not checked.
-    pub wrong: Option<u64>,
+pub struct Case {
+    pub coll: Collective,
+    pub dtype: Dtype,
+    pub op: RedOp,
+    pub root: usize,
+}
+
+/// One CUDA graph per local rank, each holding the same captured launches.
+pub struct Graphs {
+    execs: Vec<(cusys::CUgraph, cusys::CUgraphExec)>,
+}
+
+/// NCCL's version code (e.g. 22803 for 2.28.3), as nccl-tests prints it.
+pub fn nccl_version_code() -> Result<i32, EngineError> {
+    nccl("ncclGetVersion", nc::get_nccl_version())
 }
 
 pub fn nccl_version() -> Result<String, EngineError> {
-    let v = nccl("ncclGetVersion", nc::get_nccl_version())?;
+    let v = nccl_version_code()?;
     // Since 2.9 the code is major*10000 + minor*100 + patch.
     Ok(if v >= 20900 {
         format!("{}.{}.{}", v / 10000, (v / 100) % 100, v % 100)
@@ -102,44 +156,42 @@ impl Engine {
                 "GPU {bad} requested but this node has {count} CUDA device(s)"
             )));
         }
-        let mut ranks = Vec::new();
-        for (i, &dev) in topo.devices.iter().enumerate() {
-            let ctx = cuda(format!("context on GPU {dev}"), CudaContext::new(dev))?;
-            // SAFETY: we never use cudarc's tracked slices, only raw pointers.
-            unsafe { ctx.disable_event_tracking() };
-            cuda("bind context", ctx.bind_to_thread())?;
-            let stream = cuda(
-                "stream",
-                cu::stream::create(cu::stream::StreamKind::NonBlocking),
-            )?;
-            let bytes = capacity.max(1);
-            // SAFETY: plain allocations on the bound context, freed in Drop.
-            let send = cuda(format!("allocating {bytes} B on GPU {dev}"), unsafe {
-                cu::malloc_sync(bytes)
-            })?;
-            let recv = cuda(format!("allocating {bytes} B on GPU {dev}"), unsafe {
-                cu::malloc_sync(bytes)
-            })?;
-            ranks.push(Rank {
-                ctx,
-                stream,
-                comm: std::ptr::null_mut(),
-                rank: topo.first_rank + i,
-                send,
-                recv,
-            });
-        }
         let single_process = topo.first_rank == 0 && topo.devices.len() == topo.nranks;
+        let mut ranks;
+        let nccl_init;
         if single_process && unique_id.is_none() {
-            let mut comms = vec![std::ptr::null_mut(); ranks.len()];
             let devs: Vec<i32> = topo.devices.iter().map(|&d| d as i32).collect();
-            // SAFETY: comms has one slot per device in devs.
-            nccl("ncclCommInitAll", unsafe {
-                nc::comm_init_all(comms.as_mut_ptr(), devs.len() as i32, devs.as_ptr())
+            // NCCL's set-up and ours (contexts, buffers, the kernels' JIT compile) need
+            // nothing from each other, so they run at the same time.
+            let (set_up, init) = std::thread::scope(|s| {
+                let init = s.spawn(|| {
+                    let started = Instant::now();
+                    let mut comms = vec![std::ptr::null_mut(); devs.len()];
+                    // SAFETY: comms has one slot per device in devs.
+                    let res = unsafe {
+                        nc::comm_init_all(comms.as_mut_ptr(), devs.len() as i32, devs.as_ptr())
+                    };
+                    // Handles cross the thread as addresses (raw pointers are not Send).
+                    let comms: Vec<usize> = comms.into_iter().map(|c| c as usize).collect();
+                    (res.map(|_| comms), started.elapsed())
+                });
+                let set_up: Result<Vec<Rank>, EngineError> = topo
+                    .devices
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &dev)| Rank::set_up(dev, topo.first_rank + i, capacity))
+                    .collect();
+                (set_up, init.join())
+            });
+            let (comms, took) = init.map_err(|_| {
+                EngineError::Setup("the thread creating the communicators panicked".into())
             })?;
+            ranks = set_up?;
+            let comms = nccl("ncclCommInitAll", comms)?;
             for (r, c) in ranks.iter_mut().zip(comms) {
-                r.comm = c;
+                r.comm = c as ncsys::ncclComm_t;
             }
+            nccl_init = took;
         } else {
             let raw = unique_id.ok_or_else(|| {
                 EngineError::Setup("ranks in several processes need an NCCL unique id".into())
@@ -147,6 +199,13 @@ impl Engine {
             let id = ncsys::ncclUniqueId {
                 internal: raw.map(|b| b as std::ffi::c_char),
             };
+            ranks = topo
+                .devices
+                .iter()
+                .enumerate()
+                .map(|(i, &dev)| Rank::set_up(dev, topo.first_rank + i, capacity))
+                .collect::<Result<Vec<_>, _>>()?;
+            let started = Instant::now();
             nccl("ncclGroupStart", nc::group_start())?;
             for r in ranks.iter_mut() {
                 cuda("bind context", r.ctx.bind_to_thread())?;
@@ -158,11 +217,13 @@ impl Engine {
                 r.comm = comm;
             }
             nccl("ncclGroupEnd (init)", nc::group_end())?;
+            nccl_init = started.elapsed();
         }
         Ok(Engine {
             ranks,
             nranks: topo.nranks,
             capacity,
+            nccl_init,
         })
     }
 
@@ -170,22 +231,43 @@ impl Engine {
         self.capacity
     }
 
+    /// How long creating the communicators took.
+    pub fn nccl_init_time(&self) -> Duration {
+        self.nccl_init
+    }
+
+    /// Fails when a size does not fit the buffers allocated at start.
+    pub fn fits(&self, dtype: Dtype, c: &Counts) -> Result<(), EngineError> {
+        if c.send.max(c.recv) * dtype.size() > self.capacity {
+            return Err(EngineError::Setup(format!(
+                "{} B does not fit the {} B buffers",
+                c.bytes, self.capacity
+            )));
+        }
+        Ok(())
+    }
+
     /// Issues one collective on every local rank (grouped when there are several).
-    fn launch(
+    ///
+    /// Launch `iter` works on the `iter`-th window of the buffers, as nccl-tests does, so
+    /// sizes that fit in the L2 cache are not timed on data the previous launch left there
+    /// (launch 0 is the validated one).
+    pub fn launch(
         &self,
-        coll: Collective,
-        dtype: Dtype,
-        op: RedOp,
-        root: usize,
+        k: &Case,
         c: &Counts,
         in_place: bool,
+        iter: u64,
     ) -> Result<(), EngineError> {
+        let window = (c.send.max(c.recv) * k.dtype.size()) as u64;
+        let windows = (self.capacity as u64).checked_div(window).unwrap_or(1).max(1);
+        let shift = window * (iter % windows);
         let grouped = self.ranks.len() > 1;
         if grouped {
             nccl("ncclGroupStart", nc::group_start())?;
         }
         for r in &self.ranks {
-            self.launch_one(r, coll, dtype, op, root, c, in_place)?;
+            self.launch_one(r, k, c, in_place, shift)?;
         }
         if grouped {
             nccl("ncclGroupEnd", nc::group_end())?;
@@ -193,34 +275,32 @@ impl Engine {
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn launch_one(
         &self,
         r: &Rank,
-        coll: Collective,
-        dtype: Dtype,
-        op: RedOp,
-        root: usize,
+        k: &Case,
         c: &Counts,
         in_place: bool,
+        shift: u64,
     ) -> Result<(), EngineError> {
-        let es = dtype.size() as u64;
-        let dt = nccl_dtype(dtype);
-        let rop = nccl_op(op);
+        let (coll, root) = (k.coll, k.root);
+        let es = k.dtype.size() as u64;
+        let dt = nccl_dtype(k.dtype);
+        let rop = nccl_op(k.op);
         let stream = r.stream as ncsys::cudaStream_t;
-        let (mut send, mut recv) = (r.send, r.recv);
+        let (mut send, mut recv) = (r.send + shift, r.recv + shift);
         if in_place {
-            send = r.recv;
+            send = recv;
             match coll {
-                Collective::AllGather => send = r.recv + r.rank as u64 * c.param as u64 * es,
-                Collective::ReduceScatter => recv = r.recv + r.rank as u64 * c.param as u64 * es,
+                Collective::AllGather => send = recv + r.rank as u64 * c.param as u64 * es,
+                Collective::ReduceScatter => recv += r.rank as u64 * c.param as u64 * es,
                 _ => {}
             }
         }
         let (sp, rp) = (send as *const c_void, recv as *mut c_void);
         let n = self.nranks;
-        // SAFETY: both buffers hold at least `capacity` bytes, and Counts never exceed it
-        // (checked by `measure`); the communicator and stream belong to this rank.
+        // SAFETY: both buffers hold `capacity` bytes, and a window never reaches past them
+        // (Counts are checked by `fits`); the communicator and stream belong to this rank.
         let res = unsafe {
             match coll {
                 Collective::AllReduce => nc::all_reduce(sp, rp, c.param, dt, rop, r.comm, stream),
@@ -276,7 +356,7 @@ impl Engine {
         nccl(coll.name(), res).map(|_| ())
     }
 
-    fn sync(&self) -> Result<(), EngineError> {
+    pub fn sync(&self) -> Result<(), EngineError> {
         for r in &self.ranks {
             // SAFETY: the stream is ours and alive.
             cuda("cuStreamSynchronize", unsafe {
@@ -286,108 +366,164 @@ impl Engine {
         Ok(())
     }
 
-    /// Warm-up, timed loop, then (when `check`) one validated run on fresh data.
-    #[allow(clippy::too_many_arguments)]
-    pub fn measure(
+    /// Writes every local rank's input pattern and, when `check`, runs the collective once
+    /// and counts the wrong elements of its output, all on the GPU: only the count comes
+    /// back. The inputs are written either way, so the timed loops never run on zeros.
+    pub fn validate(
         &self,
-        coll: Collective,
-        dtype: Dtype,
-        op: RedOp,
-        root: usize,
+        k: &Case,
         c: &Counts,
         in_place: bool,
-        warmup: u64,
-        iters: u64,
         check: bool,
-    ) -> Result<Timing, EngineError> {
-        let es = dtype.size();
-        if c.send.max(c.recv) * es > self.capacity {
-            return Err(EngineError::Setup(format!(
-                "{} B does not fit the {} B buffers",
-                c.bytes, self.capacity
-            )));
-        }
-        for _ in 0..warmup {
-            self.launch(coll, dtype, op, root, c, in_place)?;
-        }
-        self.sync()?;
-        let start = Instant::now();
-        for _ in 0..iters {
-            self.launch(coll, dtype, op, root, c, in_place)?;
-        }
-        self.sync()?;
-        let time_us = start.elapsed().as_secs_f64() * 1e6 / iters.max(1) as f64;
-        let wrong = if check {
-            Some(self.validate(coll, dtype, op, root, c, in_place)?)
-        } else {
-            None
-        };
-        Ok(Timing { time_us, wrong })
-    }
-
-    fn validate(
-        &self,
-        coll: Collective,
-        dtype: Dtype,
-        op: RedOp,
-        root: usize,
-        c: &Counts,
-        in_place: bool,
-    ) -> Result<u64, EngineError> {
-        let es = dtype.size();
+    ) -> Result<Option<u64>, EngineError> {
+        self.fits(k.dtype, c)?;
+        let es = k.dtype.size();
         let total = c.send.max(c.recv) * es;
         for r in &self.ranks {
             cuda("bind context", r.ctx.bind_to_thread())?;
-            let mut host = vec![0u8; if in_place { total } else { c.send * es }];
-            for seg in check::input_segments(coll, dtype, op, r.rank, c, in_place) {
-                check::fill(&mut host, &seg);
-            }
+            let kernels = r
+                .kernels
+                .as_ref()
+                .expect("kernels live as long as the rank");
             let target = if in_place { r.recv } else { r.send };
-            // SAFETY: host.len() <= capacity; synchronous copies on the bound context.
+            // SAFETY: every region is within the `capacity` bytes of its buffer (checked by
+            // `fits`); all work is on this rank's stream, in order.
             unsafe {
-                if !in_place {
-                    cuda("cuMemsetD8", cu::memset_d8_sync(r.recv, 0, c.recv * es))?;
+                if check {
+                    // Nothing in the pattern is 0, so an output left untouched is wrong.
+                    let out = if in_place { total } else { c.recv * es };
+                    cuda(
+                        "cuMemsetD8Async",
+                        cu::memset_d8_async(r.recv, 0, out, r.stream),
+                    )?;
                 }
-                cuda("cuMemcpyHtoD", cu::memcpy_htod_sync(target, &host))?;
+                for seg in check::input_segments(k.coll, k.dtype, k.op, r.rank, c, in_place) {
+                    cuda("filling the input", kernels.fill(r.stream, target, &seg))?;
+                }
             }
-            // A pageable copy or a memset may still be in flight when the call returns, and
-            // our non-blocking stream does not wait for the legacy stream they ran on.
-            cuda("cuCtxSynchronize", r.ctx.synchronize())?;
         }
-        self.launch(coll, dtype, op, root, c, in_place)?;
+        if !check {
+            self.sync()?;
+            return Ok(None);
+        }
+        self.launch(k, c, in_place, 0)?;
+        let tol = check::tolerance(k.dtype, k.op);
+        for r in &self.ranks {
+            cuda("bind context", r.ctx.bind_to_thread())?;
+            let kernels = r
+                .kernels
+                .as_ref()
+                .expect("kernels live as long as the rank");
+            let mut out = r.recv;
+            if in_place && k.coll == Collective::ReduceScatter {
+                out += (r.rank * c.param * es) as u64;
+            }
+            let segs =
+                check::expected_segments(k.coll, k.dtype, k.op, r.rank, self.nranks, k.root, c);
+            // SAFETY: as above; the counter is 8 bytes of this rank's context.
+            unsafe {
+                cuda(
+                    "cuMemsetD8Async",
+                    cu::memset_d8_async(r.counter, 0, 8, r.stream),
+                )?;
+                for seg in &segs {
+                    cuda(
+                        "counting wrong elements",
+                        kernels.count(r.stream, out, seg, k.dtype, tol, r.counter),
+                    )?;
+                }
+            }
+        }
         self.sync()?;
         let mut wrong = 0;
         for r in &self.ranks {
             cuda("bind context", r.ctx.bind_to_thread())?;
-            let segs = check::expected_segments(coll, dtype, op, r.rank, self.nranks, root, c);
-            if segs.is_empty() {
-                continue;
-            }
-            let out_len = match coll {
-                Collective::ReduceScatter => c.param,
-                _ => c.recv,
-            };
-            let mut out = vec![0u8; out_len * es];
-            let mut from = r.recv;
-            if in_place && coll == Collective::ReduceScatter {
-                from += r.rank as u64 * c.param as u64 * es as u64;
-            }
-            // SAFETY: reading within the buffer after the stream was synchronized.
-            cuda("cuMemcpyDtoH", unsafe {
-                cu::memcpy_dtoh_sync(&mut out, from)
+            let mut n = [0u64; 1];
+            // SAFETY: the stream that wrote the counter was synchronized.
+            cuda("reading the count", unsafe {
+                cu::memcpy_dtoh_sync(&mut n, r.counter)
             })?;
-            wrong += check::count_wrong(&out, dtype, &segs, check::tolerance(dtype, op));
+            wrong += n[0];
         }
-        Ok(wrong)
+        Ok(Some(wrong))
+    }
+
+    /// Captures `iters` launches into one CUDA graph per local rank (nccl-tests' `-G`).
+    pub fn capture(
+        &self,
+        k: &Case,
+        c: &Counts,
+        in_place: bool,
+        iters: u64,
+    ) -> Result<Graphs, EngineError> {
+        use cusys::CUstreamCaptureMode as M;
+        for r in &self.ranks {
+            // SAFETY: our stream; capture ends below on every path that began it.
+            cuda("cuStreamBeginCapture", unsafe {
+                cu::stream::begin_capture(r.stream, M::CU_STREAM_CAPTURE_MODE_GLOBAL)
+            })?;
+        }
+        let mut launched = Ok(());
+        for i in 0..iters {
+            launched = self.launch(k, c, in_place, i);
+            if launched.is_err() {
+                break;
+            }
+        }
+        let mut graphs = Graphs { execs: Vec::new() };
+        let mut ended = Ok(());
+        for r in &self.ranks {
+            // SAFETY: capture was begun on this stream above.
+            match unsafe { cu::stream::end_capture(r.stream) } {
+                Ok(g) => graphs.execs.push((g, std::ptr::null_mut())),
+                Err(e) => ended = cuda("cuStreamEndCapture", Err(e)),
+            }
+        }
+        launched?;
+        ended?;
+        for (r, (g, exec)) in self.ranks.iter().zip(graphs.execs.iter_mut()) {
+            cuda("bind context", r.ctx.bind_to_thread())?;
+            // SAFETY: a graph just captured on this context.
+            *exec = cuda("cuGraphInstantiate", unsafe {
+                cu::graph::instantiate(*g, cusys::CUgraphInstantiate_flags(0))
+            })?;
+        }
+        Ok(graphs)
+    }
+
+    /// Launches every rank's graph once on its stream.
+    pub fn replay(&self, g: &Graphs) -> Result<(), EngineError> {
+        for (r, (_, exec)) in self.ranks.iter().zip(&g.execs) {
+            // SAFETY: an instantiated graph of this rank, launched on its stream.
+            cuda("cuGraphLaunch", unsafe {
+                cu::graph::launch(*exec, r.stream)
+            })?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Graphs {
+    fn drop(&mut self) {
+        for (g, exec) in self.execs.drain(..) {
+            // SAFETY: each was created once by `capture` and is destroyed once here.
+            unsafe {
+                if !exec.is_null() {
+                    let _ = cu::graph::exec_destroy(exec);
+                }
+                let _ = cu::graph::destroy(g);
+            }
+        }
     }
 }
 
 impl Drop for Engine {
     fn drop(&mut self) {
-        for r in &self.ranks {
+        for r in &mut self.ranks {
             if r.ctx.bind_to_thread().is_err() {
                 continue;
             }
+            drop(r.kernels.take());
             // SAFETY: each resource was created by us and is released once.
             unsafe {
                 if !r.comm.is_null() {
@@ -395,6 +531,7 @@ impl Drop for Engine {
                 }
                 let _ = cu::free_sync(r.send);
                 let _ = cu::free_sync(r.recv);
+                let _ = cu::free_sync(r.counter);
                 let _ = cu::stream::destroy(r.stream);
             }
         }

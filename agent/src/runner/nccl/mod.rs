@@ -5,7 +5,9 @@
 //! Params: `op` (all_reduce, all_gather, reduce_scatter, broadcast, reduce, alltoall,
 //! sendrecv; default all_reduce), `dtype` (default float), `redop` (default sum), `root`
 //! (default 0), `min_bytes` (8), `max_bytes` (128 MiB, at most 16 GiB), `factor` (2) or
-//! `step_bytes`, `warmup` (5), `iters` (20), `gpus` per node (1), `check` (true).
+//! `step_bytes`, `warmup` (5), `iters` (20), `gpus` per node (1), `check` (true), `graph`
+//! (CUDA graph replays per sample, nccl-tests' `-G`; 0), `budget` (e.g. `"10s"`: time each
+//! size until its figure is stable, within that budget for the sweep; see `timing.rs`).
 //!
 //! A multi-node job gets rank and world size from its lease; each node holds `gpus`
 //! consecutive NCCL ranks, and rank 0 hands NCCL's unique id to the others through the
@@ -14,152 +16,29 @@
 pub mod check;
 pub mod debug;
 pub mod engine;
+pub mod gpu;
 pub mod loader;
+pub mod params;
 pub mod rendezvous;
+pub mod report;
 pub mod spec;
 pub mod table;
+pub mod timing;
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use heddle_types::jobs::ResultRow;
 use serde_json::{Map, Value, json};
 
 use super::protocol::{ChildEvent, ChildInput};
-use super::{RunError, Sink, param_u64};
+use super::{RunError, Sink};
 use engine::{Engine, Topology};
+pub use params::{MAX_BUDGET, MAX_BYTES_LIMIT, Params, parse_budget};
 use rendezvous::Rendezvous;
-use spec::{Collective, Dtype, RedOp, Sweep};
 
-pub const MAX_BYTES_LIMIT: u64 = 16 << 30;
-const MAX_ITERS: u64 = 100_000;
 /// How long non-zero ranks wait for rank 0's id (rank 0 may still be starting).
 pub const RENDEZVOUS_WAIT: Duration = Duration::from_secs(120);
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct Params {
-    pub coll: Collective,
-    pub dtype: Dtype,
-    pub redop: RedOp,
-    pub root: usize,
-    pub sweep: Sweep,
-    pub warmup: u64,
-    pub iters: u64,
-    pub gpus: usize,
-    pub check: bool,
-}
-
-impl Default for Params {
-    fn default() -> Self {
-        Params {
-            coll: Collective::AllReduce,
-            dtype: Dtype::Float,
-            redop: RedOp::Sum,
-            root: 0,
-            sweep: Sweep {
-                min_bytes: 8,
-                max_bytes: 128 << 20,
-                factor: 2,
-                step_bytes: None,
-            },
-            warmup: 5,
-            iters: 20,
-            gpus: 1,
-            check: true,
-        }
-    }
-}
-
-fn param_str<T: std::str::FromStr<Err = String>>(
-    p: &Value,
-    name: &str,
-) -> Result<Option<T>, RunError> {
-    match p.get(name) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => s.parse().map(Some).map_err(RunError::Params),
-        Some(v) => Err(RunError::Params(format!(
-            "{name} must be a string, got {v}"
-        ))),
-    }
-}
-
-impl Params {
-    pub fn from_json(p: &Value) -> Result<Params, RunError> {
-        let d = Params::default();
-        let check = match p.get("check") {
-            None | Some(Value::Null) => d.check,
-            Some(Value::Bool(b)) => *b,
-            Some(v) => {
-                return Err(RunError::Params(format!(
-                    "check must be a boolean, got {v}"
-                )));
-            }
-        };
-        let params = Params {
-            coll: param_str(p, "op")?.unwrap_or(d.coll),
-            dtype: param_str(p, "dtype")?.unwrap_or(d.dtype),
-            redop: param_str(p, "redop")?.unwrap_or(d.redop),
-            root: param_u64(p, "root")?.map_or(d.root, |v| v as usize),
-            sweep: Sweep {
-                min_bytes: param_u64(p, "min_bytes")?.unwrap_or(d.sweep.min_bytes),
-                max_bytes: param_u64(p, "max_bytes")?.unwrap_or(d.sweep.max_bytes),
-                factor: param_u64(p, "factor")?.unwrap_or(d.sweep.factor),
-                step_bytes: param_u64(p, "step_bytes")?,
-            },
-            warmup: param_u64(p, "warmup")?.unwrap_or(d.warmup),
-            iters: param_u64(p, "iters")?.unwrap_or(d.iters),
-            gpus: param_u64(p, "gpus")?.map_or(d.gpus, |v| v as usize),
-            check,
-        };
-        params.validate().map_err(RunError::Params)?;
-        Ok(params)
-    }
-
-    pub fn validate(&self) -> Result<(), String> {
-        self.sweep.validate()?;
-        if self.sweep.max_bytes > MAX_BYTES_LIMIT {
-            return Err(format!(
-                "max size ({}) is above the limit of {MAX_BYTES_LIMIT}",
-                self.sweep.max_bytes
-            ));
-        }
-        if self.iters == 0 || self.iters > MAX_ITERS {
-            return Err(format!(
-                "iters must be in 1..={MAX_ITERS}, got {}",
-                self.iters
-            ));
-        }
-        if self.warmup > MAX_ITERS {
-            return Err(format!(
-                "warmup must be at most {MAX_ITERS}, got {}",
-                self.warmup
-            ));
-        }
-        if self.gpus == 0 || self.gpus > 64 {
-            return Err(format!("gpus must be in 1..=64, got {}", self.gpus));
-        }
-        Ok(())
-    }
-
-    /// The (size, counts) pairs actually run: sizes that round to the same element counts
-    /// (or to nothing) are run once.
-    pub fn plan(&self, nranks: usize) -> Vec<spec::Counts> {
-        let mut out: Vec<spec::Counts> = Vec::new();
-        for size in self.sweep.sizes() {
-            let c = self.coll.counts(size, self.dtype.size(), nranks);
-            if c.bytes == 0 || out.last().is_some_and(|l| l.bytes == c.bytes) {
-                continue;
-            }
-            out.push(c);
-        }
-        out
-    }
-
-    /// Whether an in-place variant exists (NCCL's grouped send/recv has none).
-    pub fn has_in_place(&self) -> bool {
-        !matches!(self.coll, Collective::AllToAll | Collective::SendRecv)
-    }
-}
 
 /// Where this process sits among the ranks, and how it meets the others.
 #[derive(Debug, Clone)]
@@ -173,9 +52,19 @@ pub fn row(
     c: &spec::Counts,
     nranks: usize,
     in_place: bool,
-    t: engine::Timing,
+    t: timing::Timing,
 ) -> ResultRow {
     let (algbw, busbw) = spec::bandwidths(p.coll, c.bytes, t.time_us, nranks);
+    let mut extra = json!({
+        "redop": if p.coll.reduces() { p.redop.name() } else { "none" },
+        "nranks": nranks,
+    });
+    if t.graph {
+        extra["graph"] = true.into();
+    }
+    if let Some(s) = t.spread {
+        extra["spread"] = json!(s);
+    }
     ResultRow {
         size_bytes: c.bytes as i64,
         count: Some((c.bytes / p.dtype.size() as u64) as i64),
@@ -188,10 +77,7 @@ pub fn row(
         busbw_gbs: Some(busbw),
         wrong: t.wrong.map(|w| w as i64),
         labels: Default::default(),
-        extra: json!({
-            "redop": if p.coll.reduces() { p.redop.name() } else { "none" },
-            "nranks": nranks,
-        }),
+        extra,
     }
 }
 
@@ -272,26 +158,47 @@ pub fn execute(
             )
         }
     };
+    let started = Instant::now();
     let engine = Engine::new(topo, uid, capacity).map_err(fail)?;
+    let init = started.elapsed();
     let modes: &[bool] = if p.has_in_place() {
         &[false, true]
     } else {
         &[false]
     };
+    let case = engine::Case {
+        coll: p.coll,
+        dtype: p.dtype,
+        op: p.redop,
+        root: p.root,
+    };
+    let settings = timing::Settings {
+        warmup: p.warmup,
+        iters: p.iters,
+        graph: p.graph,
+        check: p.check,
+    };
+    let sweep_start = Instant::now();
+    let mut first_row = None;
+    let total = plan.len() * modes.len();
     let mut rows = Vec::new();
     for (i, c) in plan.iter().enumerate() {
         for &in_place in modes {
-            let t = engine
-                .measure(
-                    p.coll, p.dtype, p.redop, p.root, c, in_place, p.warmup, p.iters, p.check,
-                )
-                .map_err(fail)?;
+            let share = p
+                .budget
+                .map(|b| timing::share(b, sweep_start.elapsed(), total - rows.len()));
+            let t = timing::measure(&engine, &case, c, in_place, &settings, share).map_err(fail)?;
             let r = row(p, c, nranks, in_place, t);
             on_row(&r, i, plan.len()).map_err(RunError::Io)?;
+            first_row.get_or_insert_with(|| sweep_start.elapsed());
             rows.push(r);
         }
     }
+    let sweep = sweep_start.elapsed();
+    let nccl_init = engine.nccl_init_time();
+    let teardown = Instant::now();
     drop(engine);
+    let teardown = teardown.elapsed();
     let mut s = Map::new();
     s.insert("kind".into(), "nccl".into());
     s.insert("collective".into(), p.coll.name().into());
@@ -305,6 +212,20 @@ pub fn execute(
     s.insert("warmup".into(), p.warmup.into());
     s.insert("iters".into(), p.iters.into());
     s.insert("check".into(), p.check.into());
+    s.insert("graph".into(), p.graph.into());
+    if let Some(b) = p.budget {
+        s.insert("budget_s".into(), b.as_secs_f64().into());
+    }
+    // Where the wall time went: contexts, buffers, kernels and communicators (NCCL's part
+    // overlaps ours); the first row after them; the whole sweep; freeing it all.
+    s.insert("init_s".into(), init.as_secs_f64().into());
+    s.insert("nccl_init_s".into(), nccl_init.as_secs_f64().into());
+    s.insert(
+        "first_row_s".into(),
+        first_row.unwrap_or_default().as_secs_f64().into(),
+    );
+    s.insert("sweep_s".into(), sweep.as_secs_f64().into());
+    s.insert("teardown_s".into(), teardown.as_secs_f64().into());
     let wrong: i64 = rows.iter().filter_map(|r| r.wrong).sum();
     s.insert("wrong".into(), wrong.into());
     let busbw: Vec<f64> = rows.iter().filter_map(|r| r.busbw_gbs).collect();
@@ -409,74 +330,7 @@ pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn params_defaults_and_errors() {
-        let p = Params::from_json(&json!({})).unwrap();
-        assert_eq!(p, Params::default());
-        let p = Params::from_json(&json!({
-            "op": "reduce_scatter", "dtype": "bf16", "redop": "max", "min_bytes": 1024,
-            "max_bytes": 1 << 30, "factor": 4, "warmup": 1, "iters": 3, "gpus": 8, "check": false
-        }))
-        .unwrap();
-        assert_eq!(
-            (p.coll, p.dtype, p.redop, p.gpus, p.check),
-            (
-                Collective::ReduceScatter,
-                Dtype::Bfloat16,
-                RedOp::Max,
-                8,
-                false
-            )
-        );
-        assert_eq!(p.sweep.sizes().len(), 11);
-        for bad in [
-            json!({"op": "gossip"}),
-            json!({"dtype": 4}),
-            json!({"redop": "xor"}),
-            json!({"min_bytes": 0}),
-            json!({"max_bytes": 32u64 << 30}),
-            json!({"iters": 0}),
-            json!({"gpus": 0}),
-            json!({"check": "yes"}),
-            json!({"factor": 1}),
-        ] {
-            assert!(
-                matches!(Params::from_json(&bad), Err(RunError::Params(_))),
-                "{bad}"
-            );
-        }
-    }
-
-    #[test]
-    fn plan_drops_sizes_that_round_to_nothing_or_repeat() {
-        let p = Params {
-            coll: Collective::AllGather,
-            sweep: Sweep {
-                min_bytes: 8,
-                max_bytes: 256,
-                factor: 2,
-                step_bytes: None,
-            },
-            ..Params::default()
-        };
-        // 8 ranks × 16-byte chunks: nothing below 128 B moves.
-        let sizes: Vec<u64> = p.plan(8).iter().map(|c| c.bytes).collect();
-        assert_eq!(sizes, vec![128, 256]);
-        let p = Params {
-            coll: Collective::AllReduce,
-            ..p
-        };
-        assert_eq!(p.plan(8).len(), 6);
-        assert!(p.has_in_place());
-        assert!(
-            !Params {
-                coll: Collective::AllToAll,
-                ..p
-            }
-            .has_in_place()
-        );
-    }
+    use spec::{Collective, Dtype};
 
     #[test]
     fn rows_carry_the_nccl_tests_columns() {
@@ -492,9 +346,11 @@ mod tests {
             &c,
             4,
             true,
-            engine::Timing {
+            timing::Timing {
                 time_us: 100.0,
                 wrong: Some(0),
+                graph: false,
+                spread: None,
             },
         );
         assert_eq!(r.size_bytes, 1 << 20);

@@ -1,0 +1,283 @@
+//! The `nccl` job's parameters (and `bench nccl`'s flags, which fill the same struct):
+//! parsed, checked, and turned into the list of sizes actually run.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::spec::{self, Collective, Dtype, RedOp, Sweep};
+use crate::runner::{RunError, param_u64};
+
+pub const MAX_BYTES_LIMIT: u64 = 16 << 30;
+const MAX_ITERS: u64 = 100_000;
+/// The longest budget a sweep may be given.
+pub const MAX_BUDGET: Duration = Duration::from_secs(3600);
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Params {
+    pub coll: Collective,
+    pub dtype: Dtype,
+    pub redop: RedOp,
+    pub root: usize,
+    pub sweep: Sweep,
+    pub warmup: u64,
+    pub iters: u64,
+    pub gpus: usize,
+    pub check: bool,
+    /// CUDA graph replays per sample; 0 launches one by one.
+    pub graph: u64,
+    /// Adaptive sampling within this budget; `None`: one sample of `iters`, as nccl-tests.
+    pub budget: Option<Duration>,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Params {
+            coll: Collective::AllReduce,
+            dtype: Dtype::Float,
+            redop: RedOp::Sum,
+            root: 0,
+            sweep: Sweep {
+                min_bytes: 8,
+                max_bytes: 128 << 20,
+                factor: 2,
+                step_bytes: None,
+            },
+            warmup: 5,
+            iters: 20,
+            gpus: 1,
+            check: true,
+            graph: 0,
+            budget: None,
+        }
+    }
+}
+
+/// A budget: `"10s"`, `"500ms"`, `"2m"` (humantime's syntax) or a number of seconds.
+pub fn parse_budget(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    if let Ok(secs) = t.parse::<f64>() {
+        return Duration::try_from_secs_f64(secs)
+            .map_err(|_| format!("invalid budget {s:?}: seconds must be a positive number"));
+    }
+    humantime::parse_duration(t)
+        .map_err(|e| format!("invalid budget {s:?} ({e}): expected e.g. 10s, 500ms, 2m"))
+}
+
+fn param_str<T: std::str::FromStr<Err = String>>(
+    p: &Value,
+    name: &str,
+) -> Result<Option<T>, RunError> {
+    match p.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => s.parse().map(Some).map_err(RunError::Params),
+        Some(v) => Err(RunError::Params(format!(
+            "{name} must be a string, got {v}"
+        ))),
+    }
+}
+
+impl Params {
+    pub fn from_json(p: &Value) -> Result<Params, RunError> {
+        let d = Params::default();
+        let check = match p.get("check") {
+            None | Some(Value::Null) => d.check,
+            Some(Value::Bool(b)) => *b,
+            Some(v) => {
+                return Err(RunError::Params(format!(
+                    "check must be a boolean, got {v}"
+                )));
+            }
+        };
+        let params = Params {
+            coll: param_str(p, "op")?.unwrap_or(d.coll),
+            dtype: param_str(p, "dtype")?.unwrap_or(d.dtype),
+            redop: param_str(p, "redop")?.unwrap_or(d.redop),
+            root: param_u64(p, "root")?.map_or(d.root, |v| v as usize),
+            sweep: Sweep {
+                min_bytes: param_u64(p, "min_bytes")?.unwrap_or(d.sweep.min_bytes),
+                max_bytes: param_u64(p, "max_bytes")?.unwrap_or(d.sweep.max_bytes),
+                factor: param_u64(p, "factor")?.unwrap_or(d.sweep.factor),
+                step_bytes: param_u64(p, "step_bytes")?,
+            },
+            warmup: param_u64(p, "warmup")?.unwrap_or(d.warmup),
+            iters: param_u64(p, "iters")?.unwrap_or(d.iters),
+            gpus: param_u64(p, "gpus")?.map_or(d.gpus, |v| v as usize),
+            check,
+            graph: param_u64(p, "graph")?.unwrap_or(d.graph),
+            budget: match p.get("budget") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(s)) => Some(parse_budget(s).map_err(RunError::Params)?),
+                Some(Value::Number(n)) => {
+                    Some(parse_budget(&n.to_string()).map_err(RunError::Params)?)
+                }
+                Some(v) => {
+                    return Err(RunError::Params(format!(
+                        "budget must be a duration such as \"10s\" or a number of seconds, got {v}"
+                    )));
+                }
+            },
+        };
+        params.validate().map_err(RunError::Params)?;
+        Ok(params)
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        self.sweep.validate()?;
+        if self.sweep.max_bytes > MAX_BYTES_LIMIT {
+            return Err(format!(
+                "max size ({}) is above the limit of {MAX_BYTES_LIMIT}",
+                self.sweep.max_bytes
+            ));
+        }
+        if self.iters == 0 || self.iters > MAX_ITERS {
+            return Err(format!(
+                "iters must be in 1..={MAX_ITERS}, got {}",
+                self.iters
+            ));
+        }
+        if self.warmup > MAX_ITERS {
+            return Err(format!(
+                "warmup must be at most {MAX_ITERS}, got {}",
+                self.warmup
+            ));
+        }
+        if self.gpus == 0 || self.gpus > 64 {
+            return Err(format!("gpus must be in 1..=64, got {}", self.gpus));
+        }
+        if self.graph > MAX_ITERS {
+            return Err(format!(
+                "graph must be at most {MAX_ITERS} replays, got {}",
+                self.graph
+            ));
+        }
+        if let Some(b) = self.budget
+            && (b.is_zero() || b > MAX_BUDGET)
+        {
+            return Err(format!(
+                "budget must be above 0 and at most {} s, got {b:?}",
+                MAX_BUDGET.as_secs()
+            ));
+        }
+        Ok(())
+    }
+
+    /// The (size, counts) pairs actually run: sizes that round to the same element counts
+    /// (or to nothing) are run once.
+    pub fn plan(&self, nranks: usize) -> Vec<spec::Counts> {
+        let mut out: Vec<spec::Counts> = Vec::new();
+        for size in self.sweep.sizes() {
+            let c = self.coll.counts(size, self.dtype.size(), nranks);
+            if c.bytes == 0 || out.last().is_some_and(|l| l.bytes == c.bytes) {
+                continue;
+            }
+            out.push(c);
+        }
+        out
+    }
+
+    /// Whether an in-place variant exists (NCCL's grouped send/recv has none).
+    pub fn has_in_place(&self) -> bool {
+        !matches!(self.coll, Collective::AllToAll | Collective::SendRecv)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn params_defaults_and_errors() {
+        let p = Params::from_json(&json!({})).unwrap();
+        assert_eq!(p, Params::default());
+        let p = Params::from_json(&json!({
+            "op": "reduce_scatter", "dtype": "bf16", "redop": "max", "min_bytes": 1024,
+            "max_bytes": 1 << 30, "factor": 4, "warmup": 1, "iters": 3, "gpus": 8, "check": false
+        }))
+        .unwrap();
+        assert_eq!(
+            (p.coll, p.dtype, p.redop, p.gpus, p.check),
+            (
+                Collective::ReduceScatter,
+                Dtype::Bfloat16,
+                RedOp::Max,
+                8,
+                false
+            )
+        );
+        assert_eq!(p.sweep.sizes().len(), 11);
+        for bad in [
+            json!({"op": "gossip"}),
+            json!({"dtype": 4}),
+            json!({"redop": "xor"}),
+            json!({"min_bytes": 0}),
+            json!({"max_bytes": 32u64 << 30}),
+            json!({"iters": 0}),
+            json!({"gpus": 0}),
+            json!({"check": "yes"}),
+            json!({"factor": 1}),
+        ] {
+            assert!(
+                matches!(Params::from_json(&bad), Err(RunError::Params(_))),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn plan_drops_sizes_that_round_to_nothing_or_repeat() {
+        let p = Params {
+            coll: Collective::AllGather,
+            sweep: Sweep {
+                min_bytes: 8,
+                max_bytes: 256,
+                factor: 2,
+                step_bytes: None,
+            },
+            ..Params::default()
+        };
+        // 8 ranks × 16-byte chunks: nothing below 128 B moves.
+        let sizes: Vec<u64> = p.plan(8).iter().map(|c| c.bytes).collect();
+        assert_eq!(sizes, vec![128, 256]);
+        let p = Params {
+            coll: Collective::AllReduce,
+            ..p
+        };
+        assert_eq!(p.plan(8).len(), 6);
+        assert!(p.has_in_place());
+        assert!(
+            !Params {
+                coll: Collective::AllToAll,
+                ..p
+            }
+            .has_in_place()
+        );
+    }
+
+    #[test]
+    fn budgets_parse_as_durations_or_seconds() {
+        assert_eq!(parse_budget("10s").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse_budget("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_budget("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_budget("1.5").unwrap(), Duration::from_millis(1500));
+        for bad in ["", "-1", "ten seconds", "10 parsecs"] {
+            assert!(parse_budget(bad).is_err(), "{bad}");
+        }
+        let p = Params::from_json(&json!({"budget": "10s", "graph": 4})).unwrap();
+        assert_eq!((p.budget, p.graph), (Some(Duration::from_secs(10)), 4));
+        let p = Params::from_json(&json!({"budget": 2.5})).unwrap();
+        assert_eq!(p.budget, Some(Duration::from_millis(2500)));
+        for bad in [
+            json!({"budget": "0s"}),
+            json!({"budget": "2h"}),
+            json!({"budget": true}),
+            json!({"graph": 1_000_000}),
+        ] {
+            assert!(
+                matches!(Params::from_json(&bad), Err(RunError::Params(_))),
+                "{bad}"
+            );
+        }
+    }
+}
