@@ -7,6 +7,7 @@
 
 pub mod agent;
 pub mod auth;
+pub mod env_policy;
 pub mod error;
 pub mod facts;
 pub mod health;
