@@ -40,7 +40,7 @@ async fn ucx_run_with_path_env_cannot_run_a_script_as_root() {
     let tmp = tempfile::tempdir().unwrap();
     let evil = tmp.path().join("evil-bin");
     let marker = tmp.path().join("ran-as");
-    fake_ucx_perftest(&evil, &format!("id > {}", marker.display()));
+    fake_ucx_perftest(&evil, &format!("/usr/bin/id > {}", marker.display()));
     let state = tmp.path().join("state");
     let mut agent = enrolled_agent(&server, &state).await;
 
@@ -74,6 +74,11 @@ async fn ucx_run_with_path_env_cannot_run_a_script_as_root() {
         .unwrap();
     let agent = Agent::start(&[&server.url], None, &state);
     let done = finished_job(&api, run, &agent).await;
+    assert!(
+        !marker.exists(),
+        "the job's ucx_perftest ran: {}",
+        std::fs::read_to_string(&marker).unwrap_or_default()
+    );
     let results = api.results(run).await;
     assert_eq!(done.jobs[0].state, JobState::Failed, "{results:?}");
     assert_eq!(results[0].outcome, Outcome::Failed);
@@ -81,11 +86,6 @@ async fn ucx_run_with_path_env_cannot_run_a_script_as_root() {
     assert!(
         reason.contains("PATH") && reason.contains("refused"),
         "{reason}"
-    );
-    assert!(
-        !marker.exists(),
-        "the job's ucx_perftest ran: {}",
-        std::fs::read_to_string(&marker).unwrap_or_default()
     );
 }
 
