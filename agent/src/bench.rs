@@ -271,7 +271,7 @@ fn nccl_command(a: NcclArgs) -> anyhow::Result<()> {
         }
         loader::Probe::NeedsShim { dir, library } => {
             tracing::debug!(library = %library.display(), shim = %dir.display(), "re-running with a libnccl.so link");
-            let code = loader::rerun_with_shim(&dir, None)?;
+            let code = loader::rerun_with_shim(dir, None)?;
             std::process::exit(code);
         }
     }

@@ -149,7 +149,7 @@ pub fn command(args: DetectArgs) -> anyhow::Result<()> {
 
     let text = match args.format {
         Format::Json => serde_json::to_string_pretty(&output)? + "\n",
-        Format::Env => render_env(&output.env),
+        Format::Env => render_env(&output.env)?,
     };
     use std::io::Write;
     std::io::stdout().lock().write_all(text.as_bytes())?;
@@ -250,25 +250,14 @@ pub fn merge(plugins: &[PluginOutput]) -> (BTreeMap<String, String>, Vec<Conflic
     )
 }
 
-/// `export NAME=VALUE` lines, values single-quoted unless plainly safe. Names were checked to
-/// be identifiers by the host.
-pub fn render_env(env: &BTreeMap<String, String>) -> String {
+/// `export NAME=VALUE` lines, as the server's env export writes them
+/// (`heddle_types::env_policy`): every value quoted, nothing the policy refuses.
+pub fn render_env(
+    env: &BTreeMap<String, String>,
+) -> Result<String, heddle_types::env_policy::EnvError> {
     env.iter()
-        .map(|(k, v)| format!("export {k}={}\n", shell_quote(v)))
+        .map(|(k, v)| heddle_types::env_policy::export_line(k, v))
         .collect()
-}
-
-pub fn shell_quote(value: &str) -> String {
-    let safe = !value.is_empty()
-        && value.chars().all(|c| {
-            c.is_ascii_alphanumeric()
-                || matches!(c, '_' | '-' | '.' | ',' | ':' | '/' | '@' | '%' | '+' | '=')
-        });
-    if safe {
-        value.to_string()
-    } else {
-        format!("'{}'", value.replace('\'', r"'\''"))
-    }
 }
 
 #[cfg(test)]
@@ -330,15 +319,17 @@ mod tests {
     #[test]
     fn env_lines_are_shell_safe() {
         let env: BTreeMap<String, String> = [
-            ("A".to_string(), "mlx5_0:1,mlx5_1:1".to_string()),
-            ("B".to_string(), "it's $(reboot)".to_string()),
-            ("C".to_string(), String::new()),
+            ("NCCL_IB_HCA".to_string(), "mlx5_0:1".to_string()),
+            ("NCCL_ALGO".to_string(), String::new()),
         ]
         .into();
         assert_eq!(
-            render_env(&env),
-            "export A=mlx5_0:1,mlx5_1:1\nexport B='it'\\''s $(reboot)'\nexport C=''\n"
+            render_env(&env).unwrap(),
+            "export NCCL_ALGO=''\nexport NCCL_IB_HCA=mlx5_0:1\n"
         );
+        let hostile: BTreeMap<String, String> =
+            [("LD_PRELOAD".to_string(), "/tmp/x.so".to_string())].into();
+        assert!(render_env(&hostile).is_err());
     }
 
     fn fixture(name: &str) -> String {

@@ -75,10 +75,10 @@ async fn cli_drives_the_api() {
         "--param",
         "max_bytes=1048576",
         "--env",
-        "A=1",
+        "NCCL_ALGO=Ring",
     ]);
     assert_eq!(run["spec"]["params"]["max_bytes"], 1048576);
-    assert_eq!(run["spec"]["env"]["A"], "1");
+    assert_eq!(run["spec"]["env"]["NCCL_ALGO"], "Ring");
     let id = run["id"].as_str().unwrap().to_string();
     assert_eq!(h.json(&["runs", "ls"]).as_array().unwrap().len(), 1);
     let cancelled = h.json(&["runs", "cancel", &id]);

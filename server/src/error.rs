@@ -80,6 +80,13 @@ impl From<sqlx::Error> for ApiError {
     }
 }
 
+/// A variable, value or text the environment policy refuses: the input is at fault.
+impl From<heddle_types::env_policy::EnvError> for ApiError {
+    fn from(err: heddle_types::env_policy::EnvError) -> Self {
+        ApiError::Unprocessable(err.to_string())
+    }
+}
+
 impl From<crate::health::HealthError> for ApiError {
     fn from(err: crate::health::HealthError) -> Self {
         use crate::health::HealthError;

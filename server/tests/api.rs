@@ -115,7 +115,7 @@ async fn auth_matrix() {
         (
             Method::POST,
             "/api/v1/tuning-profiles".into(),
-            Some(json!({"name": "p-auth", "node": "matrix-1", "env": {"A": "1"}})),
+            Some(json!({"name": "p-auth", "node": "matrix-1", "env": {"NCCL_ALGO": "Ring"}})),
             Role::Operator,
         ),
         (Method::GET, "/api/v1/tokens".into(), None, Role::Admin),
@@ -628,13 +628,13 @@ async fn env_export_merges_plugins_and_tuning_profiles() {
     );
     let (s, b) = api.post("/api/v1/tuning-profiles", &admin, json!({"name": "dc1-sockets", "site": "dc1", "env": {"NCCL_SOCKET_NTHREADS": "4", "NCCL_NSOCKS_PERTHREAD": "8"}})).await;
     assert_eq!(s, StatusCode::CREATED, "{b}");
-    let (s, _) = api.post("/api/v1/tuning-profiles", &admin, json!({"name": "env1-weird", "node": "env-1", "env": {"NCCL_NSOCKS_PERTHREAD": "4", "X_QUOTED": "a b'c"}})).await;
+    let (s, _) = api.post("/api/v1/tuning-profiles", &admin, json!({"name": "env1-weird", "node": "env-1", "env": {"NCCL_NSOCKS_PERTHREAD": "4", "UCX_TLS": "a b'c"}})).await;
     assert_eq!(s, StatusCode::CREATED);
     let (s, _) = api
         .post(
             "/api/v1/tuning-profiles",
             &admin,
-            json!({"name": "both", "node": "env-1", "site": "dc1", "env": {"A": "1"}}),
+            json!({"name": "both", "node": "env-1", "site": "dc1", "env": {"NCCL_ALGO": "Ring"}}),
         )
         .await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
@@ -649,7 +649,7 @@ async fn env_export_merges_plugins_and_tuning_profiles() {
             "export NCCL_IB_HCA=mlx5_bond_0",
             "export NCCL_NSOCKS_PERTHREAD=4",
             "export NCCL_SOCKET_NTHREADS=4",
-            r"export X_QUOTED='a b'\''c'",
+            r#"export UCX_TLS="a b'c""#,
         ]
     );
     // Deleting a profile takes its values out of the export.
@@ -693,13 +693,13 @@ async fn env_export_merges_plugins_and_tuning_profiles() {
             .contains("export NCCL_NSOCKS_PERTHREAD=8"),
         "the site value shows again: {after}"
     );
-    assert!(!after.as_str().unwrap().contains("X_QUOTED"));
+    assert!(!after.as_str().unwrap().contains("UCX_TLS"));
 
     // A shell reads it back unchanged.
     let out = std::process::Command::new("bash")
         .arg("-c")
         .arg(format!(
-            "{text}\nprintf '%s|%s' \"$X_QUOTED\" \"$NCCL_IB_HCA\""
+            "{text}\nprintf '%s|%s' \"$UCX_TLS\" \"$NCCL_IB_HCA\""
         ))
         .output()
         .unwrap();

@@ -8,6 +8,7 @@
 pub mod agent;
 pub mod auth;
 pub mod collective;
+pub mod env_policy;
 pub mod error;
 pub mod facts;
 pub mod health;

@@ -7,13 +7,14 @@ use std::time::Duration;
 
 use chrono::Utc;
 use heddle_types::agent::{JobLease, LeaseRenew};
+use heddle_types::env_policy;
 use heddle_types::jobs::Progress;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use uuid::Uuid;
 
 use super::{Agent, Backoff, LifecycleError};
 use crate::client::{ClientError, RenewOutcome, UploadOutcome};
-use crate::runner::protocol::ChildInput;
+use crate::runner::protocol::{ChildInput, RendezvousAccess};
 use crate::runner::supervise::{ChildEnd, ChildReport, ChildSpec, StopReason, supervise};
 use crate::runner::{self};
 use crate::spool::SpoolEntry;
@@ -62,18 +63,33 @@ pub(super) async fn claim_loop(
     }
 }
 
-/// The job's own environment, plus what a multi-node test needs to meet its peers through
-/// the server's rendezvous: the replicas and this agent's credential. Those two are set
-/// last, so a job spec cannot point a child at another server.
-fn child_env(agent: &Agent, lease: &JobLease) -> std::collections::BTreeMap<String, String> {
-    use crate::runner::nccl::rendezvous::{CREDENTIAL_ENV, SERVERS_ENV};
-    let mut env = lease.spec.env.clone();
-    env.insert(SERVERS_ENV.to_string(), agent.client.servers().join(","));
-    match agent.client.credential() {
-        Some(c) => env.insert(CREDENTIAL_ENV.to_string(), c),
-        None => env.remove(CREDENTIAL_ENV),
-    };
-    env
+/// What a multi-node test needs to meet its peers through the server: the replicas and
+/// this agent's credential. It goes to the child in its input on stdin, never in its
+/// environment.
+fn rendezvous_access(agent: &Agent) -> Option<RendezvousAccess> {
+    agent
+        .client
+        .credential()
+        .map(|credential| RendezvousAccess {
+            servers: agent.client.servers().to_vec(),
+            credential,
+        })
+}
+
+/// Why the job may not run at all: a variable of its env (or a sweep cell's) that the
+/// policy refuses. The server refuses such jobs too; this holds for a job that reached the
+/// database some other way.
+fn refusal(lease: &JobLease) -> Option<String> {
+    if let Err(e) = env_policy::check_env(&lease.spec.env) {
+        return Some(format!("the job's environment is refused: {e}"));
+    }
+    let grid = lease.spec.params.get("grid").and_then(|g| g.as_object());
+    for name in grid.into_iter().flat_map(|g| g.keys()) {
+        if let Err(e) = env_policy::check_name(name) {
+            return Some(format!("the sweep grid is refused: {e}"));
+        }
+    }
+    None
 }
 
 async fn run_job(
@@ -85,8 +101,12 @@ async fn run_job(
 ) {
     let job_id = lease.job_id;
     let known_kind = runner::find(&lease.spec.kind).is_some();
+    let refused = refusal(&lease);
     let report = if !known_kind {
         unsupported(&lease.spec.kind)
+    } else if let Some(why) = refused {
+        tracing::warn!(%job_id, %why, "job refused; nothing runs");
+        ChildReport::refused(why)
     } else {
         let spec = ChildSpec {
             program: agent.cfg.child_program.clone(),
@@ -98,8 +118,9 @@ async fn run_job(
                 run_id: lease.run_id,
                 rank: lease.rank,
                 world_size: lease.world_size,
+                rendezvous: rendezvous_access(&agent),
             },
-            env: child_env(&agent, &lease),
+            env: lease.spec.env.clone(),
             timeout: lease
                 .spec
                 .timeout_s
@@ -320,6 +341,15 @@ mod tests {
             .fraction,
             None
         );
+    }
+
+    #[test]
+    fn a_refused_env_fails_the_job_without_a_child() {
+        let up = ChildReport::refused("the job's environment is refused: PATH ...".into())
+            .into_upload("k".into());
+        assert_eq!(up.outcome, heddle_types::jobs::Outcome::Failed);
+        assert_eq!(up.exit_code, None);
+        assert!(up.reason.unwrap().contains("PATH"));
     }
 
     #[test]

@@ -181,6 +181,7 @@ mod tests {
             run_id: Uuid::nil(),
             rank: 0,
             world_size: 1,
+            rendezvous: None,
         };
         let mut buf = Vec::new();
         let mut sink: Sink<'_> = Emitter::new(&mut buf);

@@ -6,6 +6,7 @@
 //! and one line in [`KINDS`]. The parent side (spawn, timeout, kill, stderr tail) lives in
 //! [`supervise`] and knows nothing about kinds.
 
+pub mod environ;
 pub mod fail;
 pub mod memcpy;
 pub mod nccl;

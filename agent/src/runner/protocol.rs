@@ -22,6 +22,28 @@ pub struct ChildInput {
     pub run_id: Uuid,
     pub rank: i32,
     pub world_size: i32,
+    /// How a multi-node test meets its peers through the server. It travels here, on the
+    /// child's stdin, and never in an environment variable: whatever the test starts
+    /// (`ucx_perftest`, `ib_write_bw`...) inherits the environment, not this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rendezvous: Option<RendezvousAccess>,
+}
+
+/// The server replicas and this agent's credential, for the rendezvous calls of one job.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+pub struct RendezvousAccess {
+    pub servers: Vec<String>,
+    pub credential: String,
+}
+
+/// Never prints the credential (inputs end up in logs and panic messages).
+impl std::fmt::Debug for RendezvousAccess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RendezvousAccess")
+            .field("servers", &self.servers)
+            .field("credential", &"<redacted>")
+            .finish()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -101,6 +123,15 @@ mod tests {
                 reason: "no GPU".into()
             }
         );
+    }
+
+    #[test]
+    fn the_credential_is_not_in_debug_output() {
+        let a = RendezvousAccess {
+            servers: vec!["http://s:1".into()],
+            credential: "hda_secret".into(),
+        };
+        assert!(!format!("{a:?}").contains("hda_secret"));
     }
 
     #[test]

@@ -10,12 +10,13 @@
 //! `server_host` (two-node runs), `port` (perftest's TCP port, default 18515).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use heddle_types::jobs::ResultRow;
 use serde_json::{Map, Value, json};
 
+use super::environ;
 use super::nccl::rendezvous::Rendezvous;
 use super::protocol::{ChildEvent, ChildInput};
 use super::{RunError, Sink, param_u64};
@@ -274,7 +275,7 @@ pub fn row(test: &str, r: &PerfRow) -> ResultRow {
 }
 
 fn run_tool(test: &str, args: &[String], host: Option<&str>) -> Result<String, RunError> {
-    let mut cmd = Command::new(test);
+    let mut cmd = environ::command(test);
     cmd.args(args).stdin(Stdio::null());
     if let Some(h) = host {
         cmd.arg(h);
@@ -317,7 +318,7 @@ pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
         (1, _) => {
             // Server first; perftest's client retries its TCP connect briefly, so a short
             // head start is enough.
-            let mut server = Command::new(&params.test)
+            let mut server = environ::command(&params.test)
                 .args(&args)
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
@@ -328,12 +329,12 @@ pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
             client?
         }
         (2, rank) => {
-            let rv = Rendezvous::from_env(input.run_id).ok_or_else(|| RunError::Failed {
+            let rv = Rendezvous::for_job(input).ok_or_else(|| RunError::Failed {
                 code: 1,
                 message: "a two-node rdma job needs the server rendezvous, but the agent passed none to the test process".into(),
             })?;
             if rank == 0 {
-                let server = Command::new(&params.test)
+                let server = environ::command(&params.test)
                     .args(&args)
                     .stdout(Stdio::piped())
                     .stderr(Stdio::piped())

@@ -59,6 +59,7 @@ mod tests {
             run_id: Uuid::nil(),
             rank: 0,
             world_size: 1,
+            rendezvous: None,
         }
     }
 

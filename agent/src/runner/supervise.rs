@@ -3,7 +3,8 @@
 //!
 //! The child leads its own process group, so a stop kills whatever it started too (an
 //! `mpirun`, a `ib_write_bw`...), and it gets `SIGKILL` if the agent dies, so a crashed
-//! agent leaves no orphan holding a GPU or a port.
+//! agent leaves no orphan holding a GPU or a port. It starts from a cleared environment
+//! (see [`environ`]): the agent's secrets never reach it.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ffi::OsString;
@@ -18,6 +19,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::environ;
 use super::protocol::{ChildEvent, ChildInput};
 
 /// How much of the child's stderr the result keeps.
@@ -32,7 +34,9 @@ pub struct ChildSpec {
     pub program: PathBuf,
     pub args: Vec<OsString>,
     pub input: ChildInput,
-    /// Applied to the child only, on top of the agent's own environment.
+    /// The job's variables, already checked against the policy. The child gets these on
+    /// top of what [`environ::inherited`] keeps of the agent's environment, and nothing
+    /// else of it.
     pub env: BTreeMap<String, String>,
     pub timeout: Option<Duration>,
 }
@@ -55,6 +59,8 @@ pub enum ChildEnd {
     TimedOut(Duration),
     Stopped(StopReason),
     SpawnFailed(String),
+    /// Nothing was started: the job breaks a rule the agent enforces itself.
+    Refused(String),
 }
 
 #[derive(Debug, Clone)]
@@ -71,6 +77,21 @@ pub struct ChildReport {
 }
 
 impl ChildReport {
+    /// The report of a job that was refused before any process started.
+    pub fn refused(why: String) -> ChildReport {
+        let now = Utc::now();
+        ChildReport {
+            end: ChildEnd::Refused(why),
+            stderr_tail: String::new(),
+            rows: Vec::new(),
+            summary: serde_json::Map::new(),
+            skipped: None,
+            unparsed_lines: 0,
+            started_at: now,
+            finished_at: now,
+        }
+    }
+
     pub fn outcome(&self) -> (Outcome, Option<String>, Option<i32>) {
         match &self.end {
             ChildEnd::Exited(0) => match &self.skipped {
@@ -105,6 +126,7 @@ impl ChildReport {
                 Some(format!("could not start the test process: {err}")),
                 None,
             ),
+            ChildEnd::Refused(why) => (Outcome::Failed, Some(why.clone()), None),
         }
     }
 
@@ -323,6 +345,8 @@ pub async fn supervise(
 fn spawn(spec: &ChildSpec) -> std::io::Result<tokio::process::Child> {
     let mut cmd = tokio::process::Command::new(&spec.program);
     cmd.args(&spec.args)
+        .env_clear()
+        .envs(environ::inherited())
         .envs(&spec.env)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

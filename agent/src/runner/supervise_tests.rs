@@ -14,6 +14,7 @@ fn sh(script: &str, timeout: Option<Duration>) -> ChildSpec {
             run_id: Uuid::nil(),
             rank: 0,
             world_size: 1,
+            rendezvous: None,
         },
         env: BTreeMap::from([("HEDDLE_TEST_VAR".to_string(), "from-job".to_string())]),
         timeout,
@@ -24,6 +25,26 @@ async fn run(spec: ChildSpec) -> ChildReport {
     let (_stop_tx, stop_rx) = watch::channel(None);
     let (progress_tx, _progress_rx) = watch::channel(None);
     supervise(spec, stop_rx, progress_tx).await
+}
+
+#[tokio::test]
+async fn the_child_gets_a_cleared_environment_plus_the_job_env() {
+    // Cargo gives this test process CARGO_* variables; none may reach the child.
+    let r = run(sh("env | cut -d= -f1 >&2", None)).await;
+    assert_eq!(r.end, ChildEnd::Exited(0), "{}", r.stderr_tail);
+    let names: Vec<&str> = r.stderr_tail.lines().collect();
+    assert!(names.contains(&"HEDDLE_TEST_VAR"), "{names:?}");
+    assert!(names.contains(&"PATH"), "{names:?}");
+    for name in names {
+        assert!(
+            name == "HEDDLE_TEST_VAR"
+                || name == "PWD"
+                || name == "SHLVL"
+                || name == "_"
+                || crate::runner::environ::passes(name),
+            "{name} reached the child"
+        );
+    }
 }
 
 #[test]

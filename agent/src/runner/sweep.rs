@@ -6,12 +6,12 @@
 //! Params: those of `nccl` (one node only), plus `grid`: an object mapping `NCCL_*`
 //! names to lists of values; at most 64 cells.
 
-use std::collections::BTreeMap;
-use std::process::Command;
-
+use heddle_types::env_policy;
 use heddle_types::jobs::ResultRow;
 use serde_json::{Map, Value, json};
+use std::collections::BTreeMap;
 
+use super::environ;
 use super::nccl::Params as NcclParams;
 use super::protocol::{ChildEvent, ChildInput};
 use super::{RunError, Sink};
@@ -36,11 +36,15 @@ pub fn cells(grid: &Value) -> Result<Vec<BTreeMap<String, String>>, RunError> {
                 "grid key {name:?} is not an NCCL_* variable name"
             )));
         }
+        env_policy::check_name(name)
+            .map_err(|e| RunError::Params(format!("grid key refused: {e}")))?;
         let values: Vec<String> = match &obj[name] {
             Value::Array(a) if !a.is_empty() => a
                 .iter()
                 .map(|v| match v {
-                    Value::String(s) if !s.contains('\0') => Ok(s.clone()),
+                    Value::String(s) => env_policy::check_value(name, s)
+                        .map(|()| s.clone())
+                        .map_err(|e| RunError::Params(format!("grid value refused: {e}"))),
                     Value::Number(n) => Ok(n.to_string()),
                     other => Err(RunError::Params(format!(
                         "{name}: values must be strings or numbers, got {other}"
@@ -127,7 +131,7 @@ pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
     let args = bench_args(&params);
     let mut cells_summary = Vec::new();
     for (i, cell) in grid.iter().enumerate() {
-        let o = Command::new(&exe).args(&args).envs(cell).output()?;
+        let o = environ::command(&exe).args(&args).envs(cell).output()?;
         let stdout = String::from_utf8_lossy(&o.stdout);
         let v: Value = serde_json::from_str(stdout.trim()).map_err(|e| RunError::Failed {
             code: 1,
@@ -202,6 +206,8 @@ mod tests {
             json!({}),
             json!({"LD_PRELOAD": ["x"]}),
             json!({"NCCL_algo": ["Ring"]}),
+            json!({"NCCL_NET_PLUGIN": ["/tmp/evil.so"]}),
+            json!({"NCCL_ALGO": ["Ring\nTree"]}),
             json!({"NCCL_ALGO": []}),
             json!({"NCCL_ALGO": "Ring"}),
             json!({"NCCL_ALGO": [true]}),

@@ -9,12 +9,13 @@
 //! or `cuda` where UCX was built with it), `server_host` (two-node runs; default this
 //! node's hostname).
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use heddle_types::jobs::ResultRow;
 use serde_json::{Map, Value, json};
 
+use super::environ;
 use super::nccl::rendezvous::Rendezvous;
 use super::protocol::{ChildEvent, ChildInput};
 use super::ucx_parse::{self, PerfResult};
@@ -159,7 +160,7 @@ fn free_port() -> std::io::Result<u16> {
 /// Starts a `ucx_perftest` server. Its "Waiting for connection" line cannot serve as a
 /// readiness signal (stdio is block-buffered into a pipe), so the client retries instead.
 fn start_server(port: u16) -> Result<Child, RunError> {
-    Ok(Command::new("ucx_perftest")
+    Ok(environ::command("ucx_perftest")
         .args(["-p", &port.to_string()])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -204,7 +205,7 @@ fn run_client(host: &str, args: &[String]) -> Result<(PerfResult, String), RunEr
 }
 
 fn run_client_once(host: &str, args: &[String]) -> Result<(PerfResult, String), RunError> {
-    let mut child = Command::new("ucx_perftest")
+    let mut child = environ::command("ucx_perftest")
         .arg(host)
         .args(args)
         .stdout(Stdio::piped())
@@ -296,12 +297,12 @@ pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
         "mode".into(),
         if world == 1 { "loopback" } else { "two-node" }.into(),
     );
-    if let Ok(o) = Command::new("ucx_info").arg("-v").output()
+    if let Ok(o) = environ::command("ucx_info").arg("-v").output()
         && let Some(v) = ucx_parse::parse_version(&String::from_utf8_lossy(&o.stdout))
     {
         summary.insert("ucx_version".into(), v.into());
     }
-    if let Ok(o) = Command::new("ucx_info").arg("-d").output() {
+    if let Ok(o) = environ::command("ucx_info").arg("-d").output() {
         let tl = ucx_parse::parse_info_devices(&String::from_utf8_lossy(&o.stdout));
         let names: Vec<String> = tl
             .iter()
@@ -321,7 +322,7 @@ pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
         .flat_map(|t| params.sizes.iter().map(move |&s| (t, s)))
         .collect();
     let rendezvous = if world == 2 {
-        Some(Rendezvous::from_env(input.run_id).ok_or_else(|| RunError::Failed {
+        Some(Rendezvous::for_job(input).ok_or_else(|| RunError::Failed {
             code: 1,
             message: "a two-node ucx job needs the server rendezvous, but the agent passed none to the test process".into(),
         })?)

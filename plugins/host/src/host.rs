@@ -270,7 +270,7 @@ impl PluginHost {
         let outcome = prepared.pre.detect(&mut store, &facts_json);
         let (usage, (logs, stdout, stderr)) = finish(&mut store, limits, started, cache_hit);
         forward_logs(&prepared.info.name, &logs);
-        let detection = match outcome {
+        let mut detection = match outcome {
             Err(err) => return Err(classify(err, usage, limits, stderr)),
             Ok(Err((code, message))) => {
                 return Err(HostError::Plugin {
@@ -290,6 +290,7 @@ impl PluginHost {
             });
         }
         check_output(&detection)?;
+        detection.drop_refused_env(&prepared.info.name);
         Ok(Report {
             plugin: prepared.info.clone(),
             sha256: prepared.sha256.clone(),
@@ -575,12 +576,7 @@ fn convert_v02(mut d: v02::exports::heddle::plugin::plugin::Detection) -> Detect
 /// must be identifiers and nothing may contain NUL.
 fn check_output(d: &Detection) -> Result<(), HostError> {
     for e in &d.env {
-        let mut chars = e.name.chars();
-        let ident = chars
-            .next()
-            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
-        if !ident {
+        if heddle_types::env_policy::check_identifier(&e.name).is_err() {
             return Err(HostError::InvalidOutput(format!(
                 "environment variable name {:?} is not an identifier",
                 e.name

@@ -63,6 +63,32 @@ impl Detection {
             && self.expectations.is_empty()
     }
 
+    /// Drops the recommendations that `heddle_types::env_policy` refuses (a variable that
+    /// loads code or touches a file, control characters in a value or reason), each with a
+    /// warning that names the plugin; the rest of the output stands. Returns how many went.
+    pub fn drop_refused_env(&mut self, plugin: &str) -> usize {
+        use heddle_types::env_policy::{check_text, check_var};
+        let before = self.env.len();
+        let mut warnings = Vec::new();
+        self.env.retain(|e| {
+            let verdict = check_var(&e.name, &e.value)
+                .and_then(|()| check_text("reason", &e.name, &e.reason));
+            match verdict {
+                Ok(()) => true,
+                Err(err) => {
+                    tracing::warn!(plugin, name = %e.name, error = %err, "plugin recommendation dropped");
+                    warnings.push(format!(
+                        "Heddle dropped the recommendation of {} by plugin {plugin}: {err}",
+                        e.name
+                    ));
+                    false
+                }
+            }
+        });
+        self.warnings.extend(warnings);
+        before - self.env.len()
+    }
+
     /// Total bytes of every string, which is what the output cap limits.
     pub fn output_bytes(&self) -> usize {
         self.traits
@@ -175,6 +201,35 @@ pub struct CompileTime {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refused_recommendations_are_dropped_with_a_warning_naming_the_plugin() {
+        let rec = |name: &str, value: &str, reason: &str| EnvRecommendation {
+            name: name.into(),
+            value: value.into(),
+            reason: reason.into(),
+        };
+        let mut d = Detection {
+            env: vec![
+                rec("NCCL_IB_HCA", "mlx5_0", "ok"),
+                rec("LD_PRELOAD", "/tmp/x.so", ""),
+                rec("NCCL_NET_PLUGIN", "evil", ""),
+                rec("NCCL_ALGO", "Ring\ntouch /tmp/pwned", ""),
+                rec("NCCL_PROTO", "LL", "two\nlines"),
+            ],
+            ..Detection::default()
+        };
+        assert_eq!(d.drop_refused_env("sneaky"), 4);
+        assert_eq!(d.env.len(), 1);
+        assert_eq!(d.env[0].name, "NCCL_IB_HCA");
+        assert_eq!(d.warnings.len(), 4);
+        assert!(
+            d.warnings.iter().all(|w| w.contains("plugin sneaky")),
+            "{:?}",
+            d.warnings
+        );
+        assert!(d.warnings[0].contains("LD_PRELOAD"), "{:?}", d.warnings);
+    }
 
     #[test]
     fn output_bytes_counts_every_string() {

@@ -34,7 +34,7 @@ impl Plugin for MyPlugin {
         d.add_trait("my.gpu_numa_nodes", &numa.len().to_string());
         if numa.len() > 1 {
             d.recommend(
-                "MY_PIN_PER_GPU",
+                "NCCL_IGNORE_CPU_AFFINITY",
                 "1",
                 "GPUs span several NUMA nodes; pin each rank to its GPU's CPUs",
             );
@@ -55,7 +55,7 @@ mod tests {
         let facts = r#"{"gpus": [{"index": 0, "numa_node": 0}, {"index": 1, "numa_node": 1}]}"#;
         let d = heddle_plugin_sdk::run::<MyPlugin>(facts).unwrap();
         assert_eq!(d.trait_value("my.gpu_numa_nodes"), Some("2"));
-        assert_eq!(d.env_value("MY_PIN_PER_GPU"), Some("1"));
+        assert_eq!(d.env_value("NCCL_IGNORE_CPU_AFFINITY"), Some("1"));
     }
 
     #[test]

@@ -7,6 +7,7 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use chrono::{DateTime, Utc};
 use heddle_types::auth::Role;
+use heddle_types::env_policy;
 use heddle_types::nodes::*;
 use serde::Deserialize;
 use uuid::Uuid;
@@ -285,19 +286,6 @@ pub async fn effective_env(
     Ok(merged.into_values().collect())
 }
 
-/// Single-quotes a value for POSIX shells.
-fn shell_quote(value: &str) -> String {
-    if !value.is_empty()
-        && value
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "_-.,:/=@+".contains(c))
-    {
-        value.to_string()
-    } else {
-        format!("'{}'", value.replace('\'', r"'\''"))
-    }
-}
-
 /// `export NAME=VALUE` lines for a job script to `source`.
 #[utoipa::path(get, path = "/api/v1/nodes/{node}/env", tag = "nodes", security(("bearer" = [])),
     params(("node" = String, Path)),
@@ -309,17 +297,40 @@ pub async fn node_env(
 ) -> ApiResult<impl IntoResponse> {
     caller.require(Role::Viewer)?;
     let id = db::resolve_node(&state.db, &key).await?;
-    let mut out = format!("# Heddle environment for node {key}\n");
-    for r in effective_env(&state.db, id).await? {
-        out.push_str(&format!(
-            "# {} ({})\nexport {}={}\n",
-            r.reason.replace('\n', " "),
-            r.source,
-            r.name,
-            shell_quote(&r.value)
-        ));
+    let recs = effective_env(&state.db, id).await?;
+    Ok((
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        render_env(&key, &recs)?,
+    ))
+}
+
+/// The export a job script sources: every word quoted, and nothing written that the policy
+/// refuses. Stored rows are checked again here, so a row that predates the policy (or was
+/// written around the API) fails the export loudly instead of reaching a shell.
+fn render_env(node: &str, recs: &[Recommendation]) -> ApiResult<String> {
+    use heddle_types::env_policy::{comment_line, export_line};
+    let mut out = comment_line(&["Heddle", "environment", "for", "node", node])?;
+    for r in recs {
+        let mut words = Vec::with_capacity(3);
+        if !r.reason.is_empty() {
+            words.push(r.reason.as_str());
+        }
+        words.extend(["from", r.source.as_str()]);
+        let lines = comment_line(&words).and_then(|c| Ok(c + &export_line(&r.name, &r.value)?));
+        match lines {
+            Ok(lines) => out.push_str(&lines),
+            Err(e) => {
+                tracing::warn!(node, name = %r.name, source = %r.source, error = %e, "stored recommendation refused by the env export");
+                return Err(ApiError::Conflict(format!(
+                    "the stored value of {} from {:?} cannot be exported ({e}); replace that \
+                     source's recommendations (PUT /api/v1/nodes/{{node}}/recommendations) or \
+                     delete the tuning profile",
+                    r.name, r.source
+                )));
+            }
+        }
     }
-    Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], out))
+    Ok(out)
 }
 
 /// Replace one source's recommendations and traits on a node (plugins write through this).
@@ -338,14 +349,15 @@ pub async fn put_recommendations(
             "source must be 1-200 characters".into(),
         ));
     }
+    env_policy::check_text("source", "these recommendations", &req.source)?;
     if req.source.starts_with("plugin:") {
         return Err(ApiError::Unprocessable(
             "sources named plugin:… belong to enabled plugins; enable the plugin instead".into(),
         ));
     }
     for item in &req.items {
-        db::check_env_name(&item.name)?;
-        db::check_env_value(&item.name, &item.value)?;
+        env_policy::check_var(&item.name, &item.value)?;
+        env_policy::check_text("reason", &item.name, &item.reason)?;
     }
     let mut tx = state.db.begin().await?;
     let id = db::resolve_node(&mut *tx, &key).await?;
@@ -620,14 +632,48 @@ pub async fn delete_profile(
 
 #[cfg(test)]
 mod tests {
-    use super::shell_quote;
+    use super::*;
+
+    fn rec(name: &str, value: &str, reason: &str, source: &str) -> Recommendation {
+        Recommendation {
+            name: name.into(),
+            value: value.into(),
+            reason: reason.into(),
+            source: source.into(),
+        }
+    }
 
     #[test]
-    fn quoting_survives_a_shell() {
-        assert_eq!(shell_quote("mlx5_0:1"), "mlx5_0:1");
-        assert_eq!(shell_quote(""), "''");
-        assert_eq!(shell_quote("a b"), "'a b'");
-        assert_eq!(shell_quote("it's"), r"'it'\''s'");
-        assert_eq!(shell_quote("$(rm -rf /)"), "'$(rm -rf /)'");
+    fn the_export_quotes_every_word() {
+        let out = render_env(
+            "gpu-1",
+            &[
+                rec("NCCL_IB_HCA", "mlx5_0:1", "", "plugin:a@1"),
+                rec("NCCL_ALGO", "it's $(reboot)", "why; `id`", "tuning:x"),
+            ],
+        )
+        .unwrap();
+        assert!(
+            out.starts_with("# Heddle environment for node gpu-1\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("# from plugin:a@1\nexport NCCL_IB_HCA=mlx5_0:1\n"),
+            "{out}"
+        );
+        assert!(!out.contains("=it's"), "{out}");
+    }
+
+    #[test]
+    fn a_stored_row_the_policy_refuses_fails_the_export() {
+        for bad in [
+            rec("LD_PRELOAD", "/x.so", "", "old"),
+            rec("NCCL_ALGO", "Ring\ntouch /tmp/x", "", "old"),
+            rec("NCCL_ALGO", "Ring", "a\nb", "old"),
+            rec("NCCL_ALGO", "Ring", "", "old\ntouch /tmp/x"),
+        ] {
+            let err = render_env("n", &[bad]).unwrap_err();
+            assert!(matches!(err, ApiError::Conflict(_)), "{err}");
+        }
     }
 }

@@ -122,10 +122,32 @@ pub(crate) fn validate_spec(spec: &mut JobSpec) -> Result<(), ApiError> {
             .into();
     }
     db::check_env(&spec.env)?;
+    check_sweep_grid(spec)?;
     if spec.timeout_s == Some(0) {
         return Err(ApiError::Unprocessable(
             "timeout_s must be at least 1".into(),
         ));
+    }
+    Ok(())
+}
+
+/// A sweep's grid sets variables too, one cell at a time: each name and each value must
+/// pass the same policy as a run's env. (Its shape is the agent's to check.)
+fn check_sweep_grid(spec: &JobSpec) -> Result<(), ApiError> {
+    use heddle_types::env_policy::{check_name, check_value};
+    if spec.kind != "sweep" {
+        return Ok(());
+    }
+    let Some(grid) = spec.params.get("grid").and_then(|g| g.as_object()) else {
+        return Ok(());
+    };
+    for (name, values) in grid {
+        check_name(name)?;
+        for v in values.as_array().into_iter().flatten() {
+            if let Some(text) = v.as_str() {
+                check_value(name, text)?;
+            }
+        }
     }
     Ok(())
 }

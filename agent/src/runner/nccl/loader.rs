@@ -9,6 +9,11 @@
 //! symlink to it in a private temporary folder and re-run the same command with that
 //! folder first in `LD_LIBRARY_PATH`. The dynamic loader reads `LD_LIBRARY_PATH` only at
 //! process start, hence the re-run rather than a `setenv`.
+//!
+//! That folder is first in a root process's library path, so whoever can write to it runs
+//! code as root: it is created fresh for each run by this process (mode 0700, a random
+//! name), its owner and mode are checked, and it is removed after the re-run.
+//! A folder at a predictable path in a shared `/tmp` is never used.
 
 use std::ffi::{CStr, OsString};
 use std::path::{Path, PathBuf};
@@ -18,12 +23,12 @@ pub const LIBRARY_ENV: &str = "HEDDLE_NCCL_LIBRARY";
 /// Set in the re-run process, so a shim that still does not load cannot loop.
 pub const SHIMMED_ENV: &str = "HEDDLE_NCCL_SHIM";
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug)]
 pub enum Probe {
     /// cudarc will load NCCL as the process stands.
     Ready,
     /// Re-run with this folder first in `LD_LIBRARY_PATH`.
-    NeedsShim { dir: PathBuf, library: PathBuf },
+    NeedsShim { dir: ShimDir, library: PathBuf },
     /// The reason, with what was checked.
     Unavailable(String),
 }
@@ -107,44 +112,63 @@ fn locate(name: &str) -> Result<PathBuf, String> {
     Ok(PathBuf::from(path.to_string_lossy().into_owned()))
 }
 
-/// A private folder holding `libnccl.so -> library`, named after the library's path.
-pub fn shim_dir(library: &Path) -> std::io::Result<PathBuf> {
-    use sha2::Digest;
-    let real = library.canonicalize()?;
-    let tag = hex::encode(&sha2::Sha256::digest(real.as_os_str().as_encoded_bytes())[..8]);
-    // SAFETY: getuid cannot fail.
-    let uid = unsafe { libc::getuid() };
-    let dir = std::env::temp_dir().join(format!("heddle-nccl-{uid}-{tag}"));
-    std::fs::create_dir_all(&dir)?;
-    let link = dir.join("libnccl.so");
-    match std::fs::read_link(&link) {
-        Ok(target) if target == real => {}
-        _ => {
-            // Another process may be doing the same: build aside, rename over.
-            let tmp = dir.join(format!(".libnccl.so.{}", std::process::id()));
-            let _ = std::fs::remove_file(&tmp);
-            std::os::unix::fs::symlink(&real, &tmp)?;
-            std::fs::rename(&tmp, &link)?;
-        }
+/// A folder only this process's user can write to, holding `libnccl.so -> library`;
+/// removed when dropped.
+#[derive(Debug)]
+pub struct ShimDir(tempfile::TempDir);
+
+impl ShimDir {
+    pub fn path(&self) -> &Path {
+        self.0.path()
     }
-    Ok(dir)
+
+    pub fn display(&self) -> std::path::Display<'_> {
+        self.0.path().display()
+    }
+}
+
+/// Creates a fresh private folder with a `libnccl.so` link to `library`.
+pub fn shim_dir(library: &Path) -> std::io::Result<ShimDir> {
+    use std::os::unix::fs::MetadataExt;
+    let real = library.canonicalize()?;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::Builder::new()
+        .prefix("heddle-nccl-")
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir_in(std::env::temp_dir())?;
+    // Created here, 0700, under a name nobody could guess; check rather than trust.
+    let meta = std::fs::symlink_metadata(dir.path())?;
+    // SAFETY: geteuid cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
+        return Err(std::io::Error::other(format!(
+            "{} is not a private directory of uid {uid} (mode {:o}, owner {})",
+            dir.path().display(),
+            meta.mode() & 0o7777,
+            meta.uid()
+        )));
+    }
+    std::os::unix::fs::symlink(&real, dir.path().join("libnccl.so"))?;
+    Ok(ShimDir(dir))
 }
 
 /// Runs this same command again with `dir` first in `LD_LIBRARY_PATH`, feeding `stdin`
-/// when given (the test child already consumed its own), and returns its exit status.
-pub fn rerun_with_shim(dir: &Path, stdin: Option<&[u8]>) -> std::io::Result<i32> {
+/// when given (the test child already consumed its own, which carried its input), and
+/// returns its exit status; `dir` is removed afterwards. The re-run gets a cleared
+/// environment plus what [`environ::inherited`](crate::runner::environ::inherited) keeps.
+pub fn rerun_with_shim(dir: ShimDir, stdin: Option<&[u8]>) -> std::io::Result<i32> {
     use std::io::Write;
-    use std::process::{Command, Stdio};
+    use std::process::Stdio;
     let exe = std::env::current_exe()?;
-    let mut path = OsString::from(dir.as_os_str());
+    let mut path = OsString::from(dir.path().as_os_str());
     if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|o| !o.is_empty()) {
         path.push(":");
         path.push(old);
     }
-    let mut cmd = Command::new(exe);
+    let mut cmd = crate::runner::environ::command(exe);
     cmd.args(std::env::args_os().skip(1))
         .env("LD_LIBRARY_PATH", path)
-        .env(SHIMMED_ENV, dir);
+        .env(SHIMMED_ENV, dir.path());
     if stdin.is_some() {
         cmd.stdin(Stdio::piped());
     }
@@ -153,6 +177,7 @@ pub fn rerun_with_shim(dir: &Path, stdin: Option<&[u8]>) -> std::io::Result<i32>
         pipe.write_all(bytes)?;
     }
     let status = child.wait()?;
+    drop(dir);
     use std::os::unix::process::ExitStatusExt;
     Ok(status
         .code()
@@ -177,20 +202,72 @@ mod tests {
     }
 
     #[test]
-    fn an_override_gets_a_shim_folder_with_a_link() {
+    fn an_override_gets_a_private_shim_folder_with_a_link() {
+        use std::os::unix::fs::MetadataExt;
         let tmp = tempfile::tempdir().unwrap();
         let lib = tmp.path().join("libnccl.so.2");
         std::fs::write(&lib, b"not really a library").unwrap();
         match probe_nccl(Some(lib.clone()), false) {
             Probe::NeedsShim { dir, library } => {
                 assert_eq!(library, lib);
-                let target = std::fs::read_link(dir.join("libnccl.so")).unwrap();
+                let target = std::fs::read_link(dir.path().join("libnccl.so")).unwrap();
                 assert_eq!(target, lib.canonicalize().unwrap());
-                // Idempotent: a second probe reuses the same folder.
-                assert_eq!(shim_dir(&lib).unwrap(), dir);
+                let meta = std::fs::symlink_metadata(dir.path()).unwrap();
+                assert_eq!(meta.mode() & 0o777, 0o700);
+                // A fresh folder each time, gone once dropped.
+                let again = shim_dir(&lib).unwrap();
+                assert_ne!(again.path(), dir.path());
+                let path = dir.path().to_path_buf();
+                drop(dir);
+                assert!(!path.exists());
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    /// The folder the loader used to take: `$TMPDIR/heddle-nccl-<uid>-<hash of the
+    /// library's path>`, accepted if it already existed. Anyone who can write to `/tmp`
+    /// could make it first (or make it a symlink to a folder of theirs) and have root load
+    /// their `libnccl.so`.
+    #[test]
+    fn shim_dir_at_old_tmp_path_is_not_trusted() {
+        use sha2::Digest;
+        use std::os::unix::fs::MetadataExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let lib = tmp.path().join("libnccl.so.2");
+        std::fs::write(&lib, b"the real library").unwrap();
+        let real = lib.canonicalize().unwrap();
+        let tag = hex::encode(&sha2::Sha256::digest(real.as_os_str().as_encoded_bytes())[..8]);
+        let uid = unsafe { libc::getuid() };
+        let old = std::env::temp_dir().join(format!("heddle-nccl-{uid}-{tag}"));
+        // The attacker's folder, with their library, linked at the old path.
+        let attacker = tempfile::tempdir().unwrap();
+        std::fs::write(attacker.path().join("libnccl.so"), b"evil").unwrap();
+        let _ = std::fs::remove_file(&old);
+        std::os::unix::fs::symlink(attacker.path(), &old).unwrap();
+
+        let probed = probe_nccl(Some(lib.clone()), false);
+        let _ = std::fs::remove_file(&old);
+        let Probe::NeedsShim { dir, .. } = probed else {
+            panic!("{probed:?}")
+        };
+        assert_ne!(dir.path(), old.as_path());
+        let canonical = dir.path().canonicalize().unwrap();
+        assert!(!canonical.starts_with(attacker.path().canonicalize().unwrap()));
+        assert_eq!(
+            std::fs::read_link(dir.path().join("libnccl.so")).unwrap(),
+            real
+        );
+        let meta = std::fs::symlink_metadata(dir.path()).unwrap();
+        assert!(meta.is_dir());
+        assert_eq!(meta.uid(), unsafe { libc::geteuid() });
+        assert_eq!(meta.mode() & 0o077, 0);
+        // The attacker's folder was not touched either.
+        assert_eq!(
+            std::fs::read(attacker.path().join("libnccl.so")).unwrap(),
+            b"evil"
+        );
+        assert_eq!(std::fs::read_dir(attacker.path()).unwrap().count(), 1);
     }
 
     #[test]

@@ -283,19 +283,17 @@ pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
         loader::Probe::NeedsShim { dir, .. } => {
             // The re-run child reads the same input and writes the events itself.
             let raw = serde_json::to_vec(input).expect("child input serializes");
-            let code = loader::rerun_with_shim(&dir, Some(&raw))?;
+            let code = loader::rerun_with_shim(dir, Some(&raw))?;
             std::process::exit(code);
         }
     }
     let world = input.world_size.max(1) as usize;
     let rank = input.rank.max(0) as usize;
     let rendezvous = if world > 1 {
-        Some(Rendezvous::from_env(input.run_id).ok_or_else(|| RunError::Failed {
+        Some(Rendezvous::for_job(input).ok_or_else(|| RunError::Failed {
             code: 1,
             message: format!(
-                "a {world}-node NCCL job needs the server rendezvous, but the agent passed no {} / {} to the test process",
-                rendezvous::SERVERS_ENV,
-                rendezvous::CREDENTIAL_ENV
+                "a {world}-node NCCL job needs the server rendezvous, but the agent passed none to the test process"
             ),
         })?)
     } else {

@@ -1,6 +1,7 @@
 //! Handing NCCL's unique id from rank 0 to the other processes. Rank 0 creates it and
 //! publishes it (base64, under the name `nccl-uid`); the others wait for it. Through the
-//! server for jobs, through a file for the `bench` command on one host.
+//! server for jobs, through a file for the `bench` command on one host. A job's child
+//! learns the servers and the agent's credential from its input on stdin.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -8,13 +9,11 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use uuid::Uuid;
 
-pub const NAME: &str = "nccl-uid";
-/// Servers and credential the agent hands to a test child that needs a rendezvous
-/// (comma-separated URLs; the agent's bearer credential).
-pub const SERVERS_ENV: &str = "HEDDLE_RENDEZVOUS_SERVERS";
-pub const CREDENTIAL_ENV: &str = "HEDDLE_RENDEZVOUS_CREDENTIAL";
+use crate::runner::protocol::ChildInput;
 
-#[derive(Debug, Clone)]
+pub const NAME: &str = "nccl-uid";
+
+#[derive(Clone)]
 pub enum Rendezvous {
     /// A file on a filesystem both processes see; use a fresh path per run, since a stale
     /// file would hand the others an old id.
@@ -26,20 +25,37 @@ pub enum Rendezvous {
     },
 }
 
+/// Never prints the credential.
+impl std::fmt::Debug for Rendezvous {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Rendezvous::File(path) => f.debug_tuple("File").field(path).finish(),
+            Rendezvous::Server {
+                servers, run_id, ..
+            } => f
+                .debug_struct("Server")
+                .field("servers", servers)
+                .field("run_id", run_id)
+                .finish_non_exhaustive(),
+        }
+    }
+}
+
 impl Rendezvous {
-    /// The server rendezvous from the environment the agent gives its test children.
-    pub fn from_env(run_id: Uuid) -> Option<Rendezvous> {
-        let servers: Vec<String> = std::env::var(SERVERS_ENV)
-            .ok()?
-            .split(',')
+    /// The server rendezvous the agent handed a test child in its input (never in its
+    /// environment, which the child's own children inherit).
+    pub fn for_job(input: &ChildInput) -> Option<Rendezvous> {
+        let access = input.rendezvous.as_ref()?;
+        let servers: Vec<String> = access
+            .servers
+            .iter()
             .map(|s| s.trim().to_string())
             .filter(|s| !s.is_empty())
             .collect();
-        let credential = std::env::var(CREDENTIAL_ENV).ok()?;
-        (!servers.is_empty()).then_some(Rendezvous::Server {
+        (!servers.is_empty() && !access.credential.is_empty()).then(|| Rendezvous::Server {
             servers,
-            credential,
-            run_id,
+            credential: access.credential.clone(),
+            run_id: input.run_id,
         })
     }
 
