@@ -63,16 +63,23 @@ pub(super) async fn claim_loop(
 }
 
 /// The job's own environment, plus what a multi-node test needs to meet its peers through
-/// the server's rendezvous: the replicas and this agent's credential. Those two are set
-/// last, so a job spec cannot point a child at another server.
+/// the server's rendezvous: the replicas, this agent's credential and what it trusts for
+/// TLS. Those are set last, so a job spec cannot point a child at another server or CA.
 fn child_env(agent: &Agent, lease: &JobLease) -> std::collections::BTreeMap<String, String> {
-    use crate::runner::nccl::rendezvous::{CREDENTIAL_ENV, SERVERS_ENV};
+    use crate::runner::nccl::rendezvous::{CA_FILE_ENV, CREDENTIAL_ENV, PIN_ENV, SERVERS_ENV};
     let mut env = lease.spec.env.clone();
     env.insert(SERVERS_ENV.to_string(), agent.client.servers().join(","));
     match agent.client.credential() {
         Some(c) => env.insert(CREDENTIAL_ENV.to_string(), c),
         None => env.remove(CREDENTIAL_ENV),
     };
+    let tls = agent.client.tls();
+    match &tls.ca_file {
+        Some(ca) => env.insert(CA_FILE_ENV.to_string(), ca.display().to_string()),
+        None => env.remove(CA_FILE_ENV),
+    };
+    let pins: Vec<String> = tls.pins.iter().map(|p| p.to_string()).collect();
+    env.insert(PIN_ENV.to_string(), pins.join(","));
     env
 }
 

@@ -13,6 +13,9 @@ pub const NAME: &str = "nccl-uid";
 /// (comma-separated URLs; the agent's bearer credential).
 pub const SERVERS_ENV: &str = "HEDDLE_RENDEZVOUS_SERVERS";
 pub const CREDENTIAL_ENV: &str = "HEDDLE_RENDEZVOUS_CREDENTIAL";
+/// The agent's `--ca-file` and `--pin-sha256` (comma-separated), for `https://` servers.
+pub const CA_FILE_ENV: &str = "HEDDLE_RENDEZVOUS_CA_FILE";
+pub const PIN_ENV: &str = "HEDDLE_RENDEZVOUS_PIN";
 
 #[derive(Debug, Clone)]
 pub enum Rendezvous {
@@ -22,6 +25,7 @@ pub enum Rendezvous {
     Server {
         servers: Vec<String>,
         credential: String,
+        tls: heddle_tls::ClientTls,
         run_id: Uuid,
     },
 }
@@ -36,9 +40,19 @@ impl Rendezvous {
             .filter(|s| !s.is_empty())
             .collect();
         let credential = std::env::var(CREDENTIAL_ENV).ok()?;
+        let tls = heddle_tls::ClientTls {
+            ca_file: std::env::var_os(CA_FILE_ENV).map(PathBuf::from),
+            pins: std::env::var(PIN_ENV)
+                .unwrap_or_default()
+                .split(',')
+                .filter(|p| !p.trim().is_empty())
+                .filter_map(|p| p.parse().ok())
+                .collect(),
+        };
         (!servers.is_empty()).then_some(Rendezvous::Server {
             servers,
             credential,
+            tls,
             run_id,
         })
     }
@@ -88,9 +102,10 @@ impl Rendezvous {
             Rendezvous::Server {
                 servers,
                 credential,
+                tls,
                 run_id,
             } => {
-                let client = client(servers, credential)?;
+                let client = client(servers, credential, tls)?;
                 runtime()?
                     .block_on(client.rendezvous_put(*run_id, name, id))
                     .map_err(|e| format!("rendezvous PUT {name}: {e}"))
@@ -117,9 +132,10 @@ impl Rendezvous {
             Rendezvous::Server {
                 servers,
                 credential,
+                tls,
                 run_id,
             } => {
-                let client = client(servers, credential)?;
+                let client = client(servers, credential, tls)?;
                 runtime()?
                     .block_on(client.rendezvous_get(*run_id, name, wait))
                     .map_err(|e| format!("rendezvous GET {name}: {e}"))?
@@ -129,8 +145,12 @@ impl Rendezvous {
     }
 }
 
-fn client(servers: &[String], credential: &str) -> Result<crate::client::Client, String> {
-    let c = crate::client::Client::new(servers).map_err(|e| e.to_string())?;
+fn client(
+    servers: &[String],
+    credential: &str,
+    tls: &heddle_tls::ClientTls,
+) -> Result<crate::client::Client, String> {
+    let c = crate::client::Client::with_tls(servers, tls.clone()).map_err(|e| e.to_string())?;
     c.set_credential(credential.to_string());
     Ok(c)
 }
