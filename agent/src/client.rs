@@ -55,6 +55,9 @@ pub enum ClientError {
     Decode { what: String, detail: String },
     #[error("invalid server URL {url:?}: {reason}")]
     BadUrl { url: String, reason: String },
+    /// `--ca-file` or `--pin-sha256` cannot be used.
+    #[error("TLS settings: {0}")]
+    Tls(#[from] heddle_tls::TlsError),
     #[error("invalid rendezvous name {0:?}: use letters, digits, '.', '_' or '-'")]
     BadName(String),
 }
@@ -101,6 +104,7 @@ pub enum UploadOutcome {
 
 pub struct Client {
     http: reqwest::Client,
+    tls: heddle_tls::ClientTls,
     request_timeout: Duration,
     servers: Vec<String>,
     current: AtomicUsize,
@@ -109,7 +113,14 @@ pub struct Client {
 
 impl Client {
     /// `servers` are base URLs such as `http://heddle-1:8080`; a trailing `/` is ignored.
+    /// `https://` servers are checked against the system's CA certificates.
     pub fn new(servers: &[String]) -> Result<Client, ClientError> {
+        Client::with_tls(servers, heddle_tls::ClientTls::default())
+    }
+
+    /// Like `new`, with a private CA and pins for `https://` servers (`--ca-file`,
+    /// `--pin-sha256`).
+    pub fn with_tls(servers: &[String], tls: heddle_tls::ClientTls) -> Result<Client, ClientError> {
         let mut clean = Vec::with_capacity(servers.len());
         for url in servers {
             let trimmed = url.trim().trim_end_matches('/');
@@ -134,18 +145,24 @@ impl Client {
                 reason: "no server URL given".into(),
             });
         }
-        let http = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
             // An agent is long-lived: keep at most one idle connection per replica.
             .pool_max_idle_per_host(1)
-            .user_agent(concat!("heddle-agent/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| ClientError::BadUrl {
-                url: clean.join(","),
-                reason: e.to_string(),
-            })?;
+            .user_agent(concat!("heddle-agent/", env!("CARGO_PKG_VERSION")));
+        if let Some(config) = tls.for_urls(clean.iter().map(String::as_str))? {
+            builder = builder.use_preconfigured_tls(config);
+        } else {
+            // Plain HTTP only: no need to read the system's CA certificates.
+            builder = builder.tls_built_in_root_certs(false);
+        }
+        let http = builder.build().map_err(|e| ClientError::BadUrl {
+            url: clean.join(","),
+            reason: e.to_string(),
+        })?;
         Ok(Client {
             http,
+            tls,
             request_timeout: REQUEST_TIMEOUT,
             servers: clean,
             current: AtomicUsize::new(0),
@@ -162,6 +179,11 @@ impl Client {
     /// The replicas this client talks to, in order.
     pub fn servers(&self) -> &[String] {
         &self.servers
+    }
+
+    /// What this client trusts besides the system's CA certificates.
+    pub fn tls(&self) -> &heddle_tls::ClientTls {
+        &self.tls
     }
 
     /// The agent's bearer credential, once enrolled.
@@ -381,7 +403,7 @@ impl Client {
                     tracing::debug!(server = %self.servers[idx], error = %err, "replica unreachable");
                     last = Some(ClientError::Unreachable {
                         tried: n,
-                        last: format!("{}: {}", self.servers[idx], error_chain(&err)),
+                        last: format!("{}: {}", self.servers[idx], heddle_tls::describe(&err)),
                     });
                 }
             }
@@ -403,18 +425,6 @@ fn check_name(name: &str) -> Result<(), ClientError> {
     }
 }
 
-/// reqwest's top-level message ("error sending request") hides the cause; show the chain.
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut out = err.to_string();
-    let mut source = err.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
-}
-
 async fn expect_json<T: DeserializeOwned>(
     resp: reqwest::Response,
     what: &str,
@@ -425,7 +435,7 @@ async fn expect_json<T: DeserializeOwned>(
     }
     let bytes = resp.bytes().await.map_err(|e| ClientError::Unreachable {
         tried: 1,
-        last: error_chain(&e),
+        last: heddle_tls::describe(&e),
     })?;
     serde_json::from_slice(&bytes).map_err(|e| ClientError::Decode {
         what: what.into(),

@@ -1,4 +1,5 @@
-//! HTTP client for the API: bearer auth, and API errors turned into readable messages.
+//! HTTP client for the API: bearer auth, TLS trust from `--ca-file` and `--pin-sha256`, and
+//! API and connection errors turned into readable messages.
 
 use heddle_types::ErrorBody;
 use reqwest::{Method, StatusCode};
@@ -6,8 +7,14 @@ use serde::de::DeserializeOwned;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    #[error("cannot reach the Heddle server at {url}: {source}")]
-    Unreachable { url: String, source: reqwest::Error },
+    /// `detail` is the whole cause chain (reqwest's own message names none), plus what to
+    /// do when it is a TLS failure with a known remedy.
+    #[error("cannot reach the Heddle server at {url}: {detail}")]
+    Unreachable { url: String, detail: String },
+    #[error("cannot use the TLS settings: {0}")]
+    Tls(#[from] heddle_tls::TlsError),
+    #[error("cannot build the HTTP client: {0}")]
+    Build(reqwest::Error),
     #[error("{status}: {message} ({code})")]
     Api {
         status: StatusCode,
@@ -25,12 +32,26 @@ pub struct Client {
 }
 
 impl Client {
-    pub fn new(base: &str, token: Option<String>) -> Self {
-        Client {
-            base: base.trim_end_matches('/').to_string(),
-            token,
-            http: reqwest::Client::new(),
+    /// `tls` applies when `base` is `https://`: the system's CA certificates plus
+    /// `--ca-file`, and the pins if any.
+    pub fn new(
+        base: &str,
+        token: Option<String>,
+        tls: &heddle_tls::ClientTls,
+    ) -> Result<Self, ClientError> {
+        let base = base.trim_end_matches('/').to_string();
+        let mut builder = reqwest::Client::builder();
+        if let Some(config) = tls.for_urls([base.as_str()])? {
+            builder = builder.use_preconfigured_tls(config);
+        } else {
+            // Plain HTTP only: no need to read the system's CA certificates.
+            builder = builder.tls_built_in_root_certs(false);
         }
+        Ok(Client {
+            base,
+            token,
+            http: builder.build().map_err(ClientError::Build)?,
+        })
     }
 
     async fn send(
@@ -49,13 +70,10 @@ impl Client {
             Some(Body::Wasm(bytes)) => req.header("content-type", "application/wasm").body(bytes),
             None => req,
         };
-        let resp = req
-            .send()
-            .await
-            .map_err(|source| ClientError::Unreachable {
-                url: self.base.clone(),
-                source,
-            })?;
+        let resp = req.send().await.map_err(|err| ClientError::Unreachable {
+            url: self.base.clone(),
+            detail: heddle_tls::describe(&err),
+        })?;
         if resp.status().is_success() {
             return Ok(resp);
         }

@@ -228,16 +228,20 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         .or(saved.server.clone())
         .unwrap_or_else(|| "http://127.0.0.1:8080".into());
     let token = cli.token.clone().or(saved.token.clone());
-    let client = Client::new(&server, token.clone());
+    let tls = saved.tls(&cli.tls, &server)?;
+    let client = Client::new(&server, token.clone(), &tls)?;
     let json = cli.json;
     match cli.command {
         Command::Login => {
             let token = token.context("give --token (or HEDDLE_TOKEN) to log in")?;
             let me: WhoAmI = client.get("/api/v1/whoami").await?;
-            let path = config::save(&config::Saved {
+            let mut login = config::Saved {
                 server: Some(server.clone()),
                 token: Some(token),
-            })?;
+                ..Default::default()
+            };
+            login.remember_tls(&tls)?;
+            let path = config::save(&login)?;
             println!(
                 "logged in to {server} as {} ({}); saved in {}",
                 me.name,

@@ -26,6 +26,10 @@ pub struct Cli {
     /// API token (default: the one saved by `heddle login`).
     #[arg(long, env = "HEDDLE_TOKEN", global = true, hide_env_values = true)]
     pub token: Option<String>,
+    /// Trust for an `https://` server: `--ca-file`, `--pin-sha256` (default: those saved
+    /// by `heddle login`).
+    #[command(flatten)]
+    pub tls: heddle_tls::ClientTls,
     /// Print JSON instead of tables.
     #[arg(long, global = true)]
     pub json: bool,

@@ -11,7 +11,32 @@ pub struct Config {
     #[arg(long, env = "HEDDLE_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
 
-    /// Postgres URL. Migrations are applied at start-up.
+    /// Certificate chain (PEM, leaf first) to serve HTTPS with; needs --tls-key. Without
+    /// both, the server speaks plain HTTP (fine on loopback or behind a TLS-terminating
+    /// proxy). Both files are reloaded when they change.
+    #[arg(
+        long,
+        env = "HEDDLE_TLS_CERT",
+        requires = "tls_key",
+        value_name = "FILE"
+    )]
+    pub tls_cert: Option<PathBuf>,
+
+    /// Private key (PEM: PKCS#8, RSA or SEC1) of --tls-cert.
+    #[arg(
+        long,
+        env = "HEDDLE_TLS_KEY",
+        requires = "tls_cert",
+        value_name = "FILE"
+    )]
+    pub tls_key: Option<PathBuf>,
+
+    /// Seconds between checks of the TLS files for a renewed certificate.
+    #[arg(long, env = "HEDDLE_TLS_RELOAD_INTERVAL_S", default_value_t = 10)]
+    pub tls_reload_interval_s: u32,
+
+    /// Postgres URL. Migrations are applied at start-up. To require TLS add
+    /// `sslmode=verify-full&sslrootcert=/path/ca.pem` (docs/security.md).
     #[arg(long, env = "HEDDLE_DATABASE_URL")]
     pub database_url: String,
 
@@ -80,6 +105,10 @@ impl Config {
             max_component_bytes: self.max_plugin_bytes,
             ..heddle_plugin_host::Limits::default()
         }
+    }
+
+    pub fn tls_reload_interval(&self) -> Duration {
+        Duration::from_secs(u64::from(self.tls_reload_interval_s.max(1)))
     }
 
     pub fn heartbeat_interval(&self) -> Duration {

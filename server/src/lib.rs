@@ -16,6 +16,7 @@ pub mod plugin_runtime;
 pub mod router;
 #[cfg(feature = "test-support")]
 pub mod testing;
+pub mod tls;
 
 use std::sync::Arc;
 
@@ -62,13 +63,18 @@ impl AppState {
     }
 }
 
-/// Serves the API on `listener` until `shutdown` resolves, then drains in-flight requests.
-/// Also runs this replica's lease reaper and plugin reconciler for as long as it serves.
+/// Serves the API on `listener` until `shutdown` resolves, then drains in-flight requests:
+/// HTTPS when the configuration names a certificate (reloaded while serving), plain HTTP
+/// otherwise. Also runs this replica's lease reaper and plugin reconciler for as long as it
+/// serves.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    let addr = listener.local_addr()?;
+    // Before anything else, so a wrong path fails the start at once.
+    let tls = tls::CertFiles::from_config(&state.config)?;
     if let Some(token) =
         auth::bootstrap_admin(&state.db, state.config.admin_token.as_deref()).await?
     {
@@ -79,14 +85,38 @@ pub async fn serve(
     let reaper = tokio::spawn(leases::run_reaper(state.clone()));
     let reconciler = tokio::spawn(plugin_runtime::run_reconciler(state.clone()));
     let investigator = tokio::spawn(health::investigate::run_loop(state.clone()));
-    let app = router::app(state);
-    tracing::info!(addr = %listener.local_addr()?, "serving");
-    let result = axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown)
-    .await;
+    let reload_interval = state.config.tls_reload_interval();
+    let app = router::app(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
+    let result = match tls {
+        Some(files) => {
+            use axum::serve::ListenerExt;
+            let acceptor = files.acceptor()?;
+            let pin = files.pin().map(|p| p.to_string()).unwrap_or_default();
+            tracing::info!(%addr, %pin, "serving HTTPS (clients may pin this key with --pin-sha256)");
+            let watcher = tokio::spawn(tls::watch(files, reload_interval));
+            // `tap_io` only so that axum's connect-info impl (for any listener) applies.
+            let listener = tls::TlsListener::new(listener, acceptor).tap_io(|_| {});
+            let served = axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await;
+            watcher.abort();
+            served
+        }
+        None => {
+            if !addr.ip().is_loopback() {
+                tracing::warn!(
+                    %addr,
+                    "serving plain HTTP on a non-loopback address: tokens and credentials cross \
+                     the network unencrypted. Give --tls-cert and --tls-key, or put a \
+                     TLS-terminating proxy in front (docs/security.md)"
+                );
+            }
+            tracing::info!(%addr, "serving");
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+    };
     reaper.abort();
     reconciler.abort();
     investigator.abort();

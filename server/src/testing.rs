@@ -125,6 +125,7 @@ impl Drop for TestDb {
 
 /// A running server on a random port.
 pub struct TestServer {
+    /// `http://127.0.0.1:PORT`, or `https://localhost:PORT` for `start_https`.
     pub url: String,
     pub addr: SocketAddr,
     pub admin_token: String,
@@ -133,6 +134,8 @@ pub struct TestServer {
     task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
     /// Keeps the database alive as long as the first server using it.
     pub db: Option<Arc<TestDb>>,
+    /// Talks to this server (trusting its test CA when it serves HTTPS).
+    client: reqwest::Client,
 }
 
 pub const TEST_ADMIN_TOKEN: &str = "hdl_test-admin-token-0123456789abcdefghijklmnopqrstu";
@@ -148,6 +151,30 @@ impl TestServer {
         let db = Arc::new(TestDb::create().await);
         let mut server = Self::start_on(&db.url, tweak).await;
         server.db = Some(db);
+        server
+    }
+
+    /// A server on a fresh database serving HTTPS with `files` (from
+    /// `heddle_tls::test_ca`), at `https://localhost:PORT`. `client()` trusts their CA.
+    pub async fn start_https(
+        files: &heddle_tls::test_ca::ServerFiles,
+        tweak: impl FnOnce(&mut Config),
+    ) -> TestServer {
+        let mut server = Self::start_with(|config| {
+            config.tls_cert = Some(files.cert.clone());
+            config.tls_key = Some(files.key.clone());
+            tweak(config);
+        })
+        .await;
+        server.url = format!("https://localhost:{}", server.addr.port());
+        let tls = heddle_tls::ClientTls {
+            ca_file: Some(files.ca.clone()),
+            pins: vec![],
+        };
+        server.client = reqwest::Client::builder()
+            .use_preconfigured_tls(tls.rustls_config().expect("trusting the test CA"))
+            .build()
+            .expect("building the test client");
         server
     }
 
@@ -183,7 +210,13 @@ impl TestServer {
             shutdown: Some(tx),
             task: Some(task),
             db: None,
+            client: reqwest::Client::new(),
         }
+    }
+
+    /// An HTTP client for this server (with its CA for HTTPS).
+    pub fn client(&self) -> reqwest::Client {
+        self.client.clone()
     }
 
     pub fn database_url(&self) -> String {
@@ -207,7 +240,8 @@ impl TestServer {
 
     /// Creates an enrollment token through the API.
     pub async fn enrollment_token(&self) -> String {
-        let resp = reqwest::Client::new()
+        let resp = self
+            .client
             .post(format!("{}/api/v1/enrollment-tokens", self.url))
             .bearer_auth(&self.admin_token)
             .json(&serde_json::json!({}))
@@ -223,7 +257,7 @@ impl TestServer {
 
     /// Creates an API token with the given role through the API.
     pub async fn token(&self, role: heddle_types::auth::Role) -> String {
-        let resp = reqwest::Client::new()
+        let resp = self.client
             .post(format!("{}/api/v1/tokens", self.url))
             .bearer_auth(&self.admin_token)
             .json(&serde_json::json!({"name": format!("{role}-{}", Uuid::new_v4().simple()), "role": role}))
@@ -239,7 +273,8 @@ impl TestServer {
 
     /// Starts a run through the API and returns it.
     pub async fn start_run(&self, body: serde_json::Value) -> heddle_types::jobs::Run {
-        let resp = reqwest::Client::new()
+        let resp = self
+            .client
             .post(format!("{}/api/v1/runs", self.url))
             .bearer_auth(&self.admin_token)
             .json(&body)
@@ -253,7 +288,7 @@ impl TestServer {
     }
 
     pub async fn get_run(&self, id: Uuid) -> heddle_types::jobs::Run {
-        reqwest::Client::new()
+        self.client
             .get(format!("{}/api/v1/runs/{id}", self.url))
             .bearer_auth(&self.admin_token)
             .send()

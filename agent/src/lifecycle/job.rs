@@ -70,9 +70,14 @@ fn rendezvous_access(agent: &Agent) -> Option<RendezvousAccess> {
     agent
         .client
         .credential()
-        .map(|credential| RendezvousAccess {
-            servers: agent.client.servers().to_vec(),
-            credential,
+        .map(|credential| {
+            let tls = agent.client.tls();
+            RendezvousAccess {
+                servers: agent.client.servers().to_vec(),
+                credential,
+                ca_file: tls.ca_file.clone(),
+                pins: tls.pins.iter().map(|p| p.to_string()).collect(),
+            }
         })
 }
 

@@ -54,6 +54,9 @@ pub struct RunArgs {
         required = true
     )]
     pub servers: Vec<String>,
+    /// Trust for `https://` servers: `--ca-file`, `--pin-sha256`.
+    #[command(flatten)]
+    pub tls: heddle_tls::ClientTls,
     /// One-time enrollment token. Only read while the state directory holds no
     /// credential; once enrolled the agent never enrolls again.
     #[arg(long, env = "HEDDLE_ENROLL_TOKEN", hide_env_values = true)]
@@ -281,7 +284,7 @@ pub fn command(args: RunArgs) -> anyhow::Result<()> {
 
 pub async fn run(args: RunArgs) -> Result<(), LifecycleError> {
     let state = StateDir::open(&args.state_dir)?;
-    let client = Client::new(&args.servers)?;
+    let client = Client::with_tls(&args.servers, args.tls.clone())?;
     let hostname = args.hostname.clone().unwrap_or_else(kernel_hostname);
     let identity = match state.load_identity()? {
         Some(id) => {

@@ -29,11 +29,18 @@ pub struct ChildInput {
     pub rendezvous: Option<RendezvousAccess>,
 }
 
-/// The server replicas and this agent's credential, for the rendezvous calls of one job.
+/// The server replicas, this agent's credential and what it trusts for TLS, for the
+/// rendezvous calls of one job.
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
 pub struct RendezvousAccess {
     pub servers: Vec<String>,
     pub credential: String,
+    /// The agent's `--ca-file`.
+    #[serde(default)]
+    pub ca_file: Option<std::path::PathBuf>,
+    /// The agent's `--pin-sha256` values (`sha256//<base64>`).
+    #[serde(default)]
+    pub pins: Vec<String>,
 }
 
 /// Never prints the credential (inputs end up in logs and panic messages).
@@ -42,6 +49,8 @@ impl std::fmt::Debug for RendezvousAccess {
         f.debug_struct("RendezvousAccess")
             .field("servers", &self.servers)
             .field("credential", &"<redacted>")
+            .field("ca_file", &self.ca_file)
+            .field("pins", &self.pins)
             .finish()
     }
 }
@@ -130,6 +139,8 @@ mod tests {
         let a = RendezvousAccess {
             servers: vec!["http://s:1".into()],
             credential: "hda_secret".into(),
+            ca_file: None,
+            pins: Vec::new(),
         };
         assert!(!format!("{a:?}").contains("hda_secret"));
     }

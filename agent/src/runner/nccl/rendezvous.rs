@@ -21,6 +21,7 @@ pub enum Rendezvous {
     Server {
         servers: Vec<String>,
         credential: String,
+        tls: heddle_tls::ClientTls,
         run_id: Uuid,
     },
 }
@@ -52,9 +53,14 @@ impl Rendezvous {
             .map(|s| s.trim().to_string())
             .filter(|s| !s.is_empty())
             .collect();
+        let tls = heddle_tls::ClientTls {
+            ca_file: access.ca_file.clone(),
+            pins: access.pins.iter().filter_map(|p| p.parse().ok()).collect(),
+        };
         (!servers.is_empty() && !access.credential.is_empty()).then(|| Rendezvous::Server {
             servers,
             credential: access.credential.clone(),
+            tls,
             run_id: input.run_id,
         })
     }
@@ -104,9 +110,10 @@ impl Rendezvous {
             Rendezvous::Server {
                 servers,
                 credential,
+                tls,
                 run_id,
             } => {
-                let client = client(servers, credential)?;
+                let client = client(servers, credential, tls)?;
                 runtime()?
                     .block_on(client.rendezvous_put(*run_id, name, id))
                     .map_err(|e| format!("rendezvous PUT {name}: {e}"))
@@ -133,9 +140,10 @@ impl Rendezvous {
             Rendezvous::Server {
                 servers,
                 credential,
+                tls,
                 run_id,
             } => {
-                let client = client(servers, credential)?;
+                let client = client(servers, credential, tls)?;
                 runtime()?
                     .block_on(client.rendezvous_get(*run_id, name, wait))
                     .map_err(|e| format!("rendezvous GET {name}: {e}"))?
@@ -145,8 +153,12 @@ impl Rendezvous {
     }
 }
 
-fn client(servers: &[String], credential: &str) -> Result<crate::client::Client, String> {
-    let c = crate::client::Client::new(servers).map_err(|e| e.to_string())?;
+fn client(
+    servers: &[String],
+    credential: &str,
+    tls: &heddle_tls::ClientTls,
+) -> Result<crate::client::Client, String> {
+    let c = crate::client::Client::with_tls(servers, tls.clone()).map_err(|e| e.to_string())?;
     c.set_credential(credential.to_string());
     Ok(c)
 }
