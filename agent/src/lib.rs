@@ -1,6 +1,7 @@
 //! The Heddle node agent. It is the only component that touches hardware.
 
 pub mod bench;
+pub mod check;
 pub mod client;
 pub mod detect;
 pub mod facts;

@@ -18,6 +18,8 @@ enum Command {
     Run(heddle_agent::lifecycle::RunArgs),
     /// Run a test from the shell, without a server (e.g. `bench nccl all_reduce -b 8 -e 8G -g 2`).
     Bench(heddle_agent::bench::BenchArgs),
+    /// Judge a test's evidence against this node's facts (`check nccl-log FILE`).
+    Check(heddle_agent::check::CheckArgs),
     /// Runs one test inside a child process of `run` (input on stdin, events on stdout).
     #[command(hide = true)]
     Child(heddle_agent::runner::ChildArgs),
@@ -28,6 +30,12 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Child(args) => return heddle_agent::runner::child_command(args),
+        Command::Check(args) => {
+            return heddle_agent::check::command(args).unwrap_or_else(|err| {
+                eprintln!("heddle-agent: {err:#}");
+                std::process::ExitCode::from(2)
+            });
+        }
         Command::Facts(args) => heddle_agent::facts::command(args),
         Command::Detect(args) => heddle_agent::detect::command(args),
         Command::Run(args) => heddle_agent::lifecycle::command(args),

@@ -114,6 +114,10 @@ pub enum RunsCmd {
         timeout_s: Option<u32>,
         #[arg(long)]
         label: Option<String>,
+        /// Run with `--env` only, without each node's recommended environment (plugin
+        /// recommendations and tuning profiles, applied by default).
+        #[arg(long)]
+        no_recommended_env: bool,
         /// Follow the run until it ends.
         #[arg(long)]
         watch: bool,
@@ -353,6 +357,20 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         .join(" ")
                 );
             }
+            let gpudirect = n
+                .facts
+                .as_ref()
+                .and_then(|f| f.get("gpudirect"))
+                .and_then(|g| {
+                    serde_json::from_value::<heddle_types::facts::GpuDirectFacts>(g.clone()).ok()
+                });
+            if let Some(g) = gpudirect {
+                let mut t = table::new(&["GPUDIRECT CHECK", "STATE", "REASON"]);
+                for c in g.checks {
+                    t.add_row(vec![c.name, c.state, c.reason]);
+                }
+                println!("{t}");
+            }
             let mut t = table::new(&["NAME", "VALUE", "SOURCE", "REASON"]);
             for r in &n.recommendations {
                 t.add_row(vec![
@@ -406,6 +424,7 @@ async fn runs(client: &Client, cmd: RunsCmd, json: bool) -> anyhow::Result<ExitC
             env,
             timeout_s,
             label,
+            no_recommended_env,
             watch: follow,
         } => {
             let params: serde_json::Map<String, serde_json::Value> = params
@@ -416,7 +435,7 @@ async fn runs(client: &Client, cmd: RunsCmd, json: bool) -> anyhow::Result<ExitC
                 })
                 .collect();
             let env: BTreeMap<String, String> = env.into_iter().collect();
-            let body = serde_json::json!({"kind": kind, "nodes": nodes, "params": params, "env": env, "timeout_s": timeout_s, "label": label});
+            let body = serde_json::json!({"kind": kind, "nodes": nodes, "params": params, "env": env, "timeout_s": timeout_s, "label": label, "recommended_env": !no_recommended_env});
             let run: Run = client.post("/api/v1/runs", body).await?;
             if json && !follow {
                 print_json(&run)?;
@@ -514,6 +533,12 @@ fn print_run(run: &Run) {
         ]);
     }
     println!("{t}");
+    for j in run.jobs.iter().filter(|j| !j.applied_env.is_empty()) {
+        println!("environment of rank {} ({}):", j.rank, j.hostname);
+        for e in &j.applied_env {
+            println!("  {}={}  ({})", e.name, e.value, e.source);
+        }
+    }
 }
 
 /// nccl-tests' columns, so the numbers read the way people are used to.
@@ -526,6 +551,11 @@ fn print_result(r: &JobResult) {
             .as_ref()
             .map_or_else(String::new, |s| format!(": {s}"))
     );
+    if let Some(kind) = r.summary.get("kind").and_then(|k| k.as_str())
+        && let Some(path) = heddle_types::transport::path_line(kind, &r.summary)
+    {
+        println!("path: {path}");
+    }
     crate::health::print_verdict(r.verdict.as_ref());
     if r.rows.is_empty() {
         return;

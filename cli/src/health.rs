@@ -267,7 +267,15 @@ pub fn print_verdict(v: Option<&ResultVerdict>) {
         v.test
     );
     for r in &v.reasons {
-        println!("  [{:?}] {} ({})", r.severity, r.message, r.basis);
+        let code = r
+            .code
+            .as_deref()
+            .map(|c| format!("{c}: "))
+            .unwrap_or_default();
+        println!("  [{:?}] {code}{} ({})", r.severity, r.message, r.basis);
+        if let Some(e) = &r.evidence {
+            println!("      evidence: {e}");
+        }
     }
     if v.verdict == Verdict::Unknown && v.reasons.is_empty() {
         println!("  nothing to compare with");

@@ -14,6 +14,7 @@ pub mod leases;
 pub mod metrics;
 pub mod plugin_runtime;
 pub mod router;
+pub mod runs_env;
 #[cfg(feature = "test-support")]
 pub mod testing;
 pub mod tls;

@@ -32,10 +32,16 @@ async fn gpu_node(
     a
 }
 
+/// What NCCL's log says on one node whose GPUs talk over NVLink (no HCA in the facts).
+static NVLINK_EVIDENCE: std::sync::LazyLock<Value> = std::sync::LazyLock::new(|| {
+    json!({"network": "Socket", "channel_lines": 48, "transports": {"P2P": 48},
+           "channel_transports": ["P2P/CUMEM/read"]})
+});
+
 /// nccl-tests rows for a 2-GPU all_reduce: a small size and 8 GiB in both modes.
 fn nccl_upload(key: &str, busbw: f64, wrong: i64) -> Value {
     json!({
-        "upload_key": key, "outcome": "succeeded", "summary": {"nranks": 2},
+        "upload_key": key, "outcome": "succeeded", "summary": {"nranks": 2, "nccl_evidence": NVLINK_EVIDENCE.clone()},
         "rows": [
             {"size_bytes": 1048576, "op": "all_reduce", "busbw_gbs": 74.0, "algbw_gbs": 74.0, "time_us": 14.0, "wrong": 0, "in_place": false},
             {"size_bytes": 8 * GIB, "op": "all_reduce", "busbw_gbs": busbw, "algbw_gbs": busbw, "time_us": 24795.0, "wrong": wrong, "in_place": false},
@@ -607,7 +613,7 @@ async fn preflight_from_history_and_from_a_fresh_run() {
     assert_eq!(lease["spec"]["kind"], "nccl");
     assert_eq!(lease["spec"]["params"]["max_bytes"], GIB);
     let slow = json!({
-        "upload_key": "p2-check", "outcome": "succeeded", "summary": {"nranks": 2},
+        "upload_key": "p2-check", "outcome": "succeeded", "summary": {"nranks": 2, "nccl_evidence": NVLINK_EVIDENCE.clone()},
         "rows": [{"size_bytes": GIB, "op": "all_reduce", "busbw_gbs": 200.0, "wrong": 0}],
         "started_at": "2026-01-01T00:00:00Z", "finished_at": "2026-01-01T00:00:01Z"
     });

@@ -168,7 +168,8 @@ async fn agent_loop(
             "upload_key": format!("up-{job}"),
             "outcome": if failing { "failed" } else { "succeeded" },
             "reason": if failing { Some("NCCL WARN NET/IB: peer unreachable") } else { None },
-            "summary": {"nccl_version": "2.23.4"},
+            "summary": {"nccl_version": "2.23.4", "nccl_evidence": {"network": "IB", "channel_lines": 8,
+                        "transports": {"NET/IB": 8}, "channel_transports": ["NET/IB/0/GDRDMA"], "gdr": true}},
             "rows": if failing { vec![] } else {
                 vec![row(1 << 20, busbw / 4.0, false), row(1 << 20, busbw / 4.0, true), row(1 << 28, busbw, false), row(1 << 28, busbw * 0.98, true)]
             },

@@ -43,6 +43,9 @@ pub struct NodeFacts {
     pub network: NetworkFacts,
     pub software: SoftwareFacts,
     pub topology: Topology,
+    /// Whether GPUDirect RDMA can work here; `None` from agents that do not collect it.
+    #[serde(default)]
+    pub gpudirect: Option<GpuDirectFacts>,
     /// Per-field read or parse failures, sorted by field.
     #[serde(default)]
     pub errors: Vec<FactError>,
@@ -368,4 +371,58 @@ pub struct GpuAffinity {
     pub gpu: String,
     pub cpu_affinity: Option<String>,
     pub numa_node: Option<u32>,
+}
+
+/// What GPUDirect RDMA needs, read from `/proc/modules`, `/dev/infiniband`, the agent's
+/// own memlock limit, PCIe bridges' ACS control and the IOMMU groups. Each need is also a
+/// named [`GpuDirectCheck`] with a reason, in the order of `checks`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct GpuDirectFacts {
+    /// `nvidia_peermem` or `nv_peer_mem` when loaded (lets the HCA read GPU memory).
+    pub peer_mem_module: Option<String>,
+    /// `gdrdrv` (GDRCopy) is loaded.
+    pub gdrdrv: bool,
+    /// `/dev/infiniband/uverbs*`, sorted.
+    #[serde(default)]
+    pub uverbs: Vec<UverbsDevice>,
+    /// `RLIMIT_MEMLOCK` of the agent: `unlimited` or bytes; live machine only.
+    pub memlock: Option<String>,
+    /// PCIe bridges on the path between a GPU and its nearest HCA whose ACS redirects
+    /// peer-to-peer traffic up to the root complex.
+    #[serde(default)]
+    pub acs_bridges: Vec<AcsBridge>,
+    /// `off` (no IOMMU groups), `on` (groups present), or the kernel's `iommu=`/
+    /// `intel_iommu=`/`amd_iommu=` choice (`pt` is passthrough).
+    pub iommu: Option<String>,
+    #[serde(default)]
+    pub checks: Vec<GpuDirectCheck>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct UverbsDevice {
+    pub path: String,
+    /// Opened read-write by the agent (live machine only).
+    pub openable: Option<bool>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct AcsBridge {
+    pub bdf: String,
+    /// The GPU and HCA whose path crosses this bridge.
+    pub between: String,
+    /// The ACS control word, `0x001d` style, when it could be read.
+    pub acs_ctrl: Option<String>,
+}
+
+/// `ok`, `warn`, `fail` or `unknown`, with the reason and what to do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct GpuDirectCheck {
+    /// `peer-mem`, `gdrdrv`, `uverbs`, `memlock`, `pcie-acs`, `iommu`.
+    pub name: String,
+    pub state: String,
+    pub reason: String,
 }

@@ -113,8 +113,16 @@ pub struct Reason {
     pub observed: Option<f64>,
     #[serde(default)]
     pub expected: Option<f64>,
-    /// `expectation:<source>`, `node-baseline`, `fleet-median`, `validation` or `outcome`.
+    /// `expectation:<source>`, `node-baseline`, `fleet-median`, `validation`, `outcome` or
+    /// `transport`.
     pub basis: String,
+    /// A stable name for scripts (`socket-fallback`, `below-port-rate`, ...); see
+    /// `heddle_types::transport`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    /// The tool's own line the reason rests on, verbatim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<String>,
 }
 
 /// One figure a result was judged on.

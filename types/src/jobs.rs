@@ -107,6 +107,11 @@ pub struct RunCreate {
     pub max_attempts: Option<u32>,
     #[serde(default)]
     pub label: Option<String>,
+    /// Apply each node's effective environment (plugin recommendations, then site and
+    /// node tuning profiles, then this run's `env`) to its jobs, the way jobs will run
+    /// (default true). `false` runs with this run's `env` only.
+    #[serde(default)]
+    pub recommended_env: Option<bool>,
 }
 
 impl RunCreate {
@@ -136,6 +141,20 @@ pub struct Run {
     pub jobs: Vec<Job>,
 }
 
+/// One variable of the environment a job's test ran with, and where it came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct EnvVar {
+    pub name: String,
+    pub value: String,
+    /// A plugin's name (its recommendation), `tuning:<profile>` (a site or node tuning
+    /// profile) or `run` (the run's own `env`).
+    pub source: String,
+}
+
+/// The `source` of a variable from the run's own `env`.
+pub const RUN_ENV_SOURCE: &str = "run";
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Job {
@@ -155,6 +174,10 @@ pub struct Job {
     pub created_at: DateTime<Utc>,
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
+    /// The environment this node's test gets, sorted by name; empty for jobs stored
+    /// before it was recorded (they ran with the run's `env`).
+    #[serde(default)]
+    pub applied_env: Vec<EnvVar>,
 }
 
 /// How far a long job has come, reported with lease renewals.

@@ -17,6 +17,7 @@ pub mod jobs;
 pub mod nodes;
 pub mod plugins;
 pub mod sweeps;
+pub mod transport;
 
 pub use error::ErrorBody;
 

@@ -9,6 +9,7 @@
 //! [`Probe`]: heddle_types::facts::Probe
 
 mod gpu;
+mod gpudirect;
 mod host;
 mod net;
 mod pci;
@@ -134,6 +135,7 @@ pub fn collect(opts: &CollectOptions) -> NodeFacts {
         _ => "no NVML: GPU-to-GPU entries show the PCIe path only, NVLinks are unknown".to_string(),
     };
     let topology = topo::build(&gpus, &rdma_devices, &pci, &cpu.numa_nodes, nvlink_source);
+    let gpudirect = gpudirect::collect(&mut root, &gpus, &rdma_devices, &pci, &topology);
 
     let mut errors = root.take_errors();
     errors.sort();
@@ -155,6 +157,7 @@ pub fn collect(opts: &CollectOptions) -> NodeFacts {
         network,
         software,
         topology,
+        gpudirect: Some(gpudirect),
         errors,
     }
 }

@@ -67,18 +67,15 @@ pub(super) async fn claim_loop(
 /// this agent's credential. It goes to the child in its input on stdin, never in its
 /// environment.
 fn rendezvous_access(agent: &Agent) -> Option<RendezvousAccess> {
-    agent
-        .client
-        .credential()
-        .map(|credential| {
-            let tls = agent.client.tls();
-            RendezvousAccess {
-                servers: agent.client.servers().to_vec(),
-                credential,
-                ca_file: tls.ca_file.clone(),
-                pins: tls.pins.iter().map(|p| p.to_string()).collect(),
-            }
-        })
+    agent.client.credential().map(|credential| {
+        let tls = agent.client.tls();
+        RendezvousAccess {
+            servers: agent.client.servers().to_vec(),
+            credential,
+            ca_file: tls.ca_file.clone(),
+            pins: tls.pins.iter().map(|p| p.to_string()).collect(),
+        }
+    })
 }
 
 /// Why the job may not run at all: a variable of its env (or a sweep cell's) that the

@@ -6,6 +6,7 @@
 //! and one line in [`KINDS`]. The parent side (spawn, timeout, kill, stderr tail) lives in
 //! [`supervise`] and knows nothing about kinds.
 
+pub mod env;
 pub mod environ;
 pub mod fail;
 pub mod memcpy;
@@ -51,6 +52,10 @@ pub struct Kind {
 
 /// The built-in job kinds.
 pub const KINDS: &[Kind] = &[
+    Kind {
+        name: "env",
+        run: env::run,
+    },
     Kind {
         name: "memcpy",
         run: memcpy::run,

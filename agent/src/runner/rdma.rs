@@ -14,6 +14,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use heddle_types::jobs::ResultRow;
+use heddle_types::transport::PerftestEvidence;
 use serde_json::{Map, Value, json};
 
 use super::environ;
@@ -243,6 +244,38 @@ pub fn parse_perftest(text: &str) -> Result<Vec<PerfRow>, String> {
     Ok(rows)
 }
 
+/// What perftest's header says about the path: `Device : mlx5_0`, `Link type : IB`,
+/// `Mtu : 4096[B]`, `GID index : 3`, `Transport type : IB` (two `key : value` pairs may
+/// share a line, separated by tabs).
+pub fn parse_header(text: &str, port: u32) -> PerftestEvidence {
+    let mut ev = PerftestEvidence {
+        port: Some(port),
+        ..Default::default()
+    };
+    for line in text.lines() {
+        for pair in line
+            .split('\t')
+            .filter(|p| p.contains(" : ") || p.contains(": "))
+        {
+            let Some((k, v)) = pair.split_once(':') else {
+                continue;
+            };
+            let (k, v) = (k.trim(), v.trim());
+            match k {
+                "Device" => ev.device = Some(v.to_string()),
+                "Link type" => ev.link_layer = Some(v.to_string()),
+                "Transport type" => ev.transport = Some(v.to_string()),
+                "Mtu" => ev.mtu = v.trim_end_matches("[B]").trim().parse().ok(),
+                "GID index" => {
+                    ev.gid_index = v.split_whitespace().next().and_then(|g| g.parse().ok())
+                }
+                _ => {}
+            }
+        }
+    }
+    ev
+}
+
 pub fn row(test: &str, r: &PerfRow) -> ResultRow {
     let gbits = r.columns.iter().any(|(k, _)| k.contains("Gb/sec"));
     let bw = r.get("BW average").map(|v| {
@@ -388,6 +421,10 @@ pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
     if let Some(g) = params.gid_index {
         summary.insert("gid_index".into(), g.into());
     }
+    summary.insert(
+        "perftest_evidence".into(),
+        json!(parse_header(&text, params.ib_port as u32)),
+    );
     out.emit(&ChildEvent::Summary { summary })?;
     Ok(())
 }
@@ -456,6 +493,26 @@ mod tests {
                 .unwrap_err()
                 .contains("is empty")
         );
+    }
+
+    #[test]
+    fn header_names_the_path() {
+        // perftest's header as printed by ib_send_bw (github.com/NVIDIA/nccl/issues/1323).
+        let text = " Dual-port       : OFF\t\tDevice         : mlx5_0\n\
+                    \x20Number of qps   : 1\t\tTransport type : IB\n\
+                    \x20Connection type : RC\t\tUsing SRQ      : OFF\n\
+                    \x20Mtu             : 4096[B]\n\
+                    \x20Link type       : IB\n\
+                    \x20GID index       : 3\n";
+        let ev = parse_header(text, 1);
+        assert_eq!(ev.device.as_deref(), Some("mlx5_0"));
+        assert_eq!(ev.transport.as_deref(), Some("IB"));
+        assert_eq!(ev.link_layer.as_deref(), Some("IB"));
+        assert_eq!(
+            (ev.mtu, ev.gid_index, ev.port),
+            (Some(4096), Some(3), Some(1))
+        );
+        assert_eq!(parse_header("", 2).device, None);
     }
 
     #[test]

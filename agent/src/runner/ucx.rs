@@ -13,6 +13,7 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use heddle_types::jobs::ResultRow;
+use heddle_types::transport::UcxEvidence;
 use serde_json::{Map, Value, json};
 
 use super::environ;
@@ -157,15 +158,43 @@ fn free_port() -> std::io::Result<u16> {
         .port())
 }
 
-/// Starts a `ucx_perftest` server. Its "Waiting for connection" line cannot serve as a
-/// readiness signal (stdio is block-buffered into a pipe), so the client retries instead.
-fn start_server(port: u16) -> Result<Child, RunError> {
-    Ok(environ::command("ucx_perftest")
+/// UCX logs the lanes it selects for an endpoint at `info`; the run's own
+/// `UCX_LOG_LEVEL` wins when it has one (then the lanes may go unrecorded).
+fn perftest_command() -> Command {
+    let mut cmd = environ::command("ucx_perftest");
+    if std::env::var_os("UCX_LOG_LEVEL").is_none() {
+        cmd.env("UCX_LOG_LEVEL", "info");
+    }
+    cmd
+}
+
+/// A `ucx_perftest` server and a reader of its output (the lanes it selected). Its
+/// "Waiting for connection" line cannot serve as a readiness signal (stdio is
+/// block-buffered into a pipe), so the client retries instead.
+struct Server {
+    child: Child,
+    output: std::thread::JoinHandle<String>,
+}
+
+fn start_server(port: u16) -> Result<Server, RunError> {
+    let mut child = perftest_command()
         .args(["-p", &port.to_string()])
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::null())
-        .spawn()?)
+        .spawn()?;
+    let out = child.stdout.take().expect("piped");
+    let output = std::thread::spawn(move || std::io::read_to_string(out).unwrap_or_default());
+    Ok(Server { child, output })
+}
+
+impl Server {
+    /// Waits for the server to end (killing it after `timeout`); its output, and whether
+    /// it ended by itself.
+    fn finish(mut self, timeout: Duration) -> std::io::Result<(String, bool)> {
+        let ended = wait_with_timeout(&mut self.child, timeout)?.is_some();
+        Ok((self.output.join().unwrap_or_default(), ended))
+    }
 }
 
 fn wait_with_timeout(
@@ -205,7 +234,7 @@ fn run_client(host: &str, args: &[String]) -> Result<(PerfResult, String), RunEr
 }
 
 fn run_client_once(host: &str, args: &[String]) -> Result<(PerfResult, String), RunError> {
-    let mut child = environ::command("ucx_perftest")
+    let mut child = perftest_command()
         .arg(host)
         .args(args)
         .stdout(Stdio::piped())
@@ -240,7 +269,7 @@ fn run_client_once(host: &str, args: &[String]) -> Result<(PerfResult, String), 
                     .unwrap_or("")
             ),
         }),
-        Some(_) => parse(&stdout).map(|r| (r, stdout)),
+        Some(_) => parse(&stdout).map(|r| (r, format!("{stdout}\n{stderr}"))),
     }
 }
 
@@ -277,6 +306,15 @@ pub fn row(test: &str, size: u64, r: &PerfResult) -> Option<ResultRow> {
     })
 }
 
+/// Adds the lanes a `ucx_perftest` process logged to the evidence.
+fn absorb(evidence: &mut UcxEvidence, output: &str) {
+    let (lanes, line) = ucx_parse::parse_ep_cfg(output);
+    evidence.selected.extend(lanes);
+    if evidence.selected_line.is_none() {
+        evidence.selected_line = line;
+    }
+}
+
 pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
     let params = Params::parse(&input.params)?;
     if which("ucx_perftest").is_none() {
@@ -292,6 +330,10 @@ pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
         )));
     }
     let mut summary = Map::new();
+    let mut evidence = UcxEvidence {
+        mode: Some(if world == 1 { "loopback" } else { "two-node" }.into()),
+        ..Default::default()
+    };
     summary.insert("kind".into(), "ucx".into());
     summary.insert(
         "mode".into(),
@@ -308,6 +350,7 @@ pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
             .iter()
             .map(|t| format!("{}/{}", t.transport, t.device))
             .collect();
+        evidence.available = names.iter().cloned().collect();
         summary.insert("ucx_transports".into(), json!(names));
     }
     let env: Vec<String> = std::env::vars()
@@ -334,17 +377,19 @@ pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
         let result = match (world, input.rank) {
             (1, _) => {
                 let port = free_port()?;
-                let mut server = start_server(port)?;
+                let server = start_server(port)?;
                 let r = run_client("127.0.0.1", &params.test_args(test, *size, port));
-                if wait_with_timeout(&mut server, Duration::from_secs(5))?.is_none() {
+                let (output, ended) = server.finish(Duration::from_secs(5))?;
+                if !ended {
                     tracing::warn!("ucx_perftest server did not exit after its client; killed");
                 }
+                absorb(&mut evidence, &output);
                 Some(r?)
             }
             (_, 0) => {
                 // Serve, and tell rank 1 where.
                 let port = free_port()?;
-                let mut server = start_server(port)?;
+                let server = start_server(port)?;
                 let host = params.server_host.clone().unwrap_or_else(|| {
                     nix::unistd::gethostname()
                         .map(|h| h.to_string_lossy().into_owned())
@@ -361,12 +406,14 @@ pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
                     code: 1,
                     message: m,
                 })?;
-                if wait_with_timeout(&mut server, STEP_TIMEOUT)?.is_none() {
+                let (output, ended) = server.finish(STEP_TIMEOUT)?;
+                if !ended {
                     return Err(RunError::Failed {
                         code: 1,
                         message: format!("no client connected for {test} {size} B"),
                     });
                 }
+                absorb(&mut evidence, &output);
                 None
             }
             _ => {
@@ -389,6 +436,9 @@ pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
                 Some(run_client(host, &params.test_args(test, *size, port))?)
             }
         };
+        if let Some((_, raw)) = &result {
+            absorb(&mut evidence, raw);
+        }
         if let Some((r, _raw)) = result
             && let Some(row) = row(test, *size, &r)
         {
@@ -401,6 +451,7 @@ pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
             out.progress(Some((i + 1) as f64 / steps.len() as f64), msg)?;
         }
     }
+    summary.insert("ucx_evidence".into(), json!(evidence));
     out.emit(&ChildEvent::Summary { summary })?;
     Ok(())
 }

@@ -158,6 +158,33 @@ pub fn parse_perftest(text: &str) -> Result<PerfResult, String> {
     })
 }
 
+/// The lanes UCX selected, from its info log's `ep_cfg[N]: tag(tcp/lo tcp/eth0)` lines
+/// (`UCX_LOG_LEVEL=info`): every `transport/device` inside the parentheses, and the first
+/// such line verbatim (from `ep_cfg` on).
+pub fn parse_ep_cfg(text: &str) -> (std::collections::BTreeSet<String>, Option<String>) {
+    let mut lanes = std::collections::BTreeSet::new();
+    let mut first = None;
+    for line in text.lines() {
+        let Some(at) = line.find("ep_cfg[") else {
+            continue;
+        };
+        let cfg = line[at..].trim();
+        first.get_or_insert_with(|| cfg.to_string());
+        let Some((_, rest)) = cfg.split_once("]:") else {
+            continue;
+        };
+        for group in rest.split('(').skip(1) {
+            let inside = group.split(')').next().unwrap_or("");
+            for lane in inside.split_whitespace() {
+                if lane.contains('/') {
+                    lanes.insert(lane.trim_end_matches([',', ';']).to_string());
+                }
+            }
+        }
+    }
+    (lanes, first)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,6 +201,20 @@ mod tests {
         assert_eq!(r.lines.len(), 2);
         assert!(!r.lines[0].is_final);
         assert_eq!(r.final_line().unwrap().iterations, 2000);
+    }
+
+    #[test]
+    fn ep_cfg_lanes() {
+        let (lanes, line) = parse_ep_cfg(
+            "[1] [vm:1:0] ucp_worker.c:1763 UCX  INFO    ep_cfg[0]: tag(tcp/lo tcp/eth0)\n\
+             [1] [vm:1:0] ucp_worker.c:1763 UCX  INFO    ep_cfg[1]: tag(self/memory rc_mlx5/mlx5_0:1); rma(rc_mlx5/mlx5_0:1)\n",
+        );
+        assert_eq!(
+            lanes.into_iter().collect::<Vec<_>>(),
+            ["rc_mlx5/mlx5_0:1", "self/memory", "tcp/eth0", "tcp/lo"]
+        );
+        assert_eq!(line.as_deref(), Some("ep_cfg[0]: tag(tcp/lo tcp/eth0)"));
+        assert_eq!(parse_ep_cfg("Final: 1 2 3").0.len(), 0);
     }
 
     #[test]

@@ -83,7 +83,8 @@ fn NodeBody(node: NodeDetail) -> impl IntoView {
         Some(Err(e)) => (view! { <p class="error">{format!("These facts do not match the dashboard's schema: {e}")}</p> }.into_any(), ().into_any()),
         Some(Ok(f)) => {
             let topo = f.topology.clone();
-            (view! { <FactsView facts=f/> }.into_any(), view! { <Heatmap topology=topo/> }.into_any())
+            let gdr = gpudirect_table(f.gpudirect.clone());
+            (view! { {gdr}<FactsView facts=f/> }.into_any(), view! { <Heatmap topology=topo/> }.into_any())
         }
     };
     view! {
@@ -105,6 +106,17 @@ fn NodeBody(node: NodeDetail) -> impl IntoView {
         <h2>"Facts"</h2>
         {facts_view}
     }
+}
+
+/// GPUDirect RDMA readiness: one row per named check.
+fn gpudirect_table(g: Option<heddle_types::facts::GpuDirectFacts>) -> impl IntoView {
+    let rows = g
+        .map(|g| g.checks)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| view! { <tr data-state=c.state.clone()><td class="mono">{c.name}</td><td>{c.state}</td><td>{c.reason}</td></tr> })
+        .collect_view();
+    view! { <h3>"GPUDirect RDMA"</h3><table class="grid" id="gpudirect"><thead><tr><th>"Check"</th><th>"State"</th><th>"Why"</th></tr></thead><tbody>{rows}</tbody></table> }
 }
 
 /// The `export` block with a copy button; the text stays selectable for browsers that

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use heddle_types::auth::Role;
+use heddle_types::health::ResultVerdict;
 use heddle_types::jobs::{Job, JobResult, Run};
 use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
@@ -97,6 +98,7 @@ fn RunView(id: Uuid) -> impl IntoView {
             <div class="title-row"><h1>{title}</h1><span id="run-state">{state_badge(&r.state)}</span></div>
             <p class="muted">{format!("{} · by {} · started {} · finished {}", r.spec.kind, r.created_by, when(Some(r.created_at)), when(r.finished_at))}</p>
             <p class="mono small">{format!("params {} {}", r.spec.params, if env.is_empty() { String::new() } else { format!("· env {env}") })}</p>
+            {env_tables(r.jobs.clone())}
             {jobs_table(r.jobs)}
             <RunResults id=id kind=kind results=results/>
         }
@@ -109,6 +111,46 @@ fn RunView(id: Uuid) -> impl IntoView {
             </Show>
             {outcome_line(cancel)}
         </section>
+    }
+}
+
+/// The environment each node's test got, and where each variable came from.
+fn env_tables(jobs: Vec<Job>) -> impl IntoView {
+    jobs.into_iter()
+        .filter(|j| !j.applied_env.is_empty())
+        .map(|j| {
+            let rows = j
+                .applied_env
+                .iter()
+                .map(|e| view! { <tr><td class="mono">{e.name.clone()}</td><td class="mono">{e.value.clone()}</td><td>{e.source.clone()}</td></tr> })
+                .collect_view();
+            view! {
+                <details class="applied-env"><summary>{format!("Environment of rank {} ({})", j.rank, j.hostname)}</summary>
+                <table class="grid"><thead><tr><th>"Name"</th><th>"Value"</th><th>"Source"</th></tr></thead><tbody>{rows}</tbody></table></details>
+            }
+        })
+        .collect_view()
+}
+
+/// Which path the bytes took, and the transport reasons with the tool's own line.
+fn transport_block(summary: serde_json::Value, verdict: Option<ResultVerdict>) -> impl IntoView {
+    let kind = summary.get("kind").and_then(|k| k.as_str()).unwrap_or_default();
+    let path = heddle_types::transport::path_line(kind, &summary);
+    let findings = verdict
+        .map(|v| v.reasons)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|reason| {
+            let code = reason.code?;
+            let evidence = reason.evidence.unwrap_or_default();
+            Some(view! { <li class="finding" data-code=code.clone()><b>{code}</b>" "<span class="mono small">{evidence}</span></li> })
+        })
+        .collect_view();
+    view! {
+        <div class="transport">
+            {path.map(|p| view! { <p class="mono small" id="transport-path">{format!("path: {p}")}</p> })}
+            <ul class="findings">{findings}</ul>
+        </div>
     }
 }
 
@@ -235,6 +277,7 @@ fn result_block(r: JobResult) -> impl IntoView {
             <h3>{format!("{} · ", r.hostname)}{state_badge(&outcome)}</h3>
             {r.reason.clone().map(|x| view! { <p class="error">{x}</p> })}
             {super::health::verdict_block(r.verdict.clone())}
+            {transport_block(r.summary.clone(), r.verdict.clone())}
             {(!r.summary.is_null()).then(|| view! { <p class="mono small">{r.summary.to_string()}</p> })}
             {has_rows.then(|| view! {
                 <table class="grid nccl" id="nccl-table"><thead><tr><th>"size"</th><th>"count"</th><th>"type"</th><th>"redop"</th><th>"root"</th>

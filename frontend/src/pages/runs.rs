@@ -125,6 +125,7 @@ fn LaunchForm() -> impl IntoView {
             nodes: picked.get_untracked(),
             max_attempts: None,
             label: (!label_v.is_empty()).then_some(label_v),
+            recommended_env: None,
         };
         busy.set(true);
         let navigate = navigate.clone();

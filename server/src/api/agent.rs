@@ -256,7 +256,10 @@ pub async fn claim(State(state): State<AppState>, agent: AgentCaller) -> ApiResu
          UPDATE jobs j SET state = 'leased', attempts = j.attempts + 1, lease_agent_id = $2,
                 lease_expires_at = now() + make_interval(secs => $3), error = NULL
          FROM next, runs r WHERE j.id = next.id AND r.id = j.run_id
-         RETURNING j.id, j.run_id, j.rank, j.world_size, j.attempts, j.lease_expires_at, r.spec",
+         RETURNING j.id, j.run_id, j.rank, j.world_size, j.attempts, j.lease_expires_at,
+             CASE WHEN j.applied_env IS NULL THEN r.spec ELSE jsonb_set(r.spec, '{env}', COALESCE(
+                 (SELECT jsonb_object_agg(e->>'name', e->>'value') FROM jsonb_array_elements(j.applied_env) e),
+                 '{}'::jsonb)) END AS spec",
     )
     .bind(agent.node_id)
     .bind(agent.agent_id)

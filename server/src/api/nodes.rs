@@ -241,49 +241,8 @@ pub async fn effective_env(
     db: &sqlx::PgPool,
     node: Uuid,
 ) -> Result<Vec<Recommendation>, sqlx::Error> {
-    let recs: Vec<(String, String, String, String)> = sqlx::query_as(
-        "SELECT name, value, reason, source FROM recommendations WHERE node_id = $1 ORDER BY source, name",
-    )
-    .bind(node)
-    .fetch_all(db)
-    .await?;
-    let profiles: Vec<(String, sqlx::types::Json<BTreeMap<String, String>>, bool)> =
-        sqlx::query_as(
-            "SELECT p.name, p.env, p.node_id IS NOT NULL FROM tuning_profiles p
-         WHERE p.node_id = $1 OR p.site_id = (SELECT site_id FROM nodes WHERE id = $1)
-         ORDER BY p.node_id IS NOT NULL, p.created_at",
-        )
-        .bind(node)
-        .fetch_all(db)
-        .await?;
-    let mut merged: BTreeMap<String, Recommendation> = BTreeMap::new();
-    for (name, value, reason, source) in recs {
-        merged.insert(
-            name.clone(),
-            Recommendation {
-                name,
-                value,
-                reason,
-                source,
-            },
-        );
-    }
-    for (profile, env, node_level) in profiles {
-        let scope = if node_level { "node" } else { "site" };
-        for (name, value) in env.0 {
-            let reason = format!("chosen by {scope} tuning profile {profile:?}");
-            merged.insert(
-                name.clone(),
-                Recommendation {
-                    name,
-                    value,
-                    reason,
-                    source: format!("tuning:{profile}"),
-                },
-            );
-        }
-    }
-    Ok(merged.into_values().collect())
+    let mut conn = db.acquire().await?;
+    crate::runs_env::effective(&mut conn, node).await
 }
 
 /// `export NAME=VALUE` lines for a job script to `source`.

@@ -35,11 +35,12 @@ pub(crate) struct JobRow {
     created_at: DateTime<Utc>,
     started_at: Option<DateTime<Utc>>,
     finished_at: Option<DateTime<Utc>>,
+    applied_env: Option<sqlx::types::Json<Vec<EnvVar>>>,
 }
 
 const JOB_SELECT: &str = "SELECT j.id, j.run_id, j.node_id, n.hostname, j.rank, j.world_size, j.state, j.attempts,
     j.max_attempts, j.lease_expires_at, j.cancel_requested, j.error, j.progress, j.created_at, j.started_at,
-    j.finished_at FROM jobs j JOIN nodes n ON n.id = j.node_id";
+    j.finished_at, j.applied_env FROM jobs j JOIN nodes n ON n.id = j.node_id";
 
 impl TryFrom<JobRow> for Job {
     type Error = ApiError;
@@ -64,6 +65,7 @@ impl TryFrom<JobRow> for Job {
             created_at: r.created_at,
             started_at: r.started_at,
             finished_at: r.finished_at,
+            applied_env: r.applied_env.map(|e| e.0).unwrap_or_default(),
         })
     }
 }
@@ -193,7 +195,8 @@ async fn load_run(db: &sqlx::PgPool, id: Uuid) -> ApiResult<Run> {
 
 /// Stores a run of `spec` and one queued job per node, ranked in the order given, inside
 /// the caller's transaction (which also writes the audit entry). `spec` is validated and
-/// `nodes` resolved, distinct and at most `MAX_RUN_NODES` long.
+/// `nodes` resolved, distinct and at most `MAX_RUN_NODES` long. Each job gets its node's
+/// environment under the spec's (`runs_env`), unless `recommended_env` is false.
 pub(crate) async fn insert_run(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
     spec: &JobSpec,
@@ -201,7 +204,13 @@ pub(crate) async fn insert_run(
     max_attempts: u32,
     label: Option<&str>,
     actor: &str,
+    recommended_env: bool,
 ) -> Result<Uuid, sqlx::Error> {
+    let mut applied = Vec::with_capacity(node_ids.len());
+    for node in node_ids {
+        let env = crate::runs_env::applied(&mut **tx, *node, &spec.env, recommended_env).await?;
+        applied.push(serde_json::to_value(env).expect("env serializes"));
+    }
     let run_id = Uuid::new_v4();
     sqlx::query("INSERT INTO runs (id, label, spec, created_by) VALUES ($1, $2, $3, $4)")
         .bind(run_id)
@@ -214,8 +223,9 @@ pub(crate) async fn insert_run(
     let ids: Vec<Uuid> = node_ids.iter().map(|_| Uuid::new_v4()).collect();
     let ranks: Vec<i32> = (0..world).collect();
     sqlx::query(
-        "INSERT INTO jobs (id, run_id, node_id, rank, world_size, state, max_attempts)
-         SELECT id, $2, node_id, rank, $3, 'queued', $4 FROM unnest($1::uuid[], $5::uuid[], $6::int[]) AS t(id, node_id, rank)",
+        "INSERT INTO jobs (id, run_id, node_id, rank, world_size, state, max_attempts, applied_env)
+         SELECT id, $2, node_id, rank, $3, 'queued', $4, env
+         FROM unnest($1::uuid[], $5::uuid[], $6::int[], $7::jsonb[]) AS t(id, node_id, rank, env)",
     )
     .bind(&ids)
     .bind(run_id)
@@ -223,6 +233,7 @@ pub(crate) async fn insert_run(
     .bind(i32::try_from(max_attempts).expect("at most 100"))
     .bind(node_ids)
     .bind(&ranks)
+    .bind(&applied)
     .execute(&mut **tx)
     .await?;
     Ok(run_id)
@@ -268,6 +279,7 @@ pub async fn create_run(
         max_attempts,
         req.label.as_deref(),
         &caller.actor(),
+        req.recommended_env.unwrap_or(true),
     )
     .await?;
     db::audit(
@@ -275,7 +287,7 @@ pub async fn create_run(
         &caller.actor(),
         "run.create",
         &format!("run:{run_id}"),
-        serde_json::json!({"kind": spec.kind, "nodes": req.nodes}),
+        serde_json::json!({"kind": spec.kind, "nodes": req.nodes, "recommended_env": req.recommended_env.unwrap_or(true)}),
     )
     .await?;
     tx.commit().await?;
@@ -512,6 +524,7 @@ mod tests {
             created_at: Utc::now(),
             started_at: None,
             finished_at: None,
+            applied_env: Vec::new(),
         }
     }
 

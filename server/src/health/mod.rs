@@ -8,6 +8,7 @@ pub mod figures;
 pub mod investigate;
 pub mod preflight;
 pub mod store;
+pub mod transport;
 pub mod verdict;
 
 use uuid::Uuid;

@@ -92,6 +92,8 @@ fn undecided(key: &str, from: &str, run_id: Option<Uuid>, message: String) -> Pr
             observed: None,
             expected: None,
             basis: "none".into(),
+            code: None,
+            evidence: None,
         }],
         from: from.into(),
         result_id: None,
@@ -131,7 +133,7 @@ async fn schedule(
             continue;
         }
         let run_id =
-            crate::api::runs::insert_run(&mut tx, &spec, &[*node], 1, Some(RUN_LABEL), actor)
+            crate::api::runs::insert_run(&mut tx, &spec, &[*node], 1, Some(RUN_LABEL), actor, true)
                 .await?;
         let (job_id,): (Uuid,) = sqlx::query_as("SELECT id FROM jobs WHERE run_id = $1")
             .bind(run_id)

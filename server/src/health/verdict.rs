@@ -10,6 +10,7 @@ use uuid::Uuid;
 use super::HealthError;
 use super::expectations::{self, Context};
 use super::figures::{self, Extracted, lower_is_better, size_band};
+use super::transport;
 
 /// A node's baseline is the median of its last this many comparable passing results.
 pub const BASELINE_RESULTS: i64 = 5;
@@ -89,6 +90,8 @@ pub fn decide(
             observed: None,
             expected: None,
             basis: "outcome".into(),
+            code: None,
+            evidence: None,
         }),
         other => {
             let reason = Reason {
@@ -98,6 +101,8 @@ pub fn decide(
                 observed: None,
                 expected: None,
                 basis: "outcome".into(),
+                code: None,
+                evidence: None,
             };
             return (Verdict::Unknown, vec![reason]);
         }
@@ -110,6 +115,8 @@ pub fn decide(
             observed: Some(extracted.wrong as f64),
             expected: Some(0.0),
             basis: "validation".into(),
+            code: None,
+            evidence: None,
         });
     }
     let mut compared = false;
@@ -130,13 +137,25 @@ pub fn decide(
                 } else {
                     "below the expected"
                 };
+                let port = expectations::port_rate_rule(e);
+                let (severity, todo) = match port {
+                    Some(sev) => (
+                        sev,
+                        ": the ports that carried it can do more; look for a renegotiated link \
+                         (`ibstatus`), congestion or a transport other than RDMA in this result's \
+                         transport reasons",
+                    ),
+                    None => (Severity::Fail, ""),
+                };
                 reasons.push(Reason {
-                    severity: Severity::Fail,
-                    message: format!("{at} is {side} {:.2} {}", e.value, unit(&f.metric)),
+                    severity,
+                    message: format!("{at} is {side} {:.2} {}{todo}", e.value, unit(&f.metric)),
                     metric: Some(name.clone()),
                     observed: Some(f.value),
                     expected: Some(e.value),
                     basis: format!("expectation:{}", e.source),
+                    code: port.map(|_| heddle_types::transport::BELOW_PORT_RATE.to_string()),
+                    evidence: None,
                 });
             }
         }
@@ -173,6 +192,8 @@ pub fn decide(
                     observed: Some(f.value),
                     expected: Some(m.value),
                     basis: basis.into(),
+                    code: None,
+                    evidence: None,
                 });
             }
         }
@@ -198,6 +219,8 @@ pub fn decide(
                 observed: None,
                 expected: None,
                 basis: "none".into(),
+                code: None,
+                evidence: None,
             });
             Verdict::Unknown
         }
@@ -362,6 +385,7 @@ pub async fn judge_result(db: &PgPool, result_id: Uuid) -> Result<ResultVerdict,
         })
         .collect();
     let extracted = figures::extract(&s.spec.kind, &s.spec.params, &rows);
+    let node_facts = transport::node_facts(s.facts.as_ref());
     let ctx = Context {
         node_id: s.node_id,
         hostname: s.hostname.clone(),
@@ -370,6 +394,7 @@ pub async fn judge_result(db: &PgPool, result_id: Uuid) -> Result<ResultVerdict,
         world_size: s.world_size,
         params: s.spec.params.clone(),
         facts: s.facts.clone(),
+        nccl_ports: transport::nccl_ports(&s.summary, node_facts.as_ref()),
     };
     let tests: Vec<String> = extracted.figures.iter().map(|f| f.test.clone()).collect();
     let operator = expectations::from_operators(db, &tests).await?;
@@ -383,6 +408,12 @@ pub async fn judge_result(db: &PgPool, result_id: Uuid) -> Result<ResultVerdict,
         });
     }
     let (verdict, reasons) = decide(&s.outcome, s.reason.as_deref(), &extracted, &per_figure);
+    let (verdict, reasons) = if s.outcome == "succeeded" {
+        let found = transport::findings(&s.spec.kind, &s.summary, node_facts.as_ref());
+        transport::merge(verdict, reasons, found)
+    } else {
+        (verdict, reasons)
+    };
     let stored_figures: Vec<serde_json::Value> = extracted
         .figures
         .iter()
@@ -431,156 +462,4 @@ pub async fn judge_result(db: &PgPool, result_id: Uuid) -> Result<ResultVerdict,
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn extracted(value: f64, wrong: i64) -> Extracted {
-        Extracted {
-            test: "nccl.all_reduce".into(),
-            figures: vec![Figure {
-                test: "nccl.all_reduce".into(),
-                metric: "busbw_gbs".into(),
-                size_bytes: 1 << 33,
-                value,
-            }],
-            wrong,
-        }
-    }
-
-    fn expect(value: f64) -> Expectation {
-        expectations::builtin("datasheet".into(), "nccl.all_reduce", "busbw_gbs", 0, value)
-    }
-
-    fn m(value: f64, samples: i64) -> Option<Median> {
-        Some(Median { value, samples })
-    }
-
-    #[test]
-    fn below_the_expectation_fails_with_its_source() {
-        let c = [Comparisons {
-            expectations: vec![expect(260.0)],
-            ..Default::default()
-        }];
-        let (v, r) = decide("succeeded", None, &extracted(250.0, 0), &c);
-        assert_eq!(v, Verdict::Fail);
-        assert_eq!(r[0].basis, "expectation:datasheet");
-        assert_eq!((r[0].observed, r[0].expected), (Some(250.0), Some(260.0)));
-        assert!(r[0].message.contains("8 GiB"), "{}", r[0].message);
-        assert_eq!(
-            decide("succeeded", None, &extracted(300.0, 0), &c).0,
-            Verdict::Pass
-        );
-    }
-
-    #[test]
-    fn baseline_and_fleet_warn_beyond_their_tolerances() {
-        let base = |b, f| {
-            [Comparisons {
-                expectations: vec![expect(100.0)],
-                baseline: b,
-                fleet: f,
-            }]
-        };
-        // 4 % below the node's median: fine; 6 %: warn.
-        assert_eq!(
-            decide(
-                "succeeded",
-                None,
-                &extracted(326.4, 0),
-                &base(m(340.0, 5), None)
-            )
-            .0,
-            Verdict::Pass
-        );
-        let (v, r) = decide(
-            "succeeded",
-            None,
-            &extracted(319.0, 0),
-            &base(m(340.0, 5), None),
-        );
-        assert_eq!((v, r[0].basis.as_str()), (Verdict::Warn, "node-baseline"));
-        // 8 % below the fleet: fine; 12 %: warn; too few samples: not compared.
-        assert_eq!(
-            decide(
-                "succeeded",
-                None,
-                &extracted(312.8, 0),
-                &base(None, m(340.0, 4))
-            )
-            .0,
-            Verdict::Pass
-        );
-        let (v, r) = decide(
-            "succeeded",
-            None,
-            &extracted(299.0, 0),
-            &base(None, m(340.0, 4)),
-        );
-        assert_eq!((v, r[0].basis.as_str()), (Verdict::Warn, "fleet-median"));
-        assert_eq!(
-            decide(
-                "succeeded",
-                None,
-                &extracted(100.0, 0),
-                &base(m(340.0, 2), m(340.0, 2))
-            )
-            .0,
-            Verdict::Pass
-        );
-    }
-
-    #[test]
-    fn failures_wrong_elements_and_nothing_to_compare() {
-        let none = [Comparisons::default()];
-        let (v, r) = decide("failed", Some("NCCL error"), &extracted(0.0, 0), &none);
-        assert_eq!(v, Verdict::Fail);
-        assert!(r[0].message.contains("NCCL error"));
-        let (v, r) = decide("succeeded", None, &extracted(340.0, 12), &none);
-        assert_eq!(
-            (v, r[0].basis.as_str(), r[0].observed),
-            (Verdict::Fail, "validation", Some(12.0))
-        );
-        let (v, r) = decide("succeeded", None, &extracted(340.0, 0), &none);
-        assert_eq!((v, r[0].severity), (Verdict::Unknown, Severity::Info));
-        assert_eq!(
-            decide("skipped", Some("no RDMA device"), &extracted(0.0, 0), &none).0,
-            Verdict::Unknown
-        );
-    }
-
-    #[test]
-    fn latencies_fail_above_the_allowed() {
-        let e = Extracted {
-            test: "rdma.ib_write_lat".into(),
-            figures: vec![Figure {
-                test: "rdma.ib_write_lat".into(),
-                metric: "time_us".into(),
-                size_bytes: 2,
-                value: 3.0,
-            }],
-            wrong: 0,
-        };
-        let mut x = expect(2.5);
-        x.metric = "time_us".into();
-        let (v, r) = decide(
-            "succeeded",
-            None,
-            &e,
-            &[Comparisons {
-                expectations: vec![x],
-                baseline: m(2.0, 5),
-                fleet: None,
-            }],
-        );
-        assert_eq!(v, Verdict::Fail);
-        assert!(
-            r[0].message.contains("above the allowed"),
-            "{}",
-            r[0].message
-        );
-        assert_eq!(
-            r[1].basis, "node-baseline",
-            "50 % slower than its baseline also warns"
-        );
-    }
-}
+mod tests;

@@ -16,6 +16,7 @@
 pub mod check;
 pub mod debug;
 pub mod engine;
+pub mod evidence;
 pub mod gpu;
 pub mod loader;
 pub mod params;
@@ -81,28 +82,95 @@ pub fn row(
     }
 }
 
+/// NCCL subsystems whose INFO lines are the transport evidence (`evidence.rs`).
+pub const EVIDENCE_SUBSYS: &[&str] = &["INIT", "NET", "GRAPH", "ENV"];
+
+/// `NCCL_DEBUG` and `NCCL_DEBUG_SUBSYS` that log the evidence while keeping what the run's
+/// environment asked for: a level below INFO is raised to INFO (its warnings are still in
+/// the log), TRACE stays; a subsystem list gains the evidence subsystems, and an exclusion
+/// list (`^...`) loses them.
+pub fn debug_settings(level: Option<&str>, subsys: Option<&str>) -> (String, String) {
+    let level = match level.map(str::trim) {
+        Some(l) if l.eq_ignore_ascii_case("TRACE") || l.eq_ignore_ascii_case("INFO") => {
+            l.to_ascii_uppercase()
+        }
+        _ => "INFO".to_string(),
+    };
+    let subsys = match subsys.map(str::trim).filter(|s| !s.is_empty()) {
+        None => {
+            let mut all = vec!["BOOTSTRAP"];
+            all.extend_from_slice(EVIDENCE_SUBSYS);
+            all.join(",")
+        }
+        Some(s) if s.starts_with('^') => {
+            let kept: Vec<&str> = s[1..]
+                .split(',')
+                .map(str::trim)
+                .filter(|x| {
+                    !x.is_empty() && !EVIDENCE_SUBSYS.iter().any(|e| e.eq_ignore_ascii_case(x))
+                })
+                .collect();
+            if kept.is_empty() {
+                "ALL".to_string()
+            } else {
+                format!("^{}", kept.join(","))
+            }
+        }
+        Some(s) => {
+            let mut parts: Vec<String> = s.split(',').map(|x| x.trim().to_string()).collect();
+            let all = parts.iter().any(|p| p.eq_ignore_ascii_case("ALL"));
+            for e in EVIDENCE_SUBSYS {
+                if !all && !parts.iter().any(|p| p.eq_ignore_ascii_case(e)) {
+                    parts.push(e.to_string());
+                }
+            }
+            parts.join(",")
+        }
+    };
+    (level, subsys)
+}
+
+/// NCCL's own expansion of `NCCL_DEBUG_FILE`: `%h` the hostname, `%p` the process id;
+/// `None` for other `%` forms, which are not read back.
+fn expand_debug_file(raw: &str) -> Option<PathBuf> {
+    let host = nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let expanded = raw
+        .replace("%h", &host)
+        .replace("%p", &std::process::id().to_string());
+    (!expanded.contains('%')).then(|| PathBuf::from(expanded))
+}
+
 /// Sends NCCL's INFO log to a file we read back (never to stdout, which carries our
-/// protocol or table), unless the run's environment already chose otherwise. Must run
+/// protocol or table), unless the run's environment already chose a file, which is then
+/// read and kept. Either way NCCL logs at least the evidence subsystems at INFO. Must run
 /// before NCCL is loaded and while the process has one thread.
 pub fn prepare_debug_log() -> Option<(PathBuf, bool)> {
+    let (level, subsys) = debug_settings(
+        std::env::var("NCCL_DEBUG").ok().as_deref(),
+        std::env::var("NCCL_DEBUG_SUBSYS").ok().as_deref(),
+    );
+    // SAFETY: called at the start of the command, before any other thread exists.
+    unsafe {
+        std::env::set_var("NCCL_DEBUG", level);
+        std::env::set_var("NCCL_DEBUG_SUBSYS", subsys);
+    }
     if let Some(path) = std::env::var_os("NCCL_DEBUG_FILE") {
         // Ours from a parent process (the shim re-run), or the user's: read, keep.
-        let path = PathBuf::from(path);
+        let path = expand_debug_file(&path.to_string_lossy())?;
         let ours = path
             .file_name()
             .is_some_and(|n| n.to_string_lossy().starts_with("heddle-nccl-debug-"));
-        return (!path.to_string_lossy().contains('%')).then_some((path, ours));
+        return Some((path, ours));
     }
     let path = std::env::temp_dir().join(format!(
         "heddle-nccl-debug-{}-{}.log",
         std::process::id(),
         chrono::Utc::now().timestamp_nanos_opt().unwrap_or(0)
     ));
-    // SAFETY: called at the start of the command, before any other thread exists.
+    // SAFETY: as above.
     unsafe {
-        if std::env::var_os("NCCL_DEBUG").is_none() {
-            std::env::set_var("NCCL_DEBUG", "INFO");
-        }
         std::env::set_var("NCCL_DEBUG_FILE", &path);
     }
     Some((path, true))
@@ -265,6 +333,7 @@ pub fn absorb_debug_log(log: Option<(PathBuf, bool)>, s: &mut Map<String, Value>
         if !d.warnings.is_empty() {
             s.insert("nccl_warnings".into(), json!(d.warnings));
         }
+        s.insert("nccl_evidence".into(), json!(evidence::parse(&text)));
     }
     if ours {
         let _ = std::fs::remove_file(&path);

@@ -225,6 +225,7 @@ async fn start_batch(
             PAIR_MAX_ATTEMPTS,
             Some(&label),
             &inv.created_by,
+            true,
         )
         .await?;
         sqlx::query("UPDATE jobs SET created_at = created_at + make_interval(secs => $2::float8 / 1e6) WHERE run_id = $1")
