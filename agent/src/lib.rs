@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod client;
 pub mod detect;
+pub mod exec;
 pub mod facts;
 pub mod lifecycle;
 pub mod runner;

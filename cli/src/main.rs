@@ -4,6 +4,7 @@
 mod client;
 mod commands;
 mod config;
+mod explain;
 mod health;
 mod investigate;
 mod sweeps;

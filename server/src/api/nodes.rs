@@ -238,55 +238,28 @@ pub async fn update_node(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// The environment a job on this node should run with: plugin recommendations, overridden
-/// by site tuning profiles, overridden by node tuning profiles. Sorted by name.
+/// The environment a job on this node should run with, by the one conflict rule
+/// (`crate::recommendations`). Sorted by name.
 pub async fn effective_env(
     db: &sqlx::PgPool,
     node: Uuid,
 ) -> Result<Vec<Recommendation>, sqlx::Error> {
-    let recs: Vec<(String, String, String, String)> = sqlx::query_as(
-        "SELECT name, value, reason, source FROM recommendations WHERE node_id = $1 ORDER BY source, name",
-    )
-    .bind(node)
-    .fetch_all(db)
-    .await?;
-    let profiles: Vec<(String, sqlx::types::Json<BTreeMap<String, String>>, bool)> =
-        sqlx::query_as(
-            "SELECT p.name, p.env, p.node_id IS NOT NULL FROM tuning_profiles p
-         WHERE p.node_id = $1 OR p.site_id = (SELECT site_id FROM nodes WHERE id = $1)
-         ORDER BY p.node_id IS NOT NULL, p.created_at",
-        )
-        .bind(node)
-        .fetch_all(db)
-        .await?;
-    let mut merged: BTreeMap<String, Recommendation> = BTreeMap::new();
-    for (name, value, reason, source) in recs {
-        merged.insert(
-            name.clone(),
-            Recommendation {
-                name,
-                value,
-                reason,
-                source,
-            },
-        );
-    }
-    for (profile, env, node_level) in profiles {
-        let scope = if node_level { "node" } else { "site" };
-        for (name, value) in env.0 {
-            let reason = format!("chosen by {scope} tuning profile {profile:?}");
-            merged.insert(
-                name.clone(),
-                Recommendation {
-                    name,
-                    value,
-                    reason,
-                    source: format!("tuning:{profile}"),
-                },
-            );
-        }
-    }
-    Ok(merged.into_values().collect())
+    crate::recommendations::effective(db, node).await
+}
+
+/// Every variable of the node's environment: its value, the plugin or profile it came from,
+/// the reason, and each value it overrode with that value's source.
+#[utoipa::path(get, path = "/api/v1/nodes/{node}/env/explain", tag = "nodes", security(("bearer" = [])),
+    params(("node" = String, Path, description = "node id or hostname")),
+    responses((status = 200, body = [heddle_types::recommend::ExplainedVar]), (status = 404, body = heddle_types::ErrorBody)))]
+pub async fn node_env_explain(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(key): Path<String>,
+) -> ApiResult<Json<Vec<heddle_types::recommend::ExplainedVar>>> {
+    caller.require(Role::Viewer)?;
+    let id = db::resolve_node(&state.db, &key).await?;
+    Ok(Json(crate::recommendations::explain(&state.db, id).await?))
 }
 
 /// Single-quotes a value for POSIX shells.
