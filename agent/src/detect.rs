@@ -4,10 +4,9 @@
 //! feature); `--plugin` adds components from files, which is also how a plugin author tests a
 //! plugin against a fixture tree. Every plugin runs in the host's sandbox with the same limits.
 //!
-//! Merge rule for environment recommendations: plugins run in a fixed order (built-ins
-//! `dgx-affinity`, `azure-nd`, `runai-roce`, then `--plugin` files in command-line order) and
-//! a later plugin's value for a name replaces an earlier one: specific beats generic, and the
-//! operator's own plugins beat the built-ins. Each replacement of a different value is listed
+//! Merge rule for environment recommendations: the one the server applies too,
+//! `heddle_types::recommend` (specific first-party plugins beat generic ones, and any other
+//! plugin beats the built-ins, by name). Each value that lost to a different one is listed
 //! under `conflicts` and logged.
 
 use std::collections::BTreeMap;
@@ -16,6 +15,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use heddle_plugin_host::{FactsJson, HostConfig, Limits, PluginHost, Report};
+use heddle_types::recommend::{Candidate, Rank, resolve};
 use serde::Serialize;
 
 #[derive(Debug, clap::Args)]
@@ -224,30 +224,32 @@ fn entry(report: Report) -> PluginOutput {
     }
 }
 
-/// Later plugins win; see the module docs.
+/// Applies `heddle_types::recommend`'s rule; see the module docs.
 pub fn merge(plugins: &[PluginOutput]) -> (BTreeMap<String, String>, Vec<Conflict>) {
-    let mut merged: BTreeMap<String, (String, String)> = BTreeMap::new();
+    let candidates = plugins.iter().flat_map(|p| {
+        p.env.iter().map(|e| Candidate {
+            name: e.name.clone(),
+            value: e.value.clone(),
+            reason: e.reason.clone(),
+            source: p.name.clone(),
+            rank: Rank::plugin(&p.name),
+        })
+    });
+    let mut env = BTreeMap::new();
     let mut conflicts = Vec::new();
-    for p in plugins {
-        for e in &p.env {
-            if let Some((old_value, old_plugin)) =
-                merged.insert(e.name.clone(), (e.value.clone(), p.name.clone()))
-                && old_value != e.value
-            {
-                conflicts.push(Conflict {
-                    name: e.name.clone(),
-                    value: e.value.clone(),
-                    plugin: p.name.clone(),
-                    replaced_value: old_value,
-                    replaced_plugin: old_plugin,
-                });
-            }
+    for var in resolve(candidates) {
+        for lost in var.overridden.iter().filter(|o| o.value != var.value) {
+            conflicts.push(Conflict {
+                name: var.name.clone(),
+                value: var.value.clone(),
+                plugin: var.source.clone(),
+                replaced_value: lost.value.clone(),
+                replaced_plugin: lost.source.clone(),
+            });
         }
+        env.insert(var.name, var.value);
     }
-    (
-        merged.into_iter().map(|(k, (v, _))| (k, v)).collect(),
-        conflicts,
-    )
+    (env, conflicts)
 }
 
 /// `export NAME=VALUE` lines, as the server's env export writes them
@@ -285,8 +287,8 @@ mod tests {
     }
 
     #[test]
-    fn later_plugins_win_and_conflicts_are_listed() {
-        let (env, conflicts) = merge(&[
+    fn specific_plugins_win_and_conflicts_are_listed() {
+        let mut plugins = [
             plugin(
                 "dgx-affinity",
                 &[
@@ -301,7 +303,8 @@ mod tests {
                     ("UCX_NET_DEVICES", "mlx5_0:1"),
                 ],
             ),
-        ]);
+        ];
+        let (env, conflicts) = merge(&plugins);
         assert_eq!(env["NCCL_IB_HCA"], "mlx5_bond_0");
         assert_eq!(env["UCX_NET_DEVICES"], "mlx5_0:1");
         assert_eq!(
@@ -314,6 +317,9 @@ mod tests {
                 replaced_plugin: "dgx-affinity".into(),
             }]
         );
+        // Input order does not matter: the rule ranks plugins by name.
+        plugins.reverse();
+        assert_eq!(merge(&plugins), (env, conflicts));
     }
 
     #[test]
@@ -356,8 +362,8 @@ mod tests {
                 .collect::<Vec<_>>(),
             ["dgx-affinity", "azure-nd", "runai-roce"]
         );
-        assert_eq!(azure.env["NCCL_IB_HCA"], "mlx5_0");
-        assert_eq!(azure.env["NCCL_SOCKET_IFNAME"], "eth0");
+        assert_eq!(azure.env["NCCL_IB_HCA"], "=mlx5_0");
+        assert_eq!(azure.env["NCCL_SOCKET_IFNAME"], "=eth0");
         assert_eq!(azure.plugins[1].traits["azure.sku"], "ND40rs_v2");
         assert!(azure.plugins[2].traits.is_empty());
 

@@ -4,6 +4,7 @@ pub mod bench;
 pub mod check;
 pub mod client;
 pub mod detect;
+pub mod exec;
 pub mod facts;
 pub mod lifecycle;
 pub mod runner;

@@ -14,6 +14,9 @@ enum Command {
     Facts(heddle_agent::facts::FactsArgs),
     /// Run the detector plugins (built-in and --plugin files) on this node's facts, offline.
     Detect(heddle_agent::detect::DetectArgs),
+    /// Run a command as one local rank: pinned to its GPU's CPUs and NUMA node, with the
+    /// node's recommended environment and the rank's own HCA (`exec --local-rank 0 -- CMD`).
+    Exec(heddle_agent::exec::ExecArgs),
     /// Enroll (once), then heartbeat, report facts, claim and run jobs, upload results.
     Run(heddle_agent::lifecycle::RunArgs),
     /// Run a test from the shell, without a server (e.g. `bench nccl all_reduce -b 8 -e 8G -g 2`).
@@ -38,6 +41,7 @@ fn main() -> std::process::ExitCode {
         }
         Command::Facts(args) => heddle_agent::facts::command(args),
         Command::Detect(args) => heddle_agent::detect::command(args),
+        Command::Exec(args) => heddle_agent::exec::command(args),
         Command::Run(args) => heddle_agent::lifecycle::command(args),
         Command::Bench(args) => heddle_agent::bench::command(args),
     };

@@ -365,3 +365,66 @@ fn real_h200_capture_still_deserializes() {
     );
     assert!(f.software.nccl.is_some());
 }
+
+#[test]
+fn bare_metal_ib12_keeps_twelve_hcas_and_the_down_port() {
+    let f = snapshot("bare-metal-ib12");
+    assert!(f.errors.is_empty(), "{:?}", f.errors);
+    let names: Vec<_> = f.rdma.devices.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7",
+            "mlx5_8", "mlx5_9", "mlx5_10", "mlx5_11"
+        ]
+    );
+    let down = &f.rdma.devices[7].ports[0];
+    assert_eq!(
+        (down.state.as_str(), down.phys_state.as_deref()),
+        ("DOWN", Some("2: Polling"))
+    );
+    let idx = |n: &str| f.topology.devices.iter().position(|d| d == n).unwrap();
+    let cell = |a: &str, b: &str| f.topology.matrix[idx(a)][idx(b)].as_str();
+    assert_eq!(cell("GPU0", "mlx5_0"), "PIX");
+    assert_eq!(cell("GPU0", "mlx5_1"), "PXB");
+    assert_eq!(cell("GPU5", "mlx5_7"), "PIX");
+    assert_eq!(cell("GPU0", "mlx5_4"), "NODE");
+    assert_eq!(cell("GPU0", "mlx5_10"), "SYS");
+}
+
+#[test]
+fn azure_ndv4_has_eight_ib_vfs_and_the_accelerated_networking_vf() {
+    let f = snapshot("azure-ndv4");
+    assert!(f.errors.is_empty(), "{:?}", f.errors);
+    assert_eq!(f.rdma.devices.len(), 9);
+    assert_eq!(f.gpus.len(), 8);
+    let an = f
+        .rdma
+        .devices
+        .iter()
+        .find(|d| d.name == "mlx5_an0")
+        .unwrap();
+    assert_eq!(an.ports[0].link_layer.as_deref(), Some("Ethernet"));
+    let vf = f
+        .network
+        .interfaces
+        .iter()
+        .find(|i| i.name == "enP23147s1")
+        .unwrap();
+    assert_eq!(vf.master.as_deref(), Some("eth0"));
+}
+
+#[test]
+fn runai_pod_with_two_hcas_sees_the_hosts_gids_too() {
+    let f = snapshot("runai-roce-pod-2hca");
+    assert!(f.errors.is_empty(), "{:?}", f.errors);
+    let bond1 = &f.rdma.devices[1];
+    assert_eq!(bond1.name, "mlx5_bond_1");
+    let v2_ipv4: Vec<_> = bond1.ports[0]
+        .gids
+        .iter()
+        .filter(|g| g.gid_type.as_deref() == Some("RoCE v2") && g.ipv4.is_some())
+        .map(|g| (g.index, g.ndev.as_deref().unwrap()))
+        .collect();
+    assert_eq!(v2_ipv4, [(3, "bond1"), (7, "net2")]);
+}

@@ -26,7 +26,13 @@ pub enum Command {
     #[command(subcommand)]
     Nodes(NodesCmd),
     /// Print the `export NAME=VALUE` lines recommended for a node (to `source` in a job).
-    Env { node: String },
+    Env {
+        node: String,
+        /// Instead, per variable: its value, the plugin or profile it came from, the reason,
+        /// and what it overrode.
+        #[arg(long)]
+        explain: bool,
+    },
     /// Tests and sweeps.
     #[command(subcommand)]
     Runs(RunsCmd),
@@ -381,8 +387,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 ]);
             }
             println!("{t}");
+            print!("{}", crate::explain::plugin_findings(&client, &node).await?);
         }
-        Command::Env { node } => {
+        Command::Env {
+            node,
+            explain: true,
+        } => crate::explain::env_explain(&client, &node, json).await?,
+        Command::Env { node, .. } => {
             print!(
                 "{}",
                 client

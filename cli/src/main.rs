@@ -5,6 +5,7 @@ mod args;
 mod client;
 mod commands;
 mod config;
+mod explain;
 mod health;
 mod investigate;
 mod output;

@@ -13,6 +13,8 @@ pub mod health;
 pub mod leases;
 pub mod metrics;
 pub mod plugin_runtime;
+pub mod plugins_bundled;
+pub mod recommendations;
 pub mod router;
 pub mod runs_env;
 #[cfg(feature = "test-support")]

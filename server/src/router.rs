@@ -76,6 +76,7 @@ fn api(state: &AppState) -> OpenApiRouter<AppState> {
         .routes(routes!(nodes::get_node, nodes::update_node))
         .routes(routes!(nodes::facts_history))
         .routes(routes!(nodes::node_env))
+        .routes(routes!(nodes::node_env_explain))
         .routes(routes!(nodes::put_recommendations))
         .routes(routes!(nodes::create_site, nodes::list_sites))
         .routes(routes!(nodes::create_profile, nodes::list_profiles))

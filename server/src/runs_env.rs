@@ -1,6 +1,6 @@
 //! The environment a run's tests get on each node: the node's effective environment
-//! (plugin recommendations, then site tuning profiles, then node tuning profiles: what
-//! `heddle env NODE` exports), with the run's own `env` on top, each variable with its
+//! (`recommendations::effective`, what `heddle env NODE` exports), with the run's own `env`
+//! on top, each variable with its
 //! source. Heddle's own tests then run the way jobs will.
 
 use std::collections::BTreeMap;
@@ -10,58 +10,6 @@ use heddle_types::nodes::Recommendation;
 use uuid::Uuid;
 
 use crate::db;
-
-/// Recommendations, overridden by site tuning profiles, overridden by node tuning
-/// profiles; sorted by name. The one implementation of that order (`heddle env` reads it
-/// through `api::nodes::effective_env`).
-pub async fn effective(
-    conn: &mut sqlx::PgConnection,
-    node: Uuid,
-) -> Result<Vec<Recommendation>, sqlx::Error> {
-    let recs: Vec<(String, String, String, String)> = sqlx::query_as(
-        "SELECT name, value, reason, source FROM recommendations WHERE node_id = $1 ORDER BY source, name",
-    )
-    .bind(node)
-    .fetch_all(&mut *conn)
-    .await?;
-    let profiles: Vec<(String, sqlx::types::Json<BTreeMap<String, String>>, bool)> =
-        sqlx::query_as(
-            "SELECT p.name, p.env, p.node_id IS NOT NULL FROM tuning_profiles p
-         WHERE p.node_id = $1 OR p.site_id = (SELECT site_id FROM nodes WHERE id = $1)
-         ORDER BY p.node_id IS NOT NULL, p.created_at",
-        )
-        .bind(node)
-        .fetch_all(&mut *conn)
-        .await?;
-    let mut merged: BTreeMap<String, Recommendation> = BTreeMap::new();
-    for (name, value, reason, source) in recs {
-        merged.insert(
-            name.clone(),
-            Recommendation {
-                name,
-                value,
-                reason,
-                source,
-            },
-        );
-    }
-    for (profile, env, node_level) in profiles {
-        let scope = if node_level { "node" } else { "site" };
-        for (name, value) in env.0 {
-            let reason = format!("chosen by {scope} tuning profile {profile:?}");
-            merged.insert(
-                name.clone(),
-                Recommendation {
-                    name,
-                    value,
-                    reason,
-                    source: format!("tuning:{profile}"),
-                },
-            );
-        }
-    }
-    Ok(merged.into_values().collect())
-}
 
 /// The node's environment under the run's own, sorted by name. A recommended variable
 /// that the run-env policy (`db::check_env`) refuses is left out and logged: a bad
@@ -104,7 +52,7 @@ pub async fn applied(
     recommended: bool,
 ) -> Result<Vec<EnvVar>, sqlx::Error> {
     let node_env = if recommended {
-        effective(conn, node).await?
+        crate::recommendations::effective(conn, node).await?
     } else {
         Vec::new()
     };

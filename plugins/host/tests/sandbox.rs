@@ -63,8 +63,13 @@ fn azure_nd_on_seed_001() {
         "{:?}",
         d.traits
     );
-    let hca = d.env.iter().find(|e| e.name == "NCCL_IB_HCA").unwrap();
-    assert_eq!(hca.value, "mlx5_0");
+    // The InfiniBand HCA list is dgx-affinity's; azure-nd sets the bootstrap interface.
+    let ifname = d
+        .env
+        .iter()
+        .find(|e| e.name == "NCCL_SOCKET_IFNAME")
+        .unwrap();
+    assert_eq!(ifname.value, "=eth0");
     assert!(d.warnings.iter().any(|w| w.contains("rdmaP36305p0s2")));
     assert!(r.usage.fuel_consumed > 0 && r.usage.peak_memory_bytes > 0);
 }
@@ -85,7 +90,7 @@ fn runai_roce_on_seed_003() {
         .map(|e| (e.name.as_str(), e.value.as_str()))
         .collect();
     assert!(env.contains(&("NCCL_IB_GID_INDEX", "9")), "{env:?}");
-    assert!(env.contains(&("NCCL_IB_HCA", "mlx5_bond_0")));
+    assert!(env.contains(&("NCCL_IB_HCA", "=mlx5_bond_0")));
     assert!(env.contains(&("NCCL_SOCKET_NTHREADS", "4")));
 }
 

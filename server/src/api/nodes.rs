@@ -235,14 +235,30 @@ pub async fn update_node(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// The environment a job on this node should run with: plugin recommendations, overridden
-/// by site tuning profiles, overridden by node tuning profiles. Sorted by name.
+/// The environment a job on this node should run with, by the one conflict rule
+/// (`crate::recommendations`). Sorted by name.
 pub async fn effective_env(
     db: &sqlx::PgPool,
     node: Uuid,
 ) -> Result<Vec<Recommendation>, sqlx::Error> {
     let mut conn = db.acquire().await?;
-    crate::runs_env::effective(&mut conn, node).await
+    crate::recommendations::effective(&mut conn, node).await
+}
+
+/// Every variable of the node's environment: its value, the plugin or profile it came from,
+/// the reason, and each value it overrode with that value's source.
+#[utoipa::path(get, path = "/api/v1/nodes/{node}/env/explain", tag = "nodes", security(("bearer" = [])),
+    params(("node" = String, Path, description = "node id or hostname")),
+    responses((status = 200, body = [heddle_types::recommend::ExplainedVar]), (status = 404, body = heddle_types::ErrorBody)))]
+pub async fn node_env_explain(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(key): Path<String>,
+) -> ApiResult<Json<Vec<heddle_types::recommend::ExplainedVar>>> {
+    caller.require(Role::Viewer)?;
+    let id = db::resolve_node(&state.db, &key).await?;
+    let mut conn = state.db.acquire().await?;
+    Ok(Json(crate::recommendations::explain(&mut conn, id).await?))
 }
 
 /// `export NAME=VALUE` lines for a job script to `source`.

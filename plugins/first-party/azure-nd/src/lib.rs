@@ -6,6 +6,7 @@
 //! devices, the InfiniBand `mlx5_*` HCA and an `rdmaP…` device that is the Ethernet
 //! accelerated-networking VF. NCCL must use only the former.
 
+use heddle_first_party_fabric as fabric;
 use heddle_plugin_sdk::facts::entries;
 use heddle_plugin_sdk::{Detection, Facts, Info, Json, Plugin, PluginError};
 
@@ -21,19 +22,22 @@ impl Plugin for AzureNd {
             env!("CARGO_PKG_VERSION"),
             "Azure ND-series VMs: SKU guess, InfiniBand HCA selection for NCCL, waagent RDMA check",
         )
-        .reads(&[
-            "/host/dmi/sys_vendor",
-            "/host/dmi/product_name",
-            "/host/dmi/chassis_asset_tag",
-            "/host/azure_enable_rdma",
-            "/gpus/*/name",
-            "/rdma/devices/*/name",
-            "/rdma/devices/*/netdevs",
-            "/rdma/devices/*/ports/*/link_layer",
-            "/rdma/devices/*/ports/*/state",
-            "/network/interfaces/*/name",
-            "/network/interfaces/*/operstate",
-        ])
+        .reads(
+            &[
+                "/host/dmi/sys_vendor",
+                "/host/dmi/product_name",
+                "/host/dmi/chassis_asset_tag",
+                "/host/azure_enable_rdma",
+                "/gpus/*/name",
+                "/rdma/devices/*/name",
+                "/rdma/devices/*/netdevs",
+                "/rdma/devices/*/ports/*/link_layer",
+                "/rdma/devices/*/ports/*/state",
+            ]
+            .into_iter()
+            .chain(fabric::READS.iter().copied())
+            .collect::<Vec<_>>(),
+        )
     }
 
     fn detect(facts: &Facts) -> Result<Detection, PluginError> {
@@ -82,22 +86,20 @@ impl Plugin for AzureNd {
             ));
         }
 
-        let active_ib: Vec<&&RdmaDev> = ib_devices.iter().filter(|dev| dev.active).collect();
-        if !active_ib.is_empty() {
+        let ports = fabric::ports(facts);
+        let usable_ib: Vec<&fabric::Port> = ports
+            .iter()
+            .filter(|p| p.link_layer == fabric::LinkLayer::InfiniBand && p.is_usable())
+            .collect();
+        if !usable_ib.is_empty() {
+            // NCCL_IB_HCA and UCX come from the InfiniBand selection every IB node gets
+            // (dgx-affinity), which never takes an Ethernet-link-layer device.
             d.add_trait("rdma.fabric", "infiniband");
-            let names: Vec<&str> = active_ib.iter().map(|dev| dev.name.as_str()).collect();
-            d.recommend(
-                "NCCL_IB_HCA",
-                &names.join(","),
-                &format!(
-                    "the InfiniBand HCA(s) with an ACTIVE port; listing them keeps NCCL off the \
-                     Ethernet accelerated-networking device{}",
-                    plural_devices(&devices, "ethernet")
-                ),
-            );
         } else if !ib_devices.is_empty() {
             d.warn(format!(
-                "InfiniBand device(s) {} have no ACTIVE port; NCCL will fall back to TCP",
+                "InfiniBand device(s) {} have no ACTIVE, LinkUp port; NCCL will fall back to TCP. \
+                 Check `ibstat` and that the VM was deployed in an InfiniBand-enabled scale set or \
+                 availability set",
                 ib_devices
                     .iter()
                     .map(|dev| dev.name.as_str())
@@ -106,7 +108,7 @@ impl Plugin for AzureNd {
             ));
         }
 
-        recommend_socket_ifname(facts, &ib_devices, &mut d);
+        recommend_socket_ifname(facts, &usable_ib, &mut d);
 
         // Every SKU in the guess table is an RDMA SKU.
         let rdma_sku = d.trait_value("azure.sku").is_some() || !ib_devices.is_empty();
@@ -176,7 +178,6 @@ fn ib_rate_gbits(sku: &str) -> Option<f64> {
 struct RdmaDev {
     name: String,
     link_layer: String,
-    active: bool,
     netdev: Option<String>,
 }
 
@@ -191,9 +192,6 @@ fn rdma_devices(facts: &Facts) -> Vec<RdmaDev> {
                 .find_map(|(_, p)| p.get("link_layer").and_then(Json::as_str))
                 .unwrap_or_default()
                 .to_string();
-            let active = ports
-                .iter()
-                .any(|(_, p)| p.get("state").and_then(Json::as_str) == Some("ACTIVE"));
             let netdev = dev
                 .get("netdevs")
                 .and_then(|n| n.get(0))
@@ -202,61 +200,27 @@ fn rdma_devices(facts: &Facts) -> Vec<RdmaDev> {
             RdmaDev {
                 name,
                 link_layer,
-                active,
                 netdev,
             }
         })
         .collect()
 }
 
-fn plural_devices(devices: &[RdmaDev], link_layer: &str) -> String {
-    let names: Vec<&str> = devices
-        .iter()
-        .filter(|d| d.link_layer.eq_ignore_ascii_case(link_layer))
-        .map(|d| d.name.as_str())
-        .collect();
-    if names.is_empty() {
-        String::new()
-    } else {
-        format!(" ({})", names.join(", "))
-    }
-}
-
-/// NCCL's bootstrap and socket fallback should use IPoIB when it is up, else the primary
-/// synthetic interface `eth0` (never the accelerated-networking VF, which is enslaved to it).
-fn recommend_socket_ifname(facts: &Facts, ib_devices: &[&RdmaDev], d: &mut Detection) {
-    let interfaces = facts.entries("/network/interfaces");
-    let is_up = |name: &str| {
-        interfaces.iter().any(|(n, i)| {
-            n == name
-                && i.get("operstate")
-                    .and_then(Json::as_str)
-                    .is_some_and(|s| s.eq_ignore_ascii_case("up"))
-        })
-    };
-    let ipoib: Vec<&str> = ib_devices
-        .iter()
-        .filter_map(|dev| dev.netdev.as_deref())
-        .collect();
-    if let Some(up) = ipoib.iter().find(|n| is_up(n)) {
-        d.recommend(
-            "NCCL_SOCKET_IFNAME",
-            up,
-            "the IPoIB interface of the InfiniBand HCA is up, so NCCL's socket bootstrap uses the fast fabric",
-        );
+/// NCCL's bootstrap and socket fallback use IPoIB when it is up (the InfiniBand selection
+/// recommends it), else the primary synthetic interface `eth0` (never the
+/// accelerated-networking VF, which is enslaved to it).
+fn recommend_socket_ifname(facts: &Facts, usable_ib: &[&fabric::Port], d: &mut Detection) {
+    let (ifaces, live) = fabric::interfaces(facts);
+    // The InfiniBand selection warns about an IPoIB interface that is down.
+    if fabric::ipoib_ifname(usable_ib, &ifaces, live).0.is_some() {
         return;
     }
-    if let Some(down) = ipoib.first() {
-        d.warn(format!(
-            "IPoIB interface {down} is not up; NCCL bootstrap will use eth0 (is OS.EnableRDMA=y applied?)"
-        ));
-    }
-    if interfaces.iter().any(|(n, _)| n == "eth0") {
+    if ifaces.iter().any(|i| i.name == "eth0") {
         d.recommend(
             "NCCL_SOCKET_IFNAME",
-            "eth0",
-            "the Azure synthetic interface carries the VM's address; without an IPoIB address it is the \
-             only interface every node of the set can reach",
+            "=eth0",
+            "the Azure synthetic interface carries the VM's address; without a usable IPoIB \
+             interface it is the only one every node of the set can reach",
         );
     }
 }
@@ -283,18 +247,14 @@ mod tests {
         assert_eq!(d.trait_value("cloud"), Some("azure"));
         assert_eq!(d.trait_value("azure.sku"), Some("ND40rs_v2"));
         assert_eq!(d.trait_value("rdma.fabric"), Some("infiniband"));
-        assert_eq!(d.env_value("NCCL_IB_HCA"), Some("mlx5_0"));
+        // The HCA list is the InfiniBand selection's (dgx-affinity), not a second copy here.
+        assert_eq!(d.env_value("NCCL_IB_HCA"), None);
         // The seed's ibP59423s2 is DOWN, so bootstrap goes over eth0.
-        assert_eq!(d.env_value("NCCL_SOCKET_IFNAME"), Some("eth0"));
+        assert_eq!(d.env_value("NCCL_SOCKET_IFNAME"), Some("=eth0"));
         assert!(
             d.warnings
                 .iter()
                 .any(|w| w.contains("rdmaP36305p0s2") && w.contains("do not use it"))
-        );
-        assert!(
-            d.warnings
-                .iter()
-                .any(|w| w.contains("ibP59423s2 is not up"))
         );
         assert!(
             !d.warnings
@@ -326,7 +286,8 @@ mod tests {
         let ib = ifs.iter_mut().find(|i| i["name"] == "ibP59423s2").unwrap();
         ib["operstate"] = json!("up");
         let d = detect(&f);
-        assert_eq!(d.env_value("NCCL_SOCKET_IFNAME"), Some("ibP59423s2"));
+        // dgx-affinity recommends the IPoIB interface; azure-nd adds no eth0 fallback.
+        assert_eq!(d.env_value("NCCL_SOCKET_IFNAME"), None);
     }
 
     #[test]

@@ -1,12 +1,18 @@
-//! RoCE inside a RunAI / Kubernetes pod.
+//! RoCE HCA and GID selection for every node with an active RoCE port: bare metal, plain
+//! Docker, Kubernetes or RunAI pods alike. The orchestrator only adds its own notes.
 //!
-//! Automates the by-hand procedure of running NCCL over RoCE from a RunAI pod: take the HCA
-//! whose port is ACTIVE with link layer Ethernet, and among its GIDs the one that is both
-//! `RoCE v2` and IPv4-mapped (`0000:…:ffff:a.b.c.d`); its index is `NCCL_IB_GID_INDEX`. A pod
-//! has both IPv4 and IPv6 GIDs and both RoCE versions, so picking the wrong one is the usual
-//! cause of NCCL hangs or silently falling back to TCP.
+//! Automates the runbook procedure for NCCL over RoCE: take the RDMA devices whose Ethernet
+//! port is ACTIVE, and per device the GID that is both `RoCE v2` and IPv4-mapped
+//! (`0000:…:ffff:a.b.c.d`); its index is `NCCL_IB_GID_INDEX`. A node has IPv4 and IPv6 GIDs
+//! of both RoCE versions, so picking the wrong one is the usual cause of NCCL hangs or a
+//! silent fallback to TCP.
+//!
+//! The GID table is per network namespace: a GID whose netdev is not in the namespace the
+//! facts were collected in (a job pod's Multus interface seen from the host, or the host's
+//! bond seen from a pod) is not the job's GID. Per device the GID must sit on an interface
+//! the facts can see, and carry that interface's address when addresses are known.
 
-use heddle_plugin_sdk::facts::{as_u64, entries};
+use heddle_first_party_fabric::{self as fabric, Gid, Iface, LinkLayer, Port};
 use heddle_plugin_sdk::{Detection, Facts, Info, Json, Plugin, PluginError};
 
 /// Socket-transport tuning used on these clusters: 4 threads x 8 sockets = 32 connections per
@@ -14,128 +20,342 @@ use heddle_plugin_sdk::{Detection, Facts, Info, Json, Plugin, PluginError};
 pub const SOCKET_NTHREADS: &str = "4";
 pub const NSOCKS_PERTHREAD: &str = "8";
 
-const IPV4_MAPPED_PREFIX: &str = "0000:0000:0000:0000:0000:ffff:";
+/// The NCCL release that picks a GID per device (`NCCL_IB_ADDR_FAMILY`,
+/// `NCCL_IB_ROCE_VERSION_NUM`) instead of one global index.
+const NCCL_PER_DEVICE_GID: (u64, u64) = (2, 21);
+
+/// Where the per-pod way is documented, for warnings.
+const PER_POD: &str = "run `heddle-agent detect --format env > /heddle/env` in an init container \
+     of the job pod (shared emptyDir) and `source /heddle/env` in the job (docs/plugins.md, \
+     RoCE in pods)";
 
 pub struct RunaiRoce;
 
 impl Plugin for RunaiRoce {
     fn info() -> Info {
+        let mut reads = vec!["/host/container", "/software/nccl"];
+        reads.extend_from_slice(fabric::READS);
+        reads.extend_from_slice(fabric::GID_READS);
         Info::new(
             "runai-roce",
             env!("CARGO_PKG_VERSION"),
-            "RunAI/Kubernetes pods on RoCE: HCA and RoCE v2 IPv4 GID index selection for NCCL",
+            "RoCE on any node (bare metal, Docker, Kubernetes, RunAI): HCA and RoCE v2 IPv4 GID \
+             selection for NCCL and UCX, with the pod network namespace taken into account",
         )
-        .reads(&[
-            "/host/container",
-            "/rdma/devices/*/name",
-            "/rdma/devices/*/netdevs",
-            "/rdma/devices/*/ports/*/port",
-            "/rdma/devices/*/ports/*/state",
-            "/rdma/devices/*/ports/*/link_layer",
-            "/rdma/devices/*/ports/*/gids",
-        ])
+        .reads(&reads)
     }
 
     fn detect(facts: &Facts) -> Result<Detection, PluginError> {
         let mut d = Detection::default();
-        let Some(orchestrator) = orchestrator(facts) else {
-            return Ok(d);
-        };
-        let roce = roce_ports(facts);
+        let ports = fabric::ports(facts);
+        let (ifaces, _live) = fabric::interfaces(facts);
+        let roce: Vec<&Port> = ports
+            .iter()
+            .filter(|p| {
+                p.link_layer == LinkLayer::Ethernet && !fabric::is_transparent_vf(p, &ifaces)
+            })
+            .collect();
         if roce.is_empty() {
             return Ok(d);
         }
-        d.add_trait("orchestrator", orchestrator);
+        let orchestrator = orchestrator(facts);
+        if let Some(o) = orchestrator {
+            d.add_trait("orchestrator", o);
+        }
+        if fabric::prefers_infiniband(&ports) {
+            // InfiniBand carries NCCL on this node (dgx-affinity's selection).
+            return Ok(d);
+        }
         d.add_trait("rdma.fabric", "roce");
-
-        let active: Vec<&RocePort> = roce.iter().filter(|p| p.active).collect();
-        if active.is_empty() {
-            d.warn(format!(
-                "RoCE device(s) {} have no ACTIVE port; NCCL will fall back to TCP sockets",
-                names(roce.iter())
-            ));
+        for p in roce.iter().filter(|p| !p.is_usable()) {
+            d.warn(p.dropped_warning());
+        }
+        let usable: Vec<&Port> = roce.iter().copied().filter(|p| p.is_usable()).collect();
+        if usable.is_empty() {
+            d.warn("no RoCE port is ACTIVE and LinkUp; NCCL will fall back to TCP sockets");
             return Ok(d);
         }
 
-        let chosen: Vec<(&RocePort, &GidEntry)> = active
-            .iter()
-            .filter_map(|p| p.v2_ipv4_gid().map(|g| (*p, g)))
-            .collect();
-        for port in &active {
-            if port.gids.iter().all(|g| !g.is_v2()) {
-                d.warn(format!(
+        let mut chosen: Vec<(&Port, &Gid)> = Vec::new();
+        let mut unseen: Vec<String> = Vec::new();
+        for port in &usable {
+            match choose_gid(port, &ifaces) {
+                Choice::Gid(g) => chosen.push((port, g)),
+                Choice::OnlyV1 => {
+                    d.warn(format!(
                     "{} port {} has only RoCE v1 GIDs; RoCE v2 (routable, what NCCL needs across \
-                     subnets) is not configured on this pod's interface",
+                     subnets) is not configured on its interface: check `cma_roce_mode` and the \
+                     interface's IP address",
                     port.device, port.port
                 ));
-            } else if port.v2_ipv4_gid().is_none() {
-                d.warn(format!(
-                    "{} port {} has RoCE v2 GIDs but none IPv4-mapped; is an IPv4 address assigned \
-                     to its interface?",
+                }
+                Choice::NoIpv4 => {
+                    d.warn(format!(
+                    "{} port {} has RoCE v2 GIDs but none IPv4-mapped; assign an IPv4 address to \
+                     its interface",
                     port.device, port.port
                 ));
+                }
+                Choice::NotHere(ndevs) => unseen.push(format!(
+                    "{} port {} (its IPv4 RoCE v2 GIDs are on {})",
+                    port.device,
+                    port.port,
+                    ndevs.join(", ")
+                )),
             }
         }
-        let Some((first_port, first_gid)) = chosen.first() else {
+        if !unseen.is_empty() {
+            d.warn(format!(
+                "cannot see the network namespace that owns the RoCE addresses of {}: the GID \
+                 index there cannot be computed from here and these devices are left out. To get \
+                 the job's own values, {PER_POD}",
+                unseen.join("; ")
+            ));
+        }
+        let Some(&(first_port, first_gid)) = chosen.first() else {
             return Ok(d);
         };
 
+        let ports_chosen: Vec<&Port> = chosen.iter().map(|(p, _)| *p).collect();
         d.recommend(
             "NCCL_IB_HCA",
-            &names(chosen.iter().map(|(p, _)| *p)),
-            "the RDMA device(s) whose RoCE port is ACTIVE with an IPv4 RoCE v2 GID; naming them \
-             keeps NCCL off devices that are down or lack a routable GID",
+            &fabric::nccl_hca_list(&ports_chosen),
+            "the RDMA devices whose RoCE port is ACTIVE and LinkUp with an IPv4 RoCE v2 GID on an \
+             interface of this network namespace; `=` for exact names (mlx5_1 would also take \
+             mlx5_10 to mlx5_19), which also keeps NCCL off down ports and devices without a \
+             routable GID",
         );
-        d.recommend(
-            "NCCL_IB_GID_INDEX",
-            &first_gid.index.to_string(),
-            &format!(
-                "GID {} of {} port {} is RoCE v2 and IPv4-mapped ({}); NCCL's default index picks \
-                 a link-local or RoCE v1 GID that does not route between pods",
-                first_gid.index,
-                first_port.device,
-                first_port.port,
-                first_gid.ipv4.as_deref().unwrap_or(&first_gid.gid)
-            ),
-        );
-        for (port, gid) in &chosen[1..] {
-            if gid.index != first_gid.index {
+        let chosen = recommend_gid(facts, &chosen, first_port, first_gid, &mut d);
+        let ports_chosen: Vec<&Port> = chosen.iter().map(|(p, _)| *p).collect();
+        let mut ndevs: Vec<&str> = Vec::new();
+        for (_, g) in &chosen {
+            if let Some(n) = g.ndev.as_deref().filter(|n| !ndevs.contains(n)) {
+                ndevs.push(n);
+            }
+        }
+        if !ndevs.is_empty() {
+            d.recommend(
+                "NCCL_SOCKET_IFNAME",
+                &format!("={}", ndevs.join(",")),
+                "the interface(s) holding the RoCE addresses (in a pod, the Multus secondary \
+                 network), so bootstrap traffic takes the RDMA network rather than the default \
+                 route's interface",
+            );
+        }
+        fabric::recommend_ucx(&mut d, &ports_chosen, fabric::gpu_count(facts), "RoCE");
+
+        if orchestrator.is_some() {
+            d.recommend(
+                "NCCL_SOCKET_NTHREADS",
+                SOCKET_NTHREADS,
+                "more socket threads per connection for the pod network; 4 x 8 sockets stays \
+                 under NCCL's limit of 64",
+            );
+            d.recommend(
+                "NCCL_NSOCKS_PERTHREAD",
+                NSOCKS_PERTHREAD,
+                "several sockets per thread saturate a high-bandwidth pod network better than \
+                 NCCL's default; 4 x 8 stays under NCCL's limit of 64",
+            );
+            if !in_job_pod(facts) {
                 d.warn(format!(
-                    "{} uses RoCE v2 IPv4 GID index {} but {} uses {}; NCCL_IB_GID_INDEX is global, \
-                     so only {} will use the right GID",
-                    port.device, gid.index, first_port.device, first_gid.index, first_port.device
+                    "these RoCE values were computed in the agent's own pod; a job pod with its \
+                     own Multus interface has its own GID table and may need another index. To \
+                     get the job's values, {PER_POD}"
                 ));
             }
         }
-        let ifname = first_gid.ndev.clone().or_else(|| first_port.netdev.clone());
-        if let Some(ifname) = ifname {
-            d.recommend(
-                "NCCL_SOCKET_IFNAME",
-                &ifname,
-                "the interface that holds the RoCE address (the Multus secondary network), so \
-                 bootstrap traffic takes the RDMA network rather than the pod's default eth0",
-            );
-        }
-        d.recommend(
-            "NCCL_SOCKET_NTHREADS",
-            SOCKET_NTHREADS,
-            "more socket threads per connection for the pod network; 4 x 8 sockets stays under \
-             NCCL's limit of 64",
-        );
-        d.recommend(
-            "NCCL_NSOCKS_PERTHREAD",
-            NSOCKS_PERTHREAD,
-            "several sockets per thread saturate a high-bandwidth pod network better than NCCL's \
-             default; 4 x 8 stays under NCCL's limit of 64",
-        );
         Ok(d)
     }
 }
 
 heddle_plugin_sdk::export_plugin!(RunaiRoce);
 
-/// `runai` when RunAI's variables are present, `kubernetes` for other pods, `None` outside a
-/// pod (bare-metal RoCE is not this plugin's business).
+/// One global `NCCL_IB_GID_INDEX` when every device agrees; otherwise NCCL's per-device
+/// selection (2.21 on) when it would pick the same GIDs, else the devices that share the
+/// first one's index. Returns the devices kept.
+fn recommend_gid<'p>(
+    facts: &Facts,
+    chosen: &[(&'p Port, &'p Gid)],
+    first_port: &Port,
+    first_gid: &Gid,
+    d: &mut Detection,
+) -> Vec<(&'p Port, &'p Gid)> {
+    let disagree = chosen.iter().any(|(_, g)| g.index != first_gid.index);
+    if !disagree {
+        d.recommend(
+            "NCCL_IB_GID_INDEX",
+            &first_gid.index.to_string(),
+            &format!(
+                "GID {} of {} port {} is RoCE v2 and IPv4-mapped ({}, on {}){}; NCCL's default \
+                 index picks a link-local or RoCE v1 GID that does not route between nodes",
+                first_gid.index,
+                first_port.device,
+                first_port.port,
+                first_gid.ipv4.as_deref().unwrap_or(&first_gid.gid),
+                first_gid.ndev.as_deref().unwrap_or("its interface"),
+                if chosen.len() > 1 {
+                    ", the same index on every selected device"
+                } else {
+                    ""
+                }
+            ),
+        );
+        return chosen.to_vec();
+    }
+    let per_device: Vec<String> = chosen
+        .iter()
+        .map(|(p, g)| format!("{} uses {}", p.device, g.index))
+        .collect();
+    let nccl = facts.str_at("/software/nccl").and_then(version);
+    let old_nccl = nccl.is_some_and(|v| v < NCCL_PER_DEVICE_GID);
+    // NCCL's own per-device choice takes the first IPv4 RoCE v2 GID; it is right only when no
+    // such GID of another namespace comes before ours.
+    let nccl_would_pick_ours = chosen.iter().all(|(p, g)| {
+        !p.gids
+            .iter()
+            .any(|o| o.v2 && o.ipv4.is_some() && o.index < g.index)
+    });
+    if !old_nccl && nccl_would_pick_ours {
+        d.warn(format!(
+            "the devices disagree on the RoCE v2 IPv4 GID index ({}), so no single \
+             NCCL_IB_GID_INDEX is right for all of them; NCCL 2.21 and later choose per device \
+             from NCCL_IB_ADDR_FAMILY and NCCL_IB_ROCE_VERSION_NUM (recommended instead). With an \
+             older NCCL set NCCL_IB_HCA to the devices that share one index",
+            per_device.join(", ")
+        ));
+        d.recommend(
+            "NCCL_IB_ADDR_FAMILY",
+            "AF_INET",
+            &format!(
+                "the devices' IPv4 RoCE v2 GIDs sit at different indexes ({}); NCCL ≥ 2.21 then \
+                 picks each device's IPv4 GID itself, and no GID of another namespace comes first",
+                per_device.join(", ")
+            ),
+        );
+        d.recommend(
+            "NCCL_IB_ROCE_VERSION_NUM",
+            "2",
+            "with NCCL_IB_ADDR_FAMILY, selects the routable RoCE v2 GID on every device",
+        );
+        return chosen.to_vec();
+    }
+    // Otherwise only the devices that share the first one's index can run with one setting.
+    let kept: Vec<&Port> = chosen
+        .iter()
+        .filter(|(_, g)| g.index == first_gid.index)
+        .map(|(p, _)| *p)
+        .collect();
+    let left_out: Vec<&str> = chosen
+        .iter()
+        .filter(|(_, g)| g.index != first_gid.index)
+        .map(|(p, _)| p.device.as_str())
+        .collect();
+    d.warn(format!(
+        "the devices disagree on the RoCE v2 IPv4 GID index ({}) and {}; NCCL_IB_HCA is narrowed \
+         to the devices that use index {} and {} left out. To use every device, give each \
+         device's Multus interface the same position in the GID table, or run the job's ranks \
+         with NCCL_IB_HCA and NCCL_IB_GID_INDEX set per device",
+        per_device.join(", "),
+        if old_nccl {
+            "this NCCL is older than 2.21, which cannot choose per device"
+        } else {
+            "NCCL's own per-device choice would take a GID of another network namespace that \
+             comes first in the table"
+        },
+        first_gid.index,
+        left_out.join(", ")
+    ));
+    d.recommend(
+        "NCCL_IB_HCA",
+        &fabric::nccl_hca_list(&kept),
+        &format!(
+            "the RoCE devices whose IPv4 RoCE v2 GID is at index {}; the others ({}) have it \
+             at another index and cannot share one NCCL_IB_GID_INDEX with them",
+            first_gid.index,
+            left_out.join(", ")
+        ),
+    );
+    d.recommend(
+        "NCCL_IB_GID_INDEX",
+        &first_gid.index.to_string(),
+        &format!(
+            "GID {} of {} port {} is RoCE v2 and IPv4-mapped ({}, on {}), and so is the same index \
+             of every device in NCCL_IB_HCA",
+            first_gid.index,
+            first_port.device,
+            first_port.port,
+            first_gid.ipv4.as_deref().unwrap_or(&first_gid.gid),
+            first_gid.ndev.as_deref().unwrap_or("its interface"),
+        ),
+    );
+    chosen
+        .iter()
+        .filter(|(_, g)| g.index == first_gid.index)
+        .copied()
+        .collect()
+}
+
+/// `2.21.5` → (2, 21).
+fn version(text: &str) -> Option<(u64, u64)> {
+    let mut parts = text.trim().split('.');
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
+enum Choice<'a> {
+    Gid(&'a Gid),
+    OnlyV1,
+    NoIpv4,
+    /// IPv4 RoCE v2 GIDs exist, on netdevs outside this network namespace.
+    NotHere(Vec<String>),
+}
+
+/// The lowest-index RoCE v2, IPv4-mapped GID whose netdev is an interface the facts can see
+/// (and, when that interface's addresses are known, that carries the GID's address): what
+/// the runbook's `grep ffff … | grep 'RoCE v2'` one-liner selects, in the right namespace.
+fn choose_gid<'a>(port: &'a Port, ifaces: &[Iface]) -> Choice<'a> {
+    if port.gids.iter().all(|g| !g.v2) {
+        return Choice::OnlyV1;
+    }
+    let mut candidates: Vec<&Gid> = port
+        .gids
+        .iter()
+        .filter(|g| g.v2 && g.ipv4.is_some())
+        .collect();
+    if candidates.is_empty() {
+        return Choice::NoIpv4;
+    }
+    candidates.sort_by_key(|g| g.index);
+    let here = candidates.iter().find(|g| {
+        let Some(ndev) = g.ndev.as_deref() else {
+            // No netdev recorded: nothing says it is elsewhere.
+            return true;
+        };
+        ifaces.iter().any(|i| {
+            i.name == ndev
+                && (i.addresses.is_empty()
+                    || i.addresses
+                        .iter()
+                        .any(|a| a.split('/').next() == g.ipv4.as_deref()))
+        })
+    });
+    match here {
+        Some(g) => Choice::Gid(g),
+        None => {
+            let mut ndevs: Vec<String> = Vec::new();
+            for g in candidates {
+                let n = g.ndev.clone().unwrap_or_default();
+                if !ndevs.contains(&n) {
+                    ndevs.push(n);
+                }
+            }
+            Choice::NotHere(ndevs)
+        }
+    }
+}
+
+/// `runai` when RunAI's variables are present, `kubernetes` for other pods, `None` outside
+/// a pod.
 fn orchestrator(facts: &Facts) -> Option<&'static str> {
     let env = facts.get("/host/container/launcher_env");
     let has = |prefix: &str| env.is_some_and(|e| e.keys().any(|k| k.starts_with(prefix)));
@@ -153,190 +373,18 @@ fn orchestrator(facts: &Facts) -> Option<&'static str> {
     }
 }
 
-struct GidEntry {
-    index: u64,
-    gid: String,
-    gid_type: String,
-    ndev: Option<String>,
-    ipv4: Option<String>,
-}
-
-impl GidEntry {
-    fn is_v2(&self) -> bool {
-        self.gid_type.trim().eq_ignore_ascii_case("RoCE v2")
-    }
-
-    fn is_ipv4_mapped(&self) -> bool {
-        self.ipv4.is_some()
-            || self
-                .gid
-                .to_ascii_lowercase()
-                .starts_with(IPV4_MAPPED_PREFIX)
-    }
-}
-
-struct RocePort {
-    device: String,
-    port: String,
-    active: bool,
-    netdev: Option<String>,
-    gids: Vec<GidEntry>,
-}
-
-impl RocePort {
-    /// The lowest-index GID that is RoCE v2 and IPv4-mapped: what the seed's
-    /// `grep ffff … | grep 'RoCE v2'` one-liner selects.
-    fn v2_ipv4_gid(&self) -> Option<&GidEntry> {
-        self.gids
-            .iter()
-            .filter(|g| g.is_v2() && g.is_ipv4_mapped())
-            .min_by_key(|g| g.index)
-    }
-}
-
-fn names<'a>(ports: impl Iterator<Item = &'a RocePort>) -> String {
-    let mut out: Vec<&str> = Vec::new();
-    for p in ports {
-        if !out.contains(&p.device.as_str()) {
-            out.push(&p.device);
-        }
-    }
-    out.join(",")
-}
-
-fn str_field(v: Json<'_>, key: &str) -> Option<String> {
-    v.get(key).and_then(Json::as_str).map(str::to_string)
-}
-
-fn roce_ports(facts: &Facts) -> Vec<RocePort> {
-    let mut out = Vec::new();
-    for (device, dev) in facts.entries("/rdma/devices") {
-        let netdev = dev
-            .get("netdevs")
-            .and_then(|n| n.get(0))
-            .and_then(Json::as_str);
-        for (key, port) in dev.get("ports").map(entries).unwrap_or_default() {
-            if !str_field(port, "link_layer").is_some_and(|l| l.eq_ignore_ascii_case("ethernet")) {
-                continue;
-            }
-            let gids = port
-                .get("gids")
-                .map(entries)
-                .unwrap_or_default()
-                .into_iter()
-                .filter_map(|(_, g)| {
-                    Some(GidEntry {
-                        index: g.get("index").and_then(as_u64)?,
-                        gid: str_field(g, "gid")?,
-                        gid_type: str_field(g, "gid_type").unwrap_or_default(),
-                        ndev: str_field(g, "ndev"),
-                        ipv4: str_field(g, "ipv4"),
-                    })
-                })
-                .collect();
-            out.push(RocePort {
-                device: device.clone(),
-                port: port
-                    .get("port")
-                    .and_then(as_u64)
-                    .map(|p| p.to_string())
-                    .unwrap_or(key),
-                active: str_field(port, "state").as_deref() == Some("ACTIVE"),
-                netdev: netdev.map(str::to_string),
-                gids,
-            });
-        }
-    }
-    out
+/// Whether the facts come from inside a job's pod (a launcher set its variables) rather
+/// than from the agent's own pod.
+fn in_job_pod(facts: &Facts) -> bool {
+    let env = facts.get("/host/container/launcher_env");
+    env.is_some_and(|e| {
+        e.keys().any(|k| {
+            ["WORLD_SIZE", "RANK", "LOCAL_RANK", "JOB_UUID"].contains(&k)
+                || k.starts_with("RUNAI_")
+                || k.starts_with("TORCHELASTIC_")
+        })
+    })
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use heddle_plugin_sdk::serde_json::Value;
-    use heddle_plugin_sdk::serde_json::{self, json};
-
-    const SEED_003: &str = include_str!("../../../fixtures/runai-roce.json");
-
-    fn seed() -> Value {
-        serde_json::from_str(SEED_003).unwrap()
-    }
-
-    fn detect(v: &Value) -> Detection {
-        heddle_plugin_sdk::run::<RunaiRoce>(&v.to_string()).unwrap()
-    }
-
-    fn gids(f: &mut Value) -> &mut Vec<Value> {
-        f["rdma"]["devices"][0]["ports"][0]["gids"]
-            .as_array_mut()
-            .unwrap()
-    }
-
-    #[test]
-    fn picks_the_roce_v2_ipv4_gid_like_the_seed() {
-        let d = detect(&seed());
-        assert_eq!(d.trait_value("orchestrator"), Some("runai"));
-        assert_eq!(d.trait_value("rdma.fabric"), Some("roce"));
-        assert_eq!(d.env_value("NCCL_IB_HCA"), Some("mlx5_bond_0"));
-        // The seed: "For the pods I was running this was always port 9."
-        assert_eq!(d.env_value("NCCL_IB_GID_INDEX"), Some("9"));
-        assert_eq!(d.env_value("NCCL_SOCKET_IFNAME"), Some("net1"));
-        assert_eq!(d.env_value("NCCL_SOCKET_NTHREADS"), Some("4"));
-        assert_eq!(d.env_value("NCCL_NSOCKS_PERTHREAD"), Some("8"));
-        assert!(d.env.iter().all(|e| !e.reason.is_empty()));
-        assert!(d.warnings.is_empty(), "{:?}", d.warnings);
-    }
-
-    #[test]
-    fn gid_index_follows_the_data_not_a_constant() {
-        let mut f = seed();
-        gids(&mut f).retain(|g| g["index"] != 9);
-        gids(&mut f).push(
-            json!({"index": 5, "gid": "0000:0000:0000:0000:0000:ffff:0a14:1e07",
-            "gid_type": "RoCE v2", "ndev": "net1", "ipv4": null}),
-        );
-        assert_eq!(detect(&f).env_value("NCCL_IB_GID_INDEX"), Some("5"));
-    }
-
-    #[test]
-    fn warns_when_only_roce_v1_exists() {
-        let mut f = seed();
-        gids(&mut f).retain(|g| g["gid_type"] != "RoCE v2");
-        let d = detect(&f);
-        assert_eq!(d.env_value("NCCL_IB_GID_INDEX"), None);
-        assert!(
-            d.warnings.iter().any(|w| w.contains("only RoCE v1")),
-            "{:?}",
-            d.warnings
-        );
-    }
-
-    #[test]
-    fn inactive_port_is_not_recommended() {
-        let mut f = seed();
-        f["rdma"]["devices"][0]["ports"][0]["state"] = json!("DOWN");
-        let d = detect(&f);
-        assert!(d.env.is_empty());
-        assert!(d.warnings.iter().any(|w| w.contains("no ACTIVE port")));
-    }
-
-    #[test]
-    fn only_active_hcas_are_listed() {
-        let mut f = seed();
-        let mut second = f["rdma"]["devices"][0].clone();
-        second["name"] = json!("mlx5_bond_1");
-        second["ports"][0]["state"] = json!("DOWN");
-        f["rdma"]["devices"].as_array_mut().unwrap().push(second);
-        assert_eq!(detect(&f).env_value("NCCL_IB_HCA"), Some("mlx5_bond_0"));
-    }
-
-    #[test]
-    fn outside_a_pod_or_without_roce_it_does_not_apply() {
-        let mut f = seed();
-        f["host"]["container"] = json!({"runtime": null, "kubernetes": false, "launcher_env": {}});
-        assert!(detect(&f).is_empty());
-        let mut f = seed();
-        f["rdma"]["devices"][0]["ports"][0]["link_layer"] = json!("InfiniBand");
-        assert!(detect(&f).is_empty());
-    }
-}
+mod tests;

@@ -1,0 +1,147 @@
+//! `heddle env NODE --explain` and the plugin findings of `heddle nodes show`: where each
+//! variable came from and what it overrode, and every plugin's warnings in full.
+
+use heddle_types::plugins::PluginOutcome;
+use heddle_types::recommend::ExplainedVar;
+
+use crate::client::Client;
+use crate::commands::{encode, print_json};
+
+/// Prints each variable with its source, reason and the values it overrode.
+pub async fn env_explain(client: &Client, node: &str, json: bool) -> anyhow::Result<()> {
+    let vars: Vec<ExplainedVar> = client
+        .get(&format!("/api/v1/nodes/{}/env/explain", encode(node)))
+        .await?;
+    if json {
+        return print_json(&vars);
+    }
+    print!("{}", render_explain(node, &vars));
+    Ok(())
+}
+
+pub fn render_explain(node: &str, vars: &[ExplainedVar]) -> String {
+    if vars.is_empty() {
+        return format!(
+            "# no recommendations for {node}: no enabled plugin applies and no tuning profile \
+             covers it (`heddle nodes show {node}` lists the plugins' warnings)\n"
+        );
+    }
+    let mut out = String::new();
+    for v in vars {
+        out.push_str(&format!("{}={}\n", v.name, v.value));
+        out.push_str(&format!("    from      {}\n", v.source));
+        out.push_str(&format!("    because   {}\n", one_line(&v.reason)));
+        for o in &v.overridden {
+            let what = if o.value == v.value {
+                format!("same value from {}", o.source)
+            } else {
+                format!("{} from {} ({})", o.value, o.source, one_line(&o.reason))
+            };
+            out.push_str(&format!("    overrode  {what}\n"));
+        }
+    }
+    out
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Every plugin's warnings in full, and the plugins that failed (their rules did not run).
+pub async fn plugin_findings(client: &Client, node: &str) -> anyhow::Result<String> {
+    let outcomes: Vec<PluginOutcome> = client
+        .get(&format!("/api/v1/nodes/{}/plugins", encode(node)))
+        .await?;
+    Ok(render_findings(&outcomes))
+}
+
+pub fn render_findings(outcomes: &[PluginOutcome]) -> String {
+    let mut out = String::new();
+    for o in outcomes {
+        if let Some(err) = &o.error {
+            out.push_str(&format!(
+                "skipped  {}@{} failed, so none of its rules ran: {}\n",
+                o.plugin,
+                o.version,
+                one_line(err)
+            ));
+        }
+        let warnings = o
+            .output
+            .as_ref()
+            .and_then(|v| v.get("warnings"))
+            .and_then(|w| w.as_array())
+            .cloned()
+            .unwrap_or_default();
+        for w in warnings.iter().filter_map(|w| w.as_str()) {
+            out.push_str(&format!("warning  {}: {}\n", o.plugin, one_line(w)));
+        }
+    }
+    if out.is_empty() && !outcomes.is_empty() {
+        out.push_str("plugins: no warnings\n");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use heddle_types::recommend::OverriddenValue;
+
+    #[test]
+    fn explain_names_source_reason_and_what_lost() {
+        let vars = vec![ExplainedVar {
+            name: "NCCL_IB_HCA".into(),
+            value: "=mlx5_bond_0".into(),
+            source: "plugin:runai-roce@0.1.0".into(),
+            reason: "the RoCE devices\n  with an IPv4 GID".into(),
+            overridden: vec![
+                OverriddenValue {
+                    value: "=mlx5_0".into(),
+                    source: "plugin:dgx-affinity@0.1.0".into(),
+                    reason: "GPU-local".into(),
+                },
+                OverriddenValue {
+                    value: "=mlx5_bond_0".into(),
+                    source: "plugin:acme@1".into(),
+                    reason: "x".into(),
+                },
+            ],
+        }];
+        assert_eq!(
+            render_explain("n1", &vars),
+            "NCCL_IB_HCA==mlx5_bond_0\n    from      plugin:runai-roce@0.1.0\n    because   the RoCE \
+             devices with an IPv4 GID\n    overrode  =mlx5_0 from plugin:dgx-affinity@0.1.0 \
+             (GPU-local)\n    overrode  same value from plugin:acme@1\n"
+        );
+        assert!(render_explain("n1", &[]).contains("no recommendations for n1"));
+    }
+
+    #[test]
+    fn findings_list_every_warning_and_failure() {
+        let outcome =
+            |plugin: &str, output: Option<serde_json::Value>, error: Option<&str>| PluginOutcome {
+                node_id: uuid::Uuid::nil(),
+                hostname: "n1".into(),
+                plugin: plugin.into(),
+                version: "0.1.0".into(),
+                output,
+                error: error.map(str::to_string),
+                usage: serde_json::json!({}),
+                ran_at: chrono::Utc::now(),
+            };
+        let text = render_findings(&[
+            outcome(
+                "dgx-affinity",
+                Some(serde_json::json!({"warnings": ["mlx5_7 port 1 is DOWN", "GPU5 far"]})),
+                None,
+            ),
+            outcome("broken", None, Some("trap: boom [trap]")),
+        ]);
+        assert_eq!(
+            text,
+            "warning  dgx-affinity: mlx5_7 port 1 is DOWN\nwarning  dgx-affinity: GPU5 far\n\
+             skipped  broken@0.1.0 failed, so none of its rules ran: trap: boom [trap]\n"
+        );
+    }
+}
