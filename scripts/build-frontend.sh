@@ -4,9 +4,9 @@
 #
 # Plain cargo + wasm-bindgen: no trunk, no cargo-leptos and no wasm-opt (Debian's wasm-opt
 # is too old for the output of current rustc and corrupts it without a word).
-# Needs: rustup target add wasm32-unknown-unknown (added here when rustup is present).
-# wasm-bindgen-cli is installed from crates.io when missing or not the exact version the
-# frontend's Cargo.lock pins: the JS glue and the wasm must come from the same version.
+# Needs: the wasm32-unknown-unknown target and wasm-bindgen-cli at the version the
+# frontend's Cargo.lock pins (the JS glue and the wasm must come from the same version);
+# scripts/setup.sh installs both when missing.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -15,17 +15,8 @@ dist="$front/dist"
 target_dir="${CARGO_TARGET_DIR:-$front/target}"
 wasm="$target_dir/wasm32-unknown-unknown/release/heddle-frontend.wasm"
 
-if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown; then
-    rustup target add wasm32-unknown-unknown
-fi
-
-want="$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/version = |"/, ""); print; exit }' "$front/Cargo.lock")"
-[[ -n "$want" ]] || { echo "build-frontend: no wasm-bindgen version in $front/Cargo.lock" >&2; exit 1; }
-have="$(wasm-bindgen --version 2>/dev/null | awk '{ print $2 }' || true)"
-if [[ "$have" != "$want" ]]; then
-    echo "build-frontend: installing wasm-bindgen-cli $want (found: ${have:-none})" >&2
-    cargo install wasm-bindgen-cli --version "$want"
-fi
+# The wasm target and the wasm-bindgen-cli version frontend/Cargo.lock pins.
+"$repo/scripts/setup.sh" --only rust
 
 export CARGO_TARGET_DIR="$target_dir"
 cargo build --release --target wasm32-unknown-unknown --manifest-path "$front/Cargo.toml"

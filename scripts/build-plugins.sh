@@ -14,7 +14,7 @@ target_dir="${CARGO_TARGET_DIR:-$repo/plugins/target}"
 profile_dir="$target_dir/wasm32-wasip2/release"
 
 if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
-    echo "build-plugins: the wasm32-wasip2 target is missing; run: rustup target add wasm32-wasip2" >&2
+    echo "build-plugins: the wasm32-wasip2 target is missing; run: scripts/setup.sh (or rustup target add wasm32-wasip2)" >&2
     exit 1
 fi
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs the whole test suite: starts Postgres if needed, builds what the tests load (guest
+# Runs the whole test suite: installs the tools that are missing (scripts/setup.sh --test),
+# starts Postgres if needed, builds what the tests load (guest
 # plugins, the dashboard, the Docker images and the schemathesis venv for the fleet test),
 # then `cargo test` over the workspace and the guest plugin workspace. Every test makes its
 # own throwaway database. Extra arguments go to the workspace `cargo test`.
@@ -8,6 +9,8 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/heddle-target}
 step() { printf '\n== test.sh: %s (%s)\n' "$*" "$(date +%T)" >&2; }
+
+step "tools (scripts/setup.sh --test)"; scripts/setup.sh --test
 
 step "format and lints"
 for manifest in Cargo.toml plugins/Cargo.toml plugins/template/Cargo.toml frontend/Cargo.toml; do
@@ -24,6 +27,7 @@ step "guest plugins (wasm32-wasip2)"
 scripts/build-plugins.sh
 step "dashboard (wasm32-unknown-unknown + wasm-bindgen)"
 scripts/build-frontend.sh
+step "deployment files: Kustomize overlays, alert rules, dashboard, compose"; scripts/check-deploy.sh
 step "binaries, Docker images and schemathesis for the fleet test"
 HEDDLE_PROFILE=dev scripts/fleet-test.sh --prepare
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Brings Heddle up on this machine: Postgres (a project-local cluster when none answers),
-# the server with the dashboard, and an agent for this host. Prints the dashboard URL and
-# the admin token. Needs the wasm targets: rustup target add wasm32-wasip2 wasm32-unknown-unknown
+# Brings Heddle up on this machine: installs what is missing (scripts/setup.sh), then
+# Postgres (a project-local cluster when none answers), the server with the dashboard, and
+# an agent for this host. Waits until this host's node is registered, then prints the
+# dashboard URL and the admin token. Needs Debian 12 with rustup.
 # Stop everything with scripts/down.sh. Safe to run again: running parts are kept.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -13,6 +14,8 @@ profile=${HEDDLE_PROFILE:-dev}
 bindir="$CARGO_TARGET_DIR/$([[ $profile == dev ]] && echo debug || echo "$profile")"
 listen=${HEDDLE_LISTEN:-127.0.0.1:8080}
 url="http://$listen"
+
+scripts/setup.sh
 
 pg=$(scripts/pg-ensure.sh)
 db_url="${pg%/*}/heddle"
@@ -57,9 +60,19 @@ if ! alive "$state/agent.pid"; then
     echo $! >"$state/agent.pid"
 fi
 
+# The local node is up once the agent enrolled and sent its facts.
+host=$(hostname)
+for i in $(seq 1 120); do
+    curl -fsS -H "authorization: Bearer $admin" "$url/api/v1/nodes/$host" 2>/dev/null | grep -q '"facts_updated_at":"' && break
+    alive "$state/agent.pid" || { tail -n 20 "$state/agent.log" >&2; echo "up.sh: the agent stopped; see $state/agent.log" >&2; exit 1; }
+    [[ $i == 120 ]] && { echo "up.sh: node $host did not register within 60 s; see $state/agent.log" >&2; exit 1; }
+    sleep 0.5
+done
+
 cat <<MSG
 Heddle is up.
   dashboard:    $url/
+  local node:   $host
   API document: $url/api/v1/openapi.json
   admin token:  $admin
   CLI:          export HEDDLE_URL=$url HEDDLE_TOKEN=$admin; $bindir/heddle nodes ls

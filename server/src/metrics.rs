@@ -1,10 +1,19 @@
 //! Prometheus metrics. Request counters live in memory per replica; fleet gauges (agents
-//! online, jobs by state, the latest verdict and figure per node and test) are read from
-//! Postgres at scrape time so every replica reports the same truth.
+//! online, live jobs by state, the latest verdict and figures per node and test, heartbeat
+//! times, GPUs and RDMA ports from the facts, plugin errors) are read from Postgres at
+//! scrape time so every replica reports the same truth.
+//!
+//! Names carry base units (`_seconds`, `_bytes_per_second`), counters end in `_total`, and
+//! per-node series are labelled the way dcgm-exporter labels its own — `Hostname`, `gpu`
+//! (the index), `UUID`, and `device` for an HCA — so a query can join them with DCGM's.
+//! The body is OpenMetrics when the scraper asks for it, the Prometheus text format 0.0.4
+//! otherwise (docs/metrics.md).
 
+use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
+use axum::http::HeaderMap;
 use axum::middleware::Next;
 use axum::response::Response;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -12,9 +21,20 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Registry, Unit};
 
 use crate::AppState;
+
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Job states that describe work in flight; finished jobs are history, kept by the API.
+const LIVE_JOB_STATES: [heddle_types::jobs::JobState; 3] = [
+    heddle_types::jobs::JobState::Queued,
+    heddle_types::jobs::JobState::Leased,
+    heddle_types::jobs::JobState::Running,
+];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
@@ -33,18 +53,53 @@ pub struct StateLabels {
     pub state: String,
 }
 
+// Label names as dcgm-exporter spells them, so `on(Hostname)` joins work.
+#[allow(non_snake_case)]
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct HealthLabels {
-    pub node: String,
+pub struct HostLabels {
+    pub Hostname: String,
+}
+
+#[allow(non_snake_case)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TestLabels {
+    pub Hostname: String,
     pub test: String,
 }
 
+#[allow(non_snake_case)]
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct FigureLabels {
-    pub node: String,
+    pub Hostname: String,
     pub test: String,
-    pub metric: String,
+    /// `busbw` or `algbw`, as nccl-tests name them.
+    pub figure: String,
 }
+
+#[allow(non_snake_case)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GpuLabels {
+    pub Hostname: String,
+    pub gpu: String,
+    pub UUID: String,
+    pub model_name: String,
+}
+
+#[allow(non_snake_case)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PortLabels {
+    pub Hostname: String,
+    pub device: String,
+    pub port: String,
+    pub link_layer: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginLabels {
+    pub plugin: String,
+}
+
+type FloatGauge = Gauge<f64, AtomicU64>;
 
 pub struct Metrics {
     registry: Registry,
@@ -52,8 +107,14 @@ pub struct Metrics {
     latency: Family<RouteLabels, Histogram>,
     agents_online: Gauge,
     jobs: Family<StateLabels, Gauge>,
-    verdicts: Family<HealthLabels, Gauge>,
-    figures: Family<FigureLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    verdicts: Family<TestLabels, Gauge>,
+    bandwidth: Family<FigureLabels, FloatGauge>,
+    test_latency: Family<TestLabels, FloatGauge>,
+    socket_fallback: Family<TestLabels, Gauge>,
+    heartbeat: Family<HostLabels, FloatGauge>,
+    gpus: Family<GpuLabels, Gauge>,
+    rdma_ports: Family<PortLabels, Gauge>,
+    plugin_errors: Family<PluginLabels, Gauge>,
     /// Scrapes clear and refill the per-node families; one at a time.
     render_lock: tokio::sync::Mutex<()>,
 }
@@ -73,97 +134,306 @@ impl Metrics {
                 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
             ])
         });
-        let agents_online = Gauge::default();
-        let jobs = Family::<StateLabels, Gauge>::default();
-        registry.register("http_requests", "HTTP requests served", requests.clone());
-        registry.register(
-            "http_request_duration_seconds",
-            "HTTP request latency",
-            latency.clone(),
-        );
-        registry.register(
-            "agents_online",
-            "Agents that heartbeated within 2.5 intervals",
-            agents_online.clone(),
-        );
-        registry.register("jobs", "Jobs by state", jobs.clone());
-        let verdicts = Family::<HealthLabels, Gauge>::default();
-        let figures = Family::<FigureLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
-        registry.register(
-            "health_verdict",
-            "Latest verdict per node and test: 0 pass, 1 warn, 2 fail, -1 unknown",
-            verdicts.clone(),
-        );
-        registry.register("health_figure", "Headline figure of the latest judged result per node and test (GB/s, or µs for time_us)", figures.clone());
-        Metrics {
-            registry,
+        let m = Metrics {
+            registry: Registry::default(),
             requests,
             latency,
-            agents_online,
-            jobs,
-            verdicts,
-            figures,
+            agents_online: Gauge::default(),
+            jobs: Family::default(),
+            verdicts: Family::default(),
+            bandwidth: Family::default(),
+            test_latency: Family::default(),
+            socket_fallback: Family::default(),
+            heartbeat: Family::default(),
+            gpus: Family::default(),
+            rdma_ports: Family::default(),
+            plugin_errors: Family::default(),
             render_lock: tokio::sync::Mutex::new(()),
-        }
+        };
+        let bytes_per_second = || Unit::Other("bytes_per_second".into());
+        let r = &mut registry;
+        r.register("http_requests", "HTTP requests served", m.requests.clone());
+        r.register_with_unit(
+            "http_request_duration",
+            "HTTP request latency",
+            Unit::Seconds,
+            m.latency.clone(),
+        );
+        r.register(
+            "agents_online",
+            "Agents that heartbeated within 2.5 intervals",
+            m.agents_online.clone(),
+        );
+        r.register("jobs", "Jobs queued, leased or running now", m.jobs.clone());
+        r.register(
+            "health_verdict",
+            "Latest verdict per node and test: 0 pass, 1 warn, 2 fail, -1 unknown",
+            m.verdicts.clone(),
+        );
+        r.register_with_unit(
+            "result_bandwidth",
+            "Headline bandwidth of the latest judged result per node and test (busbw or algbw at the largest size)",
+            bytes_per_second(),
+            m.bandwidth.clone(),
+        );
+        r.register_with_unit(
+            "result_latency",
+            "Headline latency of the latest judged result per node and test (at the smallest size)",
+            Unit::Seconds,
+            m.test_latency.clone(),
+        );
+        r.register(
+            "result_nccl_socket",
+            "1 when the latest NCCL result per node and test ran over NCCL's socket transport, 0 over IB/RoCE",
+            m.socket_fallback.clone(),
+        );
+        r.register_with_unit(
+            "agent_last_heartbeat_timestamp",
+            "Unix time of the node's agent's latest heartbeat",
+            Unit::Seconds,
+            m.heartbeat.clone(),
+        );
+        r.register(
+            "node_gpu_info",
+            "A GPU in the node's latest facts: gpu (the index) and UUID as dcgm-exporter labels them, and its model",
+            m.gpus.clone(),
+        );
+        r.register(
+            "node_rdma_port_active",
+            "1 when an HCA port in the node's latest facts is ACTIVE, else 0",
+            m.rdma_ports.clone(),
+        );
+        r.register(
+            "plugin_errors",
+            "Nodes whose latest evaluation by an enabled plugin ended in an error",
+            m.plugin_errors.clone(),
+        );
+        Metrics { registry, ..m }
     }
 
-    /// Refreshes the database-derived gauges and renders the text exposition format.
-    pub async fn render(&self, state: &AppState) -> Result<String, sqlx::Error> {
+    /// Refreshes the database-derived gauges and renders them in the format the scraper
+    /// asked for; returns the content type and the body.
+    pub async fn render(
+        &self,
+        state: &AppState,
+        headers: &HeaderMap,
+    ) -> Result<(&'static str, String), sqlx::Error> {
         let _one_at_a_time = self.render_lock.lock().await;
+        self.refresh(state).await?;
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String");
+        Ok(if wants_openmetrics(headers) {
+            (OPENMETRICS_CONTENT_TYPE, out)
+        } else {
+            (TEXT_CONTENT_TYPE, openmetrics_to_text(&out))
+        })
+    }
+
+    async fn refresh(&self, state: &AppState) -> Result<(), sqlx::Error> {
+        let db = &state.db;
         let online_within = state.config.heartbeat_interval().as_secs_f64() * 2.5;
         let (online,): (i64,) = sqlx::query_as(
             "SELECT count(*) FROM agents WHERE revoked_at IS NULL
              AND last_heartbeat_at > now() - make_interval(secs => $1)",
         )
         .bind(online_within)
-        .fetch_one(&state.db)
+        .fetch_one(db)
         .await?;
         self.agents_online.set(online);
+
+        let live: Vec<&str> = LIVE_JOB_STATES.iter().map(|s| s.as_str()).collect();
         let rows: Vec<(String, i64)> =
-            sqlx::query_as("SELECT state, count(*) FROM jobs GROUP BY state")
-                .fetch_all(&state.db)
+            sqlx::query_as("SELECT state, count(*) FROM jobs WHERE state = ANY($1) GROUP BY state")
+                .bind(&live)
+                .fetch_all(db)
                 .await?;
-        for st in heddle_types::jobs::JobState::ALL {
-            let n = rows
-                .iter()
-                .find(|(s, _)| s == st.as_str())
-                .map_or(0, |(_, n)| *n);
+        for st in live {
+            let n = rows.iter().find(|(s, _)| s == st).map_or(0, |(_, n)| *n);
             self.jobs
-                .get_or_create(&StateLabels {
-                    state: st.as_str().to_string(),
-                })
+                .get_or_create(&StateLabels { state: st.into() })
                 .set(n);
         }
-        // Latest per node and test only, and rebuilt each scrape: a deleted node's series go.
-        let lines = crate::health::store::latest_lines(&state.db).await?;
+
+        // Per-node families are rebuilt each scrape: a deleted node's series go.
         self.verdicts.clear();
-        self.figures.clear();
-        for l in lines {
+        self.bandwidth.clear();
+        self.test_latency.clear();
+        self.socket_fallback.clear();
+        for l in crate::health::store::latest_lines(db).await? {
             let verdict = l
                 .verdict
                 .parse::<heddle_types::health::Verdict>()
                 .unwrap_or(heddle_types::health::Verdict::Unknown);
-            self.verdicts
-                .get_or_create(&HealthLabels {
-                    node: l.hostname.clone(),
-                    test: l.test.clone(),
-                })
-                .set(verdict.gauge());
-            if let (Some(metric), Some(value)) = (l.metric, l.value) {
-                self.figures
-                    .get_or_create(&FigureLabels {
-                        node: l.hostname,
-                        test: l.test,
-                        metric,
-                    })
-                    .set(value);
+            let labels = TestLabels {
+                Hostname: l.hostname.clone(),
+                test: l.test.clone(),
+            };
+            self.verdicts.get_or_create(&labels).set(verdict.gauge());
+            if let Some(network) = &l.nccl_network {
+                let socket = network.eq_ignore_ascii_case("socket");
+                self.socket_fallback
+                    .get_or_create(&labels)
+                    .set(i64::from(socket));
+            }
+            match (l.metric.as_deref().and_then(base_unit), l.value) {
+                (Some(Figure::Bandwidth(figure)), Some(v)) => {
+                    self.bandwidth
+                        .get_or_create(&FigureLabels {
+                            Hostname: l.hostname,
+                            test: l.test,
+                            figure: figure.into(),
+                        })
+                        .set(v * 1e9);
+                }
+                (Some(Figure::Latency), Some(v)) => {
+                    self.test_latency.get_or_create(&labels).set(v * 1e-6);
+                }
+                _ => {}
             }
         }
-        let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry)
-            .expect("writing to a String");
-        Ok(out)
+
+        self.heartbeat.clear();
+        let beats: Vec<(String, f64)> = sqlx::query_as(
+            "SELECT n.hostname, extract(epoch FROM max(a.last_heartbeat_at))::float8
+             FROM agents a JOIN nodes n ON n.id = a.node_id
+             WHERE a.revoked_at IS NULL AND a.last_heartbeat_at IS NOT NULL
+             GROUP BY n.hostname",
+        )
+        .fetch_all(db)
+        .await?;
+        for (host, at) in beats {
+            self.heartbeat
+                .get_or_create(&HostLabels { Hostname: host })
+                .set(at);
+        }
+
+        self.gpus.clear();
+        let gpus: Vec<(String, String, String, String)> = sqlx::query_as(
+            "SELECT n.hostname, coalesce(g->>'index', ''), coalesce(g->>'uuid', ''),
+                    coalesce(g->>'name', '')
+             FROM nodes n, jsonb_array_elements(coalesce(n.facts->'gpus', '[]')) g
+             WHERE jsonb_typeof(n.facts->'gpus') = 'array'",
+        )
+        .fetch_all(db)
+        .await?;
+        for (host, gpu, uuid, model) in gpus {
+            self.gpus
+                .get_or_create(&GpuLabels {
+                    Hostname: host,
+                    gpu,
+                    UUID: uuid,
+                    model_name: model,
+                })
+                .set(1);
+        }
+
+        self.rdma_ports.clear();
+        let ports: Vec<(String, String, String, String, bool)> = sqlx::query_as(
+            "SELECT n.hostname, coalesce(d->>'name', ''), coalesce(p->>'port', ''),
+                    coalesce(p->>'link_layer', ''), coalesce(p->>'state' = 'ACTIVE', false)
+             FROM nodes n,
+                  jsonb_array_elements(coalesce(n.facts->'rdma'->'devices', '[]')) d,
+                  jsonb_array_elements(coalesce(d->'ports', '[]')) p
+             WHERE jsonb_typeof(n.facts->'rdma'->'devices') = 'array'
+               AND jsonb_typeof(d->'ports') = 'array'",
+        )
+        .fetch_all(db)
+        .await?;
+        for (host, device, port, link_layer, active) in ports {
+            self.rdma_ports
+                .get_or_create(&PortLabels {
+                    Hostname: host,
+                    device,
+                    port,
+                    link_layer,
+                })
+                .set(i64::from(active));
+        }
+
+        self.plugin_errors.clear();
+        let errors: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT p.name, count(r.node_id) FILTER (WHERE r.error IS NOT NULL)
+             FROM plugins p LEFT JOIN plugin_results r ON r.plugin_id = p.id
+             WHERE p.enabled GROUP BY p.name",
+        )
+        .fetch_all(db)
+        .await?;
+        for (plugin, n) in errors {
+            self.plugin_errors
+                .get_or_create(&PluginLabels { plugin })
+                .set(n);
+        }
+        Ok(())
     }
+}
+
+enum Figure {
+    Bandwidth(&'static str),
+    Latency,
+}
+
+/// What a verdict's metric (`busbw_gbs`, `algbw_gbs`, `time_us`) becomes in base units.
+fn base_unit(metric: &str) -> Option<Figure> {
+    match metric {
+        "busbw_gbs" => Some(Figure::Bandwidth("busbw")),
+        "algbw_gbs" => Some(Figure::Bandwidth("algbw")),
+        "time_us" => Some(Figure::Latency),
+        _ => None,
+    }
+}
+
+/// True when the Accept header names OpenMetrics (what Prometheus sends first).
+pub fn wants_openmetrics(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(axum::http::header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|part| {
+            let mut it = part.split(';').map(str::trim);
+            let media = it.next()?;
+            // An explicit q=0 refuses the type.
+            let refused = it.any(|p| {
+                p.strip_prefix("q=")
+                    .and_then(|q| q.parse::<f32>().ok())
+                    .is_some_and(|q| q <= 0.0)
+            });
+            (!refused).then_some(media)
+        })
+        .any(|media| media.eq_ignore_ascii_case("application/openmetrics-text"))
+}
+
+/// Turns the OpenMetrics exposition into the Prometheus text format 0.0.4: counters are
+/// declared under their `_total` name, and `# UNIT` and `# EOF` lines go.
+pub fn openmetrics_to_text(om: &str) -> String {
+    let mut counters = std::collections::HashSet::new();
+    for line in om.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ")
+            && let Some(name) = rest.strip_suffix(" counter")
+        {
+            counters.insert(name.to_string());
+        }
+    }
+    let mut out = String::with_capacity(om.len());
+    for line in om.lines() {
+        if line.starts_with("# UNIT ") || line == "# EOF" {
+            continue;
+        }
+        let rewritten = ["# HELP ", "# TYPE "].iter().find_map(|prefix| {
+            let rest = line.strip_prefix(prefix)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters
+                .contains(name)
+                .then(|| format!("{prefix}{name}_total {tail}"))
+        });
+        match rewritten {
+            Some(l) => out.push_str(&l),
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
 }
 
 /// Middleware counting and timing every request by its route template (not the raw path,
@@ -190,4 +460,73 @@ pub async fn track(State(state): State<AppState>, req: Request, next: Next) -> R
         })
         .inc();
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn accept(v: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(axum::http::header::ACCEPT, v.parse().unwrap());
+        h
+    }
+
+    #[test]
+    fn openmetrics_only_when_asked() {
+        // What Prometheus 2.x sends.
+        assert!(wants_openmetrics(&accept(
+            "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+        )));
+        assert!(!wants_openmetrics(&accept("text/plain;version=0.0.4")));
+        assert!(!wants_openmetrics(&accept("*/*")));
+        assert!(!wants_openmetrics(&HeaderMap::new()));
+        assert!(!wants_openmetrics(&accept(
+            "application/openmetrics-text;q=0, text/plain"
+        )));
+    }
+
+    #[test]
+    fn text_format_names_counters_with_total_and_drops_openmetrics_lines() {
+        let mut registry = Registry::with_prefix("heddle");
+        let c: Counter = Counter::default();
+        c.inc();
+        registry.register("http_requests", "HTTP requests served", c);
+        let g: Gauge<f64, AtomicU64> = Gauge::default();
+        g.set(1.5);
+        registry.register_with_unit("result_latency", "x", Unit::Seconds, g);
+        let mut om = String::new();
+        prometheus_client::encoding::text::encode(&mut om, &registry).unwrap();
+        assert!(om.contains("# TYPE heddle_http_requests counter"), "{om}");
+        assert!(om.ends_with("# EOF\n"), "{om}");
+        let text = openmetrics_to_text(&om);
+        assert!(
+            text.contains("# TYPE heddle_http_requests_total counter"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# HELP heddle_http_requests_total HTTP requests served"),
+            "{text}"
+        );
+        assert!(text.contains("heddle_http_requests_total 1"), "{text}");
+        assert!(text.contains("heddle_result_latency_seconds 1.5"), "{text}");
+        assert!(
+            !text.contains("# UNIT") && !text.contains("# EOF"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn figures_become_base_units() {
+        assert!(matches!(
+            base_unit("busbw_gbs"),
+            Some(Figure::Bandwidth("busbw"))
+        ));
+        assert!(matches!(
+            base_unit("algbw_gbs"),
+            Some(Figure::Bandwidth("algbw"))
+        ));
+        assert!(matches!(base_unit("time_us"), Some(Figure::Latency)));
+        assert!(base_unit("wrong").is_none());
+    }
 }

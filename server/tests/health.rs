@@ -220,20 +220,20 @@ async fn a_degraded_node_fails_a_slower_one_warns_and_the_others_pass() {
     assert_eq!(s, StatusCode::OK);
     let text = text.as_str().unwrap();
     assert!(
-        text.contains(r#"heddle_health_verdict{node="h4",test="nccl.all_reduce"} 2"#),
+        text.contains(r#"heddle_health_verdict{Hostname="h4",test="nccl.all_reduce"} 2"#),
         "{text}"
     );
     assert!(
-        text.contains(r#"heddle_health_verdict{node="h5",test="nccl.all_reduce"} 1"#),
+        text.contains(r#"heddle_health_verdict{Hostname="h5",test="nccl.all_reduce"} 1"#),
         "{text}"
     );
     assert!(
-        text.contains(r#"heddle_health_verdict{node="h1",test="nccl.all_reduce"} 0"#),
+        text.contains(r#"heddle_health_verdict{Hostname="h1",test="nccl.all_reduce"} 0"#),
         "{text}"
     );
     assert!(
         text.contains(
-            r#"heddle_health_figure{node="h4",test="nccl.all_reduce",metric="busbw_gbs"} 250"#
+            r#"heddle_result_bandwidth_bytes_per_second{Hostname="h4",test="nccl.all_reduce",figure="busbw"} 250000000000"#
         ),
         "{text}"
     );

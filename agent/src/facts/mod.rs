@@ -46,7 +46,13 @@ pub struct CollectOptions {
     pub nvml_library: Option<String>,
     pub verbs_library: String,
     pub nccl_library: String,
+    /// The host's /etc when the agent runs in a container (`HEDDLE_HOST_ETC`, e.g.
+    /// `/host/etc`): os-release and waagent.conf are read there.
+    pub host_etc: Option<PathBuf>,
 }
+
+/// Read by every command that collects facts, like `HEDDLE_NCCL_LIBRARY`.
+pub const HOST_ETC_ENV: &str = "HEDDLE_HOST_ETC";
 
 impl Default for CollectOptions {
     fn default() -> Self {
@@ -54,7 +60,14 @@ impl Default for CollectOptions {
             root: PathBuf::from("/"),
             nvml_library: None,
             verbs_library: verbs::DEFAULT_LIBRARY.into(),
-            nccl_library: software::DEFAULT_NCCL_LIBRARY.into(),
+            // The same library the NCCL runner would load.
+            nccl_library: std::env::var(crate::runner::nccl::loader::LIBRARY_ENV)
+                .ok()
+                .filter(|p| !p.is_empty())
+                .unwrap_or_else(|| software::DEFAULT_NCCL_LIBRARY.into()),
+            host_etc: std::env::var_os(HOST_ETC_ENV)
+                .filter(|p| !p.is_empty())
+                .map(PathBuf::from),
         }
     }
 }
@@ -95,7 +108,7 @@ pub fn command(args: FactsArgs) -> anyhow::Result<()> {
 /// module docs for what is consulted when.
 pub fn collect(opts: &CollectOptions) -> NodeFacts {
     let collected_at = chrono::Utc::now();
-    let mut root = sysfs::Root::new(&opts.root);
+    let mut root = sysfs::Root::new(&opts.root).with_etc(opts.host_etc.clone());
     let live = root.is_live();
 
     let env = host::environment(&mut root);
@@ -193,5 +206,31 @@ mod tests {
         assert_eq!(facts_sha256(&a), facts_sha256(&b));
         a.host.hostname = "b".into();
         assert_ne!(facts_sha256(&a), facts_sha256(&b));
+    }
+
+    #[test]
+    fn host_etc_is_read_instead_of_the_containers() {
+        let dir = tempfile::tempdir().unwrap();
+        let (root, host_etc) = (dir.path().join("root"), dir.path().join("host-etc"));
+        std::fs::create_dir_all(root.join("etc")).unwrap();
+        std::fs::create_dir_all(&host_etc).unwrap();
+        std::fs::write(
+            root.join("etc/os-release"),
+            "ID=debian\nVERSION_ID=\"12\"\n",
+        )
+        .unwrap();
+        std::fs::write(
+            host_etc.join("os-release"),
+            "ID=ubuntu\nVERSION_ID=\"22.04\"\n",
+        )
+        .unwrap();
+        std::fs::write(host_etc.join("waagent.conf"), "OS.EnableRDMA=y\n").unwrap();
+        let mut opts = CollectOptions::for_root(&root);
+        assert_eq!(collect(&opts).host.os.id.as_deref(), Some("debian"));
+        opts.host_etc = Some(host_etc);
+        let facts = collect(&opts);
+        assert_eq!(facts.host.os.id.as_deref(), Some("ubuntu"));
+        assert_eq!(facts.host.os.version_id.as_deref(), Some("22.04"));
+        assert_eq!(facts.host.azure_enable_rdma, Some(true));
     }
 }

@@ -35,6 +35,8 @@ impl ReadError {
 #[derive(Debug)]
 pub struct Root {
     base: PathBuf,
+    /// Where `etc/...` is read instead, e.g. the host's /etc mounted at /host/etc.
+    etc: Option<PathBuf>,
     errors: Vec<FactError>,
 }
 
@@ -42,8 +44,15 @@ impl Root {
     pub fn new(base: impl Into<PathBuf>) -> Self {
         Root {
             base: base.into(),
+            etc: None,
             errors: Vec::new(),
         }
+    }
+
+    /// Reads `etc/...` from `dir`: a container's own /etc says nothing about its host.
+    pub fn with_etc(mut self, dir: Option<PathBuf>) -> Self {
+        self.etc = dir;
+        self
     }
 
     /// True when reading the live machine rather than a copy.
@@ -52,7 +61,11 @@ impl Root {
     }
 
     pub fn path(&self, rel: &str) -> PathBuf {
-        self.base.join(rel.trim_start_matches('/'))
+        let rel = rel.trim_start_matches('/');
+        match (&self.etc, rel.strip_prefix("etc/")) {
+            (Some(etc), Some(rest)) => etc.join(rest),
+            _ => self.base.join(rel),
+        }
     }
 
     pub fn exists(&self, rel: &str) -> bool {

@@ -46,7 +46,18 @@ pub(super) async fn heartbeat_loop(agent: Arc<Agent>) -> Result<Infallible, Life
                 delay
             }
         };
+        touch_alive(&agent.identity_path);
         tokio::time::sleep(delay).await;
+    }
+}
+
+/// Touches `alive` beside the identity after every heartbeat attempt, reachable server or
+/// not: a container liveness probe reads its age, so a stuck agent is restarted and a
+/// server outage restarts nothing.
+fn touch_alive(identity: &std::path::Path) {
+    let path = identity.with_file_name("alive");
+    if let Err(e) = std::fs::File::create(&path) {
+        tracing::debug!(path = %path.display(), error = %e, "cannot touch the liveness file");
     }
 }
 

@@ -9,6 +9,7 @@
 pub mod env;
 pub mod environ;
 pub mod fail;
+pub mod gpu_busy;
 pub mod memcpy;
 pub mod nccl;
 pub mod p2p;
@@ -48,6 +49,8 @@ pub type RunFn = fn(&ChildInput, &mut Sink<'_>) -> Result<(), RunError>;
 pub struct Kind {
     pub name: &'static str,
     pub run: RunFn,
+    /// Runs on the GPUs: deferred while another process uses them ([`gpu_busy`]).
+    pub gpu: bool,
 }
 
 /// The built-in job kinds.
@@ -59,34 +62,42 @@ pub const KINDS: &[Kind] = &[
     Kind {
         name: "memcpy",
         run: memcpy::run,
+        gpu: false,
     },
     Kind {
         name: "nccl",
         run: nccl::run,
+        gpu: true,
     },
     Kind {
         name: "p2p",
         run: p2p::run,
+        gpu: true,
     },
     Kind {
         name: "sweep",
         run: sweep::run,
+        gpu: true,
     },
     Kind {
         name: "ucx",
         run: ucx::run,
+        gpu: false,
     },
     Kind {
         name: "rdma",
         run: rdma::run,
+        gpu: false,
     },
     Kind {
         name: "sleep",
         run: sleep::run,
+        gpu: false,
     },
     Kind {
         name: "fail",
         run: fail::run,
+        gpu: false,
     },
 ];
 
@@ -118,7 +129,11 @@ pub fn child_command(_args: ChildArgs) -> ExitCode {
     };
     let mut stdout = std::io::stdout().lock();
     let mut emitter: Sink<'_> = Emitter::new(&mut stdout);
-    match (kind.run)(&input, &mut emitter) {
+    let outcome = match kind.gpu.then(gpu_busy::check).flatten() {
+        Some(reason) => Err(RunError::Skip(reason)),
+        None => (kind.run)(&input, &mut emitter),
+    };
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(RunError::Skip(reason)) => {
             eprintln!("skipped: {reason}");

@@ -24,15 +24,13 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     }
 }
 
-/// Prometheus metrics in text format.
-#[utoipa::path(get, path = "/metrics", tag = "health", responses((status = 200, description = "Prometheus text format")))]
-pub async fn metrics(State(state): State<AppState>) -> ApiResult<impl IntoResponse> {
-    let body = state.metrics.render(&state).await?;
-    Ok((
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        body,
-    ))
+/// Prometheus metrics: OpenMetrics when the Accept header asks for it, else the text
+/// format 0.0.4.
+#[utoipa::path(get, path = "/metrics", tag = "health", responses((status = 200, description = "OpenMetrics or Prometheus text format")))]
+pub async fn metrics(
+    State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
+) -> ApiResult<impl IntoResponse> {
+    let (content_type, body) = state.metrics.render(&state, &headers).await?;
+    Ok(([(header::CONTENT_TYPE, content_type)], body))
 }

@@ -134,12 +134,15 @@ pub struct LatestLine {
     pub verdict: String,
     pub metric: Option<String>,
     pub value: Option<f64>,
+    /// NCCL's network for that result (`IB`, `Socket`), when its log said.
+    pub nccl_network: Option<String>,
 }
 
 pub async fn latest_lines(db: &PgPool) -> Result<Vec<LatestLine>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT DISTINCT ON (v.node_id, v.test) n.hostname, v.test, v.verdict, v.metric, v.value
-         FROM verdicts v JOIN nodes n ON n.id = v.node_id
+        "SELECT DISTINCT ON (v.node_id, v.test) n.hostname, v.test, v.verdict, v.metric, v.value,
+                r.summary->>'nccl_network' AS nccl_network
+         FROM verdicts v JOIN nodes n ON n.id = v.node_id JOIN results r ON r.id = v.result_id
          ORDER BY v.node_id, v.test, v.judged_at DESC",
     )
     .fetch_all(db)

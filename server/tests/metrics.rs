@@ -1,0 +1,249 @@
+//! `/metrics` as Prometheus and dcgm-exporter users read it: base units, dcgm-exporter's
+//! label names, live jobs only, OpenMetrics on request, and a body `promtool check
+//! metrics` accepts.
+
+mod common;
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use common::*;
+use heddle_server::testing::TestServer;
+use reqwest::{Method, StatusCode};
+use serde_json::json;
+
+async fn scrape(api: &Api, accept: Option<&str>) -> (String, String) {
+    let mut req = api.http.get(format!("{}/metrics", api.base));
+    if let Some(a) = accept {
+        req = req.header("accept", a);
+    }
+    let resp = req.send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let ct = resp.headers()["content-type"].to_str().unwrap().to_string();
+    (ct, resp.text().await.unwrap())
+}
+
+/// Runs `promtool check metrics` on the body; panics with its findings.
+fn promtool_accepts(body: &str) {
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("cannot run promtool ({e}); install it: apt-get install prometheus (or scripts/setup.sh --test)")
+        });
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let findings = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && findings.trim().is_empty(),
+        "promtool check metrics: {findings}\n{body}"
+    );
+}
+
+/// Starts a one-node run of `spec` on dgx15, claims its job as `agent` and uploads `body`.
+async fn run_and_upload(
+    api: &Api,
+    server: &TestServer,
+    agent: &FakeAgent,
+    mut spec: serde_json::Value,
+    body: serde_json::Value,
+) {
+    spec["nodes"] = json!(["dgx15"]);
+    server.start_run(spec).await;
+    let (s, lease) = api
+        .call(
+            Method::POST,
+            "/api/v1/agent/jobs/claim",
+            Some(&agent.credential),
+            None,
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{lease}");
+    let job = lease["job_id"].as_str().unwrap();
+    let (s, up) = api
+        .post(
+            &format!("/api/v1/agent/jobs/{job}/result"),
+            &agent.credential,
+            body,
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{up}");
+}
+
+#[tokio::test]
+async fn metrics_use_base_units_dcgm_labels_and_pass_promtool() {
+    let server = TestServer::start().await;
+    let api = Api::new(&server);
+    let agent = enroll(&api, &server, "dgx15").await;
+    let mut facts = fixture_facts("dgx1");
+    facts["gpus"][0]["uuid"] = json!("GPU-3f2e6b1c-0000-1111-2222-333344445555");
+    facts["rdma"]["devices"][1]["ports"][0]["state"] = json!("DOWN");
+    let (s, body) = api
+        .call(
+            Method::PUT,
+            "/api/v1/agent/facts",
+            Some(&agent.credential),
+            Some(facts),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    let (s, body) = api
+        .post(
+            "/api/v1/agent/heartbeat",
+            &agent.credential,
+            json!({"running_jobs": []}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+
+    // A finished NCCL run over sockets, an RDMA latency run, a queued memcpy.
+    let mut nccl = result_body("dgx15-nccl", "succeeded");
+    nccl["summary"] = json!({"nccl_network": "Socket"});
+    run_and_upload(
+        &api,
+        &server,
+        &agent,
+        json!({"kind": "nccl", "params": {}}),
+        nccl,
+    )
+    .await;
+    let mut lat = result_body("dgx15-lat", "succeeded");
+    lat["rows"] = json!([{"size_bytes": 2, "op": "ib_write_lat", "time_us": 1.5, "wrong": 0}]);
+    let spec = json!({"kind": "rdma", "params": {"test": "ib_write_lat"}});
+    run_and_upload(&api, &server, &agent, spec, lat).await;
+    server
+        .start_run(json!({"kind": "memcpy", "params": {}, "nodes": ["dgx15"]}))
+        .await;
+    // An enabled plugin that fails nowhere yet.
+    let (s, body) = api
+        .raw(
+            Method::POST,
+            "/api/v1/plugins/runai-roce/versions/0.1.0",
+            Some(&server.admin_token),
+            "application/wasm",
+            dist("runai-roce"),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{body}");
+    let (s, body) = api
+        .post(
+            "/api/v1/plugins/runai-roce/enable",
+            &server.admin_token,
+            json!({}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+
+    let (ct, text) = scrape(&api, None).await;
+    assert_eq!(ct, "text/plain; version=0.0.4; charset=utf-8");
+    for want in [
+        "# TYPE heddle_http_requests_total counter",
+        r#"heddle_jobs{state="queued"} 1"#,
+        r#"heddle_jobs{state="running"} 0"#,
+        r#"heddle_health_verdict{Hostname="dgx15",test="nccl.all_reduce"} "#,
+        r#"heddle_result_nccl_socket{Hostname="dgx15",test="nccl.all_reduce"} 1"#,
+        r#"heddle_agent_last_heartbeat_timestamp_seconds{Hostname="dgx15"} "#,
+        r#"heddle_plugin_errors{plugin="runai-roce"} 0"#,
+        r#"heddle_node_gpu_info{Hostname="dgx15",gpu="0",UUID="GPU-3f2e6b1c-0000-1111-2222-333344445555",model_name="Tesla V100-SXM2-32GB"} 1"#,
+        r#"heddle_node_rdma_port_active{Hostname="dgx15",device="mlx5_0",port="1",link_layer="InfiniBand"} 1"#,
+        r#"heddle_node_rdma_port_active{Hostname="dgx15",device="mlx5_1",port="1",link_layer="InfiniBand"} 0"#,
+    ] {
+        assert!(text.contains(want), "missing {want}:\n{text}");
+    }
+    // Finished jobs are history, not a gauge that grows forever.
+    assert!(
+        !text.contains(r#"heddle_jobs{state="succeeded"}"#),
+        "{text}"
+    );
+    assert_eq!(
+        text.matches("heddle_node_gpu_info{").count(),
+        8,
+        "one series per GPU: {text}"
+    );
+    let value = |series: &str| -> f64 {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+            .unwrap_or_else(|| panic!("no {series} in:\n{text}"));
+        line[series.len()..].trim().parse().unwrap()
+    };
+    // 52.4 GB/s at the largest size and 1.5 µs, in base units.
+    let busbw = value(
+        r#"heddle_result_bandwidth_bytes_per_second{Hostname="dgx15",test="nccl.all_reduce",figure="busbw"}"#,
+    );
+    assert!((busbw - 52.4e9).abs() < 1.0, "{busbw}");
+    let lat = value(r#"heddle_result_latency_seconds{Hostname="dgx15",test="rdma.ib_write_lat"}"#);
+    assert!((lat - 1.5e-6).abs() < 1e-12, "{lat}");
+    let beat = value(r#"heddle_agent_last_heartbeat_timestamp_seconds{Hostname="dgx15"}"#);
+    let now = chrono::Utc::now().timestamp() as f64;
+    assert!((now - beat).abs() < 60.0, "heartbeat at {beat}, now {now}");
+    promtool_accepts(&text);
+    rules_and_dashboard_use_exported_metrics(&text);
+
+    // What Prometheus asks for first.
+    let (ct, om) = scrape(
+        &api,
+        Some("application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"),
+    )
+    .await;
+    assert_eq!(
+        ct,
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    );
+    assert!(om.ends_with("# EOF\n"), "{om}");
+    assert!(om.contains("# TYPE heddle_http_requests counter"), "{om}");
+    assert!(
+        om.contains("# UNIT heddle_result_bandwidth_bytes_per_second bytes_per_second"),
+        "{om}"
+    );
+}
+
+/// Every `heddle_*` metric the alert rules and the Grafana dashboard query is one this
+/// server declares (a renamed metric would otherwise leave a panel blank and an alert mute).
+fn rules_and_dashboard_use_exported_metrics(text: &str) {
+    let declared: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy/kustomize/components/monitoring");
+    for file in ["prometheusrule.yaml", "grafana-dashboard.json"] {
+        let body = std::fs::read_to_string(dir.join(file)).unwrap();
+        let mut used: Vec<&str> = body
+            .match_indices("heddle_")
+            .map(|(i, _)| {
+                let rest = &body[i..];
+                let end = rest
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .unwrap_or(rest.len());
+                &rest[..end]
+            })
+            .collect();
+        used.sort_unstable();
+        used.dedup();
+        assert!(used.len() >= 5, "{file} names few metrics: {used:?}");
+        for name in used {
+            let family = ["_bucket", "_count", "_sum"]
+                .iter()
+                .find_map(|s| name.strip_suffix(s))
+                .unwrap_or(name);
+            assert!(
+                declared.contains(&name) || declared.contains(&family),
+                "{file} queries {name}, which /metrics does not export; exported: {declared:?}"
+            );
+        }
+    }
+}
