@@ -165,3 +165,45 @@ async fn an_unreadable_certificate_fails_the_start() {
     assert!(err.contains("missing.crt"), "{err}");
     state.db.close().await;
 }
+
+/// Log lines written while `serve` runs on `addr` for a moment, without TLS.
+async fn plain_serving_log(db: &TestDb, addr: &str) -> String {
+    use tracing::instrument::WithSubscriber;
+    #[derive(Clone)]
+    struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let captured = Captured(Default::default());
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let state = AppState::new(Config::for_database(&db.url)).await.unwrap();
+    let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+    let stop = tokio::time::sleep(Duration::from_millis(300));
+    heddle_server::serve(listener, state.clone(), stop)
+        .with_subscriber(subscriber)
+        .await
+        .unwrap();
+    state.db.close().await;
+    String::from_utf8(captured.0.lock().unwrap().clone()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_http_beyond_loopback_is_warned_about() {
+    let db = TestDb::create().await;
+    let warning = "serving plain HTTP on a non-loopback address";
+    let log = plain_serving_log(&db, "0.0.0.0:0").await;
+    assert!(log.contains(warning) && log.contains("--tls-cert"), "{log}");
+    let log = plain_serving_log(&db, "127.0.0.1:0").await;
+    assert!(log.contains("serving"), "{log}");
+    assert!(!log.contains(warning), "{log}");
+}
