@@ -44,7 +44,13 @@ fn render(out: &DetectOutput) -> String {
     });
     let mut text = String::new();
     for v in resolve(candidates) {
-        writeln!(text, "export {}={}", v.name, detect::shell_quote(&v.value)).unwrap();
+        writeln!(
+            text,
+            "export {}={}",
+            v.name,
+            heddle_types::env_policy::shell_quote(&v.value).unwrap()
+        )
+        .unwrap();
         writeln!(text, "    # {}: {}", v.source, v.reason).unwrap();
         for o in &v.overridden {
             writeln!(

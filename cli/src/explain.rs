@@ -5,7 +5,8 @@ use heddle_types::plugins::PluginOutcome;
 use heddle_types::recommend::ExplainedVar;
 
 use crate::client::Client;
-use crate::commands::{encode, print_json};
+use crate::client::encode;
+use crate::output::print_json;
 
 /// Prints each variable with its source, reason and the values it overrode.
 pub async fn env_explain(client: &Client, node: &str, json: bool) -> anyhow::Result<()> {

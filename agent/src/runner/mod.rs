@@ -58,6 +58,7 @@ pub const KINDS: &[Kind] = &[
     Kind {
         name: "env",
         run: env::run,
+        gpu: false,
     },
     Kind {
         name: "memcpy",

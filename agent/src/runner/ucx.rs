@@ -9,7 +9,7 @@
 //! or `cuda` where UCX was built with it), `server_host` (two-node runs; default this
 //! node's hostname).
 
-use std::process::{Child, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use heddle_types::jobs::ResultRow;
