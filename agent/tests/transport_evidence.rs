@@ -95,7 +95,7 @@ fn sockets_on_an_ib_node_fail_and_quote_nccl() {
         "nccl_debug_info_2proc_rank0_h200.log",
         "nccl_info_1rank_socket_fallback_h100.log",
     ] {
-        assert_eq!(codes(log, &ib_node()), [fail.clone()], "{log}");
+        assert_eq!(codes(log, &ib_node()), std::slice::from_ref(&fail), "{log}");
         assert!(
             codes(log, &no_hca()).is_empty(),
             "{log} on a node without HCA"

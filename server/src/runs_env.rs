@@ -11,6 +11,9 @@ use uuid::Uuid;
 
 use crate::db;
 
+/// A tuning profile's name, variables, and whether it is the node's own (else its site's).
+type ProfileRow = (String, sqlx::types::Json<BTreeMap<String, String>>, bool);
+
 /// Recommendations, overridden by site tuning profiles, overridden by node tuning
 /// profiles; sorted by name. The one implementation of that order (`heddle env` reads it
 /// through `api::nodes::effective_env`).
@@ -24,15 +27,14 @@ pub async fn effective(
     .bind(node)
     .fetch_all(&mut *conn)
     .await?;
-    let profiles: Vec<(String, sqlx::types::Json<BTreeMap<String, String>>, bool)> =
-        sqlx::query_as(
-            "SELECT p.name, p.env, p.node_id IS NOT NULL FROM tuning_profiles p
+    let profiles: Vec<ProfileRow> = sqlx::query_as(
+        "SELECT p.name, p.env, p.node_id IS NOT NULL FROM tuning_profiles p
          WHERE p.node_id = $1 OR p.site_id = (SELECT site_id FROM nodes WHERE id = $1)
          ORDER BY p.node_id IS NOT NULL, p.created_at",
-        )
-        .bind(node)
-        .fetch_all(&mut *conn)
-        .await?;
+    )
+    .bind(node)
+    .fetch_all(&mut *conn)
+    .await?;
     let mut merged: BTreeMap<String, Recommendation> = BTreeMap::new();
     for (name, value, reason, source) in recs {
         merged.insert(

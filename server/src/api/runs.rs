@@ -170,7 +170,7 @@ pub(crate) async fn insert_run(
 ) -> Result<Uuid, sqlx::Error> {
     let mut applied = Vec::with_capacity(node_ids.len());
     for node in node_ids {
-        let env = crate::runs_env::applied(&mut **tx, *node, &spec.env, recommended_env).await?;
+        let env = crate::runs_env::applied(tx, *node, &spec.env, recommended_env).await?;
         applied.push(serde_json::to_value(env).expect("env serializes"));
     }
     let run_id = Uuid::new_v4();
