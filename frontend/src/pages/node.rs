@@ -114,7 +114,10 @@ fn gpudirect_table(g: Option<heddle_types::facts::GpuDirectFacts>) -> impl IntoV
         .map(|g| g.checks)
         .unwrap_or_default()
         .into_iter()
-        .map(|c| view! { <tr data-state=c.state.clone()><td class="mono">{c.name}</td><td>{c.state}</td><td>{c.reason}</td></tr> })
+        .map(|c| {
+            let state = c.state.clone();
+            view! { <tr data-state=state><td class="mono">{c.name}</td><td>{c.state}</td><td>{c.reason}</td></tr> }
+        })
         .collect_view();
     view! { <h3>"GPUDirect RDMA"</h3><table class="grid" id="gpudirect"><thead><tr><th>"Check"</th><th>"State"</th><th>"Why"</th></tr></thead><tbody>{rows}</tbody></table> }
 }

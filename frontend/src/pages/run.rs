@@ -134,7 +134,10 @@ fn env_tables(jobs: Vec<Job>) -> impl IntoView {
 
 /// Which path the bytes took, and the transport reasons with the tool's own line.
 fn transport_block(summary: serde_json::Value, verdict: Option<ResultVerdict>) -> impl IntoView {
-    let kind = summary.get("kind").and_then(|k| k.as_str()).unwrap_or_default();
+    let kind = summary
+        .get("kind")
+        .and_then(|k| k.as_str())
+        .unwrap_or_default();
     let path = heddle_types::transport::path_line(kind, &summary);
     let findings = verdict
         .map(|v| v.reasons)
@@ -143,7 +146,8 @@ fn transport_block(summary: serde_json::Value, verdict: Option<ResultVerdict>) -
         .filter_map(|reason| {
             let code = reason.code?;
             let evidence = reason.evidence.unwrap_or_default();
-            Some(view! { <li class="finding" data-code=code.clone()><b>{code}</b>" "<span class="mono small">{evidence}</span></li> })
+            let attr = code.clone();
+            Some(view! { <li class="finding" data-code=attr><b>{code}</b>" "<span class="mono small">{evidence}</span></li> })
         })
         .collect_view();
     view! {

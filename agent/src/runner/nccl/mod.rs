@@ -400,6 +400,21 @@ mod tests {
     use spec::{Collective, Dtype};
 
     #[test]
+    fn debug_settings_keep_the_runs_wishes_and_log_the_evidence() {
+        let s = |l: Option<&str>, sub: Option<&str>| debug_settings(l, sub);
+        assert_eq!(
+            s(None, None),
+            ("INFO".into(), "BOOTSTRAP,INIT,NET,GRAPH,ENV".into())
+        );
+        assert_eq!(s(Some("WARN"), None).0, "INFO");
+        assert_eq!(s(Some("trace"), None).0, "TRACE");
+        assert_eq!(s(None, Some("COLL,NET")).1, "COLL,NET,INIT,GRAPH,ENV");
+        assert_eq!(s(None, Some("ALL")).1, "ALL");
+        assert_eq!(s(None, Some("^NET,COLL")).1, "^COLL");
+        assert_eq!(s(None, Some("^INIT")).1, "ALL");
+    }
+
+    #[test]
     fn rows_carry_the_nccl_tests_columns() {
         let p = Params {
             coll: Collective::Broadcast,
