@@ -25,6 +25,8 @@ echo "Postgres at $HEDDLE_TEST_DATABASE_URL; target dir $CARGO_TARGET_DIR" >&2
 
 step "guest plugins (wasm32-wasip2)"
 scripts/build-plugins.sh
+step "Python plugins (componentize-py; skipped when their inputs are unchanged)"
+scripts/build-python-plugin.sh
 step "dashboard (wasm32-unknown-unknown + wasm-bindgen)"
 scripts/build-frontend.sh
 step "deployment files: Kustomize overlays, alert rules, dashboard, compose"; scripts/check-deploy.sh
@@ -38,4 +40,7 @@ cargo test --workspace --locked --no-fail-fast "$@"
 step "cargo test (guest plugin workspace and template, native)"
 cargo test --locked --manifest-path plugins/Cargo.toml --workspace
 cargo test --manifest-path plugins/template/Cargo.toml
+step "Python SDK and template, natively"
+python3 -m unittest discover -s plugins/python -t plugins/python
+(cd plugins/template-python && python3 -m unittest)
 step "done"

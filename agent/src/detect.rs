@@ -44,6 +44,24 @@ pub struct DetectArgs {
     /// Memory cap per plugin, in MiB.
     #[arg(long, env = "HEDDLE_PLUGIN_MEMORY_MIB", default_value_t = 64)]
     pub memory_mib: usize,
+    /// Largest plugin component accepted, in bytes (a Python plugin is about 18 MB).
+    #[arg(long, env = "HEDDLE_MAX_PLUGIN_BYTES", default_value_t = Limits::default().max_component_bytes)]
+    pub max_plugin_bytes: usize,
+    /// Longest a plugin component may take to compile, in milliseconds.
+    #[arg(
+        long,
+        env = "HEDDLE_PLUGIN_COMPILE_TIMEOUT_MS",
+        default_value_t = 60_000
+    )]
+    pub compile_timeout_ms: u64,
+    /// Private directory (created 0700) for compiled plugins, so a large component is
+    /// compiled once per version rather than on every run; default
+    /// `$XDG_CACHE_HOME/heddle/plugins` or `~/.cache/heddle/plugins`.
+    #[arg(long, env = "HEDDLE_PLUGIN_CACHE_DIR", value_name = "DIR")]
+    pub plugin_cache_dir: Option<PathBuf>,
+    /// Compile every plugin in this process, with no cache on disk.
+    #[arg(long)]
+    pub no_plugin_cache: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -142,9 +160,19 @@ pub fn command(args: DetectArgs) -> anyhow::Result<()> {
         fuel: args.fuel,
         timeout: Duration::from_millis(args.timeout_ms),
         max_memory_bytes: args.memory_mib << 20,
+        max_component_bytes: args.max_plugin_bytes,
+        max_compile_time: Duration::from_millis(args.compile_timeout_ms.max(1)),
         ..Limits::default()
     };
-    let host = PluginHost::new(HostConfig::default())?;
+    let cache_dir = if args.no_plugin_cache {
+        None
+    } else {
+        args.plugin_cache_dir.clone().or_else(default_cache_dir)
+    };
+    let host = PluginHost::new(HostConfig {
+        cache_dir,
+        ..HostConfig::default()
+    })?;
     let output = detect(&host, &sources, &facts_json, &limits);
 
     let text = match args.format {
@@ -157,6 +185,15 @@ pub fn command(args: DetectArgs) -> anyhow::Result<()> {
         0 => Ok(()),
         n => anyhow::bail!("{n} plugin(s) failed; see their `error` in --format json"),
     }
+}
+
+/// `$XDG_CACHE_HOME/heddle/plugins`, else `$HOME/.cache/heddle/plugins`.
+fn default_cache_dir() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("heddle").join("plugins"))
 }
 
 /// Runs every source on the facts and merges the results. A failing plugin is reported in

@@ -1,4 +1,4 @@
-//! The three first-party plugins over 10,000 stored node facts.
+//! The three first-party plugins (or the Python template) over 10,000 stored node facts.
 //!
 //! Part 1 runs every plugin on every node's facts as the reconciler does (facts read from
 //! Postgres and checked once per node, each call in a fresh store, spread over one thread per
@@ -6,6 +6,9 @@
 //! Part 2 times the whole reconciler, Postgres writes included, on a smaller fleet.
 //!
 //! `scripts/build-plugins.sh && HEDDLE_TEST_DATABASE_URL=$(scripts/pg-ensure.sh) cargo bench -p heddle-server --bench plugins`
+//!
+//! `HEDDLE_BENCH_PLUGINS=template-python` (after scripts/build-python-plugin.sh) runs the
+//! Python template instead: CPython in every call's fresh store.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -20,7 +23,22 @@ use uuid::Uuid;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-const PLUGINS: [&str; 3] = ["azure-nd", "runai-roce", "dgx-affinity"];
+/// Components of plugins/dist to run (`HEDDLE_BENCH_PLUGINS`, comma-separated), with the
+/// name each is uploaded under (its `info().name`).
+fn plugins() -> Vec<(String, String)> {
+    let list = std::env::var("HEDDLE_BENCH_PLUGINS")
+        .unwrap_or_else(|_| "azure-nd,runai-roce,dgx-affinity".into());
+    list.split(',')
+        .map(|file| {
+            let name = match file {
+                "template-python" => "my-python-plugin",
+                other => other,
+            };
+            (file.to_string(), name.to_string())
+        })
+        .collect()
+}
+
 const FIXTURES: [&str; 3] = ["azure-nd40rs-v2", "runai-roce", "dgx1"];
 
 fn read(path: &str) -> Vec<u8> {
@@ -80,7 +98,7 @@ async fn seed_nodes(db: &sqlx::PgPool, n: usize) {
 
 async fn enable_plugins(server: &TestServer) {
     let http = reqwest::Client::new();
-    for name in PLUGINS {
+    for (file, name) in plugins() {
         let r = http
             .post(format!(
                 "{}/api/v1/plugins/{name}/versions/0.1.0",
@@ -88,7 +106,7 @@ async fn enable_plugins(server: &TestServer) {
             ))
             .bearer_auth(&server.admin_token)
             .header("content-type", "application/wasm")
-            .body(read(&format!("plugins/dist/{name}.wasm")))
+            .body(read(&format!("plugins/dist/{file}.wasm")))
             .send()
             .await
             .unwrap();
@@ -114,10 +132,15 @@ async fn main() {
     // Part 1: evaluation over stored facts, without the reconciler's writes.
     let server = TestServer::start_with(|c| c.heartbeat_interval_s = 3600).await;
     seed_nodes(&server.state.db, nodes).await;
-    let runtime = Arc::new(PluginRuntime::new(server.state.config.plugin_limits()).unwrap());
-    let blobs: Vec<Vec<u8>> = PLUGINS
+    // A fresh disk cache: the first load compiles and stores, a second runtime (as after a
+    // restart) loads from it.
+    let disk = tempfile::tempdir().unwrap();
+    let cache_dir = Some(disk.path().join("compiled"));
+    let limits = server.state.config.plugin_limits();
+    let runtime = Arc::new(PluginRuntime::with_cache_dir(limits, cache_dir.clone()).unwrap());
+    let blobs: Vec<Vec<u8>> = plugins()
         .iter()
-        .map(|p| read(&format!("plugins/dist/{p}.wasm")))
+        .map(|(file, _)| read(&format!("plugins/dist/{file}.wasm")))
         .collect();
     let t = Instant::now();
     let rows: Vec<(Value,)> = sqlx::query_as("SELECT facts FROM nodes WHERE facts IS NOT NULL")
@@ -132,6 +155,16 @@ async fn main() {
         loaded.push(runtime.load(b).await.unwrap());
     }
     let compile_s = t.elapsed().as_secs_f64();
+    let restarted = PluginRuntime::with_cache_dir(limits, cache_dir).unwrap();
+    let t = Instant::now();
+    for (file, _) in plugins() {
+        restarted
+            .load(read(&format!("plugins/dist/{file}.wasm")))
+            .await
+            .unwrap();
+    }
+    let cached_s = t.elapsed().as_secs_f64();
+    drop(restarted);
     // As the reconciler does: facts checked once per node, every plugin called on them, the
     // calls spread over one thread per core.
     let t = Instant::now();
@@ -162,7 +195,16 @@ async fn main() {
         loaded.len()
     );
     println!("  read facts from Postgres      {:>8.3} s", load_s);
-    println!("  first calls (compile 3)       {:>8.3} s", compile_s);
+    println!(
+        "  compile {} (first load)        {:>8.3} s",
+        loaded.len(),
+        compile_s
+    );
+    println!(
+        "  load {} from the disk cache    {:>8.3} s",
+        loaded.len(),
+        cached_s
+    );
     println!(
         "  all evaluations ({} threads)    {:>8.3} s  ({:.0} evaluations/s)",
         std::thread::available_parallelism().map_or(0, usize::from),
@@ -201,7 +243,7 @@ async fn main() {
             .fetch_one(&server.state.db)
             .await
             .unwrap();
-        if done as usize >= fleet * PLUGINS.len() {
+        if done as usize >= fleet * plugins().len() {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
@@ -210,7 +252,7 @@ async fn main() {
     let left = plugin_runtime::reconcile(&server.state).await.unwrap();
     println!(
         "reconciler, Postgres writes included: {fleet} nodes x {} plugins in {reconcile_s:.2} s ({:.0} nodes/s); stale afterwards: {left}",
-        PLUGINS.len(),
+        plugins().len(),
         fleet as f64 / reconcile_s
     );
     server.stop().await;

@@ -62,8 +62,9 @@ pub struct Config {
     #[arg(long, env = "HEDDLE_MAX_RESULT_BYTES", default_value_t = 16 << 20)]
     pub max_result_bytes: usize,
 
-    /// Largest plugin component accepted, in bytes.
-    #[arg(long, env = "HEDDLE_MAX_PLUGIN_BYTES", default_value_t = 16 << 20)]
+    /// Largest plugin component accepted, in bytes. The default admits a Python plugin
+    /// (componentize-py puts CPython in every component: about 18 MB).
+    #[arg(long, env = "HEDDLE_MAX_PLUGIN_BYTES", default_value_t = heddle_plugin_host::Limits::default().max_component_bytes)]
     pub max_plugin_bytes: usize,
 
     /// Fuel (about one unit per WebAssembly instruction) each plugin call may burn.
@@ -77,6 +78,19 @@ pub struct Config {
     /// Largest linear memory a plugin may grow to, in bytes.
     #[arg(long, env = "HEDDLE_PLUGIN_MAX_MEMORY_BYTES", default_value_t = 64 << 20)]
     pub plugin_max_memory_bytes: usize,
+
+    /// Longest a plugin component may take to compile, in milliseconds.
+    #[arg(
+        long,
+        env = "HEDDLE_PLUGIN_COMPILE_TIMEOUT_MS",
+        default_value_t = 60_000
+    )]
+    pub plugin_compile_timeout_ms: u64,
+
+    /// Private local directory (created 0700) where compiled plugins are kept across
+    /// restarts, by hash of their bytes; unset compiles each plugin once per process.
+    #[arg(long, env = "HEDDLE_PLUGIN_CACHE_DIR")]
+    pub plugin_cache_dir: Option<PathBuf>,
 
     /// Folder holding the built dashboard (index.html and its wasm/js); a minimal status
     /// page is served when absent.
@@ -103,6 +117,7 @@ impl Config {
             timeout: Duration::from_millis(self.plugin_timeout_ms.max(1)),
             max_memory_bytes: self.plugin_max_memory_bytes,
             max_component_bytes: self.max_plugin_bytes,
+            max_compile_time: Duration::from_millis(self.plugin_compile_timeout_ms.max(1)),
             ..heddle_plugin_host::Limits::default()
         }
     }

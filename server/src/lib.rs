@@ -56,7 +56,10 @@ pub async fn connect(config: &Config) -> anyhow::Result<sqlx::PgPool> {
 impl AppState {
     pub async fn new(config: Config) -> anyhow::Result<Self> {
         let db = connect(&config).await?;
-        let plugins = Arc::new(plugin_runtime::PluginRuntime::new(config.plugin_limits())?);
+        let plugins = Arc::new(plugin_runtime::PluginRuntime::with_cache_dir(
+            config.plugin_limits(),
+            config.plugin_cache_dir.clone(),
+        )?);
         Ok(AppState {
             db,
             config: Arc::new(config),

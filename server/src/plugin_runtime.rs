@@ -29,6 +29,15 @@ pub struct PluginRuntime {
 
 impl PluginRuntime {
     pub fn new(limits: Limits) -> anyhow::Result<Self> {
+        Self::with_cache_dir(limits, None)
+    }
+
+    /// With `cache_dir`, compiled components are kept on local disk (see
+    /// `heddle_plugin_host::HostConfig::cache_dir`), so a restart does not recompile them.
+    pub fn with_cache_dir(
+        limits: Limits,
+        cache_dir: Option<std::path::PathBuf>,
+    ) -> anyhow::Result<Self> {
         // Pre-allocated instance slots: a fresh store per call without mapping and unmapping a
         // linear memory each time. Two slots per core covers the evaluation threads plus API
         // calls (dry runs, uploads); beyond that a call waits for a slot to free up.
@@ -36,6 +45,7 @@ impl PluginRuntime {
         let config = HostConfig {
             pooling_instances: Some(u32::try_from(threads * 2 + 8).unwrap_or(64)),
             pooling_max_memory_bytes: limits.max_memory_bytes.next_power_of_two(),
+            cache_dir,
             ..HostConfig::default()
         };
         let host = PluginHost::new(config)
@@ -288,7 +298,10 @@ async fn evaluate_nodes(state: &AppState, nodes: &[Uuid]) -> Vec<(Uuid, anyhow::
 }
 
 /// Replaces what the enabled plugins said about `node` with `outcomes` (one per plugin, or
-/// none when the node has no facts).
+/// none when the node has no facts). A host-side failure (the host busy or broken, a compile
+/// that ran out of time on this machine) is no verdict on the node: that plugin's previous
+/// result, recommendations and traits stay as they were, and the node is reported as failed
+/// so the reconciler tries it again on a later tick.
 async fn store_outcomes(
     state: &AppState,
     node: Uuid,
@@ -316,7 +329,14 @@ async fn store_outcomes(
         .execute(&mut *tx)
         .await?;
     }
+    let mut deferred = Vec::new();
     for (p, result) in plugins.iter().zip(outcomes) {
+        if let Err(e) = result
+            && e.is_host_side()
+        {
+            deferred.push(format!("{}: {e}", p.name));
+            continue;
+        }
         let (output, error) = match result {
             Ok(r) => (Some(serde_json::to_value(&r.detection)?), None),
             Err(e) => (None, Some(format!("{e} [{}]", e.code()))),
@@ -368,6 +388,12 @@ async fn store_outcomes(
     }
     recompute_traits(&mut tx, node).await?;
     tx.commit().await?;
+    if !deferred.is_empty() {
+        anyhow::bail!(
+            "host-side failure, nothing recorded: {}",
+            deferred.join("; ")
+        );
+    }
     Ok(())
 }
 

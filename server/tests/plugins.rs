@@ -50,7 +50,10 @@ async fn plugins_turn_facts_into_recommendations() {
     let admin = server.admin_token.clone();
 
     // Upload validation: the host parses the component and checks world and imports.
-    let (s, b) = upload(&api, &admin, "net", "1", dist("netclient")).await;
+    let http_client =
+        wat::parse_str(r#"(component (import "wasi:http/outgoing-handler@0.2.0" (instance)))"#)
+            .unwrap();
+    let (s, b) = upload(&api, &admin, "net", "1", http_client).await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
     assert!(
         b["message"].as_str().unwrap().contains("disallowed-import"),

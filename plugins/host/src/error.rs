@@ -15,10 +15,17 @@ pub enum HostError {
     #[error("component is larger than the {limit}-byte cap ({size} bytes)")]
     TooLarge { size: usize, limit: usize },
 
+    /// Compiling took longer than `Limits::max_compile_time`. Said to the uploader (the
+    /// component is too costly), but a stored plugin that hits it is retried later rather than
+    /// judged: a busy machine compiles slower.
+    #[error("component took longer than {limit_ms} ms to compile")]
+    CompileTimeout { limit_ms: u64 },
+
     /// The component imports something outside the sandbox's allow-list.
     #[error(
-        "component imports `{import}`, which plugins may not use (allowed: heddle:plugin/log, \
-         wasi:cli, wasi:io, wasi:clocks, wasi:random, wasi:filesystem types/preopens with nothing preopened)"
+        "component imports `{import}`, which plugins may not use (allowed: heddle:plugin/log and \
+         the WASI 0.2 interfaces language runtimes link: wasi:cli, wasi:io, wasi:clocks, wasi:random, \
+         wasi:filesystem with nothing preopened, wasi:sockets with every socket refused)"
     )]
     DisallowedImport { import: String },
 
@@ -38,7 +45,8 @@ pub enum HostError {
     )]
     FuelExhausted { limit: u64, usage: Usage },
 
-    #[error("plugin ran past its {limit_ms} ms wall-clock deadline")]
+    /// The plugin ran past its deadline, or asked to wait on a clock past it.
+    #[error("plugin ran or waited past its {limit_ms} ms wall-clock deadline")]
     Timeout { limit_ms: u64, usage: Usage },
 
     #[error("plugin tried to grow a memory to {requested} bytes, over the {limit}-byte cap")]
@@ -79,6 +87,11 @@ pub enum HostError {
     #[error("facts are not valid JSON: {0}")]
     BadFacts(String),
 
+    /// The host could not run the plugin now (every pooled instance slot busy, no thread to
+    /// be had); nothing is known about the plugin, so callers retry later.
+    #[error("plugin host busy: {0}")]
+    Unavailable(String),
+
     /// A failure of the host itself, not attributable to the plugin.
     #[error("plugin host failure: {0}")]
     Internal(String),
@@ -106,6 +119,7 @@ impl HostError {
         match self {
             Self::NotAComponent(_) => "not-a-component",
             Self::TooLarge { .. } => "too-large",
+            Self::CompileTimeout { .. } => "compile-timeout",
             Self::DisallowedImport { .. } => "disallowed-import",
             Self::Link(_) => "link",
             Self::WrongWorld { .. } => "wrong-world",
@@ -117,6 +131,7 @@ impl HostError {
             Self::Trap { .. } => "trap",
             Self::Plugin { .. } => "plugin-error",
             Self::BadFacts(_) => "bad-facts",
+            Self::Unavailable(_) => "unavailable",
             Self::Internal(_) => "internal",
         }
     }
@@ -137,6 +152,19 @@ impl HostError {
     /// True when the plugin itself is at fault (bad upload, misbehaviour); false for host
     /// failures and bad facts.
     pub fn is_plugin_fault(&self) -> bool {
-        !matches!(self, Self::Internal(_) | Self::BadFacts(_))
+        !matches!(
+            self,
+            Self::Internal(_) | Self::Unavailable(_) | Self::BadFacts(_)
+        )
+    }
+
+    /// True when the failure says nothing about the plugin's verdict on a node: the host
+    /// failed or was busy, or compiling ran out of time on this machine. Such outcomes are
+    /// not recorded, replace nothing, and the call is retried later.
+    pub fn is_host_side(&self) -> bool {
+        matches!(
+            self,
+            Self::Internal(_) | Self::Unavailable(_) | Self::CompileTimeout { .. }
+        )
     }
 }

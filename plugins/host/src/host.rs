@@ -1,24 +1,28 @@
 //! The engine, the compile cache and the per-call store: where limits are enforced.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
-use wasmtime::component::{Component, HasSelf, Linker};
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
+use wasmtime::component::{HasSelf, Linker};
+use wasmtime::{
+    Config, Engine, InstanceAllocationStrategy, PoolConcurrencyLimitError, PoolingAllocationConfig,
+    Store, Trap,
+};
 
 use crate::HostError;
 use crate::bindings::{v01, v02};
+use crate::clock::{self, WaitDenied};
+use crate::compile::{self, DiskCache};
 use crate::facts::{FactsJson, Reads};
 use crate::limits::{Limits, MemoryDenied};
+use crate::output::{check_info, check_output, convert_v01, convert_v02};
 use crate::policy::{self, Contract};
-use crate::report::{
-    CompileTime, ComponentInfo, Detection, EnvRecommendation, Expectation, GpuAffinity, LogLevel,
-    PluginInfo, Report, Usage,
-};
+use crate::report::{CompileTime, ComponentInfo, Detection, LogLevel, PluginInfo, Report, Usage};
 use crate::sandbox::State;
 
 /// Engine-wide settings, fixed when the host is created. Per-call limits are [`Limits`].
@@ -37,6 +41,10 @@ pub struct HostConfig {
     pub pooling_keep_resident_bytes: usize,
     /// Stack for WebAssembly code; deep recursion traps instead of overflowing the host.
     pub max_wasm_stack: usize,
+    /// A private directory (created 0700) where compiled components are kept across
+    /// processes, by sha256 of their bytes and of the engine settings. `None` compiles in
+    /// every process.
+    pub cache_dir: Option<PathBuf>,
 }
 
 impl Default for HostConfig {
@@ -48,6 +56,7 @@ impl Default for HostConfig {
             pooling_max_memory_bytes: 256 << 20,
             pooling_keep_resident_bytes: 1 << 20,
             max_wasm_stack: 256 << 10,
+            cache_dir: None,
         }
     }
 }
@@ -128,6 +137,8 @@ struct Prepared {
     sha256: String,
     size: usize,
     compile_micros: u64,
+    /// Loaded from the disk cache instead of compiled.
+    from_disk: bool,
     /// Insertion order, for eviction.
     seq: u64,
 }
@@ -162,6 +173,7 @@ pub struct PluginHost {
     engine: Engine,
     linker: Linker<State>,
     cache: Mutex<Cache>,
+    disk: Option<DiskCache>,
     config: HostConfig,
     _ticker: Ticker,
 }
@@ -191,15 +203,22 @@ impl PluginHost {
         let engine = Engine::new(&cfg).map_err(internal)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(internal)?;
+        // Clock waits are host code that no fuel or epoch reaches: replaced by ones that end
+        // before the call's deadline.
+        linker.allow_shadowing(true);
+        clock::add_to_linker(&mut linker).map_err(internal)?;
+        linker.allow_shadowing(false);
         v01::Detector::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s)
             .map_err(internal)?;
         v02::Detector::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s)
             .map_err(internal)?;
         let ticker = Ticker::start(&engine, config.epoch_tick);
+        let disk = config.cache_dir.as_deref().and_then(DiskCache::open);
         Ok(Self {
             engine,
             linker,
             cache: Mutex::new(Cache::default()),
+            disk,
             config,
             _ticker: ticker,
         })
@@ -221,7 +240,7 @@ impl PluginHost {
                 } else {
                     prepared.compile_micros
                 },
-                cache_hit,
+                cache_hit: cache_hit || prepared.from_disk,
             },
         })
     }
@@ -335,12 +354,16 @@ impl PluginHost {
             return Ok((p.clone(), true));
         }
         check_header(bytes)?;
-        let started = Instant::now();
-        // Only ever compiled from wasm bytes: precompiled artifacts (`Component::deserialize`)
-        // are trusted native code and never accepted from outside.
-        let component = Component::from_binary(&self.engine, bytes)
-            .map_err(|e| HostError::NotAComponent(format!("{e:#}")))?;
-        let compile_micros = started.elapsed().as_micros() as u64;
+        // Compiled from these wasm bytes, or loaded from what this host compiled from the same
+        // bytes before; precompiled code is never accepted from outside (see `compile`).
+        let compiled = compile::compile(
+            &self.engine,
+            bytes,
+            &key,
+            limits.max_compile_time,
+            self.disk.as_ref(),
+        )?;
+        let (component, compile_micros) = (compiled.component, compiled.micros);
         let imports = policy::check_imports(&self.engine, &component)?;
         let contract = policy::check_exports(&self.engine, &component)?;
         let instance_pre = self
@@ -366,7 +389,9 @@ impl PluginHost {
             // its shape, e.g. a second linear memory.
             Err(e)
                 if e.downcast_ref::<Trap>().is_none()
-                    && e.downcast_ref::<MemoryDenied>().is_none() =>
+                    && e.downcast_ref::<MemoryDenied>().is_none()
+                    && e.downcast_ref::<WaitDenied>().is_none()
+                    && e.downcast_ref::<PoolConcurrencyLimitError>().is_none() =>
             {
                 return Err(HostError::Link(format!("{e:#}")));
             }
@@ -384,6 +409,7 @@ impl PluginHost {
             sha256: hex::encode(key),
             size: bytes.len(),
             compile_micros,
+            from_disk: compiled.from_disk,
             seq: cache.seq,
         });
         if cache.entries.len() >= self.config.cache_capacity.max(1)
@@ -396,7 +422,8 @@ impl PluginHost {
             cache.entries.remove(&oldest);
         }
         cache.entries.insert(key, prepared.clone());
-        tracing::debug!(plugin = %prepared.info.name, sha256 = %prepared.sha256, compile_micros, "compiled plugin");
+        tracing::debug!(plugin = %prepared.info.name, sha256 = %prepared.sha256, compile_micros,
+            from_disk = compiled.from_disk, "compiled plugin");
         Ok((prepared, false))
     }
 }
@@ -451,15 +478,23 @@ fn classify(err: wasmtime::Error, usage: Usage, limits: &Limits, stderr: String)
             usage,
         };
     }
+    if let Some(busy) = err.downcast_ref::<PoolConcurrencyLimitError>() {
+        return HostError::Unavailable(busy.to_string());
+    }
+    let timeout = |usage| HostError::Timeout {
+        limit_ms: limits.timeout.as_millis().try_into().unwrap_or(u64::MAX),
+        usage,
+    };
+    if let Some(wait) = err.downcast_ref::<WaitDenied>() {
+        tracing::debug!(%wait, "plugin asked to wait past its deadline");
+        return timeout(usage);
+    }
     match err.downcast_ref::<Trap>() {
         Some(Trap::OutOfFuel) => HostError::FuelExhausted {
             limit: limits.fuel,
             usage,
         },
-        Some(Trap::Interrupt) => HostError::Timeout {
-            limit_ms: limits.timeout.as_millis().try_into().unwrap_or(u64::MAX),
-            usage,
-        },
+        Some(Trap::Interrupt) => timeout(usage),
         Some(trap) => {
             tracing::debug!(error = ?err, "plugin trapped");
             HostError::Trap {
@@ -486,110 +521,6 @@ fn forward_logs(plugin: &str, logs: &[crate::report::LogRecord]) {
             LogLevel::Error => tracing::error!(plugin, "{}", r.message),
         }
     }
-}
-
-/// What `info()` may return: bounded, and `reads` made of JSON pointers.
-fn check_info(info: &PluginInfo) -> Result<(), HostError> {
-    if info.name.is_empty()
-        || info.name.len() > 64
-        || info.version.len() > 64
-        || info.description.len() > 1024
-    {
-        return Err(HostError::NotAComponent(format!(
-            "info() must return a name of 1-64 bytes, a version up to 64 and a description up to 1024 (got {}, {}, {})",
-            info.name.len(),
-            info.version.len(),
-            info.description.len()
-        )));
-    }
-    if info.reads.len() > 64 {
-        return Err(HostError::NotAComponent(format!(
-            "info() declares {} reads; at most 64",
-            info.reads.len()
-        )));
-    }
-    if let Some(bad) = info
-        .reads
-        .iter()
-        .find(|r| !r.starts_with('/') || r.len() > 256)
-    {
-        return Err(HostError::NotAComponent(format!(
-            "info() declares read {bad:?}: reads are JSON pointers such as `/host/dmi` (at most 256 bytes)"
-        )));
-    }
-    Ok(())
-}
-
-/// Both contract versions' records have the same shape where they overlap.
-macro_rules! convert_common {
-    ($d:expr) => {
-        Detection {
-            traits: $d.traits.into_iter().map(|t| (t.key, t.value)).collect(),
-            env: $d
-                .env
-                .into_iter()
-                .map(|e| EnvRecommendation {
-                    name: e.name,
-                    value: e.value,
-                    reason: e.reason,
-                })
-                .collect(),
-            affinity: $d
-                .affinity
-                .into_iter()
-                .map(|a| GpuAffinity {
-                    gpu: a.gpu,
-                    cpus: a.cpus,
-                    numa: a.numa,
-                    nic: a.nic,
-                    netdev: a.netdev,
-                })
-                .collect(),
-            warnings: $d.warnings,
-            expectations: Vec::new(),
-        }
-    };
-}
-
-fn convert_v01(d: v01::exports::heddle::plugin::plugin::Detection) -> Detection {
-    convert_common!(d)
-}
-
-fn convert_v02(mut d: v02::exports::heddle::plugin::plugin::Detection) -> Detection {
-    let expectations = std::mem::take(&mut d.expectations)
-        .into_iter()
-        .map(|e| Expectation {
-            test: e.test,
-            metric: e.metric,
-            min_size_bytes: e.min_size_bytes,
-            value: e.value,
-            source: e.source,
-        })
-        .collect();
-    Detection {
-        expectations,
-        ..convert_common!(d)
-    }
-}
-
-/// Recommendations end up in shells (`export NAME=VALUE`) and process environments, so names
-/// must be identifiers and nothing may contain NUL.
-fn check_output(d: &Detection) -> Result<(), HostError> {
-    for e in &d.env {
-        if heddle_types::env_policy::check_identifier(&e.name).is_err() {
-            return Err(HostError::InvalidOutput(format!(
-                "environment variable name {:?} is not an identifier",
-                e.name
-            )));
-        }
-        if e.value.contains('\0') {
-            return Err(HostError::InvalidOutput(format!(
-                "value of {} contains a NUL byte",
-                e.name
-            )));
-        }
-    }
-    Ok(())
 }
 
 fn internal(e: impl std::fmt::Display) -> HostError {
@@ -636,31 +567,6 @@ impl Drop for Ticker {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn with_env(name: &str, value: &str) -> Detection {
-        Detection {
-            env: vec![EnvRecommendation {
-                name: name.into(),
-                value: value.into(),
-                reason: String::new(),
-            }],
-            ..Detection::default()
-        }
-    }
-
-    #[test]
-    fn env_names_must_be_identifiers() {
-        assert!(check_output(&with_env("NCCL_IB_HCA", "mlx5_0")).is_ok());
-        assert!(check_output(&with_env("_X1", "")).is_ok());
-        for bad in ["", "1X", "A-B", "X;rm -rf /", "A B", "X=Y"] {
-            assert_eq!(
-                check_output(&with_env(bad, "v")).unwrap_err().code(),
-                "invalid-output",
-                "{bad:?}"
-            );
-        }
-        assert!(check_output(&with_env("X", "a\0b")).is_err());
-    }
 
     #[test]
     fn header_check_names_the_problem() {

@@ -14,10 +14,13 @@
 //!   re-hashing the bytes or re-checking the facts on every call (the server's hot path);
 //! - [`run_on_facts_json`]: the one-shot form of `run` for `heddle plugin test`.
 
+mod clock;
+mod compile;
 mod error;
 mod facts;
 mod host;
 mod limits;
+mod output;
 mod policy;
 mod report;
 mod sandbox;

@@ -23,8 +23,12 @@ pub struct Limits {
     pub max_stdio_bytes: usize,
     /// Cap on log messages kept per call (bytes); later messages are counted and dropped.
     pub max_log_bytes: usize,
-    /// Cap on the size of a component's bytes.
+    /// Cap on the size of a component's bytes. The default admits a CPython component built
+    /// by componentize-py (about 18 MB) with room to spare.
     pub max_component_bytes: usize,
+    /// How long compiling a component may take before the caller stops waiting for it.
+    #[serde(with = "millis")]
+    pub max_compile_time: Duration,
 }
 
 impl Default for Limits {
@@ -36,7 +40,8 @@ impl Default for Limits {
             max_output_bytes: 1 << 20,
             max_stdio_bytes: 64 << 10,
             max_log_bytes: 64 << 10,
-            max_component_bytes: 16 << 20,
+            max_component_bytes: 32 << 20,
+            max_compile_time: Duration::from_secs(60),
         }
     }
 }

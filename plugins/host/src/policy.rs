@@ -41,9 +41,11 @@ impl Contract {
     }
 }
 
-/// Interfaces a plugin may import, without their `@version`. The WASI ones are what Rust's
-/// standard library pulls in on `wasm32-wasip2`; the sandbox gives them nothing to reach
-/// (see `sandbox`). Sockets and HTTP are absent on purpose.
+/// Interfaces a plugin may import, without their `@version`. The WASI ones are what language
+/// runtimes link whether or not a plugin uses them: Rust's standard library on
+/// `wasm32-wasip2`, and CPython (componentize-py), which adds `wasi:sockets`. Linking them
+/// grants nothing: the sandbox gives them nothing to reach and refuses every socket (see
+/// `sandbox`). HTTP and anything else are refused here, before a component is instantiated.
 const ALLOWED_IMPORTS: &[&str] = &[
     "heddle:plugin/log",
     "wasi:cli/environment",
@@ -66,6 +68,13 @@ const ALLOWED_IMPORTS: &[&str] = &[
     "wasi:random/random",
     "wasi:random/insecure",
     "wasi:random/insecure-seed",
+    "wasi:sockets/network",
+    "wasi:sockets/instance-network",
+    "wasi:sockets/tcp",
+    "wasi:sockets/tcp-create-socket",
+    "wasi:sockets/udp",
+    "wasi:sockets/udp-create-socket",
+    "wasi:sockets/ip-name-lookup",
 ];
 
 fn unversioned(name: &str) -> &str {
@@ -131,7 +140,9 @@ mod tests {
         assert!(allowed_import("heddle:plugin/log@0.1.0"));
         assert!(allowed_import("heddle:plugin/log@0.2.0"));
         assert!(!allowed_import("heddle:plugin/log@0.3.0"));
-        assert!(!allowed_import("wasi:sockets/tcp@0.2.3"));
+        assert!(allowed_import("wasi:sockets/tcp@0.2.3"));
+        assert!(allowed_import("wasi:sockets/instance-network@0.2.0"));
+        assert!(!allowed_import("wasi:sockets/tcp@0.3.0"));
         assert!(!allowed_import("wasi:http/outgoing-handler@0.2.0"));
         assert!(!allowed_import("wasi:cli/stdout@0.3.0"));
         assert!(!allowed_import("wasi:cli/stdout"));

@@ -2,12 +2,16 @@
 //! resource limiter.
 //!
 //! A Rust `wasm32-wasip2` component imports about a dozen `wasi:cli`/`wasi:io` interfaces even
-//! when it never prints. Rejecting those would reject every real plugin, so they are linked
-//! but given nothing: no preopened directories, no environment, no arguments, no network,
-//! empty stdin, and stdout/stderr that keep only a capped prefix.
+//! when it never prints, and CPython's WASI build links `wasi:sockets` and the rest of
+//! `wasi:filesystem` whether or not the plugin uses them. Rejecting those would reject every
+//! real plugin, so they are linked but given nothing: no preopened directories (so no file
+//! can be named), no environment, no arguments, TCP, UDP and name lookup refused with
+//! `access-denied` (or a resolver failure) on every call, empty stdin, stdout/stderr that keep
+//! only a capped prefix, and clock waits that must end before the call's deadline (`clock`).
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
@@ -15,6 +19,7 @@ use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError, StreamResult};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use crate::bindings::{v01, v02};
+use crate::clock::GuardedClock;
 use crate::limits::{Limiter, Limits};
 use crate::report::{LogLevel, LogRecord};
 
@@ -26,6 +31,8 @@ pub struct State {
     pub logs: LogBuffer,
     pub stdout: CappedPipe,
     pub stderr: CappedPipe,
+    /// When the call must be over (`Limits::timeout` from the store's creation).
+    deadline: Instant,
 }
 
 impl State {
@@ -46,6 +53,17 @@ impl State {
             logs: LogBuffer::new(limits.max_log_bytes),
             stdout,
             stderr,
+            // A timeout too large to represent is as good as none.
+            deadline: Instant::now()
+                .checked_add(limits.timeout)
+                .unwrap_or_else(|| Instant::now() + std::time::Duration::from_secs(1 << 32)),
+        }
+    }
+
+    pub fn clock(&mut self) -> GuardedClock<'_> {
+        GuardedClock {
+            deadline: self.deadline,
+            table: &mut self.table,
         }
     }
 }

@@ -2,40 +2,19 @@
 //! kind of hostile plugin. Components come from `plugins/dist/` (scripts/build-plugins.sh) or
 //! are written inline as WAT; nothing here needs the network.
 
-use std::path::PathBuf;
+mod common;
+
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use common::{dist, fixture, hostile};
 use heddle_plugin_host::{FactsJson, HostConfig, HostError, Limits, PluginHost};
-
-fn dist(name: &str) -> Vec<u8> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../dist")
-        .join(format!("{name}.wasm"));
-    std::fs::read(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e}; run scripts/build-plugins.sh first",
-            path.display()
-        )
-    })
-}
-
-fn fixture(name: &str) -> String {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../fixtures")
-        .join(name);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
 
 /// One host for the whole test binary, as in production: each component compiles once and
 /// every test also checks that earlier tests' hostile plugins left the host usable.
 fn host() -> &'static PluginHost {
     static HOST: OnceLock<PluginHost> = OnceLock::new();
     HOST.get_or_init(|| PluginHost::new(HostConfig::default()).expect("host"))
-}
-
-fn hostile(mode: &str) -> String {
-    format!(r#"{{"hostile": "{mode}", "host": {{"hostname": "n1"}}}}"#)
 }
 
 #[test]
@@ -295,15 +274,53 @@ fn log_and_stdout_floods_are_capped_not_fatal() {
 }
 
 #[test]
-fn sockets_import_is_refused_by_name() {
-    let err = host()
-        .validate(&dist("netclient"), &Limits::default())
+fn sockets_are_linked_but_every_call_is_refused() {
+    // Its component imports `wasi:sockets` (as CPython's does); it runs, and its name lookup
+    // and connection both fail, so all it can report is an error.
+    let h = host();
+    let info = h.validate(&dist("netclient"), &Limits::default()).unwrap();
+    assert!(
+        info.imports
+            .iter()
+            .any(|i| i.starts_with("wasi:sockets/tcp")),
+        "{:?}",
+        info.imports
+    );
+    let err = h
+        .run(&dist("netclient"), "{}", &Limits::default())
         .unwrap_err();
+    let HostError::Plugin { code, message, .. } = &err else {
+        panic!("{err}")
+    };
+    assert_eq!(code, "network", "the name lookup must fail too: {message}");
+    assert!(
+        message.to_lowercase().contains("denied"),
+        "connect must be refused as access denied: {message}"
+    );
+}
+
+#[test]
+fn http_import_is_refused_by_name() {
+    let bytes =
+        wat::parse_str(r#"(component (import "wasi:http/outgoing-handler@0.2.0" (instance)))"#)
+            .unwrap();
+    let err = host().validate(&bytes, &Limits::default()).unwrap_err();
     let HostError::DisallowedImport { import } = &err else {
         panic!("{err}")
     };
-    assert!(import.starts_with("wasi:sockets/"), "{import}");
+    assert_eq!(import, "wasi:http/outgoing-handler@0.2.0");
     assert!(err.to_string().contains(import.as_str()));
+}
+
+#[test]
+fn files_are_out_of_reach() {
+    let err = host()
+        .run(&dist("misbehave"), &hostile("file"), &Limits::default())
+        .unwrap_err();
+    let HostError::Plugin { code, message, .. } = &err else {
+        panic!("{err}")
+    };
+    assert_eq!(code, "file", "{message}");
 }
 
 #[test]
@@ -375,7 +392,18 @@ fn host_keeps_serving_after_every_hostile_case() {
     for mode in ["loop", "memory", "output", "panic", "trap", "recurse"] {
         assert!(h.run(&bad, &hostile(mode), &limits).is_err(), "{mode}");
     }
-    assert!(h.validate(&dist("netclient"), &limits).is_err());
+    assert_eq!(
+        h.run(&dist("netclient"), "{}", &limits).unwrap_err().code(),
+        "plugin-error"
+    );
+    let sleepy = Limits {
+        timeout: Duration::from_millis(200),
+        ..limits
+    };
+    assert_eq!(
+        h.run(&bad, &hostile("sleep"), &sleepy).unwrap_err().code(),
+        "timeout"
+    );
     let r = h.run(&bad, &hostile("ok"), &limits).unwrap();
     assert_eq!(
         r.detection.traits,

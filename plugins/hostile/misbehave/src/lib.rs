@@ -56,6 +56,23 @@ impl Plugin for Misbehave {
                     &depth(facts.u64_at("/seed").unwrap_or(1)).to_string(),
                 );
             }
+            "sleep" => {
+                // A WASI clock wait: host code, out of reach of fuel and the epoch deadline.
+                let secs = facts.u64_at("/seed").unwrap_or(3600);
+                std::thread::sleep(std::time::Duration::from_secs(secs));
+                d.add_trait("misbehave.slept", &secs.to_string());
+            }
+            "nap" => {
+                // A wait that ends well before any deadline is allowed.
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                d.add_trait("misbehave.slept", "20ms");
+            }
+            "file" => {
+                // Nothing is preopened, so no path names a file.
+                let found = std::fs::read_to_string("/etc/passwd")
+                    .map_err(|e| PluginError::new("file", e.to_string()))?;
+                d.add_trait("misbehave.passwd", &found);
+            }
             "panic" => panic!("misbehave was asked to panic"),
             "trap" => {
                 // A plain wasm `unreachable` with no panic message.

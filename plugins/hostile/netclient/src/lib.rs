@@ -1,5 +1,6 @@
-//! A plugin that opens a TCP connection, so its component imports `wasi:sockets`: the host
-//! must refuse it before it ever runs, naming the import.
+//! A plugin that opens a TCP connection, so its component imports `wasi:sockets` as CPython's
+//! does: the host links the import and refuses the connection, so the plugin gets an error
+//! and nothing else.
 
 use heddle_plugin_sdk::{Detection, Facts, Info, Plugin, PluginError};
 
@@ -15,6 +16,13 @@ impl Plugin for NetClient {
     }
 
     fn detect(_facts: &Facts) -> Result<Detection, PluginError> {
+        use std::net::ToSocketAddrs;
+        if let Ok(found) = ("example.com", 443).to_socket_addrs() {
+            return Err(PluginError::new(
+                "resolved",
+                format!("{:?}", found.collect::<Vec<_>>()),
+            ));
+        }
         let stream = std::net::TcpStream::connect("198.51.100.7:443")
             .map_err(|e| PluginError::new("network", e.to_string()))?;
         let mut d = Detection::default();
