@@ -166,6 +166,38 @@ impl Metrics {
     }
 }
 
+/// Guards `/metrics` when `HEDDLE_METRICS_TOKEN` is set: the scrape must present it as a
+/// bearer token. (Per-node health series name every host and how it performs.)
+pub async fn require_token(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    use axum::response::IntoResponse;
+    let Some(expected) = state.config.metrics_token.as_deref() else {
+        return next.run(req).await;
+    };
+    let presented = req
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
+        .map(str::trim);
+    // Compared as hashes, so the time taken says nothing about how much of it matched.
+    match presented {
+        Some(t) if crate::auth::sha256_hex(t) == crate::auth::sha256_hex(expected) => {
+            next.run(req).await
+        }
+        Some(_) => crate::error::ApiError::Unauthorized(
+            "wrong metrics token; scrape with the bearer token set in HEDDLE_METRICS_TOKEN".into(),
+        )
+        .into_response(),
+        None => crate::error::ApiError::Unauthorized(
+            "/metrics needs `Authorization: Bearer <HEDDLE_METRICS_TOKEN>`".into(),
+        )
+        .into_response(),
+    }
+}
+
 /// Middleware counting and timing every request by its route template (not the raw path,
 /// which would give one series per node id).
 pub async fn track(State(state): State<AppState>, req: Request, next: Next) -> Response {
