@@ -13,8 +13,8 @@ use std::time::Duration;
 use base64::Engine as _;
 use heddle_types::ErrorBody;
 use heddle_types::agent::{
-    EnrollRequest, EnrollResponse, FactsAccepted, HeartbeatRequest, HeartbeatResponse, JobLease,
-    LeaseRenew, LeaseRenewed, RendezvousBlob, UploadAccepted,
+    EnrollPending, EnrollRequest, EnrollResponse, FactsAccepted, HeartbeatRequest,
+    HeartbeatResponse, JobLease, LeaseRenew, LeaseRenewed, RendezvousBlob, UploadAccepted,
 };
 use heddle_types::jobs::ResultUpload;
 use reqwest::{Method, StatusCode};
@@ -79,6 +79,25 @@ impl ClientError {
             }
             ClientError::Unauthorized { .. } => Some(401),
             _ => None,
+        }
+    }
+}
+
+/// The answer to an enrollment.
+#[derive(Debug, Clone)]
+pub enum EnrollOutcome {
+    /// 201: the agent's credential.
+    Enrolled(EnrollResponse),
+    /// 202: the host name has a live agent; an admin must approve. Ask again with the ticket.
+    Pending(EnrollPending),
+}
+
+impl EnrollOutcome {
+    /// The credential, if enrollment did not wait for approval.
+    pub fn enrolled(self) -> Option<EnrollResponse> {
+        match self {
+            EnrollOutcome::Enrolled(r) => Some(r),
+            EnrollOutcome::Pending(_) => None,
         }
     }
 }
@@ -200,11 +219,18 @@ impl Client {
         &self.servers[self.current.load(Ordering::Relaxed) % self.servers.len()]
     }
 
-    pub async fn enroll(&self, req: &EnrollRequest) -> Result<EnrollResponse, ClientError> {
+    pub async fn enroll(&self, req: &EnrollRequest) -> Result<EnrollOutcome, ClientError> {
         let resp = self
             .send(Method::POST, "/agent/enroll", Some(req), None, false)
             .await?;
-        expect_json(resp, "enroll", &[StatusCode::CREATED, StatusCode::OK]).await
+        if resp.status() == StatusCode::ACCEPTED {
+            return expect_json(resp, "enroll", &[StatusCode::ACCEPTED])
+                .await
+                .map(EnrollOutcome::Pending);
+        }
+        expect_json(resp, "enroll", &[StatusCode::CREATED, StatusCode::OK])
+            .await
+            .map(EnrollOutcome::Enrolled)
     }
 
     pub async fn heartbeat(

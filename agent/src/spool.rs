@@ -237,6 +237,7 @@ mod tests {
                 rows: vec![],
                 started_at: now,
                 finished_at: now,
+                claim_id: None,
             },
         }
     }

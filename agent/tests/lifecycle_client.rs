@@ -21,9 +21,12 @@ async fn enrolled(server: &TestServer) -> (Client, Uuid) {
             enroll_token: server.enrollment_token().await,
             hostname: HOST.into(),
             agent_version: Some("test".into()),
+            pending_ticket: None,
         })
         .await
-        .unwrap();
+        .unwrap()
+        .enrolled()
+        .expect("a new host name enrolls at once");
     client.set_credential(resp.credential);
     (client, resp.agent_id)
 }
@@ -40,6 +43,7 @@ fn upload(key: &str, outcome: Outcome) -> ResultUpload {
         rows: vec![],
         started_at: now,
         finished_at: now,
+        claim_id: None,
     }
 }
 
@@ -53,6 +57,7 @@ async fn upload_is_idempotent_and_conflicts_are_definitive() {
             enroll_token: "hde_not-a-token".into(),
             hostname: HOST.into(),
             agent_version: None,
+            pending_ticket: None,
         })
         .await
         .unwrap_err();
@@ -74,6 +79,7 @@ async fn upload_is_idempotent_and_conflicts_are_definitive() {
             fraction: Some(0.5),
             message: "half".into(),
         }),
+        claim_id: Some(lease.claim_id),
     };
     match client.renew(lease.job_id, &progress).await.unwrap() {
         RenewOutcome::Renewed(r) => assert!(!r.cancel),
@@ -155,6 +161,8 @@ async fn rendezvous_round_trip_and_timeout() {
         .await
         .unwrap();
     assert!(missing.is_none());
+    // Rank 0 publishes while it holds its job's claim.
+    client.claim().await.unwrap().expect("the run's job");
     client
         .rendezvous_put(run.id, "nccl-id", &blob)
         .await

@@ -50,6 +50,7 @@ fn entry(n: u64) -> SpoolEntry {
             rows,
             started_at: now,
             finished_at: now,
+            claim_id: None,
         },
     }
 }

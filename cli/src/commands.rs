@@ -45,9 +45,9 @@ pub enum Command {
     /// API tokens.
     #[command(subcommand)]
     Tokens(TokensCmd),
-    /// Agents and enrollment tokens.
+    /// Agents, enrollment tokens and enrollments waiting for approval.
     #[command(subcommand)]
-    Agents(AgentsCmd),
+    Agents(crate::agents::AgentsCmd),
     /// Which node (or link) is bad? Pairwise runs, the node matrix and the culprit.
     #[command(subcommand)]
     Investigate(crate::investigate::InvestigateCmd),
@@ -410,7 +410,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             timeout_ms,
         }) => return plugin_test(&wasm, &facts, fuel, timeout_ms, json),
         Command::Tokens(cmd) => tokens(&client, cmd, json).await?,
-        Command::Agents(cmd) => agents(&client, cmd, json, &server).await?,
+        Command::Agents(cmd) => crate::agents::run(&client, cmd, json, &server).await?,
         Command::Investigate(cmd) => return crate::investigate::run(&client, cmd, json).await,
         Command::Preflight {
             nodes,
@@ -783,56 +783,6 @@ async fn tokens(client: &Client, cmd: TokensCmd, json: bool) -> anyhow::Result<(
         TokensCmd::Revoke { id } => {
             client.delete(&format!("/api/v1/tokens/{id}")).await?;
             println!("revoked token {id}");
-        }
-    }
-    Ok(())
-}
-
-async fn agents(client: &Client, cmd: AgentsCmd, json: bool, server: &str) -> anyhow::Result<()> {
-    match cmd {
-        AgentsCmd::Ls => {
-            let list: Vec<AgentInfo> = client.get("/api/v1/agents").await?;
-            if json {
-                return print_json(&list);
-            }
-            let mut t = table::new(&["ID", "HOSTNAME", "HEALTH", "VERSION", "LAST HEARTBEAT"]);
-            for a in &list {
-                t.add_row(vec![
-                    a.id.to_string(),
-                    a.hostname.clone(),
-                    a.health.clone(),
-                    table::opt(&a.version),
-                    table::ago(a.last_heartbeat_at),
-                ]);
-            }
-            println!("{t}");
-        }
-        AgentsCmd::EnrollToken {
-            max_uses,
-            expires_in_hours,
-        } => {
-            let t: EnrollmentTokenCreated = client
-                .post(
-                    "/api/v1/enrollment-tokens",
-                    serde_json::json!({"max_uses": max_uses, "expires_in_hours": expires_in_hours}),
-                )
-                .await?;
-            if json {
-                return print_json(&t);
-            }
-            eprintln!(
-                "enrollment token for {} agent(s), expires {}; shown once.",
-                t.info.max_uses, t.info.expires_at
-            );
-            eprintln!(
-                "start an agent with:\n  heddle-agent run --server {server} --enroll-token {} --state-dir /var/lib/heddle-agent",
-                t.token
-            );
-            println!("{}", t.token);
-        }
-        AgentsCmd::Revoke { id } => {
-            client.delete(&format!("/api/v1/agents/{id}")).await?;
-            println!("revoked agent {id}");
         }
     }
     Ok(())

@@ -2,6 +2,7 @@
 //! default, `--json` for scripts; exit code 1 on any error, with the server's message.
 
 mod args;
+mod agents;
 mod client;
 mod commands;
 mod config;

@@ -1,15 +1,14 @@
 //! The one way the dashboard talks to the server: `/api/v1` on the origin it was served
-//! from, with the signed-in token as a bearer. Every failure becomes an [`ApiError`] whose
-//! message is the server's own `{error, message}` body, so refusals read as the server
-//! wrote them.
+//! from. The page keeps no token: after sign-in the server holds it in an HttpOnly,
+//! SameSite=Strict cookie the browser sends with each call (see `session.rs`). Every failure
+//! becomes an [`ApiError`] whose message is the server's own `{error, message}` body, so
+//! refusals read as the server wrote them.
 
-use gloo_net::http::{Request, RequestBuilder, Response};
+use gloo_net::http::{Request, Response};
 use heddle_types::ErrorBody;
 use leptos::prelude::*;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-
-const TOKEN_KEY: &str = "heddle.token";
 
 /// A failed call: `status` is 0 when the server could not be reached at all.
 #[derive(Debug, Clone, PartialEq)]
@@ -39,34 +38,6 @@ impl ApiError {
             ),
             s => format!("{} ({s} {})", self.message, self.code),
         }
-    }
-}
-
-fn storage() -> Option<web_sys::Storage> {
-    window().local_storage().ok().flatten()
-}
-
-pub fn stored_token() -> Option<String> {
-    storage()?
-        .get_item(TOKEN_KEY)
-        .ok()
-        .flatten()
-        .filter(|t| !t.is_empty())
-}
-
-pub fn store_token(token: Option<&str>) {
-    if let Some(s) = storage() {
-        let _ = match token {
-            Some(t) => s.set_item(TOKEN_KEY, t),
-            None => s.remove_item(TOKEN_KEY),
-        };
-    }
-}
-
-fn authed(builder: RequestBuilder) -> RequestBuilder {
-    match stored_token() {
-        Some(t) => builder.header("Authorization", &format!("Bearer {t}")),
-        None => builder,
     }
 }
 
@@ -108,20 +79,20 @@ async fn json<T: DeserializeOwned>(resp: Response) -> Result<T, ApiError> {
 }
 
 pub async fn get<T: DeserializeOwned>(path: &str) -> Result<T, ApiError> {
-    json(send(authed(Request::get(&format!("/api/v1{path}"))).build()).await?).await
+    json(send(Request::get(&format!("/api/v1{path}")).build()).await?).await
 }
 
 pub async fn get_text(path: &str) -> Result<String, ApiError> {
-    let resp = send(authed(Request::get(&format!("/api/v1{path}"))).build()).await?;
+    let resp = send(Request::get(&format!("/api/v1{path}")).build()).await?;
     resp.text().await.map_err(ApiError::network)
 }
 
 pub async fn post<B: Serialize, T: DeserializeOwned>(path: &str, body: &B) -> Result<T, ApiError> {
-    json(send(authed(Request::post(&format!("/api/v1{path}"))).json(body)).await?).await
+    json(send(Request::post(&format!("/api/v1{path}")).json(body)).await?).await
 }
 
 pub async fn delete(path: &str) -> Result<(), ApiError> {
-    send(authed(Request::delete(&format!("/api/v1{path}"))).build())
+    send(Request::delete(&format!("/api/v1{path}")).build())
         .await
         .map(|_| ())
 }
@@ -131,7 +102,7 @@ pub async fn post_file<T: DeserializeOwned>(
     path: &str,
     file: web_sys::File,
 ) -> Result<T, ApiError> {
-    let req = authed(Request::post(&format!("/api/v1{path}")))
+    let req = Request::post(&format!("/api/v1{path}"))
         .header("Content-Type", "application/wasm")
         .body(file);
     json(send(req).await?).await

@@ -1,8 +1,11 @@
-//! Who is signed in. The token lives in localStorage (so a reload keeps the session) and
-//! `GET /api/v1/whoami` tells the name and role that decide which actions are shown. The
-//! server checks every call anyway; hiding buttons only spares a person a refusal.
+//! Who is signed in. The token typed into the sign-in form goes once to
+//! `POST /api/v1/session`, which checks it and keeps it in an HttpOnly, SameSite=Strict
+//! cookie: no script on the page (an injected one included) can read it, and a reload keeps
+//! the session. `GET /api/v1/whoami` tells the name and role that decide which actions are
+//! shown. The server checks every call anyway; hiding buttons only spares a person a
+//! refusal.
 
-use heddle_types::auth::{Role, WhoAmI};
+use heddle_types::auth::{Role, SessionCreate, WhoAmI};
 use leptos::prelude::*;
 
 use crate::api::{self, ApiError};
@@ -10,7 +13,7 @@ use crate::api::{self, ApiError};
 #[derive(Clone, Copy)]
 pub struct Session {
     pub who: RwSignal<Option<WhoAmI>>,
-    /// Set while the stored token is being checked at start-up.
+    /// Set while the session cookie (if any) is being checked at start-up.
     pub checking: RwSignal<bool>,
 }
 
@@ -18,21 +21,16 @@ impl Session {
     pub fn provide() -> Session {
         let session = Session {
             who: RwSignal::new(None),
-            checking: RwSignal::new(api::stored_token().is_some()),
+            checking: RwSignal::new(true),
         };
         provide_context(session);
-        if api::stored_token().is_some() {
-            leptos::task::spawn_local(async move {
-                match api::get::<WhoAmI>("/whoami").await {
-                    Ok(w) => session.who.set(Some(w)),
-                    // A token the server no longer accepts is forgotten; a network error
-                    // keeps it, the next attempt may work.
-                    Err(e) if e.status == 401 => api::store_token(None),
-                    Err(_) => {}
-                }
-                session.checking.set(false);
-            });
-        }
+        leptos::task::spawn_local(async move {
+            // No cookie, or one the server no longer accepts: the sign-in form.
+            if let Ok(w) = api::get::<WhoAmI>("/whoami").await {
+                session.who.set(Some(w));
+            }
+            session.checking.set(false);
+        });
         session
     }
 
@@ -42,9 +40,13 @@ impl Session {
             .with(|w| w.as_ref().is_some_and(|w| w.role >= needed))
     }
 
+    /// Clears the cookie first, so a sign-in right after cannot race the sign-out.
     pub fn sign_out(&self) {
-        api::store_token(None);
-        self.who.set(None);
+        let who = self.who;
+        leptos::task::spawn_local(async move {
+            let _ = api::delete("/session").await;
+            who.set(None);
+        });
     }
 }
 
@@ -52,7 +54,8 @@ pub fn use_session() -> Session {
     expect_context::<Session>()
 }
 
-/// Token form; on success the token is stored and the page behind it renders.
+/// Token form; on success the server holds the token in the session cookie and the page
+/// behind it renders.
 #[component]
 pub fn SignIn() -> impl IntoView {
     let session = use_session();
@@ -66,17 +69,14 @@ pub fn SignIn() -> impl IntoView {
             return;
         }
         busy.set(true);
-        api::store_token(Some(&t));
+        token.set(String::new());
         leptos::task::spawn_local(async move {
-            match api::get::<WhoAmI>("/whoami").await {
+            match api::post::<_, WhoAmI>("/session", &SessionCreate { token: t }).await {
                 Ok(w) => {
                     error.set(None);
                     session.who.set(Some(w));
                 }
-                Err(e) => {
-                    api::store_token(None);
-                    error.set(Some(e));
-                }
+                Err(e) => error.set(Some(e)),
             }
             busy.set(false);
         });

@@ -3,7 +3,9 @@
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue};
 use base64::Engine;
+use chrono::{DateTime, Utc};
 use heddle_types::auth::Role;
 use rand::RngCore;
 use sha2::{Digest, Sha256};
@@ -30,13 +32,19 @@ pub fn sha256_hex(secret: &str) -> String {
     hex::encode(Sha256::digest(secret.as_bytes()))
 }
 
-fn bearer(parts: &Parts) -> Result<&str, ApiError> {
-    let value = parts
-        .headers
-        .get(axum::http::header::AUTHORIZATION)
-        .ok_or_else(|| {
-            ApiError::Unauthorized("missing Authorization: Bearer <token> header".into())
-        })?;
+/// The dashboard's session cookie: the API token, out of reach of the page's scripts
+/// (HttpOnly) and never sent by another site's pages (SameSite=Strict).
+pub const SESSION_COOKIE: &str = "heddle_session";
+
+fn missing() -> ApiError {
+    ApiError::Unauthorized("missing Authorization: Bearer <token> header".into())
+}
+
+/// The bearer token of `Authorization`, `None` when the header is absent.
+fn bearer(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {
+    let Some(value) = headers.get(axum::http::header::AUTHORIZATION) else {
+        return Ok(None);
+    };
     let value = value
         .to_str()
         .map_err(|_| ApiError::Unauthorized("Authorization header is not valid text".into()))?;
@@ -46,7 +54,49 @@ fn bearer(parts: &Parts) -> Result<&str, ApiError> {
         .ok_or_else(|| {
             ApiError::Unauthorized("Authorization header must be `Bearer <token>`".into())
         })?;
-    Ok(token.trim())
+    Ok(Some(token.trim()))
+}
+
+fn session_cookie(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get_all(axum::http::header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|c| c.trim().strip_prefix(SESSION_COOKIE)?.strip_prefix('='))
+        .filter(|t| !t.is_empty())
+}
+
+/// The secret a request presents, bearer token first, then the session cookie; `None` for
+/// none or a malformed header. For counting requests per credential, not for trusting it.
+pub fn presented_token(headers: &HeaderMap) -> Option<&str> {
+    match bearer(headers) {
+        Ok(Some(t)) if !t.is_empty() => Some(t),
+        Ok(_) => session_cookie(headers),
+        Err(_) => None,
+    }
+}
+
+/// `Set-Cookie` for a dashboard session holding `token`; `Secure` when the page was
+/// loaded over HTTPS. `None` when the token has characters a cookie cannot hold.
+pub fn session_set_cookie(token: &str, secure: bool) -> Option<HeaderValue> {
+    let ok = !token.is_empty()
+        && token
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && !matches!(b, b'"' | b',' | b';' | b'\\'));
+    if !ok {
+        return None;
+    }
+    let secure = if secure { "; Secure" } else { "" };
+    HeaderValue::from_str(&format!(
+        "{SESSION_COOKIE}={token}; Path=/api; HttpOnly; SameSite=Strict{secure}"
+    ))
+    .ok()
+}
+
+/// `Set-Cookie` that ends a dashboard session.
+pub fn session_clear_cookie() -> HeaderValue {
+    HeaderValue::from_static("heddle_session=; Path=/api; HttpOnly; SameSite=Strict; Max-Age=0")
 }
 
 /// A person or program holding an API token.
@@ -82,30 +132,68 @@ impl FromRequestParts<AppState> for Caller {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
-        let token = bearer(parts)?;
-        if token.starts_with(AGENT_CREDENTIAL_PREFIX) {
-            return Err(ApiError::Forbidden(
-                "agent credentials cannot use the operator API".into(),
-            ));
+        let token = match bearer(&parts.headers)? {
+            Some(t) => t,
+            None => session_cookie(&parts.headers).ok_or_else(missing)?,
+        };
+        caller_for_token(state, token).await
+    }
+}
+
+/// The caller an API token stands for, or why it is refused.
+pub async fn caller_for_token(state: &AppState, token: &str) -> Result<Caller, ApiError> {
+    if token.starts_with(AGENT_CREDENTIAL_PREFIX) {
+        return Err(ApiError::Forbidden(
+            "agent credentials cannot use the operator API".into(),
+        ));
+    }
+    let sha = sha256_hex(token);
+    let row: Option<(Uuid, String, String)> = sqlx::query_as(
+        "UPDATE api_tokens SET last_used_at = now()
+         WHERE token_sha256 = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())
+         RETURNING id, name, role",
+    )
+    .bind(&sha)
+    .fetch_optional(&state.db)
+    .await?;
+    let Some((token_id, name, role)) = row else {
+        return Err(refused_token(&state.db, &sha).await);
+    };
+    let role = role
+        .parse()
+        .map_err(|e: String| ApiError::Internal(anyhow::anyhow!(e)))?;
+    Ok(Caller {
+        token_id,
+        name,
+        role,
+    })
+}
+
+/// Why a presented API token was refused, in words that say what to do.
+async fn refused_token(db: &sqlx::PgPool, sha: &str) -> ApiError {
+    type Row = (String, Option<DateTime<Utc>>, Option<DateTime<Utc>>);
+    let row: Result<Option<Row>, _> = sqlx::query_as(
+        "SELECT name, revoked_at, expires_at FROM api_tokens WHERE token_sha256 = $1",
+    )
+    .bind(sha)
+    .fetch_optional(db)
+    .await;
+    match row {
+        Err(e) => e.into(),
+        Ok(None) => ApiError::Unauthorized(
+            "unknown token; check HEDDLE_TOKEN or ask an admin for one (heddle tokens create)"
+                .into(),
+        ),
+        Ok(Some((name, Some(at), _))) => ApiError::Unauthorized(format!(
+            "token {name:?} was revoked at {at}; ask an admin for a new one"
+        )),
+        Ok(Some((name, None, Some(at)))) => ApiError::Unauthorized(format!(
+            "token {name:?} expired at {at}; ask an admin for a new one"
+        )),
+        // Expired or revoked between the two queries.
+        Ok(Some((name, None, None))) => {
+            ApiError::Unauthorized(format!("token {name:?} is no longer valid"))
         }
-        let row: Option<(Uuid, String, String)> = sqlx::query_as(
-            "UPDATE api_tokens SET last_used_at = now()
-             WHERE token_sha256 = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())
-             RETURNING id, name, role",
-        )
-        .bind(sha256_hex(token))
-        .fetch_optional(&state.db)
-        .await?;
-        let (token_id, name, role) =
-            row.ok_or_else(|| ApiError::Unauthorized("unknown, revoked or expired token".into()))?;
-        let role = role
-            .parse()
-            .map_err(|e: String| ApiError::Internal(anyhow::anyhow!(e)))?;
-        Ok(Caller {
-            token_id,
-            name,
-            role,
-        })
     }
 }
 
@@ -123,7 +211,7 @@ impl FromRequestParts<AppState> for AgentCaller {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
-        let token = bearer(parts)?;
+        let token = bearer(&parts.headers)?.ok_or_else(missing)?;
         let row: Option<(Uuid, Uuid, bool)> = sqlx::query_as(
             "SELECT id, node_id, revoked_at IS NOT NULL FROM agents WHERE credential_sha256 = $1",
         )
@@ -140,35 +228,81 @@ impl FromRequestParts<AppState> for AgentCaller {
     }
 }
 
+/// Name of the admin token that `HEDDLE_ADMIN_TOKEN` configures.
+const CONFIGURED_ADMIN: &str = "admin-from-config";
+
 /// Creates the first admin token: the configured one, or a random one that is printed.
-/// Safe to run on several replicas at once: only the replica that inserts it prints it.
+///
+/// A configured token is the admin token while it is configured: when `HEDDLE_ADMIN_TOKEN`
+/// changes, the token configured before is revoked at start-up and the new one works. The
+/// replicas take a lock, so several may start at once; give them all the same value, or
+/// the last to start wins.
 pub async fn bootstrap_admin(
     db: &sqlx::PgPool,
     configured: Option<&str>,
 ) -> anyhow::Result<Option<String>> {
-    let (token, name) = match configured {
-        Some(t) => (t.to_string(), "admin-from-config"),
-        None => {
-            let any: (bool,) = sqlx::query_as("SELECT EXISTS (SELECT 1 FROM api_tokens)")
-                .fetch_one(db)
-                .await?;
-            if any.0 {
-                return Ok(None);
-            }
-            (new_secret(API_TOKEN_PREFIX), "bootstrap-admin")
+    let mut tx = db.begin().await?;
+    sqlx::query("SELECT pg_advisory_xact_lock(727275)")
+        .execute(&mut *tx)
+        .await?;
+    let Some(configured) = configured else {
+        let any: (bool,) = sqlx::query_as("SELECT EXISTS (SELECT 1 FROM api_tokens)")
+            .fetch_one(&mut *tx)
+            .await?;
+        if any.0 {
+            return Ok(None);
         }
+        let token = new_secret(API_TOKEN_PREFIX);
+        sqlx::query(
+            "INSERT INTO api_tokens (id, name, role, token_sha256) VALUES ($1, 'bootstrap-admin', 'admin', $2)",
+        )
+        .bind(Uuid::new_v4())
+        .bind(sha256_hex(&token))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        return Ok(Some(token));
     };
-    let inserted = sqlx::query(
+    let sha = sha256_hex(configured);
+    // The previous configured token keeps its row (and audit trail) under another name.
+    let rotated: Vec<(Uuid,)> = sqlx::query_as(
+        "UPDATE api_tokens SET revoked_at = coalesce(revoked_at, now()), name = $1 || '-revoked-' || id
+         WHERE name = $1 AND token_sha256 <> $2 RETURNING id",
+    )
+    .bind(CONFIGURED_ADMIN)
+    .bind(&sha)
+    .fetch_all(&mut *tx)
+    .await?;
+    // Configuring another token's value (rotating back, promoting a token) makes it the live
+    // admin token: whoever sets the server's environment decides who is admin. The token
+    // configured now keeps a revocation made through the API until the value changes.
+    sqlx::query(
         "INSERT INTO api_tokens (id, name, role, token_sha256) VALUES ($1, $2, 'admin', $3)
-         ON CONFLICT DO NOTHING",
+         ON CONFLICT (token_sha256) DO UPDATE SET name = EXCLUDED.name, role = 'admin',
+             revoked_at = NULL, expires_at = NULL
+         WHERE api_tokens.name <> EXCLUDED.name",
     )
     .bind(Uuid::new_v4())
-    .bind(name)
-    .bind(sha256_hex(&token))
-    .execute(db)
-    .await?
-    .rows_affected();
-    Ok((inserted == 1 && configured.is_none()).then_some(token))
+    .bind(CONFIGURED_ADMIN)
+    .bind(&sha)
+    .execute(&mut *tx)
+    .await?;
+    if !rotated.is_empty() {
+        crate::db::audit(
+            &mut *tx,
+            "server:start",
+            "token.rotate_configured_admin",
+            &format!("token:{CONFIGURED_ADMIN}"),
+            serde_json::json!({"revoked": rotated.iter().map(|r| r.0).collect::<Vec<_>>()}),
+        )
+        .await?;
+        tracing::warn!(
+            revoked = rotated.len(),
+            "HEDDLE_ADMIN_TOKEN changed: the previously configured admin token is revoked"
+        );
+    }
+    tx.commit().await?;
+    Ok(None)
 }
 
 #[cfg(test)]

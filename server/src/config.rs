@@ -91,6 +91,39 @@ pub struct Config {
     /// restarts, by hash of their bytes; unset compiles each plugin once per process.
     #[arg(long, env = "HEDDLE_PLUGIN_CACHE_DIR")]
     pub plugin_cache_dir: Option<PathBuf>,
+    /// Longest a request may take, in seconds, before it is answered 503 and dropped. Result
+    /// and plugin uploads get HEDDLE_UPLOAD_TIMEOUT_S, long polls
+    /// HEDDLE_LONG_POLL_TIMEOUT_S.
+    #[arg(long, env = "HEDDLE_REQUEST_TIMEOUT_S", default_value_t = 30)]
+    pub request_timeout_s: u64,
+
+    /// Longest a result or plugin upload may take, in seconds.
+    #[arg(long, env = "HEDDLE_UPLOAD_TIMEOUT_S", default_value_t = 120)]
+    pub upload_timeout_s: u64,
+
+    /// Longest a long poll may take, in seconds: rendezvous waits (at most 120 s) and
+    /// pre-flight waits (at most 600 s) end on their own before this.
+    #[arg(long, env = "HEDDLE_LONG_POLL_TIMEOUT_S", default_value_t = 630)]
+    pub long_poll_timeout_s: u64,
+
+    /// Long polls (rendezvous and pre-flight waits) this replica serves at once; the next
+    /// is answered at once with 503 and Retry-After.
+    #[arg(long, env = "HEDDLE_MAX_LONG_POLLS", default_value_t = 256)]
+    pub max_long_polls: usize,
+
+    /// Requests per second one credential (API token, agent credential, or the peer address
+    /// of a request without one) may make to this replica, sustained; excess is answered
+    /// 429 with Retry-After. 0 turns the limit off.
+    #[arg(long, env = "HEDDLE_RATE_LIMIT_PER_S", default_value_t = 50)]
+    pub rate_limit_per_s: u32,
+
+    /// Requests one credential may make at once above the sustained rate.
+    #[arg(long, env = "HEDDLE_RATE_LIMIT_BURST", default_value_t = 200)]
+    pub rate_limit_burst: u32,
+
+    /// Bearer token that `/metrics` requires; open to anyone who can reach it when unset.
+    #[arg(long, env = "HEDDLE_METRICS_TOKEN", hide_env_values = true)]
+    pub metrics_token: Option<String>,
 
     /// Folder holding the built dashboard (index.html and its wasm/js); a minimal status
     /// page is served when absent.
@@ -124,6 +157,15 @@ impl Config {
 
     pub fn tls_reload_interval(&self) -> Duration {
         Duration::from_secs(u64::from(self.tls_reload_interval_s.max(1)))
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_secs(self.request_timeout_s.max(1))
+    }
+
+    pub fn upload_timeout(&self) -> Duration {
+        Duration::from_secs(self.upload_timeout_s.max(1))
+
+    pub fn long_poll_timeout(&self) -> Duration {
+        Duration::from_secs(self.long_poll_timeout_s.max(1))
     }
 
     pub fn heartbeat_interval(&self) -> Duration {

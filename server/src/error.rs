@@ -24,6 +24,15 @@ pub enum ApiError {
     Unprocessable(String),
     #[error("{0}")]
     Timeout(&'static str, String),
+    /// A result, renewal or rendezvous sent under a claim that is no longer the job's.
+    #[error("{0}")]
+    StaleClaim(String),
+    /// Too many requests from one credential; retry after this many seconds.
+    #[error("{1}")]
+    RateLimited(u64, String),
+    /// This replica is at a cap (e.g. concurrent long polls); another may take it.
+    #[error("{0}")]
+    Busy(String),
     #[error("database unavailable")]
     Unavailable(#[source] sqlx::Error),
     #[error("internal error")]
@@ -41,6 +50,9 @@ impl ApiError {
             ApiError::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             ApiError::Unprocessable(_) => (StatusCode::UNPROCESSABLE_ENTITY, "unprocessable"),
             ApiError::Timeout(code, _) => (StatusCode::REQUEST_TIMEOUT, code),
+            ApiError::StaleClaim(_) => (StatusCode::CONFLICT, "stale_claim"),
+            ApiError::RateLimited(..) => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
+            ApiError::Busy(_) => (StatusCode::SERVICE_UNAVAILABLE, "busy"),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
@@ -125,6 +137,11 @@ impl From<crate::health::investigate::InvestigateError> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
+        let retry_after = match &self {
+            ApiError::RateLimited(secs, _) => Some((*secs).max(1)),
+            _ if status == StatusCode::SERVICE_UNAVAILABLE => Some(1),
+            _ => None,
+        };
         let message = match &self {
             ApiError::Internal(err) => {
                 tracing::error!(error = ?err, "internal error");
@@ -144,11 +161,10 @@ impl IntoResponse for ApiError {
             }),
         )
             .into_response();
-        if status == StatusCode::SERVICE_UNAVAILABLE {
-            response.headers_mut().insert(
-                axum::http::header::RETRY_AFTER,
-                axum::http::HeaderValue::from_static("1"),
-            );
+        if let Some(secs) = retry_after {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
         }
         response
     }
@@ -184,17 +200,7 @@ impl From<BytesRejection> for ApiError {
     }
 }
 
-/// `axum::Json` whose rejections are `ApiError`s, so malformed bodies get the same
-/// `{error, message}` shape as everything else.
-#[derive(Debug, axum::extract::FromRequest)]
-#[from_request(via(axum::Json), rejection(ApiError))]
-pub struct Json<T>(pub T);
-
-impl<T: serde::Serialize> IntoResponse for Json<T> {
-    fn into_response(self) -> Response {
-        axum::Json(self.0).into_response()
-    }
-}
+pub use crate::json::Json;
 
 #[derive(Debug, axum::extract::FromRequestParts)]
 #[from_request(via(axum::extract::Path), rejection(ApiError))]

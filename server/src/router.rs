@@ -1,7 +1,10 @@
 //! Every HTTP route of the server, in one place. The OpenAPI document is generated from
 //! the handlers' `#[utoipa::path]` annotations as they are registered here.
 
+use std::time::Duration;
+
 use axum::Router;
+use axum::error_handling::HandleErrorLayer;
 use axum::extract::DefaultBodyLimit;
 use axum::response::IntoResponse;
 use tower_http::catch_panic::CatchPanicLayer;
@@ -12,9 +15,11 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::api::{
-    agent, expectations, health, investigations, nodes, plugins, runs, sweeps, tokens, verdicts,
+    agent, enroll, expectations, health, investigations, nodes, plugins, rendezvous, runs, sweeps,
+    tokens, verdicts,
 };
 use crate::error::ApiError;
+use crate::limits::{self, LongPolls};
 use crate::{AppState, dashboard, metrics};
 
 #[derive(OpenApi)]
@@ -28,7 +33,7 @@ use crate::{AppState, dashboard, metrics};
         (name = "tokens", description = "API tokens and the audit log"),
         (name = "agents", description = "Agent enrollment and revocation"),
         (name = "agent", description = "The protocol agents speak (agent credentials)"),
-        (name = "health", description = "Liveness, readiness and metrics (no auth)"),
+        (name = "health", description = "Liveness and readiness (no auth), metrics (HEDDLE_METRICS_TOKEN when set)"),
         (name = "investigations", description = "Which node is bad? Pairwise runs, node and GPU matrices, culprits"),
         (name = "verdicts", description = "Is this normal? Verdicts, expectations, node and fleet health, pre-flight"),
     )
@@ -47,20 +52,68 @@ impl Modify for SecuritySchemes {
     }
 }
 
+/// A request timeout as a layer: a request still running after `$after` is dropped and
+/// answered 408 `request_timeout` (a body trickling in counts too). `$knob` names the
+/// setting in the answer.
+macro_rules! timeout {
+    ($after:expr, $knob:literal) => {{
+        let after: Duration = $after;
+        tower::ServiceBuilder::new()
+            .layer(HandleErrorLayer::new(
+                move |_: tower::BoxError| async move {
+                    ApiError::Timeout(
+                        "request_timeout",
+                        format!(
+                            "the request did not complete within {} s ({}); send it again",
+                            after.as_secs(),
+                            $knob
+                        ),
+                    )
+                },
+            ))
+            .layer(tower::timeout::TimeoutLayer::new(after))
+    }};
+}
+
 fn api(state: &AppState) -> OpenApiRouter<AppState> {
-    let large_results = OpenApiRouter::new()
-        .routes(routes!(agent::upload_result))
-        .layer(DefaultBodyLimit::max(state.config.max_result_bytes));
-    let large_plugins = OpenApiRouter::new()
-        .routes(routes!(plugins::upload))
-        .layer(DefaultBodyLimit::max(state.config.max_plugin_bytes));
-    OpenApiRouter::with_openapi(ApiDoc::openapi())
-        // Health and metrics: no auth.
+    let config = &state.config;
+    let uploads = OpenApiRouter::new()
+        .merge(
+            OpenApiRouter::new()
+                .routes(routes!(agent::upload_result))
+                .layer(DefaultBodyLimit::max(config.max_result_bytes)),
+        )
+        .merge(
+            OpenApiRouter::new()
+                .routes(routes!(plugins::upload))
+                .layer(DefaultBodyLimit::max(config.max_plugin_bytes)),
+        )
+        .layer(timeout!(config.upload_timeout(), "HEDDLE_UPLOAD_TIMEOUT_S"));
+    let long_polls = OpenApiRouter::new()
+        .routes(routes!(rendezvous::rendezvous_get))
+        .routes(routes!(verdicts::preflight))
+        .route_layer(axum::middleware::from_fn_with_state(
+            LongPolls::new(config.max_long_polls),
+            limits::long_poll_gate,
+        ))
+        .layer(timeout!(
+            config.long_poll_timeout(),
+            "HEDDLE_LONG_POLL_TIMEOUT_S"
+        ));
+    let metrics_route = OpenApiRouter::new()
+        .routes(routes!(health::metrics))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            metrics::require_token,
+        ));
+    let short = OpenApiRouter::new()
+        // Health: no auth; metrics: HEDDLE_METRICS_TOKEN when set.
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
-        .routes(routes!(health::metrics))
+        .merge(metrics_route)
         // Tokens, agents, audit.
         .routes(routes!(tokens::whoami))
+        .routes(routes!(tokens::create_session, tokens::delete_session))
         .routes(routes!(tokens::create_token, tokens::list_tokens))
         .routes(routes!(tokens::revoke_token))
         .routes(routes!(
@@ -70,6 +123,9 @@ fn api(state: &AppState) -> OpenApiRouter<AppState> {
         .routes(routes!(tokens::revoke_enrollment_token))
         .routes(routes!(tokens::list_agents))
         .routes(routes!(tokens::revoke_agent))
+        .routes(routes!(enroll::list_pending))
+        .routes(routes!(enroll::approve))
+        .routes(routes!(enroll::reject))
         .routes(routes!(tokens::audit_log))
         // Inventory.
         .routes(routes!(nodes::list_nodes))
@@ -95,14 +151,12 @@ fn api(state: &AppState) -> OpenApiRouter<AppState> {
         ))
         .routes(routes!(investigations::get_investigation))
         .routes(routes!(investigations::p2p_matrix))
-        // Verdicts and expectations.
+        // Verdicts and expectations (pre-flight, a long poll, is below).
         .routes(routes!(expectations::create, expectations::list))
         .routes(routes!(expectations::delete))
         .routes(routes!(verdicts::node_health))
         .routes(routes!(verdicts::fleet_health))
-        .routes(routes!(verdicts::preflight))
-        // Plugins.
-        .merge(large_plugins)
+        // Plugins (uploads are below).
         .routes(routes!(plugins::list))
         .routes(routes!(plugins::versions))
         .routes(routes!(plugins::download))
@@ -110,14 +164,21 @@ fn api(state: &AppState) -> OpenApiRouter<AppState> {
         .routes(routes!(plugins::disable))
         .routes(routes!(plugins::dry_run))
         .routes(routes!(plugins::node_outcomes))
-        // Agent protocol.
-        .routes(routes!(agent::enroll))
+        // Agent protocol (result uploads and rendezvous waits are below).
+        .routes(routes!(enroll::enroll))
         .routes(routes!(agent::heartbeat))
         .routes(routes!(agent::put_facts))
         .routes(routes!(agent::claim))
         .routes(routes!(agent::renew))
-        .merge(large_results)
-        .routes(routes!(agent::rendezvous_put, agent::rendezvous_get))
+        .routes(routes!(rendezvous::rendezvous_put))
+        .layer(timeout!(
+            config.request_timeout(),
+            "HEDDLE_REQUEST_TIMEOUT_S"
+        ));
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .merge(short)
+        .merge(uploads)
+        .merge(long_polls)
 }
 
 /// The OpenAPI document, as served at `/api/v1/openapi.json`.
@@ -150,19 +211,27 @@ pub fn app(state: AppState) -> Router {
                 ApiError::NotFound("no such API route".into()).into_response()
             }),
         );
-    api_router
-        .merge(dashboard::routes(&state))
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            metrics::track,
-        ))
-        .layer(axum::middleware::from_fn(refuse_nul_in_path))
-        .layer(DefaultBodyLimit::max(state.config.max_body_bytes))
-        .layer(TraceLayer::new_for_http())
-        .layer(CatchPanicLayer::custom(|_| {
-            ApiError::Internal(anyhow::anyhow!("handler panicked")).into_response()
-        }))
-        .with_state(state)
+    let dashboard = dashboard::routes(&state).layer(timeout!(
+        state.config.request_timeout(),
+        "HEDDLE_REQUEST_TIMEOUT_S"
+    ));
+    let mut app = api_router.merge(dashboard);
+    if let Some(rate_limit) =
+        limits::rate_limit_layer(state.config.rate_limit_per_s, state.config.rate_limit_burst)
+    {
+        app = app.layer(rate_limit);
+    }
+    app.layer(axum::middleware::from_fn_with_state(
+        state.clone(),
+        metrics::track,
+    ))
+    .layer(axum::middleware::from_fn(refuse_nul_in_path))
+    .layer(DefaultBodyLimit::max(state.config.max_body_bytes))
+    .layer(TraceLayer::new_for_http())
+    .layer(CatchPanicLayer::custom(|_| {
+        ApiError::Internal(anyhow::anyhow!("handler panicked")).into_response()
+    }))
+    .with_state(state)
 }
 
 /// No name, id or version contains a NUL byte, and Postgres cannot store one: refuse it up

@@ -139,6 +139,12 @@ async fn auth_matrix() {
         ),
         (Method::GET, "/api/v1/audit".into(), None, Role::Admin),
         (
+            Method::GET,
+            "/api/v1/agents/pending".into(),
+            None,
+            Role::Admin,
+        ),
+        (
             Method::POST,
             "/api/v1/plugins/none/disable".into(),
             None,
@@ -740,6 +746,16 @@ async fn rendezvous_between_ranks() {
         tokio::spawn(async move { api.get(&format!("{path}?timeout_ms=10000"), &cred).await })
     };
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // Rank 0 publishes while it holds its job's claim.
+    let (s, _) = api
+        .call(
+            Method::POST,
+            "/api/v1/agent/jobs/claim",
+            Some(&r0.credential),
+            None,
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
     let blob = json!({"blob_b64": "AAECAwQ="});
     let (s, _) = api
         .call(Method::PUT, &path, Some(&r0.credential), Some(blob.clone()))

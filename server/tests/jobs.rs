@@ -357,8 +357,28 @@ async fn revoked_and_replaced_agents_are_locked_out() {
             .0,
         StatusCode::OK
     );
-    // Re-enrolling the same host replaces the old agent.
-    let a2 = enroll(&api, &server, "rev-1").await;
+    // Re-enrolling the same host with a token bound to it replaces the old agent.
+    let (_, t) = api
+        .post(
+            "/api/v1/enrollment-tokens",
+            &admin,
+            json!({"node": "rev-1"}),
+        )
+        .await;
+    let (s, body) = api
+        .call(
+            Method::POST,
+            "/api/v1/agent/enroll",
+            None,
+            Some(json!({"enroll_token": t["token"], "hostname": "rev-1"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{body}");
+    let a2 = FakeAgent {
+        credential: body["credential"].as_str().unwrap().to_string(),
+        node_id: body["node_id"].as_str().unwrap().to_string(),
+        agent_id: body["agent_id"].as_str().unwrap().to_string(),
+    };
     assert_eq!(a2.node_id, a.node_id);
     let (s, b) = api
         .post("/api/v1/agent/heartbeat", &a.credential, json!({}))

@@ -14,6 +14,10 @@ pub struct EnrollRequest {
     pub hostname: String,
     #[serde(default)]
     pub agent_version: Option<String>,
+    /// The ticket of an enrollment held for approval ([`EnrollPending`]): asking again with
+    /// it collects the credential once an admin has approved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_ticket: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -24,6 +28,21 @@ pub struct EnrollResponse {
     /// The agent's own credential; store it (0600) and present it as a bearer token.
     pub credential: String,
     pub heartbeat_interval_s: u32,
+}
+
+/// The answer (202) to an enrollment under the host name of a node whose agent is still
+/// live: nothing is replaced until an admin approves. The agent asks again with `ticket`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct EnrollPending {
+    pub pending_id: Uuid,
+    pub hostname: String,
+    /// Secret proof that a later request comes from the same agent; shown once.
+    pub ticket: String,
+    /// What to tell a person, e.g. `waiting for approval: heddle agents approve <id>`.
+    pub message: String,
+    /// How long to wait before asking again.
+    pub retry_after_s: u32,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -65,6 +84,9 @@ pub struct FactsAccepted {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JobLease {
     pub job_id: Uuid,
+    /// Names this claim of the job. Renewals and the result carry it; once the job is
+    /// claimed again, anything sent under an older claim is refused with 409.
+    pub claim_id: Uuid,
     pub run_id: Uuid,
     pub spec: JobSpec,
     pub rank: i32,
@@ -79,6 +101,9 @@ pub struct JobLease {
 pub struct LeaseRenew {
     #[serde(default)]
     pub progress: Option<Progress>,
+    /// The claim this renewal is for (`JobLease::claim_id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim_id: Option<Uuid>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -79,6 +79,14 @@ pub struct TokenCreated {
     pub token: String,
 }
 
+/// Signs the dashboard in: the server keeps the token in an HttpOnly cookie.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct SessionCreate {
+    pub token: String,
+}
+
 /// Who the presented credential belongs to.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -94,12 +102,17 @@ pub struct EnrollmentTokenCreate {
     /// Free-form label, e.g. the rack or site the token is for.
     #[serde(default)]
     pub name: Option<String>,
-    /// How many agents may enroll with it (default 1000).
+    /// How many agents may enroll with it (default 1).
     #[serde(default)]
     pub max_uses: Option<u32>,
-    /// Hours until it expires (default 24).
+    /// Hours until it expires (default 1).
     #[serde(default)]
     pub expires_in_hours: Option<u32>,
+    /// Binds the token to one host name: only that node may enroll with it, and it replaces
+    /// the node's live agent without waiting for approval (a rebuilt host, a lost state
+    /// directory).
+    #[serde(default)]
+    pub node: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -112,6 +125,9 @@ pub struct EnrollmentTokenInfo {
     pub created_at: DateTime<Utc>,
     pub expires_at: DateTime<Utc>,
     pub revoked_at: Option<DateTime<Utc>>,
+    /// The host name the token is bound to, if any.
+    #[serde(default)]
+    pub node: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -145,4 +161,26 @@ pub struct AuditEntry {
     pub action: String,
     pub target: String,
     pub detail: serde_json::Value,
+}
+
+/// An enrollment held because its host name already has a live agent. Nothing changes for
+/// the node until an admin approves; the waiting agent then collects its credential and the
+/// node's previous agent is revoked.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PendingEnrollment {
+    pub id: Uuid,
+    pub hostname: String,
+    pub node_id: Uuid,
+    pub agent_version: Option<String>,
+    /// `pending`, `approved` (the newcomer has not collected its credential yet),
+    /// `rejected` or `completed`.
+    pub state: String,
+    pub requested_at: DateTime<Utc>,
+    pub decided_at: Option<DateTime<Utc>>,
+    pub decided_by: Option<String>,
+    /// The node's live agent, which approval would replace.
+    pub live_agent_id: Option<Uuid>,
+    pub live_agent_last_heartbeat_at: Option<DateTime<Utc>>,
+    pub enrollment_token_id: Option<Uuid>,
 }

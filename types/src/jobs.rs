@@ -272,6 +272,10 @@ pub struct ResultUpload {
     pub rows: Vec<ResultRow>,
     pub started_at: DateTime<Utc>,
     pub finished_at: DateTime<Utc>,
+    /// The claim the job ran under (`JobLease::claim_id`). A result from a claim that is no
+    /// longer the job's latest is refused with 409.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim_id: Option<Uuid>,
 }
 
 /// A stored result, as returned by the API.

@@ -148,6 +148,8 @@ async fn run_job(
         _ => {}
     }
     let mut upload = report.into_upload(Uuid::new_v4().to_string());
+    // Spooled with the result, so a retry after a restart still names the claim it ran under.
+    upload.claim_id = Some(lease.claim_id);
     if !known_kind {
         upload.exit_code = None; // no child ran
     }
@@ -246,6 +248,7 @@ async fn renew_loop(
         first = false;
         let req = LeaseRenew {
             progress: progress.borrow_and_update().clone().map(sanitize),
+            claim_id: Some(lease.claim_id),
         };
         match agent.client.renew(job_id, &req).await {
             Ok(RenewOutcome::Renewed(r)) => {

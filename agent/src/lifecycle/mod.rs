@@ -32,10 +32,10 @@ use uuid::Uuid;
 
 pub use backoff::Backoff;
 
-use crate::client::{Client, ClientError};
+use crate::client::{Client, ClientError, EnrollOutcome};
 use crate::runner::supervise::StopReason;
 use crate::spool::{Spool, SpoolError};
-use state::{Identity, StateDir, StateError};
+use state::{Identity, PendingTicket, StateDir, StateError};
 
 pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// Exit status when the server refuses the agent's credential or enrollment token.
@@ -292,11 +292,14 @@ pub async fn run(args: RunArgs) -> Result<(), LifecycleError> {
             id
         }
         None => {
-            let token = args
-                .enroll_token
-                .clone()
-                .ok_or_else(|| LifecycleError::NoToken(state.path().to_path_buf()))?;
-            let id = enroll(&client, &token, &hostname, args.backoff_cap).await?;
+            // A restart while waiting for approval asks again with the stored ticket, for
+            // which the token (already spent) is not needed.
+            let token = match (&args.enroll_token, state.load_pending()) {
+                (Some(t), _) => t.clone(),
+                (None, Some(_)) => String::new(),
+                (None, None) => return Err(LifecycleError::NoToken(state.path().to_path_buf())),
+            };
+            let id = enroll(&client, &state, &token, &hostname, args.backoff_cap).await?;
             state.save_identity(&id)?;
             tracing::info!(agent_id = %id.agent_id, node_id = %id.node_id, path = %state.identity_path().display(), "enrolled; credential stored");
             id
@@ -359,21 +362,31 @@ pub async fn run(args: RunArgs) -> Result<(), LifecycleError> {
     outcome
 }
 
+/// Enrolls, waiting for an admin's approval when the server holds the enrollment (the host
+/// name has a live agent): the ticket is kept in the state directory and the server asked
+/// again until it answers with a credential or a refusal.
 async fn enroll(
     client: &Client,
+    state: &StateDir,
     token: &str,
     hostname: &str,
     cap: Duration,
 ) -> Result<Identity, LifecycleError> {
-    let req = EnrollRequest {
-        enroll_token: token.to_string(),
-        hostname: hostname.to_string(),
-        agent_version: Some(AGENT_VERSION.to_string()),
-    };
+    let mut ticket = state
+        .load_pending()
+        .filter(|p| p.hostname == hostname)
+        .map(|p| p.ticket);
     let mut backoff = Backoff::new(Duration::from_millis(500), cap);
     loop {
+        let req = EnrollRequest {
+            enroll_token: token.to_string(),
+            hostname: hostname.to_string(),
+            agent_version: Some(AGENT_VERSION.to_string()),
+            pending_ticket: ticket.clone(),
+        };
         match client.enroll(&req).await {
-            Ok(resp) => {
+            Ok(EnrollOutcome::Enrolled(resp)) => {
+                state.clear_pending()?;
                 return Ok(Identity {
                     agent_id: resp.agent_id,
                     node_id: resp.node_id,
@@ -382,7 +395,27 @@ async fn enroll(
                     enrolled_at: Utc::now(),
                 });
             }
+            Ok(EnrollOutcome::Pending(pending)) => {
+                backoff.reset();
+                if ticket.as_deref() != Some(pending.ticket.as_str()) {
+                    state.save_pending(&PendingTicket {
+                        pending_id: pending.pending_id,
+                        hostname: hostname.to_string(),
+                        ticket: pending.ticket.clone(),
+                    })?;
+                    ticket = Some(pending.ticket);
+                    tracing::warn!(pending_id = %pending.pending_id, "{}", pending.message);
+                    eprintln!("heddle-agent: {}", pending.message);
+                } else {
+                    tracing::info!(pending_id = %pending.pending_id, "still waiting for approval");
+                }
+                let wait = u64::from(pending.retry_after_s.clamp(1, 300));
+                tokio::time::sleep(Duration::from_secs(wait)).await;
+            }
             Err(ClientError::Unauthorized { message }) => {
+                if ticket.is_some() {
+                    state.clear_pending()?;
+                }
                 return Err(LifecycleError::EnrollRefused(message));
             }
             Err(err) if err.is_transient() => {

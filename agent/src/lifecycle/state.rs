@@ -13,6 +13,9 @@ use uuid::Uuid;
 use crate::spool::{SpoolError, write_atomic};
 
 const IDENTITY_FILE: &str = "identity.json";
+/// The ticket of an enrollment waiting for an admin's approval; a restart asks with it
+/// again instead of spending another enrollment token.
+const PENDING_FILE: &str = "pending-enrollment.json";
 const LOCK_FILE: &str = "agent.lock";
 const SPOOL_DIR: &str = "spool";
 
@@ -44,6 +47,14 @@ pub struct Identity {
     pub credential: String,
     pub hostname: String,
     pub enrolled_at: DateTime<Utc>,
+}
+
+/// An enrollment held for approval: the ticket is a secret (the file is 0600).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PendingTicket {
+    pub pending_id: Uuid,
+    pub hostname: String,
+    pub ticket: String,
 }
 
 /// An open, locked state directory. The lock is an `flock`, released by the kernel when
@@ -121,6 +132,36 @@ impl StateDir {
         write_atomic(&self.path, IDENTITY_FILE, &bytes, 0o600)?;
         Ok(())
     }
+
+    /// The waiting enrollment's ticket, if any. An unreadable file counts as none: the
+    /// agent then enrolls afresh with its token.
+    pub fn load_pending(&self) -> Option<PendingTicket> {
+        let path = self.path.join(PENDING_FILE);
+        let bytes = fs::read(&path).ok()?;
+        match serde_json::from_slice(&bytes) {
+            Ok(p) => Some(p),
+            Err(err) => {
+                tracing::warn!(path = %path.display(), error = %err, "ignoring an unreadable pending-enrollment file");
+                None
+            }
+        }
+    }
+
+    pub fn save_pending(&self, pending: &PendingTicket) -> Result<(), StateError> {
+        let bytes = serde_json::to_vec_pretty(pending).expect("a ticket always serializes");
+        write_atomic(&self.path, PENDING_FILE, &bytes, 0o600)?;
+        Ok(())
+    }
+
+    pub fn clear_pending(&self) -> Result<(), StateError> {
+        let path = self.path.join(PENDING_FILE);
+        match fs::remove_file(&path) {
+            Err(err) if err.kind() != std::io::ErrorKind::NotFound => {
+                Err(StateError::Io { path, source: err })
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -154,6 +195,28 @@ mod tests {
         assert_eq!(mode & 0o777, 0o600);
         let dir_mode = fs::metadata(state.path()).unwrap().permissions().mode();
         assert_eq!(dir_mode & 0o777, 0o700);
+    }
+
+    #[test]
+    fn pending_ticket_round_trips_and_clears() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::open(dir.path()).unwrap();
+        assert!(state.load_pending().is_none());
+        let p = PendingTicket {
+            pending_id: Uuid::new_v4(),
+            hostname: "node-1".into(),
+            ticket: "hdp_secret".into(),
+        };
+        state.save_pending(&p).unwrap();
+        assert_eq!(state.load_pending().unwrap().ticket, "hdp_secret");
+        let mode = fs::metadata(dir.path().join(PENDING_FILE))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        state.clear_pending().unwrap();
+        assert!(state.load_pending().is_none());
+        state.clear_pending().unwrap();
     }
 
     #[test]

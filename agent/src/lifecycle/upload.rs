@@ -78,7 +78,9 @@ pub(super) async fn drain(agent: &Agent) -> Result<(), LifecycleError> {
                         break true;
                     }
                     Ok(UploadOutcome::Conflict(message)) => {
-                        tracing::warn!(%job_id, upload_key = key, %message, "job already holds a different result; dropping this one");
+                        // The job holds another result, or was claimed again since this one
+                        // ran (a stale claim): either way the server's copy stands.
+                        tracing::warn!(%job_id, upload_key = key, %message, "the server will not store this result; dropping it");
                         break true;
                     }
                     Ok(UploadOutcome::UnknownJob(message)) => {

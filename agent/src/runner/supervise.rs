@@ -146,6 +146,7 @@ impl ChildReport {
             rows: self.rows,
             started_at: self.started_at,
             finished_at: self.finished_at,
+            claim_id: None,
         }
     }
 }

@@ -1,9 +1,11 @@
-//! Agents: enrollment tokens with the exact lines that start an agent, and the enrolled
-//! agents with their heartbeat health. Creating and revoking is for admins: others see the
+//! Agents: enrollment tokens with the exact lines that start an agent, enrollments waiting
+//! for approval (a host name that already has a live agent), and the enrolled agents with
+//! their heartbeat health. Creating, approving and revoking is for admins: others see the
 //! list without the buttons, and the server's refusal where they may not read.
 
 use heddle_types::auth::{
-    AgentInfo, EnrollmentTokenCreate, EnrollmentTokenCreated, EnrollmentTokenInfo, Role,
+    AgentInfo, EnrollmentTokenCreate, EnrollmentTokenCreated, EnrollmentTokenInfo,
+    PendingEnrollment, Role,
 };
 use leptos::prelude::*;
 
@@ -32,9 +34,18 @@ pub fn Agents() -> impl IntoView {
     let (agents, reload_agents) = api::load(|| api::get::<Vec<AgentInfo>>("/agents"));
     let (tokens, reload_tokens) =
         api::load(|| api::get::<Vec<EnrollmentTokenInfo>>("/enrollment-tokens"));
+    let (pending, reload_pending) = api::load(move || async move {
+        // Only admins may list them; for others the section stays empty.
+        if session.can(Role::Admin) {
+            api::get::<Vec<PendingEnrollment>>("/agents/pending").await
+        } else {
+            Ok(Vec::new())
+        }
+    });
     let label = RwSignal::new(String::new());
-    let uses = RwSignal::new(String::from("100"));
-    let hours = RwSignal::new(String::from("24"));
+    let uses = RwSignal::new(String::from("1"));
+    let hours = RwSignal::new(String::from("1"));
+    let node = RwSignal::new(String::new());
     let created = RwSignal::new(None::<Result<EnrollmentTokenCreated, ApiError>>);
     let revoke = RwSignal::new(Outcome::Idle);
     let create = move |ev: leptos::ev::SubmitEvent| {
@@ -43,6 +54,7 @@ pub fn Agents() -> impl IntoView {
             name: Some(label.get_untracked().trim().to_string()).filter(|s| !s.is_empty()),
             max_uses: uses.get_untracked().trim().parse().ok(),
             expires_in_hours: hours.get_untracked().trim().parse().ok(),
+            node: Some(node.get_untracked().trim().to_string()).filter(|s| !s.is_empty()),
         };
         leptos::task::spawn_local(async move {
             created.set(Some(api::post("/enrollment-tokens", &body).await));
@@ -59,6 +71,50 @@ pub fn Agents() -> impl IntoView {
             reload_agents();
             reload_tokens();
         });
+    };
+    let decide = move |path: String, what: String| {
+        revoke.set(Outcome::Busy);
+        leptos::task::spawn_local(async move {
+            revoke.set(
+                match api::post::<_, PendingEnrollment>(&path, &serde_json::json!({})).await {
+                    Ok(_) => Outcome::Done(what),
+                    Err(e) => Outcome::Failed(e),
+                },
+            );
+            reload_pending();
+            reload_agents();
+        });
+    };
+    let pending_rows = move |list: Vec<PendingEnrollment>| {
+        if list.is_empty() {
+            return ().into_any();
+        }
+        let rows = list
+            .into_iter()
+            .map(|p| {
+                let approve = format!("/agents/pending/{}/approve", p.id);
+                let reject = format!("/agents/pending/{}/reject", p.id);
+                let host = p.hostname.clone();
+                let approved = format!("Approved the enrollment of {host}: it replaces the live agent when it asks next.");
+                let rejected = format!("Rejected the enrollment of {host}; its live agent stays.");
+                view! { <tr data-host=p.hostname.clone()>
+                    <td>{p.hostname.clone()}</td><td>{p.state.clone()}</td>
+                    <td class="muted">{ago(Some(p.requested_at))}</td>
+                    <td class="muted">{ago(p.live_agent_last_heartbeat_at)}</td>
+                    <td>{(p.state == "pending").then(|| view! {
+                        <button class="approve-enrollment" on:click=move |_| decide(approve.clone(), approved.clone())>"Approve"</button>
+                        " "
+                        <button class="reject-enrollment" on:click=move |_| decide(reject.clone(), rejected.clone())>"Reject"</button>
+                    })}</td>
+                </tr> }
+            })
+            .collect_view();
+        view! {
+            <h2>"Waiting for approval"</h2>
+            <p class="muted">"Each asks to enroll under the name of a node whose agent is still live. Approve only a host you rebuilt: it replaces that agent."</p>
+            <table class="grid" id="pending-table"><thead><tr><th>"Host"</th><th>"State"</th><th>"Asked"</th><th>"Live agent's heartbeat"</th><th></th></tr></thead>
+            <tbody>{rows}</tbody></table>
+        }.into_any()
     };
     let origin = window().location().origin().unwrap_or_default();
     let created_view = move || {
@@ -129,12 +185,14 @@ pub fn Agents() -> impl IntoView {
                     <input id="enroll-name" placeholder="label, e.g. rack-12" prop:value=move || label.get() on:input=move |ev| label.set(event_target_value(&ev))/>
                     <label>"Uses "<input class="short" prop:value=move || uses.get() on:input=move |ev| uses.set(event_target_value(&ev))/></label>
                     <label>"Hours "<input class="short" prop:value=move || hours.get() on:input=move |ev| hours.set(event_target_value(&ev))/></label>
+                    <input id="enroll-node" placeholder="only for host (re-enroll)" prop:value=move || node.get() on:input=move |ev| node.set(event_target_value(&ev))/>
                     <button type="submit" id="enroll-create">"Create enrollment token"</button>
                 </div>
             </form>
             </Show>
             {created_view}
             {outcome_line(revoke)}
+            {loaded(pending, "pending enrollments", pending_rows)}
             <h2>"Enrolled agents"</h2>
             {loaded(agents, "agents", agent_rows)}
             <h2>"Enrollment tokens"</h2>

@@ -1,116 +1,26 @@
-//! The agent protocol: enrollment, heartbeats, facts, job leases, results, rendezvous.
-//! Every statement here is safe when several replicas serve the same agents.
-
-use std::time::Duration;
+//! The agent protocol after enrollment (`enroll.rs`): heartbeats, facts, job claims and
+//! results (rendezvous: `rendezvous.rs`). Every statement here is safe when several replicas serve the same
+//! agents.
+//!
+//! A job belongs to whoever claimed it last: each claim gets a fresh `claim_id`, kept after
+//! the lease ends. Renewals, results and rank 0's rendezvous post are accepted only under the
+//! job's latest claim; anything sent under an older one gets 409 `stale_claim`.
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use base64::Engine;
 use chrono::{DateTime, Utc};
 use heddle_types::agent::*;
 use heddle_types::jobs::{JobSpec, Progress, ResultUpload};
-use serde::Deserialize;
 use uuid::Uuid;
 
 use crate::AppState;
-use crate::auth::{self, AgentCaller};
+use crate::auth::AgentCaller;
 use crate::db;
-use crate::error::{ApiError, ApiResult, Json, Path, Query};
+use crate::error::{ApiError, ApiResult, Json, Path};
 
 fn lease_secs(state: &AppState) -> f64 {
     state.config.lease_ttl().as_secs_f64()
-}
-
-/// Exchange an enrollment token for the agent's own credential.
-#[utoipa::path(post, path = "/api/v1/agent/enroll", tag = "agent", request_body = EnrollRequest,
-    responses((status = 201, body = EnrollResponse), (status = 401, body = heddle_types::ErrorBody)))]
-pub async fn enroll(
-    State(state): State<AppState>,
-    Json(req): Json<EnrollRequest>,
-) -> ApiResult<(StatusCode, Json<EnrollResponse>)> {
-    let hostname = req.hostname.trim();
-    let host_ok = !hostname.is_empty()
-        && hostname.len() <= 253
-        && hostname
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'));
-    if !host_ok {
-        return Err(ApiError::Unprocessable(format!(
-            "hostname {hostname:?} is not a valid host name"
-        )));
-    }
-    let mut tx = state.db.begin().await?;
-    let token: Option<(Uuid,)> = sqlx::query_as(
-        "UPDATE enrollment_tokens SET uses = uses + 1
-         WHERE token_sha256 = $1 AND revoked_at IS NULL AND expires_at > now() AND uses < max_uses
-         RETURNING id",
-    )
-    .bind(auth::sha256_hex(&req.enroll_token))
-    .fetch_optional(&mut *tx)
-    .await?;
-    let (token_id,) = token.ok_or_else(|| {
-        ApiError::Unauthorized("enrollment token is unknown, revoked, expired or used up".into())
-    })?;
-    let (node_id,): (Uuid,) = sqlx::query_as(
-        "INSERT INTO nodes (id, hostname) VALUES ($1, $2)
-         ON CONFLICT (hostname) DO UPDATE SET hostname = EXCLUDED.hostname RETURNING id",
-    )
-    .bind(Uuid::new_v4())
-    .bind(hostname)
-    .fetch_one(&mut *tx)
-    .await?;
-    // One live agent per node: a re-enrolled node (state dir lost, host rebuilt) replaces
-    // the old agent, whose leases end now.
-    let replaced: Vec<(Uuid,)> = sqlx::query_as(
-        "UPDATE agents SET revoked_at = now() WHERE node_id = $1 AND revoked_at IS NULL RETURNING id",
-    )
-    .bind(node_id)
-    .fetch_all(&mut *tx)
-    .await?;
-    if !replaced.is_empty() {
-        let ids: Vec<Uuid> = replaced.iter().map(|r| r.0).collect();
-        sqlx::query("UPDATE jobs SET lease_expires_at = now() WHERE lease_agent_id = ANY($1) AND state IN ('leased', 'running')")
-            .bind(&ids)
-            .execute(&mut *tx)
-            .await?;
-    }
-    let credential = auth::new_secret(auth::AGENT_CREDENTIAL_PREFIX);
-    let agent_id = Uuid::new_v4();
-    sqlx::query(
-        "INSERT INTO agents (id, node_id, credential_sha256, enrollment_token_id, version, last_heartbeat_at)
-         VALUES ($1, $2, $3, $4, $5, now())",
-    )
-    .bind(agent_id)
-    .bind(node_id)
-    .bind(auth::sha256_hex(&credential))
-    .bind(token_id)
-    .bind(&req.agent_version)
-    .execute(&mut *tx)
-    .await?;
-    sqlx::query("UPDATE nodes SET last_seen_at = now() WHERE id = $1")
-        .bind(node_id)
-        .execute(&mut *tx)
-        .await?;
-    db::audit(
-        &mut *tx,
-        &format!("agent:{agent_id}"),
-        "agent.enroll",
-        &format!("node:{hostname}"),
-        serde_json::json!({"replaced": replaced.len(), "version": req.agent_version}),
-    )
-    .await?;
-    tx.commit().await?;
-    tracing::info!(%agent_id, %node_id, hostname, "agent enrolled");
-    Ok((
-        StatusCode::CREATED,
-        Json(EnrollResponse {
-            agent_id,
-            node_id,
-            credential,
-            heartbeat_interval_s: state.config.heartbeat_interval_s,
-        }),
-    ))
 }
 
 /// Heartbeat: marks the agent alive, renews the leases of its running jobs and says which
@@ -236,6 +146,7 @@ pub async fn put_facts(
 #[derive(sqlx::FromRow)]
 struct LeaseRow {
     id: Uuid,
+    claim_id: Uuid,
     run_id: Uuid,
     rank: i32,
     world_size: i32,
@@ -254,9 +165,10 @@ pub async fn claim(State(state): State<AppState>, agent: AgentCaller) -> ApiResu
              SELECT id FROM jobs WHERE node_id = $1 AND state = 'queued' AND NOT cancel_requested
              ORDER BY created_at, rank LIMIT 1 FOR UPDATE SKIP LOCKED)
          UPDATE jobs j SET state = 'leased', attempts = j.attempts + 1, lease_agent_id = $2,
-                lease_expires_at = now() + make_interval(secs => $3), error = NULL
+                lease_expires_at = now() + make_interval(secs => $3), error = NULL,
+                claim_id = $4, claim_agent_id = $2
          FROM next, runs r WHERE j.id = next.id AND r.id = j.run_id
-         RETURNING j.id, j.run_id, j.rank, j.world_size, j.attempts, j.lease_expires_at,
+         RETURNING j.id, j.claim_id, j.run_id, j.rank, j.world_size, j.attempts, j.lease_expires_at,
              CASE WHEN j.applied_env IS NULL THEN r.spec ELSE jsonb_set(r.spec, '{env}', COALESCE(
                  (SELECT jsonb_object_agg(e->>'name', e->>'value') FROM jsonb_array_elements(j.applied_env) e),
                  '{}'::jsonb)) END AS spec",
@@ -264,12 +176,14 @@ pub async fn claim(State(state): State<AppState>, agent: AgentCaller) -> ApiResu
     .bind(agent.node_id)
     .bind(agent.agent_id)
     .bind(lease_secs(&state))
+    .bind(Uuid::new_v4())
     .fetch_optional(&state.db)
     .await?;
     Ok(match row {
         None => StatusCode::NO_CONTENT.into_response(),
         Some(r) => Json(JobLease {
             job_id: r.id,
+            claim_id: r.claim_id,
             run_id: r.run_id,
             spec: r.spec.0,
             rank: r.rank,
@@ -302,12 +216,14 @@ pub async fn renew(
         "UPDATE jobs SET lease_expires_at = now() + make_interval(secs => $3), state = 'running',
                 started_at = coalesce(started_at, now()), progress = coalesce($4, progress)
          WHERE id = $1 AND lease_agent_id = $2 AND state IN ('leased', 'running')
+               AND ($5::uuid IS NULL OR claim_id = $5)
          RETURNING lease_expires_at, cancel_requested",
     )
     .bind(id)
     .bind(agent.agent_id)
     .bind(lease_secs(&state))
     .bind(req.progress.map(sqlx::types::Json))
+    .bind(req.claim_id)
     .fetch_optional(&state.db)
     .await?;
     match row {
@@ -316,13 +232,19 @@ pub async fn renew(
             cancel,
         })),
         None => {
-            let exists: Option<(String,)> = sqlx::query_as("SELECT state FROM jobs WHERE id = $1")
-                .bind(id)
-                .fetch_optional(&state.db)
-                .await?;
+            let exists: Option<(String, Option<Uuid>)> =
+                sqlx::query_as("SELECT state, claim_id FROM jobs WHERE id = $1")
+                    .bind(id)
+                    .fetch_optional(&state.db)
+                    .await?;
             match exists {
                 None => Err(ApiError::NotFound(format!("no job {id}"))),
-                Some((st,)) => Err(ApiError::Conflict(format!(
+                Some((_, current)) if req.claim_id.is_some() && current != req.claim_id => {
+                    Err(ApiError::StaleClaim(format!(
+                        "lease on job {id} lost: it was claimed again after this claim; stop working on it"
+                    )))
+                }
+                Some((st, _)) => Err(ApiError::Conflict(format!(
                     "lease on job {id} lost: it is {st} and not leased to this agent"
                 ))),
             }
@@ -355,24 +277,27 @@ pub async fn upload_result(
     let mut tx = state.db.begin().await?;
     // The job row lock serialises concurrent uploads for one job (retries racing on two
     // replicas included).
-    let job: Option<(Uuid, String)> =
-        sqlx::query_as("SELECT node_id, state FROM jobs WHERE id = $1 FOR UPDATE")
-            .bind(id)
-            .fetch_optional(&mut *tx)
-            .await?;
-    let (node_id, job_state) = job.ok_or_else(|| ApiError::NotFound(format!("no job {id}")))?;
+    let job: Option<(Uuid, String, Option<Uuid>, Option<Uuid>)> = sqlx::query_as(
+        "SELECT node_id, state, claim_id, claim_agent_id FROM jobs WHERE id = $1 FOR UPDATE",
+    )
+    .bind(id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let (node_id, job_state, claim_id, claim_agent) =
+        job.ok_or_else(|| ApiError::NotFound(format!("no job {id}")))?;
     if node_id != agent.node_id {
         return Err(ApiError::Forbidden(format!(
             "job {id} belongs to another node"
         )));
     }
-    let by_key: Option<(Uuid, Uuid)> =
-        sqlx::query_as("SELECT id, job_id FROM results WHERE upload_key = $1")
+    let by_key: Option<(Uuid, Uuid, Option<Uuid>)> =
+        sqlx::query_as("SELECT id, job_id, agent_id FROM results WHERE upload_key = $1")
             .bind(&up.upload_key)
             .fetch_optional(&mut *tx)
             .await?;
     match by_key {
-        Some((result_id, job_id)) if job_id == id => {
+        // A retry of a stored upload: answered whatever became of the claim since.
+        Some((result_id, job_id, by)) if job_id == id && by == Some(agent.agent_id) => {
             drop(tx);
             // A retry after a failed judgement gets its verdict now.
             let judged: Option<(Uuid,)> =
@@ -393,12 +318,13 @@ pub async fn upload_result(
         }
         Some(_) => {
             return Err(ApiError::Conflict(format!(
-                "upload key {:?} was used for another job",
+                "upload key {:?} was used for another job or by another agent",
                 up.upload_key
             )));
         }
         None => {}
     }
+    check_claim(id, claim_id, claim_agent, &agent, up.claim_id)?;
     let by_job: Option<(Uuid,)> = sqlx::query_as("SELECT id FROM results WHERE job_id = $1")
         .bind(id)
         .fetch_optional(&mut *tx)
@@ -455,6 +381,30 @@ pub async fn upload_result(
     ))
 }
 
+/// A new result is stored only from the agent that made the job's latest claim, and under
+/// that claim when the upload names one. (An upload that names none comes from an agent
+/// older than claim ids; its agent must still be the latest claimant.)
+fn check_claim(
+    job: Uuid,
+    current: Option<Uuid>,
+    claimant: Option<Uuid>,
+    agent: &AgentCaller,
+    sent: Option<Uuid>,
+) -> ApiResult<()> {
+    if current.is_none() {
+        return Err(ApiError::StaleClaim(format!(
+            "job {job} was never claimed; a result needs the claim it ran under"
+        )));
+    }
+    if claimant != Some(agent.agent_id) || sent.is_some_and(|c| Some(c) != current) {
+        return Err(ApiError::StaleClaim(format!(
+            "job {job} was claimed again after the claim this result ran under; the job's \
+             current claim decides its result, so this one is not stored"
+        )));
+    }
+    Ok(())
+}
+
 /// Judges a stored result (docs/health.md). After the result's transaction: the result is
 /// the agent's data and is kept whatever happens here; a failed judgement is logged and
 /// made again by the next upload retry or pre-flight.
@@ -508,125 +458,6 @@ async fn insert_rows(
         qb.build().execute(&mut **tx).await?;
     }
     Ok(())
-}
-
-/// Agents may only meet in runs they take part in.
-async fn check_member(state: &AppState, agent: &AgentCaller, run: Uuid) -> ApiResult<()> {
-    let member: (bool,) =
-        sqlx::query_as("SELECT EXISTS (SELECT 1 FROM jobs WHERE run_id = $1 AND node_id = $2)")
-            .bind(run)
-            .bind(agent.node_id)
-            .fetch_one(&state.db)
-            .await?;
-    if member.0 {
-        Ok(())
-    } else {
-        Err(ApiError::Forbidden(format!(
-            "this node has no job in run {run}"
-        )))
-    }
-}
-
-fn check_rdv_name(name: &str) -> ApiResult<()> {
-    if name.is_empty()
-        || name.len() > 128
-        || !name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-    {
-        return Err(ApiError::BadRequest(
-            "rendezvous name must be 1-128 letters, digits, '-', '_' or '.'".into(),
-        ));
-    }
-    Ok(())
-}
-
-/// Rank 0 posts an opaque blob (e.g. an NCCL unique id) for the other ranks.
-#[utoipa::path(put, path = "/api/v1/agent/rendezvous/{run_id}/{name}", tag = "agent", security(("agent" = [])),
-    params(("run_id" = Uuid, Path), ("name" = String, Path)), request_body = RendezvousBlob,
-    responses((status = 204), (status = 409, body = heddle_types::ErrorBody, description = "a different blob is already posted")))]
-pub async fn rendezvous_put(
-    State(state): State<AppState>,
-    agent: AgentCaller,
-    Path((run, name)): Path<(Uuid, String)>,
-    Json(req): Json<RendezvousBlob>,
-) -> ApiResult<StatusCode> {
-    check_rdv_name(&name)?;
-    check_member(&state, &agent, run).await?;
-    let blob = base64::engine::general_purpose::STANDARD
-        .decode(&req.blob_b64)
-        .map_err(|e| ApiError::BadRequest(format!("blob_b64 is not base64: {e}")))?;
-    if blob.len() > 64 * 1024 {
-        return Err(ApiError::PayloadTooLarge(
-            "rendezvous blobs are at most 64 KiB".into(),
-        ));
-    }
-    let inserted = sqlx::query(
-        "INSERT INTO rendezvous (run_id, name, blob) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
-    )
-    .bind(run)
-    .bind(&name)
-    .bind(&blob)
-    .execute(&state.db)
-    .await?;
-    if inserted.rows_affected() == 0 {
-        let (stored,): (Vec<u8>,) =
-            sqlx::query_as("SELECT blob FROM rendezvous WHERE run_id = $1 AND name = $2")
-                .bind(run)
-                .bind(&name)
-                .fetch_one(&state.db)
-                .await?;
-        if stored != blob {
-            return Err(ApiError::Conflict(format!(
-                "rendezvous {name:?} of run {run} already holds another blob"
-            )));
-        }
-    }
-    Ok(StatusCode::NO_CONTENT)
-}
-
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-#[serde(deny_unknown_fields)]
-pub struct WaitQuery {
-    /// How long to wait for rank 0 (default 30000, at most 120000).
-    timeout_ms: Option<u64>,
-}
-
-/// Wait for rank 0's blob; answers 408 `rendezvous_timeout` when it does not come in time.
-#[utoipa::path(get, path = "/api/v1/agent/rendezvous/{run_id}/{name}", tag = "agent", security(("agent" = [])),
-    params(("run_id" = Uuid, Path), ("name" = String, Path), WaitQuery),
-    responses((status = 200, body = RendezvousBlob), (status = 408, body = heddle_types::ErrorBody)))]
-pub async fn rendezvous_get(
-    State(state): State<AppState>,
-    agent: AgentCaller,
-    Path((run, name)): Path<(Uuid, String)>,
-    Query(q): Query<WaitQuery>,
-) -> ApiResult<Json<RendezvousBlob>> {
-    check_rdv_name(&name)?;
-    check_member(&state, &agent, run).await?;
-    let deadline = tokio::time::Instant::now()
-        + Duration::from_millis(q.timeout_ms.unwrap_or(30_000).min(120_000));
-    // Polling keeps replicas independent: whichever one rank 0 posted to, Postgres has it.
-    loop {
-        let row: Option<(Vec<u8>,)> =
-            sqlx::query_as("SELECT blob FROM rendezvous WHERE run_id = $1 AND name = $2")
-                .bind(run)
-                .bind(&name)
-                .fetch_optional(&state.db)
-                .await?;
-        if let Some((blob,)) = row {
-            return Ok(Json(RendezvousBlob {
-                blob_b64: base64::engine::general_purpose::STANDARD.encode(blob),
-            }));
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Err(ApiError::Timeout(
-                "rendezvous_timeout",
-                format!("nothing posted to rendezvous {name:?} of run {run} in time"),
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! API tokens, enrollment tokens, agents and the audit log: who may do what.
 
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use heddle_types::auth::*;
 use serde::Deserialize;
@@ -51,6 +52,49 @@ pub async fn whoami(caller: Caller) -> Json<WhoAmI> {
         name: caller.name,
         role: caller.role,
     })
+}
+
+/// Sign the dashboard in: the token is checked and handed back as an HttpOnly,
+/// SameSite=Strict cookie, so the page's scripts never hold it.
+#[utoipa::path(post, path = "/api/v1/session", tag = "tokens", request_body = SessionCreate,
+    responses((status = 200, body = WhoAmI), (status = 401, body = heddle_types::ErrorBody)))]
+pub async fn create_session(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Json(req): Json<SessionCreate>,
+) -> ApiResult<Response> {
+    let caller = auth::caller_for_token(&state, req.token.trim()).await?;
+    // The scheme the browser sees (behind a TLS-terminating proxy too).
+    let https = headers
+        .get(header::ORIGIN)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|o| o.starts_with("https://"))
+        || headers
+            .get("x-forwarded-proto")
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https"));
+    let cookie = auth::session_set_cookie(req.token.trim(), https).ok_or_else(|| {
+        ApiError::Unprocessable(
+            "this token has characters a cookie cannot hold; use it with the CLI or API".into(),
+        )
+    })?;
+    Ok((
+        [(header::SET_COOKIE, cookie)],
+        Json(WhoAmI {
+            name: caller.name,
+            role: caller.role,
+        }),
+    )
+        .into_response())
+}
+
+/// Sign the dashboard out: the session cookie is cleared.
+#[utoipa::path(delete, path = "/api/v1/session", tag = "tokens", responses((status = 204)))]
+pub async fn delete_session() -> Response {
+    (
+        StatusCode::NO_CONTENT,
+        [(header::SET_COOKIE, auth::session_clear_cookie())],
+    )
+        .into_response()
 }
 
 /// Create an API token. The secret is in the response and nowhere else.
@@ -156,6 +200,7 @@ struct EnrollRow {
     created_at: DateTime<Utc>,
     expires_at: DateTime<Utc>,
     revoked_at: Option<DateTime<Utc>>,
+    node: Option<String>,
 }
 
 impl From<EnrollRow> for EnrollmentTokenInfo {
@@ -168,13 +213,20 @@ impl From<EnrollRow> for EnrollmentTokenInfo {
             created_at: r.created_at,
             expires_at: r.expires_at,
             revoked_at: r.revoked_at,
+            node: r.node,
         }
     }
 }
 
-const ENROLL_COLUMNS: &str = "id, name, max_uses, uses, created_at, expires_at, revoked_at";
+const ENROLL_COLUMNS: &str = "id, name, max_uses, uses, created_at, expires_at, revoked_at, node";
 
-/// Create an enrollment token that agents exchange for their own credential.
+/// Uses of an enrollment token unless the request says otherwise: one agent.
+pub const DEFAULT_ENROLL_USES: u32 = 1;
+/// Life of an enrollment token unless the request says otherwise.
+pub const DEFAULT_ENROLL_HOURS: u32 = 1;
+
+/// Create an enrollment token that agents exchange for their own credential. One use and
+/// one hour unless asked otherwise; `node` binds it to one host name.
 #[utoipa::path(post, path = "/api/v1/enrollment-tokens", tag = "agents", security(("bearer" = [])),
     request_body = EnrollmentTokenCreate, responses((status = 201, body = EnrollmentTokenCreated)))]
 pub async fn create_enrollment_token(
@@ -183,18 +235,31 @@ pub async fn create_enrollment_token(
     Json(req): Json<EnrollmentTokenCreate>,
 ) -> ApiResult<(StatusCode, Json<EnrollmentTokenCreated>)> {
     caller.require(Role::Admin)?;
-    let max_uses = req.max_uses.unwrap_or(1000);
+    let max_uses = req.max_uses.unwrap_or(DEFAULT_ENROLL_USES);
     if max_uses == 0 || max_uses > 1_000_000 {
         return Err(ApiError::Unprocessable(
             "max_uses must be between 1 and 1000000".into(),
         ));
     }
-    let hours = i64::from(req.expires_in_hours.unwrap_or(24).clamp(1, 24 * 365));
+    if let Some(node) = &req.node {
+        super::enroll::check_hostname(node)?;
+        if max_uses != 1 {
+            return Err(ApiError::Unprocessable(
+                "a token bound to a node enrolls one agent: leave max_uses out or set it to 1"
+                    .into(),
+            ));
+        }
+    }
+    let hours = i64::from(
+        req.expires_in_hours
+            .unwrap_or(DEFAULT_ENROLL_HOURS)
+            .clamp(1, 24 * 365),
+    );
     let secret = auth::new_secret(auth::ENROLL_TOKEN_PREFIX);
     let mut tx = state.db.begin().await?;
     let row: EnrollRow = sqlx::query_as(&format!(
-        "INSERT INTO enrollment_tokens (id, name, token_sha256, max_uses, created_by, expires_at)
-         VALUES ($1, $2, $3, $4, $5, now() + make_interval(hours => $6)) RETURNING {ENROLL_COLUMNS}"
+        "INSERT INTO enrollment_tokens (id, name, token_sha256, max_uses, created_by, expires_at, node)
+         VALUES ($1, $2, $3, $4, $5, now() + make_interval(hours => $6), $7) RETURNING {ENROLL_COLUMNS}"
     ))
     .bind(Uuid::new_v4())
     .bind(&req.name)
@@ -202,6 +267,7 @@ pub async fn create_enrollment_token(
     .bind(i32::try_from(max_uses).unwrap_or(i32::MAX))
     .bind(caller.actor())
     .bind(i32::try_from(hours).unwrap_or(24))
+    .bind(&req.node)
     .fetch_one(&mut *tx)
     .await?;
     db::audit(
@@ -209,7 +275,7 @@ pub async fn create_enrollment_token(
         &caller.actor(),
         "enrollment_token.create",
         &format!("enrollment_token:{}", row.id),
-        serde_json::json!({"max_uses": max_uses, "expires_in_hours": hours}),
+        serde_json::json!({"max_uses": max_uses, "expires_in_hours": hours, "node": req.node}),
     )
     .await?;
     tx.commit().await?;

@@ -1,0 +1,463 @@
+//! Enrollment: an agent exchanges an enrollment token for its own credential.
+//!
+//! A host name is a node's identity, and the node's jobs follow it. So an enrollment under
+//! the host name of a node whose agent is still live replaces nothing by itself: it is held
+//! until an admin approves it (`heddle agents approve`), unless its token was bound to that
+//! node (`heddle agents enroll-token --node HOST`). The waiting agent gets 202 with a
+//! ticket and asks again with it; the live agent keeps working meanwhile.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
+use heddle_types::agent::{EnrollPending, EnrollRequest, EnrollResponse};
+use heddle_types::auth::{PendingEnrollment, Role};
+use uuid::Uuid;
+
+use crate::AppState;
+use crate::auth::{self, Caller};
+use crate::db;
+use crate::error::{ApiError, ApiResult, Json, Path};
+
+/// Prefix of pending-enrollment tickets (secrets, like the other credentials).
+pub const TICKET_PREFIX: &str = "hdp_";
+
+/// How long a waiting agent pauses between asks.
+const RETRY_AFTER_S: u32 = 5;
+
+/// Host names as nodes are named: what an agent may enroll under and a token be bound to.
+pub fn check_hostname(hostname: &str) -> ApiResult<()> {
+    let ok = !hostname.is_empty()
+        && hostname.len() <= 253
+        && hostname
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'));
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::Unprocessable(format!(
+            "hostname {hostname:?} is not a valid host name"
+        )))
+    }
+}
+
+type Tx<'a> = sqlx::Transaction<'a, sqlx::Postgres>;
+
+#[derive(sqlx::FromRow)]
+struct TokenRow {
+    id: Uuid,
+    node: Option<String>,
+    uses: i32,
+    max_uses: i32,
+    expires_at: DateTime<Utc>,
+    revoked_at: Option<DateTime<Utc>>,
+}
+
+/// Takes one use of an enrollment token, or says why it cannot be used.
+async fn spend_token(tx: &mut Tx<'_>, secret: &str, hostname: &str) -> ApiResult<TokenRow> {
+    let row: Option<TokenRow> = sqlx::query_as(
+        "SELECT id, node, uses, max_uses, expires_at, revoked_at FROM enrollment_tokens
+         WHERE token_sha256 = $1 FOR UPDATE",
+    )
+    .bind(auth::sha256_hex(secret))
+    .fetch_optional(&mut **tx)
+    .await?;
+    let new_token = "ask an admin for a new one (heddle agents enroll-token)";
+    let token = row
+        .ok_or_else(|| ApiError::Unauthorized(format!("unknown enrollment token; {new_token}")))?;
+    if let Some(at) = token.revoked_at {
+        return Err(ApiError::Unauthorized(format!(
+            "this enrollment token was revoked at {at}; {new_token}"
+        )));
+    }
+    if token.expires_at <= Utc::now() {
+        return Err(ApiError::Unauthorized(format!(
+            "this enrollment token expired at {}; {new_token}",
+            token.expires_at
+        )));
+    }
+    if token.uses >= token.max_uses {
+        return Err(ApiError::Unauthorized(format!(
+            "this enrollment token is used up ({} of {} uses); {new_token}",
+            token.uses, token.max_uses
+        )));
+    }
+    if let Some(node) = token.node.as_deref().filter(|n| *n != hostname) {
+        return Err(ApiError::Unauthorized(format!(
+            "this enrollment token is bound to node {node:?}, not {hostname:?}"
+        )));
+    }
+    sqlx::query("UPDATE enrollment_tokens SET uses = uses + 1 WHERE id = $1")
+        .bind(token.id)
+        .execute(&mut **tx)
+        .await?;
+    Ok(token)
+}
+
+/// Issues a credential for the node, revoking its live agent (whose leases end now). Only
+/// called when replacing is allowed: no live agent, a token bound to the node, or an
+/// admin's approval.
+async fn issue(
+    tx: &mut Tx<'_>,
+    state: &AppState,
+    node_id: Uuid,
+    hostname: &str,
+    token_id: Option<Uuid>,
+    version: Option<&str>,
+    how: &str,
+) -> ApiResult<EnrollResponse> {
+    let replaced: Vec<(Uuid,)> = sqlx::query_as(
+        "UPDATE agents SET revoked_at = now() WHERE node_id = $1 AND revoked_at IS NULL RETURNING id",
+    )
+    .bind(node_id)
+    .fetch_all(&mut **tx)
+    .await?;
+    if !replaced.is_empty() {
+        let ids: Vec<Uuid> = replaced.iter().map(|r| r.0).collect();
+        sqlx::query("UPDATE jobs SET lease_expires_at = now() WHERE lease_agent_id = ANY($1) AND state IN ('leased', 'running')")
+            .bind(&ids)
+            .execute(&mut **tx)
+            .await?;
+    }
+    let credential = auth::new_secret(auth::AGENT_CREDENTIAL_PREFIX);
+    let agent_id = Uuid::new_v4();
+    sqlx::query(
+        "INSERT INTO agents (id, node_id, credential_sha256, enrollment_token_id, version, last_heartbeat_at)
+         VALUES ($1, $2, $3, $4, $5, now())",
+    )
+    .bind(agent_id)
+    .bind(node_id)
+    .bind(auth::sha256_hex(&credential))
+    .bind(token_id)
+    .bind(version)
+    .execute(&mut **tx)
+    .await?;
+    sqlx::query("UPDATE nodes SET last_seen_at = now() WHERE id = $1")
+        .bind(node_id)
+        .execute(&mut **tx)
+        .await?;
+    db::audit(
+        &mut **tx,
+        &format!("agent:{agent_id}"),
+        "agent.enroll",
+        &format!("node:{hostname}"),
+        serde_json::json!({"replaced": replaced.len(), "version": version, "how": how}),
+    )
+    .await?;
+    tracing::info!(%agent_id, %node_id, hostname, how, replaced = replaced.len(), "agent enrolled");
+    Ok(EnrollResponse {
+        agent_id,
+        node_id,
+        credential,
+        heartbeat_interval_s: state.config.heartbeat_interval_s,
+    })
+}
+
+fn waiting(pending_id: Uuid, hostname: &str, ticket: String) -> Response {
+    (
+        StatusCode::ACCEPTED,
+        Json(EnrollPending {
+            pending_id,
+            hostname: hostname.to_string(),
+            ticket,
+            message: format!(
+                "node {hostname:?} already has a live agent; this enrollment is waiting for \
+                 approval: heddle agents approve {pending_id} (or reject it: heddle agents \
+                 reject {pending_id})"
+            ),
+            retry_after_s: RETRY_AFTER_S,
+        }),
+    )
+        .into_response()
+}
+
+/// Exchange an enrollment token for the agent's own credential. A host name that already
+/// has a live agent is held for approval (202) unless the token is bound to it.
+#[utoipa::path(post, path = "/api/v1/agent/enroll", tag = "agent", request_body = EnrollRequest,
+    responses((status = 201, body = EnrollResponse),
+        (status = 202, body = EnrollPending, description = "held for an admin's approval; ask again with the ticket"),
+        (status = 401, body = heddle_types::ErrorBody)))]
+pub async fn enroll(
+    State(state): State<AppState>,
+    Json(req): Json<EnrollRequest>,
+) -> ApiResult<Response> {
+    let hostname = req.hostname.trim();
+    check_hostname(hostname)?;
+    let mut tx = state.db.begin().await?;
+    if let Some(ticket) = &req.pending_ticket {
+        return collect(tx, &state, hostname, ticket).await;
+    }
+    let token = spend_token(&mut tx, &req.enroll_token, hostname).await?;
+    // The upsert locks the node row: concurrent enrollments of one host name are serialised.
+    let (node_id,): (Uuid,) = sqlx::query_as(
+        "INSERT INTO nodes (id, hostname) VALUES ($1, $2)
+         ON CONFLICT (hostname) DO UPDATE SET hostname = EXCLUDED.hostname RETURNING id",
+    )
+    .bind(Uuid::new_v4())
+    .bind(hostname)
+    .fetch_one(&mut *tx)
+    .await?;
+    let live: Option<(Uuid,)> =
+        sqlx::query_as("SELECT id FROM agents WHERE node_id = $1 AND revoked_at IS NULL")
+            .bind(node_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+    let version = req.agent_version.as_deref();
+    if live.is_none() || token.node.is_some() {
+        let how = if live.is_none() {
+            "token"
+        } else {
+            "token bound to the node"
+        };
+        let resp = issue(
+            &mut tx,
+            &state,
+            node_id,
+            hostname,
+            Some(token.id),
+            version,
+            how,
+        )
+        .await?;
+        tx.commit().await?;
+        return Ok((StatusCode::CREATED, Json(resp)).into_response());
+    }
+    let ticket = auth::new_secret(TICKET_PREFIX);
+    let pending_id = Uuid::new_v4();
+    sqlx::query(
+        "INSERT INTO pending_enrollments (id, node_id, hostname, ticket_sha256, enrollment_token_id, agent_version)
+         VALUES ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(pending_id)
+    .bind(node_id)
+    .bind(hostname)
+    .bind(auth::sha256_hex(&ticket))
+    .bind(token.id)
+    .bind(version)
+    .execute(&mut *tx)
+    .await?;
+    db::audit(
+        &mut *tx,
+        &format!("enrollment:{pending_id}"),
+        "agent.enroll_pending",
+        &format!("node:{hostname}"),
+        serde_json::json!({"live_agent": live.map(|l| l.0), "version": version}),
+    )
+    .await?;
+    tx.commit().await?;
+    tracing::warn!(%pending_id, hostname, "enrollment under a live node's host name is waiting for approval");
+    Ok(waiting(pending_id, hostname, ticket))
+}
+
+#[derive(sqlx::FromRow)]
+struct TicketRow {
+    id: Uuid,
+    node_id: Uuid,
+    hostname: String,
+    state: String,
+    enrollment_token_id: Option<Uuid>,
+    agent_version: Option<String>,
+    decided_by: Option<String>,
+}
+
+/// A waiting agent asks again with its ticket.
+async fn collect(
+    mut tx: Tx<'_>,
+    state: &AppState,
+    hostname: &str,
+    ticket: &str,
+) -> ApiResult<Response> {
+    let row: Option<TicketRow> = sqlx::query_as(
+        "SELECT id, node_id, hostname, state, enrollment_token_id, agent_version, decided_by
+         FROM pending_enrollments WHERE ticket_sha256 = $1 FOR UPDATE",
+    )
+    .bind(auth::sha256_hex(ticket))
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(TicketRow {
+        id,
+        node_id,
+        hostname: host,
+        state: st,
+        enrollment_token_id: token_id,
+        agent_version: version,
+        decided_by,
+    }) = row
+    else {
+        return Err(ApiError::Unauthorized(
+            "unknown enrollment ticket; enroll again with a new enrollment token".into(),
+        ));
+    };
+    if host != hostname {
+        return Err(ApiError::Unauthorized(format!(
+            "this enrollment ticket is for node {host:?}, not {hostname:?}"
+        )));
+    }
+    match st.as_str() {
+        "pending" => Ok(waiting(id, hostname, ticket.to_string())),
+        "rejected" => Err(ApiError::Unauthorized(format!(
+            "the enrollment of {hostname:?} was rejected by {}; ask an admin for a token bound \
+             to this node (heddle agents enroll-token --node {hostname})",
+            decided_by.as_deref().unwrap_or("an admin")
+        ))),
+        "approved" => {
+            let how = format!(
+                "approved by {}",
+                decided_by.as_deref().unwrap_or("an admin")
+            );
+            let resp = issue(
+                &mut tx,
+                state,
+                node_id,
+                hostname,
+                token_id,
+                version.as_deref(),
+                &how,
+            )
+            .await?;
+            sqlx::query(
+                "UPDATE pending_enrollments SET state = 'completed', agent_id = $2 WHERE id = $1",
+            )
+            .bind(id)
+            .bind(resp.agent_id)
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            Ok((StatusCode::CREATED, Json(resp)).into_response())
+        }
+        _ => Err(ApiError::Unauthorized(
+            "this enrollment ticket was already used; enroll again with a new enrollment token"
+                .into(),
+        )),
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct PendingRow {
+    id: Uuid,
+    hostname: String,
+    node_id: Uuid,
+    agent_version: Option<String>,
+    state: String,
+    requested_at: DateTime<Utc>,
+    decided_at: Option<DateTime<Utc>>,
+    decided_by: Option<String>,
+    live_agent_id: Option<Uuid>,
+    live_agent_last_heartbeat_at: Option<DateTime<Utc>>,
+    enrollment_token_id: Option<Uuid>,
+}
+
+impl From<PendingRow> for PendingEnrollment {
+    fn from(r: PendingRow) -> Self {
+        PendingEnrollment {
+            id: r.id,
+            hostname: r.hostname,
+            node_id: r.node_id,
+            agent_version: r.agent_version,
+            state: r.state,
+            requested_at: r.requested_at,
+            decided_at: r.decided_at,
+            decided_by: r.decided_by,
+            live_agent_id: r.live_agent_id,
+            live_agent_last_heartbeat_at: r.live_agent_last_heartbeat_at,
+            enrollment_token_id: r.enrollment_token_id,
+        }
+    }
+}
+
+const PENDING_SELECT: &str = "SELECT p.id, p.hostname, p.node_id, p.agent_version, p.state, p.requested_at,
+        p.decided_at, p.decided_by, a.id AS live_agent_id, a.last_heartbeat_at AS live_agent_last_heartbeat_at,
+        p.enrollment_token_id
+     FROM pending_enrollments p LEFT JOIN agents a ON a.node_id = p.node_id AND a.revoked_at IS NULL";
+
+/// Enrollments waiting for approval (and approved ones not yet collected).
+#[utoipa::path(get, path = "/api/v1/agents/pending", tag = "agents", security(("bearer" = [])),
+    responses((status = 200, body = [PendingEnrollment])))]
+pub async fn list_pending(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> ApiResult<Json<Vec<PendingEnrollment>>> {
+    caller.require(Role::Admin)?;
+    let rows: Vec<PendingRow> = sqlx::query_as(&format!(
+        "{PENDING_SELECT} WHERE p.state IN ('pending', 'approved') ORDER BY p.requested_at LIMIT 1000"
+    ))
+    .fetch_all(&state.db)
+    .await?;
+    Ok(Json(rows.into_iter().map(Into::into).collect()))
+}
+
+async fn decide(
+    state: &AppState,
+    caller: &Caller,
+    id: Uuid,
+    to: &'static str,
+) -> ApiResult<Json<PendingEnrollment>> {
+    caller.require(Role::Admin)?;
+    let mut tx = state.db.begin().await?;
+    let current: Option<(String, String)> =
+        sqlx::query_as("SELECT state, hostname FROM pending_enrollments WHERE id = $1 FOR UPDATE")
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?;
+    let (st, hostname) =
+        current.ok_or_else(|| ApiError::NotFound(format!("no pending enrollment {id}")))?;
+    if st != "pending" {
+        return Err(ApiError::Conflict(format!(
+            "the enrollment {id} of {hostname:?} is already {st}"
+        )));
+    }
+    sqlx::query(
+        "UPDATE pending_enrollments SET state = $2, decided_at = now(), decided_by = $3 WHERE id = $1",
+    )
+    .bind(id)
+    .bind(to)
+    .bind(caller.actor())
+    .execute(&mut *tx)
+    .await?;
+    let action = if to == "approved" {
+        "agent.enroll_approve"
+    } else {
+        "agent.enroll_reject"
+    };
+    db::audit(
+        &mut *tx,
+        &caller.actor(),
+        action,
+        &format!("node:{hostname}"),
+        serde_json::json!({"pending_enrollment": id}),
+    )
+    .await?;
+    let row: PendingRow = sqlx::query_as(&format!("{PENDING_SELECT} WHERE p.id = $1"))
+        .bind(id)
+        .fetch_one(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(Json(row.into()))
+}
+
+/// Approve a waiting enrollment: when the agent asks again it gets a credential, and the
+/// node's previous agent is revoked then.
+#[utoipa::path(post, path = "/api/v1/agents/pending/{id}/approve", tag = "agents", security(("bearer" = [])),
+    params(("id" = Uuid, Path)),
+    responses((status = 200, body = PendingEnrollment), (status = 404, body = heddle_types::ErrorBody),
+        (status = 409, body = heddle_types::ErrorBody)))]
+pub async fn approve(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<Uuid>,
+) -> ApiResult<Json<PendingEnrollment>> {
+    decide(&state, &caller, id, "approved").await
+}
+
+/// Reject a waiting enrollment: the agent is told so and stops asking.
+#[utoipa::path(post, path = "/api/v1/agents/pending/{id}/reject", tag = "agents", security(("bearer" = [])),
+    params(("id" = Uuid, Path)),
+    responses((status = 200, body = PendingEnrollment), (status = 404, body = heddle_types::ErrorBody),
+        (status = 409, body = heddle_types::ErrorBody)))]
+pub async fn reject(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<Uuid>,
+) -> ApiResult<Json<PendingEnrollment>> {
+    decide(&state, &caller, id, "rejected").await
+}

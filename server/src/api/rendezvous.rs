@@ -1,0 +1,165 @@
+//! Rendezvous: rank 0 of a multi-node run posts an opaque blob (an NCCL unique id, a
+//! server address) and the other ranks wait for it. Postgres holds the blobs, so ranks may
+//! talk to different replicas.
+
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use base64::Engine;
+use heddle_types::agent::RendezvousBlob;
+use serde::Deserialize;
+use uuid::Uuid;
+
+use crate::AppState;
+use crate::auth::AgentCaller;
+use crate::error::{ApiError, ApiResult, Json, Path, Query};
+
+/// Agents may only meet in runs they take part in.
+async fn check_member(state: &AppState, agent: &AgentCaller, run: Uuid) -> ApiResult<()> {
+    let member: (bool,) =
+        sqlx::query_as("SELECT EXISTS (SELECT 1 FROM jobs WHERE run_id = $1 AND node_id = $2)")
+            .bind(run)
+            .bind(agent.node_id)
+            .fetch_one(&state.db)
+            .await?;
+    if member.0 {
+        Ok(())
+    } else {
+        Err(ApiError::Forbidden(format!(
+            "this node has no job in run {run}"
+        )))
+    }
+}
+
+/// Only rank 0 publishes, and only while this agent holds its job's claim: any other rank,
+/// or an agent whose claim went stale, would hand the run's peers a blob of its choosing.
+async fn check_root(state: &AppState, agent: &AgentCaller, run: Uuid) -> ApiResult<()> {
+    let rank: Option<(i32, Option<Uuid>, String)> = sqlx::query_as(
+        "SELECT rank, lease_agent_id, state FROM jobs WHERE run_id = $1 AND node_id = $2
+         ORDER BY rank LIMIT 1",
+    )
+    .bind(run)
+    .bind(agent.node_id)
+    .fetch_optional(&state.db)
+    .await?;
+    match rank {
+        None => Err(ApiError::Forbidden(format!(
+            "this node has no job in run {run}"
+        ))),
+        Some((rank, _, _)) if rank != 0 => Err(ApiError::Forbidden(format!(
+            "only rank 0 publishes rendezvous blobs; this node is rank {rank} of run {run}"
+        ))),
+        Some((_, holder, st))
+            if holder != Some(agent.agent_id) || !matches!(st.as_str(), "leased" | "running") =>
+        {
+            Err(ApiError::StaleClaim(format!(
+                "rank 0 of run {run} is {st} and not claimed by this agent; only the agent \
+                 holding its current claim publishes"
+            )))
+        }
+        Some(_) => Ok(()),
+    }
+}
+
+fn check_rdv_name(name: &str) -> ApiResult<()> {
+    if name.is_empty()
+        || name.len() > 128
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+    {
+        return Err(ApiError::BadRequest(
+            "rendezvous name must be 1-128 letters, digits, '-', '_' or '.'".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Rank 0 posts an opaque blob (e.g. an NCCL unique id) for the other ranks.
+#[utoipa::path(put, path = "/api/v1/agent/rendezvous/{run_id}/{name}", tag = "agent", security(("agent" = [])),
+    params(("run_id" = Uuid, Path), ("name" = String, Path)), request_body = RendezvousBlob,
+    responses((status = 204), (status = 409, body = heddle_types::ErrorBody, description = "a different blob is already posted")))]
+pub async fn rendezvous_put(
+    State(state): State<AppState>,
+    agent: AgentCaller,
+    Path((run, name)): Path<(Uuid, String)>,
+    Json(req): Json<RendezvousBlob>,
+) -> ApiResult<StatusCode> {
+    check_rdv_name(&name)?;
+    check_root(&state, &agent, run).await?;
+    let blob = base64::engine::general_purpose::STANDARD
+        .decode(&req.blob_b64)
+        .map_err(|e| ApiError::BadRequest(format!("blob_b64 is not base64: {e}")))?;
+    if blob.len() > 64 * 1024 {
+        return Err(ApiError::PayloadTooLarge(
+            "rendezvous blobs are at most 64 KiB".into(),
+        ));
+    }
+    let inserted = sqlx::query(
+        "INSERT INTO rendezvous (run_id, name, blob) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+    )
+    .bind(run)
+    .bind(&name)
+    .bind(&blob)
+    .execute(&state.db)
+    .await?;
+    if inserted.rows_affected() == 0 {
+        let (stored,): (Vec<u8>,) =
+            sqlx::query_as("SELECT blob FROM rendezvous WHERE run_id = $1 AND name = $2")
+                .bind(run)
+                .bind(&name)
+                .fetch_one(&state.db)
+                .await?;
+        if stored != blob {
+            return Err(ApiError::Conflict(format!(
+                "rendezvous {name:?} of run {run} already holds another blob"
+            )));
+        }
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct WaitQuery {
+    /// How long to wait for rank 0 (default 30000, at most 120000).
+    timeout_ms: Option<u64>,
+}
+
+/// Wait for rank 0's blob; answers 408 `rendezvous_timeout` when it does not come in time.
+#[utoipa::path(get, path = "/api/v1/agent/rendezvous/{run_id}/{name}", tag = "agent", security(("agent" = [])),
+    params(("run_id" = Uuid, Path), ("name" = String, Path), WaitQuery),
+    responses((status = 200, body = RendezvousBlob), (status = 408, body = heddle_types::ErrorBody)))]
+pub async fn rendezvous_get(
+    State(state): State<AppState>,
+    agent: AgentCaller,
+    Path((run, name)): Path<(Uuid, String)>,
+    Query(q): Query<WaitQuery>,
+) -> ApiResult<Json<RendezvousBlob>> {
+    check_rdv_name(&name)?;
+    check_member(&state, &agent, run).await?;
+    let deadline = tokio::time::Instant::now()
+        + Duration::from_millis(q.timeout_ms.unwrap_or(30_000).min(120_000));
+    // Polling keeps replicas independent: whichever one rank 0 posted to, Postgres has it.
+    loop {
+        let row: Option<(Vec<u8>,)> =
+            sqlx::query_as("SELECT blob FROM rendezvous WHERE run_id = $1 AND name = $2")
+                .bind(run)
+                .bind(&name)
+                .fetch_optional(&state.db)
+                .await?;
+        if let Some((blob,)) = row {
+            return Ok(Json(RendezvousBlob {
+                blob_b64: base64::engine::general_purpose::STANDARD.encode(blob),
+            }));
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(ApiError::Timeout(
+                "rendezvous_timeout",
+                format!("nothing posted to rendezvous {name:?} of run {run} in time"),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
