@@ -119,12 +119,11 @@ pub fn footer(p: &Params, rows: &[ResultRow], summary: &Map<String, Value>) -> S
     );
     let secs = |k: &str| summary.get(k).and_then(Value::as_f64).unwrap_or(0.0);
     out += &format!(
-        "# Time: start-up {:.3} s (NCCL init {:.3} s), first row {:.3} s after it, sweep {:.3} s, teardown {:.3} s\n",
+        "# Time: start-up {:.3} s (NCCL init {:.3} s), first row {:.4} s after it, sweep {:.3} s\n",
         secs("init_s"),
         secs("nccl_init_s"),
         secs("first_row_s"),
-        secs("sweep_s"),
-        secs("teardown_s")
+        secs("sweep_s")
     );
     out
 }
