@@ -1,21 +1,28 @@
-# The Heddle node agent, with the user-space RDMA stack (rdma-core: libibverbs, librdmacm
-# and the mlx5/efa/... providers), perftest (ib_write_bw, ...) and UCX (ucx_perftest).
+# The Heddle node agent, with what its tests load at run time:
+#   - NCCL (libnccl.so.2 from NVIDIA's nvidia-nccl-cu12 wheel, the version build-images.sh
+#     pins, in /opt/nccl/lib on the loader's path; HEDDLE_NCCL_LIBRARY picks another);
+#   - the user-space RDMA stack (rdma-core: libibverbs, librdmacm and the mlx5/efa/...
+#     providers), perftest (ib_write_bw, ...) and UCX (ucx_perftest).
+# The NVIDIA container runtime adds the driver's libraries (libcuda, libnvidia-ml) from the
+# host; it adds no CUDA library, hence NCCL here. Run flags: docker/README.md, e.g.
 #
-# NVIDIA libraries (libnvidia-ml, libcuda, libnccl) are not in the image: the NVIDIA
-# container runtime mounts the host's into the container; the agent loads them at run time
-# and reports their absence otherwise. Run it with the host's network and devices:
-#
-#   docker run -d --name heddle-agent --net=host --runtime=nvidia --gpus all \
+#   docker run -d --name heddle-agent --restart unless-stopped \
+#     --net=host --ipc=host --runtime=nvidia --gpus all \
 #     --device=/dev/infiniband --cap-add=IPC_LOCK --ulimit memlock=-1 \
-#     -v /sys:/sys:ro -v /var/lib/heddle-agent:/var/lib/heddle-agent \
+#     -v /sys:/sys:ro -v /etc:/host/etc:ro -v /var/lib/heddle-agent:/var/lib/heddle-agent \
 #     -e HEDDLE_SERVER=http://heddle:8080 -e HEDDLE_ENROLL_TOKEN=hde_... heddle-agent:dev
 ARG BASE_IMAGE=debian:bookworm-slim
 FROM ${BASE_IMAGE}
 RUN apt-get update -q \
  && apt-get install -y -q --no-install-recommends \
-      ca-certificates tini iproute2 pciutils \
+      ca-certificates tini iproute2 pciutils libstdc++6 \
       rdma-core libibverbs1 librdmacm1 ibverbs-providers ibverbs-utils perftest ucx-utils \
  && rm -rf /var/lib/apt/lists/*
+# A layer of its own before the binary, so a new agent does not copy NCCL again.
+COPY nccl /opt/nccl
+RUN ln -s libnccl.so.2 /opt/nccl/lib/libnccl.so \
+ && echo /opt/nccl/lib >/etc/ld.so.conf.d/nccl.conf \
+ && ldconfig
 COPY heddle-agent /usr/local/bin/heddle-agent
 ENV HEDDLE_STATE_DIR=/var/lib/heddle-agent \
     NVIDIA_VISIBLE_DEVICES=all \

@@ -3,7 +3,7 @@
 # $CARGO_TARGET_DIR/release (nothing is compiled inside an image):
 #
 #   heddle-server:$TAG    the API server
-#   heddle-agent:$TAG     the node agent, with rdma-core, perftest and ucx-utils
+#   heddle-agent:$TAG     the node agent, with NCCL, rdma-core, perftest and ucx-utils
 #   heddle-postgres:$TAG  Debian's PostgreSQL, for tests and the compose file
 #
 # Every image starts FROM $HEDDLE_BASE_IMAGE (default debian:bookworm-slim). When that image
@@ -12,7 +12,11 @@
 # imported with `docker import` as heddle-base:bookworm. The root file system tarball is
 # cached under ~/.cache/heddle-docker/, so only the first run downloads Debian.
 #
-# Needs: docker, and debootstrap (apt-get install debootstrap) when the base must be made.
+# NCCL for the agent comes from NVIDIA's wheel on PyPI (nvidia-nccl-cu12, pinned by version
+# and hash below), downloaded once into the same cache: the wheel holds libnccl.so.2 only.
+#
+# Needs: docker, python3-venv (for pip), and debootstrap when the base must be made
+# (scripts/setup.sh --test installs them).
 # Build the binaries first:  cargo build --release -p heddle-server -p heddle-agent
 set -euo pipefail
 
@@ -25,6 +29,8 @@ base=${HEDDLE_BASE_IMAGE:-debian:bookworm-slim}
 mirror=${HEDDLE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 cache=${HEDDLE_DOCKER_CACHE:-$HOME/.cache/heddle-docker}
 local_base=heddle-base:bookworm
+nccl_version=2.27.7
+nccl_wheel_sha256=de5ba5562f08029a19cb1cd659404b18411ed0d6c90ac5f52f30bf99ad5809aa
 
 log() { printf 'build-images: %s\n' "$*" >&2; }
 t0=$(date +%s)
@@ -63,18 +69,42 @@ for b in heddle-server heddle-agent; do
     [[ -x "$bin/$b" ]] || { log "$bin/$b is missing; run: cargo build --release -p heddle-server -p heddle-agent"; exit 1; }
 done
 
-# A small build context: the binaries and the Dockerfiles' helper files, not the repository.
+nccl_dir="$cache/nccl-$nccl_version"
+if [[ ! -s "$nccl_dir/lib/libnccl.so.2" ]]; then
+    log "NCCL $nccl_version: pip download nvidia-nccl-cu12==$nccl_version"
+    mkdir -p "$cache"
+    [[ -x "$cache/pip/bin/pip" ]] || python3 -m venv "$cache/pip" \
+        || { log "python3 -m venv failed; run: apt-get install python3-venv"; exit 1; }
+    dl=$(mktemp -d "$cache/nccl.XXXXXX")
+    trap 'rm -rf "$dl"' EXIT
+    printf 'nvidia-nccl-cu12==%s --hash=sha256:%s\n' "$nccl_version" "$nccl_wheel_sha256" >"$dl/req.txt"
+    "$cache/pip/bin/pip" download -q --no-deps --only-binary=:all: --platform manylinux2014_x86_64 \
+        --require-hashes -r "$dl/req.txt" -d "$dl" >&2
+    "$cache/pip/bin/python" -m zipfile -e "$dl"/nvidia_nccl_cu12-*.whl "$dl/x"
+    mkdir -p "$dl/nccl/lib"
+    mv "$dl/x/nvidia/nccl/lib/libnccl.so.2" "$dl/nccl/lib/"
+    cp "$dl"/x/nvidia_nccl_cu12-*.dist-info/licenses/License.txt "$dl/nccl/LICENSE.txt"
+    rm -rf "$nccl_dir" && mv "$dl/nccl" "$nccl_dir"
+    rm -rf "$dl"
+    trap - EXIT
+fi
+
+# Small build contexts, one per image: what its Dockerfile copies, not the repository.
 ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
-cp "$bin/heddle-server" "$bin/heddle-agent" "$ctx/"
-cp "$repo/docker/postgres-entrypoint.sh" "$ctx/"
-if [[ -d "$repo/frontend/dist" ]]; then cp -r "$repo/frontend/dist" "$ctx/dashboard"; else mkdir "$ctx/dashboard"; fi
+mkdir "$ctx/heddle-server" "$ctx/heddle-agent" "$ctx/heddle-postgres"
+cp "$bin/heddle-server" "$ctx/heddle-server/"
+if [[ -d "$repo/frontend/dist" ]]; then cp -r "$repo/frontend/dist" "$ctx/heddle-server/dashboard"; else mkdir "$ctx/heddle-server/dashboard"; fi
+cp "$bin/heddle-agent" "$ctx/heddle-agent/"
+# NCCL is 400+ MB: a hard link where the cache is on the same file system.
+cp -al "$nccl_dir" "$ctx/heddle-agent/nccl" 2>/dev/null || cp -a "$nccl_dir" "$ctx/heddle-agent/nccl"
+cp "$repo/docker/postgres-entrypoint.sh" "$ctx/heddle-postgres/"
 
 build() { # image dockerfile
     log "building $1:$tag FROM $base"
-    DOCKER_BUILDKIT=0 docker build -q --build-arg "BASE_IMAGE=$base" -t "$1:$tag" -f "$repo/docker/$2" "$ctx" >/dev/null
+    DOCKER_BUILDKIT=0 docker build -q --build-arg "BASE_IMAGE=$base" -t "$1:$tag" -f "$repo/docker/$2" "$ctx/$1" >/dev/null
 }
 build heddle-server server.Dockerfile
 build heddle-agent agent.Dockerfile
 build heddle-postgres postgres.Dockerfile
-log "done in $(( $(date +%s) - t0 )) s: heddle-server:$tag heddle-agent:$tag heddle-postgres:$tag"
+log "done in $(( $(date +%s) - t0 )) s: heddle-server:$tag heddle-agent:$tag (NCCL $nccl_version) heddle-postgres:$tag"

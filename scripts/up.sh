@@ -55,7 +55,7 @@ if ! alive "$state/agent.pid"; then
         enroll=$("$bindir/heddle" agents enroll-token --max-uses 1 2>/dev/null)
     fi
     mkdir -p "$state/agent"
-    HEDDLE_SERVER="$url" HEDDLE_ENROLL_TOKEN="$enroll" HEDDLE_STATE_DIR="$state/agent" \
+    HEDDLE_URL="$url" HEDDLE_ENROLL_TOKEN="$enroll" HEDDLE_STATE_DIR="$state/agent" \
         setsid "$bindir/heddle-agent" run >>"$state/agent.log" 2>&1 < /dev/null &
     echo $! >"$state/agent.pid"
 fi

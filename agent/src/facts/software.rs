@@ -123,11 +123,13 @@ fn run_tool(program: &str, args: &[&str]) -> Option<String> {
     }
 }
 
-/// `ucx_info -v` prints `# Library version: 1.15.0` (1.10+) or `# UCT version=1.9.0 …`.
+/// `ucx_info -v` prints `# Library version: 1.15.0` (1.10+), `# Version 1.13.1`
+/// (Debian 12's 1.13) or `# UCT version=1.9.0 …`.
 pub fn parse_ucx_version(out: &str) -> Option<String> {
     out.lines().find_map(|l| {
         let l = l.trim_start_matches('#').trim();
         l.strip_prefix("Library version:")
+            .or_else(|| l.strip_prefix("Version "))
             .map(|v| v.trim().to_string())
             .or_else(|| {
                 l.strip_prefix("UCT version=")
@@ -159,6 +161,9 @@ mod tests {
         assert_eq!(parse_ucx_version(new).as_deref(), Some("1.15.0"));
         let old = "# UCT version=1.9.0 revision 1d0a420\n# configured with: --prefix=/usr\n";
         assert_eq!(parse_ucx_version(old).as_deref(), Some("1.9.0"));
+        // Debian 12's ucx-utils, as the agent image runs it.
+        let debian = "# Version 1.13.1\n# Git branch '<unknown>', revision 0000000\n# Configured with: --build=x86_64-linux-gnu --prefix=/usr --with-verbs --enable-cma\n";
+        assert_eq!(parse_ucx_version(debian).as_deref(), Some("1.13.1"));
         assert_eq!(parse_ucx_version("nothing"), None);
         assert_eq!(
             parse_ofed("MLNX_OFED_LINUX-5.8-1.0.1.1:\n").as_deref(),

@@ -46,13 +46,9 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
     /// Server base URL, e.g. `http://heddle:8080`. Repeat the flag or separate URLs with
-    /// commas to list replicas; the agent fails over between them.
-    #[arg(
-        long = "server",
-        env = "HEDDLE_SERVER",
-        value_delimiter = ',',
-        required = true
-    )]
+    /// commas to list replicas; the agent fails over between them. `HEDDLE_URL` is the
+    /// variable the CLI reads too; `HEDDLE_SERVER`, its older name, is read when it is unset.
+    #[arg(long = "server", env = "HEDDLE_URL", value_delimiter = ',')]
     pub servers: Vec<String>,
     /// Trust for `https://` servers: `--ca-file`, `--pin-sha256`.
     #[command(flatten)]
@@ -263,7 +259,34 @@ impl Agent {
 }
 
 /// `heddle-agent run`.
-pub fn command(args: RunArgs) -> anyhow::Result<()> {
+/// The older name of `HEDDLE_URL`, still read by `run`.
+pub const SERVER_ENV_ALIAS: &str = "HEDDLE_SERVER";
+
+/// `--server`/`HEDDLE_URL`, else `HEDDLE_SERVER`, split at commas.
+pub fn server_urls(given: Vec<String>, alias: Option<String>) -> anyhow::Result<Vec<String>> {
+    let urls: Vec<String> = if given.is_empty() {
+        alias
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .map(String::from)
+            .collect()
+    } else {
+        given
+    };
+    anyhow::ensure!(
+        !urls.is_empty(),
+        "no server to talk to: pass --server http://heddle:8080 or set HEDDLE_URL"
+    );
+    Ok(urls)
+}
+
+pub fn command(mut args: RunArgs) -> anyhow::Result<()> {
+    args.servers = server_urls(
+        std::mem::take(&mut args.servers),
+        std::env::var(SERVER_ENV_ALIAS).ok(),
+    )?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -454,6 +477,23 @@ async fn shutdown_signal() -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn heddle_url_wins_and_heddle_server_is_the_fallback() {
+        let given = vec!["http://a:8080".to_string()];
+        let alias = Some("http://old:8080".to_string());
+        assert_eq!(
+            server_urls(given, alias.clone()).unwrap(),
+            ["http://a:8080"]
+        );
+        assert_eq!(
+            server_urls(vec![], Some("http://b:8080, http://c:8080".into())).unwrap(),
+            ["http://b:8080", "http://c:8080"]
+        );
+        let err = server_urls(vec![], None).unwrap_err().to_string();
+        assert!(err.contains("HEDDLE_URL"), "{err}");
+        assert!(server_urls(vec![], Some(" , ".into())).is_err());
+    }
 
     #[test]
     fn durations_parse() {
