@@ -1,8 +1,8 @@
 //! `heddle`: a thin client of the Heddle API for people and scripts. Human tables by
 //! default, `--json` for scripts; exit code 1 on any error, with the server's message.
 
-mod args;
 mod agents;
+mod args;
 mod client;
 mod commands;
 mod config;

@@ -157,12 +157,15 @@ impl Config {
 
     pub fn tls_reload_interval(&self) -> Duration {
         Duration::from_secs(u64::from(self.tls_reload_interval_s.max(1)))
+    }
+
     pub fn request_timeout(&self) -> Duration {
         Duration::from_secs(self.request_timeout_s.max(1))
     }
 
     pub fn upload_timeout(&self) -> Duration {
         Duration::from_secs(self.upload_timeout_s.max(1))
+    }
 
     pub fn long_poll_timeout(&self) -> Duration {
         Duration::from_secs(self.long_poll_timeout_s.max(1))

@@ -381,6 +381,7 @@ fn base_unit(metric: &str) -> Option<Figure> {
         "time_us" => Some(Figure::Latency),
         _ => None,
     }
+}
 
 /// True when the Accept header names OpenMetrics (what Prometheus sends first).
 pub fn wants_openmetrics(headers: &HeaderMap) -> bool {
@@ -401,6 +402,7 @@ pub fn wants_openmetrics(headers: &HeaderMap) -> bool {
             (!refused).then_some(media)
         })
         .any(|media| media.eq_ignore_ascii_case("application/openmetrics-text"))
+}
 
 /// Turns the OpenMetrics exposition into the Prometheus text format 0.0.4: counters are
 /// declared under their `_total` name, and `# UNIT` and `# EOF` lines go.
@@ -412,9 +414,12 @@ pub fn openmetrics_to_text(om: &str) -> String {
         {
             counters.insert(name.to_string());
         }
+    }
     let mut out = String::with_capacity(om.len());
+    for line in om.lines() {
         if line.starts_with("# UNIT ") || line == "# EOF" {
             continue;
+        }
         let rewritten = ["# HELP ", "# TYPE "].iter().find_map(|prefix| {
             let rest = line.strip_prefix(prefix)?;
             let (name, tail) = rest.split_once(' ')?;
@@ -425,8 +430,12 @@ pub fn openmetrics_to_text(om: &str) -> String {
         match rewritten {
             Some(l) => out.push_str(&l),
             None => out.push_str(line),
+        }
         out.push('\n');
+    }
     out
+}
+
 /// Guards `/metrics` when `HEDDLE_METRICS_TOKEN` is set: the scrape must present it as a
 /// bearer token. (Per-node health series name every host and how it performs.)
 pub async fn require_token(State(state): State<AppState>, req: Request, next: Next) -> Response {
@@ -441,17 +450,22 @@ pub async fn require_token(State(state): State<AppState>, req: Request, next: Ne
         .and_then(|v| {
             v.strip_prefix("Bearer ")
                 .or_else(|| v.strip_prefix("bearer "))
+        })
         .map(str::trim);
     // Compared as hashes, so the time taken says nothing about how much of it matched.
     match presented {
         Some(t) if crate::auth::sha256_hex(t) == crate::auth::sha256_hex(expected) => {
             next.run(req).await
+        }
         Some(_) => crate::error::ApiError::Unauthorized(
             "wrong metrics token; scrape with the bearer token set in HEDDLE_METRICS_TOKEN".into(),
         )
         .into_response(),
         None => crate::error::ApiError::Unauthorized(
             "/metrics needs `Authorization: Bearer <HEDDLE_METRICS_TOKEN>`".into(),
+        )
+        .into_response(),
+    }
 }
 
 /// Middleware counting and timing every request by its route template (not the raw path,
