@@ -72,6 +72,17 @@ async fn ucx_run_with_path_env_cannot_run_a_script_as_root() {
         .execute(&server.state.db)
         .await
         .unwrap();
+    // Jobs carry the environment fixed when the run was created: put it there too.
+    sqlx::query(
+        "UPDATE jobs SET applied_env = COALESCE(applied_env, '[]'::jsonb)
+             || jsonb_build_array(jsonb_build_object('name', 'PATH', 'value', $2::text, 'source', 'run'))
+         WHERE run_id = $1",
+    )
+    .bind(run)
+    .bind(evil.display().to_string())
+    .execute(&server.state.db)
+    .await
+    .unwrap();
     let agent = Agent::start(&[&server.url], None, &state);
     let done = finished_job(&api, run, &agent).await;
     assert!(

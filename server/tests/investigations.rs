@@ -49,6 +49,10 @@ impl Fault {
 }
 
 /// Fake agents, one task per node, until stopped.
+/// The host of rank 1 of each two-rank run, for its rank 0.
+static RANK1_HOSTS: std::sync::LazyLock<Mutex<HashMap<String, String>>> =
+    std::sync::LazyLock::new(Default::default);
+
 struct Fleet {
     stop: Arc<AtomicBool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -127,34 +131,49 @@ async fn agent_loop(
             lease["world_size"].as_i64().unwrap(),
         );
         *claims.lock().unwrap().entry(job.clone()).or_default() += 1;
-        // Two ranks meet through the server's rendezvous, as the nccl runner does; each
-        // learns who its peer is.
+        // Two ranks meet through the server's rendezvous as the nccl runner does: rank 0
+        // publishes (only rank 0 may), rank 1 reads it. Rank 0 learns its peer from rank 1
+        // in this process, since the server takes no blob from other ranks.
         let busbw = if world == 2 {
-            let put = http
-                .put(format!("{base}/api/v1/agent/rendezvous/{run}/host-{rank}"))
-                .bearer_auth(&cred)
-                .json(&json!({"blob_b64": b64.encode(&host)}))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(put.status(), StatusCode::NO_CONTENT);
-            let got = http
-                .get(format!(
-                    "{base}/api/v1/agent/rendezvous/{run}/host-{}?timeout_ms=30000",
-                    1 - rank
-                ))
-                .bearer_auth(&cred)
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(
-                got.status(),
-                StatusCode::OK,
-                "{host}: the peer of run {run} never came"
-            );
-            let blob: Value = got.json().await.unwrap();
-            let peer =
-                String::from_utf8(b64.decode(blob["blob_b64"].as_str().unwrap()).unwrap()).unwrap();
+            let peer = if rank == 0 {
+                let put = http
+                    .put(format!("{base}/api/v1/agent/rendezvous/{run}/host-0"))
+                    .bearer_auth(&cred)
+                    .json(&json!({"blob_b64": b64.encode(&host)}))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(put.status(), StatusCode::NO_CONTENT);
+                let mut peer = None;
+                for _ in 0..600 {
+                    peer = RANK1_HOSTS.lock().unwrap().get(&run).cloned();
+                    if peer.is_some() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                peer.unwrap_or_else(|| panic!("{host}: rank 1 of run {run} never came"))
+            } else {
+                RANK1_HOSTS
+                    .lock()
+                    .unwrap()
+                    .insert(run.clone(), host.clone());
+                let got = http
+                    .get(format!(
+                        "{base}/api/v1/agent/rendezvous/{run}/host-0?timeout_ms=30000"
+                    ))
+                    .bearer_auth(&cred)
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(
+                    got.status(),
+                    StatusCode::OK,
+                    "{host}: the peer of run {run} never came"
+                );
+                let blob: Value = got.json().await.unwrap();
+                String::from_utf8(b64.decode(blob["blob_b64"].as_str().unwrap()).unwrap()).unwrap()
+            };
             fault.busbw(&host, &peer)
         } else {
             SLOW

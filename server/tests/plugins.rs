@@ -137,7 +137,7 @@ async fn plugins_turn_facts_into_recommendations() {
     let gid_line = format!("export NCCL_IB_GID_INDEX={gid}");
     assert!(env.contains(&gid_line), "{env}");
     assert!(env.contains("export NCCL_IB_HCA="), "{env}");
-    assert!(env.contains("(plugin:runai-roce@0.1.0)"), "{env}");
+    assert!(env.contains("from plugin:runai-roce@0.1.0"), "{env}");
     let (_, outcomes) = api.get("/api/v1/nodes/roce-node/plugins", &admin).await;
     assert_eq!(outcomes[0]["plugin"], "runai-roce");
     assert!(
