@@ -260,7 +260,10 @@ impl Engine {
         iter: u64,
     ) -> Result<(), EngineError> {
         let window = (c.send.max(c.recv) * k.dtype.size()) as u64;
-        let windows = (self.capacity as u64).checked_div(window).unwrap_or(1).max(1);
+        let windows = (self.capacity as u64)
+            .checked_div(window)
+            .unwrap_or(1)
+            .max(1);
         let shift = window * (iter % windows);
         let grouped = self.ranks.len() > 1;
         if grouped {
