@@ -264,9 +264,9 @@ pub fn execute(
     }
     let sweep = sweep_start.elapsed();
     let nccl_init = engine.nccl_init_time();
-    // `execute` ends the process that runs it (the bench command, the job's child): the
-    // driver frees buffers, contexts and NCCL's threads at exit, sooner than destroying the
-    // communicators and freeing the buffers one by one (0.16–0.18 s of an 8 GiB sweep on
+    // The callers (the bench command, the job's child) exit right after: the driver frees
+    // buffers, contexts and NCCL's threads at exit, sooner than destroying the
+    // communicators and freeing the buffers one by one (0.16–0.18 s after an 8 GiB sweep on
     // an H100, 0.5 s after a budget run's graphs).
     std::mem::forget(engine);
     let mut s = Map::new();
