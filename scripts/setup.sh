@@ -97,7 +97,9 @@ want=$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/version = |"/, ""); print
 have=$(wasm-bindgen --version 2>/dev/null | awk '{ print $2 }' || true)
 if [[ "$have" != "$want" ]]; then
     log "cargo install wasm-bindgen-cli $want (found: ${have:-none})"
-    cargo install --locked wasm-bindgen-cli --version "$want" >&2
+    # Not --locked: its lock file can pin a dependency release the registry mirror lacks;
+    # the exact wasm-bindgen version is what has to match.
+    cargo install wasm-bindgen-cli --version "$want" >&2
 fi
 [[ $mode == test ]] || exit 0
 
