@@ -123,12 +123,14 @@ pub struct NcclArgs {
     /// File through which process 0 hands NCCL's id to the others (fresh path per run).
     #[arg(long)]
     pub rendezvous_file: Option<PathBuf>,
-    /// Replay the `-n` iterations from a CUDA graph this many times per sample (0: launch
-    /// one by one), as nccl-tests' `-G`.
-    #[arg(short = 'G', long = "cudagraph", default_value_t = 0)]
-    pub graph: u64,
+    /// Replay the `-n` iterations from a CUDA graph this many times per sample, as
+    /// nccl-tests' `-G`; 0 launches them one by one, as nccl-tests does by default.
+    /// Without it, sizes up to 1 MiB are replayed once from a graph (launched one by one,
+    /// their time is the CPU's launch cost) and larger sizes are launched.
+    #[arg(short = 'G', long = "cudagraph")]
+    pub graph: Option<u64>,
     /// Sample each size until its figure is stable, the sweep within about this long
-    /// (e.g. `10s`, `500ms`, `2m`); sizes up to 1 MiB are then timed as graph replays.
+    /// (e.g. `10s`, `500ms`, `2m`).
     #[arg(long, value_parser = nccl::parse_budget)]
     pub budget: Option<std::time::Duration>,
     /// Also write nccl-tests' JSON document (format 3) to this file; an existing file is

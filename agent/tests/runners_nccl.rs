@@ -281,7 +281,8 @@ fn bench_on_a_gpu_writes_nccl_tests_lines_and_json() {
     assert!(out.status.success(), "{stdout}\n{stderr}");
     for line in [
         "# Collective test starting: all_reduce_perf",
-        "# nThread 1 nGpus 1 minBytes 8 maxBytes 16777216 step: 4(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0 unalign: 0",
+        "# nThread 1 nGpus 1 minBytes 8 maxBytes 16777216 step: 4(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 1 unalign: 0",
+        "# CUDA graphs: sizes up to 1048576 B replayed once from a graph of 20 launches, larger sizes launched one by one (-G 0: every size launched, as nccl-tests by default)",
         "# Using devices",
         "# Out of bounds values : 0 OK",
         "# Collective test concluded: all_reduce_perf",
@@ -352,5 +353,15 @@ fn bench_on_a_gpu_writes_nccl_tests_lines_and_json() {
     for r in v["rows"].as_array().unwrap() {
         assert_eq!(r["extra"]["graph"], true, "{r}");
         assert!(r["extra"].get("spread").is_none(), "{r}");
+    }
+    // Without -G small sizes are graph replays; -G 0 launches every size, as nccl-tests.
+    let v = json_of(&[]);
+    for r in v["rows"].as_array().unwrap() {
+        let small = r["size_bytes"].as_u64().unwrap() <= 1 << 20;
+        assert_eq!(r["extra"]["graph"].as_bool().unwrap_or(false), small, "{r}");
+    }
+    let v = json_of(&["-G", "0"]);
+    for r in v["rows"].as_array().unwrap() {
+        assert!(r["extra"].get("graph").is_none(), "{r}");
     }
 }

@@ -284,7 +284,7 @@ fn nccl_results_validate_for_every_collective_type_and_op_on_one_rank() {
     let settings = timing::Settings {
         warmup: 1,
         iters: 2,
-        graph: 0,
+        graph: Some(0),
         check: true,
     };
     let mut checked = 0;

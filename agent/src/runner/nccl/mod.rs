@@ -6,7 +6,8 @@
 //! sendrecv; default all_reduce), `dtype` (default float), `redop` (default sum), `root`
 //! (default 0), `min_bytes` (8), `max_bytes` (128 MiB, at most 16 GiB), `factor` (2) or
 //! `step_bytes`, `warmup` (5), `iters` (20), `gpus` per node (1), `check` (true), `graph`
-//! (CUDA graph replays per sample, nccl-tests' `-G`; 0), `budget` (e.g. `"10s"`: time each
+//! (CUDA graph replays per sample, nccl-tests' `-G`; 0 launches one by one; unset: sizes
+//! up to 1 MiB replayed once from a graph, larger ones launched), `budget` (e.g. `"10s"`: time each
 //! size until its figure is stable, within that budget for the sweep; see `timing.rs`).
 //!
 //! A multi-node job gets rank and world size from its lease; each node holds `gpus`
@@ -282,7 +283,7 @@ pub fn execute(
     s.insert("warmup".into(), p.warmup.into());
     s.insert("iters".into(), p.iters.into());
     s.insert("check".into(), p.check.into());
-    s.insert("graph".into(), p.graph.into());
+    s.insert("graph".into(), json!(p.graph));
     if let Some(b) = p.budget {
         s.insert("budget_s".into(), b.as_secs_f64().into());
     }

@@ -24,8 +24,9 @@ pub struct Params {
     pub iters: u64,
     pub gpus: usize,
     pub check: bool,
-    /// CUDA graph replays per sample; 0 launches one by one.
-    pub graph: u64,
+    /// CUDA graph replays per sample; 0 launches one by one; `None` replays sizes up to
+    /// [`super::timing::GRAPH_MAX_BYTES`] once from a graph and launches larger ones.
+    pub graph: Option<u64>,
     /// Adaptive sampling within this budget; `None`: one sample of `iters`, as nccl-tests.
     pub budget: Option<Duration>,
 }
@@ -47,7 +48,7 @@ impl Default for Params {
             iters: 20,
             gpus: 1,
             check: true,
-            graph: 0,
+            graph: None,
             budget: None,
         }
     }
@@ -104,7 +105,7 @@ impl Params {
             iters: param_u64(p, "iters")?.unwrap_or(d.iters),
             gpus: param_u64(p, "gpus")?.map_or(d.gpus, |v| v as usize),
             check,
-            graph: param_u64(p, "graph")?.unwrap_or(d.graph),
+            graph: param_u64(p, "graph")?.or(d.graph),
             budget: match p.get("budget") {
                 None | Some(Value::Null) => None,
                 Some(Value::String(s)) => Some(parse_budget(s).map_err(RunError::Params)?),
@@ -145,10 +146,11 @@ impl Params {
         if self.gpus == 0 || self.gpus > 64 {
             return Err(format!("gpus must be in 1..=64, got {}", self.gpus));
         }
-        if self.graph > MAX_ITERS {
+        if let Some(g) = self.graph
+            && g > MAX_ITERS
+        {
             return Err(format!(
-                "graph must be at most {MAX_ITERS} replays, got {}",
-                self.graph
+                "graph must be at most {MAX_ITERS} replays, got {g}"
             ));
         }
         if let Some(b) = self.budget
@@ -265,7 +267,7 @@ mod tests {
             assert!(parse_budget(bad).is_err(), "{bad}");
         }
         let p = Params::from_json(&json!({"budget": "10s", "graph": 4})).unwrap();
-        assert_eq!((p.budget, p.graph), (Some(Duration::from_secs(10)), 4));
+        assert_eq!((p.budget, p.graph), (Some(Duration::from_secs(10)), Some(4)));
         let p = Params::from_json(&json!({"budget": 2.5})).unwrap();
         assert_eq!(p.budget, Some(Duration::from_millis(2500)));
         for bad in [

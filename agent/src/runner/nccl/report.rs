@@ -63,16 +63,22 @@ pub fn preamble(p: &Params, nccl_version: i32, ranks: &[RankLine]) -> String {
         p.warmup,
         p.iters,
         u8::from(p.check),
-        p.graph
+        p.graph.unwrap_or(1)
     );
+    if p.graph.is_none() {
+        out += &format!(
+            "# CUDA graphs: sizes up to {} B replayed once from a graph of {} launches, larger sizes launched one by one (-G 0: every size launched, as nccl-tests by default)\n",
+            timing::GRAPH_MAX_BYTES,
+            p.iters
+        );
+    }
     if let Some(b) = p.budget {
         out += &format!(
-            "# Budget: {:.3} s for the sweep; each size sampled until the 95% interval of its mean is within {}% (at least {} samples of {} iterations), sizes up to {} B as CUDA graph replays; time is the median sample\n",
+            "# Budget: {:.3} s for the sweep; each size sampled until the 95% interval of its mean is within {}% (at least {} samples of {} iterations); time is the median sample\n",
             b.as_secs_f64(),
             timing::TARGET_CI * 100.0,
             timing::MIN_SAMPLES,
             p.iters,
-            timing::GRAPH_MAX_BYTES
         );
     }
     out += "#\n# Using devices\n";

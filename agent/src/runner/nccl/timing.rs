@@ -1,16 +1,18 @@
 //! How one size is timed.
 //!
-//! By default as nccl-tests: `warmup` launches, then the host clock around `iters`
-//! launches and a stream sync, divided by `iters` (one sample). With `graph` (nccl-tests'
-//! `-G`) the `iters` launches are captured once into a CUDA graph and the graph is replayed
-//! `graph` times, which takes the CPU's launch cost out of small sizes.
+//! As nccl-tests: `warmup` launches, then the host clock around `iters` launches and a
+//! stream sync, divided by `iters` (one sample). With `graph` (nccl-tests' `-G`) the
+//! `iters` launches are captured once into a CUDA graph and the graph is replayed `graph`
+//! times, which takes the CPU's launch cost out of small sizes. Unless `graph` is given,
+//! sizes up to [`GRAPH_MAX_BYTES`] are replayed once from a graph: launched one by one,
+//! their figure is the CPU's launch cost of `ncclAllReduce` and friends (5–8 µs on an H100
+//! host, varying by a third between runs), not the collective's; `graph: 0` (`-G 0`)
+//! times them launch by launch as nccl-tests does by default.
 //!
 //! With a budget, samples are taken until the figure is stable — at least
 //! [`MIN_SAMPLES`], and the 95 % confidence interval of their mean within
 //! [`TARGET_CI`] of it — or until this size's share of the budget is spent; the figure is
-//! the median sample, and its spread is reported. Sizes up to [`GRAPH_MAX_BYTES`] are
-//! then timed as graph replays, since launch overhead is most of what they would measure
-//! otherwise.
+//! the median sample, and its spread is reported.
 
 use std::time::{Duration, Instant};
 
@@ -22,15 +24,16 @@ pub const MIN_SAMPLES: usize = 5;
 pub const TARGET_CI: f64 = 0.005;
 /// No more samples than this, however unstable.
 pub const MAX_SAMPLES: usize = 10_000;
-/// With a budget, sizes up to this are timed as graph replays.
+/// Unless told otherwise, sizes up to this are timed as graph replays.
 pub const GRAPH_MAX_BYTES: u64 = 1 << 20;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Settings {
     pub warmup: u64,
     pub iters: u64,
-    /// Graph replays per sample (nccl-tests' `-G`); 0 launches one by one.
-    pub graph: u64,
+    /// Graph replays per sample (nccl-tests' `-G`); 0 launches one by one; `None`: one
+    /// replay up to [`GRAPH_MAX_BYTES`], launches above.
+    pub graph: Option<u64>,
     pub check: bool,
 }
 
@@ -74,10 +77,7 @@ pub fn measure(
     }
     engine.sync()?;
     let iters = s.iters.max(1);
-    let replays = match (s.graph, share) {
-        (0, Some(_)) if c.bytes <= GRAPH_MAX_BYTES => 1,
-        (g, _) => g,
-    };
+    let replays = replays(s.graph, c.bytes);
     let graphs = if replays > 0 {
         let g = engine.capture(k, c, in_place, iters)?;
         // Once untimed: the first launch of a graph uploads it.
@@ -125,6 +125,16 @@ pub fn measure(
         graph: graphs.is_some(),
         spread,
     })
+}
+
+/// Graph replays per sample for a size: what was asked, else one up to
+/// [`GRAPH_MAX_BYTES`] and none above.
+pub fn replays(graph: Option<u64>, bytes: u64) -> u64 {
+    match graph {
+        Some(g) => g,
+        None if bytes <= GRAPH_MAX_BYTES => 1,
+        None => 0,
+    }
 }
 
 fn mean_sd(x: &[f64]) -> (f64, f64) {
@@ -192,6 +202,15 @@ mod tests {
             .collect();
         assert!(stable(&many));
         assert!(!stable(&[0.0; 10]));
+    }
+
+    #[test]
+    fn small_sizes_replay_a_graph_unless_told() {
+        assert_eq!(replays(None, 8), 1);
+        assert_eq!(replays(None, GRAPH_MAX_BYTES), 1);
+        assert_eq!(replays(None, GRAPH_MAX_BYTES + 1), 0);
+        assert_eq!(replays(Some(0), 8), 0);
+        assert_eq!(replays(Some(3), 8 << 30), 3);
     }
 
     #[test]
