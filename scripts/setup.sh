@@ -103,6 +103,16 @@ if [[ "$have" != "$want" ]]; then
 fi
 [[ $mode == test ]] || exit 0
 
+# --- sqlx-cli, at the workspace's sqlx version: test.sh checks that `.sqlx/` is current ------
+sqlx_want=$(awk '/^name = "sqlx"$/ { getline; gsub(/version = |"/, ""); print; exit }' "$repo/Cargo.lock")
+[[ -n "$sqlx_want" ]] || { log "no sqlx version in Cargo.lock"; exit 1; }
+sqlx_have=$(sqlx --version 2>/dev/null | awk '{ print $2 }' || true)
+if [[ "$sqlx_have" != "$sqlx_want" ]]; then
+    log "cargo install sqlx-cli $sqlx_want (found: ${sqlx_have:-none})"
+    # Not --locked, for the same reason as wasm-bindgen-cli above.
+    cargo install sqlx-cli --version "$sqlx_want" --no-default-features --features postgres,rustls >&2
+fi
+
 # --- Test tools: validators and kubectl -----------------------------------------------
 if ! "$deploy_venv/bin/kubernetes-validate" --version 2>/dev/null | grep -q "$kubernetes_validate_version" \
     || ! "$deploy_venv/bin/check-jsonschema" --version 2>/dev/null | grep -q "$check_jsonschema_version"; then

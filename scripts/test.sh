@@ -23,6 +23,14 @@ HEDDLE_TEST_DATABASE_URL=$(scripts/pg-ensure.sh)
 export HEDDLE_TEST_DATABASE_URL
 echo "Postgres at $HEDDLE_TEST_DATABASE_URL; target dir $CARGO_TARGET_DIR" >&2
 
+step "compile-time checked queries: .sqlx/ is current (cargo sqlx prepare --check)"
+# A throwaway database with the migrations applied, dropped again whatever happens.
+sqlx_db="${HEDDLE_TEST_DATABASE_URL%/*}/heddle_sqlx_check_$$"
+trap 'DATABASE_URL=$sqlx_db sqlx database drop -y >/dev/null 2>&1 || true' EXIT
+DATABASE_URL=$sqlx_db sqlx database create
+DATABASE_URL=$sqlx_db sqlx migrate run --source migrations >/dev/null
+DATABASE_URL=$sqlx_db cargo sqlx prepare --workspace --check -- --all-targets --locked
+
 step "guest plugins (wasm32-wasip2)"
 scripts/build-plugins.sh
 step "Python plugins (componentize-py; skipped when their inputs are unchanged)"

@@ -476,7 +476,7 @@ async fn runs(client: &Client, cmd: RunsCmd, json: bool) -> anyhow::Result<ExitC
                     t.add_row(vec![
                         r.id.to_string(),
                         r.spec.kind.clone(),
-                        r.state.clone(),
+                        r.state.to_string(),
                         hosts.join(","),
                         table::opt(&r.label),
                         table::ago(Some(r.created_at)),

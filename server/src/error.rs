@@ -99,12 +99,20 @@ impl From<heddle_types::env_policy::EnvError> for ApiError {
     }
 }
 
+/// A name people typed that the naming rule refuses: the input is at fault.
+impl From<crate::db::InvalidName> for ApiError {
+    fn from(err: crate::db::InvalidName) -> Self {
+        ApiError::Unprocessable(err.to_string())
+    }
+}
+
 impl From<crate::health::HealthError> for ApiError {
     fn from(err: crate::health::HealthError) -> Self {
         use crate::health::HealthError;
         match err {
             HealthError::NoSuchResult(id) => ApiError::NotFound(format!("no result {id}")),
             HealthError::Database(e) => e.into(),
+            HealthError::Jobs(e) => e.into(),
             other @ HealthError::Decode { .. } => ApiError::Internal(other.into()),
         }
     }
@@ -116,6 +124,24 @@ impl From<crate::db::LookupError> for ApiError {
         match err {
             E::NoNode(_) | E::NoSite(_) => ApiError::NotFound(err.to_string()),
             E::Db(e) => e.into(),
+        }
+    }
+}
+
+impl From<crate::jobs::JobError> for ApiError {
+    fn from(err: crate::jobs::JobError) -> Self {
+        use crate::jobs::JobError as E;
+        match err {
+            E::NoRun(_) | E::NoJob(_) => ApiError::NotFound(err.to_string()),
+            E::Lookup(e) => e.into(),
+            E::Invalid(message) => ApiError::Unprocessable(message),
+            E::OtherNode(_) => ApiError::Forbidden(err.to_string()),
+            E::StaleClaim(message) => ApiError::StaleClaim(message),
+            E::Conflict(message) => ApiError::Conflict(message),
+            // The table refuses the move: the job is not in a state that allows it.
+            E::Illegal(_) => ApiError::Conflict(err.to_string()),
+            E::Database(e) => e.into(),
+            other @ E::Corrupt { .. } => ApiError::Internal(other.into()),
         }
     }
 }
@@ -197,6 +223,23 @@ impl From<QueryRejection> for ApiError {
 impl From<BytesRejection> for ApiError {
     fn from(r: BytesRejection) -> Self {
         rejection(r.status(), r.body_text())
+    }
+}
+
+impl From<crate::json::BodyRejection> for ApiError {
+    fn from(r: crate::json::BodyRejection) -> Self {
+        use crate::json::BodyRejection as R;
+        match r {
+            R::NotJson => ApiError::BadRequest(r.to_string()),
+            R::TooDeep(_) => ApiError::Unprocessable(r.to_string()),
+            R::Bytes(r) => r.into(),
+            R::Json(r) => r.into(),
+        }
+    }
+}
+impl IntoResponse for crate::json::BodyRejection {
+    fn into_response(self) -> Response {
+        ApiError::from(self).into_response()
     }
 }
 

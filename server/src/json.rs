@@ -3,34 +3,44 @@
 //! and rejections in the API's `{error, message}` shape.
 
 use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, JsonRejection};
 use axum::extract::{FromRequest, Request};
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
-
-use crate::error::ApiError;
 
 /// Deepest nesting of arrays and objects accepted in a request body. Facts, results and
 /// plugin documents nest fewer than 10 levels; serde_json would stop at 128, but the
 /// values are stored as JSONB and handed to plugins, which walk them recursively again.
 pub const MAX_JSON_DEPTH: usize = 64;
 
-/// `axum::Json` with the nesting cap, whose rejections are `ApiError`s.
+/// `axum::Json` with the nesting cap, whose rejections become `ApiError`s (`error.rs`).
 #[derive(Debug)]
 pub struct Json<T>(pub T);
+
+/// Why a request body was refused; `error.rs` turns it into the API's error response.
+#[derive(Debug, thiserror::Error)]
+pub enum BodyRejection {
+    #[error("expected a JSON body: send it with `Content-Type: application/json`")]
+    NotJson,
+    #[error("the JSON body nests arrays and objects deeper than {0} levels; flatten it")]
+    TooDeep(usize),
+    #[error(transparent)]
+    Bytes(#[from] BytesRejection),
+    #[error(transparent)]
+    Json(#[from] JsonRejection),
+}
 
 impl<T, S> FromRequest<S> for Json<T>
 where
     T: DeserializeOwned,
     S: Send + Sync,
 {
-    type Rejection = ApiError;
+    type Rejection = BodyRejection;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
         if !is_json(req.headers()) {
-            return Err(ApiError::BadRequest(
-                "expected a JSON body: send it with `Content-Type: application/json`".into(),
-            ));
+            return Err(BodyRejection::NotJson);
         }
         let bytes = Bytes::from_request(req, state).await?;
         check_depth(&bytes, MAX_JSON_DEPTH)?;
@@ -64,7 +74,7 @@ fn is_json(headers: &HeaderMap) -> bool {
 
 /// Refuses a body whose arrays and objects nest deeper than `max`, by one pass over the
 /// bytes (brackets inside strings do not count), before any parser recurses into it.
-pub fn check_depth(bytes: &[u8], max: usize) -> Result<(), ApiError> {
+pub fn check_depth(bytes: &[u8], max: usize) -> Result<(), BodyRejection> {
     let mut depth = 0usize;
     let mut in_string = false;
     let mut escaped = false;
@@ -83,10 +93,7 @@ pub fn check_depth(bytes: &[u8], max: usize) -> Result<(), ApiError> {
             b'[' | b'{' => {
                 depth += 1;
                 if depth > max {
-                    return Err(ApiError::Unprocessable(format!(
-                        "the JSON body nests arrays and objects deeper than {max} levels; \
-                         flatten it"
-                    )));
+                    return Err(BodyRejection::TooDeep(max));
                 }
             }
             b']' | b'}' => depth = depth.saturating_sub(1),
@@ -109,7 +116,7 @@ mod tests {
         assert!(check_depth(nested(64).as_bytes(), 64).is_ok());
         assert!(matches!(
             check_depth(nested(65).as_bytes(), 64),
-            Err(ApiError::Unprocessable(_))
+            Err(BodyRejection::TooDeep(64))
         ));
         let in_string = format!(r#"{{"a": "{}"}}"#, "[".repeat(1000));
         assert!(check_depth(in_string.as_bytes(), 2).is_ok());

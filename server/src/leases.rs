@@ -1,26 +1,14 @@
-//! Lease expiry. Every replica runs this reaper; it is one UPDATE whose row locks make
-//! concurrent runs harmless (a row is requeued by whichever replica gets it first, and the
-//! other's WHERE no longer matches it).
+//! Lease expiry. Every replica runs this reaper; it is one UPDATE (`jobs::store`'s
+//! `Move::Expire`) whose row locks make concurrent runs harmless (a row is requeued by
+//! whichever replica gets it first, and the other's WHERE no longer matches it).
 
 use crate::AppState;
+use crate::jobs::JobError;
 
 /// Requeues (or fails, after the last attempt) jobs whose lease ran out. Returns how many
 /// jobs were touched.
-pub async fn reap_expired(db: &sqlx::PgPool) -> Result<u64, sqlx::Error> {
-    let rows: Vec<(uuid::Uuid, String)> = sqlx::query_as(
-        "UPDATE jobs SET
-            state = CASE WHEN cancel_requested THEN 'cancelled'
-                         WHEN attempts >= max_attempts THEN 'failed' ELSE 'queued' END,
-            error = CASE WHEN cancel_requested THEN 'cancelled; its agent stopped heartbeating before confirming'
-                         WHEN attempts >= max_attempts THEN format('lease expired on attempt %s of %s: the agent stopped heartbeating', attempts, max_attempts)
-                         ELSE format('lease expired on attempt %s of %s: the agent stopped heartbeating; requeued', attempts, max_attempts) END,
-            finished_at = CASE WHEN cancel_requested OR attempts >= max_attempts THEN now() END,
-            lease_agent_id = NULL, lease_expires_at = NULL, progress = NULL
-         WHERE state IN ('leased', 'running') AND lease_expires_at < now()
-         RETURNING id, state",
-    )
-    .fetch_all(db)
-    .await?;
+pub async fn reap_expired(db: &sqlx::PgPool) -> Result<u64, JobError> {
+    let rows = crate::jobs::store::expire_leases(&mut *db.acquire().await?).await?;
     for (id, state) in &rows {
         tracing::warn!(job = %id, new_state = %state, "lease expired");
     }
@@ -38,7 +26,7 @@ pub async fn run_reaper(state: AppState) {
     loop {
         tick.tick().await;
         if let Err(err) = reap_expired(&state.db).await {
-            tracing::warn!(error = %err, "lease reaper: database error; will retry");
+            tracing::warn!(error = %err, "lease reaper failed; will retry");
         }
     }
 }

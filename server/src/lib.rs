@@ -10,6 +10,7 @@ pub mod dashboard;
 pub mod db;
 pub mod error;
 pub mod health;
+pub mod jobs;
 pub mod json;
 pub mod leases;
 pub mod limits;

@@ -66,6 +66,109 @@ impl std::fmt::Display for JobState {
     }
 }
 
+/// Aggregate state of a run, derived from its jobs' states (never stored).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum RunState {
+    /// No job has been claimed yet.
+    Queued,
+    /// Some job is leased or running.
+    Running,
+    Succeeded,
+    /// Some job failed (and none is left to run).
+    Failed,
+    /// Some job was cancelled and none failed.
+    Cancelled,
+    /// Every job was skipped.
+    Skipped,
+}
+
+impl RunState {
+    pub const ALL: [RunState; 6] = [
+        RunState::Queued,
+        RunState::Running,
+        RunState::Succeeded,
+        RunState::Failed,
+        RunState::Cancelled,
+        RunState::Skipped,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunState::Queued => "queued",
+            RunState::Running => "running",
+            RunState::Succeeded => "succeeded",
+            RunState::Failed => "failed",
+            RunState::Cancelled => "cancelled",
+            RunState::Skipped => "skipped",
+        }
+    }
+
+    /// Whether every job of the run has ended.
+    pub fn is_terminal(self) -> bool {
+        !matches!(self, RunState::Queued | RunState::Running)
+    }
+
+    /// A run's state from its jobs' states.
+    pub fn of(jobs: impl IntoIterator<Item = JobState>) -> RunState {
+        let (mut live, mut claimed, mut failed, mut cancelled) = (false, false, false, false);
+        let (mut any, mut all_skipped) = (false, true);
+        for s in jobs {
+            any = true;
+            live |= !s.is_terminal();
+            claimed |= matches!(s, JobState::Leased | JobState::Running);
+            failed |= s == JobState::Failed;
+            cancelled |= s == JobState::Cancelled;
+            all_skipped &= s == JobState::Skipped;
+        }
+        if live {
+            if claimed {
+                RunState::Running
+            } else {
+                RunState::Queued
+            }
+        } else if failed {
+            RunState::Failed
+        } else if cancelled {
+            RunState::Cancelled
+        } else if any && all_skipped {
+            RunState::Skipped
+        } else {
+            RunState::Succeeded
+        }
+    }
+}
+
+impl std::str::FromStr for RunState {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        RunState::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| format!("unknown run state {s:?}"))
+    }
+}
+
+/// Compares with the wire spelling, so callers holding a `&str` need no parse.
+impl PartialEq<str> for RunState {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for RunState {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl std::fmt::Display for RunState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// What to run. `kind` is a string (`nccl`, `rdma`, `ucx`, `p2p`, `sweep`, ...) so new test
 /// types need no schema change; `params` is interpreted by the agent's runner for that kind.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -133,8 +236,7 @@ pub struct Run {
     pub id: Uuid,
     pub label: Option<String>,
     pub spec: JobSpec,
-    /// `queued`, `running`, `succeeded`, `failed`, `cancelled` or `skipped`.
-    pub state: String,
+    pub state: RunState,
     pub created_by: String,
     pub created_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
@@ -299,4 +401,35 @@ pub struct JobResult {
     /// Pass / warn / fail with reasons; absent until the result has been judged.
     #[serde(default)]
     pub verdict: Option<crate::health::ResultVerdict>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_state_follows_jobs() {
+        use JobState::*;
+        let s = |states: &[JobState]| RunState::of(states.iter().copied()).as_str();
+        assert_eq!(s(&[Queued, Queued]), "queued");
+        assert_eq!(s(&[Queued, Running]), "running");
+        assert_eq!(s(&[Succeeded, Leased]), "running");
+        assert_eq!(s(&[Succeeded, Succeeded]), "succeeded");
+        assert_eq!(s(&[Succeeded, Skipped]), "succeeded");
+        assert_eq!(s(&[Skipped, Skipped]), "skipped");
+        assert_eq!(s(&[Succeeded, Failed, Cancelled]), "failed");
+        assert_eq!(s(&[Succeeded, Cancelled]), "cancelled");
+        assert_eq!(s(&[]), "succeeded");
+    }
+
+    #[test]
+    fn run_state_keeps_its_wire_spelling() {
+        for st in RunState::ALL {
+            let json = serde_json::to_string(&st).unwrap();
+            assert_eq!(json, format!("\"{}\"", st.as_str()));
+            assert_eq!(serde_json::from_str::<RunState>(&json).unwrap(), st);
+            assert_eq!(st.as_str().parse::<RunState>().unwrap(), st);
+        }
+        assert!("done".parse::<RunState>().is_err());
+    }
 }

@@ -43,12 +43,12 @@ fn RunView(id: Uuid) -> impl IntoView {
     let (results, reload_results) = api::load(move || async move {
         api::get::<Vec<JobResult>>(&format!("/runs/{id}/results")).await
     });
-    let is_done = move || matches!(run.get(), Load::Ready(r) if finished(&r.state));
+    let is_done = move || matches!(run.get(), Load::Ready(r) if finished(r.state.as_str()));
     // Poll while the run is live; stop once it has ended (a failed load keeps polling, the
     // server may be restarting).
     if let Ok(handle) = set_interval_with_handle(
         move || {
-            if !run.with_untracked(|r| matches!(r, Load::Ready(r) if finished(&r.state))) {
+            if !run.with_untracked(|r| matches!(r, Load::Ready(r) if finished(r.state.as_str()))) {
                 reload();
             }
         },
@@ -95,7 +95,7 @@ fn RunView(id: Uuid) -> impl IntoView {
             .join(" ");
         let kind = r.spec.kind.clone();
         view! {
-            <div class="title-row"><h1>{title}</h1><span id="run-state">{state_badge(&r.state)}</span></div>
+            <div class="title-row"><h1>{title}</h1><span id="run-state">{state_badge(r.state.as_str())}</span></div>
             <p class="muted">{format!("{} · by {} · started {} · finished {}", r.spec.kind, r.created_by, when(Some(r.created_at)), when(r.finished_at))}</p>
             <p class="mono small">{format!("params {} {}", r.spec.params, if env.is_empty() { String::new() } else { format!("· env {env}") })}</p>
             {env_tables(r.jobs.clone())}

@@ -70,7 +70,7 @@ fn run_table(runs: Vec<Run>) -> impl IntoView {
             let nodes = r.jobs.iter().map(|j| j.hostname.clone()).collect::<Vec<_>>().join(", ");
             view! { <tr>
                 <td><a href=format!("/runs/{}", r.id)>{r.label.clone().unwrap_or_else(|| r.id.to_string()[..8].to_string())}</a></td>
-                <td>{r.spec.kind.clone()}</td><td>{state_badge(&r.state)}</td><td>{nodes}</td>
+                <td>{r.spec.kind.clone()}</td><td>{state_badge(r.state.as_str())}</td><td>{nodes}</td>
                 <td>{r.created_by.clone()}</td><td class="muted">{ago(Some(r.created_at))}</td>
             </tr> }
         })

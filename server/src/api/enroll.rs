@@ -114,10 +114,7 @@ async fn issue(
     .await?;
     if !replaced.is_empty() {
         let ids: Vec<Uuid> = replaced.iter().map(|r| r.0).collect();
-        sqlx::query("UPDATE jobs SET lease_expires_at = now() WHERE lease_agent_id = ANY($1) AND state IN ('leased', 'running')")
-            .bind(&ids)
-            .execute(&mut **tx)
-            .await?;
+        crate::jobs::store::end_leases_of(tx, &ids).await?;
     }
     let credential = auth::new_secret(auth::AGENT_CREDENTIAL_PREFIX);
     let agent_id = Uuid::new_v4();

@@ -398,10 +398,7 @@ pub async fn revoke_agent(
         return Err(ApiError::NotFound(format!("no agent {id}")));
     }
     // Its leases end now rather than at expiry: nobody will renew them.
-    sqlx::query("UPDATE jobs SET lease_expires_at = now() WHERE lease_agent_id = $1 AND state IN ('leased', 'running')")
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
+    crate::jobs::store::end_leases_of(&mut tx, &[id]).await?;
     db::audit(
         &mut *tx,
         &caller.actor(),

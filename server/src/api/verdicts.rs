@@ -60,10 +60,10 @@ pub async fn preflight(
     Json(req): Json<PreflightRequest>,
 ) -> ApiResult<Json<PreflightResponse>> {
     caller.require(Role::Viewer)?;
-    if req.nodes.is_empty() || req.nodes.len() > crate::api::runs::MAX_RUN_NODES {
+    if req.nodes.is_empty() || req.nodes.len() > crate::jobs::MAX_RUN_NODES {
         return Err(ApiError::Unprocessable(format!(
             "nodes must list 1 to {} nodes",
-            crate::api::runs::MAX_RUN_NODES
+            crate::jobs::MAX_RUN_NODES
         )));
     }
     let max_age_s = req.max_age_s.unwrap_or(preflight::DEFAULT_MAX_AGE_S);

@@ -5,8 +5,6 @@ pub mod facts;
 use sqlx::PgExecutor;
 use uuid::Uuid;
 
-use crate::error::ApiError;
-
 /// Records a write. Called inside the write's transaction so the log and the change land
 /// together or not at all.
 pub async fn audit<'e>(
@@ -106,8 +104,19 @@ pub fn health_age_bounds(
     }
 }
 
+/// A name people typed (a site, token, plugin, profile) that [`check_name`] refuses; the
+/// input is at fault (422 in `error.rs`).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{what} {name:?} must be 1-64 characters of letters, digits, '-', '_' or '.', starting with a letter or digit"
+)]
+pub struct InvalidName {
+    pub what: &'static str,
+    pub name: String,
+}
+
 /// Names people type: sites, tokens, plugins.
-pub fn check_name(what: &str, name: &str) -> Result<(), ApiError> {
+pub fn check_name(what: &'static str, name: &str) -> Result<(), InvalidName> {
     let ok = !name.is_empty()
         && name.len() <= 64
         && name
@@ -120,16 +129,19 @@ pub fn check_name(what: &str, name: &str) -> Result<(), ApiError> {
     if ok {
         Ok(())
     } else {
-        Err(ApiError::Unprocessable(format!(
-            "{what} {name:?} must be 1-64 characters of letters, digits, '-', '_' or '.', starting with a letter or digit"
-        )))
+        Err(InvalidName {
+            what,
+            name: name.to_string(),
+        })
     }
 }
 
 /// Every name and value of a set of environment variables (a run's env, a tuning profile,
 /// a sweep winner): the server's one check, which is `heddle_types::env_policy`'s.
-pub fn check_env(env: &std::collections::BTreeMap<String, String>) -> Result<(), ApiError> {
-    Ok(heddle_types::env_policy::check_env(env)?)
+pub fn check_env(
+    env: &std::collections::BTreeMap<String, String>,
+) -> Result<(), heddle_types::env_policy::EnvError> {
+    heddle_types::env_policy::check_env(env)
 }
 
 #[cfg(test)]

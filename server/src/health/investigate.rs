@@ -41,6 +41,21 @@ impl From<crate::db::LookupError> for InvestigateError {
     }
 }
 
+impl From<crate::jobs::JobError> for InvestigateError {
+    fn from(err: crate::jobs::JobError) -> Self {
+        use crate::jobs::JobError as E;
+        match err {
+            E::Lookup(e) => e.into(),
+            E::Invalid(message) => InvestigateError::Invalid(message),
+            E::Database(e) => InvestigateError::Database(e),
+            other => InvestigateError::Corrupt {
+                what: "job",
+                message: other.to_string(),
+            },
+        }
+    }
+}
+
 /// What creating or reading investigations can fail with; mapped to HTTP in `error.rs`.
 #[derive(Debug, thiserror::Error)]
 pub enum InvestigateError {

@@ -20,6 +20,9 @@ pub enum HealthError {
     NoSuchResult(Uuid),
     #[error(transparent)]
     Database(#[from] sqlx::Error),
+    /// Starting a check run failed.
+    #[error(transparent)]
+    Jobs(#[from] crate::jobs::JobError),
     #[error("stored {what} does not decode: {source}")]
     Decode {
         what: &'static str,

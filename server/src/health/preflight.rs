@@ -132,21 +132,23 @@ async fn schedule(
         if jobs.contains_key(node) {
             continue;
         }
-        let run_id =
-            crate::api::runs::insert_run(&mut tx, &spec, &[*node], 1, Some(RUN_LABEL), actor, true)
-                .await?;
+        let run_id = crate::jobs::insert_run(
+            &mut tx,
+            &crate::jobs::NewRun {
+                spec: &spec,
+                nodes: &[*node],
+                max_attempts: 1,
+                label: Some(RUN_LABEL),
+                actor,
+                recommended_env: true,
+                audit: serde_json::json!({"nodes": [node], "by": "preflight"}),
+            },
+        )
+        .await?;
         let (job_id,): (Uuid,) = sqlx::query_as("SELECT id FROM jobs WHERE run_id = $1")
             .bind(run_id)
             .fetch_one(&mut *tx)
             .await?;
-        crate::db::audit(
-            &mut *tx,
-            actor,
-            "run.create",
-            &format!("run:{run_id}"),
-            serde_json::json!({"kind": spec.kind, "nodes": [node], "by": "preflight"}),
-        )
-        .await?;
         jobs.insert(*node, (run_id, job_id));
     }
     tx.commit().await?;
@@ -310,7 +312,7 @@ mod tests {
             PreflightCheck::P2p,
         ] {
             let mut spec = check_spec(check);
-            assert!(crate::api::runs::validate_spec(&mut spec).is_ok());
+            assert!(crate::jobs::validate_spec(&mut spec).is_ok());
             let kind_test = super::super::figures::extract(&spec.kind, &spec.params, &[]).test;
             assert!(
                 kind_test.starts_with(check_test(check)),

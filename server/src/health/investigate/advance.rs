@@ -11,7 +11,8 @@ use uuid::Uuid;
 
 use super::store::{self, INV_SELECT, InvRow, NewInvestigation};
 use super::{AUTO_ACTOR, InvestigateError, MAX_NODES, THRESHOLDS};
-use crate::{AppState, db};
+use crate::AppState;
+use crate::jobs::{self, JobError, NewRun};
 
 /// Attempts of a pair's jobs, as for a run started without `max_attempts`.
 const PAIR_MAX_ATTEMPTS: u32 = 3;
@@ -49,19 +50,9 @@ pub async fn create(
         env: req.env.clone(),
         timeout_s: req.timeout_s,
     };
-    crate::api::runs::validate_spec(&mut spec)
-        .map_err(|e| InvestigateError::Invalid(e.to_string()))?;
+    jobs::validate_spec(&mut spec)?;
     let mut tx = db.begin().await?;
-    let mut node_ids = Vec::with_capacity(req.nodes.len());
-    for key in &req.nodes {
-        let id = db::resolve_node(&mut *tx, key).await?;
-        if node_ids.contains(&id) {
-            return Err(InvestigateError::Invalid(format!(
-                "node {key:?} is listed twice"
-            )));
-        }
-        node_ids.push(id);
-    }
+    let node_ids = jobs::resolve_run_nodes(&mut tx, &req.nodes).await?;
     let new = NewInvestigation {
         spec,
         node_ids,
@@ -102,7 +93,7 @@ pub async fn run_loop(state: AppState) {
 
 /// Advances every running investigation that no other replica holds right now. Returns
 /// how many pair runs were started.
-pub async fn advance_all(db: &sqlx::PgPool) -> Result<usize, sqlx::Error> {
+pub async fn advance_all(db: &sqlx::PgPool) -> Result<usize, InvestigateError> {
     let ids: Vec<(Uuid,)> =
         sqlx::query_as("SELECT id FROM investigations WHERE state = 'running' ORDER BY created_at")
             .fetch_all(db)
@@ -121,7 +112,7 @@ pub async fn advance_all(db: &sqlx::PgPool) -> Result<usize, sqlx::Error> {
 pub(super) async fn advance_locked(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
     id: Uuid,
-) -> Result<usize, sqlx::Error> {
+) -> Result<usize, InvestigateError> {
     let inv: Option<InvRow> = sqlx::query_as(&format!(
         "{INV_SELECT} WHERE id = $1 AND state = 'running' FOR UPDATE SKIP LOCKED"
     ))
@@ -189,7 +180,7 @@ async fn fail(tx: &mut sqlx::PgConnection, id: Uuid, why: &str) -> Result<(), sq
 async fn start_batch(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
     inv: &InvRow,
-) -> Result<usize, sqlx::Error> {
+) -> Result<usize, InvestigateError> {
     let names: Vec<(Uuid, String)> =
         sqlx::query_as("SELECT id, hostname FROM nodes WHERE id = ANY($1)")
             .bind(&inv.node_ids)
@@ -218,21 +209,20 @@ async fn start_batch(
             host(&nodes[1]).unwrap_or_default(),
         );
         let label = format!("investigation {}: {ha}–{hb}", inv.id);
-        let run_id = crate::api::runs::insert_run(
+        let run_id = jobs::insert_run(
             tx,
-            &spec,
-            &nodes,
-            PAIR_MAX_ATTEMPTS,
-            Some(&label),
-            &inv.created_by,
-            true,
+            &NewRun {
+                spec: &spec,
+                nodes: &nodes,
+                max_attempts: PAIR_MAX_ATTEMPTS,
+                label: Some(&label),
+                actor: &inv.created_by,
+                recommended_env: true,
+                audit: serde_json::json!({"nodes": [ha, hb], "investigation": inv.id}),
+            },
         )
         .await?;
-        sqlx::query("UPDATE jobs SET created_at = created_at + make_interval(secs => $2::float8 / 1e6) WHERE run_id = $1")
-            .bind(run_id)
-            .bind(f64::from(batch))
-            .execute(&mut **tx)
-            .await?;
+        jobs::store::reorder(tx, run_id, f64::from(batch)).await?;
         sqlx::query("UPDATE investigation_pairs SET state = 'running', run_id = $4 WHERE investigation_id = $1 AND a = $2 AND b = $3")
             .bind(inv.id)
             .bind(a)
@@ -240,14 +230,6 @@ async fn start_batch(
             .bind(run_id)
             .execute(&mut **tx)
             .await?;
-        db::audit(
-            &mut **tx,
-            &inv.created_by,
-            "run.create",
-            &format!("run:{run_id}"),
-            serde_json::json!({"kind": spec.kind, "nodes": [ha, hb], "investigation": inv.id}),
-        )
-        .await?;
     }
     if !pairs.is_empty() {
         tracing::info!(investigation = %inv.id, runs = pairs.len(), batch = pairs[0].2, "investigation: pair runs started");
@@ -269,32 +251,12 @@ struct Ended {
 /// Cancels the runs of running pairs that have a job unclaimed past [`PAIR_CLAIM_DEADLINE`]:
 /// the unclaimed job ends `cancelled` with the reason, its peer is asked to stop, and
 /// `collect` then records the pair as failed, naming the node.
-async fn give_up_unclaimed(tx: &mut sqlx::PgConnection, id: Uuid) -> Result<(), sqlx::Error> {
-    let stale: Vec<(Uuid,)> = sqlx::query_as(
-        "UPDATE jobs j SET state = 'cancelled', finished_at = now(),
-                error = format('not claimed within %s s: is the agent of %s running?', $2::bigint, n.hostname)
-         FROM investigation_pairs p, nodes n
-         WHERE p.investigation_id = $1 AND p.state = 'running' AND j.run_id = p.run_id AND n.id = j.node_id
-           AND j.state = 'queued' AND j.created_at < now() - make_interval(secs => $2::float8)
-         RETURNING j.run_id",
-    )
-    .bind(id)
-    .bind(PAIR_CLAIM_DEADLINE.as_secs() as i64)
-    .fetch_all(&mut *tx)
-    .await?;
-    if stale.is_empty() {
-        return Ok(());
+async fn give_up_unclaimed(tx: &mut sqlx::PgConnection, id: Uuid) -> Result<(), JobError> {
+    let deadline = PAIR_CLAIM_DEADLINE.as_secs() as i64;
+    let runs = jobs::store::give_up_unclaimed(tx, id, deadline).await?;
+    if !runs.is_empty() {
+        tracing::warn!(investigation = %id, runs = runs.len(), "pair jobs unclaimed past the deadline; their runs are cancelled");
     }
-    let runs: Vec<Uuid> = stale.into_iter().map(|(r,)| r).collect();
-    sqlx::query("UPDATE jobs SET cancel_requested = true WHERE run_id = ANY($1) AND state IN ('leased', 'running')")
-        .bind(&runs)
-        .execute(&mut *tx)
-        .await?;
-    sqlx::query("UPDATE jobs SET state = 'cancelled', finished_at = now(), error = 'its peer never started' WHERE run_id = ANY($1) AND state = 'queued'")
-        .bind(&runs)
-        .execute(&mut *tx)
-        .await?;
-    tracing::warn!(investigation = %id, runs = runs.len(), "pair jobs unclaimed past the deadline; their runs are cancelled");
     Ok(())
 }
 
@@ -400,7 +362,7 @@ struct Suspect {
 /// fail verdict (judged in the last day) that has none yet, using the run's own params.
 /// Runs started by investigations are never investigated themselves. Returns how many
 /// were started.
-pub async fn trigger_from_verdicts(db: &sqlx::PgPool) -> Result<usize, sqlx::Error> {
+pub async fn trigger_from_verdicts(db: &sqlx::PgPool) -> Result<usize, InvestigateError> {
     let suspects: Vec<Suspect> = sqlx::query_as(
         "SELECT r.id, r.spec, array_agg(j.node_id ORDER BY j.rank) AS node_ids
          FROM runs r JOIN jobs j ON j.run_id = r.id
