@@ -220,7 +220,7 @@ pub enum TokensCmd {
         expires_in: Option<u32>,
         /// The same in days, as a number (older spelling).
         #[arg(long, hide = true, conflicts_with = "expires_in")]
-expires_in_days: Option<u32>,
+        expires_in_days: Option<u32>,
     },
     Ls,
     Revoke {

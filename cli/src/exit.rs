@@ -195,7 +195,10 @@ mod tests {
         codes.dedup();
         assert_eq!(codes.len(), all.len());
         for c in codes {
-            assert!(HELP.contains(&format!("\n  {c}  ")), "{c} is not in the help");
+            assert!(
+                HELP.contains(&format!("\n  {c}  ")),
+                "{c} is not in the help"
+            );
         }
     }
 }

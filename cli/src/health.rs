@@ -4,8 +4,8 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 use heddle_types::health::{
-    Expectation, ExpectationCreate, FleetHealth, NodeHealth, PreflightRequest,
-    PreflightResponse, Reason, ResultVerdict, Verdict,
+    Expectation, ExpectationCreate, FleetHealth, NodeHealth, PreflightRequest, PreflightResponse,
+    Reason, ResultVerdict, Verdict,
 };
 
 use crate::client::Client;

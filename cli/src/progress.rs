@@ -144,7 +144,10 @@ mod tests {
     fn json_and_spinners_off_a_terminal_print_nothing() {
         assert!(matches!(Progress::new(true, true, true).mode, Mode::Quiet));
         assert!(matches!(Progress::new(true, false, true).mode, Mode::Quiet));
-        assert!(matches!(Progress::new(false, false, false).mode, Mode::Quiet));
+        assert!(matches!(
+            Progress::new(false, false, false).mode,
+            Mode::Quiet
+        ));
         assert!(matches!(
             Progress::new(false, false, true).mode,
             Mode::Lines { .. }

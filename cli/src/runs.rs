@@ -42,9 +42,12 @@ pub struct RunReport<'a> {
 pub fn outcome(run: &Run, results: &[JobResult]) -> Exit {
     match run.state.as_str() {
         "failed" => Exit::Failed,
-        "succeeded" | "skipped" => {
-            Exit::of_results(results.iter().filter_map(|r| r.verdict.as_ref()).map(|v| v.verdict))
-        }
+        "succeeded" | "skipped" => Exit::of_results(
+            results
+                .iter()
+                .filter_map(|r| r.verdict.as_ref())
+                .map(|v| v.verdict),
+        ),
         _ => Exit::Undecided,
     }
 }

@@ -59,7 +59,17 @@ fn help_documents_the_exit_codes_and_usage_errors_exit_5() {
 fn start(server: &TestServer, nodes: &str) -> Value {
     let (code, out, err) = heddle(
         server,
-        &["runs", "start", "--kind", "memcpy", "--nodes", nodes, "--timeout", "2m", "--json"],
+        &[
+            "runs",
+            "start",
+            "--kind",
+            "memcpy",
+            "--nodes",
+            nodes,
+            "--timeout",
+            "2m",
+            "--json",
+        ],
     );
     assert_eq!(code, 0, "{err}");
     assert!(err.is_empty(), "--json prints nothing else: {err}");
@@ -100,7 +110,10 @@ async fn runs_watch_exit_codes_and_plain_progress() {
         .args(["runs", "watch", &id])
         .env("HEDDLE_URL", &server.url)
         .env("HEDDLE_TOKEN", &server.admin_token)
-        .env("HEDDLE_CONFIG", std::env::temp_dir().join("heddle-none.json"))
+        .env(
+            "HEDDLE_CONFIG",
+            std::env::temp_dir().join("heddle-none.json"),
+        )
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -115,9 +128,16 @@ async fn runs_watch_exit_codes_and_plain_progress() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr),
     );
-    assert_eq!(out.status.code(), Some(1), "a failed test exits 1: {stderr}");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a failed test exits 1: {stderr}"
+    );
     assert!(stderr.contains("0/1 jobs done"), "{stderr}");
-    assert!(stderr.contains("failed: 1/1 jobs done, 1 failed"), "{stderr}");
+    assert!(
+        stderr.contains("failed: 1/1 jobs done, 1 failed"),
+        "{stderr}"
+    );
     assert!(
         !stderr.contains('\x1b') && !stdout.contains('\x1b'),
         "no escape codes off a terminal: {stderr:?}"
@@ -134,8 +154,18 @@ async fn runs_watch_exit_codes_and_plain_progress() {
     // A test that ran but was judged FAIL fails too; one that clears the bar passes.
     let (code, _, err) = heddle(
         &server,
-        &["expectations", "add", "--test", "memcpy", "--metric", "algbw_gbs", "--value", "10",
-            "--source", "site acceptance"],
+        &[
+            "expectations",
+            "add",
+            "--test",
+            "memcpy",
+            "--metric",
+            "algbw_gbs",
+            "--value",
+            "10",
+            "--source",
+            "site acceptance",
+        ],
     );
     assert_eq!(code, 0, "{err}");
     for (key, gbs, want) in [("w-2", 8.0, 1), ("w-3", 12.0, 0)] {

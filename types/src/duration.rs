@@ -59,11 +59,24 @@ mod tests {
     #[test]
     fn refuses_what_is_not_a_duration() {
         for bad in [
-            "", " ", "h", "-1", "-1s", "5 parsecs", "ten seconds", "inf", "NaN", "1e3", "1.2.3",
+            "",
+            " ",
+            "h",
+            "-1",
+            "-1s",
+            "5 parsecs",
+            "ten seconds",
+            "inf",
+            "NaN",
+            "1e3",
+            "1.2.3",
             "99999999999999999999999s",
         ] {
             let err = parse(bad).unwrap_err();
-            assert!(err.contains("duration") || err.contains("too long"), "{bad}: {err}");
+            assert!(
+                err.contains("duration") || err.contains("too long"),
+                "{bad}: {err}"
+            );
         }
     }
 
@@ -74,7 +87,11 @@ mod tests {
         assert_eq!(whole_seconds("1h"), Ok(3600));
         assert_eq!(whole_seconds("2d"), Ok(172_800));
         assert_eq!(whole_seconds("1.5m"), Ok(90));
-        assert!(whole_seconds("500ms").unwrap_err().contains("whole seconds"));
+        assert!(
+            whole_seconds("500ms")
+                .unwrap_err()
+                .contains("whole seconds")
+        );
         assert!(whole_seconds("200y").unwrap_err().contains("too long"));
         assert!(whole_seconds("h").is_err());
     }

@@ -26,7 +26,9 @@ pub fn expand(s: &str) -> Result<NodeList, String> {
     for item in split_top_level(s)? {
         let item = item.trim();
         if item.is_empty() {
-            return Err(format!("{s:?} has an empty name (two commas, or one at an end)"));
+            return Err(format!(
+                "{s:?} has an empty name (two commas, or one at an end)"
+            ));
         }
         if item.chars().any(|c| c.is_whitespace() || c.is_control()) {
             return Err(format!("{item:?}: a node name has no spaces"));
@@ -214,9 +216,15 @@ mod tests {
             "a[1-64]b[1-64]c[1-64]d[1-64]e[1-64]f[1-64]g[1-64]h[1-64]i[1-64]j[1-64]k[1-64]",
         ] {
             let err = expand(hostile).unwrap_err();
-            assert!(err.contains(&format!("more than {MAX_NODES}")), "{hostile}: {err}");
+            assert!(
+                err.contains(&format!("more than {MAX_NODES}")),
+                "{hostile}: {err}"
+            );
         }
-        assert_eq!(expand(&format!("n[1-{MAX_NODES}]")).unwrap().0.len(), MAX_NODES);
+        assert_eq!(
+            expand(&format!("n[1-{MAX_NODES}]")).unwrap().0.len(),
+            MAX_NODES
+        );
         let list = format!("n[1-{MAX_NODES}],x");
         assert!(expand(&list).unwrap_err().contains("more than"));
     }
