@@ -245,7 +245,7 @@ pub enum AgentsCmd {
 
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     if let Command::Completions { shell } = cli.command {
-        completions(shell, &mut std::io::stdout());
+        completions(shell, &mut std::io::stdout())?;
         return Ok(ExitCode::SUCCESS);
     }
     let saved = config::load();
@@ -771,8 +771,17 @@ fn plugin_test(
     }
 }
 
-/// The completion script of `shell` for every subcommand and flag.
-pub fn completions(shell: clap_complete::Shell, out: &mut dyn std::io::Write) {
+/// The completion script of `shell` for every subcommand and flag. A reader that stops
+/// early (`| head`) is not an error.
+pub fn completions(
+    shell: clap_complete::Shell,
+    out: &mut dyn std::io::Write,
+) -> anyhow::Result<()> {
     use clap::CommandFactory;
-    clap_complete::generate(shell, &mut Cli::command(), "heddle", out);
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "heddle", &mut script);
+    match out.write_all(&script).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
+    }
 }

@@ -19,7 +19,8 @@ fn completions_render_for_each_shell() {
     for shell in ["bash", "zsh", "fish"] {
         let (code, out, err) = heddle_offline(&["completions", shell]);
         assert_eq!(code, 0, "{shell}: {err}");
-        for word in ["investigate", "preflight", "--nodes"] {
+        // Subcommands, and flags (fish writes them without their dashes).
+        for word in ["investigate", "preflight", "max-age", "expires-in"] {
             assert!(out.contains(word), "{shell} completion lacks {word}");
         }
     }
