@@ -54,7 +54,7 @@ pub enum Command {
     #[command(subcommand)]
     Investigate(crate::investigate::InvestigateCmd),
     /// Are these nodes fit for a job? Exit code 0 pass, 1 fail, 2 warn, 7 could not
-    /// decide (3 to 6: see below).
+    /// decide (3 to 6: it could not ask; see `heddle --help`).
     Preflight {
         /// Node ids or hostnames, in Slurm's hostlist syntax: `gpu-node-[01-16,20],login1`.
         #[arg(long, required = true, value_parser = crate::args::hostlist)]
