@@ -1,7 +1,9 @@
 //! `heddle agents`: agents, enrollment tokens, and enrollments waiting for approval.
 
 use clap::Subcommand;
-use heddle_types::auth::{AgentInfo, EnrollmentTokenCreated, PendingEnrollment};
+use heddle_types::auth::{
+    AgentInfo, EnrollmentTokenCreate, EnrollmentTokenCreated, PendingEnrollment,
+};
 
 use crate::client::Client;
 use crate::output::print_json;
@@ -16,8 +18,11 @@ pub enum AgentsCmd {
         /// Agents that may enroll with it (server default 1).
         #[arg(long)]
         max_uses: Option<u32>,
-        /// Hours until it expires (server default 1).
-        #[arg(long)]
+        /// How long until it expires: 2h, 1d (whole hours; server default 1h).
+        #[arg(long, value_parser = crate::args::hours)]
+        expires_in: Option<u32>,
+        /// The same in hours, as a number (older spelling).
+        #[arg(long, hide = true, conflicts_with = "expires_in")]
         expires_in_hours: Option<u32>,
         /// Bind the token to this host name: only that node may enroll with it, and it
         /// replaces the node's live agent without approval (a rebuilt host).
@@ -58,17 +63,18 @@ pub async fn run(client: &Client, cmd: AgentsCmd, json: bool, server: &str) -> a
         }
         AgentsCmd::EnrollToken {
             max_uses,
+            expires_in,
             expires_in_hours,
             node,
             name,
         } => {
-            let t: EnrollmentTokenCreated = client
-                .post(
-                    "/api/v1/enrollment-tokens",
-                    serde_json::json!({"max_uses": max_uses, "expires_in_hours": expires_in_hours,
-                        "node": node, "name": name}),
-                )
-                .await?;
+            let body = EnrollmentTokenCreate {
+                name,
+                max_uses,
+                expires_in_hours: expires_in.or(expires_in_hours),
+                node,
+            };
+            let t: EnrollmentTokenCreated = client.post("/api/v1/enrollment-tokens", &body).await?;
             if json {
                 return print_json(&t);
             }
@@ -132,10 +138,7 @@ pub async fn run(client: &Client, cmd: AgentsCmd, json: bool, server: &str) -> a
         }
         AgentsCmd::Approve { id } => {
             let p: PendingEnrollment = client
-                .post(
-                    &format!("/api/v1/agents/pending/{id}/approve"),
-                    serde_json::json!({}),
-                )
+                .post_empty(&format!("/api/v1/agents/pending/{id}/approve"))
                 .await?;
             if json {
                 return print_json(&p);
@@ -147,10 +150,7 @@ pub async fn run(client: &Client, cmd: AgentsCmd, json: bool, server: &str) -> a
         }
         AgentsCmd::Reject { id } => {
             let p: PendingEnrollment = client
-                .post(
-                    &format!("/api/v1/agents/pending/{id}/reject"),
-                    serde_json::json!({}),
-                )
+                .post_empty(&format!("/api/v1/agents/pending/{id}/reject"))
                 .await?;
             if json {
                 return print_json(&p);

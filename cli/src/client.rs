@@ -3,6 +3,7 @@
 
 use heddle_types::ErrorBody;
 use reqwest::{Method, StatusCode};
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 #[derive(Debug, thiserror::Error)]
@@ -23,6 +24,8 @@ pub enum ClientError {
     },
     #[error("unexpected answer from the server ({status}): {body}")]
     Unexpected { status: StatusCode, body: String },
+    #[error("cannot encode the request: {0}")]
+    Encode(serde_json::Error),
 }
 
 pub struct Client {
@@ -103,14 +106,22 @@ impl Client {
         })
     }
 
-    pub async fn post<T: DeserializeOwned>(
+    /// POSTs `body`, one of the request types of `heddle_types`, as JSON.
+    pub async fn post<B: Serialize + ?Sized, T: DeserializeOwned>(
         &self,
         path: &str,
-        body: serde_json::Value,
+        body: &B,
     ) -> Result<T, ClientError> {
+        let body = serde_json::to_value(body).map_err(ClientError::Encode)?;
         let resp = self
             .send(Method::POST, path, Some(Body::Json(body)))
             .await?;
+        decode(resp).await
+    }
+
+    /// POSTs without a body: an action on the resource at `path` (cancel, disable...).
+    pub async fn post_empty<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
+        let resp = self.send(Method::POST, path, None).await?;
         decode(resp).await
     }
 

@@ -1,19 +1,21 @@
 //! The subcommands. Each fetches through `Client` and prints a table or JSON.
 
-use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Subcommand;
 use heddle_types::auth::*;
-use heddle_types::jobs::{JobResult, Run};
+use heddle_types::health::{PreflightCheck, PreflightRequest};
+use heddle_types::jobs::{JobResult, Run, RunCreate};
 use heddle_types::nodes::{NodeDetail, NodeSummary};
-use heddle_types::plugins::{Plugin, PluginVersion};
+use heddle_types::plugins::{Plugin, PluginEnable, PluginVersion};
 
-use crate::args::key_value;
+use crate::args::{NodeList, key_value};
 use crate::client::{Client, encode, query};
+use crate::exit::{Exit, UsageError};
 use crate::output::print_json;
+use crate::runs::{print_result, print_run, watch};
 use crate::{Cli, config, table};
 
 #[derive(Subcommand)]
@@ -51,19 +53,20 @@ pub enum Command {
     /// Which node (or link) is bad? Pairwise runs, the node matrix and the culprit.
     #[command(subcommand)]
     Investigate(crate::investigate::InvestigateCmd),
-    /// Are these nodes fit for a job? Exit code 0 pass, 1 warn, 2 fail, 3 could not decide.
+    /// Are these nodes fit for a job? Exit code 0 pass, 1 fail, 2 warn, 7 could not
+    /// decide (3 to 6: it could not ask; see `heddle --help`).
     Preflight {
-        /// Comma-separated node ids or hostnames.
-        #[arg(long, value_delimiter = ',', required = true)]
-        nodes: Vec<String>,
+        /// Node ids or hostnames, in Slurm's hostlist syntax: `gpu-node-[01-16,20],login1`.
+        #[arg(long, required = true, value_parser = crate::args::hostlist)]
+        nodes: Vec<NodeList>,
         /// Verdicts older than this are stale: 3600, 90s, 30m, 1h, 2d (server default 1h).
-        #[arg(long, value_parser = crate::health::duration_s)]
+        #[arg(long, value_parser = crate::args::seconds)]
         max_age: Option<u32>,
         /// nccl, memcpy, rdma or p2p (default nccl).
-        #[arg(long)]
-        check: Option<String>,
+        #[arg(long, value_parser = |s: &str| s.parse::<PreflightCheck>())]
+        check: Option<PreflightCheck>,
         /// How long to wait for checks on stale nodes (server default 120s; 0: history only).
-        #[arg(long, value_parser = crate::health::duration_s)]
+        #[arg(long, value_parser = crate::args::seconds)]
         wait: Option<u32>,
     },
     /// Latest verdicts: the fleet, or every test of one node.
@@ -71,6 +74,9 @@ pub enum Command {
     /// What results are expected to reach.
     #[command(subcommand)]
     Expectations(crate::health::ExpectationsCmd),
+    /// Print a shell completion script: `source <(heddle completions bash)`, or save it
+    /// where the shell loads completions from (`heddle completions zsh > ~/.zfunc/_heddle`).
+    Completions { shell: clap_complete::Shell },
 }
 
 #[derive(Subcommand)]
@@ -107,17 +113,19 @@ pub enum RunsCmd {
         /// Test kind: nccl, rdma, ucx, p2p, sweep, memcpy...
         #[arg(long)]
         kind: String,
-        /// Comma-separated node ids or hostnames; ranks follow this order.
-        #[arg(long, value_delimiter = ',', required = true)]
-        nodes: Vec<String>,
+        /// Node ids or hostnames in Slurm's hostlist syntax (`gpu-node-[01-16,20]`);
+        /// ranks follow this order.
+        #[arg(long, required = true, value_parser = crate::args::hostlist)]
+        nodes: Vec<NodeList>,
         /// Test parameter as key=value (the value is parsed as JSON when it parses).
         #[arg(long = "param", value_parser = key_value)]
         params: Vec<(String, String)>,
         /// Environment for the test process as NAME=VALUE.
         #[arg(long = "env", value_parser = key_value)]
         env: Vec<(String, String)>,
-        #[arg(long)]
-        timeout_s: Option<u32>,
+        /// Wall-clock limit of the test on each node: 600, 90s, 10m, 1h.
+        #[arg(long, alias = "timeout-s", value_parser = crate::args::seconds)]
+        timeout: Option<u32>,
         #[arg(long)]
         label: Option<String>,
         /// Run with `--env` only, without each node's recommended environment (plugin
@@ -141,7 +149,8 @@ pub enum RunsCmd {
     Show {
         id: uuid::Uuid,
     },
-    /// Follow a run until it ends; exit code 0 when it succeeded.
+    /// Follow a run until it ends: exit code 0 when it succeeded, 1 when a test failed or
+    /// was judged FAIL, 2 for WARN, 7 when cancelled, 3 when the server cannot be reached.
     Watch {
         id: uuid::Uuid,
     },
@@ -192,9 +201,9 @@ pub enum PluginCmd {
         /// Fuel budget of the call.
         #[arg(long, default_value_t = 500_000_000)]
         fuel: u64,
-        /// Wall-clock limit in milliseconds.
-        #[arg(long, default_value_t = 2000)]
-        timeout_ms: u64,
+        /// Wall-clock limit of the call: 2s, 500ms.
+        #[arg(long, default_value = "2s", value_parser = heddle_types::duration::parse)]
+        timeout: Duration,
     },
 }
 
@@ -206,7 +215,11 @@ pub enum TokensCmd {
         name: String,
         #[arg(long)]
         role: Role,
-        #[arg(long)]
+        /// How long until the token stops working: 30d, 12w (default: never).
+        #[arg(long, value_parser = crate::args::days)]
+        expires_in: Option<u32>,
+        /// The same in days, as a number (older spelling).
+        #[arg(long, hide = true, conflicts_with = "expires_in")]
         expires_in_days: Option<u32>,
     },
     Ls,
@@ -231,6 +244,10 @@ pub enum AgentsCmd {
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    if let Command::Completions { shell } = cli.command {
+        completions(shell, &mut std::io::stdout())?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let saved = config::load();
     let server = cli
         .server
@@ -243,7 +260,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let json = cli.json;
     match cli.command {
         Command::Login => {
-            let token = token.context("give --token (or HEDDLE_TOKEN) to log in")?;
+            let token = token
+                .ok_or_else(|| UsageError("give --token (or HEDDLE_TOKEN) to log in".into()))?;
             let me: WhoAmI = client.get("/api/v1/whoami").await?;
             let mut login = config::Saved {
                 server: Some(server.clone()),
@@ -407,8 +425,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             wasm,
             facts,
             fuel,
-            timeout_ms,
-        }) => return plugin_test(&wasm, &facts, fuel, timeout_ms, json),
+            timeout,
+        }) => return plugin_test(&wasm, &facts, fuel, timeout, json),
         Command::Tokens(cmd) => tokens(&client, cmd, json).await?,
         Command::Agents(cmd) => crate::agents::run(&client, cmd, json, &server).await?,
         Command::Investigate(cmd) => return crate::investigate::run(&client, cmd, json).await,
@@ -418,10 +436,17 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             check,
             wait,
         } => {
-            return Ok(crate::health::preflight(&client, nodes, max_age, check, wait, json).await);
+            let request = PreflightRequest {
+                nodes: crate::args::nodes(nodes)?,
+                max_age_s: max_age,
+                check,
+                wait_s: wait,
+            };
+            return Ok(crate::health::preflight(&client, &request, json).await);
         }
         Command::Health { node } => return crate::health::health(&client, node, json).await,
         Command::Expectations(cmd) => crate::health::expectations(&client, cmd, json).await?,
+        Command::Completions { .. } => unreachable!("answered above"),
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -433,25 +458,29 @@ async fn runs(client: &Client, cmd: RunsCmd, json: bool) -> anyhow::Result<ExitC
             nodes,
             params,
             env,
-            timeout_s,
+            timeout,
             label,
             no_recommended_env,
             watch: follow,
         } => {
-            let params: serde_json::Map<String, serde_json::Value> = params
-                .into_iter()
-                .map(|(k, v)| {
-                    let value = serde_json::from_str(&v).unwrap_or(serde_json::Value::String(v));
-                    (k, value)
-                })
-                .collect();
-            let env: BTreeMap<String, String> = env.into_iter().collect();
-            let body = serde_json::json!({"kind": kind, "nodes": nodes, "params": params, "env": env, "timeout_s": timeout_s, "label": label, "recommended_env": !no_recommended_env});
-            let run: Run = client.post("/api/v1/runs", body).await?;
+            let body = RunCreate {
+                kind,
+                params: crate::args::params(params),
+                env: env.into_iter().collect(),
+                timeout_s: timeout,
+                nodes: crate::args::nodes(nodes)?,
+                max_attempts: None,
+                label,
+                recommended_env: Some(!no_recommended_env),
+            };
+            let run: Run = client.post("/api/v1/runs", &body).await?;
             if json && !follow {
                 print_json(&run)?;
             } else {
-                eprintln!("started run {} ({} job(s))", run.id, run.jobs.len());
+                crate::progress::note(
+                    json,
+                    &format!("started run {} ({} job(s))", run.id, run.jobs.len()),
+                );
                 if !follow {
                     println!("{}", run.id);
                 }
@@ -489,7 +518,10 @@ async fn runs(client: &Client, cmd: RunsCmd, json: bool) -> anyhow::Result<ExitC
             let run: Run = client.get(&format!("/api/v1/runs/{id}")).await?;
             let results: Vec<JobResult> = client.get(&format!("/api/v1/runs/{id}/results")).await?;
             if json {
-                print_json(&serde_json::json!({"run": run, "results": results}))?;
+                print_json(&crate::runs::RunReport {
+                    run: &run,
+                    results: &results,
+                })?;
             } else {
                 print_run(&run);
                 for r in &results {
@@ -501,10 +533,7 @@ async fn runs(client: &Client, cmd: RunsCmd, json: bool) -> anyhow::Result<ExitC
         RunsCmd::Sweep(a) => crate::sweeps::command(client, a, json).await?,
         RunsCmd::Cancel { id } => {
             let run: Run = client
-                .post(
-                    &format!("/api/v1/runs/{id}/cancel"),
-                    serde_json::json!(null),
-                )
+                .post_empty(&format!("/api/v1/runs/{id}/cancel"))
                 .await?;
             if json {
                 print_json(&run)?
@@ -514,129 +543,6 @@ async fn runs(client: &Client, cmd: RunsCmd, json: bool) -> anyhow::Result<ExitC
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn print_run(run: &Run) {
-    println!(
-        "run {}  {}  {}  created by {} {}",
-        run.id,
-        run.spec.kind,
-        run.state,
-        run.created_by,
-        table::ago(Some(run.created_at))
-    );
-    let mut t = table::new(&["RANK", "NODE", "STATE", "ATTEMPT", "PROGRESS", "ERROR"]);
-    for j in &run.jobs {
-        let progress = j
-            .progress
-            .as_ref()
-            .map_or_else(String::new, |p| match p.fraction {
-                Some(f) => format!("{:.0}% {}", f * 100.0, p.message),
-                None => p.message.clone(),
-            });
-        t.add_row(vec![
-            j.rank.to_string(),
-            j.hostname.clone(),
-            j.state.to_string(),
-            format!("{}/{}", j.attempts, j.max_attempts),
-            progress,
-            table::opt(&j.error),
-        ]);
-    }
-    println!("{t}");
-    for j in run.jobs.iter().filter(|j| !j.applied_env.is_empty()) {
-        println!("environment of rank {} ({}):", j.rank, j.hostname);
-        for e in &j.applied_env {
-            println!("  {}={}  ({})", e.name, e.value, e.source);
-        }
-    }
-}
-
-/// nccl-tests' columns, so the numbers read the way people are used to.
-fn print_result(r: &JobResult) {
-    println!(
-        "\n{} — {:?}{}",
-        r.hostname,
-        r.outcome,
-        r.reason
-            .as_ref()
-            .map_or_else(String::new, |s| format!(": {s}"))
-    );
-    if let Some(kind) = r.summary.get("kind").and_then(|k| k.as_str())
-        && let Some(path) = heddle_types::transport::path_line(kind, &r.summary)
-    {
-        println!("path: {path}");
-    }
-    crate::health::print_verdict(r.verdict.as_ref());
-    if r.rows.is_empty() {
-        return;
-    }
-    let mut t = table::new(&[
-        "size (B)",
-        "count",
-        "type",
-        "op",
-        "time (us)",
-        "algbw (GB/s)",
-        "busbw (GB/s)",
-        "#wrong",
-        "labels",
-    ]);
-    for row in &r.rows {
-        let labels: Vec<String> = row.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        t.add_row(vec![
-            row.size_bytes.to_string(),
-            table::opt(&row.count),
-            table::opt(&row.dtype),
-            table::opt(&row.op),
-            table::float(row.time_us, 2),
-            table::float(row.algbw_gbs, 2),
-            table::float(row.busbw_gbs, 2),
-            table::opt(&row.wrong),
-            labels.join(" "),
-        ]);
-    }
-    table::right(&mut t, &[0, 1, 4, 5, 6, 7]);
-    println!("{t}");
-}
-
-async fn watch(client: &Client, id: uuid::Uuid, json: bool) -> anyhow::Result<ExitCode> {
-    let mut last = String::new();
-    loop {
-        let run: Run = client.get(&format!("/api/v1/runs/{id}")).await?;
-        let line: Vec<String> = run
-            .jobs
-            .iter()
-            .map(|j| {
-                let p = j
-                    .progress
-                    .as_ref()
-                    .map_or_else(String::new, |p| format!(" ({})", p.message));
-                format!("{}={}{p}", j.hostname, j.state)
-            })
-            .collect();
-        let line = format!("{}: {}", run.state, line.join(" "));
-        if line != last {
-            eprintln!("{line}");
-            last = line;
-        }
-        if run.jobs.iter().all(|j| j.state.is_terminal()) {
-            let results: Vec<JobResult> = client.get(&format!("/api/v1/runs/{id}/results")).await?;
-            if json {
-                print_json(&serde_json::json!({"run": run, "results": results}))?;
-            } else {
-                for r in &results {
-                    print_result(r);
-                }
-            }
-            return Ok(match run.state.as_str() {
-                "succeeded" | "skipped" => ExitCode::SUCCESS,
-                "failed" => ExitCode::from(1),
-                _ => ExitCode::from(2),
-            });
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
 }
 
 async fn plugins(client: &Client, cmd: PluginsCmd, json: bool) -> anyhow::Result<()> {
@@ -671,7 +577,9 @@ async fn plugins(client: &Client, cmd: PluginsCmd, json: bool) -> anyhow::Result
                 let p: Plugin = client
                     .post(
                         &format!("/api/v1/plugins/{}/enable", encode(&name)),
-                        serde_json::json!({"version": version}),
+                        &PluginEnable {
+                            version: Some(version),
+                        },
                     )
                     .await?;
                 if !json {
@@ -718,7 +626,7 @@ async fn plugins(client: &Client, cmd: PluginsCmd, json: bool) -> anyhow::Result
             let p: Plugin = client
                 .post(
                     &format!("/api/v1/plugins/{}/enable", encode(&name)),
-                    serde_json::json!({"version": version}),
+                    &PluginEnable { version },
                 )
                 .await?;
             if json {
@@ -729,10 +637,7 @@ async fn plugins(client: &Client, cmd: PluginsCmd, json: bool) -> anyhow::Result
         }
         PluginsCmd::Disable { name } => {
             let p: Plugin = client
-                .post(
-                    &format!("/api/v1/plugins/{}/disable", encode(&name)),
-                    serde_json::json!(null),
-                )
+                .post_empty(&format!("/api/v1/plugins/{}/disable", encode(&name)))
                 .await?;
             if json {
                 print_json(&p)?
@@ -749,9 +654,15 @@ async fn tokens(client: &Client, cmd: TokensCmd, json: bool) -> anyhow::Result<(
         TokensCmd::Create {
             name,
             role,
+            expires_in,
             expires_in_days,
         } => {
-            let t: TokenCreated = client.post("/api/v1/tokens", serde_json::json!({"name": name, "role": role, "expires_in_days": expires_in_days})).await?;
+            let body = TokenCreate {
+                name,
+                role,
+                expires_in_days: expires_in.or(expires_in_days),
+            };
+            let t: TokenCreated = client.post("/api/v1/tokens", &body).await?;
             if json {
                 print_json(&t)?;
             } else {
@@ -792,7 +703,7 @@ fn plugin_test(
     wasm: &std::path::Path,
     facts: &std::path::Path,
     fuel: u64,
-    timeout_ms: u64,
+    timeout: Duration,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let bytes = std::fs::read(wasm).with_context(|| format!("reading {}", wasm.display()))?;
@@ -800,7 +711,7 @@ fn plugin_test(
         std::fs::read_to_string(facts).with_context(|| format!("reading {}", facts.display()))?;
     let limits = heddle_plugin_host::Limits {
         fuel,
-        timeout: Duration::from_millis(timeout_ms),
+        timeout,
         ..Default::default()
     };
     match heddle_plugin_host::run_on_facts_json(&bytes, &facts, &limits) {
@@ -855,7 +766,22 @@ fn plugin_test(
                     u.peak_memory_bytes / 1024
                 );
             }
-            Ok(ExitCode::FAILURE)
+            Ok(Exit::Failed.into())
         }
+    }
+}
+
+/// The completion script of `shell` for every subcommand and flag. A reader that stops
+/// early (`| head`) is not an error.
+pub fn completions(
+    shell: clap_complete::Shell,
+    out: &mut dyn std::io::Write,
+) -> anyhow::Result<()> {
+    use clap::CommandFactory;
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "heddle", &mut script);
+    match out.write_all(&script).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
     }
 }

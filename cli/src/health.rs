@@ -4,16 +4,15 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 use heddle_types::health::{
-    Expectation, FleetHealth, NodeHealth, PreflightResponse, Reason, ResultVerdict, Verdict,
+    Expectation, ExpectationCreate, FleetHealth, NodeHealth, PreflightRequest, PreflightResponse,
+    Reason, ResultVerdict, Verdict,
 };
 
 use crate::client::Client;
+use crate::exit::Exit;
 use crate::output::print_json;
+use crate::progress::Progress;
 use crate::table;
-
-/// Exit code of `heddle preflight` when no verdict could be had (server unreachable, a
-/// refused request, unknown nodes, checks that did not finish in time).
-pub const UNDECIDED: u8 = 3;
 
 #[derive(Subcommand)]
 pub enum ExpectationsCmd {
@@ -52,24 +51,6 @@ pub enum ExpectationsCmd {
     },
 }
 
-/// `1h`, `30m`, `90s`, `2d` or plain seconds.
-pub fn duration_s(s: &str) -> Result<u32, String> {
-    let s = s.trim();
-    let (number, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: u32 = number
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration like 3600, 90s, 30m, 1h or 2d"))?;
-    let mult = match unit {
-        "" | "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        "d" => 86_400,
-        _ => return Err(format!("{s:?}: the unit must be s, m, h or d")),
-    };
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("{s:?} is too long"))
-}
-
 fn first_reason(reasons: &[Reason]) -> String {
     reasons
         .first()
@@ -77,22 +58,25 @@ fn first_reason(reasons: &[Reason]) -> String {
         .unwrap_or_default()
 }
 
-/// Exit code 0/1/2 for pass/warn/fail and 3 when the verdict is unknown or none could be
-/// had; errors are printed, not returned, so that they exit 3 too.
-pub async fn preflight(
-    client: &Client,
-    nodes: Vec<String>,
-    max_age_s: Option<u32>,
-    check: Option<String>,
-    wait_s: Option<u32>,
-    json: bool,
-) -> ExitCode {
-    let body = serde_json::json!({"nodes": nodes, "max_age_s": max_age_s, "check": check, "wait_s": wait_s});
-    let answer: PreflightResponse = match client.post("/api/v1/preflight", body).await {
+/// Exit code 0/1/2 for pass/fail/warn and 7 when the verdict is unknown; when none could
+/// be had, the code of the error (3 unreachable, 4 refused token, 5 unknown nodes...).
+pub async fn preflight(client: &Client, request: &PreflightRequest, json: bool) -> ExitCode {
+    let waiting = match request.wait_s {
+        Some(0) => "reading verdicts".to_string(),
+        Some(s) => format!("checking stale nodes, up to {s} s"),
+        None => "checking stale nodes".to_string(),
+    };
+    let spinner = Progress::spinner(
+        json,
+        &format!("preflight on {} node(s): {waiting}", request.nodes.len()),
+    );
+    let answer = client.post("/api/v1/preflight", request).await;
+    spinner.finish();
+    let answer: PreflightResponse = match answer {
         Ok(a) => a,
         Err(err) => {
             eprintln!("heddle: preflight could not decide: {err}");
-            return ExitCode::from(UNDECIDED);
+            return Exit::of_client_error(&err).into();
         }
     };
     if json {
@@ -118,7 +102,7 @@ pub async fn preflight(
             answer.nodes.len()
         );
     }
-    ExitCode::from(answer.verdict.exit_code())
+    Exit::of_verdict(answer.verdict).into()
 }
 
 pub async fn health(client: &Client, node: Option<String>, json: bool) -> anyhow::Result<ExitCode> {
@@ -234,9 +218,18 @@ pub async fn expectations(client: &Client, cmd: ExpectationsCmd, json: bool) -> 
             world_size,
             node,
         } => {
-            let body = serde_json::json!({"test": test, "metric": metric, "value": value, "source": source, "min_size_bytes": min_size_bytes,
-                "gpu_model": gpu_model, "gpu_count": gpu_count, "world_size": world_size, "node": node});
-            let e: Expectation = client.post("/api/v1/expectations", body).await?;
+            let body = ExpectationCreate {
+                test,
+                metric,
+                value,
+                source,
+                min_size_bytes,
+                gpu_model,
+                gpu_count,
+                world_size,
+                node,
+            };
+            let e: Expectation = client.post("/api/v1/expectations", &body).await?;
             if json {
                 print_json(&e)?
             } else {
@@ -279,18 +272,5 @@ pub fn print_verdict(v: Option<&ResultVerdict>) {
     }
     if v.verdict == Verdict::Unknown && v.reasons.is_empty() {
         println!("  nothing to compare with");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn durations() {
-        assert_eq!(super::duration_s("3600"), Ok(3600));
-        assert_eq!(super::duration_s("90s"), Ok(90));
-        assert_eq!(super::duration_s("1h"), Ok(3600));
-        assert_eq!(super::duration_s("2d"), Ok(172_800));
-        assert!(super::duration_s("1w").is_err());
-        assert!(super::duration_s("h").is_err());
     }
 }

@@ -5,22 +5,26 @@ use std::time::Duration;
 
 use clap::Subcommand;
 use heddle_types::investigations::{
-    Analysis, Conclusion, Investigation, InvestigationState, InvestigationSummary, Matrix,
+    Analysis, Conclusion, Investigation, InvestigationCreate, InvestigationKind,
+    InvestigationState, InvestigationSummary, Matrix,
 };
 
+use crate::args::NodeList;
 use crate::client::Client;
+use crate::exit::Exit;
+use crate::progress::Progress;
 use crate::table;
 
 #[derive(Subcommand)]
 pub enum InvestigateCmd {
     /// Run a two-node test on every pair of the nodes and name the bad node or link.
     Start {
-        /// Comma-separated node ids or hostnames (2 to 64).
-        #[arg(long, value_delimiter = ',', required = true)]
-        nodes: Vec<String>,
+        /// Node ids or hostnames (2 to 64) in Slurm's hostlist syntax: `gpu-node-[01-08]`.
+        #[arg(long, required = true, value_parser = crate::args::hostlist)]
+        nodes: Vec<NodeList>,
         /// nccl (busbw at the largest size) or rdma (perftest bandwidth).
-        #[arg(long, default_value = "nccl")]
-        kind: String,
+        #[arg(long, default_value = "nccl", value_parser = |s: &str| s.parse::<InvestigationKind>())]
+        kind: InvestigationKind,
         /// Test parameter as key=value (the value is parsed as JSON when it parses), e.g.
         /// op=all_gather, max_bytes=1073741824, test=ib_write_bw.
         #[arg(long = "param", value_parser = crate::args::key_value)]
@@ -41,7 +45,7 @@ pub enum InvestigateCmd {
     Show {
         id: uuid::Uuid,
         /// Follow it until it ends; exit code 0 when no culprit was found, 1 when one was,
-        /// 2 when inconclusive or failed.
+        /// 7 when inconclusive or failed.
         #[arg(long)]
         watch: bool,
     },
@@ -66,21 +70,23 @@ pub async fn run(client: &Client, cmd: InvestigateCmd, json: bool) -> anyhow::Re
             label,
             watch,
         } => {
-            let params: serde_json::Map<String, serde_json::Value> = params
-                .into_iter()
-                .map(|(k, v)| {
-                    (
-                        k,
-                        serde_json::from_str(&v).unwrap_or(serde_json::Value::String(v)),
-                    )
-                })
-                .collect();
-            let body = serde_json::json!({"nodes": nodes, "kind": kind, "params": params, "batch_size": batch,
-                "threshold": threshold, "label": label});
-            let inv: Investigation = client.post("/api/v1/investigations", body).await?;
-            eprintln!(
-                "started investigation {} ({} pairs)",
-                inv.id, inv.progress.pairs_total
+            let body = InvestigationCreate {
+                nodes: crate::args::nodes(nodes)?,
+                kind,
+                params: crate::args::params(params),
+                env: Default::default(),
+                timeout_s: None,
+                batch_size: batch,
+                threshold,
+                label,
+            };
+            let inv: Investigation = client.post("/api/v1/investigations", &body).await?;
+            crate::progress::note(
+                json,
+                &format!(
+                    "started investigation {} ({} pairs)",
+                    inv.id, inv.progress.pairs_total
+                ),
             );
             if watch {
                 return follow(client, inv.id, json).await;
@@ -136,36 +142,57 @@ pub async fn run(client: &Client, cmd: InvestigateCmd, json: bool) -> anyhow::Re
     Ok(ExitCode::SUCCESS)
 }
 
+/// Polls the investigation until it ends, with its pairs as the progress; exit code 0 no
+/// culprit, 1 a culprit, 7 inconclusive or failed (3 and up: it could not be followed).
 async fn follow(client: &Client, id: uuid::Uuid, json: bool) -> anyhow::Result<ExitCode> {
-    let mut last = String::new();
-    loop {
-        let inv: Investigation = client.get(&format!("/api/v1/investigations/{id}")).await?;
-        let p = &inv.progress;
-        let line = format!(
-            "{}: {}/{} pairs done ({} failed, {} running)",
-            inv.state.as_str(),
-            p.pairs_done,
-            p.pairs_total,
-            p.pairs_failed,
-            p.pairs_running
-        );
-        if line != last {
-            eprintln!("{line}");
-            last = line;
-        }
-        if inv.state != InvestigationState::Running {
-            if json {
-                crate::output::print_json(&inv)?
-            } else {
-                print(&inv)
+    let mut progress = Progress::bar(json);
+    let inv = loop {
+        let inv: Investigation = match client.get(&format!("/api/v1/investigations/{id}")).await {
+            Ok(inv) => inv,
+            Err(err) => {
+                progress.finish();
+                return Err(err.into());
             }
-            return Ok(match (inv.state, inv.analysis.verdict) {
-                (InvestigationState::Done, Conclusion::NoCulprit) => ExitCode::SUCCESS,
-                (InvestigationState::Done, Conclusion::Culprit) => ExitCode::from(1),
-                _ => ExitCode::from(2),
-            });
+        };
+        let (fraction, line) = progress_line(&inv);
+        progress.update(Some(fraction), &line);
+        if inv.state != InvestigationState::Running {
+            progress.finish();
+            break inv;
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
+    };
+    if json {
+        crate::output::print_json(&inv)?
+    } else {
+        print(&inv)
+    }
+    Ok(outcome(&inv).into())
+}
+
+fn progress_line(inv: &Investigation) -> (f64, String) {
+    let p = &inv.progress;
+    let fraction = if p.pairs_total == 0 {
+        1.0
+    } else {
+        f64::from(p.pairs_done) / f64::from(p.pairs_total)
+    };
+    let line = format!(
+        "{}: {}/{} pairs done ({} failed, {} running)",
+        inv.state.as_str(),
+        p.pairs_done,
+        p.pairs_total,
+        p.pairs_failed,
+        p.pairs_running
+    );
+    (fraction, line)
+}
+
+fn outcome(inv: &Investigation) -> Exit {
+    match (inv.state, inv.analysis.verdict) {
+        (InvestigationState::Done, Conclusion::NoCulprit) => Exit::Success,
+        (InvestigationState::Done, Conclusion::Culprit) => Exit::Failed,
+        _ => Exit::Undecided,
     }
 }
 

@@ -1,25 +1,34 @@
 //! `heddle`: a thin client of the Heddle API for people and scripts. Human tables by
-//! default, `--json` for scripts; exit code 1 on any error, with the server's message.
+//! default, `--json` for scripts; the exit code says what was found or what went wrong
+//! (`exit.rs`), with the server's message on stderr.
 
 mod agents;
 mod args;
 mod client;
 mod commands;
 mod config;
+mod exit;
 mod explain;
 mod health;
 mod investigate;
 mod output;
+mod progress;
+mod runs;
 mod sweeps;
 mod table;
 
+use std::process::ExitCode;
+
 use clap::Parser;
+
+use crate::exit::Exit;
 
 #[derive(Parser)]
 #[command(
     name = "heddle",
     version,
-    about = "Command-line client of the Heddle control plane"
+    about = "Command-line client of the Heddle control plane",
+    after_help = exit::HELP
 )]
 pub struct Cli {
     /// Server URL (default: the one saved by `heddle login`).
@@ -32,7 +41,7 @@ pub struct Cli {
     /// by `heddle login`).
     #[command(flatten)]
     pub tls: heddle_tls::ClientTls,
-    /// Print JSON instead of tables.
+    /// Print JSON instead of tables, and no progress on stderr.
     #[arg(long, global = true)]
     pub json: bool,
     #[command(subcommand)]
@@ -40,13 +49,33 @@ pub struct Cli {
 }
 
 #[tokio::main]
-async fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+async fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            // `--help` and `--version` come this way too, to stdout.
+            let _ = err.print();
+            return if err.use_stderr() {
+                Exit::Usage.into()
+            } else {
+                Exit::Success.into()
+            };
+        }
+    };
     match commands::run(cli).await {
         Ok(code) => code,
         Err(err) => {
             eprintln!("heddle: {err:#}");
-            std::process::ExitCode::FAILURE
+            Exit::of_error(&err).into()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_command_line_is_consistent() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
     }
 }

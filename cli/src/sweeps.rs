@@ -2,7 +2,7 @@
 //! a winner as a tuning profile.
 
 use heddle_types::nodes::TuningProfile;
-use heddle_types::sweeps::{Band, ProfileScope, SweepTable};
+use heddle_types::sweeps::{Band, ProfileScope, SweepKeep, SweepTable};
 
 use crate::client::Client;
 use crate::table;
@@ -19,6 +19,9 @@ pub struct SweepArgs {
     /// Where the kept profile applies: node (the sweep's node) or site (that node's site).
     #[arg(long, default_value = "node", value_parser = parse_scope)]
     pub scope: ProfileScope,
+    /// Wait for the sweep to end first, showing the cells done.
+    #[arg(long)]
+    pub watch: bool,
 }
 
 fn parse_scope(s: &str) -> Result<ProfileScope, String> {
@@ -38,11 +41,18 @@ fn env_text(env: &std::collections::BTreeMap<String, String>) -> String {
 
 pub async fn command(client: &Client, a: SweepArgs, json: bool) -> anyhow::Result<()> {
     let base = format!("/api/v1/runs/{}/sweep", a.id);
+    if a.watch {
+        crate::runs::follow(client, a.id, json).await?;
+    }
     if let Some(name) = a.keep {
-        let body = serde_json::json!({"name": name, "band": a.band, "scope": a.scope});
-        let p: TuningProfile = client.post(&format!("{base}/keep"), body).await?;
+        let body = SweepKeep {
+            name,
+            band: a.band,
+            scope: a.scope,
+        };
+        let p: TuningProfile = client.post(&format!("{base}/keep"), &body).await?;
         if json {
-            println!("{}", serde_json::to_string_pretty(&p)?);
+            crate::output::print_json(&p)?;
         } else {
             println!(
                 "kept tuning profile {} ({}): {}",
@@ -55,8 +65,7 @@ pub async fn command(client: &Client, a: SweepArgs, json: bool) -> anyhow::Resul
     }
     let t: SweepTable = client.get(&base).await?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&t)?);
-        return Ok(());
+        return crate::output::print_json(&t);
     }
     println!(
         "sweep {} on {} ({}), mean busbw GB/s per size band",

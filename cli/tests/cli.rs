@@ -84,7 +84,7 @@ async fn cli_drives_the_api() {
     let cancelled = h.json(&["runs", "cancel", &id]);
     assert_eq!(cancelled["state"], "cancelled");
     let (code, _, err) = h.run(&["runs", "watch", &id]);
-    assert_eq!(code, 2, "a cancelled run exits 2: {err}");
+    assert_eq!(code, 7, "a cancelled run has no verdict: {err}");
 
     let (code, env, _) = h.run(&["env", "cli-node"]);
     assert_eq!(code, 0);
@@ -129,7 +129,7 @@ async fn cli_drives_the_api() {
         "--version",
         "1.0.1",
     ]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 5, "a refused upload exits 5");
     assert!(err.contains("not a WebAssembly binary"), "{err}");
     let p = h.json(&["plugins", "enable", "demo"]);
     assert_eq!(p["active_version"], "1.0.0");
@@ -171,9 +171,9 @@ async fn cli_drives_the_api() {
     assert!(err.contains("fuel-exhausted"), "{err}");
     let _ = std::fs::remove_file(hostile);
 
-    // Errors carry the server's message and exit 1.
+    // Errors carry the server's message, and exit codes that say what kind of error.
     let (code, _, err) = h.run(&["nodes", "show", "nope"]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 5, "not found");
     assert!(
         err.contains("no node with id or hostname \"nope\""),
         "{err}"
@@ -184,7 +184,7 @@ async fn cli_drives_the_api() {
         config: dir.join("none.json"),
     };
     let (code, _, err) = bad.run(&["nodes", "ls"]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 4, "a refused token");
     assert!(err.contains("401"), "{err}");
     let gone = Heddle {
         url: "http://127.0.0.1:9".into(),
@@ -192,7 +192,7 @@ async fn cli_drives_the_api() {
         config: dir.join("none.json"),
     };
     let (code, _, err) = gone.run(&["whoami"]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 3, "unreachable");
     assert!(err.contains("cannot reach the Heddle server"), "{err}");
     let _ = std::fs::remove_dir_all(dir);
 }

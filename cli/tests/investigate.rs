@@ -90,6 +90,6 @@ async fn investigate_start_show_and_watch() {
         &server,
         &["investigate", "start", "--nodes", "inv-a", "--kind", "nccl"],
     );
-    assert_eq!(code, 1);
+    assert_eq!(code, 5, "a refused request exits 5");
     assert!(err.contains("nodes must list 2 to 64 nodes"), "{err}");
 }

@@ -1,5 +1,5 @@
-//! `heddle preflight` exit codes against a real server: 0 pass, 1 warn, 2 fail, 3 could
-//! not decide.
+//! `heddle preflight` exit codes against a real server: 0 pass, 1 fail, 2 warn, 7 no
+//! verdict, and 3 and up when it could not ask.
 
 mod common;
 
@@ -71,14 +71,14 @@ async fn preflight_exit_codes() {
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("preflight memcpy: PASS"), "{out}");
     let (code, out, _) = run(Box::new(pf("good,slow"))).await.unwrap();
-    assert_eq!(code, 1, "{out}");
+    assert_eq!(code, 2, "warn: {out}");
     let (code, out, _) = run(Box::new(pf("good,slow,bad"))).await.unwrap();
-    assert_eq!(code, 2, "{out}");
+    assert_eq!(code, 1, "fail: {out}");
     assert!(out.contains("below the expected"), "{out}");
     let (code, out, _) = run(Box::new(pf("good,new"))).await.unwrap();
-    assert_eq!(code, 3, "no verdict for `new` and no wait: {out}");
+    assert_eq!(code, 7, "no verdict for `new` and no wait: {out}");
     let (code, _, err) = run(Box::new(pf("nosuchnode"))).await.unwrap();
-    assert_eq!(code, 3, "{err}");
+    assert_eq!(code, 5, "an unknown node is a refused request: {err}");
     assert!(err.contains("could not decide"), "{err}");
 
     let (url2, admin2) = (url.clone(), admin.clone());
@@ -100,14 +100,14 @@ async fn preflight_exit_codes() {
     })
     .await
     .unwrap();
-    assert_eq!(code, 2);
+    assert_eq!(code, 1);
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(
         (v["verdict"].as_str(), v["nodes"][0]["from"].as_str()),
         (Some("fail"), Some("history"))
     );
 
-    // Unreachable server: could not decide.
+    // Unreachable server: could not ask, and says so apart from a verdict.
     server.stop().await;
     let (code, _, err) = tokio::task::spawn_blocking(move || {
         heddle_as(
@@ -119,4 +119,5 @@ async fn preflight_exit_codes() {
     .await
     .unwrap();
     assert_eq!(code, 3, "{err}");
+    assert!(err.contains("cannot reach"), "{err}");
 }

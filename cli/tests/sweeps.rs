@@ -42,6 +42,15 @@ async fn runs_sweep_shows_winners_and_keeps_one() {
         "{out}"
     );
 
+    // `--watch` on a sweep that has ended: no wait, no escape codes, the same table.
+    let (code, watched, err) = heddle(&server, &["runs", "sweep", &id, "--watch"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(watched, out);
+    assert!(
+        err.contains("1/1 jobs done") && !err.contains('\x1b'),
+        "{err}"
+    );
+
     let (code, out, err) = heddle(&server, &["runs", "sweep", &id, "--json"]);
     assert_eq!(code, 0, "{err}");
     let t: Value = serde_json::from_str(&out).unwrap();

@@ -24,7 +24,7 @@ async fn https_with_a_private_ca_and_pins() {
 
     // The system's roots do not know the private CA.
     let (code, _, err) = heddle(&server, &["whoami"]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 3, "a TLS failure is a transport error");
     assert!(
         err.contains("not signed by a CA this client trusts"),
         "{err}"
@@ -42,7 +42,7 @@ async fn https_with_a_private_ca_and_pins() {
         &server,
         &["whoami", "--ca-file", ca_file, "--pin-sha256", &other],
     );
-    assert_eq!(code, 1);
+    assert_eq!(code, 3, "a TLS failure is a transport error");
     assert!(err.contains("not a pinned key"), "{err}");
     assert!(err.contains(&pin), "the error names the key found: {err}");
     // A rotation: either of two pins.
@@ -71,7 +71,7 @@ async fn https_with_a_private_ca_and_pins() {
         &config,
         &["whoami", "--pin-sha256", &other],
     );
-    assert_eq!(code, 1);
+    assert_eq!(code, 3, "a TLS failure is a transport error");
     assert!(err.contains("not a pinned key"), "{err}");
     let saved = std::fs::read_to_string(&config).unwrap();
     assert!(saved.contains(&pin) && saved.contains(ca_file), "{saved}");
@@ -86,6 +86,6 @@ async fn plain_http_still_works_and_refuses_a_pin() {
     assert_eq!(code, 0, "{err}");
     let pin = TestCa::new().issue("localhost").pin().to_string();
     let (code, _, err) = heddle(&server, &["whoami", "--pin-sha256", &pin]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 3, "a TLS failure is a transport error");
     assert!(err.contains("use https:// URLs"), "{err}");
 }

@@ -45,16 +45,6 @@ impl Verdict {
         }
     }
 
-    /// Exit code of `heddle preflight`: 0 pass, 1 warn, 2 fail, 3 could not decide.
-    pub fn exit_code(self) -> u8 {
-        match self {
-            Verdict::Pass => 0,
-            Verdict::Warn => 1,
-            Verdict::Fail => 2,
-            Verdict::Unknown => 3,
-        }
-    }
-
     fn rank(self) -> u8 {
         match self {
             Verdict::Pass => 0,
@@ -277,6 +267,13 @@ pub enum PreflightCheck {
 }
 
 impl PreflightCheck {
+    pub const ALL: [PreflightCheck; 4] = [
+        PreflightCheck::Nccl,
+        PreflightCheck::Memcpy,
+        PreflightCheck::Rdma,
+        PreflightCheck::P2p,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             PreflightCheck::Nccl => "nccl",
@@ -284,6 +281,16 @@ impl PreflightCheck {
             PreflightCheck::Rdma => "rdma",
             PreflightCheck::P2p => "p2p",
         }
+    }
+}
+
+impl std::str::FromStr for PreflightCheck {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        PreflightCheck::ALL
+            .into_iter()
+            .find(|c| c.as_str() == s)
+            .ok_or_else(|| format!("unknown check {s:?} (nccl, memcpy, rdma or p2p)"))
     }
 }
 
@@ -345,9 +352,10 @@ mod tests {
             assert_eq!(v.as_str().parse::<Verdict>().unwrap(), v);
             assert_eq!(serde_json::to_value(v).unwrap(), v.as_str());
         }
-        assert_eq!(
-            [Pass, Warn, Fail, Unknown].map(Verdict::exit_code),
-            [0, 1, 2, 3]
-        );
+        for c in PreflightCheck::ALL {
+            assert_eq!(c.as_str().parse::<PreflightCheck>().unwrap(), c);
+            assert_eq!(serde_json::to_value(c).unwrap(), c.as_str());
+        }
+        assert!("ncc".parse::<PreflightCheck>().is_err());
     }
 }

@@ -8,6 +8,8 @@
 pub mod agent;
 pub mod auth;
 pub mod collective;
+#[cfg(feature = "duration")]
+pub mod duration;
 pub mod env_policy;
 pub mod error;
 pub mod facts;

@@ -72,7 +72,7 @@ pub struct RunArgs {
           value_parser = clap::value_parser!(u32).range(1..=64))]
     pub max_parallel: u32,
     /// Pause before asking again when no job is queued (`500ms`, `5s`, `1m`).
-    #[arg(long, env = "HEDDLE_CLAIM_INTERVAL", default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, env = "HEDDLE_CLAIM_INTERVAL", default_value = "5s", value_parser = heddle_types::duration::parse)]
     pub claim_interval: Duration,
     /// Filesystem root the facts are read from: `/host` when the agent runs in a container
     /// with the host's `/sys` and `/proc` mounted there. NVML and verbs are consulted only
@@ -80,32 +80,11 @@ pub struct RunArgs {
     #[arg(long, env = "HEDDLE_FACTS_ROOT", default_value = "/")]
     pub facts_root: PathBuf,
     /// How often facts are collected again to notice a change (a new GPU, a port down).
-    #[arg(long, env = "HEDDLE_FACTS_INTERVAL", default_value = "5m", value_parser = parse_duration)]
+    #[arg(long, env = "HEDDLE_FACTS_INTERVAL", default_value = "5m", value_parser = heddle_types::duration::parse)]
     pub facts_interval: Duration,
     /// Longest pause between attempts to reach an unreachable server.
-    #[arg(long, env = "HEDDLE_BACKOFF_CAP", default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, env = "HEDDLE_BACKOFF_CAP", default_value = "30s", value_parser = heddle_types::duration::parse)]
     pub backoff_cap: Duration,
-}
-
-/// `250ms`, `5s`, `2m`, `1h`, or a bare number of seconds (`0.5`).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, unit) = match s.find(|c: char| c.is_ascii_alphabetic()) {
-        Some(i) => s.split_at(i),
-        None => (s, "s"),
-    };
-    let n: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration like 500ms, 5s, 2m or 1h"))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "s" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => return Err(format!("unknown unit {unit:?} in {s:?}: use ms, s, m or h")),
-    };
-    Duration::try_from_secs_f64(secs).map_err(|e| format!("{s:?}: {e}"))
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -493,18 +472,6 @@ mod tests {
         let err = server_urls(vec![], None).unwrap_err().to_string();
         assert!(err.contains("HEDDLE_URL"), "{err}");
         assert!(server_urls(vec![], Some(" , ".into())).is_err());
-    }
-
-    #[test]
-    fn durations_parse() {
-        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
-        assert_eq!(parse_duration("5s").unwrap(), Duration::from_secs(5));
-        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
-        assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
-        assert_eq!(parse_duration("0.25").unwrap(), Duration::from_millis(250));
-        assert!(parse_duration("5 parsecs").is_err());
-        assert!(parse_duration("-1s").is_err());
-        assert!(parse_duration("").is_err());
     }
 
     #[test]

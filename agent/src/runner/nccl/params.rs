@@ -54,15 +54,9 @@ impl Default for Params {
     }
 }
 
-/// A budget: `"10s"`, `"500ms"`, `"2m"` (humantime's syntax) or a number of seconds.
+/// A budget: `"10s"`, `"500ms"`, `"2m"` or a number of seconds ([`heddle_types::duration`]).
 pub fn parse_budget(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    if let Ok(secs) = t.parse::<f64>() {
-        return Duration::try_from_secs_f64(secs)
-            .map_err(|_| format!("invalid budget {s:?}: seconds must be a positive number"));
-    }
-    humantime::parse_duration(t)
-        .map_err(|e| format!("invalid budget {s:?} ({e}): expected e.g. 10s, 500ms, 2m"))
+    heddle_types::duration::parse(s).map_err(|e| format!("invalid budget: {e}"))
 }
 
 fn param_str<T: std::str::FromStr<Err = String>>(
