@@ -15,6 +15,7 @@ pub mod health;
 pub mod investigations;
 pub mod jobs;
 pub mod nodes;
+pub mod params;
 pub mod plugins;
 pub mod recommend;
 pub mod sweeps;
