@@ -116,7 +116,7 @@ fn detail(i: Investigation) -> impl IntoView {
         <p class="muted">{format!("{} test over {} nodes, batches of {}; started by {} {}, finished {}",
             i.kind.as_str(), i.nodes.len(), i.batch_size, i.created_by, when(Some(i.created_at)), when(i.finished_at))}</p>
         <p id="investigation-progress">
-            <progress max="100" value=pct></progress>
+            <progress max="100" value=format!("{pct:.0}")></progress>
             {format!(" {ended}/{} pairs ({} failed, {} running), {} batches", p.pairs_total, p.pairs_failed, p.pairs_running, p.batches_total)}
         </p>
         {i.error.clone().map(|e| view! { <p class="error">{e}</p> })}

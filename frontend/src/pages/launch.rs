@@ -83,7 +83,7 @@ pub fn build_params(kind: &RunKind, texts: &BTreeMap<String, String>) -> Value {
     for p in &kind.params {
         let text = texts.get(&p.name).cloned().unwrap_or_default();
         let default = p.default.as_ref().map(|d| field_text(p.ty, d)).unwrap_or_default();
-        if text.trim() == default.trim() || text.trim().is_empty() && p.ty != ParamType::Boolean {
+        if text.trim() == default.trim() || (text.trim().is_empty() && p.ty != ParamType::Boolean) {
             continue;
         }
         out.insert(p.name.clone(), field_value(p.ty, &text));
@@ -186,6 +186,7 @@ fn ParamField(
         value().trim().parse::<i64>().map(|b| format!(" = {}", size(b))).unwrap_or_default()
     };
     let n3 = name.clone();
+    let err_id = format!("param-{name}-error");
     let err = move || {
         refused.get().filter(|e| refused_param(&e.message).as_deref() == Some(n3.as_str())).map(|e| e.message)
     };
@@ -195,7 +196,7 @@ fn ParamField(
             {input}
             <span class="unit">{hints.join(" · ")}{human}</span>
             <div class="muted small">{param.help.clone()}</div>
-            {move || err().map(|m| view! { <div class="error field-error" id=format!("param-{name}-error") role="alert">{m}</div> })}
+            {move || err().map(|m| view! { <div class="error field-error" id=err_id.clone() role="alert">{m}</div> })}
         </div>
     }
 }

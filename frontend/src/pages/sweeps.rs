@@ -81,7 +81,7 @@ fn sweep_table(t: SweepTable) -> impl IntoView {
         .cells
         .iter()
         .map(|c| {
-            let best = Band::ALL.iter().any(|b| wins(&c.env, *b));
+            let row_class = if Band::ALL.iter().any(|b| wins(&c.env, *b)) { "best" } else { "" };
             let vals = names
                 .iter()
                 .map(|n| view! { <td class="mono">{c.env.get(n).cloned().unwrap_or_else(|| "—".into())}</td> })
@@ -90,7 +90,7 @@ fn sweep_table(t: SweepTable) -> impl IntoView {
                 let class = if wins(&c.env, b) { "num win" } else { "num" };
                 view! { <td class=class>{opt_num(v, 2)}{wins(&c.env, b).then_some(" ★")}</td> }
             };
-            view! { <tr class=if best { "best" } else { "" }>
+            view! { <tr class=row_class>
                 {vals}
                 {band(Band::Small, c.busbw_gbs.small)}{band(Band::Medium, c.busbw_gbs.medium)}{band(Band::Large, c.busbw_gbs.large)}
                 <td class="num">{opt_num(c.peak_busbw_gbs, 2)}</td><td class="num">{c.wrong}</td><td class="num">{c.rows}</td>

@@ -296,6 +296,11 @@ impl KindParams for SweepParams {
         "The nccl measurement over a grid of NCCL variables, one cell at a time, on one node.";
     const PARAMS: &'static [ParamDoc] = &SWEEP_DOCS;
 
+    /// `nccl`'s defaults; the grid has none.
+    fn defaults() -> Value {
+        serde_json::to_value(NcclParams::default()).unwrap_or(Value::Null)
+    }
+
     fn decode(params: &Value) -> Result<Self, ParamError> {
         let mut obj = match params {
             Value::Null => serde_json::Map::new(),

@@ -166,6 +166,14 @@ pub trait KindParams: Serialize + DeserializeOwned {
     /// Every field of the struct, in form order.
     const PARAMS: &'static [ParamDoc];
 
+    /// What a job without these params runs with: the fields that have a default.
+    fn defaults() -> Value {
+        Self::decode(&Value::Null)
+            .ok()
+            .and_then(|t| serde_json::to_value(t).ok())
+            .unwrap_or(Value::Null)
+    }
+
     /// Rules across fields (min ≤ max, ...), after each field passed its own.
     fn check(&self) -> Result<(), ParamError> {
         Ok(())
@@ -233,8 +241,9 @@ pub struct KindEntry {
     pub name: &'static str,
     pub description: &'static str,
     pub params: &'static [ParamDoc],
-    /// Decodes and re-encodes `params` in their canonical form.
+    /// Decodes `params` and encodes the typed value again (defaults filled in).
     pub decode: fn(&Value) -> Result<Value, ParamError>,
+    pub defaults: fn() -> Value,
 }
 
 const fn entry<T: KindParams>() -> KindEntry {
@@ -243,6 +252,7 @@ const fn entry<T: KindParams>() -> KindEntry {
         description: T::DESCRIPTION,
         params: T::PARAMS,
         decode: decode_as::<T>,
+        defaults: T::defaults,
     }
 }
 
@@ -282,26 +292,25 @@ impl std::fmt::Display for SpecParamsError {
                 let known: Vec<&str> = KINDS.iter().map(|k| k.name).collect();
                 write!(f, "unknown kind {kind:?} (one of {})", known.join(", "))
             }
-            SpecParamsError::Param(e) => e.fmt(f),
+            SpecParamsError::Param(e) => write!(f, "{e}"),
         }
     }
 }
 
 impl std::error::Error for SpecParamsError {}
 
-/// Checks a job's params against its kind. Collective names are rewritten in their one
+/// Checks a job's params against its kind. The collective (`op`) is rewritten in its one
 /// canonical spelling (`allreduce` → `all_reduce`); the rest is kept as given, so what a
 /// run stores is what its creator sent.
 pub fn check_params(kind: &str, params: &mut Value) -> Result<(), SpecParamsError> {
     let entry = find_kind(kind).ok_or_else(|| SpecParamsError::UnknownKind(kind.into()))?;
-    let canonical = (entry.decode)(params).map_err(SpecParamsError::Param)?;
-    for doc in entry.params.iter().filter(|d| d.normalize.is_some()) {
-        if doc.name == "op"
-            && let Some(slot) = params.get_mut(doc.name)
-            && let Some(v) = canonical.get(doc.name)
-        {
-            *slot = v.clone();
-        }
+    (entry.decode)(params).map_err(SpecParamsError::Param)?;
+    if let Some(normalize) = entry.params.iter().find(|d| d.name == "op").and_then(|d| d.normalize)
+        && let Some(Value::String(op)) = params.get_mut("op")
+    {
+        *op = normalize(op)
+            .map_err(|m| SpecParamsError::Param(ParamError::new("op", m)))?
+            .to_string();
     }
     Ok(())
 }
@@ -326,7 +335,7 @@ pub struct RunKindParam {
     /// What a job without this parameter runs with; absent when there is none (the
     /// runner decides, e.g. "all GPUs").
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub default: Option<Value>,
     #[serde(default)]
     pub unit: Option<String>,
@@ -344,7 +353,7 @@ pub fn catalogue() -> Vec<RunKind> {
     KINDS
         .iter()
         .map(|k| {
-            let defaults = (k.decode)(&Value::Null).unwrap_or(Value::Null);
+            let defaults = (k.defaults)();
             RunKind {
                 name: k.name.into(),
                 description: k.description.into(),
