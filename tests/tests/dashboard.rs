@@ -445,7 +445,7 @@ async fn dashboard_end_to_end_in_chromium() {
     wait_text(&c, "#launch", "Host memory copy bandwidth").await;
     assert!(c.find(Locator::Css("#param-op")).await.is_err(), "memcpy has no op");
     click(&c, "#run-kind option[value=nccl]").await;
-    wait_text(&c, "#launch", "iterations").await;
+    wait_text(&c, "#run-kind-about", "NCCL collective").await;
     let iters = c.find(Locator::Css("#param-iters")).await.unwrap();
     assert_eq!(iters.prop("value").await.unwrap().as_deref(), Some("20"));
     click(&c, "input[name=node][value=dgx15]").await;

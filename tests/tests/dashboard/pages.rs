@@ -40,7 +40,7 @@ pub fn rows_for(spec: &Value, peak: f64) -> Value {
 }
 
 async fn wait_run(server: &TestServer, id: uuid::Uuid, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_secs(120);
     while server.get_run(id).await.state != "succeeded" {
         assert!(Instant::now() < deadline, "the {what} run did not finish");
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -60,23 +60,37 @@ pub async fn sweeps_p2p_investigations(
     for (cred, peak) in others.into_iter().zip([150.0, 60.0]) {
         tokio::spawn(agent_loop(server.url.clone(), cred, peak));
     }
+    let inv = api
+        .call(
+            reqwest::Method::POST,
+            "/api/v1/investigations",
+            &server.admin_token,
+            Some(json!({"kind": "nccl", "label": "slow-node-hunt",
+                "nodes": ["dgx15", "nd40rs-v2-0", "my-first-distributed-app-worker-0"]})),
+        )
+        .await;
     let sweep = server
         .start_run(json!({"kind": "sweep", "nodes": ["dgx15"], "label": "algo-sweep",
             "params": {"grid": {"NCCL_ALGO": ["Ring", "Tree"]}}}))
         .await;
-    wait_run(server, sweep.id, "sweep").await;
     let p2p = server
         .start_run(json!({"kind": "p2p", "nodes": ["dgx15"], "label": "gpu-copies"}))
         .await;
+    wait_run(server, sweep.id, "sweep").await;
     wait_run(server, p2p.id, "p2p").await;
-    api.call(
-        reqwest::Method::POST,
-        "/api/v1/investigations",
-        &server.admin_token,
-        Some(json!({"kind": "nccl", "label": "slow-node-hunt",
-            "nodes": ["dgx15", "nd40rs-v2-0", "my-first-distributed-app-worker-0"]})),
-    )
-    .await;
+    let path = format!("/api/v1/investigations/{}", inv["id"].as_str().unwrap());
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let now = api
+            .call(reqwest::Method::GET, &path, &server.admin_token, None)
+            .await;
+        if now["state"] != "running" {
+            assert_eq!(now["state"], "done", "{now}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the investigation did not finish: {now}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 
     click(c, "header a[href='/sweeps']").await;
     wait_text(c, "#sweeps-table", "algo-sweep").await;

@@ -5,12 +5,14 @@
 //! parameter (type, unit, range, allowed values, help). The server decodes a run's
 //! `params` through it before any job exists, the agent's runners decode through the same
 //! struct, and the dashboard builds its launcher form from [`catalogue`]. Adding a kind is
-//! one struct with its impl in `kinds.rs` and one line in [`KINDS`] (plus its runner on
+//! one struct with its impl in `kinds.rs` (or a file of its own) and one line in [`KINDS`] (plus its runner on
 //! the agent).
 
 mod kinds;
+mod nccl;
 
 pub use kinds::*;
+pub use nccl::*;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
