@@ -49,16 +49,24 @@ pub fn MatrixHeatmap(
                 .iter()
                 .enumerate()
                 .map(|(j, to)| {
-                    let v = matrix.values.get(i).and_then(|r| r.get(j)).copied().flatten();
+                    let v = matrix
+                        .values
+                        .get(i)
+                        .and_then(|r| r.get(j))
+                        .copied()
+                        .flatten();
                     let path = paths
                         .as_ref()
                         .and_then(|p| p.get(i).and_then(|r| r.get(j)).cloned().flatten());
                     match v {
                         Some(v) => {
-                            let class = format!("cell {}", ratio_class(v, analysis.median, analysis.threshold));
+                            let class = format!(
+                                "cell {}",
+                                ratio_class(v, analysis.median, analysis.threshold)
+                            );
                             let title = format!("{from} → {to}: {v:.2} {}", matrix.unit);
                             view! { <td class=class title=title>{format!("{v:.1}")}
-                                {path.map(|p| view! { <div class="small">{p}</div> })}</td> }
+                            {path.map(|p| view! { <div class="small">{p}</div> })}</td> }
                             .into_any()
                         }
                         None => view! { <td class="cell m-none">"—"</td> }.into_any(),

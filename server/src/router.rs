@@ -15,8 +15,8 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::api::{
-    agent, enroll, expectations, health, investigations, nodes, plugins, rendezvous, run_kinds, runs,
-    sweeps, tokens, verdicts,
+    agent, enroll, expectations, health, investigations, nodes, plugins, rendezvous, run_kinds,
+    runs, sweeps, tokens, verdicts,
 };
 use crate::error::ApiError;
 use crate::limits::{self, LongPolls};

@@ -20,7 +20,9 @@ async fn catalogue_and_typed_params() {
     assert_eq!(s, StatusCode::OK, "{kinds}");
     let kinds = kinds.as_array().unwrap();
     let names: Vec<&str> = kinds.iter().map(|k| k["name"].as_str().unwrap()).collect();
-    for want in ["nccl", "sweep", "p2p", "rdma", "ucx", "memcpy", "env", "sleep", "fail"] {
+    for want in [
+        "nccl", "sweep", "p2p", "rdma", "ucx", "memcpy", "env", "sleep", "fail",
+    ] {
         assert!(names.contains(&want), "{want} missing from {names:?}");
     }
     let nccl = kinds.iter().find(|k| k["name"] == "nccl").unwrap();
@@ -38,10 +40,23 @@ async fn catalogue_and_typed_params() {
     assert_eq!(param("iters")["min"], 1.0);
     assert_eq!(param("max_bytes")["default"], 128u64 << 20);
     assert_eq!(param("op")["type"], "string");
-    assert!(param("op")["choices"].as_array().unwrap().contains(&json!("all_reduce")));
+    assert!(
+        param("op")["choices"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("all_reduce"))
+    );
     let sweep = kinds.iter().find(|k| k["name"] == "sweep").unwrap();
-    let grid = sweep["params"].as_array().unwrap().iter().find(|p| p["name"] == "grid").unwrap();
-    assert_eq!((grid["type"].clone(), grid["required"].clone()), (json!("env_grid"), json!(true)));
+    let grid = sweep["params"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "grid")
+        .unwrap();
+    assert_eq!(
+        (grid["type"].clone(), grid["required"].clone()),
+        (json!("env_grid"), json!(true))
+    );
     // The catalogue is part of the OpenAPI document.
     let (_, doc) = api.get("/api/v1/openapi.json", &admin).await;
     assert!(doc["paths"]["/api/v1/run-kinds"]["get"].is_object());
@@ -59,20 +74,55 @@ async fn catalogue_and_typed_params() {
             }
         }
     };
-    refused(json!({"kind": "warp-drive", "nodes": ["kinds-1"]}), &["warp-drive", "nccl", "memcpy"]).await;
-    refused(json!({"kind": "nccl", "nodes": ["kinds-1"], "params": {"iters": 0}}), &["params.iters"]).await;
-    refused(json!({"kind": "nccl", "nodes": ["kinds-1"], "params": {"minbytes": 8}}), &["params.minbytes", "min_bytes"]).await;
-    refused(json!({"kind": "nccl", "nodes": ["kinds-1"], "params": {"dtype": "complex"}}), &["params.dtype", "bfloat16"]).await;
-    refused(json!({"kind": "memcpy", "nodes": ["kinds-1"], "params": {"iters": "lots"}}), &["params.iters"]).await;
-    refused(json!({"kind": "sleep", "nodes": ["kinds-1"], "params": {}}), &["seconds"]).await;
-    refused(json!({"kind": "rdma", "nodes": ["kinds-1"], "params": {"test": "ib_write_bw; reboot"}}), &["params.test"]).await;
+    refused(
+        json!({"kind": "warp-drive", "nodes": ["kinds-1"]}),
+        &["warp-drive", "nccl", "memcpy"],
+    )
+    .await;
+    refused(
+        json!({"kind": "nccl", "nodes": ["kinds-1"], "params": {"iters": 0}}),
+        &["params.iters"],
+    )
+    .await;
+    refused(
+        json!({"kind": "nccl", "nodes": ["kinds-1"], "params": {"minbytes": 8}}),
+        &["params.minbytes", "min_bytes"],
+    )
+    .await;
+    refused(
+        json!({"kind": "nccl", "nodes": ["kinds-1"], "params": {"dtype": "complex"}}),
+        &["params.dtype", "bfloat16"],
+    )
+    .await;
+    refused(
+        json!({"kind": "memcpy", "nodes": ["kinds-1"], "params": {"iters": "lots"}}),
+        &["params.iters"],
+    )
+    .await;
+    refused(
+        json!({"kind": "sleep", "nodes": ["kinds-1"], "params": {}}),
+        &["seconds"],
+    )
+    .await;
+    refused(
+        json!({"kind": "rdma", "nodes": ["kinds-1"], "params": {"test": "ib_write_bw; reboot"}}),
+        &["params.test"],
+    )
+    .await;
     refused(json!({"kind": "sweep", "nodes": ["kinds-1"], "params": {"grid": {"NCCL_ALGO": ["Ring"]}, "gpus": 99}}), &["params.gpus"]).await;
     let (_, runs) = api.get("/api/v1/runs", &admin).await;
-    assert_eq!(runs.as_array().map(Vec::len), Some(0), "nothing was stored: {runs}");
+    assert_eq!(
+        runs.as_array().map(Vec::len),
+        Some(0),
+        "nothing was stored: {runs}"
+    );
 
     // Accepted params are stored as sent, with the collective in its one spelling.
     let run = server
         .start_run(json!({"kind": "nccl", "nodes": ["kinds-1"], "params": {"op": "AllReduce", "iters": 5, "budget": "10s"}}))
         .await;
-    assert_eq!(run.spec.params, json!({"op": "all_reduce", "iters": 5, "budget": "10s"}));
+    assert_eq!(
+        run.spec.params,
+        json!({"op": "all_reduce", "iters": 5, "budget": "10s"})
+    );
 }

@@ -443,7 +443,10 @@ async fn dashboard_end_to_end_in_chromium() {
     wait_text(&c, "#runs-table", "baseline").await;
     click(&c, "#run-kind option[value=memcpy]").await;
     wait_text(&c, "#launch", "Host memory copy bandwidth").await;
-    assert!(c.find(Locator::Css("#param-op")).await.is_err(), "memcpy has no op");
+    assert!(
+        c.find(Locator::Css("#param-op")).await.is_err(),
+        "memcpy has no op"
+    );
     click(&c, "#run-kind option[value=nccl]").await;
     wait_text(&c, "#run-kind-about", "NCCL collective").await;
     let iters = c.find(Locator::Css("#param-iters")).await.unwrap();

@@ -14,7 +14,6 @@ use heddle_types::params::{KindParams, MemcpyParams};
 
 use super::{RunError, Sink};
 
-
 #[derive(Debug, Clone, PartialEq)]
 pub struct Params {
     pub min_bytes: u64,

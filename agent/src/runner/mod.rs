@@ -181,7 +181,11 @@ mod tests {
             );
         }
         for c in heddle_types::params::KINDS {
-            assert!(find(c.name).is_some(), "catalogue kind {} has no runner", c.name);
+            assert!(
+                find(c.name).is_some(),
+                "catalogue kind {} has no runner",
+                c.name
+            );
         }
     }
 }

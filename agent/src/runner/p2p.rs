@@ -56,9 +56,7 @@ impl Params {
             warmup: t.warmup,
             iters: t.iters,
             bidirectional: t.bidirectional,
-            gpus: t
-                .gpus
-                .map(|g| g.into_iter().map(|d| d as usize).collect()),
+            gpus: t.gpus.map(|g| g.into_iter().map(|d| d as usize).collect()),
         };
         params.validate().map_err(RunError::Params)?;
         Ok(params)

@@ -127,14 +127,23 @@ mod tests {
     fn sweep_params_are_nccls_plus_a_grid() {
         let input = |params: Value| ChildInput {
             params,
-            ..serde_json::from_value(json!({"job_id": uuid::Uuid::nil(), "run_id": uuid::Uuid::nil(), "kind": "sweep",
-                "rank": 0, "world_size": 2})).unwrap()
+            ..serde_json::from_value(
+                json!({"job_id": uuid::Uuid::nil(), "run_id": uuid::Uuid::nil(), "kind": "sweep",
+                "rank": 0, "world_size": 2}),
+            )
+            .unwrap()
         };
         let mut buf = Vec::new();
         let mut out: Sink<'_> = super::super::protocol::Emitter::new(&mut buf);
         // A bad grid and a second node are refused before anything runs.
-        for bad in [json!({"grid": {"LD_PRELOAD": ["x"]}}), json!({"grid": {"NCCL_ALGO": ["Ring"]}})] {
-            assert!(matches!(run(&input(bad), &mut out), Err(RunError::Params(_))));
+        for bad in [
+            json!({"grid": {"LD_PRELOAD": ["x"]}}),
+            json!({"grid": {"NCCL_ALGO": ["Ring"]}}),
+        ] {
+            assert!(matches!(
+                run(&input(bad), &mut out),
+                Err(RunError::Params(_))
+            ));
         }
     }
 

@@ -36,7 +36,8 @@ pub fn Investigations() -> impl IntoView {
 
 fn table(list: Vec<InvestigationSummary>) -> impl IntoView {
     if list.is_empty() {
-        return view! { <p class="empty" id="investigations-empty">"No investigations yet."</p> }.into_any();
+        return view! { <p class="empty" id="investigations-empty">"No investigations yet."</p> }
+            .into_any();
     }
     let rows = list
         .into_iter()
@@ -66,7 +67,10 @@ pub fn InvestigationPage() -> impl IntoView {
         let id = params.with(|p| p.get("id").unwrap_or_default());
         match id.parse::<Uuid>() {
             Ok(id) => view! { <InvestigationView id=id/> }.into_any(),
-            Err(_) => view! { <p class="error">{format!("{id:?} is not an investigation id.")}</p> }.into_any(),
+            Err(_) => {
+                view! { <p class="error">{format!("{id:?} is not an investigation id.")}</p> }
+                    .into_any()
+            }
         }
     }
 }
@@ -96,8 +100,15 @@ fn InvestigationView(id: Uuid) -> impl IntoView {
 fn detail(i: Investigation) -> impl IntoView {
     let p = &i.progress;
     let ended = p.pairs_done + p.pairs_failed;
-    let pct = if p.pairs_total > 0 { 100.0 * f64::from(ended) / f64::from(p.pairs_total) } else { 0.0 };
-    let title = i.label.clone().unwrap_or_else(|| format!("Investigation {}", &i.id.to_string()[..8]));
+    let pct = if p.pairs_total > 0 {
+        100.0 * f64::from(ended) / f64::from(p.pairs_total)
+    } else {
+        0.0
+    };
+    let title = i
+        .label
+        .clone()
+        .unwrap_or_else(|| format!("Investigation {}", &i.id.to_string()[..8]));
     let pairs = i
         .pairs
         .iter()

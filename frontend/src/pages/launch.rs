@@ -62,14 +62,19 @@ fn scalar(ty: ParamType, text: &str) -> Value {
 pub fn field_value(ty: ParamType, text: &str) -> Value {
     let items = || text.split(',').map(str::trim).filter(|s| !s.is_empty());
     match ty {
-        ParamType::IntegerList => Value::Array(items().map(|s| scalar(ParamType::Integer, s)).collect()),
+        ParamType::IntegerList => {
+            Value::Array(items().map(|s| scalar(ParamType::Integer, s)).collect())
+        }
         ParamType::StringList => Value::Array(items().map(|s| Value::String(s.into())).collect()),
         ParamType::EnvGrid => {
             let mut grid = Map::new();
             for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
                 let (name, vals) = line.split_once('=').unwrap_or((line, ""));
                 let vals = vals.split(',').map(str::trim).filter(|s| !s.is_empty());
-                grid.insert(name.trim().into(), vals.map(|v| Value::String(v.into())).collect());
+                grid.insert(
+                    name.trim().into(),
+                    vals.map(|v| Value::String(v.into())).collect(),
+                );
             }
             Value::Object(grid)
         }
@@ -82,7 +87,11 @@ pub fn build_params(kind: &RunKind, texts: &BTreeMap<String, String>) -> Value {
     let mut out = Map::new();
     for p in &kind.params {
         let text = texts.get(&p.name).cloned().unwrap_or_default();
-        let default = p.default.as_ref().map(|d| field_text(p.ty, d)).unwrap_or_default();
+        let default = p
+            .default
+            .as_ref()
+            .map(|d| field_text(p.ty, d))
+            .unwrap_or_default();
         if text.trim() == default.trim() || (text.trim().is_empty() && p.ty != ParamType::Boolean) {
             continue;
         }
@@ -95,7 +104,11 @@ fn default_texts(kind: &RunKind) -> BTreeMap<String, String> {
     kind.params
         .iter()
         .map(|p| {
-            let t = p.default.as_ref().map(|d| field_text(p.ty, d)).unwrap_or_default();
+            let t = p
+                .default
+                .as_ref()
+                .map(|d| field_text(p.ty, d))
+                .unwrap_or_default();
             (p.name.clone(), t)
         })
         .collect()
@@ -104,7 +117,10 @@ fn default_texts(kind: &RunKind) -> BTreeMap<String, String> {
 /// The parameter a server refusal names (`params.iters: ...`), if any.
 pub fn refused_param(message: &str) -> Option<String> {
     let rest = message.split("params.").nth(1)?;
-    let name: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+    let name: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
     (!name.is_empty()).then_some(name)
 }
 
@@ -128,14 +144,16 @@ fn ParamField(
     let n1 = name.clone();
     let value = move || texts.with(|t| t.get(&n1).cloned().unwrap_or_default());
     let n2 = name.clone();
-    let set = move |v: String| texts.update(|t| {
-        t.insert(n2.clone(), v);
-    });
+    let set = move |v: String| {
+        texts.update(|t| {
+            t.insert(n2.clone(), v);
+        })
+    };
     let input = match param.ty {
         ParamType::Boolean => {
             let v = value.clone();
             view! { <input type="checkbox" id=id.clone() prop:checked=move || v() == "true"
-                on:change=move |ev| set(event_target_checked(&ev).to_string())/> }
+            on:change=move |ev| set(event_target_checked(&ev).to_string())/> }
             .into_any()
         }
         ParamType::String if !param.choices.is_empty() => {
@@ -145,19 +163,23 @@ fn ParamField(
                 .map(|c| view! { <option value=c.clone()>{c.clone()}</option> })
                 .collect_view();
             let v = value.clone();
-            view! { <select id=id.clone() prop:value=move || v() on:change=move |ev| set(event_target_value(&ev))>{opts}</select> }
+            view! { <select id=id.clone() prop:value=v on:change=move |ev| set(event_target_value(&ev))>{opts}</select> }
                 .into_any()
         }
         ParamType::EnvGrid => {
             let v = value.clone();
             view! { <textarea id=id.clone() rows="3" placeholder="NCCL_ALGO=Ring,Tree\nNCCL_PROTO=Simple,LL"
-                prop:value=move || v() on:input=move |ev| set(event_target_value(&ev))></textarea> }
+                prop:value=v on:input=move |ev| set(event_target_value(&ev))></textarea> }
             .into_any()
         }
         _ => {
             let v = value.clone();
-            let mode = if matches!(param.ty, ParamType::Integer | ParamType::Number) { "decimal" } else { "text" };
-            view! { <input id=id.clone() inputmode=mode prop:value=move || v() on:input=move |ev| set(event_target_value(&ev))/> }
+            let mode = if matches!(param.ty, ParamType::Integer | ParamType::Number) {
+                "decimal"
+            } else {
+                "text"
+            };
+            view! { <input id=id.clone() inputmode=mode prop:value=v on:input=move |ev| set(event_target_value(&ev))/> }
                 .into_any()
         }
     };
@@ -183,12 +205,19 @@ fn ParamField(
         if !is_bytes {
             return String::new();
         }
-        value().trim().parse::<i64>().map(|b| format!(" = {}", size(b))).unwrap_or_default()
+        value()
+            .trim()
+            .parse::<i64>()
+            .map(|b| format!(" = {}", size(b)))
+            .unwrap_or_default()
     };
     let n3 = name.clone();
     let err_id = format!("param-{name}-error");
     let err = move || {
-        refused.get().filter(|e| refused_param(&e.message).as_deref() == Some(n3.as_str())).map(|e| e.message)
+        refused
+            .get()
+            .filter(|e| refused_param(&e.message).as_deref() == Some(n3.as_str()))
+            .map(|e| e.message)
     };
     view! {
         <label for=id.clone()>{name.clone()}</label>
@@ -240,7 +269,11 @@ pub fn LaunchForm() -> impl IntoView {
             refused.set(None);
         }
     });
-    let params_now = move || current().map(|k| texts.with(|t| build_params(&k, t))).unwrap_or(Value::Null);
+    let params_now = move || {
+        current()
+            .map(|k| texts.with(|t| build_params(&k, t)))
+            .unwrap_or(Value::Null)
+    };
     let toggle_raw = move |ev| {
         let on = event_target_checked(&ev);
         if on {
@@ -343,7 +376,9 @@ pub fn LaunchForm() -> impl IntoView {
     let general_refusal = move || {
         refused.get().filter(|e| {
             let named = refused_param(&e.message);
-            raw.get() || named.is_none_or(|n| current().is_none_or(|k| !k.params.iter().any(|p| p.name == n)))
+            raw.get()
+                || named
+                    .is_none_or(|n| current().is_none_or(|k| !k.params.iter().any(|p| p.name == n)))
         })
     };
     view! {

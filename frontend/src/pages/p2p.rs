@@ -29,7 +29,10 @@ type Matrices = Vec<(String, Result<P2pMatrix, ApiError>)>;
 async fn matrices(id: Uuid) -> Result<Matrices, ApiError> {
     let results = api::get::<Vec<JobResult>>(&format!("/runs/{id}/results")).await?;
     let mut out = Vec::new();
-    for r in results.into_iter().filter(|r| r.outcome == Outcome::Succeeded) {
+    for r in results
+        .into_iter()
+        .filter(|r| r.outcome == Outcome::Succeeded)
+    {
         let m = api::get::<P2pMatrix>(&format!("/results/{}/p2p-matrix", r.id)).await;
         out.push((r.hostname, m));
     }
@@ -50,7 +53,9 @@ pub fn P2pPage() -> impl IntoView {
                 </section> }
                 .into_any()
             }
-            Err(_) => view! { <p class="error">{format!("{id:?} is not a run id.")}</p> }.into_any(),
+            Err(_) => {
+                view! { <p class="error">{format!("{id:?} is not a run id.")}</p> }.into_any()
+            }
         }
     }
 }

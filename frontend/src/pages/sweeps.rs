@@ -61,7 +61,9 @@ pub fn SweepPage() -> impl IntoView {
                 </section> }
                 .into_any()
             }
-            Err(_) => view! { <p class="error">{format!("{id:?} is not a run id.")}</p> }.into_any(),
+            Err(_) => {
+                view! { <p class="error">{format!("{id:?} is not a run id.")}</p> }.into_any()
+            }
         }
     }
 }
@@ -76,7 +78,10 @@ fn sweep_table(t: SweepTable) -> impl IntoView {
     let wins = |env: &std::collections::BTreeMap<String, String>, band: Band| {
         t.winners.iter().any(|w| w.band == band && &w.env == env)
     };
-    let head = names.iter().map(|n| view! { <th class="mono">{n.clone()}</th> }).collect_view();
+    let head = names
+        .iter()
+        .map(|n| view! { <th class="mono">{n.clone()}</th> })
+        .collect_view();
     let rows = t
         .cells
         .iter()

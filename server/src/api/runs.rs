@@ -533,7 +533,8 @@ mod tests {
         assert!(err.to_string().contains("params.op"), "{err}");
         let err = validate_spec(&mut spec("warp-drive", serde_json::json!({}))).unwrap_err();
         assert!(err.to_string().contains("nccl"), "{err}");
-        let err = validate_spec(&mut spec("nccl", serde_json::json!({"iters": "many"}))).unwrap_err();
+        let err =
+            validate_spec(&mut spec("nccl", serde_json::json!({"iters": "many"}))).unwrap_err();
         assert!(err.to_string().contains("params.iters"), "{err}");
     }
 }

@@ -23,12 +23,19 @@ pub fn rows_for(spec: &Value, peak: f64) -> Value {
             Value::Array(rows)
         }
         Some("sweep") => {
-            let grid = spec["params"]["grid"].as_object().cloned().unwrap_or_default();
+            let grid = spec["params"]["grid"]
+                .as_object()
+                .cloned()
+                .unwrap_or_default();
             let (name, values) = grid.into_iter().next().expect("a sweep has a grid");
             let mut rows = Vec::new();
             for (i, v) in values.as_array().unwrap().iter().enumerate() {
                 let cell = v.as_str().map_or_else(|| v.to_string(), str::to_string);
-                for mut r in nccl_rows(peak * (1.0 - 0.25 * i as f64)).as_array().unwrap().clone() {
+                for mut r in nccl_rows(peak * (1.0 - 0.25 * i as f64))
+                    .as_array()
+                    .unwrap()
+                    .clone()
+                {
                     r["labels"] = json!({ name.clone(): cell.clone() });
                     rows.push(r);
                 }
@@ -70,8 +77,10 @@ pub async fn sweeps_p2p_investigations(
         )
         .await;
     let sweep = server
-        .start_run(json!({"kind": "sweep", "nodes": ["dgx15"], "label": "algo-sweep",
-            "params": {"grid": {"NCCL_ALGO": ["Ring", "Tree"]}}}))
+        .start_run(
+            json!({"kind": "sweep", "nodes": ["dgx15"], "label": "algo-sweep",
+            "params": {"grid": {"NCCL_ALGO": ["Ring", "Tree"]}}}),
+        )
         .await;
     let p2p = server
         .start_run(json!({"kind": "p2p", "nodes": ["dgx15"], "label": "gpu-copies"}))
@@ -88,7 +97,10 @@ pub async fn sweeps_p2p_investigations(
             assert_eq!(now["state"], "done", "{now}");
             break;
         }
-        assert!(Instant::now() < deadline, "the investigation did not finish: {now}");
+        assert!(
+            Instant::now() < deadline,
+            "the investigation did not finish: {now}"
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 

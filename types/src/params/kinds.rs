@@ -46,9 +46,17 @@ impl KindParams for P2pParams {
         ParamDoc::new("iters", Integer, "Timed copies per pair.")
             .unit("iterations")
             .range(1.0, 100_000.0),
-        ParamDoc::new("bidirectional", Boolean, "Also copy both directions of a pair at once."),
-        ParamDoc::new("gpus", IntegerList, "Device indices to measure (default: all).")
-            .range(0.0, 1023.0),
+        ParamDoc::new(
+            "bidirectional",
+            Boolean,
+            "Also copy both directions of a pair at once.",
+        ),
+        ParamDoc::new(
+            "gpus",
+            IntegerList,
+            "Device indices to measure (default: all).",
+        )
+        .range(0.0, 1023.0),
     ];
 
     fn check(&self) -> Result<(), ParamError> {
@@ -115,21 +123,36 @@ impl Default for RdmaParams {
 
 impl KindParams for RdmaParams {
     const KIND: &'static str = "rdma";
-    const DESCRIPTION: &'static str =
-        "A perftest (ib_write_bw, ...) on an RDMA device: loopback on one node, or rank 0 to rank 1.";
+    const DESCRIPTION: &'static str = "A perftest (ib_write_bw, ...) on an RDMA device: loopback on one node, or rank 0 to rank 1.";
     const PARAMS: &'static [ParamDoc] = &[
         ParamDoc::new("test", Str, "perftest binary to run.").choices(PERFTESTS),
-        ParamDoc::new("device", Str, "RDMA device (default: the first active one)."),
+        ParamDoc::new(
+            "device",
+            Str,
+            "RDMA device (default: the first active one).",
+        ),
         ParamDoc::new("ib_port", Integer, "Port of the device.").range(1.0, 2.0),
         ParamDoc::new("gid_index", Integer, "GID index (RoCE).").range(0.0, 255.0),
-        ParamDoc::new("all", Boolean, "Every size from 2 B up unless size is given."),
+        ParamDoc::new(
+            "all",
+            Boolean,
+            "Every size from 2 B up unless size is given.",
+        ),
         ParamDoc::new("size", Integer, "One message size.")
             .unit("bytes")
             .range(1.0, 8.0 * GIB),
-        ParamDoc::new("iters", Integer, "Iterations (perftest's default when absent).")
-            .unit("iterations")
-            .range(1.0, 100_000_000.0),
-        ParamDoc::new("server_host", Str, "Address of rank 0 (default: its hostname)."),
+        ParamDoc::new(
+            "iters",
+            Integer,
+            "Iterations (perftest's default when absent).",
+        )
+        .unit("iterations")
+        .range(1.0, 100_000_000.0),
+        ParamDoc::new(
+            "server_host",
+            Str,
+            "Address of rank 0 (default: its hostname).",
+        ),
         ParamDoc::new("port", Integer, "TCP port of perftest's handshake.").range(1.0, 65535.0),
     ];
 
@@ -137,7 +160,10 @@ impl KindParams for RdmaParams {
         if let Some(d) = &self.device
             && (d.is_empty() || d.contains('/') || d.starts_with('.'))
         {
-            return Err(ParamError::new("device", format!("invalid device name {d:?}")));
+            return Err(ParamError::new(
+                "device",
+                format!("invalid device name {d:?}"),
+            ));
         }
         Ok(())
     }
@@ -186,8 +212,7 @@ impl Default for UcxParams {
 
 impl KindParams for UcxParams {
     const KIND: &'static str = "ucx";
-    const DESCRIPTION: &'static str =
-        "ucx_perftest's UCP tests: latency and bandwidth over UCX, on one node or rank 0 to rank 1.";
+    const DESCRIPTION: &'static str = "ucx_perftest's UCP tests: latency and bandwidth over UCX, on one node or rank 0 to rank 1.";
     const PARAMS: &'static [ParamDoc] = &[
         ParamDoc::new("tests", StringList, "ucx_perftest tests to run.").choices(UCX_TESTS),
         ParamDoc::new("sizes", IntegerList, "Message sizes.")
@@ -200,7 +225,11 @@ impl KindParams for UcxParams {
             .unit("iterations")
             .range(0.0, 100_000_000.0),
         ParamDoc::new("memory", Str, "Memory the buffers live in.").choices(UCX_MEMORY),
-        ParamDoc::new("server_host", Str, "Address of rank 0 (default: its hostname)."),
+        ParamDoc::new(
+            "server_host",
+            Str,
+            "Address of rank 0 (default: its hostname).",
+        ),
     ];
 
     fn check(&self) -> Result<(), ParamError> {
@@ -259,7 +288,10 @@ impl KindParams for MemcpyParams {
             ));
         }
         if self.factor <= 1.0 {
-            return Err(ParamError::new("factor", format!("must be > 1, got {}", self.factor)));
+            return Err(ParamError::new(
+                "factor",
+                format!("must be > 1, got {}", self.factor),
+            ));
         }
         Ok(())
     }
@@ -272,8 +304,7 @@ pub struct EnvParams {}
 
 impl KindParams for EnvParams {
     const KIND: &'static str = "env";
-    const DESCRIPTION: &'static str =
-        "Reports the NCCL/UCX/CUDA variables a test process really gets on the node; measures nothing.";
+    const DESCRIPTION: &'static str = "Reports the NCCL/UCX/CUDA variables a test process really gets on the node; measures nothing.";
     const PARAMS: &'static [ParamDoc] = &[];
 }
 

@@ -230,8 +230,7 @@ fn check_documented<T: Serialize>(docs: &[ParamDoc], typed: &T) -> Result<(), Pa
     let v = serde_json::to_value(typed).map_err(|e| ParamError::whole(e.to_string()))?;
     for doc in docs {
         if let Some(field) = v.get(doc.name) {
-            doc.check(field)
-                .map_err(|m| ParamError::new(doc.name, m))?;
+            doc.check(field).map_err(|m| ParamError::new(doc.name, m))?;
         }
     }
     Ok(())
@@ -307,7 +306,11 @@ impl std::error::Error for SpecParamsError {}
 pub fn check_params(kind: &str, params: &mut Value) -> Result<(), SpecParamsError> {
     let entry = find_kind(kind).ok_or_else(|| SpecParamsError::UnknownKind(kind.into()))?;
     (entry.decode)(params).map_err(SpecParamsError::Param)?;
-    if let Some(normalize) = entry.params.iter().find(|d| d.name == "op").and_then(|d| d.normalize)
+    if let Some(normalize) = entry
+        .params
+        .iter()
+        .find(|d| d.name == "op")
+        .and_then(|d| d.normalize)
         && let Some(Value::String(op)) = params.get_mut("op")
     {
         *op = normalize(op)

@@ -137,9 +137,13 @@ const NCCL_DOCS: &[ParamDoc] = &[
         .unit("bytes")
         .range(1.0, NCCL_MAX_BYTES as f64),
     ParamDoc::new("factor", Integer, "Size multiplier between steps.").range(2.0, 1024.0),
-    ParamDoc::new("step_bytes", Integer, "Fixed size increment (replaces factor).")
-        .unit("bytes")
-        .range(1.0, NCCL_MAX_BYTES as f64),
+    ParamDoc::new(
+        "step_bytes",
+        Integer,
+        "Fixed size increment (replaces factor).",
+    )
+    .unit("bytes")
+    .range(1.0, NCCL_MAX_BYTES as f64),
     ParamDoc::new("warmup", Integer, "Untimed iterations per size.")
         .unit("iterations")
         .range(0.0, NCCL_MAX_ITERS as f64),
@@ -150,10 +154,19 @@ const NCCL_DOCS: &[ParamDoc] = &[
         .unit("GPUs")
         .range(1.0, 64.0),
     ParamDoc::new("check", Boolean, "Validate the results' values."),
-    ParamDoc::new("graph", Integer, "CUDA graph replays per sample; 0 launches one by one.")
-        .unit("replays")
-        .range(0.0, NCCL_MAX_ITERS as f64),
-    ParamDoc::new("budget", Dur, "Adaptive sampling within this time (e.g. 10s).").unit("s"),
+    ParamDoc::new(
+        "graph",
+        Integer,
+        "CUDA graph replays per sample; 0 launches one by one.",
+    )
+    .unit("replays")
+    .range(0.0, NCCL_MAX_ITERS as f64),
+    ParamDoc::new(
+        "budget",
+        Dur,
+        "Adaptive sampling within this time (e.g. 10s).",
+    )
+    .unit("s"),
 ];
 
 impl KindParams for NcclParams {
@@ -249,8 +262,7 @@ impl SweepParams {
             }
             let values: Vec<String> = values.iter().map(GridValue::text).collect();
             for v in &values {
-                env_policy::check_value(name, v)
-                    .map_err(|e| err(format!("value refused: {e}")))?;
+                env_policy::check_value(name, v).map_err(|e| err(format!("value refused: {e}")))?;
             }
             out = out
                 .into_iter()
@@ -314,7 +326,10 @@ impl KindParams for SweepParams {
         let grid: BTreeMap<String, Vec<GridValue>> = match grid {
             Value::Null => BTreeMap::new(),
             g => serde_json::from_value(g).map_err(|e| {
-                ParamError::new("grid", format!("{e} (expected NCCL_* name → list of values)"))
+                ParamError::new(
+                    "grid",
+                    format!("{e} (expected NCCL_* name → list of values)"),
+                )
             })?,
         };
         let typed = SweepParams { nccl, grid };
@@ -322,4 +337,3 @@ impl KindParams for SweepParams {
         Ok(typed)
     }
 }
-

@@ -77,20 +77,40 @@ fn hostile_and_unknown_params_are_named() {
         ("nccl", json!({"op": "gossip"}), "op"),
         ("nccl", json!({"dtype": 4}), "dtype"),
         ("nccl", json!({"max_bytes": 32u64 << 30}), "max_bytes"),
-        ("nccl", json!({"min_bytes": 1024, "max_bytes": 8}), "max_bytes"),
+        (
+            "nccl",
+            json!({"min_bytes": 1024, "max_bytes": 8}),
+            "max_bytes",
+        ),
         ("nccl", json!({"budget": "2h"}), "budget"),
         ("nccl", json!({"budget": "ten"}), "budget"),
         ("nccl", json!({"check": "yes"}), "check"),
         ("nccl", json!({"iterz": 3}), "iterz"),
         ("sweep", json!({}), "grid"),
         ("sweep", json!({"grid": {"LD_PRELOAD": ["x"]}}), "grid"),
-        ("sweep", json!({"grid": {"NCCL_NET_PLUGIN": ["/tmp/evil.so"]}}), "grid"),
-        ("sweep", json!({"grid": {"NCCL_ALGO": ["Ring\nTree"]}}), "grid"),
+        (
+            "sweep",
+            json!({"grid": {"NCCL_NET_PLUGIN": ["/tmp/evil.so"]}}),
+            "grid",
+        ),
+        (
+            "sweep",
+            json!({"grid": {"NCCL_ALGO": ["Ring\nTree"]}}),
+            "grid",
+        ),
         ("sweep", json!({"grid": {"NCCL_ALGO": "Ring"}}), "grid"),
         ("sweep", json!({"grid": {"NCCL_ALGO": [true]}}), "grid"),
-        ("sweep", json!({"grid": {"NCCL_A": (0..9).collect::<Vec<_>>(),
-                                  "NCCL_B": (0..9).collect::<Vec<_>>()}}), "grid"),
-        ("sweep", json!({"grid": {"NCCL_ALGO": ["Ring"]}, "gpus": 0}), "gpus"),
+        (
+            "sweep",
+            json!({"grid": {"NCCL_A": (0..9).collect::<Vec<_>>(),
+                                  "NCCL_B": (0..9).collect::<Vec<_>>()}}),
+            "grid",
+        ),
+        (
+            "sweep",
+            json!({"grid": {"NCCL_ALGO": ["Ring"]}, "gpus": 0}),
+            "gpus",
+        ),
         ("p2p", json!({"gpus": [0, 0]}), "gpus"),
         ("p2p", json!({"gpus": [-1]}), "gpus"),
         ("p2p", json!({"size": 0}), "size"),
@@ -118,14 +138,20 @@ fn hostile_and_unknown_params_are_named() {
     assert!(err.to_string().contains("object"), "{err}");
     let err = check_params("warp-drive", &mut json!({})).unwrap_err();
     assert!(matches!(err, SpecParamsError::UnknownKind(_)));
-    assert!(err.to_string().contains("nccl") && err.to_string().contains("sleep"), "{err}");
+    assert!(
+        err.to_string().contains("nccl") && err.to_string().contains("sleep"),
+        "{err}"
+    );
 }
 
 #[test]
 fn collective_aliases_are_canonicalised_and_the_rest_kept() {
     let mut p = json!({"op": "allreduce", "dtype": "bf16", "min_bytes": 1024});
     check_params("nccl", &mut p).unwrap();
-    assert_eq!(p, json!({"op": "all_reduce", "dtype": "bf16", "min_bytes": 1024}));
+    assert_eq!(
+        p,
+        json!({"op": "all_reduce", "dtype": "bf16", "min_bytes": 1024})
+    );
     let mut p = json!({"op": "All-Gather", "grid": {"NCCL_PROTO": ["LL", 4]}});
     check_params("sweep", &mut p).unwrap();
     assert_eq!(p["op"], "all_gather");
@@ -161,7 +187,10 @@ fn budgets_parse_as_durations_or_seconds() {
         assert!(parse_budget(bad).is_err(), "{bad}");
     }
     let p = NcclParams::decode(&json!({"budget": 2.5})).unwrap();
-    assert_eq!(p.budget.unwrap().duration().unwrap(), Duration::from_millis(2500));
+    assert_eq!(
+        p.budget.unwrap().duration().unwrap(),
+        Duration::from_millis(2500)
+    );
 }
 
 #[test]
@@ -171,8 +200,18 @@ fn the_catalogue_describes_every_param() {
     let nccl = cat.iter().find(|k| k.name == "nccl").unwrap();
     let iters = nccl.params.iter().find(|p| p.name == "iters").unwrap();
     assert_eq!(
-        (iters.ty, iters.default.clone(), iters.min, iters.unit.as_deref()),
-        (ParamType::Integer, Some(json!(20)), Some(1.0), Some("iterations"))
+        (
+            iters.ty,
+            iters.default.clone(),
+            iters.min,
+            iters.unit.as_deref()
+        ),
+        (
+            ParamType::Integer,
+            Some(json!(20)),
+            Some(1.0),
+            Some("iterations")
+        )
     );
     let op = nccl.params.iter().find(|p| p.name == "op").unwrap();
     assert_eq!(op.choices.len(), 7);
