@@ -46,8 +46,8 @@ pub fn bench_args(p: &NcclParams) -> Vec<String> {
     if let Some(step) = p.sweep.step_bytes {
         a.extend(["-i".into(), step.to_string()]);
     }
-    if p.graph > 0 {
-        a.extend(["-G".into(), p.graph.to_string()]);
+    if let Some(g) = p.graph {
+        a.extend(["-G".into(), g.to_string()]);
     }
     if let Some(b) = p.budget {
         a.extend(["--budget".into(), b.as_secs_f64().to_string()]);

@@ -93,7 +93,8 @@ pub struct NcclParams {
     pub iters: u64,
     pub gpus: u64,
     pub check: bool,
-    pub graph: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub graph: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub budget: Option<DurationParam>,
 }
@@ -113,7 +114,7 @@ impl Default for NcclParams {
             iters: 20,
             gpus: 1,
             check: true,
-            graph: 0,
+            graph: None,
             budget: None,
         }
     }
@@ -157,7 +158,7 @@ const NCCL_DOCS: &[ParamDoc] = &[
     ParamDoc::new(
         "graph",
         Integer,
-        "CUDA graph replays per sample; 0 launches one by one.",
+        "CUDA graph replays per sample; 0 launches every size; unset: sizes up to 1 MiB replayed once from a graph.",
     )
     .unit("replays")
     .range(0.0, NCCL_MAX_ITERS as f64),

@@ -224,7 +224,7 @@ impl JsonRun<'_> {
                 .extra
                 .pointer("/spread/timed_iters")
                 .and_then(Value::as_u64)
-                .unwrap_or(p.iters * p.graph.max(1));
+                .unwrap_or(p.iters * p.graph.unwrap_or(1).max(1));
             results.push(json!({
                 "size": oop.size_bytes,
                 "count": oop.count,
