@@ -18,6 +18,7 @@ use fantoccini::{Client, ClientBuilder, Locator};
 use heddle_server::testing::TestServer;
 use serde_json::{Value, json};
 
+#[path = "dashboard/pages.rs"]
 mod pages;
 
 fn repo() -> PathBuf {
