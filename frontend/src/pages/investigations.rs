@@ -122,10 +122,15 @@ fn detail(i: Investigation) -> impl IntoView {
             </tr> }
         })
         .collect_view();
+    // 0 queues every pair at once, each node working through its pairs round by round.
+    let batches = match i.batch_size {
+        0 => "every pair queued at once".to_string(),
+        k => format!("at most {k} pairs at once"),
+    };
     view! {
         <div class="title-row"><h1>{title}</h1><span id="investigation-state">{investigation_state_badge(i.state)}</span></div>
-        <p class="muted">{format!("{} test over {} nodes, batches of {}; started by {} {}, finished {}",
-            i.kind.as_str(), i.nodes.len(), i.batch_size, i.created_by, when(Some(i.created_at)), when(i.finished_at))}</p>
+        <p class="muted">{format!("{} test over {} nodes, {}; started by {} {}, finished {}",
+            i.kind.as_str(), i.nodes.len(), batches, i.created_by, when(Some(i.created_at)), when(i.finished_at))}</p>
         <p id="investigation-progress">
             <progress max="100" value=format!("{pct:.0}")></progress>
             {format!(" {ended}/{} pairs ({} failed, {} running), {} batches", p.pairs_total, p.pairs_failed, p.pairs_running, p.batches_total)}
