@@ -523,7 +523,10 @@ mod tests {
         let mut alias = spec("nccl", serde_json::json!({"op": "allreduce"}));
         validate_spec(&mut alias).unwrap();
         assert_eq!(alias.params["op"], "all_reduce");
-        let mut sweep = spec("sweep", serde_json::json!({"op": "All-Gather"}));
+        let mut sweep = spec(
+            "sweep",
+            serde_json::json!({"op": "All-Gather", "grid": {"NCCL_ALGO": ["Ring"]}}),
+        );
         validate_spec(&mut sweep).unwrap();
         assert_eq!(sweep.params["op"], "all_gather");
         assert!(validate_spec(&mut spec("nccl", serde_json::json!({"op": "gossip"}))).is_err());

@@ -234,7 +234,10 @@ mod tests {
             assert!(parse_budget(bad).is_err(), "{bad}");
         }
         let p = Params::from_json(&json!({"budget": "10s", "graph": 4})).unwrap();
-        assert_eq!((p.budget, p.graph), (Some(Duration::from_secs(10)), Some(4)));
+        assert_eq!(
+            (p.budget, p.graph),
+            (Some(Duration::from_secs(10)), Some(4))
+        );
         let p = Params::from_json(&json!({"budget": 2.5})).unwrap();
         assert_eq!(p.budget, Some(Duration::from_millis(2500)));
         for bad in [
