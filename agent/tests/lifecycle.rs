@@ -138,7 +138,22 @@ async fn failure_timeout_and_unknown_kind_are_reported() {
     let took = (r.finished_at - r.started_at).to_std().unwrap();
     assert!(took < Duration::from_secs(10), "{took:?}");
 
-    let odd = start_run(&server, json!({"kind": "warp-drive"})).await;
+    // The server refuses kinds it does not know; a job of a kind this agent lacks (a newer
+    // server's) reaches it only from the database: it is skipped, not run.
+    let odd = Uuid::new_v4();
+    sqlx::query(
+        "WITH r AS (INSERT INTO runs (id, label, spec, created_by)
+                    SELECT $1, 'odd', jsonb_set(spec, '{kind}', '\"warp-drive\"'), created_by
+                    FROM runs WHERE id = $2 RETURNING id)
+         INSERT INTO jobs (id, run_id, node_id, rank, world_size, state, max_attempts)
+         SELECT $3, (SELECT id FROM r), node_id, 0, 1, 'queued', 3 FROM jobs WHERE run_id = $2",
+    )
+    .bind(odd)
+    .bind(slow)
+    .bind(Uuid::new_v4())
+    .execute(&server.state.db)
+    .await
+    .unwrap();
     api.wait_run(odd, "skipped", &agent).await;
     let r = &api.results(odd).await[0];
     assert_eq!(r.outcome, Outcome::Skipped);

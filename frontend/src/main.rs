@@ -4,6 +4,7 @@
 
 mod api;
 mod chart;
+mod matrix;
 mod pages;
 mod session;
 mod topology;
@@ -55,6 +56,9 @@ fn Shell() -> impl IntoView {
             <nav>
                 <A href="/">"Fleet"</A>
                 <A href="/runs">"Runs"</A>
+                <A href="/investigations">"Investigations"</A>
+                <A href="/p2p">"P2P"</A>
+                <A href="/sweeps">"Sweeps"</A>
                 <A href="/health">"Health"</A>
                 <A href="/plugins">"Plugins"</A>
                 <Show when=move || session.can(Role::Admin)>
@@ -70,6 +74,12 @@ fn Shell() -> impl IntoView {
                 <Route path=path!("/nodes/:id") view=pages::node::NodePage/>
                 <Route path=path!("/runs") view=pages::runs::Runs/>
                 <Route path=path!("/runs/:id") view=pages::run::RunPage/>
+                <Route path=path!("/investigations") view=pages::investigations::Investigations/>
+                <Route path=path!("/investigations/:id") view=pages::investigations::InvestigationPage/>
+                <Route path=path!("/p2p") view=pages::p2p::P2pRuns/>
+                <Route path=path!("/p2p/:id") view=pages::p2p::P2pPage/>
+                <Route path=path!("/sweeps") view=pages::sweeps::Sweeps/>
+                <Route path=path!("/sweeps/:id") view=pages::sweeps::SweepPage/>
                 <Route path=path!("/health") view=pages::health::Health/>
                 <Route path=path!("/plugins") view=pages::plugins::Plugins/>
                 <Route path=path!("/agents") view=pages::agents::Agents/>

@@ -93,6 +93,12 @@ impl From<sqlx::Error> for ApiError {
 }
 
 /// A variable, value or text the environment policy refuses: the input is at fault.
+impl From<heddle_types::params::SpecParamsError> for ApiError {
+    fn from(err: heddle_types::params::SpecParamsError) -> Self {
+        ApiError::Unprocessable(err.to_string())
+    }
+}
+
 impl From<heddle_types::env_policy::EnvError> for ApiError {
     fn from(err: heddle_types::env_policy::EnvError) -> Self {
         ApiError::Unprocessable(err.to_string())

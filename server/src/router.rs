@@ -15,8 +15,8 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::api::{
-    agent, enroll, expectations, health, investigations, nodes, plugins, rendezvous, runs, sweeps,
-    tokens, verdicts,
+    agent, enroll, expectations, health, investigations, nodes, plugins, rendezvous, run_kinds,
+    runs, sweeps, tokens, verdicts,
 };
 use crate::error::ApiError;
 use crate::limits::{self, LongPolls};
@@ -142,6 +142,7 @@ fn api(state: &AppState) -> OpenApiRouter<AppState> {
         .routes(routes!(runs::get_run))
         .routes(routes!(runs::cancel_run))
         .routes(routes!(runs::run_results))
+        .routes(routes!(run_kinds::list_run_kinds))
         .routes(routes!(sweeps::sweep_table))
         .routes(routes!(sweeps::keep_winner))
         // Investigations.

@@ -79,6 +79,7 @@ async fn auth_matrix() {
             Role::Viewer,
         ),
         (Method::GET, "/api/v1/runs".into(), None, Role::Viewer),
+        (Method::GET, "/api/v1/run-kinds".into(), None, Role::Viewer),
         (Method::GET, "/api/v1/agents".into(), None, Role::Viewer),
         (Method::GET, "/api/v1/plugins".into(), None, Role::Viewer),
         (Method::GET, "/api/v1/sites".into(), None, Role::Viewer),

@@ -1,8 +1,10 @@
 //! The dashboard in headless Chromium (driven through chromedriver) against a real server on
 //! a real Postgres, with data seeded through the API and a fake agent that claims jobs and
 //! uploads results over the agent protocol. It walks what a person does: sign in, read the
-//! fleet, open a node and its topology heatmap, launch a run and watch it finish, upload a
-//! plugin and dry-run it, create an enrollment token, and sign in again as a viewer.
+//! fleet, open a node and its topology heatmap, launch a run from the form built from the
+//! run-kinds catalogue (a refused parameter shown beside it) and watch it finish, upload a
+//! plugin and dry-run it, create an enrollment token, open a sweep, a p2p matrix and an
+//! investigation (`dashboard/pages.rs`), and sign in again as a viewer.
 //!
 //! Needs `frontend/dist` (scripts/build-frontend.sh), `plugins/dist` (scripts/build-plugins.sh),
 //! `chromium` and `chromium-driver` from apt, and `HEDDLE_TEST_DATABASE_URL`. Screenshots of
@@ -15,6 +17,9 @@ use std::time::{Duration, Instant};
 use fantoccini::{Client, ClientBuilder, Locator};
 use heddle_server::testing::TestServer;
 use serde_json::{Value, json};
+
+#[path = "dashboard/pages.rs"]
+mod pages;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -250,7 +255,7 @@ async fn agent_loop(base: String, credential: String, mut peak: f64) {
             tokio::time::sleep(Duration::from_millis(1200)).await;
         }
         let result = json!({"upload_key": format!("k-{job}"), "outcome": "succeeded", "summary": {"nccl": "2.21.5", "transport": "IB"},
-            "rows": nccl_rows(peak), "started_at": started, "finished_at": chrono::Utc::now()});
+            "rows": pages::rows_for(&lease["spec"], peak), "started_at": started, "finished_at": chrono::Utc::now()});
         peak += 12.0;
         let r = http
             .post(format!("{base}/api/v1/agent/jobs/{job}/result"))
@@ -279,14 +284,14 @@ async fn dashboard_end_to_end_in_chromium() {
     // Seed: three nodes from plugin fixtures, one agent that never sent facts, two enabled
     // plugins, and a finished baseline run on dgx15 to overlay later.
     let dgx = enroll(&api, &server, "dgx15", Some(fixture("dgx1"))).await;
-    enroll(
+    let nd = enroll(
         &api,
         &server,
         "nd40rs-v2-0",
         Some(fixture("azure-nd40rs-v2")),
     )
     .await;
-    enroll(
+    let worker = enroll(
         &api,
         &server,
         "my-first-distributed-app-worker-0",
@@ -433,17 +438,34 @@ async fn dashboard_end_to_end_in_chromium() {
     .unwrap();
     shots.take(&c, "05-node-heatmap").await;
 
-    // Launch a run from the form and watch it progress and finish.
+    // Launch a run from the form: the kind from the catalogue, its parameters as fields
+    // with defaults and units; a refused parameter is shown beside it.
     c.goto(&format!("{}/runs", server.url)).await.unwrap();
     wait_text(&c, "#runs-table", "baseline").await;
+    click(&c, "#run-kind option[value=memcpy]").await;
+    wait_text(&c, "#launch", "Host memory copy bandwidth").await;
+    assert!(
+        c.find(Locator::Css("#param-op")).await.is_err(),
+        "memcpy has no op"
+    );
+    click(&c, "#run-kind option[value=nccl]").await;
+    wait_text(&c, "#run-kind-about", "NCCL collective").await;
+    let iters = c.find(Locator::Css("#param-iters")).await.unwrap();
+    assert_eq!(iters.prop("value").await.unwrap().as_deref(), Some("20"));
     click(&c, "input[name=node][value=dgx15]").await;
-    type_into(&c, "#run-params", r#"{"op": "all_reduce", "minbytes": 8}"#).await;
+    type_into(&c, "#param-iters", "0").await;
+    click(&c, "#run-start").await;
+    wait_text(&c, "#param-iters-error", "params.iters").await;
+    shots.take(&c, "06a-runs-launch-refused").await;
+    type_into(&c, "#param-iters", "5").await;
     type_into(&c, "#run-env", "NCCL_IB_HCA=mlx5_0\nNCCL_DEBUG=INFO").await;
     type_into(&c, "#run-label", "from-the-dashboard").await;
     shots.take(&c, "06-runs-launch").await;
     click(&c, "#run-start").await;
     wait_text(&c, "#jobs", "dgx15").await;
     wait_text(&c, "#jobs", "size").await;
+    // Only the changed parameter is stored; the rest are the kind's defaults.
+    wait_text(&c, "main", r#"params {"iters":5}"#).await;
     shots.take(&c, "07-run-live").await;
     wait_text(&c, "#run-state", "succeeded").await;
     wait_text(&c, "#nccl-table", "1 GiB").await;
@@ -514,6 +536,8 @@ async fn dashboard_end_to_end_in_chromium() {
     .await;
     wait_text(&c, "tr[data-host=gpu-new-7]", "revoked").await;
     shots.take(&c, "10-agents").await;
+
+    pages::sweeps_p2p_investigations(&c, &server, &api, &shots, vec![nd, worker]).await;
 
     // A viewer sees no actions, and the server's refusal when it goes where it may not.
     let viewer = server.token(heddle_types::auth::Role::Viewer).await;

@@ -8,7 +8,6 @@
 pub mod agent;
 pub mod auth;
 pub mod collective;
-#[cfg(feature = "duration")]
 pub mod duration;
 pub mod env_policy;
 pub mod error;
@@ -17,6 +16,7 @@ pub mod health;
 pub mod investigations;
 pub mod jobs;
 pub mod nodes;
+pub mod params;
 pub mod plugins;
 pub mod recommend;
 pub mod sweeps;

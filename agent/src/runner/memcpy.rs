@@ -10,10 +10,9 @@ use std::time::Instant;
 use heddle_types::jobs::ResultRow;
 
 use super::protocol::{ChildEvent, ChildInput};
-use super::{RunError, Sink, param_f64, param_u64};
+use heddle_types::params::{KindParams, MemcpyParams};
 
-const MAX_BYTES_LIMIT: u64 = 1 << 30;
-const MAX_ITERS: u64 = 1_000_000;
+use super::{RunError, Sink};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Params {
@@ -24,41 +23,16 @@ pub struct Params {
 }
 
 impl Params {
+    /// Decodes a job's params through the wire type the server checked them with (which
+    /// holds the limits).
     pub fn parse(params: &serde_json::Value) -> Result<Params, RunError> {
-        let p = Params {
-            min_bytes: param_u64(params, "min_bytes")?.unwrap_or(1 << 10),
-            max_bytes: param_u64(params, "max_bytes")?.unwrap_or(64 << 20),
-            factor: param_f64(params, "factor")?.unwrap_or(2.0),
-            iters: param_u64(params, "iters")?.unwrap_or(20),
-        };
-        if p.min_bytes == 0 {
-            return Err(RunError::Params("min_bytes must be at least 1".into()));
-        }
-        if p.max_bytes < p.min_bytes {
-            return Err(RunError::Params(format!(
-                "max_bytes ({}) is below min_bytes ({})",
-                p.max_bytes, p.min_bytes
-            )));
-        }
-        if p.max_bytes > MAX_BYTES_LIMIT {
-            return Err(RunError::Params(format!(
-                "max_bytes ({}) is above the limit of {MAX_BYTES_LIMIT}",
-                p.max_bytes
-            )));
-        }
-        if p.factor <= 1.0 {
-            return Err(RunError::Params(format!(
-                "factor must be > 1, got {}",
-                p.factor
-            )));
-        }
-        if p.iters == 0 || p.iters > MAX_ITERS {
-            return Err(RunError::Params(format!(
-                "iters must be in 1..={MAX_ITERS}, got {}",
-                p.iters
-            )));
-        }
-        Ok(p)
+        let t = MemcpyParams::decode(params).map_err(|e| RunError::Params(e.to_string()))?;
+        Ok(Params {
+            min_bytes: t.min_bytes,
+            max_bytes: t.max_bytes,
+            factor: t.factor,
+            iters: t.iters,
+        })
     }
 
     /// min, min·f, min·f², ... up to max (inclusive); each step grows by at least a byte.

@@ -3,7 +3,9 @@
 //! agent down, and the job's environment (`NCCL_*`, `UCX_*`...) reaches that test only.
 //!
 //! A job kind is one module exposing `run(&ChildInput, &mut Emitter) -> Result<(), RunError>`
-//! and one line in [`KINDS`]. The parent side (spawn, timeout, kill, stderr tail) lives in
+//! and one line in [`KINDS`], plus its parameter type in `heddle_types::params` (the
+//! server checks a run's params with it and the dashboard builds its form from it; the
+//! runner decodes through the same type). The parent side (spawn, timeout, kill, stderr tail) lives in
 //! [`supervise`] and knows nothing about kinds.
 
 pub mod env;
@@ -154,27 +156,6 @@ pub fn child_command(_args: ChildArgs) -> ExitCode {
     }
 }
 
-/// Reads an optional numeric parameter, rejecting wrong types instead of ignoring them.
-pub(crate) fn param_f64(params: &serde_json::Value, name: &str) -> Result<Option<f64>, RunError> {
-    match params.get(name) {
-        None | Some(serde_json::Value::Null) => Ok(None),
-        Some(v) => v
-            .as_f64()
-            .filter(|x| x.is_finite())
-            .map(Some)
-            .ok_or_else(|| RunError::Params(format!("{name} must be a number, got {v}"))),
-    }
-}
-
-pub(crate) fn param_u64(params: &serde_json::Value, name: &str) -> Result<Option<u64>, RunError> {
-    match params.get(name) {
-        None | Some(serde_json::Value::Null) => Ok(None),
-        Some(v) => v.as_u64().map(Some).ok_or_else(|| {
-            RunError::Params(format!("{name} must be a non-negative integer, got {v}"))
-        }),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -189,13 +170,22 @@ mod tests {
     }
 
     #[test]
-    fn params_are_typed() {
-        let p = serde_json::json!({"a": 3, "b": "x", "c": -1, "d": 1.5});
-        assert_eq!(param_u64(&p, "a").unwrap(), Some(3));
-        assert_eq!(param_u64(&p, "missing").unwrap(), None);
-        assert!(param_u64(&p, "b").is_err());
-        assert!(param_u64(&p, "c").is_err());
-        assert_eq!(param_f64(&p, "d").unwrap(), Some(1.5));
-        assert!(param_f64(&p, "b").is_err());
+    fn every_kind_is_in_the_catalogue_and_back() {
+        // The server refuses a kind the catalogue lacks, and the launcher offers only
+        // what it lists: a kind added here must get its parameter type there.
+        for k in KINDS {
+            assert!(
+                heddle_types::params::find_kind(k.name).is_some(),
+                "kind {} has no parameter type in heddle_types::params::KINDS",
+                k.name
+            );
+        }
+        for c in heddle_types::params::KINDS {
+            assert!(
+                find(c.name).is_some(),
+                "catalogue kind {} has no runner",
+                c.name
+            );
+        }
     }
 }

@@ -19,7 +19,9 @@ use heddle_types::jobs::ResultRow;
 use serde_json::{Map, Value, json};
 
 use super::protocol::{ChildEvent, ChildInput};
-use super::{RunError, Sink, param_u64};
+use heddle_types::params::{KindParams, P2pParams};
+
+use super::{RunError, Sink};
 
 pub const MAX_SIZE: u64 = 16 << 30;
 const MAX_ITERS: u64 = 100_000;
@@ -46,40 +48,15 @@ impl Default for Params {
 }
 
 impl Params {
+    /// Decodes a job's params through the wire type the server checked them with.
     pub fn from_json(p: &Value) -> Result<Params, RunError> {
-        let d = Params::default();
-        let bidirectional = match p.get("bidirectional") {
-            None | Some(Value::Null) => d.bidirectional,
-            Some(Value::Bool(b)) => *b,
-            Some(v) => {
-                return Err(RunError::Params(format!(
-                    "bidirectional must be a boolean, got {v}"
-                )));
-            }
-        };
-        let gpus = match p.get("gpus") {
-            None | Some(Value::Null) => None,
-            Some(Value::Array(a)) => Some(
-                a.iter()
-                    .map(|v| {
-                        v.as_u64().map(|x| x as usize).ok_or_else(|| {
-                            RunError::Params(format!("gpus must list device indices, got {v}"))
-                        })
-                    })
-                    .collect::<Result<Vec<_>, _>>()?,
-            ),
-            Some(v) => {
-                return Err(RunError::Params(format!(
-                    "gpus must be a list of device indices, got {v}"
-                )));
-            }
-        };
+        let t = P2pParams::decode(p).map_err(|e| RunError::Params(e.to_string()))?;
         let params = Params {
-            size: param_u64(p, "size")?.unwrap_or(d.size),
-            warmup: param_u64(p, "warmup")?.unwrap_or(d.warmup),
-            iters: param_u64(p, "iters")?.unwrap_or(d.iters),
-            bidirectional,
-            gpus,
+            size: t.size,
+            warmup: t.warmup,
+            iters: t.iters,
+            bidirectional: t.bidirectional,
+            gpus: t.gpus.map(|g| g.into_iter().map(|d| d as usize).collect()),
         };
         params.validate().map_err(RunError::Params)?;
         Ok(params)

@@ -20,16 +20,11 @@ use serde_json::{Map, Value, json};
 use super::environ;
 use super::nccl::rendezvous::Rendezvous;
 use super::protocol::{ChildEvent, ChildInput};
-use super::{RunError, Sink, param_u64};
+use heddle_types::params::{KindParams, RdmaParams};
 
-pub const TESTS: &[&str] = &[
-    "ib_write_bw",
-    "ib_read_bw",
-    "ib_send_bw",
-    "ib_write_lat",
-    "ib_read_lat",
-    "ib_send_lat",
-];
+use super::{RunError, Sink};
+
+pub use heddle_types::params::PERFTESTS as TESTS;
 /// Where the kernel lists RDMA devices; tests point it elsewhere.
 pub const SYSFS_ENV: &str = "HEDDLE_RDMA_SYSFS";
 
@@ -46,49 +41,23 @@ pub struct Params {
 }
 
 impl Params {
+    /// Decodes a job's params through the wire type the server checked them with.
     pub fn parse(p: &Value) -> Result<Params, RunError> {
-        let s = |name: &str| p.get(name).and_then(Value::as_str).map(str::to_string);
-        let test = s("test").unwrap_or_else(|| "ib_write_bw".into());
-        if !TESTS.contains(&test.as_str()) {
-            return Err(RunError::Params(format!(
-                "unknown perftest {test:?} (one of {})",
-                TESTS.join(", ")
-            )));
-        }
-        let device = s("device");
-        if let Some(d) = &device
-            && (d.is_empty() || d.contains('/') || d.starts_with('.'))
-        {
-            return Err(RunError::Params(format!("invalid device name {d:?}")));
-        }
-        let all = p.get("all").and_then(Value::as_bool).unwrap_or(true);
-        let size = param_u64(p, "size")?;
-        let params = Params {
-            test,
-            device,
-            ib_port: param_u64(p, "ib_port")?.unwrap_or(1),
-            gid_index: param_u64(p, "gid_index")?,
-            size: if size.is_some() {
-                size
-            } else if all {
-                None
-            } else {
-                Some(65536)
+        let t = RdmaParams::decode(p).map_err(|e| RunError::Params(e.to_string()))?;
+        Ok(Params {
+            test: t.test,
+            device: t.device,
+            ib_port: t.ib_port,
+            gid_index: t.gid_index,
+            size: match (t.size, t.all) {
+                (Some(size), _) => Some(size),
+                (None, true) => None,
+                (None, false) => Some(65536),
             },
-            iters: param_u64(p, "iters")?,
-            server_host: s("server_host"),
-            port: param_u64(p, "port")?.unwrap_or(18515),
-        };
-        if params.ib_port == 0
-            || params.ib_port > 2
-            || params.gid_index.is_some_and(|g| g > 255)
-            || params.port > 65535
-        {
-            return Err(RunError::Params(
-                "ib_port must be 1 or 2, gid_index at most 255, port a TCP port".into(),
-            ));
-        }
-        Ok(params)
+            iters: t.iters,
+            server_host: t.server_host,
+            port: t.port,
+        })
     }
 
     pub fn args(&self, device: &str) -> Vec<String> {

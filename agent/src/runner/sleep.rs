@@ -5,18 +5,14 @@
 use std::time::{Duration, Instant};
 
 use super::protocol::{ChildEvent, ChildInput};
-use super::{RunError, Sink, param_f64};
+use heddle_types::params::{KindParams, SleepParams};
 
-const MAX_SECONDS: f64 = 86_400.0;
+use super::{RunError, Sink};
 
 pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
-    let seconds = param_f64(&input.params, "seconds")?
-        .ok_or_else(|| RunError::Params("seconds is required".into()))?;
-    if !(0.0..=MAX_SECONDS).contains(&seconds) {
-        return Err(RunError::Params(format!(
-            "seconds must be in 0..={MAX_SECONDS}, got {seconds}"
-        )));
-    }
+    let seconds = SleepParams::decode(&input.params)
+        .map_err(|e| RunError::Params(e.to_string()))?
+        .seconds;
     let total = Duration::from_secs_f64(seconds);
     let tick = Duration::from_secs(1).min(total.max(Duration::from_millis(10)));
     let start = Instant::now();

@@ -4,77 +4,16 @@
 //! --json` process with that cell's environment on top of the job's.
 //!
 //! Params: those of `nccl` (one node only), plus `grid`: an object mapping `NCCL_*`
-//! names to lists of values; at most 64 cells.
+//! names to lists of values; at most 64 cells (`heddle_types::params::SweepParams`).
 
-use heddle_types::env_policy;
 use heddle_types::jobs::ResultRow;
+use heddle_types::params::{KindParams, SweepParams};
 use serde_json::{Map, Value, json};
-use std::collections::BTreeMap;
 
 use super::environ;
 use super::nccl::Params as NcclParams;
 use super::protocol::{ChildEvent, ChildInput};
 use super::{RunError, Sink};
-
-pub const MAX_CELLS: usize = 64;
-
-/// The cells of the grid, in a stable order (names sorted, values as given).
-pub fn cells(grid: &Value) -> Result<Vec<BTreeMap<String, String>>, RunError> {
-    let obj = grid.as_object().filter(|o| !o.is_empty()).ok_or_else(|| {
-        RunError::Params("grid must be a non-empty object of NCCL_* name → list of values".into())
-    })?;
-    let mut out = vec![BTreeMap::new()];
-    let mut names: Vec<&String> = obj.keys().collect();
-    names.sort();
-    for name in names {
-        if !name.starts_with("NCCL_")
-            || !name
-                .bytes()
-                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
-        {
-            return Err(RunError::Params(format!(
-                "grid key {name:?} is not an NCCL_* variable name"
-            )));
-        }
-        env_policy::check_name(name)
-            .map_err(|e| RunError::Params(format!("grid key refused: {e}")))?;
-        let values: Vec<String> = match &obj[name] {
-            Value::Array(a) if !a.is_empty() => a
-                .iter()
-                .map(|v| match v {
-                    Value::String(s) => env_policy::check_value(name, s)
-                        .map(|()| s.clone())
-                        .map_err(|e| RunError::Params(format!("grid value refused: {e}"))),
-                    Value::Number(n) => Ok(n.to_string()),
-                    other => Err(RunError::Params(format!(
-                        "{name}: values must be strings or numbers, got {other}"
-                    ))),
-                })
-                .collect::<Result<_, _>>()?,
-            other => {
-                return Err(RunError::Params(format!(
-                    "{name} must be a non-empty list, got {other}"
-                )));
-            }
-        };
-        out = out
-            .into_iter()
-            .flat_map(|cell| {
-                values.iter().map(move |v| {
-                    let mut c = cell.clone();
-                    c.insert(name.clone(), v.clone());
-                    c
-                })
-            })
-            .collect();
-        if out.len() > MAX_CELLS {
-            return Err(RunError::Params(format!(
-                "the grid has more than {MAX_CELLS} cells"
-            )));
-        }
-    }
-    Ok(out)
-}
 
 /// `bench nccl` arguments for these params.
 pub fn bench_args(p: &NcclParams) -> Vec<String> {
@@ -117,8 +56,9 @@ pub fn bench_args(p: &NcclParams) -> Vec<String> {
 }
 
 pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
-    let params = NcclParams::from_json(&input.params)?;
-    let grid = cells(input.params.get("grid").unwrap_or(&Value::Null))?;
+    let typed = SweepParams::decode(&input.params).map_err(|e| RunError::Params(e.to_string()))?;
+    let params = NcclParams::from_wire(&typed.nccl)?;
+    let grid = typed.cells().map_err(|e| RunError::Params(e.to_string()))?;
     if input.world_size > 1 {
         return Err(RunError::Params(
             "sweep runs on one node; use nccl jobs with env for multi-node cells".into(),
@@ -184,36 +124,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn grid_cells_are_the_cartesian_product() {
-        let c =
-            cells(&json!({"NCCL_PROTO": ["LL", "Simple"], "NCCL_ALGO": ["Ring", "Tree", "NVLS"]}))
-                .unwrap();
-        assert_eq!(c.len(), 6);
-        assert_eq!(
-            c[0],
-            BTreeMap::from([
-                ("NCCL_ALGO".into(), "Ring".into()),
-                ("NCCL_PROTO".into(), "LL".into())
-            ])
-        );
-        assert_eq!(c[5]["NCCL_ALGO"], "NVLS");
-        assert_eq!(
-            cells(&json!({"NCCL_NCHANNELS": [4, 8]})).unwrap()[1]["NCCL_NCHANNELS"],
-            "8"
-        );
+    fn sweep_params_are_nccls_plus_a_grid() {
+        let input = |params: Value| ChildInput {
+            params,
+            ..serde_json::from_value(
+                json!({"job_id": uuid::Uuid::nil(), "run_id": uuid::Uuid::nil(), "kind": "sweep",
+                "rank": 0, "world_size": 2}),
+            )
+            .unwrap()
+        };
+        let mut buf = Vec::new();
+        let mut out: Sink<'_> = super::super::protocol::Emitter::new(&mut buf);
+        // A bad grid and a second node are refused before anything runs.
         for bad in [
-            json!(null),
-            json!({}),
-            json!({"LD_PRELOAD": ["x"]}),
-            json!({"NCCL_algo": ["Ring"]}),
-            json!({"NCCL_NET_PLUGIN": ["/tmp/evil.so"]}),
-            json!({"NCCL_ALGO": ["Ring\nTree"]}),
-            json!({"NCCL_ALGO": []}),
-            json!({"NCCL_ALGO": "Ring"}),
-            json!({"NCCL_ALGO": [true]}),
-            json!({"NCCL_A": (0..9).collect::<Vec<_>>(), "NCCL_B": (0..9).collect::<Vec<_>>()}),
+            json!({"grid": {"LD_PRELOAD": ["x"]}}),
+            json!({"grid": {"NCCL_ALGO": ["Ring"]}}),
         ] {
-            assert!(matches!(cells(&bad), Err(RunError::Params(_))), "{bad}");
+            assert!(matches!(
+                run(&input(bad), &mut out),
+                Err(RunError::Params(_))
+            ));
         }
     }
 

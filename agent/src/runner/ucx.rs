@@ -20,22 +20,12 @@ use super::environ;
 use super::nccl::rendezvous::Rendezvous;
 use super::protocol::{ChildEvent, ChildInput};
 use super::ucx_parse::{self, PerfResult};
-use super::{RunError, Sink, param_u64};
+use heddle_types::params::{KindParams, UcxParams};
+
+use super::{RunError, Sink};
 
 /// UCP tests ucx_perftest runs between two processes (the UCT ones need a device name).
-pub const TESTS: &[&str] = &[
-    "tag_lat",
-    "tag_bw",
-    "tag_sync_lat",
-    "tag_sync_bw",
-    "ucp_put_lat",
-    "ucp_put_bw",
-    "ucp_get",
-    "stream_bw",
-    "stream_lat",
-    "ucp_am_lat",
-    "ucp_am_bw",
-];
+pub use heddle_types::params::UCX_TESTS as TESTS;
 const STEP_TIMEOUT: Duration = Duration::from_secs(120);
 const RENDEZVOUS_NAME: &str = "ucx-server";
 
@@ -50,79 +40,17 @@ pub struct Params {
 }
 
 impl Params {
+    /// Decodes a job's params through the wire type the server checked them with.
     pub fn parse(p: &Value) -> Result<Params, RunError> {
-        let strings = |name: &str| -> Result<Option<Vec<String>>, RunError> {
-            match p.get(name) {
-                None | Some(Value::Null) => Ok(None),
-                Some(Value::Array(a)) => a
-                    .iter()
-                    .map(|v| {
-                        v.as_str()
-                            .map(str::to_string)
-                            .ok_or_else(|| RunError::Params(format!("{name} must be strings")))
-                    })
-                    .collect::<Result<_, _>>()
-                    .map(Some),
-                Some(v) => Err(RunError::Params(format!("{name} must be a list, got {v}"))),
-            }
-        };
-        let tests = strings("tests")?.unwrap_or_else(|| vec!["tag_lat".into(), "tag_bw".into()]);
-        if let Some(bad) = tests.iter().find(|t| !TESTS.contains(&t.as_str())) {
-            return Err(RunError::Params(format!(
-                "unknown ucx_perftest test {bad:?} (one of {})",
-                TESTS.join(", ")
-            )));
-        }
-        let sizes = match p.get("sizes") {
-            None | Some(Value::Null) => vec![8, 4096, 65536, 1 << 20],
-            Some(Value::Array(a)) => a
-                .iter()
-                .map(|v| {
-                    v.as_u64()
-                        .filter(|&s| s > 0 && s <= 1 << 30)
-                        .ok_or_else(|| {
-                            RunError::Params(format!(
-                                "sizes must be integers in 1..=1 GiB, got {v}"
-                            ))
-                        })
-                })
-                .collect::<Result<_, _>>()?,
-            Some(v) => return Err(RunError::Params(format!("sizes must be a list, got {v}"))),
-        };
-        let memory = match p.get("memory") {
-            None | Some(Value::Null) => "host".to_string(),
-            Some(Value::String(m))
-                if ["host", "cuda", "cuda-managed", "rocm"].contains(&m.as_str()) =>
-            {
-                m.clone()
-            }
-            Some(v) => {
-                return Err(RunError::Params(format!(
-                    "memory must be host, cuda, cuda-managed or rocm, got {v}"
-                )));
-            }
-        };
-        let params = Params {
-            tests,
-            sizes,
-            iters: param_u64(p, "iters")?.unwrap_or(10_000),
-            warmup: param_u64(p, "warmup")?.unwrap_or(1_000),
-            memory,
-            server_host: p
-                .get("server_host")
-                .and_then(Value::as_str)
-                .map(str::to_string),
-        };
-        if params.iters == 0
-            || params.iters > 100_000_000
-            || params.tests.is_empty()
-            || params.sizes.is_empty()
-        {
-            return Err(RunError::Params(
-                "iters must be in 1..=1e8, tests and sizes non-empty".into(),
-            ));
-        }
-        Ok(params)
+        let t = UcxParams::decode(p).map_err(|e| RunError::Params(e.to_string()))?;
+        Ok(Params {
+            tests: t.tests,
+            sizes: t.sizes,
+            iters: t.iters,
+            warmup: t.warmup,
+            memory: t.memory,
+            server_host: t.server_host,
+        })
     }
 
     fn test_args(&self, test: &str, size: u64, port: u16) -> Vec<String> {

@@ -1,10 +1,14 @@
 pub mod agents;
 pub mod fleet;
 pub mod health;
+pub mod investigations;
+pub mod launch;
 pub mod node;
 pub mod node_facts;
+pub mod p2p;
 pub mod plugin_dry_run;
 pub mod plugin_upload;
 pub mod plugins;
 pub mod run;
 pub mod runs;
+pub mod sweeps;

@@ -95,7 +95,12 @@ fn RunView(id: Uuid) -> impl IntoView {
             .join(" ");
         let kind = r.spec.kind.clone();
         view! {
-            <div class="title-row"><h1>{title}</h1><span id="run-state">{state_badge(r.state.as_str())}</span></div>
+            <div class="title-row"><h1>{title}</h1><span id="run-state">{state_badge(r.state.as_str())}</span>
+                {match r.spec.kind.as_str() {
+                    "sweep" => Some(view! { <a id="run-sweep-link" href=format!("/sweeps/{}", r.id)>"Sweep table"</a> }.into_any()),
+                    "p2p" => Some(view! { <a id="run-p2p-link" href=format!("/p2p/{}", r.id)>"GPU×GPU matrix"</a> }.into_any()),
+                    _ => None,
+                }}</div>
             <p class="muted">{format!("{} · by {} · started {} · finished {}", r.spec.kind, r.created_by, when(Some(r.created_at)), when(r.finished_at))}</p>
             <p class="mono small">{format!("params {} {}", r.spec.params, if env.is_empty() { String::new() } else { format!("· env {env}") })}</p>
             {env_tables(r.jobs.clone())}

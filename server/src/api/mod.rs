@@ -8,6 +8,7 @@ pub mod investigations;
 pub mod nodes;
 pub mod plugins;
 pub mod rendezvous;
+pub mod run_kinds;
 pub mod runs;
 pub mod sweeps;
 pub mod tokens;

@@ -3,15 +3,16 @@
 
 use std::time::Duration;
 
+use heddle_types::params::{self as wire, KindParams};
 use serde_json::Value;
 
 use super::spec::{self, Collective, Dtype, RedOp, Sweep};
-use crate::runner::{RunError, param_u64};
+use crate::runner::RunError;
 
-pub const MAX_BYTES_LIMIT: u64 = 16 << 30;
-const MAX_ITERS: u64 = 100_000;
-/// The longest budget a sweep may be given.
-pub const MAX_BUDGET: Duration = Duration::from_secs(3600);
+pub use heddle_types::params::{MAX_BUDGET, parse_budget};
+
+pub const MAX_BYTES_LIMIT: u64 = wire::NCCL_MAX_BYTES;
+const MAX_ITERS: u64 = wire::NCCL_MAX_ITERS;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Params {
@@ -54,64 +55,36 @@ impl Default for Params {
     }
 }
 
-/// A budget: `"10s"`, `"500ms"`, `"2m"` or a number of seconds ([`heddle_types::duration`]).
-pub fn parse_budget(s: &str) -> Result<Duration, String> {
-    heddle_types::duration::parse(s).map_err(|e| format!("invalid budget: {e}"))
-}
-
-fn param_str<T: std::str::FromStr<Err = String>>(
-    p: &Value,
-    name: &str,
-) -> Result<Option<T>, RunError> {
-    match p.get(name) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => s.parse().map(Some).map_err(RunError::Params),
-        Some(v) => Err(RunError::Params(format!(
-            "{name} must be a string, got {v}"
-        ))),
-    }
-}
-
 impl Params {
+    /// Decodes a job's params through the wire type the server checked them with.
     pub fn from_json(p: &Value) -> Result<Params, RunError> {
-        let d = Params::default();
-        let check = match p.get("check") {
-            None | Some(Value::Null) => d.check,
-            Some(Value::Bool(b)) => *b,
-            Some(v) => {
-                return Err(RunError::Params(format!(
-                    "check must be a boolean, got {v}"
-                )));
-            }
-        };
+        let typed = wire::NcclParams::decode(p).map_err(|e| RunError::Params(e.to_string()))?;
+        Params::from_wire(&typed)
+    }
+
+    pub fn from_wire(t: &wire::NcclParams) -> Result<Params, RunError> {
         let params = Params {
-            coll: param_str(p, "op")?.unwrap_or(d.coll),
-            dtype: param_str(p, "dtype")?.unwrap_or(d.dtype),
-            redop: param_str(p, "redop")?.unwrap_or(d.redop),
-            root: param_u64(p, "root")?.map_or(d.root, |v| v as usize),
+            coll: t.op.parse().map_err(RunError::Params)?,
+            dtype: t.dtype.parse().map_err(RunError::Params)?,
+            redop: t.redop.parse().map_err(RunError::Params)?,
+            root: t.root as usize,
             sweep: Sweep {
-                min_bytes: param_u64(p, "min_bytes")?.unwrap_or(d.sweep.min_bytes),
-                max_bytes: param_u64(p, "max_bytes")?.unwrap_or(d.sweep.max_bytes),
-                factor: param_u64(p, "factor")?.unwrap_or(d.sweep.factor),
-                step_bytes: param_u64(p, "step_bytes")?,
+                min_bytes: t.min_bytes,
+                max_bytes: t.max_bytes,
+                factor: t.factor,
+                step_bytes: t.step_bytes,
             },
-            warmup: param_u64(p, "warmup")?.unwrap_or(d.warmup),
-            iters: param_u64(p, "iters")?.unwrap_or(d.iters),
-            gpus: param_u64(p, "gpus")?.map_or(d.gpus, |v| v as usize),
-            check,
-            graph: param_u64(p, "graph")?.or(d.graph),
-            budget: match p.get("budget") {
-                None | Some(Value::Null) => None,
-                Some(Value::String(s)) => Some(parse_budget(s).map_err(RunError::Params)?),
-                Some(Value::Number(n)) => {
-                    Some(parse_budget(&n.to_string()).map_err(RunError::Params)?)
-                }
-                Some(v) => {
-                    return Err(RunError::Params(format!(
-                        "budget must be a duration such as \"10s\" or a number of seconds, got {v}"
-                    )));
-                }
-            },
+            warmup: t.warmup,
+            iters: t.iters,
+            gpus: t.gpus as usize,
+            check: t.check,
+            graph: t.graph,
+            budget: t
+                .budget
+                .as_ref()
+                .map(wire::DurationParam::duration)
+                .transpose()
+                .map_err(RunError::Params)?,
         };
         params.validate().map_err(RunError::Params)?;
         Ok(params)

@@ -29,6 +29,8 @@ fn captured_params() -> Params {
         },
         warmup: 1,
         iters: 20,
+        // nccl-tests was run without -G: every size launched one by one.
+        graph: Some(0),
         ..Params::default()
     }
 }

@@ -188,23 +188,11 @@ impl Dtype {
 impl FromStr for Dtype {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let norm = s.trim().to_ascii_lowercase();
-        let alias = match norm.as_str() {
-            "char" => "int8",
-            "int" => "int32",
-            "float16" | "fp16" => "half",
-            "float32" | "fp32" => "float",
-            "float64" | "fp64" => "double",
-            "bf16" => "bfloat16",
-            other => other,
-        };
-        Dtype::ALL
+        let name = heddle_types::params::canonical_dtype(s)?;
+        Ok(Dtype::ALL
             .into_iter()
-            .find(|d| d.name() == alias)
-            .ok_or_else(|| {
-                let names: Vec<_> = Dtype::ALL.iter().map(|d| d.name()).collect();
-                format!("unknown data type {s:?} (one of {})", names.join(", "))
-            })
+            .find(|d| d.name() == name)
+            .expect("every canonical data type has a variant"))
     }
 }
 
@@ -234,11 +222,11 @@ impl RedOp {
 impl FromStr for RedOp {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let norm = s.trim().to_ascii_lowercase();
-        RedOp::ALL
+        let name = heddle_types::params::canonical_redop(s)?;
+        Ok(RedOp::ALL
             .into_iter()
-            .find(|o| o.name() == norm)
-            .ok_or_else(|| format!("unknown reduction op {s:?} (one of sum, prod, max, min, avg)"))
+            .find(|o| o.name() == name)
+            .expect("every canonical reduction op has a variant"))
     }
 }
 
