@@ -8,12 +8,14 @@
 pub mod agent;
 pub mod auth;
 pub mod collective;
+pub mod conditions;
 pub mod env_policy;
 pub mod error;
 pub mod facts;
 pub mod health;
 pub mod investigations;
 pub mod jobs;
+pub mod node_checks;
 pub mod nodes;
 pub mod plugins;
 pub mod recommend;
