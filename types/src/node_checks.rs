@@ -535,11 +535,14 @@ fn bond_check(cond: &ConditionFacts, out: &mut Vec<NodeCheck>) {
         let down: Vec<&str> = b
             .members
             .iter()
-            .filter(|m| m.mii_status.as_deref() != Some("up"))
+            .filter(|m| m.mii_status.as_deref().is_some_and(|s| s != "up"))
             .map(|m| m.name.as_str())
             .collect();
+        let unread = b.members.iter().filter(|m| m.mii_status.is_none()).count();
         let (state, reason) = if b.members.is_empty() {
             (Verdict::Warn, "the bond has no members".to_string())
+        } else if down.is_empty() && unread > 0 {
+            (Verdict::Unknown, format!("{unread} member(s) without a readable bonding_slave/mii_status"))
         } else if down.len() == b.members.len() {
             (
                 Verdict::Fail,
