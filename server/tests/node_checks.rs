@@ -23,7 +23,12 @@ fn check<'a>(detail: &'a Value, name: &str, subject: &str) -> &'a Value {
 
 async fn put_facts(api: &Api, credential: &str, facts: &Value) {
     let (s, v) = api
-        .call(Method::PUT, "/api/v1/agent/facts", Some(credential), Some(facts.clone()))
+        .call(
+            Method::PUT,
+            "/api/v1/agent/facts",
+            Some(credential),
+            Some(facts.clone()),
+        )
         .await;
     assert_eq!(s, StatusCode::OK, "{v}");
 }
@@ -50,11 +55,17 @@ async fn checks_use_the_previous_report_and_feed_node_health() {
         "{port}"
     );
     assert_eq!(check(&detail, "bond-members", "bond0")["state"], "warn");
-    assert_eq!(check(&detail, "nccl-conf", "/etc/nccl.conf")["state"], "warn");
+    assert_eq!(
+        check(&detail, "nccl-conf", "/etc/nccl.conf")["state"],
+        "warn"
+    );
 
     // The next report: four more symbol errors on mlx5_3 only.
     let counters = facts["conditions"]["ib_counters"].as_array_mut().unwrap();
-    let c = counters.iter_mut().find(|c| c["device"] == "mlx5_3").unwrap();
+    let c = counters
+        .iter_mut()
+        .find(|c| c["device"] == "mlx5_3")
+        .unwrap();
     c["symbol_error"] = json!(41);
     put_facts(&api, &node.credential, &facts).await;
     let (_, detail) = api.get("/api/v1/nodes/ib-node-12", &admin).await;
@@ -67,7 +78,10 @@ async fn checks_use_the_previous_report_and_feed_node_health() {
             .starts_with("symbol_error +4 since the last report"),
         "{port}"
     );
-    assert_eq!(check(&detail, "ib-port-errors", "mlx5_0:1")["state"], "pass");
+    assert_eq!(
+        check(&detail, "ib-port-errors", "mlx5_0:1")["state"],
+        "pass"
+    );
 
     // No test has run, yet the node warns, with the checks as coded reasons.
     let (s, health) = api.get("/api/v1/nodes/ib-node-12/health", &admin).await;
@@ -82,7 +96,13 @@ async fn checks_use_the_previous_report_and_feed_node_health() {
             r["code"].as_str().unwrap()
         })
         .collect();
-    for code in ["gpu-pcie-link", "ib-port-errors", "bond-members", "nccl-conf", "gpu-xid"] {
+    for code in [
+        "gpu-pcie-link",
+        "ib-port-errors",
+        "bond-members",
+        "nccl-conf",
+        "gpu-xid",
+    ] {
         assert!(codes.contains(&code), "{code} missing from {codes:?}");
     }
 }
@@ -99,15 +119,26 @@ async fn ipoib_subnets_are_compared_across_a_site() {
     let server = TestServer::start().await;
     let api = Api::new(&server);
     let admin = server.admin_token.clone();
-    let (s, v) = api.post("/api/v1/sites", &admin, json!({"name": "hall-a"})).await;
+    let (s, v) = api
+        .post("/api/v1/sites", &admin, json!({"name": "hall-a"}))
+        .await;
     assert_eq!(s, StatusCode::CREATED, "{v}");
-    for (host, addr) in [("ib-a", "10.10.0.1/16"), ("ib-b", "10.10.3.2/16"), ("ib-c", "10.20.0.3/24")] {
+    for (host, addr) in [
+        ("ib-a", "10.10.0.1/16"),
+        ("ib-b", "10.10.3.2/16"),
+        ("ib-c", "10.20.0.3/24"),
+    ] {
         let node = enroll(&api, &server, host).await;
         let mut facts = with_ib0(fixture_facts("bare-metal-ib12"), addr);
         facts["host"]["hostname"] = json!(host);
         put_facts(&api, &node.credential, &facts).await;
         let (s, v) = api
-            .call(Method::PATCH, &format!("/api/v1/nodes/{host}"), Some(&admin), Some(json!({"site": "hall-a"})))
+            .call(
+                Method::PATCH,
+                &format!("/api/v1/nodes/{host}"),
+                Some(&admin),
+                Some(json!({"site": "hall-a"})),
+            )
             .await;
         assert_eq!(s, StatusCode::OK, "{v}");
     }
@@ -124,10 +155,21 @@ async fn ipoib_subnets_are_compared_across_a_site() {
     let (_, fine) = api.get("/api/v1/nodes/ib-a", &admin).await;
     assert_eq!(check(&fine, "ipoib-subnet", "ib0")["state"], "warn");
     // Detached from the site, nothing is compared.
-    api.call(Method::PATCH, "/api/v1/nodes/ib-c", Some(&admin), Some(json!({"site": null})))
-        .await;
+    api.call(
+        Method::PATCH,
+        "/api/v1/nodes/ib-c",
+        Some(&admin),
+        Some(json!({"site": null})),
+    )
+    .await;
     let (_, alone) = api.get("/api/v1/nodes/ib-c", &admin).await;
-    assert!(!alone["checks"].as_array().unwrap().iter().any(|c| c["name"] == "ipoib-subnet"));
+    assert!(
+        !alone["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["name"] == "ipoib-subnet")
+    );
     let (_, pair) = api.get("/api/v1/nodes/ib-a", &admin).await;
     assert_eq!(check(&pair, "ipoib-subnet", "ib0")["state"], "pass");
 }
@@ -136,9 +178,19 @@ async fn ipoib_subnets_are_compared_across_a_site() {
 fn explain(vars: &Value) -> String {
     let mut out = String::new();
     for v in vars.as_array().unwrap() {
-        out.push_str(&format!("{}={}\n", v["name"].as_str().unwrap(), v["value"].as_str().unwrap()));
-        out.push_str(&format!("    from      {}\n", v["source"].as_str().unwrap()));
-        out.push_str(&format!("    because   {}\n", v["reason"].as_str().unwrap()));
+        out.push_str(&format!(
+            "{}={}\n",
+            v["name"].as_str().unwrap(),
+            v["value"].as_str().unwrap()
+        ));
+        out.push_str(&format!(
+            "    from      {}\n",
+            v["source"].as_str().unwrap()
+        ));
+        out.push_str(&format!(
+            "    because   {}\n",
+            v["reason"].as_str().unwrap()
+        ));
         for o in v["overridden"].as_array().into_iter().flatten() {
             out.push_str(&format!(
                 "    overrode  {} from {}\n",
@@ -164,14 +216,21 @@ async fn a_fresh_server_explains_the_seed_shapes() {
         put_facts(&api, &node.credential, &fixture_facts(fixture)).await;
         let mut vars = Value::Null;
         for _ in 0..100 {
-            let (_, v) = api.get(&format!("/api/v1/nodes/{host}/env/explain"), &admin).await;
-            if v.as_array().is_some_and(|a| a.iter().any(|x| x["name"] == must)) {
+            let (_, v) = api
+                .get(&format!("/api/v1/nodes/{host}/env/explain"), &admin)
+                .await;
+            if v.as_array()
+                .is_some_and(|a| a.iter().any(|x| x["name"] == must))
+            {
                 vars = v;
                 break;
             }
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
         assert!(!vars.is_null(), "no {must} for {host}");
-        println!("$ heddle env {host} --explain   # {fixture}\n{}", explain(&vars));
+        println!(
+            "$ heddle env {host} --explain   # {fixture}\n{}",
+            explain(&vars)
+        );
     }
 }

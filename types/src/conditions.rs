@@ -56,8 +56,10 @@ pub struct GpuCondition {
     /// The board's default power limit, watts.
     #[serde(default)]
     pub default_power_limit_w: Option<f64>,
-    /// Active clock-throttle ("clocks event") reasons, NVML's names in snake case
-    /// (`hw_slowdown`, `sw_thermal_slowdown`, ...); `gpu_idle` is left out.
+    /// Active clock-throttle ("clocks event") reasons that mean trouble, NVML's names in
+    /// snake case (`hw_slowdown`, `hw_thermal_slowdown`, `hw_power_brake_slowdown`,
+    /// `sw_thermal_slowdown`, `sync_boost`); idle, application clocks and the power cap are
+    /// left out (they follow the work).
     #[serde(default)]
     pub throttle_reasons: Vec<String>,
     #[serde(default)]

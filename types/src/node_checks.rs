@@ -76,7 +76,7 @@ impl NodeCheck {
 const FAILING_XIDS: [u32; 9] = [48, 61, 62, 74, 79, 92, 95, 119, 120];
 
 /// Throttle reasons that mean the GPU runs slower than it should on a healthy, cooled
-/// machine. `sw_power_cap` alone is normal under full load and is not listed.
+/// machine. The agent reports only these (the power cap a loaded GPU reaches is normal).
 const BAD_THROTTLE: [&str; 5] = [
     "hw_slowdown",
     "hw_thermal_slowdown",
@@ -157,11 +157,18 @@ fn gpu_checks(cond: &ConditionFacts, out: &mut Vec<NodeCheck>) {
                     "PCIe link runs at {cur}, below its maximum {max}: fewer lanes trained, so host↔GPU and GPUDirect traffic is capped; reseat the GPU or riser and check the slot (a link that trained down does not recover without a reset)"
                 ),
             )
-        } else if slow_gen {
+        } else if slow_gen && !g.processes.is_empty() {
             (
                 Verdict::Warn,
                 format!(
-                    "PCIe link runs at {cur}, below its maximum {max}: idle GPUs drop the link speed to save power, so read this under load (`nvidia-smi -q -d PCIE`); if it stays low, check the slot, riser and BIOS PCIe generation setting"
+                    "PCIe link runs at {cur} while the GPU is busy, below its maximum {max}: check the slot, riser and the BIOS PCIe generation setting (`nvidia-smi -q -d PCIE` shows the same)"
+                ),
+            )
+        } else if slow_gen {
+            (
+                Verdict::Pass,
+                format!(
+                    "PCIe link at {cur}, maximum {max}: an idle GPU lowers its link speed to save power, so the generation is judged only while the GPU is busy"
                 ),
             )
         } else {
@@ -542,7 +549,10 @@ fn bond_check(cond: &ConditionFacts, out: &mut Vec<NodeCheck>) {
         let (state, reason) = if b.members.is_empty() {
             (Verdict::Warn, "the bond has no members".to_string())
         } else if down.is_empty() && unread > 0 {
-            (Verdict::Unknown, format!("{unread} member(s) without a readable bonding_slave/mii_status"))
+            (
+                Verdict::Unknown,
+                format!("{unread} member(s) without a readable bonding_slave/mii_status"),
+            )
         } else if down.len() == b.members.len() {
             (
                 Verdict::Fail,

@@ -69,10 +69,17 @@ pub fn collect(root: &mut Root, input: &Inputs<'_>) -> ConditionFacts {
 /// `8.0 GT/s PCIe` (or `8 GT/s`) → 3.
 pub fn pcie_gen(speed: &str) -> Option<u32> {
     let gts: f64 = speed.split_whitespace().next()?.parse().ok()?;
-    [(2.5, 1), (5.0, 2), (8.0, 3), (16.0, 4), (32.0, 5), (64.0, 6)]
-        .iter()
-        .find(|(s, _)| (gts - s).abs() < 0.01)
-        .map(|&(_, g)| g)
+    [
+        (2.5, 1),
+        (5.0, 2),
+        (8.0, 3),
+        (16.0, 4),
+        (32.0, 5),
+        (64.0, 6),
+    ]
+    .iter()
+    .find(|(s, _)| (gts - s).abs() < 0.01)
+    .map(|&(_, g)| g)
 }
 
 fn pcie_link(root: &mut Root, bdf: &str) -> Option<PcieLink> {
@@ -100,8 +107,7 @@ fn pcie_link(root: &mut Root, bdf: &str) -> Option<PcieLink> {
         current_width: width(root, "current_link_width"),
         max_width: width(root, "max_link_width"),
     };
-    if link.current_speed.is_none() && link.max_speed.is_none() && link.current_width.is_none()
-    {
+    if link.current_speed.is_none() && link.max_speed.is_none() && link.current_width.is_none() {
         return None;
     }
     Some(PcieLink {
@@ -326,13 +332,17 @@ mod tests {
         let e = parse_xid_record("4,1093,63291739215,-;NVRM: Xid (PCI:0000:07:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.").unwrap();
         assert_eq!((e.seq, e.pci.as_str(), e.xid), (1093, "0000:07:00", 79));
         assert!(e.text.ends_with("fallen off the bus."));
-        assert!(parse_xid_record("6,1,2,-;NVRM: loading NVIDIA UNIX x86_64 Kernel Module").is_none());
+        assert!(
+            parse_xid_record("6,1,2,-;NVRM: loading NVIDIA UNIX x86_64 Kernel Module").is_none()
+        );
         assert!(parse_xid_record("garbage").is_none());
     }
 
     #[test]
     fn nccl_conf_as_nccl_reads_it() {
-        let v = parse_nccl_conf("# site defaults\nNCCL_IB_DISABLE=1\n  NCCL_SOCKET_IFNAME = eth0 \n\nbad line\n");
+        let v = parse_nccl_conf(
+            "# site defaults\nNCCL_IB_DISABLE=1\n  NCCL_SOCKET_IFNAME = eth0 \n\nbad line\n",
+        );
         assert_eq!(v.len(), 2);
         assert_eq!(v["NCCL_IB_DISABLE"], "1");
         assert_eq!(v["NCCL_SOCKET_IFNAME"], "eth0");
@@ -347,7 +357,10 @@ mod tests {
             None => {
                 assert!(events.is_empty());
                 let errs = root.take_errors();
-                assert!(errs.iter().any(|e| e.field == "/conditions/xid_events"), "{errs:?}");
+                assert!(
+                    errs.iter().any(|e| e.field == "/conditions/xid_events"),
+                    "{errs:?}"
+                );
             }
         }
     }

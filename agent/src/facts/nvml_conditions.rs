@@ -16,14 +16,10 @@ use super::sysfs::Root;
 /// Where a fixture tree keeps what NVML would say.
 pub const FIXTURE: &str = "var/lib/heddle/nvml-conditions.json";
 
-/// Active throttle reasons by NVML's bit, in snake case; `gpu_idle` is left out because an
-/// idle GPU is not a finding.
-const REASONS: [(ThrottleReasons, &str); 8] = [
-    (
-        ThrottleReasons::APPLICATIONS_CLOCKS_SETTING,
-        "applications_clocks_setting",
-    ),
-    (ThrottleReasons::SW_POWER_CAP, "sw_power_cap"),
+/// Throttle reasons kept, by NVML's bit, in snake case: those that mean trouble. Idle,
+/// application clocks and the power cap a loaded GPU reaches come and go with the work,
+/// and would change the facts (and their history) on every report.
+const REASONS: [(ThrottleReasons, &str); 5] = [
     (ThrottleReasons::HW_SLOWDOWN, "hw_slowdown"),
     (ThrottleReasons::SYNC_BOOST, "sync_boost"),
     (ThrottleReasons::SW_THERMAL_SLOWDOWN, "sw_thermal_slowdown"),
@@ -31,10 +27,6 @@ const REASONS: [(ThrottleReasons, &str); 8] = [
     (
         ThrottleReasons::HW_POWER_BRAKE_SLOWDOWN,
         "hw_power_brake_slowdown",
-    ),
-    (
-        ThrottleReasons::DISPLAY_CLOCK_SETTING,
-        "display_clock_setting",
     ),
 ];
 

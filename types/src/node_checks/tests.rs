@@ -67,6 +67,23 @@ fn narrow_pcie_link_warns_and_full_link_passes() {
         c[0].reason
     );
     assert_eq!(c[1].state, Verdict::Pass);
+    // A lower generation at full width is power saving while idle, a fault while busy.
+    let idle = gpu(
+        json!({"pcie": {"current_gen": 1, "max_gen": 4, "current_width": 16, "max_width": 16}}),
+    );
+    let busy = gpu(
+        json!({"pcie": {"current_gen": 3, "max_gen": 4, "current_width": 16, "max_width": 16},
+        "persistence_mode": true, "processes": [{"pid": 7, "name": "python", "used_memory_bytes": null}]}),
+    );
+    let state = |g: Value| {
+        find(
+            &evaluate(&facts(json!({"conditions": {"gpus": [g]}})), None),
+            "gpu-pcie-link",
+        )[0]
+        .state
+    };
+    assert_eq!(state(idle), Verdict::Pass);
+    assert_eq!(state(busy), Verdict::Warn);
     let r = c[0].to_reason().unwrap();
     assert_eq!(r.code.as_deref(), Some("gpu-pcie-link"));
     assert_eq!(r.basis, BASIS);
