@@ -333,7 +333,11 @@ fn xid_check(
             "gpu-xid",
             None,
             Verdict::Unknown,
-            "Xid events not known: this agent does not report them".into(),
+            if facts.conditions.is_some() {
+                "Xid events not known: no kernel log was read (the agent needs CAP_SYSLOG for /dev/kmsg; see the facts' errors)".into()
+            } else {
+                "Xid events not known: this agent does not report them".into()
+            },
         ));
         return;
     };
