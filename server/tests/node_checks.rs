@@ -101,7 +101,7 @@ async fn checks_use_the_previous_report_and_feed_node_health() {
         "ib-port-errors",
         "bond-members",
         "nccl-conf",
-        "gpu-xid",
+        "gpu-ecc",
     ] {
         assert!(codes.contains(&code), "{code} missing from {codes:?}");
     }
@@ -140,7 +140,7 @@ async fn ipoib_subnets_are_compared_across_a_site() {
                 Some(json!({"site": "hall-a"})),
             )
             .await;
-        assert_eq!(s, StatusCode::OK, "{v}");
+        assert_eq!(s, StatusCode::NO_CONTENT, "{v}");
     }
     let (_, odd) = api.get("/api/v1/nodes/ib-c", &admin).await;
     let c = check(&odd, "ipoib-subnet", "ib0");
