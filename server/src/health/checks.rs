@@ -105,7 +105,7 @@ fn not_read() -> heddle_types::facts::Probe {
 /// The verdict reasons of the checks that warn or fail, worst first.
 pub fn reasons(checks: &[NodeCheck]) -> Vec<Reason> {
     let mut r: Vec<Reason> = checks.iter().filter_map(NodeCheck::to_reason).collect();
-    r.sort_by(|a, b| b.severity.cmp(&a.severity));
+    r.sort_by_key(|x| std::cmp::Reverse(x.severity));
     r
 }
 
