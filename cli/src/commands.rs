@@ -395,6 +395,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 }
                 println!("{t}");
             }
+            if !n.checks.is_empty() {
+                println!("{}", crate::explain::checks_table(&n.checks));
+            }
             let mut t = table::new(&["NAME", "VALUE", "SOURCE", "REASON"]);
             for r in &n.recommendations {
                 t.add_row(vec![

@@ -1,6 +1,8 @@
 //! `heddle env NODE --explain` and the plugin findings of `heddle nodes show`: where each
 //! variable came from and what it overrode, and every plugin's warnings in full.
 
+use heddle_types::health::Verdict;
+use heddle_types::node_checks::NodeCheck;
 use heddle_types::plugins::PluginOutcome;
 use heddle_types::recommend::ExplainedVar;
 
@@ -42,6 +44,28 @@ pub fn render_explain(node: &str, vars: &[ExplainedVar]) -> String {
         }
     }
     out
+}
+
+/// The node's named checks, those that warn or fail first, each with its reason in full.
+pub fn checks_table(checks: &[NodeCheck]) -> comfy_table::Table {
+    let mut t = crate::table::new(&["CHECK", "SUBJECT", "STATE", "REASON"]);
+    let rank = |v: Verdict| match v {
+        Verdict::Fail => 0,
+        Verdict::Warn => 1,
+        Verdict::Unknown => 2,
+        Verdict::Pass => 3,
+    };
+    let mut sorted: Vec<&NodeCheck> = checks.iter().collect();
+    sorted.sort_by_key(|c| rank(c.state));
+    for c in sorted {
+        t.add_row(vec![
+            c.name.clone(),
+            c.subject.clone().unwrap_or_else(|| "-".into()),
+            c.state.to_string(),
+            one_line(&c.reason),
+        ]);
+    }
+    t
 }
 
 fn one_line(text: &str) -> String {

@@ -138,6 +138,14 @@ pub async fn health(client: &Client, node: Option<String>, json: bool) -> anyhow
                     ]);
                 }
                 println!("{t}");
+                for r in &h.reasons {
+                    let code = r.code.as_deref().unwrap_or(&r.basis);
+                    println!(
+                        "{} {code}: {}",
+                        format!("{:?}", r.severity).to_uppercase(),
+                        r.message
+                    );
+                }
             }
         }
         None => {

@@ -46,6 +46,10 @@ pub struct NodeFacts {
     /// Whether GPUDirect RDMA can work here; `None` from agents that do not collect it.
     #[serde(default)]
     pub gpudirect: Option<GpuDirectFacts>,
+    /// What operators used to check by eye (PCIe links, ECC, port counters, bonds, NCCL
+    /// config files); judged by `heddle_types::node_checks`. `None` from older agents.
+    #[serde(default)]
+    pub conditions: Option<crate::conditions::ConditionFacts>,
     /// Per-field read or parse failures, sorted by field.
     #[serde(default)]
     pub errors: Vec<FactError>,

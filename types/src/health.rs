@@ -167,9 +167,14 @@ pub struct TestHealth {
 pub struct NodeHealth {
     pub node_id: Uuid,
     pub hostname: String,
-    /// The combination of the latest verdict of every test.
+    /// The combination of the latest verdict of every test and of the node's checks that
+    /// warn or fail.
     pub verdict: Verdict,
     pub tests: Vec<TestHealth>,
+    /// The node's checks that warn or fail (`heddle_types::node_checks`), worst first; their
+    /// `code` is the check's name.
+    #[serde(default)]
+    pub reasons: Vec<Reason>,
 }
 
 /// One node in the fleet summary.

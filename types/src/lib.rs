@@ -8,6 +8,7 @@
 pub mod agent;
 pub mod auth;
 pub mod collective;
+pub mod conditions;
 pub mod duration;
 pub mod env_policy;
 pub mod error;
@@ -15,6 +16,7 @@ pub mod facts;
 pub mod health;
 pub mod investigations;
 pub mod jobs;
+pub mod node_checks;
 pub mod nodes;
 pub mod params;
 pub mod plugins;

@@ -31,6 +31,10 @@ pub struct NodeDetail {
     pub facts: Option<serde_json::Value>,
     pub facts_sha256: Option<String>,
     pub recommendations: Vec<Recommendation>,
+    /// Every named check of the node's conditions (`heddle_types::node_checks`), passing
+    /// ones included.
+    #[serde(default)]
+    pub checks: Vec<crate::node_checks::NodeCheck>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

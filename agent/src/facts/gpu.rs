@@ -28,6 +28,8 @@ pub struct NvmlDevice {
     pub uuid: Option<String>,
     pub memory_total_bytes: Option<u64>,
     pub nvlinks: Vec<NvLink>,
+    /// Power, throttle, persistence, ECC and processes (see `nvml_conditions`).
+    pub condition: heddle_types::conditions::GpuCondition,
 }
 
 /// GPUs from the PCI list, numbered in bus order, with names from the PCI id table.
@@ -185,8 +187,11 @@ pub fn query_nvml(root: &mut Root, library: Option<&str>) -> (Probe, Option<Nvml
                 remote_kind,
             });
         }
+        let index = dev.index().unwrap_or(i);
+        let condition = super::nvml_conditions::read(&nvml, &dev, index, &bdf);
         view.devices.push(NvmlDevice {
-            index: dev.index().unwrap_or(i),
+            index,
+            condition,
             bdf,
             name: dev
                 .name()

@@ -8,10 +8,12 @@
 //!
 //! [`Probe`]: heddle_types::facts::Probe
 
+mod conditions;
 mod gpu;
 mod gpudirect;
 mod host;
 mod net;
+mod nvml_conditions;
 mod pci;
 mod rdma;
 mod software;
@@ -134,6 +136,19 @@ pub fn collect(opts: &CollectOptions) -> NodeFacts {
     };
 
     let network = net::collect(&mut root);
+    let mut conditions = conditions::collect(
+        &mut root,
+        &conditions::Inputs {
+            gpus: &gpus,
+            rdma: &rdma_devices,
+            interfaces: &network.interfaces,
+            env: &env,
+        },
+    );
+    let from_nvml = view
+        .as_ref()
+        .map(|v| v.devices.iter().map(|d| d.condition.clone()).collect());
+    nvml_conditions::merge(&mut root, &mut conditions, from_nvml);
     let mut software = software::collect(&mut root, &opts.nccl_library);
     if live {
         software.rdma_core = verbs::rdma_core_version(&opts.verbs_library);
@@ -171,6 +186,7 @@ pub fn collect(opts: &CollectOptions) -> NodeFacts {
         software,
         topology,
         gpudirect: Some(gpudirect),
+        conditions: Some(conditions),
         errors,
     }
 }

@@ -68,6 +68,12 @@ impl Root {
         }
     }
 
+    /// A path in the root itself even under `etc/`: for what the processes the agent starts
+    /// read (they see its own /etc, not the host's).
+    pub fn own_path(&self, rel: &str) -> PathBuf {
+        self.base.join(rel.trim_start_matches('/'))
+    }
+
     pub fn exists(&self, rel: &str) -> bool {
         self.path(rel).exists()
     }

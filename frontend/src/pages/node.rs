@@ -2,11 +2,14 @@
 //! sources behind each variable, what every plugin said, and the history of its facts.
 
 use heddle_types::facts::NodeFacts;
+use heddle_types::health::Verdict;
+use heddle_types::node_checks::NodeCheck;
 use heddle_types::nodes::{FactsSnapshot, NodeDetail};
 use heddle_types::plugins::PluginOutcome;
 use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
 
+use super::health::verdict_badge;
 use super::node_facts::FactsView;
 use crate::api::{self, seg};
 use crate::topology::Heatmap;
@@ -73,6 +76,7 @@ fn NodeBody(node: NodeDetail) -> impl IntoView {
         })
         .collect_view();
     let no_recs = node.recommendations.is_empty();
+    let checks = checks_table(node.checks);
     let traits = s
         .traits
         .iter()
@@ -101,6 +105,8 @@ fn NodeBody(node: NodeDetail) -> impl IntoView {
             view! { <table class="grid" id="recommendations"><thead><tr><th>"Variable"</th><th>"Value"</th><th>"Why"</th><th>"Source"</th></tr></thead>
                 <tbody>{recs}</tbody></table> }.into_any()
         }}
+        <h2>"Checks"</h2>
+        {checks}
         <h2>"Topology"</h2>
         {topo_view}
         <h2>"Facts"</h2>
@@ -120,6 +126,31 @@ fn gpudirect_table(g: Option<heddle_types::facts::GpuDirectFacts>) -> impl IntoV
         })
         .collect_view();
     view! { <h3>"GPUDirect RDMA"</h3><table class="grid" id="gpudirect"><thead><tr><th>"Check"</th><th>"State"</th><th>"Why"</th></tr></thead><tbody>{rows}</tbody></table> }
+}
+
+/// The node's named checks (PCIe links, ECC, port counters, bonds, NCCL config files...),
+/// those that warn or fail first, each with its reason in full.
+fn checks_table(mut checks: Vec<NodeCheck>) -> impl IntoView {
+    if checks.is_empty() {
+        return view! { <p class="empty">"No checks yet: they run on the node's facts."</p> }.into_any();
+    }
+    let rank = |v: Verdict| match v {
+        Verdict::Fail => 0,
+        Verdict::Warn => 1,
+        Verdict::Unknown => 2,
+        Verdict::Pass => 3,
+    };
+    checks.sort_by_key(|c| rank(c.state));
+    let rows = checks
+        .into_iter()
+        .map(|c| {
+            view! { <tr class=format!("check-{}", c.state)><td class="mono">{c.name}</td>
+                <td class="mono">{c.subject.unwrap_or_default()}</td>
+                <td>{verdict_badge(c.state)}</td><td>{c.reason}</td></tr> }
+        })
+        .collect_view();
+    view! { <table class="grid" id="checks"><thead><tr><th>"Check"</th><th>"Subject"</th><th>"State"</th><th>"Why"</th></tr></thead>
+        <tbody>{rows}</tbody></table> }.into_any()
 }
 
 /// The `export` block with a copy button; the text stays selectable for browsers that
@@ -158,9 +189,20 @@ fn plugin_table(outcomes: Vec<PluginOutcome>) -> impl IntoView {
         .into_iter()
         .map(|o| {
             let said = o.output.as_ref().map(summarize_output).unwrap_or_default();
+            let warnings = o
+                .output
+                .as_ref()
+                .map(plugin_warnings)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|w| view! { <li class="warning">{w}</li> })
+                .collect_view();
             view! { <tr>
                 <td>{format!("{}@{}", o.plugin, o.version)}</td>
-                <td>{match o.error { Some(e) => view! { <span class="error">{e}</span> }.into_any(), None => view! { <span>{said}</span> }.into_any() }}</td>
+                <td>{match o.error {
+                    Some(e) => view! { <span class="error">{format!("skipped: the plugin failed, so none of its rules ran: {e}")}</span> }.into_any(),
+                    None => view! { <span>{said}</span><ul class="warnings">{warnings}</ul> }.into_any(),
+                }}</td>
                 <td class="mono small">{usage_line(&o.usage)}</td>
                 <td class="muted">{ago(Some(o.ran_at))}</td>
             </tr> }
@@ -178,6 +220,16 @@ pub fn summarize_output(v: &serde_json::Value) -> String {
         n("traits"),
         n("warnings")
     )
+}
+
+/// Every warning of a plugin's output, in full (dropped ports, rules skipped and why).
+pub fn plugin_warnings(v: &serde_json::Value) -> Vec<String> {
+    v.get("warnings")
+        .and_then(|w| w.as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(|w| w.as_str().map(str::to_string))
+        .collect()
 }
 
 /// Fuel, time and peak memory of one plugin call, from its `usage` object.

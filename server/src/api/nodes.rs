@@ -162,6 +162,7 @@ pub async fn get_node(
         facts,
         facts_sha256,
         recommendations: effective_env(&state.db, id).await?,
+        checks: crate::health::checks::for_node(&state.db, id).await?,
     }))
 }
 

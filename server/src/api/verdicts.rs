@@ -11,7 +11,7 @@ use crate::AppState;
 use crate::auth::Caller;
 use crate::db;
 use crate::error::{ApiError, ApiResult, Json, Path};
-use crate::health::{preflight, store};
+use crate::health::{checks, preflight, store};
 
 /// The latest verdict of every test on a node.
 #[utoipa::path(get, path = "/api/v1/nodes/{node}/health", tag = "verdicts", security(("bearer" = [])),
@@ -29,11 +29,18 @@ pub async fn node_health(
         .fetch_one(&state.db)
         .await?;
     let tests = store::node_tests(&state.db, node_id).await?;
+    let checks = checks::for_node(&state.db, node_id).await?;
     Ok(Json(NodeHealth {
         node_id,
         hostname,
-        verdict: Verdict::combine(tests.iter().map(|t| t.verdict)),
+        verdict: Verdict::combine(
+            tests
+                .iter()
+                .map(|t| t.verdict)
+                .chain(checks::verdicts(&checks)),
+        ),
         tests,
+        reasons: checks::reasons(&checks),
     }))
 }
 

@@ -3,6 +3,7 @@
 //! the fleet; the verdict is stored in `verdicts` and read by the API, metrics and
 //! investigations. The rules are in docs/health.md.
 
+pub mod checks;
 pub mod expectations;
 pub mod figures;
 pub mod investigate;
