@@ -202,12 +202,13 @@ async fn a_gap_in_the_lease_clock_gives_old_leases_a_fresh_term() {
     let hb = Duration::from_secs(2);
     let ttl = Duration::from_secs(3);
 
-    // The clock last ticked a minute ago; the lease ran out 30 s ago, during that gap.
+    // The clock last ticked a minute ago, just after the lease was renewed; the lease ran
+    // out 58 s ago, during that gap.
     sqlx::query("UPDATE lease_clock SET ticked_at = now() - interval '60 seconds'")
         .execute(&pool)
         .await
         .unwrap();
-    sqlx::query("UPDATE jobs SET lease_expires_at = now() - interval '30 seconds' WHERE id = $1")
+    sqlx::query("UPDATE jobs SET lease_expires_at = now() - interval '58 seconds' WHERE id = $1")
         .bind(job)
         .execute(&pool)
         .await
