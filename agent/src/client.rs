@@ -37,9 +37,14 @@ pub enum ClientError {
     /// No replica could be reached (connection refused, timeout, reset...). Retry later.
     #[error("no server reachable ({tried} tried): {last}")]
     Unreachable { tried: usize, last: String },
-    /// Every replica reached answered 5xx. Retry later.
+    /// Every replica reached answered 5xx (503 while the server's database is down).
+    /// Retry later, not before `retry_after` when the server named it.
     #[error("server unavailable: {status} {message}")]
-    Unavailable { status: u16, message: String },
+    Unavailable {
+        status: u16,
+        message: String,
+        retry_after: Option<Duration>,
+    },
     /// The credential (or enrollment token) was refused: the agent was revoked or the
     /// token is wrong. Retrying cannot help.
     #[error("unauthorized: {message}")]
@@ -69,6 +74,14 @@ impl ClientError {
             ClientError::Unreachable { .. } | ClientError::Unavailable { .. } => true,
             ClientError::Rejected { status, .. } => *status == 408 || *status == 429,
             _ => false,
+        }
+    }
+
+    /// How long the server asked to wait (`Retry-After` on a 503 or 429).
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ClientError::Unavailable { retry_after, .. } => *retry_after,
+            _ => None,
         }
     }
 
@@ -409,9 +422,20 @@ impl Client {
             match builder.send().await {
                 Ok(resp) if resp.status().is_server_error() => {
                     let status = resp.status().as_u16();
+                    let retry_after = retry_after(resp.headers());
                     let (_, message) = error_message(resp).await;
                     tracing::debug!(server = %self.servers[idx], status, %message, "replica answered with a server error");
-                    last = Some(ClientError::Unavailable { status, message });
+                    // Of several replicas' hints the longest stands: all of them were asked.
+                    let retry_after = match (&last, retry_after) {
+                        (Some(prev), Some(r)) => Some(prev.retry_after().map_or(r, |p| p.max(r))),
+                        (Some(prev), None) => prev.retry_after(),
+                        (None, r) => r,
+                    };
+                    last = Some(ClientError::Unavailable {
+                        status,
+                        message,
+                        retry_after,
+                    });
                 }
                 Ok(resp) => {
                     if idx != start % n {
@@ -436,6 +460,22 @@ impl Client {
         }
         Err(last.expect("at least one server is configured"))
     }
+}
+
+/// Longest `Retry-After` honoured; a larger (or hostile) value is cut to this.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
+
+/// `Retry-After` in its delay-seconds form, capped at [`MAX_RETRY_AFTER`]. The HTTP-date
+/// form is not used by Heddle servers and is ignored.
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let secs: u64 = headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(Duration::from_secs(secs).min(MAX_RETRY_AFTER))
 }
 
 fn check_name(name: &str) -> Result<(), ClientError> {
@@ -579,6 +619,52 @@ mod tests {
             start.elapsed()
         );
         assert_eq!(client.current_server(), live_url);
+    }
+
+    #[test]
+    fn retry_after_takes_seconds_and_is_capped() {
+        use reqwest::header::{HeaderMap, HeaderValue, RETRY_AFTER};
+        let with = |v: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(RETRY_AFTER, HeaderValue::from_str(v).unwrap());
+            retry_after(&h)
+        };
+        assert_eq!(with("1"), Some(Duration::from_secs(1)));
+        assert_eq!(with(" 7 "), Some(Duration::from_secs(7)));
+        assert_eq!(with("999999999"), Some(MAX_RETRY_AFTER));
+        assert_eq!(with("Wed, 21 Oct 2015 07:28:00 GMT"), None);
+        assert_eq!(with("-1"), None);
+        assert_eq!(retry_after(&HeaderMap::new()), None);
+    }
+
+    /// Two replicas answer 503 (their database is down); the client reports one
+    /// transient error carrying the longest Retry-After.
+    #[tokio::test]
+    async fn a_503_everywhere_is_transient_and_carries_retry_after() {
+        let mut urls = Vec::new();
+        for secs in [2, 5] {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            urls.push(format!("http://{}", l.local_addr().unwrap()));
+            tokio::spawn(async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let (mut sock, _) = l.accept().await.unwrap();
+                let mut buf = vec![0u8; 4096];
+                let _ = sock.read(&mut buf).await.unwrap();
+                let body = r#"{"error":"unavailable","message":"the database is unavailable; retry later"}"#;
+                let resp = format!(
+                    "HTTP/1.1 503 Service Unavailable\r\nretry-after: {secs}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                sock.write_all(resp.as_bytes()).await.unwrap();
+            });
+        }
+        let client = Client::new(&urls).unwrap();
+        client.set_credential("secret".into());
+        let err = client.claim().await.unwrap_err();
+        assert!(err.is_transient(), "{err}");
+        assert_eq!(err.status(), Some(503));
+        assert_eq!(err.retry_after(), Some(Duration::from_secs(5)));
+        assert!(err.to_string().contains("database is unavailable"), "{err}");
     }
 
     #[tokio::test]

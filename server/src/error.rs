@@ -33,10 +33,37 @@ pub enum ApiError {
     /// This replica is at a cap (e.g. concurrent long polls); another may take it.
     #[error("{0}")]
     Busy(String),
+    /// Postgres cannot be reached or is restarting ([`db_unreachable`]): 503 with
+    /// `Retry-After`, never 500, so clients wait instead of giving up.
     #[error("database unavailable")]
     Unavailable(#[source] sqlx::Error),
     #[error("internal error")]
-    Internal(#[from] anyhow::Error),
+    Internal(#[source] anyhow::Error),
+}
+
+/// Whether `err` says the database is out of reach rather than that the request or the
+/// server is wrong: no connection (refused, reset, TLS, pool timeout or closed), or Postgres
+/// refusing work while it shuts down, restarts or is full. The one place that decides
+/// between 503 and 500 for database errors; `/readyz` and the lease reaper use it too.
+pub fn db_unreachable(err: &sqlx::Error) -> bool {
+    match err {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| unreachable_sqlstate(&code)),
+        _ => false,
+    }
+}
+
+/// SQLSTATEs that mean "this server cannot take work now", not "this statement is wrong":
+/// class 08 (connection exception), 57P01 admin_shutdown (fast shutdown), 57P02
+/// crash_shutdown, 57P03 cannot_connect_now (starting up, shutting down, recovering),
+/// 53300 too_many_connections and 25006 read_only_sql_transaction (a standby promoted
+/// too late, or a failover in progress).
+fn unreachable_sqlstate(code: &str) -> bool {
+    code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03" | "53300" | "25006")
 }
 
 impl ApiError {
@@ -62,6 +89,7 @@ impl ApiError {
 impl From<sqlx::Error> for ApiError {
     fn from(err: sqlx::Error) -> Self {
         match &err {
+            _ if db_unreachable(&err) => ApiError::Unavailable(err),
             sqlx::Error::RowNotFound => ApiError::NotFound("no such object".into()),
             sqlx::Error::Database(db) => match db.kind() {
                 sqlx::error::ErrorKind::UniqueViolation => ApiError::Conflict(format!(
@@ -84,11 +112,25 @@ impl From<sqlx::Error> for ApiError {
                 }
                 _ => ApiError::Internal(err.into()),
             },
-            sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => {
-                ApiError::Unavailable(err)
-            }
             _ => ApiError::Internal(err.into()),
         }
+    }
+}
+
+/// An internal error that is (or wraps, through `context`) a database error of the
+/// unreachable kind still answers 503; everything else stays a 500.
+impl From<anyhow::Error> for ApiError {
+    fn from(err: anyhow::Error) -> Self {
+        if err
+            .downcast_ref::<sqlx::Error>()
+            .is_some_and(db_unreachable)
+        {
+            match err.downcast::<sqlx::Error>() {
+                Ok(db) => return ApiError::Unavailable(db),
+                Err(err) => return ApiError::Internal(err),
+            }
+        }
+        ApiError::Internal(err)
     }
 }
 
@@ -270,5 +312,164 @@ pub fn duplicate_name(what: &'static str, name: &str) -> impl FnOnce(sqlx::Error
             ApiError::Conflict(format!("a {what} named {name:?} already exists"))
         }
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+    use std::io;
+
+    use sqlx::error::{DatabaseError, ErrorKind};
+
+    use super::*;
+
+    /// A database error as Postgres would report it: only the SQLSTATE and kind matter here.
+    #[derive(Debug)]
+    struct Pg {
+        code: &'static str,
+        kind: ErrorKind,
+    }
+
+    impl std::fmt::Display for Pg {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "SQLSTATE {}", self.code)
+        }
+    }
+    impl std::error::Error for Pg {}
+    impl DatabaseError for Pg {
+        fn message(&self) -> &str {
+            "from a test"
+        }
+        fn code(&self) -> Option<Cow<'_, str>> {
+            Some(Cow::Borrowed(self.code))
+        }
+        fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+        fn as_error_mut(&mut self) -> &mut (dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+        fn into_error(self: Box<Self>) -> Box<dyn std::error::Error + Send + Sync + 'static> {
+            self
+        }
+        fn kind(&self) -> ErrorKind {
+            match &self.kind {
+                ErrorKind::UniqueViolation => ErrorKind::UniqueViolation,
+                ErrorKind::ForeignKeyViolation => ErrorKind::ForeignKeyViolation,
+                ErrorKind::NotNullViolation => ErrorKind::NotNullViolation,
+                ErrorKind::CheckViolation => ErrorKind::CheckViolation,
+                _ => ErrorKind::Other,
+            }
+        }
+    }
+
+    fn pg(code: &'static str) -> sqlx::Error {
+        sqlx::Error::Database(Box::new(Pg {
+            code,
+            kind: ErrorKind::Other,
+        }))
+    }
+
+    fn status(err: impl Into<ApiError>) -> (StatusCode, Option<String>) {
+        let response = err.into().into_response();
+        let retry = response
+            .headers()
+            .get(axum::http::header::RETRY_AFTER)
+            .map(|v| v.to_str().unwrap().to_string());
+        (response.status(), retry)
+    }
+
+    #[test]
+    fn an_unreachable_database_is_503_with_retry_after() {
+        let unreachable = [
+            sqlx::Error::Io(io::Error::from(io::ErrorKind::ConnectionRefused)),
+            sqlx::Error::Io(io::Error::from(io::ErrorKind::ConnectionReset)),
+            sqlx::Error::Io(io::Error::from(io::ErrorKind::UnexpectedEof)),
+            sqlx::Error::Tls("handshake eof".into()),
+            sqlx::Error::PoolTimedOut,
+            sqlx::Error::PoolClosed,
+            sqlx::Error::WorkerCrashed,
+            pg("57P01"), // admin_shutdown: `pg_ctl stop -m fast`
+            pg("57P02"), // crash_shutdown
+            pg("57P03"), // cannot_connect_now: starting up or shutting down
+            pg("08000"), // connection_exception
+            pg("08003"), // connection_does_not_exist
+            pg("08006"), // connection_failure
+            pg("08001"), // sqlclient_unable_to_establish_sqlconnection
+            pg("08004"), // sqlserver_rejected_establishment_of_sqlconnection
+            pg("53300"), // too_many_connections
+            pg("25006"), // read_only_sql_transaction
+        ];
+        for err in unreachable {
+            let what = format!("{err:?}");
+            assert!(db_unreachable(&err), "{what}");
+            let (code, retry) = status(err);
+            assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE, "{what}");
+            assert_eq!(retry.as_deref(), Some("1"), "{what}");
+        }
+    }
+
+    #[test]
+    fn faults_of_the_request_or_the_server_are_not_unavailability() {
+        let cases = [
+            (sqlx::Error::RowNotFound, StatusCode::NOT_FOUND),
+            (
+                sqlx::Error::Database(Box::new(Pg {
+                    code: "23505",
+                    kind: ErrorKind::UniqueViolation,
+                })),
+                StatusCode::CONFLICT,
+            ),
+            (
+                sqlx::Error::Database(Box::new(Pg {
+                    code: "23503",
+                    kind: ErrorKind::ForeignKeyViolation,
+                })),
+                StatusCode::UNPROCESSABLE_ENTITY,
+            ),
+            (pg("22021"), StatusCode::UNPROCESSABLE_ENTITY), // NUL byte in text
+            (pg("42P01"), StatusCode::INTERNAL_SERVER_ERROR), // undefined table: a bug
+            (pg("57014"), StatusCode::INTERNAL_SERVER_ERROR), // statement timeout
+            (pg("40P01"), StatusCode::INTERNAL_SERVER_ERROR), // deadlock
+            (
+                sqlx::Error::Protocol("unexpected message".into()),
+                StatusCode::INTERNAL_SERVER_ERROR,
+            ),
+            (
+                sqlx::Error::ColumnNotFound("x".into()),
+                StatusCode::INTERNAL_SERVER_ERROR,
+            ),
+            (
+                sqlx::Error::Decode("bad".into()),
+                StatusCode::INTERNAL_SERVER_ERROR,
+            ),
+        ];
+        for (err, want) in cases {
+            let what = format!("{err:?}");
+            assert!(!db_unreachable(&err), "{what}");
+            let (code, retry) = status(err);
+            assert_eq!(code, want, "{what}");
+            assert_eq!(retry, None, "{what}");
+        }
+    }
+
+    #[test]
+    fn an_unreachable_database_behind_anyhow_context_is_still_503() {
+        let wrapped = anyhow::Error::from(pg("57P01")).context("reading node facts");
+        assert_eq!(status(wrapped).0, StatusCode::SERVICE_UNAVAILABLE);
+        let refused = anyhow::Error::from(sqlx::Error::Io(io::Error::from(
+            io::ErrorKind::ConnectionRefused,
+        )));
+        assert_eq!(status(refused).0, StatusCode::SERVICE_UNAVAILABLE);
+        // Other database errors behind anyhow stay internal, context and all.
+        let bug = anyhow::Error::from(pg("42P01")).context("listing nodes");
+        assert!(
+            matches!(ApiError::from(bug), ApiError::Internal(e) if e.to_string() == "listing nodes")
+        );
+        assert_eq!(
+            status(anyhow::anyhow!("plain")).0,
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
     }
 }

@@ -38,6 +38,8 @@ pub struct AppState {
     pub config: Arc<Config>,
     pub metrics: Arc<metrics::Metrics>,
     pub plugins: Arc<plugin_runtime::PluginRuntime>,
+    /// This replica's view of whether Postgres answers (for `/readyz`).
+    pub db_reach: Arc<db::reachability::Reachability>,
 }
 
 /// Connects to Postgres and applies migrations (serialised across replicas by sqlx's
@@ -68,6 +70,7 @@ impl AppState {
             config: Arc::new(config),
             metrics: Arc::new(metrics::Metrics::new()),
             plugins,
+            db_reach: Arc::default(),
         })
     }
 }

@@ -5,6 +5,8 @@
 //! Needs `HEDDLE_TEST_DATABASE_URL`, a Postgres URL whose user may create databases
 //! (`scripts/pg-ensure.sh` prints one).
 
+pub mod private_pg;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 

@@ -39,6 +39,28 @@ impl Backoff {
         self.next_delay_with(&mut rand::rng())
     }
 
+    /// The next delay, never shorter than what the server asked for (`Retry-After`): when
+    /// its hint is the longer, the hint plus up to half of it again, so agents told the
+    /// same value at the same moment do not all return at the same moment.
+    pub fn next_delay_after_with(
+        &mut self,
+        retry_after: Option<Duration>,
+        rng: &mut impl Rng,
+    ) -> Duration {
+        let own = self.next_delay_with(rng);
+        match retry_after {
+            Some(hint) if hint > own => {
+                let jitter_ns = rng.random_range(0..=(hint / 2).as_nanos() as u64);
+                hint + Duration::from_nanos(jitter_ns)
+            }
+            _ => own,
+        }
+    }
+
+    pub fn next_delay_after(&mut self, retry_after: Option<Duration>) -> Duration {
+        self.next_delay_after_with(retry_after, &mut rand::rng())
+    }
+
     /// Failures since the last success.
     pub fn failures(&self) -> u32 {
         self.failures
@@ -91,6 +113,38 @@ mod tests {
         let min = delays.iter().min().unwrap();
         let max = delays.iter().max().unwrap();
         assert!(*max - *min > Duration::from_secs(3), "{min:?}..{max:?}");
+    }
+
+    #[test]
+    fn retry_after_is_a_floor_with_jitter_above_it() {
+        let mut rng = StdRng::seed_from_u64(3);
+        let hint = Some(Duration::from_secs(4));
+        let mut seen = Vec::new();
+        for seed in 0..50u64 {
+            let mut rng = StdRng::seed_from_u64(seed);
+            let mut b = Backoff::new(Duration::from_millis(100), Duration::from_secs(30));
+            let d = b.next_delay_after_with(hint, &mut rng);
+            assert!(
+                d >= Duration::from_secs(4) && d <= Duration::from_secs(6),
+                "{d:?}"
+            );
+            assert_eq!(b.failures(), 1, "the hint still counts as a failure");
+            seen.push(d);
+        }
+        let spread = *seen.iter().max().unwrap() - *seen.iter().min().unwrap();
+        assert!(spread > Duration::from_millis(500), "{spread:?}");
+        // A hint shorter than the backoff changes nothing; no hint is plain backoff.
+        let mut b = Backoff::new(Duration::from_secs(8), Duration::from_secs(30));
+        let d = b.next_delay_after_with(Some(Duration::from_secs(1)), &mut rng);
+        assert!(
+            d >= Duration::from_secs(4) && d <= Duration::from_secs(8),
+            "{d:?}"
+        );
+        let d = b.next_delay_after_with(None, &mut rng);
+        assert!(
+            d >= Duration::from_secs(8) && d <= Duration::from_secs(16),
+            "{d:?}"
+        );
     }
 
     #[test]

@@ -55,9 +55,12 @@ pub(super) async fn claim_loop(
             Err(ClientError::Unauthorized { message }) => return Err(agent.revoked(message)),
             Err(err) => {
                 drop(permit);
-                let delay = backoff.next_delay();
+                let delay = backoff.next_delay_after(err.retry_after());
                 tracing::warn!(error = %err, retry_in = ?delay, failures = backoff.failures(), "cannot claim jobs");
-                tokio::time::sleep(delay).await;
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    () = agent.server_back.notified() => backoff.reset(),
+                }
             }
         }
     }
@@ -232,13 +235,18 @@ async fn renew_loop(
     let job_id = lease.job_id;
     let mut expires = lease.lease_expires_at;
     let mut failures = 0u32;
+    // After a failed renewal: sooner than the usual cadence, but with backoff and never
+    // sooner than the server asks (while its database is down it answers 503 with
+    // Retry-After, and the lease is not judged on that time: the child keeps running).
+    let mut backoff = Backoff::new(Duration::from_secs(1), agent.cfg.backoff_cap);
+    let mut retry_in = Duration::ZERO;
     let mut first = true;
     loop {
         if !first {
             let left = (expires - Utc::now()).to_std().ok();
             let mut wait = renew_every(agent.heartbeat_interval(), left);
             if failures > 0 {
-                wait = wait.min(Duration::from_secs(1));
+                wait = wait.min(retry_in);
             }
             tokio::select! {
                 () = tokio::time::sleep(wait) => {}
@@ -253,6 +261,7 @@ async fn renew_loop(
         match agent.client.renew(job_id, &req).await {
             Ok(RenewOutcome::Renewed(r)) => {
                 failures = 0;
+                backoff.reset();
                 expires = r.lease_expires_at;
                 if r.cancel {
                     tracing::info!(%job_id, "job cancelled by the server; stopping its child");
@@ -281,7 +290,8 @@ async fn renew_loop(
             }
             Err(err) => {
                 failures += 1;
-                tracing::warn!(%job_id, error = %err, failures, "lease renewal failed; the child keeps running");
+                retry_in = backoff.next_delay_after(err.retry_after());
+                tracing::warn!(%job_id, error = %err, failures, retry_in = ?retry_in, "lease renewal failed; the child keeps running");
             }
         }
     }

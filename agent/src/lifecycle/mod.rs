@@ -152,6 +152,8 @@ pub(crate) struct Agent {
     heartbeat_interval_s: AtomicU32,
     /// Something was spooled.
     pub upload_wake: Notify,
+    /// A heartbeat reached the server after failures: loops waiting out a backoff go now.
+    pub server_back: Notify,
     /// The server asked for facts.
     pub facts_wake: Notify,
     /// Hash of the facts the server last accepted, reported in heartbeats.
@@ -330,6 +332,7 @@ pub async fn run(args: RunArgs) -> Result<(), LifecycleError> {
         jobs: Mutex::new(HashMap::new()),
         heartbeat_interval_s: AtomicU32::new(10),
         upload_wake: Notify::new(),
+        server_back: Notify::new(),
         facts_wake: Notify::new(),
         facts_sha: Mutex::new(None),
         fatal: fatal_tx,

@@ -25,6 +25,8 @@ pub(super) async fn heartbeat_loop(agent: Arc<Agent>) -> Result<Infallible, Life
             Ok(resp) => {
                 if let Some(since) = down_since.take() {
                     tracing::info!(server = agent.client.current_server(), down_for = ?since.elapsed(), "server reachable again");
+                    // Spooled results and claims need not wait out their own backoff.
+                    agent.server_back.notify_waiters();
                 }
                 backoff.reset();
                 agent.set_heartbeat_interval(resp.heartbeat_interval_s);
@@ -40,8 +42,13 @@ pub(super) async fn heartbeat_loop(agent: Arc<Agent>) -> Result<Infallible, Life
             Err(ClientError::Unauthorized { message }) => return Err(agent.revoked(message)),
             Err(err) => {
                 down_since.get_or_insert_with(Instant::now);
-                // Retry sooner than the interval at first, never later than it.
-                let delay = backoff.next_delay().min(agent.heartbeat_interval());
+                // Retry with backoff (not sooner than the server asks), but never later than
+                // half an interval: the agent is heard from within a heartbeat interval of
+                // the server's (or its database's) return, well inside the fresh lease term
+                // the server grants after an outage.
+                let delay = backoff
+                    .next_delay_after(err.retry_after())
+                    .min(agent.heartbeat_interval() / 2);
                 tracing::warn!(error = %err, retry_in = ?delay, failures = backoff.failures(), "heartbeat failed");
                 delay
             }
@@ -92,7 +99,7 @@ pub(super) async fn facts_loop(agent: Arc<Agent>) -> Result<Infallible, Lifecycl
                 }
                 Err(ClientError::Unauthorized { message }) => return Err(agent.revoked(message)),
                 Err(err) if err.is_transient() => {
-                    let delay = backoff.next_delay();
+                    let delay = backoff.next_delay_after(err.retry_after());
                     tracing::warn!(error = %err, retry_in = ?delay, "cannot send facts yet");
                     force = true;
                     tokio::time::sleep(delay).await;

@@ -91,10 +91,14 @@ pub(super) async fn drain(agent: &Agent) -> Result<(), LifecycleError> {
                         return Err(agent.revoked(message));
                     }
                     Err(err) if err.is_transient() || matches!(err, ClientError::Decode { .. }) => {
-                        let delay = backoff.next_delay();
+                        let delay = backoff.next_delay_after(err.retry_after());
                         tracing::warn!(%job_id, error = %err, retry_in = ?delay, failures = backoff.failures(),
                             "result upload failed; it stays spooled");
-                        tokio::time::sleep(delay).await;
+                        // Or sooner, when a heartbeat finds the server back.
+                        tokio::select! {
+                            () = tokio::time::sleep(delay) => {}
+                            () = agent.server_back.notified() => backoff.reset(),
+                        }
                     }
                     Err(err) => {
                         tracing::error!(%job_id, upload_key = key, error = %err, "server refused the result; moving it aside");

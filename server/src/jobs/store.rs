@@ -211,6 +211,30 @@ pub async fn expire_leases(db: &mut PgConnection) -> Result<Vec<(Uuid, JobState)
         .collect()
 }
 
+/// After a gap in the lease clock (nobody could judge leases: the database or every
+/// replica was down), every lease granted before the gap — one that expires earlier than
+/// the previous tick plus `term` — gets `term` from now: a [`Move::Heartbeat`] on the
+/// clock's behalf, the state stays. Returns how many leases were extended.
+pub async fn extend_leases_after_gap(
+    conn: &mut PgConnection,
+    previous_tick: DateTime<Utc>,
+    term: std::time::Duration,
+) -> Result<u64, JobError> {
+    let rows = sqlx::query!(
+        "UPDATE jobs SET lease_expires_at = clock_timestamp() + make_interval(secs => $2)
+         WHERE state IN ('leased', 'running') AND lease_expires_at < $1 + make_interval(secs => $2)
+         RETURNING state",
+        previous_tick,
+        term.as_secs_f64(),
+    )
+    .fetch_all(conn)
+    .await?;
+    for r in &rows {
+        moved(Move::Heartbeat, None, &r.state)?;
+    }
+    Ok(rows.len() as u64)
+}
+
 /// [`Move::EndLease`]: the leases held by `agents` (revoked or replaced) end now, so the
 /// reaper moves their jobs on its next tick. Returns how many leases ended.
 pub async fn end_leases_of(tx: &mut PgConnection, agents: &[Uuid]) -> Result<usize, JobError> {
