@@ -287,7 +287,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 ("trait", &trait_),
                 ("health", &health),
             ]);
-            let mut nodes: Vec<NodeSummary> = client.get(&format!("/api/v1/nodes{q}")).await?;
+            let mut nodes: Vec<NodeSummary> = client.get_all(&format!("/api/v1/nodes{q}")).await?;
             if json {
                 return print_json(&nodes).map(|_| ExitCode::SUCCESS);
             }
@@ -487,7 +487,9 @@ async fn runs(client: &Client, cmd: RunsCmd, json: bool) -> anyhow::Result<ExitC
         }
         RunsCmd::Show { id } => {
             let run: Run = client.get(&format!("/api/v1/runs/{id}")).await?;
-            let results: Vec<JobResult> = client.get(&format!("/api/v1/runs/{id}/results")).await?;
+            let results: Vec<JobResult> = client
+                .get_all(&format!("/api/v1/runs/{id}/results"))
+                .await?;
             if json {
                 print_json(&serde_json::json!({"run": run, "results": results}))?;
             } else {
@@ -621,7 +623,9 @@ async fn watch(client: &Client, id: uuid::Uuid, json: bool) -> anyhow::Result<Ex
             last = line;
         }
         if run.jobs.iter().all(|j| j.state.is_terminal()) {
-            let results: Vec<JobResult> = client.get(&format!("/api/v1/runs/{id}/results")).await?;
+            let results: Vec<JobResult> = client
+                .get_all(&format!("/api/v1/runs/{id}/results"))
+                .await?;
             if json {
                 print_json(&serde_json::json!({"run": run, "results": results}))?;
             } else {

@@ -2,11 +2,14 @@
 //! concurrent runs harmless (a row is requeued by whichever replica gets it first, and the
 //! other's WHERE no longer matches it).
 
+use std::time::Duration;
+
 use crate::AppState;
 
-/// Requeues (or fails, after the last attempt) jobs whose lease ran out. Returns how many
-/// jobs were touched.
-pub async fn reap_expired(db: &sqlx::PgPool) -> Result<u64, sqlx::Error> {
+/// Requeues (or fails, after the last attempt) jobs whose lease ran out more than `margin`
+/// ago. The margin covers heartbeats that renewed a lease and still wait in a replica's
+/// memory for their flush (`liveness.rs`). Returns how many jobs were touched.
+pub async fn reap_expired(db: &sqlx::PgPool, margin: Duration) -> Result<u64, sqlx::Error> {
     let rows: Vec<(uuid::Uuid, String)> = sqlx::query_as(
         "UPDATE jobs SET
             state = CASE WHEN cancel_requested THEN 'cancelled'
@@ -16,9 +19,10 @@ pub async fn reap_expired(db: &sqlx::PgPool) -> Result<u64, sqlx::Error> {
                          ELSE format('lease expired on attempt %s of %s: the agent stopped heartbeating; requeued', attempts, max_attempts) END,
             finished_at = CASE WHEN cancel_requested OR attempts >= max_attempts THEN now() END,
             lease_agent_id = NULL, lease_expires_at = NULL, progress = NULL
-         WHERE state IN ('leased', 'running') AND lease_expires_at < now()
+         WHERE state IN ('leased', 'running') AND lease_expires_at < now() - make_interval(secs => $1)
          RETURNING id, state",
     )
+    .bind(margin.as_secs_f64())
     .fetch_all(db)
     .await?;
     for (id, state) in &rows {
@@ -37,7 +41,7 @@ pub async fn run_reaper(state: AppState) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        if let Err(err) = reap_expired(&state.db).await {
+        if let Err(err) = reap_expired(&state.db, state.config.lease_margin()).await {
             tracing::warn!(error = %err, "lease reaper: database error; will retry");
         }
     }
