@@ -97,6 +97,32 @@ impl Client {
         decode(resp).await
     }
 
+    /// Every page of a list endpoint: asks again with each answer's `x-next-cursor` until
+    /// an answer has none, and returns the rows of all pages in order.
+    pub async fn get_all<T: DeserializeOwned>(&self, path: &str) -> Result<Vec<T>, ClientError> {
+        let mut all = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let page_path = match &cursor {
+                None => path.to_string(),
+                Some(c) => with_cursor(path, c),
+            };
+            let resp = self.send(Method::GET, &page_path, None).await?;
+            let next = resp
+                .headers()
+                .get(heddle_types::NEXT_CURSOR_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            let rows: Vec<T> = decode(resp).await?;
+            all.extend(rows);
+            match next {
+                // A server that hands back the cursor it was given would never end.
+                Some(n) if cursor.as_deref() != Some(n.as_str()) => cursor = Some(n),
+                _ => return Ok(all),
+            }
+        }
+    }
+
     pub async fn get_text(&self, path: &str) -> Result<String, ClientError> {
         let resp = self.send(Method::GET, path, None).await?;
         let status = resp.status();
@@ -170,6 +196,18 @@ pub fn query(pairs: &[(&str, &Option<String>)]) -> String {
     }
 }
 
+/// `path` with `cursor=` added to (or replacing the cursor in) its query string.
+fn with_cursor(path: &str, cursor: &str) -> String {
+    let (base, q) = path.split_once('?').unwrap_or((path, ""));
+    let mut parts: Vec<String> = q
+        .split('&')
+        .filter(|p| !p.is_empty() && !p.starts_with("cursor="))
+        .map(str::to_string)
+        .collect();
+    parts.push(format!("cursor={}", encode(cursor)));
+    format!("{base}?{}", parts.join("&"))
+}
+
 /// Percent-encodes a query value.
 pub fn encode(v: &str) -> String {
     v.bytes()
@@ -180,4 +218,21 @@ pub fn encode(v: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_cursor;
+
+    #[test]
+    fn the_cursor_joins_or_replaces_the_query() {
+        assert_eq!(
+            with_cursor("/api/v1/nodes", "YzE6YQ"),
+            "/api/v1/nodes?cursor=YzE6YQ"
+        );
+        assert_eq!(
+            with_cursor("/api/v1/nodes?site=a&cursor=old", "new"),
+            "/api/v1/nodes?site=a&cursor=new"
+        );
+    }
 }

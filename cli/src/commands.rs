@@ -305,7 +305,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 ("trait", &trait_),
                 ("health", &health),
             ]);
-            let mut nodes: Vec<NodeSummary> = client.get(&format!("/api/v1/nodes{q}")).await?;
+            let mut nodes: Vec<NodeSummary> = client.get_all(&format!("/api/v1/nodes{q}")).await?;
             if json {
                 return print_json(&nodes).map(|_| ExitCode::SUCCESS);
             }
@@ -519,7 +519,9 @@ async fn runs(client: &Client, cmd: RunsCmd, json: bool) -> anyhow::Result<ExitC
         }
         RunsCmd::Show { id } => {
             let run: Run = client.get(&format!("/api/v1/runs/{id}")).await?;
-            let results: Vec<JobResult> = client.get(&format!("/api/v1/runs/{id}/results")).await?;
+            let results: Vec<JobResult> = client
+                .get_all(&format!("/api/v1/runs/{id}/results"))
+                .await?;
             if json {
                 print_json(&crate::runs::RunReport {
                     run: &run,

@@ -148,17 +148,22 @@ pub async fn caller_for_token(state: &AppState, token: &str) -> Result<Caller, A
         ));
     }
     let sha = sha256_hex(token);
-    let row: Option<(Uuid, String, String)> = sqlx::query_as(
-        "UPDATE api_tokens SET last_used_at = now()
-         WHERE token_sha256 = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())
-         RETURNING id, name, role",
+    let row: Option<(Uuid, String, String, bool)> = sqlx::query_as(
+        "SELECT id, name, role,
+                coalesce(last_used_at < now() - make_interval(secs => $2), true)
+         FROM api_tokens
+         WHERE token_sha256 = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())",
     )
     .bind(&sha)
+    .bind(LAST_USED_RESOLUTION.as_secs_f64())
     .fetch_optional(&state.db)
     .await?;
-    let Some((token_id, name, role)) = row else {
+    let Some((token_id, name, role, stale)) = row else {
         return Err(refused_token(&state.db, &sha).await);
     };
+    if stale {
+        touch_token(&state.db, token_id).await?;
+    }
     let role = role
         .parse()
         .map_err(|e: String| ApiError::Internal(anyhow::anyhow!(e)))?;
@@ -167,6 +172,24 @@ pub async fn caller_for_token(state: &AppState, token: &str) -> Result<Caller, A
         name,
         role,
     })
+}
+
+/// How stale a token's `last_used_at` may get: it is written at most once per this long
+/// (on all replicas together), so a busy token costs reads, not a write per request.
+pub const LAST_USED_RESOLUTION: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Sets a token's `last_used_at` unless another request (on any replica) did within
+/// [`LAST_USED_RESOLUTION`]; the row lock makes racing requests write it once.
+async fn touch_token(db: &sqlx::PgPool, token_id: Uuid) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE api_tokens SET last_used_at = now()
+         WHERE id = $1 AND (last_used_at IS NULL OR last_used_at < now() - make_interval(secs => $2))",
+    )
+    .bind(token_id)
+    .bind(LAST_USED_RESOLUTION.as_secs_f64())
+    .execute(db)
+    .await?;
+    Ok(())
 }
 
 /// Why a presented API token was refused, in words that say what to do.

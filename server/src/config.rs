@@ -49,6 +49,18 @@ pub struct Config {
     #[arg(long, env = "HEDDLE_HEARTBEAT_INTERVAL_S", default_value_t = 10)]
     pub heartbeat_interval_s: u32,
 
+    /// Milliseconds between writes of the heartbeats this replica received: they are kept
+    /// in memory and written in one batch (agents, nodes and the leases of their running
+    /// jobs) per interval, at most a quarter of the heartbeat interval. A replica that dies
+    /// loses at most this much liveness; leases get this long on top of their length.
+    #[arg(long, env = "HEDDLE_HEARTBEAT_FLUSH_MS", default_value_t = 2000)]
+    pub heartbeat_flush_ms: u64,
+
+    /// Changes of a node's facts kept in its history (`heddle nodes history`); older ones
+    /// are dropped when a new change is stored.
+    #[arg(long, env = "HEDDLE_FACTS_HISTORY_KEEP", default_value_t = 100)]
+    pub facts_history_keep: u32,
+
     /// Admin token to create at start-up if no token with this value exists (instead of a
     /// random one printed on first start).
     #[arg(long, env = "HEDDLE_ADMIN_TOKEN", hide_env_values = true)]
@@ -175,9 +187,72 @@ impl Config {
         Duration::from_secs(u64::from(self.heartbeat_interval_s.max(1)))
     }
 
-    /// How long a lease lives without renewal: 1.5 heartbeats, so with the reaper ticking
-    /// every quarter heartbeat a dead agent's job is requeued within 1.75 intervals.
+    /// How often this replica writes the heartbeats it received: HEDDLE_HEARTBEAT_FLUSH_MS,
+    /// at most a quarter heartbeat (so a lease, 1.5 heartbeats long, is renewed in the
+    /// database before it lapses) and at least 10 ms.
+    pub fn heartbeat_flush_interval(&self) -> Duration {
+        Duration::from_millis(self.heartbeat_flush_ms.max(10)).min(self.heartbeat_interval() / 4)
+    }
+
+    /// How long past its recorded expiry a lease is still honoured: one flush interval, for
+    /// a heartbeat that renewed it and is still waiting in some replica's memory.
+    pub fn lease_margin(&self) -> Duration {
+        self.heartbeat_flush_interval()
+    }
+
+    /// How long a lease lives without renewal: 1.5 heartbeats, so with the margin (at most a
+    /// quarter heartbeat) and the reaper ticking every quarter heartbeat a dead agent's job
+    /// is requeued within two intervals.
     pub fn lease_ttl(&self) -> Duration {
         self.heartbeat_interval() * 3 / 2
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bounds an operator sizes a replica by are in `--help`, with their figures.
+    #[test]
+    fn help_names_every_bound_with_its_default() {
+        use clap::CommandFactory;
+        let help = Config::command().render_long_help().to_string();
+        for (env, default) in [
+            ("HEDDLE_REQUEST_TIMEOUT_S", "30"),
+            ("HEDDLE_UPLOAD_TIMEOUT_S", "120"),
+            ("HEDDLE_LONG_POLL_TIMEOUT_S", "630"),
+            ("HEDDLE_MAX_LONG_POLLS", "256"),
+            ("HEDDLE_RATE_LIMIT_PER_S", "50"),
+            ("HEDDLE_RATE_LIMIT_BURST", "200"),
+            ("HEDDLE_HEARTBEAT_FLUSH_MS", "2000"),
+            ("HEDDLE_DB_MAX_CONNECTIONS", "20"),
+        ] {
+            let at = help
+                .find(&format!("[env: {env}="))
+                .unwrap_or_else(|| panic!("{env} is not in --help:\n{help}"));
+            // The knob's own lines, up to the next flag.
+            let rest = &help[at..];
+            let own = &rest[..rest.find("\n  -").unwrap_or(rest.len())];
+            assert!(
+                own.contains(&format!("[default: {default}]")),
+                "{env}: {own}"
+            );
+        }
+    }
+
+    #[test]
+    fn heartbeats_are_flushed_within_a_quarter_heartbeat() {
+        let mut c = Config::for_database("postgres://unused");
+        assert_eq!(c.heartbeat_flush_interval(), Duration::from_secs(2));
+        assert_eq!(c.lease_margin(), Duration::from_secs(2));
+        c.heartbeat_interval_s = 1;
+        assert_eq!(c.heartbeat_flush_interval(), Duration::from_millis(250));
+        c.heartbeat_flush_ms = 0;
+        assert_eq!(c.heartbeat_flush_interval(), Duration::from_millis(10));
+        // A dead agent's job is requeued within two heartbeats: lease, margin, reaper tick.
+        c.heartbeat_flush_ms = 60_000;
+        c.heartbeat_interval_s = 10;
+        let worst = c.lease_ttl() + c.lease_margin() + c.heartbeat_interval() / 4;
+        assert!(worst <= c.heartbeat_interval() * 2, "{worst:?}");
     }
 }

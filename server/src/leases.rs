@@ -15,6 +15,8 @@
 
 use std::time::Duration;
 
+use std::time::Duration;
+
 use crate::AppState;
 use crate::jobs::JobError;
 
@@ -76,10 +78,14 @@ pub async fn advance_clock(
     Ok(ClockTick { gap, extended })
 }
 
-/// Requeues (or fails, after the last attempt) jobs whose lease ran out. Returns how many
-/// jobs were touched.
-pub async fn reap_expired(conn: &mut sqlx::PgConnection) -> Result<u64, JobError> {
-    let rows = crate::jobs::store::expire_leases(&mut *conn).await?;
+/// Requeues (or fails, after the last attempt) jobs whose lease ran out more than `margin`
+/// ago. The margin covers heartbeats that renewed a lease and still wait in a replica's
+/// memory for their flush (`liveness.rs`). Returns how many jobs were touched.
+pub async fn reap_expired(
+    conn: &mut sqlx::PgConnection,
+    margin: Duration,
+) -> Result<u64, JobError> {
+    let rows = crate::jobs::store::expire_leases(&mut *conn, margin).await?;
     for (id, state) in &rows {
         tracing::warn!(job = %id, new_state = %state, "lease expired");
     }
@@ -96,10 +102,11 @@ pub async fn tick(
     db: &sqlx::PgPool,
     heartbeat: Duration,
     lease_ttl: Duration,
+    margin: Duration,
 ) -> Result<(ClockTick, u64), JobError> {
     let mut tx = db.begin().await?;
     let clock = advance_clock(&mut tx, allowance(heartbeat), lease_ttl).await?;
-    let reaped = reap_expired(&mut tx).await?;
+    let reaped = reap_expired(&mut tx, margin).await?;
     tx.commit().await?;
     Ok((clock, reaped))
 }
@@ -112,7 +119,8 @@ pub async fn run_reaper(state: AppState) {
     tick_timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick_timer.tick().await;
-        match tick(&state.db, heartbeat, state.config.lease_ttl()).await {
+        let margin = state.config.lease_margin();
+        match tick(&state.db, heartbeat, state.config.lease_ttl(), margin).await {
             Ok(_) => {
                 state.db_reach.reached();
             }

@@ -14,6 +14,7 @@ pub mod jobs;
 pub mod json;
 pub mod leases;
 pub mod limits;
+pub mod liveness;
 pub mod metrics;
 pub mod plugin_runtime;
 pub mod plugins_bundled;
@@ -40,6 +41,8 @@ pub struct AppState {
     pub plugins: Arc<plugin_runtime::PluginRuntime>,
     /// This replica's view of whether Postgres answers (for `/readyz`).
     pub db_reach: Arc<db::reachability::Reachability>,
+    /// Heartbeats received since the last flush (`liveness.rs`).
+    pub liveness: Arc<liveness::Liveness>,
 }
 
 /// Connects to Postgres and applies migrations (serialised across replicas by sqlx's
@@ -71,14 +74,15 @@ impl AppState {
             metrics: Arc::new(metrics::Metrics::new()),
             plugins,
             db_reach: Arc::default(),
+            liveness: Arc::default(),
         })
     }
 }
 
 /// Serves the API on `listener` until `shutdown` resolves, then drains in-flight requests:
 /// HTTPS when the configuration names a certificate (reloaded while serving), plain HTTP
-/// otherwise. Also runs this replica's lease reaper and plugin reconciler for as long as it
-/// serves.
+/// otherwise. Also runs this replica's lease reaper, heartbeat flusher and plugin
+/// reconciler for as long as it serves, and flushes heartbeats once more when it stops.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
@@ -95,6 +99,8 @@ pub async fn serve(
         tracing::warn!("created the first admin token; it was printed on stdout and is not logged");
     }
     let reaper = tokio::spawn(leases::run_reaper(state.clone()));
+    let (stop_flusher, flusher_stop) = tokio::sync::oneshot::channel();
+    let flusher = tokio::spawn(liveness::run_flusher(state.clone(), flusher_stop));
     let reconciler = tokio::spawn(plugin_runtime::run_reconciler(state.clone()));
     let investigator = tokio::spawn(health::investigate::run_loop(state.clone()));
     let reload_interval = state.config.tls_reload_interval();
@@ -132,5 +138,10 @@ pub async fn serve(
     reaper.abort();
     reconciler.abort();
     investigator.abort();
+    // After the last request: what this replica heard from its agents reaches the database.
+    let _ = stop_flusher.send(());
+    if let Err(err) = flusher.await {
+        tracing::warn!(error = %err, "the heartbeat flusher ended abnormally");
+    }
     result.context("serving HTTP")
 }

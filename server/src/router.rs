@@ -15,8 +15,8 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::api::{
-    agent, enroll, expectations, health, investigations, nodes, plugins, rendezvous, run_kinds,
-    runs, sweeps, tokens, verdicts,
+    agent, decommission, enroll, expectations, health, investigations, nodes, plugins, rendezvous,
+    run_kinds, runs, sweeps, tokens, verdicts,
 };
 use crate::error::ApiError;
 use crate::limits::{self, LongPolls};
@@ -129,7 +129,11 @@ fn api(state: &AppState) -> OpenApiRouter<AppState> {
         .routes(routes!(tokens::audit_log))
         // Inventory.
         .routes(routes!(nodes::list_nodes))
-        .routes(routes!(nodes::get_node, nodes::update_node))
+        .routes(routes!(
+            nodes::get_node,
+            nodes::update_node,
+            decommission::delete_node
+        ))
         .routes(routes!(nodes::facts_history))
         .routes(routes!(nodes::node_env))
         .routes(routes!(nodes::node_env_explain))

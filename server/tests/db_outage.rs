@@ -213,7 +213,9 @@ async fn a_gap_in_the_lease_clock_gives_old_leases_a_fresh_term() {
         .execute(&pool)
         .await
         .unwrap();
-    let (clock, reaped) = heddle_server::leases::tick(&pool, hb, ttl).await.unwrap();
+    let (clock, reaped) = heddle_server::leases::tick(&pool, hb, ttl, Duration::ZERO)
+        .await
+        .unwrap();
     assert!(clock.gap >= Duration::from_secs(59), "{clock:?}");
     assert_eq!((clock.extended, reaped), (1, 0));
     let (state, left): (String, f64) = sqlx::query_as(
@@ -233,7 +235,9 @@ async fn a_gap_in_the_lease_clock_gives_old_leases_a_fresh_term() {
         .execute(&pool)
         .await
         .unwrap();
-    let (clock, reaped) = heddle_server::leases::tick(&pool, hb, ttl).await.unwrap();
+    let (clock, reaped) = heddle_server::leases::tick(&pool, hb, ttl, Duration::ZERO)
+        .await
+        .unwrap();
     assert!(clock.gap < Duration::from_secs(1), "{clock:?}");
     assert_eq!((clock.extended, reaped), (0, 1));
     let (state, attempts): (String, i32) =

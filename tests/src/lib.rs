@@ -26,11 +26,14 @@ pub struct ServerProcess {
 }
 
 impl ServerProcess {
+    /// Starts the server with its defaults but the database, address, admin token and
+    /// heartbeat interval, plus `env` (more `HEDDLE_*` settings).
     pub async fn start(
         database_url: &str,
         port: u16,
         admin_token: &str,
         heartbeat_s: u32,
+        env: &[(&str, String)],
     ) -> anyhow::Result<ServerProcess> {
         let bin = sibling_binary("heddle-server");
         anyhow::ensure!(
@@ -45,6 +48,7 @@ impl ServerProcess {
             .env("HEDDLE_HEARTBEAT_INTERVAL_S", heartbeat_s.to_string())
             .env("HEDDLE_DB_MAX_CONNECTIONS", "40")
             .env("HEDDLE_LOG", "warn")
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()?;

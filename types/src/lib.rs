@@ -29,6 +29,10 @@ pub use error::ErrorBody;
 /// Header carrying the idempotency key of a result upload (also present in the body).
 pub const UPLOAD_KEY_HEADER: &str = "idempotency-key";
 
+/// Response header of a list endpoint whose page was full: the opaque cursor that asks for
+/// the next page (`?cursor=`, with the same filters). Absent on the last page.
+pub const NEXT_CURSOR_HEADER: &str = "x-next-cursor";
+
 /// Header with which an agent names the hash it computed over the facts it uploads, so the
 /// server's "send facts again?" answer compares like with like.
 pub const FACTS_SHA_HEADER: &str = "x-heddle-facts-sha256";

@@ -24,7 +24,8 @@ fn lease_secs(state: &AppState) -> f64 {
 }
 
 /// Heartbeat: marks the agent alive, renews the leases of its running jobs and says which
-/// of them to stop.
+/// of them to stop. Only reads: the liveness and the renewals are written in this replica's
+/// next batch (`liveness.rs`).
 #[utoipa::path(post, path = "/api/v1/agent/heartbeat", tag = "agent", security(("agent" = [])), request_body = HeartbeatRequest,
     responses((status = 200, body = HeartbeatResponse), (status = 401, body = heddle_types::ErrorBody)))]
 pub async fn heartbeat(
@@ -37,37 +38,35 @@ pub async fn heartbeat(
             "running_jobs lists more than 1024 jobs".into(),
         ));
     }
-    let (stored_sha,): (Option<String>,) = sqlx::query_as(
-        "WITH a AS (UPDATE agents SET last_heartbeat_at = now(), version = coalesce($2, version) WHERE id = $1 RETURNING node_id)
-         UPDATE nodes SET last_seen_at = now() WHERE id = (SELECT node_id FROM a) RETURNING facts_sha256",
+    // Of the jobs named, those still leased to this agent (their leases are renewed, a
+    // cancelled one's too until the agent confirms) and those it should go on running.
+    let (stored_sha, leased, keep): (Option<String>, Vec<Uuid>, Vec<Uuid>) = sqlx::query_as(
+        "SELECT n.facts_sha256, coalesce(j.leased, '{}'), coalesce(j.keep, '{}')
+         FROM nodes n LEFT JOIN LATERAL (
+             SELECT array_agg(id) AS leased, array_agg(id) FILTER (WHERE NOT cancel_requested) AS keep
+             FROM jobs WHERE id = ANY($2) AND lease_agent_id = $3 AND state IN ('leased', 'running')
+         ) j ON true
+         WHERE n.id = $1",
     )
+    .bind(agent.node_id)
+    .bind(&req.running_jobs)
     .bind(agent.agent_id)
-    .bind(&req.agent_version)
     .fetch_one(&state.db)
     .await?;
-    let mut cancel_jobs = Vec::new();
-    if !req.running_jobs.is_empty() {
-        let mut conn = state.db.acquire().await?;
-        let renewed = jobs::store::heartbeat(
-            &mut conn,
-            agent.agent_id,
-            &req.running_jobs,
-            lease_secs(&state),
-        )
-        .await?;
-        for id in &req.running_jobs {
-            match renewed.iter().find(|(r, _)| r == id) {
-                Some((_, false)) => {}
-                // Cancelled, or no longer this agent's (requeued, finished, unknown).
-                _ => cancel_jobs.push(*id),
-            }
-        }
-    }
+    let cancel_jobs: Vec<Uuid> = req
+        .running_jobs
+        .iter()
+        .filter(|id| !keep.contains(id))
+        .copied()
+        .collect();
     let send_facts = match (&stored_sha, &req.facts_sha256) {
         (None, _) => true,
         (Some(stored), Some(theirs)) => stored != theirs,
         (Some(_), None) => false,
     };
+    state
+        .liveness
+        .record(agent.agent_id, agent.node_id, req.agent_version, leased);
     Ok(Json(HeartbeatResponse {
         heartbeat_interval_s: state.config.heartbeat_interval_s,
         send_facts,
@@ -129,6 +128,7 @@ pub async fn put_facts(
         .bind(&facts)
         .execute(&mut *tx)
         .await?;
+        db::facts::prune_history(&mut tx, agent.node_id, state.config.facts_history_keep).await?;
     }
     tx.commit().await?;
     if changed.is_some() {

@@ -53,11 +53,14 @@ struct TokenRow {
     revoked_at: Option<DateTime<Utc>>,
 }
 
-/// Takes one use of an enrollment token, or says why it cannot be used.
-async fn spend_token(tx: &mut Tx<'_>, secret: &str, hostname: &str) -> ApiResult<TokenRow> {
+/// Checks that an enrollment token may be used for `hostname`, or says why not. Takes no
+/// lock: the use itself is taken by [`take_use`] just before the enrollment commits, so
+/// the fleet's enrollments with one token hold its row only for that statement and the
+/// commit, not for their whole transaction.
+async fn check_token(tx: &mut Tx<'_>, secret: &str, hostname: &str) -> ApiResult<TokenRow> {
     let row: Option<TokenRow> = sqlx::query_as(
         "SELECT id, node, uses, max_uses, expires_at, revoked_at FROM enrollment_tokens
-         WHERE token_sha256 = $1 FOR UPDATE",
+         WHERE token_sha256 = $1",
     )
     .bind(auth::sha256_hex(secret))
     .fetch_optional(&mut **tx)
@@ -87,11 +90,32 @@ async fn spend_token(tx: &mut Tx<'_>, secret: &str, hostname: &str) -> ApiResult
             "this enrollment token is bound to node {node:?}, not {hostname:?}"
         )));
     }
-    sqlx::query("UPDATE enrollment_tokens SET uses = uses + 1 WHERE id = $1")
-        .bind(token.id)
-        .execute(&mut **tx)
-        .await?;
     Ok(token)
+}
+
+/// Takes one use of a checked token, as the enrollment's last statement. The row lock
+/// orders concurrent uses; one that finds the token used up, revoked or expired by then
+/// fails the enrollment (its transaction is rolled back).
+async fn take_use(tx: &mut Tx<'_>, secret: &str, hostname: &str) -> ApiResult<()> {
+    let taken: Option<(Uuid,)> = sqlx::query_as(
+        "UPDATE enrollment_tokens SET uses = uses + 1
+         WHERE token_sha256 = $1 AND uses < max_uses AND revoked_at IS NULL AND expires_at > now()
+         RETURNING id",
+    )
+    .bind(auth::sha256_hex(secret))
+    .fetch_optional(&mut **tx)
+    .await?;
+    match taken {
+        Some(_) => Ok(()),
+        // Used up or revoked meanwhile: say which.
+        None => check_token(tx, secret, hostname)
+            .await
+            .and(Err(ApiError::Unauthorized(
+                "this enrollment token stopped being valid during the enrollment; ask an admin \
+             for a new one (heddle agents enroll-token)"
+                    .into(),
+            ))),
+    }
 }
 
 /// Issues a credential for the node, revoking its live agent (whose leases end now). Only
@@ -184,7 +208,7 @@ pub async fn enroll(
     if let Some(ticket) = &req.pending_ticket {
         return collect(tx, &state, hostname, ticket).await;
     }
-    let token = spend_token(&mut tx, &req.enroll_token, hostname).await?;
+    let token = check_token(&mut tx, &req.enroll_token, hostname).await?;
     // The upsert locks the node row: concurrent enrollments of one host name are serialised.
     let (node_id,): (Uuid,) = sqlx::query_as(
         "INSERT INTO nodes (id, hostname) VALUES ($1, $2)
@@ -216,6 +240,7 @@ pub async fn enroll(
             how,
         )
         .await?;
+        take_use(&mut tx, &req.enroll_token, hostname).await?;
         tx.commit().await?;
         return Ok((StatusCode::CREATED, Json(resp)).into_response());
     }
@@ -241,6 +266,7 @@ pub async fn enroll(
         serde_json::json!({"live_agent": live.map(|l| l.0), "version": version}),
     )
     .await?;
+    take_use(&mut tx, &req.enroll_token, hostname).await?;
     tx.commit().await?;
     tracing::warn!(%pending_id, hostname, "enrollment under a live node's host name is waiting for approval");
     Ok(waiting(pending_id, hostname, ticket))

@@ -1,11 +1,13 @@
 //! HTTP handlers, one module per resource. Routes are listed in `router.rs`.
 
 pub mod agent;
+pub mod decommission;
 pub mod enroll;
 pub mod expectations;
 pub mod health;
 pub mod investigations;
 pub mod nodes;
+pub mod page;
 pub mod plugins;
 pub mod rendezvous;
 pub mod run_kinds;

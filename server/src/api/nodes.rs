@@ -13,6 +13,7 @@ use serde::Deserialize;
 use uuid::Uuid;
 
 use crate::AppState;
+use crate::api::page::{self, Page};
 use crate::auth::Caller;
 use crate::db;
 use crate::error::{ApiError, ApiResult, Json, Path, Query, duplicate_name};
@@ -77,18 +78,25 @@ pub struct NodeFilter {
     trait_: Option<String>,
     /// `online`, `stale` or `offline`.
     health: Option<String>,
+    /// Nodes per page (default 500, at most 1000).
     limit: Option<i64>,
+    /// Where the next page starts: the `x-next-cursor` of the previous page.
+    cursor: Option<String>,
 }
 
-/// List nodes, filtered by the facts people ask about.
+/// List nodes by hostname, filtered by the facts people ask about, a page at a time.
 #[utoipa::path(get, path = "/api/v1/nodes", tag = "nodes", security(("bearer" = [])), params(NodeFilter),
-    responses((status = 200, body = [NodeSummary]), (status = 400, body = heddle_types::ErrorBody)))]
+    responses((status = 200, body = [NodeSummary], headers(("x-next-cursor" = String,
+            description = "present when there are more nodes: pass it as `cursor` (with the same filters) for the next page"))),
+        (status = 400, body = heddle_types::ErrorBody)))]
 pub async fn list_nodes(
     State(state): State<AppState>,
     caller: Caller,
     Query(f): Query<NodeFilter>,
-) -> ApiResult<Json<Vec<NodeSummary>>> {
+) -> ApiResult<Page<NodeSummary>> {
     caller.require(Role::Viewer)?;
+    let after = f.cursor.as_deref().map(page::decode).transpose()?;
+    let limit = super::limit(f.limit, 500);
     let trait_filter = match &f.trait_ {
         None => None,
         Some(kv) => {
@@ -118,6 +126,7 @@ pub async fn list_nodes(
            AND ($8::jsonb IS NULL OR n.traits @> $8)
            AND ($9::float8 IS NULL OR coalesce(n.last_seen_at < now() - make_interval(secs => $9), true))
            AND ($10::float8 IS NULL OR n.last_seen_at >= now() - make_interval(secs => $10))
+           AND ($12::text IS NULL OR n.hostname > $12)
          ORDER BY n.hostname LIMIT $11"
     ))
     .bind(f.hostname)
@@ -130,11 +139,12 @@ pub async fn list_nodes(
     .bind(trait_filter)
     .bind(min_age)
     .bind(max_age)
-    .bind(super::limit(f.limit, 500))
+    .bind(limit + 1)
+    .bind(after)
     .fetch_all(&state.db)
     .await?;
     let hb = state.config.heartbeat_interval();
-    Ok(Json(rows.into_iter().map(|r| r.summary(hb)).collect()))
+    Ok(Page::of(rows, limit, |r| r.hostname.clone()).map(|r| r.summary(hb)))
 }
 
 /// One node (by id or hostname) with its latest facts and recommendations.

@@ -9,6 +9,7 @@ use serde::Deserialize;
 use uuid::Uuid;
 
 use crate::AppState;
+use crate::api::page::{self, Page};
 use crate::auth::Caller;
 use crate::db;
 use crate::error::{ApiError, ApiResult, Json, Path, Query};
@@ -65,38 +66,73 @@ pub struct RunFilter {
     /// Runs with a job on this node (id or hostname).
     node: Option<String>,
     kind: Option<String>,
+    /// Runs per page (default 50, at most 1000).
     limit: Option<i64>,
+    /// Where the next page starts: the `x-next-cursor` of the previous page.
+    cursor: Option<String>,
 }
 
-/// Recent runs, newest first.
+/// A run's place in the newest-first order, as a cursor holds it: `created_at|id`.
+fn run_key(created_at: DateTime<Utc>, id: Uuid) -> String {
+    format!(
+        "{}|{id}",
+        created_at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+    )
+}
+
+fn parse_run_key(key: &str) -> ApiResult<(DateTime<Utc>, Uuid)> {
+    let refuse = || ApiError::BadRequest("cursor is not one this server handed out".into());
+    let (at, id) = key.split_once('|').ok_or_else(refuse)?;
+    let at = DateTime::parse_from_rfc3339(at).map_err(|_| refuse())?;
+    Ok((at.with_timezone(&Utc), id.parse().map_err(|_| refuse())?))
+}
+
+/// Recent runs, newest first, a page at a time.
 #[utoipa::path(get, path = "/api/v1/runs", tag = "runs", security(("bearer" = [])), params(RunFilter),
-    responses((status = 200, body = [Run])))]
+    responses((status = 200, body = [Run], headers(("x-next-cursor" = String,
+        description = "present when there are older runs: pass it as `cursor` (with the same filters) for the next page"))),
+        (status = 400, body = heddle_types::ErrorBody)))]
 pub async fn list_runs(
     State(state): State<AppState>,
     caller: Caller,
     Query(f): Query<RunFilter>,
-) -> ApiResult<Json<Vec<Run>>> {
+) -> ApiResult<Page<Run>> {
     caller.require(Role::Viewer)?;
+    let (after_at, after_id) = match f.cursor.as_deref().map(page::decode).transpose()? {
+        Some(key) => {
+            let (at, id) = parse_run_key(&key)?;
+            (Some(at), Some(id))
+        }
+        None => (None, None),
+    };
+    let limit = super::limit(f.limit, 50);
     let node = match &f.node {
         Some(key) => Some(db::resolve_node(&state.db, key).await?),
         None => None,
     };
-    let ids: Vec<(Uuid,)> = sqlx::query_as(
-        "SELECT r.id FROM runs r
+    let ids: Vec<(Uuid, DateTime<Utc>)> = sqlx::query_as(
+        "SELECT r.id, r.created_at FROM runs r
          WHERE ($1::uuid IS NULL OR EXISTS (SELECT 1 FROM jobs j WHERE j.run_id = r.id AND j.node_id = $1))
            AND ($2::text IS NULL OR r.spec->>'kind' = $2)
-         ORDER BY r.created_at DESC LIMIT $3",
+           AND ($4::timestamptz IS NULL OR (r.created_at, r.id) < ($4, $5))
+         ORDER BY r.created_at DESC, r.id DESC LIMIT $3",
     )
     .bind(node)
     .bind(f.kind)
-    .bind(super::limit(f.limit, 50))
+    .bind(limit + 1)
+    .bind(after_at)
+    .bind(after_id)
     .fetch_all(&state.db)
     .await?;
-    let mut runs = Vec::with_capacity(ids.len());
-    for (id,) in ids {
-        runs.push(load_run(&state.db, id).await?);
+    let ids = Page::of(ids, limit, |(id, at)| run_key(*at, *id));
+    let mut runs = Vec::with_capacity(ids.rows.len());
+    for (id, _) in &ids.rows {
+        runs.push(load_run(&state.db, *id).await?);
     }
-    Ok(Json(runs))
+    Ok(Page {
+        rows: runs,
+        next: ids.next,
+    })
 }
 
 #[utoipa::path(get, path = "/api/v1/runs/{id}", tag = "runs", security(("bearer" = [])), params(("id" = Uuid, Path)),
@@ -128,6 +164,7 @@ pub async fn cancel_run(
 struct ResultRowDb {
     id: Uuid,
     job_id: Uuid,
+    rank: i32,
     node_id: Uuid,
     hostname: String,
     outcome: String,
@@ -157,15 +194,34 @@ struct MeasureRow {
     extra: serde_json::Value,
 }
 
-/// Results of a run's jobs with their measured rows.
-#[utoipa::path(get, path = "/api/v1/runs/{id}/results", tag = "runs", security(("bearer" = [])), params(("id" = Uuid, Path)),
-    responses((status = 200, body = [JobResult]), (status = 404, body = heddle_types::ErrorBody)))]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ResultsPage {
+    /// Results per page, in rank order (default and most 1000).
+    limit: Option<i64>,
+    /// Where the next page starts: the `x-next-cursor` of the previous page.
+    cursor: Option<String>,
+}
+
+/// Results of a run's jobs with their measured rows, by rank, a page at a time.
+#[utoipa::path(get, path = "/api/v1/runs/{id}/results", tag = "runs", security(("bearer" = [])), params(("id" = Uuid, Path), ResultsPage),
+    responses((status = 200, body = [JobResult], headers(("x-next-cursor" = String,
+        description = "present when there are more results: pass it as `cursor` for the next page"))),
+        (status = 400, body = heddle_types::ErrorBody), (status = 404, body = heddle_types::ErrorBody)))]
 pub async fn run_results(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<Uuid>,
-) -> ApiResult<Json<Vec<JobResult>>> {
+    Query(q): Query<ResultsPage>,
+) -> ApiResult<Page<JobResult>> {
     caller.require(Role::Viewer)?;
+    let after_rank: Option<i32> = match q.cursor.as_deref().map(page::decode).transpose()? {
+        Some(key) => Some(key.parse().map_err(|_| {
+            ApiError::BadRequest("cursor is not one this server handed out".into())
+        })?),
+        None => None,
+    };
+    let limit = super::limit(q.limit, 1000);
     let exists: Option<(Uuid,)> = sqlx::query_as("SELECT id FROM runs WHERE id = $1")
         .bind(id)
         .fetch_optional(&state.db)
@@ -174,14 +230,20 @@ pub async fn run_results(
         return Err(ApiError::NotFound(format!("no run {id}")));
     }
     let results: Vec<ResultRowDb> = sqlx::query_as(
-        "SELECT r.id, r.job_id, j.node_id, n.hostname, r.outcome, r.reason, r.exit_code, r.stderr_tail, r.summary,
+        "SELECT r.id, r.job_id, j.rank, j.node_id, n.hostname, r.outcome, r.reason, r.exit_code, r.stderr_tail, r.summary,
                 r.started_at, r.finished_at, r.received_at
          FROM results r JOIN jobs j ON j.id = r.job_id JOIN nodes n ON n.id = j.node_id
-         WHERE j.run_id = $1 ORDER BY j.rank",
+         WHERE j.run_id = $1 AND ($3::int IS NULL OR j.rank > $3) ORDER BY j.rank LIMIT $2",
     )
     .bind(id)
+    .bind(limit + 1)
+    .bind(after_rank)
     .fetch_all(&state.db)
     .await?;
+    let Page {
+        rows: results,
+        next,
+    } = Page::of(results, limit, |r| r.rank.to_string());
     let ids: Vec<Uuid> = results.iter().map(|r| r.id).collect();
     let rows: Vec<MeasureRow> = sqlx::query_as(
         "SELECT result_id, size_bytes, count, dtype, op, root, in_place, time_us, algbw_gbs, busbw_gbs, wrong, labels, extra
@@ -234,5 +296,5 @@ pub async fn run_results(
             verdict: verdicts.remove(&r.id),
         });
     }
-    Ok(Json(out))
+    Ok(Page { rows: out, next })
 }

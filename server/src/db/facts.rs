@@ -55,6 +55,25 @@ pub fn extract(facts: &serde_json::Value) -> FactColumns {
     }
 }
 
+/// Drops a node's facts history beyond its `keep` newest changes (at least one is kept).
+/// Called in the transaction that adds a change, so no node's history grows past `keep`.
+pub async fn prune_history(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    node_id: uuid::Uuid,
+    keep: u32,
+) -> Result<u64, sqlx::Error> {
+    let done = sqlx::query(
+        "DELETE FROM node_facts_history WHERE node_id = $1 AND id < (
+             SELECT id FROM node_facts_history WHERE node_id = $1
+             ORDER BY id DESC OFFSET $2 LIMIT 1)",
+    )
+    .bind(node_id)
+    .bind(i64::from(keep.max(1)) - 1)
+    .execute(&mut **tx)
+    .await?;
+    Ok(done.rows_affected())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -84,30 +84,38 @@ pub async fn claim(
     Ok(lease)
 }
 
-/// [`Move::Heartbeat`]: extends the leases of those of `jobs` that `agent` holds. Returns
-/// the renewed jobs with whether each was asked to stop.
-pub async fn heartbeat(
+/// [`Move::Heartbeat`], for a batch of heartbeats (`liveness.rs` flushes them): each named
+/// job's lease runs to the time of its heartbeat (`seen_age_s` seconds ago) plus
+/// `lease_ttl`, never shortened, and only while the job is still leased to that agent.
+/// The one place heartbeats renew leases. Returns how many leases were renewed.
+pub async fn heartbeat_batch(
     db: &mut PgConnection,
-    agent: Uuid,
-    jobs: &[Uuid],
-    lease_secs: f64,
-) -> Result<Vec<(Uuid, bool)>, JobError> {
+    job_ids: &[Uuid],
+    agent_ids: &[Uuid],
+    seen_age_s: &[f64],
+    lease_ttl: std::time::Duration,
+) -> Result<u64, JobError> {
+    if job_ids.is_empty() {
+        return Ok(0);
+    }
     let rows = sqlx::query!(
-        "UPDATE jobs SET lease_expires_at = now() + make_interval(secs => $3)
-         WHERE id = ANY($1) AND lease_agent_id = $2 AND state IN ('leased', 'running')
-         RETURNING id, cancel_requested, state",
-        jobs,
-        agent,
-        lease_secs,
+        "UPDATE jobs SET lease_expires_at = greatest(jobs.lease_expires_at,
+                now() - make_interval(secs => r.age) + make_interval(secs => $4))
+         FROM unnest($1::uuid[], $2::uuid[], $3::float8[]) AS r(job_id, agent_id, age)
+         WHERE jobs.id = r.job_id AND jobs.lease_agent_id = r.agent_id
+               AND jobs.state IN ('leased', 'running')
+         RETURNING jobs.state",
+        job_ids,
+        agent_ids,
+        seen_age_s,
+        lease_ttl.as_secs_f64(),
     )
     .fetch_all(db)
     .await?;
-    rows.into_iter()
-        .map(|r| {
-            moved(Move::Heartbeat, None, &r.state)?;
-            Ok((r.id, r.cancel_requested))
-        })
-        .collect()
+    for r in &rows {
+        moved(Move::Heartbeat, None, &r.state)?;
+    }
+    Ok(rows.len() as u64)
 }
 
 /// [`Move::Renew`]: extends the lease `agent` holds on `job` (under `claim`, when named),
@@ -186,7 +194,10 @@ pub async fn finish(
 /// [`Move::Expire`]: requeues jobs whose lease ran out, fails them after their last
 /// attempt, or cancels them when a cancel was asked for. Returns the jobs moved and
 /// their new state.
-pub async fn expire_leases(db: &mut PgConnection) -> Result<Vec<(Uuid, JobState)>, JobError> {
+pub async fn expire_leases(
+    db: &mut PgConnection,
+    margin: std::time::Duration,
+) -> Result<Vec<(Uuid, JobState)>, JobError> {
     let rows = sqlx::query!(
         "UPDATE jobs SET
             state = CASE WHEN cancel_requested THEN 'cancelled'
@@ -196,8 +207,9 @@ pub async fn expire_leases(db: &mut PgConnection) -> Result<Vec<(Uuid, JobState)
                          ELSE format('lease expired on attempt %s of %s: the agent stopped heartbeating; requeued', attempts, max_attempts) END,
             finished_at = CASE WHEN cancel_requested OR attempts >= max_attempts THEN now() END,
             lease_agent_id = NULL, lease_expires_at = NULL, progress = NULL
-         WHERE state IN ('leased', 'running') AND lease_expires_at < now()
+         WHERE state IN ('leased', 'running') AND lease_expires_at < now() - make_interval(secs => $1)
          RETURNING id, state",
+        margin.as_secs_f64(),
     )
     .fetch_all(db)
     .await?;

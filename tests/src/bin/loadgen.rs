@@ -33,6 +33,21 @@ struct Args {
     /// Fraction of agents that get a job (claim + result upload of 16 rows) during the run.
     #[arg(long, default_value_t = 0.1)]
     job_fraction: f64,
+    /// Agents enrolling (and uploading their first facts) at once in the set-up phase.
+    #[arg(long, default_value_t = 256)]
+    setup_concurrency: usize,
+    /// Requests in flight at most in the steady state (as many HTTP/1.1 connections, kept
+    /// alive). A request's latency counts from when it was due, waiting for a slot included.
+    #[arg(long, default_value_t = 1024)]
+    max_in_flight: usize,
+    /// The servers' HEDDLE_HEARTBEAT_FLUSH_MS (their default when unset).
+    #[arg(long)]
+    flush_ms: Option<u64>,
+    /// The servers' per-credential rate limit (HEDDLE_RATE_LIMIT_PER_S and _BURST). Every
+    /// simulated agent enrolls from this one address, which the limit counts as one
+    /// caller, so the default is high; the layer stays in place.
+    #[arg(long, default_value_t = 1_000_000)]
+    rate_limit_per_s: u32,
     /// Print one JSON line instead of the table.
     #[arg(long)]
     json: bool,
@@ -77,10 +92,18 @@ struct Agent {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let db = TestDb::create().await;
+    let mut env = vec![
+        ("HEDDLE_RATE_LIMIT_PER_S", args.rate_limit_per_s.to_string()),
+        ("HEDDLE_RATE_LIMIT_BURST", args.rate_limit_per_s.to_string()),
+    ];
+    if let Some(ms) = args.flush_ms {
+        env.push(("HEDDLE_HEARTBEAT_FLUSH_MS", ms.to_string()));
+    }
     let mut servers = Vec::new();
     for _ in 0..args.replicas.max(1) {
         servers.push(
-            ServerProcess::start(&db.url, free_port(), ADMIN, args.heartbeat_s as u32).await?,
+            ServerProcess::start(&db.url, free_port(), ADMIN, args.heartbeat_s as u32, &env)
+                .await?,
         );
     }
     let clients: Vec<reqwest::Client> = (0..64).map(|_| reqwest::Client::new()).collect();
@@ -96,7 +119,7 @@ async fn main() -> anyhow::Result<()> {
         .await?;
     let token = token["token"].as_str().unwrap().to_string();
 
-    // Enrollment and a first facts upload, 64 at a time.
+    // Enrollment and a first facts upload, --setup-concurrency at a time.
     let setup = Instant::now();
     let samples = Arc::new(Mutex::new(Samples::default()));
     let job_every = if args.job_fraction > 0.0 {
@@ -132,7 +155,7 @@ async fn main() -> anyhow::Result<()> {
                 anyhow::Ok(Agent { credential, base, has_job: i % job_every == 0 })
             }
         })
-        .buffer_unordered(64)
+        .buffer_unordered(args.setup_concurrency.max(1))
         .collect::<Vec<_>>()
         .await
         .into_iter()
@@ -163,10 +186,12 @@ async fn main() -> anyhow::Result<()> {
     let start = Instant::now();
     let end = start + Duration::from_secs(args.duration_s);
     let hb = Duration::from_secs(args.heartbeat_s);
+    let slots = Arc::new(tokio::sync::Semaphore::new(args.max_in_flight.max(1)));
     let mut tasks = Vec::new();
     for (i, agent) in agents.into_iter().enumerate() {
         let client = clients[i % clients.len()].clone();
         let steady = steady.clone();
+        let slots = slots.clone();
         let phase = hb.mul_f64((i as f64 * 0.618_033_988_75).fract());
         tasks.push(tokio::spawn(async move {
             let mut next = tokio::time::Instant::from_std(start) + phase;
@@ -176,6 +201,7 @@ async fn main() -> anyhow::Result<()> {
             while next.into_std() < end {
                 tokio::time::sleep_until(next).await;
                 let t = Instant::now();
+                let _slot = slots.acquire().await.expect("never closed");
                 let ok = match client
                     .post(format!("{}/api/v1/agent/heartbeat", agent.base))
                     .bearer_auth(&agent.credential)
