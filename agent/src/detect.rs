@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use heddle_plugin_host::{FactsJson, HostConfig, Limits, PluginHost, Report};
+use heddle_types::plugins::{EnvRecommendation, GpuAffinity};
 use heddle_types::recommend::{Candidate, Rank, resolve};
 use serde::Serialize;
 
@@ -76,8 +77,8 @@ pub struct PluginOutput {
     pub name: String,
     pub version: Option<String>,
     pub traits: BTreeMap<String, String>,
-    pub env: Vec<heddle_plugin_host::EnvRecommendation>,
-    pub affinity: Vec<heddle_plugin_host::GpuAffinity>,
+    pub env: Vec<EnvRecommendation>,
+    pub affinity: Vec<GpuAffinity>,
     pub warnings: Vec<String>,
     /// Set when the plugin failed; the other fields are then empty.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -253,7 +254,7 @@ fn entry(report: Report) -> PluginOutput {
     PluginOutput {
         name: report.plugin.name.clone(),
         version: Some(report.plugin.version.clone()),
-        traits: d.traits.into_iter().collect(),
+        traits: d.trait_map(),
         env: d.env,
         affinity: d.affinity,
         warnings: d.warnings,
@@ -302,7 +303,6 @@ pub fn render_env(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use heddle_plugin_host::EnvRecommendation;
 
     fn plugin(name: &str, env: &[(&str, &str)]) -> PluginOutput {
         PluginOutput {

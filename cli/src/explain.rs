@@ -91,14 +91,7 @@ pub fn render_findings(outcomes: &[PluginOutcome]) -> String {
                 one_line(err)
             ));
         }
-        let warnings = o
-            .output
-            .as_ref()
-            .and_then(|v| v.get("warnings"))
-            .and_then(|w| w.as_array())
-            .cloned()
-            .unwrap_or_default();
-        for w in warnings.iter().filter_map(|w| w.as_str()) {
+        for w in o.output.iter().flat_map(|d| &d.warnings) {
             out.push_str(&format!("warning  {}: {}\n", o.plugin, one_line(w)));
         }
     }
@@ -111,6 +104,7 @@ pub fn render_findings(outcomes: &[PluginOutcome]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use heddle_types::plugins::Detection;
     use heddle_types::recommend::OverriddenValue;
 
     #[test]
@@ -145,7 +139,7 @@ mod tests {
     #[test]
     fn findings_list_every_warning_and_failure() {
         let outcome =
-            |plugin: &str, output: Option<serde_json::Value>, error: Option<&str>| PluginOutcome {
+            |plugin: &str, output: Option<Detection>, error: Option<&str>| PluginOutcome {
                 node_id: uuid::Uuid::nil(),
                 hostname: "n1".into(),
                 plugin: plugin.into(),
@@ -158,7 +152,10 @@ mod tests {
         let text = render_findings(&[
             outcome(
                 "dgx-affinity",
-                Some(serde_json::json!({"warnings": ["mlx5_7 port 1 is DOWN", "GPU5 far"]})),
+                Some(Detection {
+                    warnings: vec!["mlx5_7 port 1 is DOWN".into(), "GPU5 far".into()],
+                    ..Detection::default()
+                }),
                 None,
             ),
             outcome("broken", None, Some("trap: boom [trap]")),

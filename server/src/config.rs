@@ -99,6 +99,14 @@ pub struct Config {
     )]
     pub plugin_compile_timeout_ms: u64,
 
+    /// Bytes of each plugin instance slot's memory kept resident between calls and reset in
+    /// place (where Linux has PAGEMAP_SCAN, 6.7 and later, only the pages a call wrote)
+    /// rather than handed back to the kernel and faulted in again by the next call. A Python
+    /// plugin writes megabytes of CPython's heap per call; a Rust one well under 1 MiB.
+    /// Costs up to this much resident memory per slot (two slots per core, plus eight).
+    #[arg(long, env = "HEDDLE_PLUGIN_KEEP_RESIDENT_BYTES", default_value_t = 1 << 20)]
+    pub plugin_keep_resident_bytes: usize,
+
     /// Private local directory (created 0700) where compiled plugins are kept across
     /// restarts, by hash of their bytes; unset compiles each plugin once per process.
     #[arg(long, env = "HEDDLE_PLUGIN_CACHE_DIR")]

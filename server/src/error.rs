@@ -154,6 +154,18 @@ impl From<crate::db::InvalidName> for ApiError {
     }
 }
 
+/// A stored recommendation the env export refuses is a conflict with what is stored, which
+/// an operator resolves; an unwritable node name is the request's fault.
+impl From<crate::recommendations::ExportError> for ApiError {
+    fn from(err: crate::recommendations::ExportError) -> Self {
+        use crate::recommendations::ExportError as E;
+        match err {
+            E::Name(e) => e.into(),
+            refused @ E::Refused { .. } => ApiError::Conflict(refused.to_string()),
+        }
+    }
+}
+
 impl From<crate::health::HealthError> for ApiError {
     fn from(err: crate::health::HealthError) -> Self {
         use crate::health::HealthError;

@@ -16,7 +16,7 @@ pub mod leases;
 pub mod limits;
 pub mod liveness;
 pub mod metrics;
-pub mod plugin_runtime;
+pub mod plugins;
 pub mod plugins_bundled;
 pub mod recommendations;
 pub mod router;
@@ -38,7 +38,7 @@ pub struct AppState {
     pub db: sqlx::PgPool,
     pub config: Arc<Config>,
     pub metrics: Arc<metrics::Metrics>,
-    pub plugins: Arc<plugin_runtime::PluginRuntime>,
+    pub plugins: Arc<plugins::PluginRuntime>,
     /// This replica's view of whether Postgres answers (for `/readyz`).
     pub db_reach: Arc<db::reachability::Reachability>,
     /// Heartbeats received since the last flush (`liveness.rs`).
@@ -64,10 +64,7 @@ pub async fn connect(config: &Config) -> anyhow::Result<sqlx::PgPool> {
 impl AppState {
     pub async fn new(config: Config) -> anyhow::Result<Self> {
         let db = connect(&config).await?;
-        let plugins = Arc::new(plugin_runtime::PluginRuntime::with_cache_dir(
-            config.plugin_limits(),
-            config.plugin_cache_dir.clone(),
-        )?);
+        let plugins = Arc::new(plugins::PluginRuntime::from_config(&config)?);
         Ok(AppState {
             db,
             config: Arc::new(config),
@@ -101,7 +98,7 @@ pub async fn serve(
     let reaper = tokio::spawn(leases::run_reaper(state.clone()));
     let (stop_flusher, flusher_stop) = tokio::sync::oneshot::channel();
     let flusher = tokio::spawn(liveness::run_flusher(state.clone(), flusher_stop));
-    let reconciler = tokio::spawn(plugin_runtime::run_reconciler(state.clone()));
+    let reconciler = tokio::spawn(plugins::run_reconciler(state.clone()));
     let investigator = tokio::spawn(health::investigate::run_loop(state.clone()));
     let reload_interval = state.config.tls_reload_interval();
     let app = router::app(state).into_make_service_with_connect_info::<std::net::SocketAddr>();

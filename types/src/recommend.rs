@@ -12,6 +12,9 @@
 //!
 //! Every value that lost is kept in [`ExplainedVar::overridden`] with its source, so
 //! nothing is dropped silently.
+//!
+//! A node's traits from several sources (plugins, an operator's sets) are merged by the same
+//! rule, key by key ([`merge_traits`]).
 
 use serde::{Deserialize, Serialize};
 
@@ -150,6 +153,32 @@ pub fn resolve(candidates: impl IntoIterator<Item = Candidate>) -> Vec<Explained
         .collect()
 }
 
+/// Merges traits from several sources by the rule above: per key the value of the
+/// highest-ranked source wins (of two equal ranks, the later one).
+pub fn merge_traits<'a>(
+    sources: impl IntoIterator<
+        Item = (
+            Rank,
+            &'a str,
+            &'a std::collections::BTreeMap<String, String>,
+        ),
+    >,
+) -> std::collections::BTreeMap<String, String> {
+    let candidates = sources.into_iter().flat_map(|(rank, source, traits)| {
+        traits.iter().map(move |(k, v)| Candidate {
+            name: k.clone(),
+            value: v.clone(),
+            reason: String::new(),
+            source: source.to_string(),
+            rank: rank.clone(),
+        })
+    });
+    resolve(candidates)
+        .into_iter()
+        .map(|v| (v.name, v.value))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,6 +234,35 @@ mod tests {
             out[1].overridden[1].reason,
             "because plugin:dgx-affinity@0.1.0"
         );
+    }
+
+    #[test]
+    fn traits_follow_the_rule_of_env_recommendations() {
+        let map = |pairs: &[(&str, &str)]| -> std::collections::BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let (runai, dgx, zeta, ops) = (
+            map(&[("fabric", "roce"), ("orchestrator", "runai")]),
+            map(&[("fabric", "ib"), ("gpus", "8")]),
+            map(&[("gpus", "4")]),
+            map(&[("orchestrator", "slurm")]),
+        );
+        // Given in an order where "the source that sorts last wins" would pick otherwise.
+        let merged = merge_traits([
+            (Rank::operator("ops"), "ops", &ops),
+            (Rank::plugin("runai-roce"), "plugin:runai-roce", &runai),
+            (Rank::plugin("zeta"), "plugin:zeta", &zeta),
+            (Rank::plugin("dgx-affinity"), "plugin:dgx-affinity", &dgx),
+        ]);
+        // runai-roce is more specific than dgx-affinity (given last); zeta, a plugin of the
+        // site's own, beats the built-in dgx-affinity.
+        assert_eq!(merged["fabric"], "roce");
+        assert_eq!(merged["gpus"], "4");
+        // An operator's own set beats every plugin, though "ops" sorts before "plugin:".
+        assert_eq!(merged["orchestrator"], "slurm");
     }
 
     #[test]

@@ -5,7 +5,7 @@ use heddle_types::facts::NodeFacts;
 use heddle_types::health::Verdict;
 use heddle_types::node_checks::NodeCheck;
 use heddle_types::nodes::{FactsSnapshot, NodeDetail};
-use heddle_types::plugins::PluginOutcome;
+use heddle_types::plugins::{Detection, PluginOutcome};
 use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
 
@@ -211,14 +211,13 @@ fn plugin_table(outcomes: Vec<PluginOutcome>) -> impl IntoView {
     view! { <table class="grid"><thead><tr><th>"Plugin"</th><th>"Said"</th><th>"Cost"</th><th>"Ran"</th></tr></thead><tbody>{rows}</tbody></table> }.into_any()
 }
 
-/// "3 env, 2 traits, 1 warning" from a plugin's output object.
-pub fn summarize_output(v: &serde_json::Value) -> String {
-    let n = |k: &str| v.get(k).and_then(|x| x.as_array()).map_or(0, Vec::len);
+/// "3 env, 2 traits, 1 warning" from a plugin's output.
+pub fn summarize_output(d: &Detection) -> String {
     format!(
         "{} env, {} traits, {} warnings",
-        n("env"),
-        n("traits"),
-        n("warnings")
+        d.env.len(),
+        d.traits.len(),
+        d.warnings.len()
     )
 }
 

@@ -196,8 +196,11 @@ impl PluginHost {
                 .max_memories_per_module(1);
             // Reset the first pages of a slot with memset rather than madvise, so the next
             // instance does not fault them back in (most plugins touch well under 1 MiB).
+            // With PAGEMAP_SCAN (Linux 6.7+) only the pages the call wrote are reset, which
+            // makes a larger resident budget cheap for plugins that write a lot (CPython).
             pool.linear_memory_keep_resident(config.pooling_keep_resident_bytes)
-                .table_keep_resident(config.pooling_keep_resident_bytes);
+                .table_keep_resident(config.pooling_keep_resident_bytes)
+                .pagemap_scan(wasmtime::Enabled::Auto);
             cfg.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         }
         let engine = Engine::new(&cfg).map_err(internal)?;
@@ -266,6 +269,20 @@ impl PluginHost {
         Ok(LoadedPlugin { prepared })
     }
 
+    /// The plugin compiled from bytes whose sha256 is `sha256` (lowercase hex), if this host
+    /// holds it: lets a caller that stores components by hash (the server) skip reading the
+    /// bytes again, with this host's cache as the only one.
+    pub fn cached_plugin(&self, sha256: &str) -> Option<LoadedPlugin> {
+        let mut key = [0u8; 32];
+        hex::decode_to_slice(sha256, &mut key).ok()?;
+        self.lock_cache()
+            .entries
+            .get(&key)
+            .map(|prepared| LoadedPlugin {
+                prepared: prepared.clone(),
+            })
+    }
+
     /// Runs `detect` of a loaded plugin on checked facts in a fresh store under `limits`.
     pub fn call(
         &self,
@@ -309,7 +326,9 @@ impl PluginHost {
             });
         }
         check_output(&detection)?;
-        detection.drop_refused_env(&prepared.info.name);
+        for (name, error) in detection.drop_refused_env(&prepared.info.name) {
+            tracing::warn!(plugin = %prepared.info.name, %name, %error, "plugin recommendation dropped");
+        }
         Ok(Report {
             plugin: prepared.info.clone(),
             sha256: prepared.sha256.clone(),

@@ -17,6 +17,7 @@ use crate::api::page::{self, Page};
 use crate::auth::Caller;
 use crate::db;
 use crate::error::{ApiError, ApiResult, Json, Path, Query, duplicate_name};
+use crate::recommendations;
 
 #[derive(sqlx::FromRow)]
 struct NodeRow {
@@ -171,7 +172,7 @@ pub async fn get_node(
         summary: row.summary(state.config.heartbeat_interval()),
         facts,
         facts_sha256,
-        recommendations: effective_env(&state.db, id).await?,
+        recommendations: recommendations::effective_env(&state.db, id).await?,
         checks: crate::health::checks::for_node(&state.db, id).await?,
     }))
 }
@@ -246,16 +247,6 @@ pub async fn update_node(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// The environment a job on this node should run with, by the one conflict rule
-/// (`crate::recommendations`). Sorted by name.
-pub async fn effective_env(
-    db: &sqlx::PgPool,
-    node: Uuid,
-) -> Result<Vec<Recommendation>, sqlx::Error> {
-    let mut conn = db.acquire().await?;
-    crate::recommendations::effective(&mut conn, node).await
-}
-
 /// Every variable of the node's environment: its value, the plugin or profile it came from,
 /// the reason, and each value it overrode with that value's source.
 #[utoipa::path(get, path = "/api/v1/nodes/{node}/env/explain", tag = "nodes", security(("bearer" = [])),
@@ -269,7 +260,7 @@ pub async fn node_env_explain(
     caller.require(Role::Viewer)?;
     let id = db::resolve_node(&state.db, &key).await?;
     let mut conn = state.db.acquire().await?;
-    Ok(Json(crate::recommendations::explain(&mut conn, id).await?))
+    Ok(Json(recommendations::explain(&mut conn, id).await?))
 }
 
 /// `export NAME=VALUE` lines for a job script to `source`.
@@ -283,40 +274,11 @@ pub async fn node_env(
 ) -> ApiResult<impl IntoResponse> {
     caller.require(Role::Viewer)?;
     let id = db::resolve_node(&state.db, &key).await?;
-    let recs = effective_env(&state.db, id).await?;
+    let recs = recommendations::effective_env(&state.db, id).await?;
     Ok((
         [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-        render_env(&key, &recs)?,
+        recommendations::render_export(&key, &recs)?,
     ))
-}
-
-/// The export a job script sources: every word quoted, and nothing written that the policy
-/// refuses. Stored rows are checked again here, so a row that predates the policy (or was
-/// written around the API) fails the export loudly instead of reaching a shell.
-fn render_env(node: &str, recs: &[Recommendation]) -> ApiResult<String> {
-    use heddle_types::env_policy::{comment_line, export_line};
-    let mut out = comment_line(&["Heddle", "environment", "for", "node", node])?;
-    for r in recs {
-        let mut words = Vec::with_capacity(3);
-        if !r.reason.is_empty() {
-            words.push(r.reason.as_str());
-        }
-        words.extend(["from", r.source.as_str()]);
-        let lines = comment_line(&words).and_then(|c| Ok(c + &export_line(&r.name, &r.value)?));
-        match lines {
-            Ok(lines) => out.push_str(&lines),
-            Err(e) => {
-                tracing::warn!(node, name = %r.name, source = %r.source, error = %e, "stored recommendation refused by the env export");
-                return Err(ApiError::Conflict(format!(
-                    "the stored value of {} from {:?} cannot be exported ({e}); replace that \
-                     source's recommendations (PUT /api/v1/nodes/{{node}}/recommendations) or \
-                     delete the tuning profile",
-                    r.name, r.source
-                )));
-            }
-        }
-    }
-    Ok(out)
 }
 
 /// Replace one source's recommendations and traits on a node (plugins write through this).
@@ -347,7 +309,7 @@ pub async fn put_recommendations(
     }
     let mut tx = state.db.begin().await?;
     let id = db::resolve_node(&mut *tx, &key).await?;
-    replace_recommendations(&mut tx, id, &req).await?;
+    recommendations::replace_source(&mut tx, id, &req).await?;
     db::audit(
         &mut *tx,
         &caller.actor(),
@@ -358,35 +320,6 @@ pub async fn put_recommendations(
     .await?;
     tx.commit().await?;
     Ok(StatusCode::NO_CONTENT)
-}
-
-/// Replaces every recommendation of `set.source` on the node and merges its traits.
-pub async fn replace_recommendations(
-    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-    node: Uuid,
-    set: &RecommendationSet,
-) -> Result<(), sqlx::Error> {
-    sqlx::query("DELETE FROM recommendations WHERE node_id = $1 AND source = $2")
-        .bind(node)
-        .bind(&set.source)
-        .execute(&mut **tx)
-        .await?;
-    for item in &set.items {
-        sqlx::query(
-            "INSERT INTO recommendations (node_id, source, name, value, reason) VALUES ($1, $2, $3, $4, $5)
-             ON CONFLICT (node_id, source, name) DO UPDATE SET value = EXCLUDED.value, reason = EXCLUDED.reason",
-        )
-        .bind(node)
-        .bind(&set.source)
-        .bind(&item.name)
-        .bind(&item.value)
-        .bind(&item.reason)
-        .execute(&mut **tx)
-        .await?;
-    }
-    crate::plugin_runtime::set_traits(tx, node, &set.source, &set.traits).await?;
-    crate::plugin_runtime::recompute_traits(tx, node).await?;
-    Ok(())
 }
 
 #[derive(sqlx::FromRow)]
@@ -614,52 +547,4 @@ pub async fn delete_profile(
     .await?;
     tx.commit().await?;
     Ok(StatusCode::NO_CONTENT)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn rec(name: &str, value: &str, reason: &str, source: &str) -> Recommendation {
-        Recommendation {
-            name: name.into(),
-            value: value.into(),
-            reason: reason.into(),
-            source: source.into(),
-        }
-    }
-
-    #[test]
-    fn the_export_quotes_every_word() {
-        let out = render_env(
-            "gpu-1",
-            &[
-                rec("NCCL_IB_HCA", "mlx5_0:1", "", "plugin:a@1"),
-                rec("NCCL_ALGO", "it's $(reboot)", "why; `id`", "tuning:x"),
-            ],
-        )
-        .unwrap();
-        assert!(
-            out.starts_with("# Heddle environment for node gpu-1\n"),
-            "{out}"
-        );
-        assert!(
-            out.contains("# from plugin:a@1\nexport NCCL_IB_HCA=mlx5_0:1\n"),
-            "{out}"
-        );
-        assert!(!out.contains("=it's"), "{out}");
-    }
-
-    #[test]
-    fn a_stored_row_the_policy_refuses_fails_the_export() {
-        for bad in [
-            rec("LD_PRELOAD", "/x.so", "", "old"),
-            rec("NCCL_ALGO", "Ring\ntouch /tmp/x", "", "old"),
-            rec("NCCL_ALGO", "Ring", "a\nb", "old"),
-            rec("NCCL_ALGO", "Ring", "", "old\ntouch /tmp/x"),
-        ] {
-            let err = render_env("n", &[bad]).unwrap_err();
-            assert!(matches!(err, ApiError::Conflict(_)), "{err}");
-        }
-    }
 }

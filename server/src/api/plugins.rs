@@ -16,6 +16,7 @@ use crate::AppState;
 use crate::auth::Caller;
 use crate::db;
 use crate::error::{ApiError, ApiResult, Json, Path};
+use crate::plugins::outcomes;
 
 /// The first 8 bytes of a WebAssembly component (magic, then component-model layer 1).
 /// Core modules have `01 00 00 00` after the magic and are refused: plugins are components.
@@ -383,56 +384,37 @@ pub async fn dry_run(
         }
         None => None,
     };
-    let nodes: Vec<(
-        Uuid,
-        String,
-        serde_json::Value,
-        Option<serde_json::Value>,
-        Option<String>,
-    )> = sqlx::query_as(
-        "SELECT n.id, n.hostname, n.facts, r.output, v.version
-         FROM nodes n
-         LEFT JOIN plugin_results r ON r.node_id = n.id AND r.plugin_id = $1
-         LEFT JOIN plugin_versions v ON v.id = r.version_id
-         WHERE n.facts IS NOT NULL AND ($2::uuid[] IS NULL OR n.id = ANY($2))
-         ORDER BY n.hostname LIMIT $3",
-    )
-    .bind(plugin_id)
-    .bind(&node_ids)
-    .bind(i64::from(req.limit.unwrap_or(500).clamp(1, 5000)))
-    .fetch_all(&state.db)
-    .await?;
+    let limit = i64::from(req.limit.unwrap_or(500).clamp(1, 5000));
+    let subjects =
+        outcomes::dry_run_subjects(&state.db, plugin_id, node_ids.as_deref(), limit).await?;
     let loaded = state
         .plugins
         .plugin(&state.db, &sha)
         .await?
         .map_err(host_error)?;
-    let mut checked = Vec::with_capacity(nodes.len());
-    for (_, _, facts, _, _) in &nodes {
-        checked.push(heddle_plugin_host::FactsJson::from_value(facts.clone()).map_err(host_error)?);
+    let mut checked = Vec::with_capacity(subjects.len());
+    for s in &subjects {
+        checked
+            .push(heddle_plugin_host::FactsJson::from_value(s.facts.clone()).map_err(host_error)?);
     }
     let results = state.plugins.evaluate(vec![loaded], checked).await;
-    let mut out = Vec::with_capacity(nodes.len());
-    for ((node_id, hostname, _, active, active_version), mut ran) in nodes.into_iter().zip(results)
-    {
+    let mut out = Vec::with_capacity(subjects.len());
+    for (s, mut ran) in subjects.into_iter().zip(results) {
         let result = ran
             .pop()
             .unwrap_or_else(|| Err(heddle_plugin_host::HostError::Internal("no outcome".into())));
-        let usage = crate::plugin_runtime::usage_json(&result);
+        let usage = outcomes::usage_json(&result);
         let (output, error) = match result {
-            Ok(r) => (
-                Some(serde_json::to_value(&r.detection).map_err(|e| ApiError::Internal(e.into()))?),
-                None,
-            ),
-            Err(e) => (None, Some(format!("{e} [{}]", e.code()))),
+            Ok(r) => (Some(r.detection), None),
+            Err(e) => (None, Some(outcomes::error_text(&e))),
         };
-        let diff = crate::plugin_runtime::diff(active.as_ref(), output.as_ref());
+        let diff = OutputDiff::between(s.active.as_ref(), output.as_ref());
         out.push(DryRunNode {
-            node_id,
-            hostname,
+            node_id: s.node_id,
+            hostname: s.hostname,
             output,
             error,
-            active_version,
+            active_version: s.active_version,
             diff,
             usage,
         });
@@ -461,33 +443,7 @@ pub async fn node_outcomes(
 ) -> ApiResult<Json<Vec<PluginOutcome>>> {
     caller.require(Role::Viewer)?;
     let node = db::resolve_node(&state.db, &key).await?;
-    let rows: Vec<(Uuid, String, String, String, Option<serde_json::Value>, Option<String>, serde_json::Value, DateTime<Utc>)> =
-        sqlx::query_as(
-            "SELECT r.node_id, n.hostname, p.name, v.version, r.output, r.error, r.usage, r.ran_at
-             FROM plugin_results r JOIN nodes n ON n.id = r.node_id JOIN plugins p ON p.id = r.plugin_id
-             JOIN plugin_versions v ON v.id = r.version_id WHERE r.node_id = $1 ORDER BY p.name",
-        )
-        .bind(node)
-        .fetch_all(&state.db)
-        .await?;
-    Ok(Json(
-        rows.into_iter()
-            .map(
-                |(node_id, hostname, plugin, version, output, error, usage, ran_at)| {
-                    PluginOutcome {
-                        node_id,
-                        hostname,
-                        plugin,
-                        version,
-                        output,
-                        error,
-                        usage,
-                        ran_at,
-                    }
-                },
-            )
-            .collect(),
-    ))
+    Ok(Json(outcomes::for_node(&state.db, node).await?))
 }
 
 #[cfg(test)]

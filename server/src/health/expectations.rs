@@ -9,7 +9,6 @@
 
 use heddle_types::health::{Expectation, Figure, Severity};
 use heddle_types::transport;
-use serde::Deserialize;
 use uuid::Uuid;
 
 /// What is known about the run and node a figure was measured on.
@@ -344,59 +343,34 @@ pub fn deciding(
         .collect()
 }
 
-/// An entry of a plugin's `expectations` output.
-#[derive(Debug, Deserialize)]
-struct PluginEntry {
-    test: String,
-    metric: String,
-    #[serde(default)]
-    min_size_bytes: Option<i64>,
-    value: f64,
-    source: String,
-    #[serde(default)]
-    gpu_model: Option<String>,
-    #[serde(default)]
-    gpu_count: Option<i32>,
-    #[serde(default)]
-    world_size: Option<i32>,
-}
-
-/// Expectations that this node's enabled plugins returned. Entries that do not parse are
-/// skipped: a plugin's output must not stop a result from being judged.
+/// Expectations that this node's enabled plugins returned. Entries that make no sense (a
+/// figure that is not a positive number) are skipped: a plugin's output must not stop a
+/// result from being judged.
 pub async fn from_plugins(
     db: &sqlx::PgPool,
     node_id: Uuid,
 ) -> Result<Vec<Expectation>, sqlx::Error> {
-    let rows: Vec<(String, serde_json::Value)> = sqlx::query_as(
-        "SELECT p.name, pr.output->'expectations' FROM plugin_results pr JOIN plugins p ON p.id = pr.plugin_id
-         WHERE pr.node_id = $1 AND p.enabled AND jsonb_typeof(pr.output->'expectations') = 'array'
-         ORDER BY p.name",
-    )
-    .bind(node_id)
-    .fetch_all(db)
-    .await?;
     let mut out = Vec::new();
-    for (plugin, list) in rows {
-        for entry in list.as_array().into_iter().flatten() {
-            match serde_json::from_value::<PluginEntry>(entry.clone()) {
-                Ok(p) if p.value.is_finite() && p.value > 0.0 => out.push(Expectation {
-                    id: None,
-                    origin: "plugin".into(),
-                    test: p.test,
-                    metric: p.metric,
-                    min_size_bytes: p.min_size_bytes.unwrap_or(0),
-                    value: p.value,
-                    source: format!("plugin {plugin}: {}", p.source),
-                    gpu_model: p.gpu_model,
-                    gpu_count: p.gpu_count,
-                    world_size: p.world_size,
-                    node: None,
-                    created_by: None,
-                    created_at: None,
-                }),
-                _ => tracing::debug!(%plugin, %entry, "ignoring an expectation a plugin returned"),
-            }
+    for (plugin, e) in crate::plugins::outcomes::expectations(db, node_id).await? {
+        if !(e.value.is_finite() && e.value > 0.0) {
+            tracing::debug!(%plugin, test = %e.test, value = e.value, "ignoring an expectation a plugin returned");
+            continue;
         }
+        out.push(Expectation {
+            id: None,
+            origin: "plugin".into(),
+            test: e.test,
+            metric: e.metric,
+            min_size_bytes: i64::try_from(e.min_size_bytes).unwrap_or(i64::MAX),
+            value: e.value,
+            source: format!("plugin {plugin}: {}", e.source),
+            gpu_model: None,
+            gpu_count: None,
+            world_size: None,
+            node: None,
+            created_by: None,
+            created_at: None,
+        });
     }
     Ok(out)
 }

@@ -1,0 +1,174 @@
+//! Several replicas share the reconciler's work: each stale node is evaluated once, and the
+//! merged traits follow the one conflict rule.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use heddle_server::testing::TestServer;
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+/// Inserts `n` nodes whose facts are `fixture`'s, each with its own hostname.
+async fn seed_nodes(db: &sqlx::PgPool, fixture: &str, n: usize) {
+    let base = fixture_facts(fixture);
+    for chunk in (0..n).collect::<Vec<_>>().chunks(500) {
+        let mut qb = sqlx::QueryBuilder::<sqlx::Postgres>::new(
+            "INSERT INTO nodes (id, hostname, facts, facts_sha256) ",
+        );
+        qb.push_values(chunk, |mut b, i| {
+            let mut facts = base.clone();
+            facts["host"]["hostname"] = Value::String(format!("replica-{i:05}"));
+            let sha = heddle_types::facts_sha256(&facts);
+            b.push_bind(Uuid::new_v4())
+                .push_bind(format!("replica-{i:05}"))
+                .push_bind(facts)
+                .push_bind(sha);
+        });
+        qb.build().execute(db).await.unwrap();
+    }
+}
+
+async fn upload_and_enable(api: &Api, admin: &str, name: &str) {
+    let (s, v) = api
+        .raw(
+            Method::POST,
+            &format!("/api/v1/plugins/{name}/versions/0.1.0"),
+            Some(admin),
+            "application/wasm",
+            dist(name),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let (s, v) = api
+        .post(&format!("/api/v1/plugins/{name}/enable"), admin, json!({}))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+}
+
+async fn count(db: &sqlx::PgPool, sql: &str) -> i64 {
+    let (n,): (i64,) = sqlx::query_as(sql).fetch_one(db).await.unwrap();
+    n
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_evaluate_each_node_once() {
+    const NODES: usize = 1500;
+    let first = TestServer::start_with(|c| c.heartbeat_interval_s = 3600).await;
+    let second =
+        TestServer::start_on(&first.database_url(), |c| c.heartbeat_interval_s = 3600).await;
+    let db = first.state.db.clone();
+    seed_nodes(&db, "dgx1", NODES).await;
+    let api = Api::new(&first);
+    // Enabling wakes the first replica's own reconciler; both replicas also reconcile by hand
+    // at the same time, so three loops race for the same stale nodes.
+    upload_and_enable(&api, &first.admin_token, "dgx-affinity").await;
+    let (a, b) = tokio::join!(
+        heddle_server::plugins::reconcile(&first.state),
+        heddle_server::plugins::reconcile(&second.state),
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+    let started = Instant::now();
+    while count(&db, "SELECT count(*) FROM plugin_results").await < NODES as i64 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "not every node was evaluated"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Let any loop still holding a batch finish before counting.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let evaluated = first.state.plugins.evaluated_nodes() + second.state.plugins.evaluated_nodes();
+    assert_eq!(
+        evaluated, NODES as u64,
+        "each node once across replicas (by hand: {a} on the first, {b} on the second)"
+    );
+    assert!(a + b > 0 && a + b <= NODES, "{a} + {b}");
+    // Every node got its one result, its recommendations and its traits.
+    assert_eq!(
+        count(
+            &db,
+            "SELECT count(DISTINCT node_id) FROM plugin_results WHERE error IS NULL"
+        )
+        .await,
+        NODES as i64
+    );
+    assert_eq!(
+        count(
+            &db,
+            "SELECT count(DISTINCT node_id) FROM recommendations WHERE plugin_id IS NOT NULL"
+        )
+        .await,
+        NODES as i64
+    );
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM nodes WHERE traits = '{}'::jsonb").await,
+        0
+    );
+    // Nothing is left for either replica.
+    assert_eq!(
+        heddle_server::plugins::reconcile(&second.state)
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        heddle_server::plugins::reconcile(&first.state)
+            .await
+            .unwrap(),
+        0
+    );
+    second.stop().await;
+    first.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn traits_are_merged_by_the_rule_of_env_recommendations() {
+    let server = TestServer::start().await;
+    let api = Api::new(&server);
+    let admin = server.admin_token.clone();
+    seed_nodes(&server.state.db, "runai-roce", 1).await;
+    upload_and_enable(&api, &admin, "runai-roce").await;
+    let started = Instant::now();
+    let node = loop {
+        let (_, n) = api.get("/api/v1/nodes/replica-00000", &admin).await;
+        if n["traits"]["orchestrator"] == "runai" {
+            break n;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no traits: {n}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(node["traits"]["orchestrator"], "runai", "{node}");
+    // An operator's own set outranks every plugin, though its source ("a-survey") sorts
+    // before "plugin:runai-roce".
+    let (s, b) = api
+        .call(
+            Method::PUT,
+            "/api/v1/nodes/replica-00000/recommendations",
+            Some(&admin),
+            Some(json!({"source": "a-survey", "traits": {"orchestrator": "slurm"}, "items": []})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::NO_CONTENT, "{b}");
+    let (_, n) = api.get("/api/v1/nodes/replica-00000", &admin).await;
+    assert_eq!(n["traits"]["orchestrator"], "slurm", "{n}");
+    // Its plugin's other traits stay.
+    let plugin_keys = node["traits"].as_object().unwrap().len();
+    assert_eq!(n["traits"].as_object().unwrap().len(), plugin_keys, "{n}");
+    // Removing the operator's set gives the plugin's value back.
+    api.call(
+        Method::PUT,
+        "/api/v1/nodes/replica-00000/recommendations",
+        Some(&admin),
+        Some(json!({"source": "a-survey", "items": []})),
+    )
+    .await;
+    let (_, n) = api.get("/api/v1/nodes/replica-00000", &admin).await;
+    assert_eq!(n["traits"]["orchestrator"], "runai", "{n}");
+    server.stop().await;
+}
