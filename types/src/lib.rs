@@ -16,6 +16,7 @@ pub mod investigations;
 pub mod jobs;
 pub mod nodes;
 pub mod plugins;
+pub mod rdma_ab;
 pub mod recommend;
 pub mod sweeps;
 pub mod transport;
