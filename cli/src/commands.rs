@@ -104,7 +104,7 @@ pub enum NodesCmd {
 pub enum RunsCmd {
     /// Start a run on one or more nodes.
     Start {
-        /// Test kind: nccl, rdma, ucx, p2p, sweep, memcpy...
+        /// Test kind: nccl, rdma, rdma_ab, ucx, p2p, sweep, memcpy...
         #[arg(long)]
         kind: String,
         /// Comma-separated node ids or hostnames; ranks follow this order.
@@ -568,6 +568,10 @@ fn print_result(r: &JobResult) {
         println!("path: {path}");
     }
     crate::health::print_verdict(r.verdict.as_ref());
+    if r.summary.get("kind").and_then(|k| k.as_str()) == Some(heddle_types::rdma_ab::KIND) {
+        println!("{}", crate::rdma_ab::render(r));
+        return;
+    }
     if r.rows.is_empty() {
         return;
     }

@@ -10,6 +10,7 @@ mod explain;
 mod health;
 mod investigate;
 mod output;
+mod rdma_ab;
 mod sweeps;
 mod table;
 

@@ -7,4 +7,5 @@ pub mod plugin_dry_run;
 pub mod plugin_upload;
 pub mod plugins;
 pub mod run;
+pub mod run_ab;
 pub mod runs;

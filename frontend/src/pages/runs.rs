@@ -167,7 +167,7 @@ fn LaunchForm() -> impl IntoView {
                 <label for="run-kind">"Kind"</label>
                 <div>
                     <input id="run-kind" list="kinds" prop:value=move || kind.get() on:input=move |ev| kind.set(event_target_value(&ev))/>
-                    <datalist id="kinds"><option value="nccl"/><option value="memcpy"/><option value="rdma"/><option value="ucx"/>
+                    <datalist id="kinds"><option value="nccl"/><option value="memcpy"/><option value="rdma"/><option value="rdma_ab"/><option value="ucx"/>
                         <option value="p2p"/><option value="sweep"/><option value="sleep"/></datalist>
                 </div>
                 <span>"Nodes (rank = order ticked)"</span>

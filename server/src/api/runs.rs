@@ -91,7 +91,7 @@ fn run_state(jobs: &[Job]) -> &'static str {
 }
 
 /// Kinds whose `op` parameter names an NCCL collective.
-const COLLECTIVE_KINDS: [&str; 2] = ["nccl", "sweep"];
+const COLLECTIVE_KINDS: [&str; 3] = ["nccl", "sweep", "rdma_ab"];
 
 /// Checks a job spec and puts its collective name in the one spelling that results,
 /// verdicts and expectations use (`allreduce` becomes `all_reduce`).
