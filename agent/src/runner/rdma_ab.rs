@@ -263,7 +263,6 @@ echo "{\"event\":\"summary\",\"summary\":{\"net\":\"${NCCL_NET:-unset}\"}}""#;
         // One node: both legs turn peer access off so the traffic crosses the network.
         let one = run_leg(&exe, &input(1, json!({"gpus": 2})), Leg::Rdma, 0, &mut sink).unwrap();
         assert_eq!(one.rows[0].labels["p2p"], "1");
-        drop(sink);
         let events: Vec<ChildEvent> = String::from_utf8(buf)
             .unwrap()
             .lines()
