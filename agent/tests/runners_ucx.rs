@@ -125,6 +125,66 @@ fn ucx_perftest_really_runs_over_loopback() {
     );
 }
 
+fn fixture_facts(name: &str) -> heddle_types::facts::NodeFacts {
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
+    heddle_agent::facts::collect(&heddle_agent::facts::CollectOptions::for_root(root))
+}
+
+/// Debian's ucx-utils has no verbs transports (tcp and shared memory only): a real run
+/// over loopback, UCX's own choice and forced onto tcp, judged against a node with ACTIVE
+/// InfiniBand ports (dgx1: `ucx-no-rdma` fails) and one without an HCA (no failure).
+#[test]
+fn a_real_ucx_run_is_judged_against_the_facts() {
+    use heddle_types::transport::{Level, UcxEvidence, classify_ucx};
+    if ucx::which("ucx_perftest").is_none() {
+        eprintln!("SKIPPED: ucx_perftest is not installed (apt-get install ucx-utils)");
+        return;
+    }
+    let (ib, bare) = (fixture_facts("dgx1"), fixture_facts("ethernet-box"));
+    assert!(!heddle_types::transport::active_ports(&ib).is_empty());
+    for (env, forced_tcp) in [(vec![], false), (vec![("UCX_TLS", "tcp")], true)] {
+        let (ok, events, stderr) = child(
+            "ucx",
+            serde_json::json!({"tests": ["tag_lat"], "sizes": [8], "iters": 200, "warmup": 10}),
+            &env,
+        );
+        assert!(ok, "{stderr}");
+        let summary = &events.iter().find(|e| e["event"] == "summary").unwrap()["summary"];
+        let ev: UcxEvidence = serde_json::from_value(summary["ucx_evidence"].clone()).unwrap();
+        assert!(!ev.available.is_empty(), "{summary}");
+        assert!(
+            !ev.available
+                .iter()
+                .any(|t| heddle_types::transport::is_verbs_transport(t)),
+            "Debian's UCX has no verbs transport: {:?}",
+            ev.available
+        );
+        if forced_tcp {
+            assert!(ev.selected.iter().any(|t| t.starts_with("tcp/")), "{ev:?}");
+        }
+        let on_ib = classify_ucx(Some(&ev), Some(&ib));
+        assert!(
+            on_ib
+                .iter()
+                .any(|f| f.code == "ucx-no-rdma" && f.level == Level::Fail),
+            "{env:?}: {on_ib:?}"
+        );
+        let on_bare = classify_ucx(Some(&ev), Some(&bare));
+        assert!(
+            on_bare.iter().all(|f| f.level != Level::Fail),
+            "{env:?}: {on_bare:?}"
+        );
+        if forced_tcp {
+            assert!(
+                on_bare.is_empty(),
+                "tcp is the only path there: {on_bare:?}"
+            );
+        }
+    }
+}
+
 #[test]
 fn rdma_job_without_hca_is_skipped_with_evidence() {
     let empty = tempfile::tempdir().unwrap();

@@ -110,7 +110,7 @@ pub enum NodesCmd {
 pub enum RunsCmd {
     /// Start a run on one or more nodes.
     Start {
-        /// Test kind: nccl, rdma, ucx, p2p, sweep, memcpy...
+        /// Test kind: nccl, rdma, rdma_ab, ucx, p2p, sweep, memcpy...
         #[arg(long)]
         kind: String,
         /// Node ids or hostnames in Slurm's hostlist syntax (`gpu-node-[01-16,20]`);

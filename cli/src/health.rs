@@ -24,7 +24,8 @@ pub enum ExpectationsCmd {
         #[arg(long)]
         node: Option<String>,
     },
-    /// Add an expectation: `test`'s `metric` should reach `value` (GB/s; at most, for time_us).
+    /// Add an expectation: `test`'s `metric` should reach `value` (GB/s, or a ratio for
+    /// rdma_speedup; at most, for time_us).
     Add {
         #[arg(long)]
         test: String,

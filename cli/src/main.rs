@@ -14,6 +14,7 @@ mod investigate;
 mod output;
 mod progress;
 mod runs;
+mod rdma_ab;
 mod sweeps;
 mod table;
 

@@ -196,6 +196,10 @@ pub fn print_result(r: &JobResult) {
         println!("path: {path}");
     }
     crate::health::print_verdict(r.verdict.as_ref());
+    if r.summary.get("kind").and_then(|k| k.as_str()) == Some(heddle_types::rdma_ab::KIND) {
+        println!("{}", crate::rdma_ab::render(r));
+        return;
+    }
     if r.rows.is_empty() {
         return;
     }

@@ -144,9 +144,11 @@ async fn the_slow_path_cannot_pass() {
     assert!(codes(&r).is_empty(), "{r}");
     assert_ne!(r["verdict"]["verdict"], "fail", "{r}");
 
-    // perftest at 10 GB/s on a 100 Gb/sec port: below 90 % of 12.5 GB/s.
+    // perftest at 10 GB/s on a 100 Gb/sec port (the one its header names; the run's params
+    // name another device): below 90 % of 12.5 GB/s.
     let rdma = json!({
-        "upload_key": "rdma", "outcome": "succeeded", "summary": {"kind": "rdma"},
+        "upload_key": "rdma", "outcome": "succeeded",
+        "summary": {"kind": "rdma", "perftest_evidence": {"device": "mlx5_0", "port": 1, "link_layer": "IB"}},
         "rows": [{"size_bytes": 1 << 20, "op": "ib_write_bw", "algbw_gbs": 10.0}],
         "started_at": "2026-01-01T00:00:00Z", "finished_at": "2026-01-01T00:00:01Z"
     });
@@ -154,13 +156,34 @@ async fn the_slow_path_cannot_pass() {
         &api,
         &server,
         &agent,
-        json!({"kind": "rdma", "params": {"device": "mlx5_0"}, "nodes": ["ib-1"]}),
-        rdma,
+        json!({"kind": "rdma", "params": {"device": "mlx5_3"}, "nodes": ["ib-1"]}),
+        rdma.clone(),
     )
     .await;
     assert_eq!(r["verdict"]["verdict"], "fail", "{r}");
     assert_eq!(codes(&r), [("below-port-rate".into(), "fail".into())]);
     assert_eq!(r["verdict"]["reasons"][0]["expected"], 11.25);
+    assert!(
+        r["verdict"]["reasons"][0]["basis"]
+            .as_str()
+            .unwrap()
+            .contains("mlx5_0 port 1"),
+        "{r}"
+    );
+
+    // The same figure without perftest's own word on the port: no port-rate floor.
+    let mut bare = rdma;
+    bare["upload_key"] = json!("rdma-bare");
+    bare["summary"] = json!({"kind": "rdma"});
+    let r = judged(
+        &api,
+        &server,
+        &agent,
+        json!({"kind": "rdma", "params": {"device": "mlx5_0"}, "nodes": ["ib-1"]}),
+        bare,
+    )
+    .await;
+    assert!(codes(&r).is_empty(), "{r}");
 }
 
 #[tokio::test]

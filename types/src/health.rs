@@ -121,7 +121,7 @@ pub struct Reason {
 pub struct Figure {
     /// `<kind>.<test>`: `nccl.all_reduce`, `rdma.ib_write_bw`, `p2p.h2d`, `memcpy`.
     pub test: String,
-    /// `busbw_gbs`, `algbw_gbs` or `time_us` (lower is better).
+    /// `busbw_gbs`, `algbw_gbs`, `rdma_speedup` or `time_us` (lower is better).
     pub metric: String,
     /// The message size the figure was measured at.
     pub size_bytes: i64,
@@ -236,9 +236,10 @@ pub struct Expectation {
 pub struct ExpectationCreate {
     /// `<kind>.<test>`, e.g. `nccl.all_reduce`, `rdma.ib_write_bw`, `memcpy`.
     pub test: String,
-    /// `busbw_gbs`, `algbw_gbs` or `time_us`.
+    /// `busbw_gbs`, `algbw_gbs`, `time_us`, or `rdma_speedup` (an `rdma_ab` result's
+    /// RDMA busbw over its socket busbw).
     pub metric: String,
-    /// At least this (GB/s), or at most this for `time_us`.
+    /// At least this (GB/s, or a ratio), or at most this for `time_us`.
     pub value: f64,
     /// Why this figure: a datasheet, an acceptance test, a measurement.
     pub source: String,

@@ -20,6 +20,7 @@ pub mod node_checks;
 pub mod nodes;
 pub mod params;
 pub mod plugins;
+pub mod rdma_ab;
 pub mod recommend;
 pub mod sweeps;
 pub mod transport;

@@ -568,6 +568,38 @@ pub fn path_line(kind: &str, summary: &serde_json::Value) -> Option<String> {
                 }
             ))
         }
+        "rdma" => {
+            let ev: PerftestEvidence =
+                serde_json::from_value(summary.get("perftest_evidence")?.clone()).ok()?;
+            let mut line = format!(
+                "perftest on {} port {}",
+                ev.device.as_deref().unwrap_or("an unreported device"),
+                ev.port.map_or("?".into(), |p| p.to_string())
+            );
+            let details: Vec<String> = [
+                ev.link_layer.map(|l| format!("link {l}")),
+                ev.transport.map(|t| format!("transport {t}")),
+                ev.mtu.map(|m| format!("MTU {m}")),
+                ev.gid_index.map(|g| format!("GID index {g}")),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            if !details.is_empty() {
+                line.push_str(&format!(" ({})", details.join(", ")));
+            }
+            Some(line)
+        }
+        crate::rdma_ab::KIND => {
+            let legs: Vec<String> = crate::rdma_ab::Leg::ALL
+                .iter()
+                .filter_map(|leg| {
+                    let line = path_line("nccl", summary.get("legs")?.get(leg.as_str())?)?;
+                    Some(format!("{leg} leg: {line}"))
+                })
+                .collect();
+            (!legs.is_empty()).then(|| legs.join(" | "))
+        }
         _ => None,
     }
 }

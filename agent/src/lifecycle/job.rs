@@ -77,6 +77,7 @@ fn rendezvous_access(agent: &Agent) -> Option<RendezvousAccess> {
             credential,
             ca_file: tls.ca_file.clone(),
             pins: tls.pins.iter().map(|p| p.to_string()).collect(),
+            scope: None,
         }
     })
 }

@@ -17,6 +17,7 @@ pub mod nccl;
 pub mod p2p;
 pub mod protocol;
 pub mod rdma;
+pub mod rdma_ab;
 pub mod sleep;
 pub mod supervise;
 pub mod sweep;
@@ -80,6 +81,11 @@ pub const KINDS: &[Kind] = &[
     Kind {
         name: "sweep",
         run: sweep::run,
+        gpu: true,
+    },
+    Kind {
+        name: "rdma_ab",
+        run: rdma_ab::run,
         gpu: true,
     },
     Kind {

@@ -41,6 +41,10 @@ pub struct RendezvousAccess {
     /// The agent's `--pin-sha256` values (`sha256//<base64>`).
     #[serde(default)]
     pub pins: Vec<String>,
+    /// Prefixes every rendezvous name of the test (`<scope>.<name>`), so one job can run
+    /// the same test twice (the legs of `rdma_ab`) without meeting its first run's blobs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
 }
 
 /// Never prints the credential (inputs end up in logs and panic messages).
@@ -51,6 +55,7 @@ impl std::fmt::Debug for RendezvousAccess {
             .field("credential", &"<redacted>")
             .field("ca_file", &self.ca_file)
             .field("pins", &self.pins)
+            .field("scope", &self.scope)
             .finish()
     }
 }
@@ -141,6 +146,7 @@ mod tests {
             credential: "hda_secret".into(),
             ca_file: None,
             pins: Vec::new(),
+            scope: None,
         };
         assert!(!format!("{a:?}").contains("hda_secret"));
     }

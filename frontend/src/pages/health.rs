@@ -136,7 +136,7 @@ pub fn Health() -> impl IntoView {
                 <form id="expectation-add" on:submit=add>
                     <input placeholder="test (nccl.all_reduce)" bind:value=test required/>
                     <select on:change=move |ev| metric.set(event_target_value(&ev))>
-                        <option value="busbw_gbs">"busbw_gbs"</option><option value="algbw_gbs">"algbw_gbs"</option><option value="time_us">"time_us"</option>
+                        <option value="busbw_gbs">"busbw_gbs"</option><option value="algbw_gbs">"algbw_gbs"</option><option value="time_us">"time_us"</option><option value="rdma_speedup">"rdma_speedup"</option>
                     </select>
                     <input placeholder="value" bind:value=value required/>
                     <input placeholder="min size (bytes)" bind:value=min_size/>

@@ -10,5 +10,6 @@ pub mod plugin_dry_run;
 pub mod plugin_upload;
 pub mod plugins;
 pub mod run;
+pub mod run_ab;
 pub mod runs;
 pub mod sweeps;

@@ -194,14 +194,18 @@ fn series_of(label: &str, results: &[JobResult], dashed: bool) -> Vec<Series> {
     results
         .iter()
         .filter(|r| r.rows.iter().any(|row| row.busbw_gbs.is_some()))
-        .map(|r| Series {
-            name: format!("{label} {}", r.hostname),
-            points: r
-                .rows
-                .iter()
-                .filter_map(|row| Some((row.size_bytes as f64, row.busbw_gbs?)))
-                .collect(),
-            dashed,
+        .flat_map(|r| {
+            super::run_ab::series(label, r, dashed).unwrap_or_else(|| {
+                vec![Series {
+                    name: format!("{label} {}", r.hostname),
+                    points: r
+                        .rows
+                        .iter()
+                        .filter_map(|row| Some((row.size_bytes as f64, row.busbw_gbs?)))
+                        .collect(),
+                    dashed,
+                }]
+            })
         })
         .collect()
 }
@@ -287,6 +291,7 @@ fn result_block(r: JobResult) -> impl IntoView {
             {r.reason.clone().map(|x| view! { <p class="error">{x}</p> })}
             {super::health::verdict_block(r.verdict.clone())}
             {transport_block(r.summary.clone(), r.verdict.clone())}
+            {super::run_ab::tables(&r)}
             {(!r.summary.is_null()).then(|| view! { <p class="mono small">{r.summary.to_string()}</p> })}
             {has_rows.then(|| view! {
                 <table class="grid nccl" id="nccl-table"><thead><tr><th>"size"</th><th>"count"</th><th>"type"</th><th>"redop"</th><th>"root"</th>

@@ -14,7 +14,12 @@ use crate::db;
 use crate::error::{ApiError, ApiResult, Json, Path, Query};
 use crate::health::expectations::{self as table, ExpectationRow, OPERATOR_SELECT};
 
-const METRICS: [&str; 3] = ["busbw_gbs", "algbw_gbs", "time_us"];
+const METRICS: [&str; 4] = [
+    "busbw_gbs",
+    "algbw_gbs",
+    "time_us",
+    heddle_types::rdma_ab::SPEEDUP_METRIC,
+];
 
 fn check(req: &ExpectationCreate) -> ApiResult<()> {
     let test_ok = !req.test.is_empty()

@@ -8,6 +8,7 @@
 //! where its reference comes from and the fraction taken of it.
 
 use heddle_types::health::{Expectation, Figure, Severity};
+use heddle_types::rdma_ab;
 use heddle_types::transport;
 use uuid::Uuid;
 
@@ -25,6 +26,8 @@ pub struct Context {
     /// The HCA ports NCCL's network channels used, by its log: their summed rate in
     /// Gb/s and a description (`mlx5_0:1 400 Gb/sec, ...`).
     pub nccl_ports: Option<(f64, String)>,
+    /// The HCA and port a perftest ran on, by its own output (`perftest_evidence`).
+    pub perftest_port: Option<(String, u32)>,
 }
 
 const GIB: i64 = 1 << 30;
@@ -173,42 +176,24 @@ fn port_rate_gbits(rate: &str) -> Option<f64> {
     transport::port_rate_gbits(rate).filter(|v| *v > 0.0)
 }
 
-/// The port a perftest ran on: the one its params name, else the slowest active port.
+/// The port a perftest ran on, by its own output (the `Device` of its header and the port
+/// it was started on, `Context::perftest_port`), with that port's rate from the node's
+/// facts. `None` when the result carries no such evidence or the facts do not list the
+/// port's rate: no floor is better than one taken from a port that did not carry the test.
 fn rdma_port(ctx: &Context) -> Option<(String, u64, String, f64)> {
+    let (want_dev, want_port) = ctx.perftest_port.as_ref()?;
     let devices = ctx.facts.as_ref()?.pointer("/rdma/devices")?.as_array()?;
-    let want_dev = ctx.params.get("device").and_then(|d| d.as_str());
-    let want_port = ctx
-        .params
-        .get("ib_port")
-        .and_then(|p| p.as_u64())
-        .unwrap_or(1);
-    let mut ports = Vec::new();
-    for d in devices {
-        let name = d.get("name").and_then(|n| n.as_str()).unwrap_or_default();
-        for p in d
-            .get("ports")
-            .and_then(|p| p.as_array())
-            .into_iter()
-            .flatten()
-        {
-            let num = p.get("port").and_then(|n| n.as_u64()).unwrap_or(0);
-            let active = p.get("state").and_then(|s| s.as_str()) == Some("ACTIVE");
-            let Some(rate) = p.get("rate").and_then(|r| r.as_str()) else {
-                continue;
-            };
-            let Some(gbits) = port_rate_gbits(rate) else {
-                continue;
-            };
-            match want_dev {
-                Some(dev) if dev == name && num == want_port => {
-                    return Some((name.into(), num, rate.into(), gbits));
-                }
-                None if active => ports.push((name.to_string(), num, rate.to_string(), gbits)),
-                _ => {}
-            }
-        }
-    }
-    ports.into_iter().min_by(|a, b| a.3.total_cmp(&b.3))
+    let device = devices
+        .iter()
+        .find(|d| d.get("name").and_then(|n| n.as_str()) == Some(want_dev.as_str()))?;
+    let port = device
+        .get("ports")?
+        .as_array()?
+        .iter()
+        .find(|p| p.get("port").and_then(|n| n.as_u64()) == Some(u64::from(*want_port)))?;
+    let rate = port.get("rate")?.as_str()?;
+    let gbits = port_rate_gbits(rate)?;
+    Some((want_dev.clone(), u64::from(*want_port), rate.into(), gbits))
 }
 
 /// The built-in expectations that apply to `figure`.
@@ -280,6 +265,29 @@ pub fn builtins(figure: &Figure, ctx: &Context) -> Vec<Expectation> {
             65536,
             gbits / 8.0 * RDMA_FLOOR,
         ));
+    }
+    if figure.metric == rdma_ab::SPEEDUP_METRIC && figure.test.starts_with("rdma_ab.") {
+        let facts = super::transport::node_facts(ctx.facts.as_ref());
+        let ports = facts
+            .as_ref()
+            .map(transport::active_ports)
+            .unwrap_or_default();
+        if let Some(port) = ports.first() {
+            let source = format!(
+                "RDMA against sockets: the RDMA leg at least {:.1}× the socket leg's busbw at {} MiB \
+                 and more, since {} is ACTIVE (node facts; docs/health.md)",
+                rdma_ab::MIN_SPEEDUP,
+                heddle_types::sweeps::Band::LARGE_FROM >> 20,
+                port.describe()
+            );
+            out.push(builtin(
+                source,
+                &figure.test,
+                rdma_ab::SPEEDUP_METRIC,
+                heddle_types::sweeps::Band::LARGE_FROM,
+                rdma_ab::MIN_SPEEDUP,
+            ));
+        }
     }
     if matches!(figure.test.as_str(), "p2p.h2d" | "p2p.d2h")
         && figure.metric == "algbw_gbs"
@@ -577,28 +585,33 @@ mod tests {
     }
 
     #[test]
-    fn rdma_floor_from_the_port_rate() {
+    fn rdma_floor_from_the_port_perftest_ran_on() {
         let facts = json!({"rdma": {"devices": [
             {"name": "mlx5_0", "ports": [{"port": 1, "state": "ACTIVE", "rate": "400 Gb/sec (4X NDR)"}]},
-            {"name": "mlx5_1", "ports": [{"port": 1, "state": "ACTIVE", "rate": "200 Gb/sec (2X HDR)"}]},
+            {"name": "mlx5_1", "ports": [{"port": 1, "state": "ACTIVE", "rate": "200 Gb/sec (2X HDR)"},
+                                         {"port": 2, "state": "ACTIVE", "rate": "100 Gb/sec (4X EDR)"}]},
             {"name": "mlx5_2", "ports": [{"port": 1, "state": "DOWN", "rate": "10 Gb/sec (4X SDR)"}]}
         ]}});
         let mut c = ctx("", 0);
         c.facts = Some(facts);
         let f = fig("rdma.ib_write_bw", "algbw_gbs", 1 << 20, 45.0);
-        let slowest = builtins(&f, &c);
+        // No evidence of the port: no floor, whatever the run's params asked for.
+        c.params = json!({"device": "mlx5_0", "ib_port": 1});
+        assert!(builtins(&f, &c).is_empty());
+        c.perftest_port = Some(("mlx5_1".into(), 2));
+        let e = builtins(&f, &c);
         assert_eq!(
-            slowest[0].value, 22.5,
-            "the slowest active port: 200 Gb/s × 0.9 / 8"
+            e[0].value, 11.25,
+            "mlx5_1 port 2: 100 Gb/s × 0.9 / 8, not mlx5_0's 400"
         );
-        assert_eq!(port_rate_rule(&slowest[0]), Some(Severity::Fail));
-        assert!(
-            slowest[0].source.contains("mlx5_1 port 1"),
-            "{}",
-            slowest[0].source
-        );
-        c.params = json!({"device": "mlx5_0"});
+        assert_eq!(port_rate_rule(&e[0]), Some(Severity::Fail));
+        assert!(e[0].source.contains("mlx5_1 port 2"), "{}", e[0].source);
+        c.perftest_port = Some(("mlx5_0".into(), 1));
         assert_eq!(builtins(&f, &c)[0].value, 45.0);
+        // A port the facts do not list (or list without a rate) gives no floor.
+        c.perftest_port = Some(("mlx5_9".into(), 1));
+        assert!(builtins(&f, &c).is_empty());
+        c.perftest_port = Some(("mlx5_0".into(), 1));
         assert!(builtins(&fig("rdma.ib_write_lat", "time_us", 2, 2.0), &c).is_empty());
         assert_eq!(port_rate_gbits("100 Gb/sec (4X EDR)"), Some(100.0));
         assert_eq!(port_rate_gbits("garbage"), None);

@@ -68,7 +68,8 @@ fn headline<'a>(
     })
 }
 
-/// Test names are `<kind>.<test>`: `nccl.<op>` from the run's params, `rdma.<perftest>`,
+/// Test names are `<kind>.<test>`: `nccl.<op>` and `rdma_ab.<op>` from the run's params,
+/// `rdma.<perftest>`,
 /// `ucx.<perftest test>` per test in the rows, `p2p.<d2d|h2d|d2h>` per copy kind in the
 /// rows' labels, and the bare kind otherwise (`memcpy`).
 pub fn extract(kind: &str, params: &serde_json::Value, rows: &[ResultRow]) -> Extracted {
@@ -78,6 +79,20 @@ pub fn extract(kind: &str, params: &serde_json::Value, rows: &[ResultRow]) -> Ex
         "nccl" => {
             let test = format!("nccl.{}", param(params, "op").unwrap_or("all_reduce"));
             figures.extend(headline(test.clone(), "busbw_gbs", rows.iter(), false));
+            test
+        }
+        // RDMA against sockets: judged on the ratio of the legs in the large band.
+        "rdma_ab" => {
+            use heddle_types::rdma_ab::{AbComparison, SPEEDUP_METRIC};
+            let test = format!("rdma_ab.{}", param(params, "op").unwrap_or("all_reduce"));
+            if let Some((size_bytes, value)) = AbComparison::from_rows(rows).speedup() {
+                figures.push(Figure {
+                    test: test.clone(),
+                    metric: SPEEDUP_METRIC.into(),
+                    size_bytes,
+                    value,
+                });
+            }
             test
         }
         // A tuning sweep's cells are not comparable with each other or with plain runs:
@@ -283,6 +298,33 @@ mod tests {
             extract("memcpy", &json!({}), &[row(1 << 20, None, Some(9.5), None)]).test,
             "memcpy"
         );
+    }
+
+    #[test]
+    fn rdma_ab_is_judged_on_the_large_band_ratio() {
+        let leg = |leg: &str, size: i64, bw: f64| ResultRow {
+            labels: [("leg".to_string(), leg.to_string())].into(),
+            ..row(size, Some(bw), None, None)
+        };
+        let rows = [
+            leg("rdma", 1 << 20, 25.4),
+            leg("socket", 1 << 20, 6.8),
+            leg("rdma", 128 << 20, 122.3),
+            leg("socket", 128 << 20, 29.1),
+        ];
+        let e = extract("rdma_ab", &json!({"op": "all_reduce"}), &rows);
+        assert_eq!(e.test, "rdma_ab.all_reduce");
+        assert_eq!(e.figures.len(), 1);
+        let f = &e.figures[0];
+        assert_eq!(
+            (f.metric.as_str(), f.size_bytes),
+            ("rdma_speedup", 128 << 20)
+        );
+        assert!((f.value - 122.3 / 29.1).abs() < 1e-9);
+        assert!(!lower_is_better(&f.metric));
+        // Without a large size there is no figure: nothing to judge, said by the verdict.
+        let e = extract("rdma_ab", &json!({}), &rows[..2]);
+        assert!(e.figures.is_empty());
     }
 
     #[test]

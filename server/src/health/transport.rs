@@ -39,6 +39,7 @@ pub fn findings(kind: &str, summary: &Value, facts: Option<&NodeFacts>) -> Vec<F
             let ev: Option<UcxEvidence> = evidence(summary, "ucx_evidence");
             classify_ucx(ev.as_ref(), facts)
         }
+        heddle_types::rdma_ab::KIND => heddle_types::rdma_ab::classify(summary, facts),
         _ => Vec::new(),
     }
 }
@@ -47,6 +48,13 @@ pub fn findings(kind: &str, summary: &Value, facts: Option<&NodeFacts>) -> Vec<F
 pub fn nccl_ports(summary: &Value, facts: Option<&NodeFacts>) -> Option<(f64, String)> {
     let ev: NcclEvidence = evidence(summary, "nccl_evidence")?;
     transport::nccl_used_ports(&ev, facts?)
+}
+
+/// The HCA and port a perftest result ran on, by perftest's own header (`Device`) and
+/// the port it was started on.
+pub fn perftest_port(summary: &Value) -> Option<(String, u32)> {
+    let ev: transport::PerftestEvidence = evidence(summary, "perftest_evidence")?;
+    Some((ev.device?, ev.port?))
 }
 
 pub fn reason(f: Finding) -> Reason {

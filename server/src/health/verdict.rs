@@ -4,6 +4,7 @@
 use chrono::{DateTime, Utc};
 use heddle_types::health::{Expectation, Figure, Reason, ResultVerdict, Severity, Verdict};
 use heddle_types::jobs::{JobSpec, ResultRow};
+use heddle_types::rdma_ab;
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -40,7 +41,9 @@ pub struct Comparisons {
 }
 
 fn unit(metric: &str) -> &'static str {
-    if lower_is_better(metric) {
+    if metric == rdma_ab::SPEEDUP_METRIC {
+        "×"
+    } else if lower_is_better(metric) {
         "µs"
     } else {
         "GB/s"
@@ -137,15 +140,22 @@ pub fn decide(
                 } else {
                     "below the expected"
                 };
-                let port = expectations::port_rate_rule(e);
-                let (severity, todo) = match port {
+                let (severity, todo, code) = match expectations::port_rate_rule(e) {
                     Some(sev) => (
                         sev,
                         ": the ports that carried it can do more; look for a renegotiated link \
                          (`ibstatus`), congestion or a transport other than RDMA in this result's \
                          transport reasons",
+                        Some(heddle_types::transport::BELOW_PORT_RATE),
                     ),
-                    None => (Severity::Fail, ""),
+                    None if f.metric == rdma_ab::SPEEDUP_METRIC => (
+                        Severity::Fail,
+                        ": RDMA is not clearly faster than TCP sockets where the node's facts say \
+                         it should be; look at the RDMA leg's path (a socket fallback, no \
+                         GPUDirect RDMA, a wrong NCCL_IB_HCA or GID index) and at the port's rate",
+                        Some(rdma_ab::RDMA_NOT_HELPING),
+                    ),
+                    None => (Severity::Fail, "", None),
                 };
                 reasons.push(Reason {
                     severity,
@@ -154,7 +164,7 @@ pub fn decide(
                     observed: Some(f.value),
                     expected: Some(e.value),
                     basis: format!("expectation:{}", e.source),
-                    code: port.map(|_| heddle_types::transport::BELOW_PORT_RATE.to_string()),
+                    code: code.map(str::to_string),
                     evidence: None,
                 });
             }
@@ -395,6 +405,7 @@ pub async fn judge_result(db: &PgPool, result_id: Uuid) -> Result<ResultVerdict,
         params: s.spec.params.clone(),
         facts: s.facts.clone(),
         nccl_ports: transport::nccl_ports(&s.summary, node_facts.as_ref()),
+        perftest_port: transport::perftest_port(&s.summary),
     };
     let tests: Vec<String> = extracted.figures.iter().map(|f| f.test.clone()).collect();
     let operator = expectations::from_operators(db, &tests).await?;

@@ -266,6 +266,7 @@ fn decode_as<T: KindParams>(params: &Value) -> Result<Value, ParamError> {
 pub const KINDS: &[KindEntry] = &[
     entry::<NcclParams>(),
     entry::<SweepParams>(),
+    entry::<RdmaAbParams>(),
     entry::<P2pParams>(),
     entry::<RdmaParams>(),
     entry::<UcxParams>(),

@@ -193,6 +193,24 @@ impl KindParams for NcclParams {
     }
 }
 
+/// `rdma_ab`: the `nccl` measurement twice, with the node's environment and forced to
+/// sockets; the same parameters as `nccl`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct RdmaAbParams(pub NcclParams);
+
+impl KindParams for RdmaAbParams {
+    const KIND: &'static str = crate::rdma_ab::KIND;
+    const DESCRIPTION: &'static str = "The same NCCL sweep with the node's environment and \
+        forced to sockets (NCCL_IB_DISABLE=1): both tables and the ratio per size band. Needs \
+        two ranks or more (several nodes, or gpus ≥ 2).";
+    const PARAMS: &'static [ParamDoc] = NCCL_DOCS;
+
+    fn check(&self) -> Result<(), ParamError> {
+        self.0.check()
+    }
+}
+
 /// One value of a sweep's grid: text, or a number (written as given).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]

@@ -23,6 +23,8 @@ pub enum Rendezvous {
         credential: String,
         tls: heddle_tls::ClientTls,
         run_id: Uuid,
+        /// Prefix of every name (`RendezvousAccess::scope`).
+        scope: Option<String>,
     },
 }
 
@@ -32,11 +34,15 @@ impl std::fmt::Debug for Rendezvous {
         match self {
             Rendezvous::File(path) => f.debug_tuple("File").field(path).finish(),
             Rendezvous::Server {
-                servers, run_id, ..
+                servers,
+                run_id,
+                scope,
+                ..
             } => f
                 .debug_struct("Server")
                 .field("servers", servers)
                 .field("run_id", run_id)
+                .field("scope", scope)
                 .finish_non_exhaustive(),
         }
     }
@@ -62,6 +68,7 @@ impl Rendezvous {
             credential: access.credential.clone(),
             tls,
             run_id: input.run_id,
+            scope: access.scope.clone(),
         })
     }
 
@@ -112,7 +119,9 @@ impl Rendezvous {
                 credential,
                 tls,
                 run_id,
+                scope,
             } => {
+                let name = &scoped(scope, name);
                 let client = client(servers, credential, tls)?;
                 runtime()?
                     .block_on(client.rendezvous_put(*run_id, name, id))
@@ -142,7 +151,9 @@ impl Rendezvous {
                 credential,
                 tls,
                 run_id,
+                scope,
             } => {
+                let name = &scoped(scope, name);
                 let client = client(servers, credential, tls)?;
                 runtime()?
                     .block_on(client.rendezvous_get(*run_id, name, wait))
@@ -150,6 +161,14 @@ impl Rendezvous {
                     .ok_or_else(|| format!("rank 0 published no {name} within {wait:?}"))
             }
         }
+    }
+}
+
+/// `<scope>.<name>`, or `name` when unscoped.
+fn scoped(scope: &Option<String>, name: &str) -> String {
+    match scope {
+        Some(s) => format!("{s}.{name}"),
+        None => name.to_string(),
     }
 }
 
@@ -186,6 +205,12 @@ mod tests {
         std::thread::sleep(Duration::from_millis(100));
         assert_eq!(rv.exchange(true, Some(id), Duration::ZERO).unwrap(), id);
         assert_eq!(reader.join().unwrap().unwrap(), id);
+    }
+
+    #[test]
+    fn scoped_names_keep_the_servers_name_rules() {
+        assert_eq!(scoped(&None, NAME), "nccl-uid");
+        assert_eq!(scoped(&Some("socket".into()), NAME), "socket.nccl-uid");
     }
 
     #[test]
