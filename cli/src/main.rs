@@ -13,8 +13,8 @@ mod health;
 mod investigate;
 mod output;
 mod progress;
-mod runs;
 mod rdma_ab;
+mod runs;
 mod sweeps;
 mod table;
 

@@ -16,7 +16,7 @@ use heddle_types::recommend::{Candidate, ExplainedVar, Rank, merge_traits, resol
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use crate::plugins::outcomes::Enabled;
+use crate::db::plugins::Enabled;
 
 /// A tuning profile that covers the node: name, env, and whether it is the node's own.
 type ProfileRow = (String, sqlx::types::Json<BTreeMap<String, String>>, bool);

@@ -7,8 +7,6 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::error::db_unreachable;
-
 /// A stretch of time in which Postgres could not be reached.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Outage {
@@ -57,6 +55,31 @@ impl Reachability {
     pub fn outage(&self) -> Option<Outage> {
         self.outage.lock().expect("reachability lock").clone()
     }
+}
+
+/// Whether `err` says the database is out of reach rather than that the request or the
+/// server is wrong: no connection (refused, reset, TLS, pool timeout or closed), or Postgres
+/// refusing work while it shuts down, restarts or is full. The one place that decides
+/// between 503 and 500 for database errors; `/readyz` and the lease reaper use it too.
+pub fn db_unreachable(err: &sqlx::Error) -> bool {
+    match err {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| unreachable_sqlstate(&code)),
+        _ => false,
+    }
+}
+
+/// SQLSTATEs that mean "this server cannot take work now", not "this statement is wrong":
+/// class 08 (connection exception), 57P01 admin_shutdown (fast shutdown), 57P02
+/// crash_shutdown, 57P03 cannot_connect_now (starting up, shutting down, recovering),
+/// 53300 too_many_connections and 25006 read_only_sql_transaction (a standby promoted
+/// too late, or a failover in progress).
+fn unreachable_sqlstate(code: &str) -> bool {
+    code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03" | "53300" | "25006")
 }
 
 #[cfg(test)]

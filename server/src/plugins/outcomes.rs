@@ -10,27 +10,7 @@ use serde_json::Value;
 use sqlx::types::Json;
 use uuid::Uuid;
 
-/// An enabled plugin and the version of it that runs.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct Enabled {
-    pub plugin_id: Uuid,
-    pub name: String,
-    pub version_id: Uuid,
-    pub version: String,
-    pub sha256: String,
-}
-
-impl Enabled {
-    /// How its recommendations name their source: `plugin:<name>@<version>`.
-    pub fn env_source(&self) -> String {
-        format!("plugin:{}@{}", self.name, self.version)
-    }
-
-    /// How its traits name their source: `plugin:<name>`.
-    pub fn traits_source(&self) -> String {
-        format!("plugin:{}", self.name)
-    }
-}
+pub use crate::db::plugins::Enabled;
 
 pub async fn enabled_plugins(db: &sqlx::PgPool) -> Result<Vec<Enabled>, sqlx::Error> {
     sqlx::query_as(
