@@ -479,12 +479,7 @@ fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
 }
 
 fn check_name(name: &str) -> Result<(), ClientError> {
-    let ok = !name.is_empty()
-        && name.len() <= 128
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-    if ok {
+    if heddle_types::names::RENDEZVOUS.allows(name) {
         Ok(())
     } else {
         Err(ClientError::BadName(name.into()))

@@ -15,8 +15,6 @@
 
 use std::time::Duration;
 
-use std::time::Duration;
-
 use crate::AppState;
 use crate::jobs::JobError;
 

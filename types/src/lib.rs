@@ -16,6 +16,7 @@ pub mod facts;
 pub mod health;
 pub mod investigations;
 pub mod jobs;
+pub mod names;
 pub mod node_checks;
 pub mod nodes;
 pub mod params;

@@ -27,12 +27,7 @@ const RETRY_AFTER_S: u32 = 5;
 
 /// Host names as nodes are named: what an agent may enroll under and a token be bound to.
 pub fn check_hostname(hostname: &str) -> ApiResult<()> {
-    let ok = !hostname.is_empty()
-        && hostname.len() <= 253
-        && hostname
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'));
-    if ok {
+    if heddle_types::names::HOSTNAME.allows(hostname) {
         Ok(())
     } else {
         Err(ApiError::Unprocessable(format!(

@@ -22,16 +22,12 @@ const METRICS: [&str; 4] = [
 ];
 
 fn check(req: &ExpectationCreate) -> ApiResult<()> {
-    let test_ok = !req.test.is_empty()
-        && req.test.len() <= 128
-        && req
-            .test
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
-    if !test_ok {
+    let rule = heddle_types::names::TEST;
+    if !rule.allows(&req.test) {
         return Err(ApiError::Unprocessable(format!(
-            "test {:?} must be 1-128 letters, digits, '_', '-' or '.' (e.g. nccl.all_reduce)",
-            req.test
+            "test {:?} must be {} (e.g. nccl.all_reduce)",
+            req.test,
+            rule.describe()
         )));
     }
     if !METRICS.contains(&req.metric.as_str()) {

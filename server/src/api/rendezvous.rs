@@ -63,15 +63,12 @@ async fn check_root(state: &AppState, agent: &AgentCaller, run: Uuid) -> ApiResu
 }
 
 fn check_rdv_name(name: &str) -> ApiResult<()> {
-    if name.is_empty()
-        || name.len() > 128
-        || !name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-    {
-        return Err(ApiError::BadRequest(
-            "rendezvous name must be 1-128 letters, digits, '-', '_' or '.'".into(),
-        ));
+    let rule = heddle_types::names::RENDEZVOUS;
+    if !rule.allows(name) {
+        return Err(ApiError::BadRequest(format!(
+            "rendezvous name must be {}",
+            rule.describe()
+        )));
     }
     Ok(())
 }

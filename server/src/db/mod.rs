@@ -119,16 +119,7 @@ pub struct InvalidName {
 
 /// Names people type: sites, tokens, plugins.
 pub fn check_name(what: &'static str, name: &str) -> Result<(), InvalidName> {
-    let ok = !name.is_empty()
-        && name.len() <= 64
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        && name
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_alphanumeric());
-    if ok {
+    if heddle_types::names::NAME.allows(name) {
         Ok(())
     } else {
         Err(InvalidName {

@@ -10,16 +10,12 @@ use super::JobError;
 /// collective name is put in the one spelling that results, verdicts and expectations use
 /// (`allreduce` becomes `all_reduce`). A sweep grid's variables pass the env policy there.
 pub fn validate_spec(spec: &mut JobSpec) -> Result<(), JobError> {
-    let kind_ok = !spec.kind.is_empty()
-        && spec.kind.len() <= 64
-        && spec
-            .kind
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
-    if !kind_ok {
+    let rule = heddle_types::names::KIND;
+    if !rule.allows(&spec.kind) {
         return Err(JobError::Invalid(format!(
-            "kind {:?} must be 1-64 letters, digits, '_', '-' or '.'",
-            spec.kind
+            "kind {:?} must be {}",
+            spec.kind,
+            rule.describe()
         )));
     }
     heddle_types::params::check_params(&spec.kind, &mut spec.params)
