@@ -248,7 +248,7 @@ mod tests {
                 env: Default::default(),
                 timeout_s: None,
             },
-            state: "running".into(),
+            state: heddle_types::jobs::RunState::Running,
             created_by: "t".into(),
             created_at: now,
             finished_at: None,

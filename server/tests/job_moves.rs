@@ -104,7 +104,12 @@ async fn moves_follow_the_table() {
     assert_eq!(server.get_run(run.id).await.state, RunState::Succeeded);
 
     // An ended job is never expired, renewed or claimed again.
-    assert!(store::expire_leases(&mut conn).await.unwrap().is_empty());
+    assert!(
+        store::expire_leases(&mut conn, std::time::Duration::ZERO)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert!(
         store::renew(&mut conn, job, agent_id, Some(lease.claim_id), None, 30.0)
             .await

@@ -170,7 +170,7 @@ async fn a_lease_within_the_margin_is_kept_and_heartbeats_renew_it() {
     assert_eq!(hb["cancel_jobs"], json!([]));
     // A margin of one flush interval (here 3 s) keeps the job.
     let reaped = heddle_server::leases::reap_expired(
-        &mut *db.acquire().await.unwrap(),
+        &mut db.acquire().await.unwrap(),
         Duration::from_secs(3),
     )
     .await
@@ -195,7 +195,7 @@ async fn a_lease_within_the_margin_is_kept_and_heartbeats_renew_it() {
     .await
     .unwrap();
     let reaped = heddle_server::leases::reap_expired(
-        &mut *db.acquire().await.unwrap(),
+        &mut db.acquire().await.unwrap(),
         Duration::from_secs(3),
     )
     .await

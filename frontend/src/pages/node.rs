@@ -222,13 +222,8 @@ pub fn summarize_output(d: &Detection) -> String {
 }
 
 /// Every warning of a plugin's output, in full (dropped ports, rules skipped and why).
-pub fn plugin_warnings(v: &serde_json::Value) -> Vec<String> {
-    v.get("warnings")
-        .and_then(|w| w.as_array())
-        .into_iter()
-        .flatten()
-        .filter_map(|w| w.as_str().map(str::to_string))
-        .collect()
+pub fn plugin_warnings(d: &Detection) -> Vec<String> {
+    d.warnings.clone()
 }
 
 /// Fuel, time and peak memory of one plugin call, from its `usage` object.

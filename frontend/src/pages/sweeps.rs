@@ -22,7 +22,7 @@ pub fn kind_runs_table(runs: Vec<Run>, base: &'static str, id: &'static str) -> 
             let name = r.label.clone().unwrap_or_else(|| r.id.to_string()[..8].to_string());
             let nodes = r.jobs.iter().map(|j| j.hostname.clone()).collect::<Vec<_>>().join(", ");
             view! { <tr>
-                <td><a href=format!("{base}/{}", r.id)>{name}</a></td><td>{state_badge(&r.state)}</td>
+                <td><a href=format!("{base}/{}", r.id)>{name}</a></td><td>{state_badge(r.state.as_str())}</td>
                 <td>{nodes}</td><td class="muted">{ago(Some(r.created_at))}</td>
             </tr> }
         })

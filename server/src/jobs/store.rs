@@ -234,7 +234,7 @@ pub async fn extend_leases_after_gap(
 ) -> Result<u64, JobError> {
     let rows = sqlx::query!(
         "UPDATE jobs SET lease_expires_at = clock_timestamp() + make_interval(secs => $2)
-         WHERE state IN ('leased', 'running') AND lease_expires_at < $1 + make_interval(secs => $2)
+         WHERE state IN ('leased', 'running') AND lease_expires_at < $1::timestamptz + make_interval(secs => $2)
          RETURNING state",
         previous_tick,
         term.as_secs_f64(),
