@@ -132,7 +132,8 @@ fn gpudirect_table(g: Option<heddle_types::facts::GpuDirectFacts>) -> impl IntoV
 /// those that warn or fail first, each with its reason in full.
 fn checks_table(mut checks: Vec<NodeCheck>) -> impl IntoView {
     if checks.is_empty() {
-        return view! { <p class="empty">"No checks yet: they run on the node's facts."</p> }.into_any();
+        return view! { <p class="empty">"No checks yet: they run on the node's facts."</p> }
+            .into_any();
     }
     let rank = |v: Verdict| match v {
         Verdict::Fail => 0,
@@ -145,8 +146,8 @@ fn checks_table(mut checks: Vec<NodeCheck>) -> impl IntoView {
         .into_iter()
         .map(|c| {
             view! { <tr class=format!("check-{}", c.state)><td class="mono">{c.name}</td>
-                <td class="mono">{c.subject.unwrap_or_default()}</td>
-                <td>{verdict_badge(c.state)}</td><td>{c.reason}</td></tr> }
+            <td class="mono">{c.subject.unwrap_or_default()}</td>
+            <td>{verdict_badge(c.state)}</td><td>{c.reason}</td></tr> }
         })
         .collect_view();
     view! { <table class="grid" id="checks"><thead><tr><th>"Check"</th><th>"Subject"</th><th>"State"</th><th>"Why"</th></tr></thead>
