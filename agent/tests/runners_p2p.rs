@@ -77,7 +77,7 @@ fn job_child_rejects_bad_params_before_touching_cuda() {
     assert!(!out.status.success());
     assert!(events.is_empty());
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("size must be in"),
+        String::from_utf8_lossy(&out.stderr).contains("params.size: must be in"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );

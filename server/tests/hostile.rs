@@ -38,7 +38,7 @@ async fn second_agent_enrolling_live_hostname_does_not_take_its_jobs() {
     let admin = server.admin_token.clone();
     let live = enroll(&api, &server, "victim").await;
     let run = server
-        .start_run(json!({"kind": "sleep", "nodes": ["victim"]}))
+        .start_run(json!({"kind": "sleep", "params": {"seconds": 60}, "nodes": ["victim"]}))
         .await;
 
     // The intruder holds a valid enrollment token and claims the live node's host name.
@@ -340,7 +340,7 @@ async fn result_from_stale_claim_is_refused() {
     let api = Api::new(&server);
     let a = enroll(&api, &server, "stale-1").await;
     let run = server
-        .start_run(json!({"kind": "sleep", "nodes": ["stale-1"], "max_attempts": 3}))
+        .start_run(json!({"kind": "sleep", "params": {"seconds": 60}, "nodes": ["stale-1"], "max_attempts": 3}))
         .await;
     let (_, first) = claim(&api, &a.credential).await;
     let job = first["job_id"].as_str().unwrap().to_string();
@@ -407,7 +407,7 @@ async fn rendezvous_from_non_root_rank_is_refused() {
     let r0 = enroll(&api, &server, "rdv-0").await;
     let r1 = enroll(&api, &server, "rdv-1").await;
     let run = server
-        .start_run(json!({"kind": "sleep", "nodes": ["rdv-0", "rdv-1"]}))
+        .start_run(json!({"kind": "sleep", "params": {"seconds": 60}, "nodes": ["rdv-0", "rdv-1"]}))
         .await;
     let path = format!("/api/v1/agent/rendezvous/{}/nccl-id", run.id);
     let blob = |b: &str| json!({"blob_b64": b});

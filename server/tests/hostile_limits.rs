@@ -117,7 +117,9 @@ async fn long_polls_beyond_the_cap_get_503() {
     let r0 = enroll(&api, &server, "poll-0").await;
     let r1 = enroll(&api, &server, "poll-1").await;
     let run = server
-        .start_run(json!({"kind": "sleep", "nodes": ["poll-0", "poll-1"]}))
+        .start_run(
+            json!({"kind": "sleep", "params": {"seconds": 60}, "nodes": ["poll-0", "poll-1"]}),
+        )
         .await;
     let path = format!(
         "/api/v1/agent/rendezvous/{}/nccl-id?timeout_ms=3000",

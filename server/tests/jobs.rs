@@ -187,7 +187,9 @@ async fn cancellation_reaches_queued_and_running_jobs() {
     let a = enroll(&api, &server, "cancel-1").await;
     let _b = enroll(&api, &server, "cancel-2").await;
     let run = server
-        .start_run(json!({"kind": "sleep", "nodes": ["cancel-1", "cancel-2"]}))
+        .start_run(
+            json!({"kind": "sleep", "params": {"seconds": 60}, "nodes": ["cancel-1", "cancel-2"]}),
+        )
         .await;
     let (_, lease) = api
         .call(
@@ -250,7 +252,7 @@ async fn expired_leases_are_requeued_then_failed() {
     let api = Api::new(&server);
     let a = enroll(&api, &server, "lease-1").await;
     let run = server
-        .start_run(json!({"kind": "sleep", "nodes": ["lease-1"], "max_attempts": 2}))
+        .start_run(json!({"kind": "sleep", "params": {"seconds": 60}, "nodes": ["lease-1"], "max_attempts": 2}))
         .await;
 
     // Attempt 1: claimed, then the agent goes silent.

@@ -82,7 +82,9 @@ async fn nodes_runs_and_results_come_in_pages() {
     for _ in 0..5 {
         started.push(
             server
-                .start_run(json!({"kind": "sleep", "nodes": ["other-0"]}))
+                .start_run(
+                    json!({"kind": "sleep", "params": {"seconds": 60}, "nodes": ["other-0"]}),
+                )
                 .await
                 .id
                 .to_string(),
@@ -96,7 +98,7 @@ async fn nodes_runs_and_results_come_in_pages() {
 
     // Results of a run on the seven nodes: by rank, 3 at a time.
     let run = server
-        .start_run(json!({"kind": "sleep", "nodes": want}))
+        .start_run(json!({"kind": "sleep", "params": {"seconds": 60}, "nodes": want}))
         .await;
     for (i, a) in &agents {
         let (s, lease) = api
@@ -182,7 +184,9 @@ async fn a_decommissioned_node_is_deleted_with_what_is_only_about_it() {
     let gone = enroll(&api, &server, "decom-1").await;
     let stays = enroll(&api, &server, "decom-2").await;
     let run = server
-        .start_run(json!({"kind": "sleep", "nodes": ["decom-1", "decom-2"]}))
+        .start_run(
+            json!({"kind": "sleep", "params": {"seconds": 60}, "nodes": ["decom-1", "decom-2"]}),
+        )
         .await;
 
     let operator = server.token(heddle_types::auth::Role::Operator).await;

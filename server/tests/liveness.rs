@@ -58,7 +58,7 @@ async fn many_heartbeats_are_written_by_one_flush() {
         agents.push(enroll(&api, &server, &format!("batch-{i}")).await);
     }
     server
-        .start_run(json!({"kind": "sleep", "nodes": ["batch-0"]}))
+        .start_run(json!({"kind": "sleep", "params": {"seconds": 60}, "nodes": ["batch-0"]}))
         .await;
     let job = claim(&api, &agents[0]).await;
     let (_, leased_until) = lease_of(&db, &job).await;
@@ -148,7 +148,7 @@ async fn a_lease_within_the_margin_is_kept_and_heartbeats_renew_it() {
     let db = server.state.db.clone();
     let a = enroll(&api, &server, "margin-1").await;
     server
-        .start_run(json!({"kind": "sleep", "nodes": ["margin-1"]}))
+        .start_run(json!({"kind": "sleep", "params": {"seconds": 60}, "nodes": ["margin-1"]}))
         .await;
     let job = claim(&api, &a).await;
     // The recorded lease ran out 2 s ago; the agent's heartbeat naming it waits in memory.
@@ -230,7 +230,7 @@ async fn heartbeats_keep_a_lease_for_its_whole_run_and_silence_ends_it() {
     let api = Api::new(&server);
     let a = enroll(&api, &server, "steady-1").await;
     server
-        .start_run(json!({"kind": "sleep", "nodes": ["steady-1"]}))
+        .start_run(json!({"kind": "sleep", "params": {"seconds": 60}, "nodes": ["steady-1"]}))
         .await;
     let job = claim(&api, &a).await;
     // Four lease lengths of heartbeats, each a full interval after the last.
@@ -269,7 +269,7 @@ async fn a_replica_that_stops_flushes_what_it_heard() {
     let api = Api::new(&second);
     let a = enroll(&api, &second, "failover-1").await;
     second
-        .start_run(json!({"kind": "sleep", "nodes": ["failover-1"]}))
+        .start_run(json!({"kind": "sleep", "params": {"seconds": 60}, "nodes": ["failover-1"]}))
         .await;
     let job = claim(&api, &a).await;
     let db = first.state.db.clone();
