@@ -1,19 +1,16 @@
 //! The subcommands. Each fetches through `Client` and prints a table or JSON.
 
 use std::process::ExitCode;
-use std::time::Duration;
 
-use anyhow::Context;
 use clap::Subcommand;
 use heddle_types::auth::*;
 use heddle_types::health::{PreflightCheck, PreflightRequest};
 use heddle_types::jobs::{JobResult, Run, RunCreate};
 use heddle_types::nodes::{NodeDetail, NodeSummary};
-use heddle_types::plugins::{Plugin, PluginEnable, PluginVersion};
 
 use crate::args::{NodeList, key_value};
 use crate::client::{Client, encode, query};
-use crate::exit::{Exit, UsageError};
+use crate::exit::UsageError;
 use crate::output::print_json;
 use crate::runs::{print_result, print_run, watch};
 use crate::{Cli, config, table};
@@ -40,13 +37,13 @@ pub enum Command {
     Runs(RunsCmd),
     /// WebAssembly plugins on the server.
     #[command(subcommand)]
-    Plugins(PluginsCmd),
+    Plugins(crate::plugins::PluginsCmd),
     /// Work on a plugin locally, without a server.
     #[command(subcommand)]
-    Plugin(PluginCmd),
+    Plugin(crate::plugins::PluginCmd),
     /// API tokens.
     #[command(subcommand)]
-    Tokens(TokensCmd),
+    Tokens(crate::tokens::TokensCmd),
     /// Agents, enrollment tokens and enrollments waiting for approval.
     #[command(subcommand)]
     Agents(crate::agents::AgentsCmd),
@@ -159,88 +156,6 @@ pub enum RunsCmd {
     },
     /// A sweep's cells × size bands and winners; `--keep NAME` stores a winner as a tuning profile.
     Sweep(crate::sweeps::SweepArgs),
-}
-
-#[derive(Subcommand)]
-pub enum PluginsCmd {
-    /// Upload a component as a new version.
-    Upload {
-        file: std::path::PathBuf,
-        #[arg(long)]
-        name: String,
-        #[arg(long)]
-        version: String,
-        /// Enable this version right away.
-        #[arg(long)]
-        enable: bool,
-    },
-    Ls,
-    Versions {
-        name: String,
-    },
-    /// Enable a plugin (at a version: that is also how to roll back).
-    Enable {
-        name: String,
-        #[arg(long)]
-        version: Option<String>,
-    },
-    Disable {
-        name: String,
-    },
-}
-
-#[derive(Subcommand)]
-pub enum PluginCmd {
-    /// Run a component on a facts file (from `heddle-agent facts`) in the same sandbox and
-    /// limits as the server, and print what it detected and the resources it used.
-    /// Exit code 1 when the plugin fails or is refused.
-    Test {
-        wasm: std::path::PathBuf,
-        #[arg(long)]
-        facts: std::path::PathBuf,
-        /// Fuel budget of the call.
-        #[arg(long, default_value_t = 500_000_000)]
-        fuel: u64,
-        /// Wall-clock limit of the call: 2s, 500ms.
-        #[arg(long, default_value = "2s", value_parser = heddle_types::duration::parse)]
-        timeout: Duration,
-    },
-}
-
-#[derive(Subcommand)]
-pub enum TokensCmd {
-    /// Create a token; the secret is printed once.
-    Create {
-        #[arg(long)]
-        name: String,
-        #[arg(long)]
-        role: Role,
-        /// How long until the token stops working: 30d, 12w (default: never).
-        #[arg(long, value_parser = crate::args::days)]
-        expires_in: Option<u32>,
-        /// The same in days, as a number (older spelling).
-        #[arg(long, hide = true, conflicts_with = "expires_in")]
-        expires_in_days: Option<u32>,
-    },
-    Ls,
-    Revoke {
-        id: uuid::Uuid,
-    },
-}
-
-#[derive(Subcommand)]
-pub enum AgentsCmd {
-    Ls,
-    /// Create an enrollment token and print how to start an agent with it.
-    EnrollToken {
-        #[arg(long)]
-        max_uses: Option<u32>,
-        #[arg(long)]
-        expires_in_hours: Option<u32>,
-    },
-    Revoke {
-        id: uuid::Uuid,
-    },
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -423,14 +338,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             );
         }
         Command::Runs(cmd) => return runs(&client, cmd, json).await,
-        Command::Plugins(cmd) => plugins(&client, cmd, json).await?,
-        Command::Plugin(PluginCmd::Test {
+        Command::Plugins(cmd) => crate::plugins::run(&client, cmd, json).await?,
+        Command::Plugin(crate::plugins::PluginCmd::Test {
             wasm,
             facts,
             fuel,
             timeout,
-        }) => return plugin_test(&wasm, &facts, fuel, timeout, json),
-        Command::Tokens(cmd) => tokens(&client, cmd, json).await?,
+        }) => return crate::plugins::test(&wasm, &facts, fuel, timeout, json),
+        Command::Tokens(cmd) => crate::tokens::run(&client, cmd, json).await?,
         Command::Agents(cmd) => crate::agents::run(&client, cmd, json, &server).await?,
         Command::Investigate(cmd) => return crate::investigate::run(&client, cmd, json).await,
         Command::Preflight {
@@ -548,232 +463,6 @@ async fn runs(client: &Client, cmd: RunsCmd, json: bool) -> anyhow::Result<ExitC
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-async fn plugins(client: &Client, cmd: PluginsCmd, json: bool) -> anyhow::Result<()> {
-    match cmd {
-        PluginsCmd::Upload {
-            file,
-            name,
-            version,
-            enable,
-        } => {
-            let bytes =
-                std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
-            let v: PluginVersion = client
-                .post_wasm(
-                    &format!(
-                        "/api/v1/plugins/{}/versions/{}",
-                        encode(&name),
-                        encode(&version)
-                    ),
-                    bytes,
-                )
-                .await?;
-            if json {
-                print_json(&v)?
-            } else {
-                println!(
-                    "uploaded {} {} ({} bytes, sha256 {})",
-                    v.plugin, v.version, v.size_bytes, v.sha256
-                )
-            }
-            if enable {
-                let p: Plugin = client
-                    .post(
-                        &format!("/api/v1/plugins/{}/enable", encode(&name)),
-                        &PluginEnable {
-                            version: Some(version),
-                        },
-                    )
-                    .await?;
-                if !json {
-                    println!("enabled {} at {}", p.name, table::opt(&p.active_version));
-                }
-            }
-        }
-        PluginsCmd::Ls => {
-            let list: Vec<Plugin> = client.get("/api/v1/plugins").await?;
-            if json {
-                return print_json(&list);
-            }
-            let mut t = table::new(&["NAME", "ENABLED", "ACTIVE VERSION", "CREATED"]);
-            for p in &list {
-                t.add_row(vec![
-                    p.name.clone(),
-                    p.enabled.to_string(),
-                    table::opt(&p.active_version),
-                    table::ago(Some(p.created_at)),
-                ]);
-            }
-            println!("{t}");
-        }
-        PluginsCmd::Versions { name } => {
-            let list: Vec<PluginVersion> = client
-                .get(&format!("/api/v1/plugins/{}/versions", encode(&name)))
-                .await?;
-            if json {
-                return print_json(&list);
-            }
-            let mut t = table::new(&["VERSION", "SHA256", "BYTES", "BY", "CREATED"]);
-            for v in &list {
-                t.add_row(vec![
-                    v.version.clone(),
-                    v.sha256[..16].to_string(),
-                    v.size_bytes.to_string(),
-                    v.uploaded_by.clone(),
-                    table::ago(Some(v.created_at)),
-                ]);
-            }
-            println!("{t}");
-        }
-        PluginsCmd::Enable { name, version } => {
-            let p: Plugin = client
-                .post(
-                    &format!("/api/v1/plugins/{}/enable", encode(&name)),
-                    &PluginEnable { version },
-                )
-                .await?;
-            if json {
-                print_json(&p)?
-            } else {
-                println!("enabled {} at {}", p.name, table::opt(&p.active_version))
-            }
-        }
-        PluginsCmd::Disable { name } => {
-            let p: Plugin = client
-                .post_empty(&format!("/api/v1/plugins/{}/disable", encode(&name)))
-                .await?;
-            if json {
-                print_json(&p)?
-            } else {
-                println!("disabled {}", p.name)
-            }
-        }
-    }
-    Ok(())
-}
-
-async fn tokens(client: &Client, cmd: TokensCmd, json: bool) -> anyhow::Result<()> {
-    match cmd {
-        TokensCmd::Create {
-            name,
-            role,
-            expires_in,
-            expires_in_days,
-        } => {
-            let body = TokenCreate {
-                name,
-                role,
-                expires_in_days: expires_in.or(expires_in_days),
-            };
-            let t: TokenCreated = client.post("/api/v1/tokens", &body).await?;
-            if json {
-                print_json(&t)?;
-            } else {
-                eprintln!(
-                    "created {} token {:?}; it is shown once:",
-                    t.info.role, t.info.name
-                );
-                println!("{}", t.token);
-            }
-        }
-        TokensCmd::Ls => {
-            let list: Vec<TokenInfo> = client.get("/api/v1/tokens").await?;
-            if json {
-                return print_json(&list);
-            }
-            let mut t = table::new(&["ID", "NAME", "ROLE", "LAST USED", "EXPIRES", "REVOKED"]);
-            for k in &list {
-                t.add_row(vec![
-                    k.id.to_string(),
-                    k.name.clone(),
-                    k.role.to_string(),
-                    table::ago(k.last_used_at),
-                    table::opt(&k.expires_at),
-                    table::opt(&k.revoked_at),
-                ]);
-            }
-            println!("{t}");
-        }
-        TokensCmd::Revoke { id } => {
-            client.delete(&format!("/api/v1/tokens/{id}")).await?;
-            println!("revoked token {id}");
-        }
-    }
-    Ok(())
-}
-
-fn plugin_test(
-    wasm: &std::path::Path,
-    facts: &std::path::Path,
-    fuel: u64,
-    timeout: Duration,
-    json: bool,
-) -> anyhow::Result<ExitCode> {
-    let bytes = std::fs::read(wasm).with_context(|| format!("reading {}", wasm.display()))?;
-    let facts =
-        std::fs::read_to_string(facts).with_context(|| format!("reading {}", facts.display()))?;
-    let limits = heddle_plugin_host::Limits {
-        fuel,
-        timeout,
-        ..Default::default()
-    };
-    match heddle_plugin_host::run_on_facts_json(&bytes, &facts, &limits) {
-        Ok(report) => {
-            if json {
-                print_json(&report)?;
-                return Ok(ExitCode::SUCCESS);
-            }
-            let d = &report.detection;
-            println!(
-                "{} {} — {}",
-                report.plugin.name, report.plugin.version, report.plugin.description
-            );
-            for (k, v) in &d.traits {
-                println!("trait    {k}={v}");
-            }
-            for e in &d.env {
-                println!("env      {}={}    # {}", e.name, e.value, e.reason);
-            }
-            for a in &d.affinity {
-                println!(
-                    "affinity gpu {} cpus {} numa {} nic {} netdev {}",
-                    a.gpu,
-                    a.cpus,
-                    table::opt(&a.numa),
-                    table::opt(&a.nic),
-                    table::opt(&a.netdev)
-                );
-            }
-            for w in &d.warnings {
-                println!("warning  {w}");
-            }
-            for l in &report.logs {
-                eprintln!("log {:?}: {}", l.level, l.message);
-            }
-            let u = &report.usage;
-            eprintln!(
-                "used {} fuel, {} µs, {} KiB peak memory",
-                u.fuel_consumed,
-                u.elapsed.as_micros(),
-                u.peak_memory_bytes / 1024
-            );
-            Ok(ExitCode::SUCCESS)
-        }
-        Err(err) => {
-            eprintln!("heddle: plugin failed [{}]: {err}", err.code());
-            if let Some(u) = err.usage() {
-                eprintln!(
-                    "used {} fuel, {} µs, {} KiB peak memory before it was stopped",
-                    u.fuel_consumed,
-                    u.elapsed.as_micros(),
-                    u.peak_memory_bytes / 1024
-                );
-            }
-            Ok(Exit::Failed.into())
-        }
-    }
 }
 
 /// The completion script of `shell` for every subcommand and flag. A reader that stops

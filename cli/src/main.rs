@@ -12,11 +12,13 @@ mod explain;
 mod health;
 mod investigate;
 mod output;
+mod plugins;
 mod progress;
 mod rdma_ab;
 mod runs;
 mod sweeps;
 mod table;
+mod tokens;
 
 use std::process::ExitCode;
 
