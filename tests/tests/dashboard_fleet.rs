@@ -1,9 +1,9 @@
 //! The fleet page with 50,000 nodes, in headless Chromium: seeded straight into Postgres
 //! with one statement, then opened the way a person does. It prints the time to first
 //! render (the page's `heddle:fleet-rendered` mark) and checks what a page of a big fleet
-//! must get right: the count says 50,000, problem nodes come first, a search finds a node
-//! far past the first page, and "Load more" appends the next page without ever putting the
-//! whole fleet in the DOM.
+//! must get right: the count says 50,000, problem nodes come first, "Load more" and
+//! scrolling to the end append the next page (never the whole fleet in the DOM), and a
+//! search finds a node far past what was loaded.
 //!
 //! Needs `frontend/dist` (scripts/build-frontend.sh), `chromium` and `chromium-driver`, and
 //! `HEDDLE_TEST_DATABASE_URL`.
@@ -130,17 +130,26 @@ async fn fleet_of_50000_nodes_in_chromium() {
     assert_eq!(class.as_deref(), Some("problem"));
     wait_text(&c, "#fleet-table tbody tr", "ports DOWN").await;
 
-    // "Load more" appends the next page after the first, which stays.
-    click(&c, "#fleet-more").await;
+    // "Load more" appends the next page after the first, which stays. Clicked from script,
+    // so that scrolling to the button does not load a page by itself first.
+    c.execute("document.getElementById('fleet-more').click()", vec![])
+        .await
+        .unwrap();
     let both = wait_rows(&c, 400).await;
     assert_eq!(both[..200], first[..]);
     assert!(
         both[200..].iter().all(|h| !first.contains(h)),
         "the next page repeats rows"
     );
+    // Scrolling to the end loads the page after that.
+    c.execute("window.scrollTo(0, document.body.scrollHeight)", vec![])
+        .await
+        .unwrap();
+    let three = wait_rows(&c, 600).await;
+    assert_eq!(three[..400], both[..]);
 
     // A node far past what is loaded is one search away.
-    assert!(!both.contains(&"node-49999".to_string()));
+    assert!(!three.contains(&"node-49999".to_string()));
     type_into(&c, "#fleet-search", "node-49999").await;
     wait_text(&c, "#fleet-count", "1 of 50,000 nodes").await;
     assert_eq!(wait_rows(&c, 1).await, ["node-49999"]);

@@ -1,6 +1,6 @@
 //! Every node, problems first, a page at a time. The server filters, counts and pages
 //! (`GET /api/v1/nodes` and `/api/v1/nodes/counts`): the page asks for the first problem
-//! nodes, then for healthy ones once those run out, and for more only when asked. A fleet
+//! nodes, then for healthy ones once those run out, and for more only when asked ("Load more", or scrolling near the end). A fleet
 //! of 50,000 nodes costs one page of rows to show, and at most [`MAX_ROWS`] rows in the DOM.
 
 use heddle_types::nodes::{NodeCounts, NodeSummary};
@@ -14,6 +14,8 @@ use crate::ui::{ago, error_line, health_badge, loaded, port_badge};
 const PAGE: usize = 200;
 /// Rows the page keeps; past them it asks for a narrower filter instead of growing.
 const MAX_ROWS: usize = 2000;
+/// Scrolling this close to the end of the page loads the next page.
+const NEAR_END_PX: f64 = 600.0;
 /// Typing settles this long before the server is asked.
 const DEBOUNCE_MS: u32 = 250;
 
@@ -129,7 +131,7 @@ pub fn Fleet() -> impl IntoView {
     let status = RwSignal::new(Load::<()>::Loading);
     let rows = RwSignal::new(Vec::<NodeSummary>::new());
     let next = RwSignal::new(None::<Next>);
-    let counts = RwSignal::new(None::<NodeCounts>);
+    let counts = RwSignal::new(None::<Result<NodeCounts, ApiError>>);
     // True from a change of the controls until its first page is in: the count line then
     // says so, rather than showing the previous filter's figures beside new rows.
     let pending = RwSignal::new(true);
@@ -171,7 +173,7 @@ pub fn Fleet() -> impl IntoView {
             ))
             .await;
             if current() {
-                counts.set(c.ok());
+                counts.set(Some(c));
             }
         });
     });
@@ -187,11 +189,18 @@ pub fn Fleet() -> impl IntoView {
         }
     });
 
-    let load_more = move |_| {
+    // `by_scrolling`: asked for by reaching the end of the page, which does not retry a
+    // failed load (the button does).
+    let load_more = move |by_scrolling: bool| {
         let Some(from) = next.get_untracked() else {
             return;
         };
-        if matches!(more.get_untracked(), Some(Ok(()))) {
+        match more.get_untracked() {
+            Some(Ok(())) => return,
+            Some(Err(_)) if by_scrolling => return,
+            _ => {}
+        }
+        if rows.with_untracked(Vec::len) >= MAX_ROWS {
             return;
         }
         more.set(Some(Ok(())));
@@ -212,6 +221,21 @@ pub fn Fleet() -> impl IntoView {
             }
         });
     };
+    // The next page comes by itself when the end of the table is in sight.
+    let near_end = window_event_listener(leptos::ev::scroll, move |_| {
+        let w = window();
+        let seen = w
+            .inner_height()
+            .ok()
+            .and_then(|h| h.as_f64())
+            .unwrap_or(0.0)
+            + w.scroll_y().unwrap_or(0.0);
+        let end = document().body().map_or(0, |b| b.scroll_height());
+        if seen >= f64::from(end) - NEAR_END_PX {
+            load_more(true);
+        }
+    });
+    on_cleanup(move || near_end.remove());
     let on_type = move |ev| {
         let v = event_target_value(&ev);
         typed.set(v.clone());
@@ -235,8 +259,10 @@ pub fn Fleet() -> impl IntoView {
         if pending.get() {
             return "Searching…".to_string();
         }
-        let Some(c) = counts.get() else {
-            return format!("{shown} nodes shown; counting…");
+        let c = match counts.get() {
+            None => return format!("{shown} nodes shown; counting…"),
+            Some(Err(e)) => return format!("{shown} nodes shown; not counted: {}", e.describe()),
+            Some(Ok(c)) => c,
         };
         let mut line = format!("{} of {} nodes", thousands(c.total), thousands(c.fleet));
         if c.problems > 0 {
@@ -259,7 +285,7 @@ pub fn Fleet() -> impl IntoView {
             (Some(_), Some(Ok(()))) => view! { <p class="loading">"Loading more…"</p> }.into_any(),
             (Some(_), failed) => view! {
                 {failed.and_then(Result::err).map(|e| error_line("Could not load more nodes", &e))}
-                <button id="fleet-more" on:click=load_more>"Load more"</button>
+                <button id="fleet-more" on:click=move |_| load_more(false)>"Load more"</button>
             }
             .into_any(),
         }
@@ -347,17 +373,5 @@ fn row(n: &NodeSummary) -> impl IntoView + use<> {
             <td class="problems">{problems.join("; ")}</td>
             <td class="muted">{ago(n.last_seen_at)}</td>
         </tr>
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn thousands_are_grouped() {
-        assert_eq!(thousands(4), "4");
-        assert_eq!(thousands(50_000), "50,000");
-        assert_eq!(thousands(1_234_567), "1,234,567");
     }
 }
