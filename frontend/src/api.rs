@@ -82,6 +82,15 @@ pub async fn get<T: DeserializeOwned>(path: &str) -> Result<T, ApiError> {
     json(send(Request::get(&format!("/api/v1{path}")).build()).await?).await
 }
 
+/// One page of a list and the cursor of the next one (`x-next-cursor`), when more follow.
+pub async fn get_page<T: DeserializeOwned>(
+    path: &str,
+) -> Result<(Vec<T>, Option<String>), ApiError> {
+    let resp = send(Request::get(&format!("/api/v1{path}")).build()).await?;
+    let next = resp.headers().get(heddle_types::NEXT_CURSOR_HEADER);
+    Ok((json(resp).await?, next))
+}
+
 pub async fn get_text(path: &str) -> Result<String, ApiError> {
     let resp = send(Request::get(&format!("/api/v1{path}")).build()).await?;
     resp.text().await.map_err(ApiError::network)

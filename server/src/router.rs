@@ -15,8 +15,8 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::api::{
-    agent, decommission, enroll, expectations, health, investigations, nodes, plugins, rendezvous,
-    run_kinds, runs, sweeps, tokens, verdicts,
+    agent, decommission, enroll, expectations, health, investigations, node_list, nodes, plugins,
+    rendezvous, run_kinds, runs, sweeps, tokens, verdicts,
 };
 use crate::error::ApiError;
 use crate::limits::{self, LongPolls};
@@ -128,7 +128,8 @@ fn api(state: &AppState) -> OpenApiRouter<AppState> {
         .routes(routes!(enroll::reject))
         .routes(routes!(tokens::audit_log))
         // Inventory.
-        .routes(routes!(nodes::list_nodes))
+        .routes(routes!(node_list::list_nodes))
+        .routes(routes!(node_list::node_counts))
         .routes(routes!(
             nodes::get_node,
             nodes::update_node,

@@ -274,3 +274,127 @@ async fn a_decommissioned_node_is_deleted_with_what_is_only_about_it() {
         .await;
     assert_eq!(s, StatusCode::NOT_FOUND);
 }
+
+fn hosts(rows: &Value) -> Vec<String> {
+    field(rows.as_array().unwrap(), "hostname")
+}
+
+/// The fleet page's filters: free text, `problems`, `link_layer=none`, and the counts that
+/// say how many match. `problems=true` agrees row by row with `NodeSummary::problems`, the
+/// rule the dashboard shows, so the SQL and the Rust cannot drift apart.
+#[tokio::test]
+async fn node_filters_and_counts_agree() {
+    let server = TestServer::start().await;
+    let api = Api::new(&server);
+    let admin = server.admin_token.clone();
+    // 40 nodes: every 10th offline, every 7th with a port DOWN, every 13th without facts,
+    // every 4th without RDMA; f-017 has a bonded HCA and a trait.
+    sqlx::query(
+        "INSERT INTO nodes (id, hostname, facts, facts_updated_at, gpu_model, gpu_count, hcas,
+                            port_states, link_layers, traits, last_seen_at)
+         SELECT gen_random_uuid(), format('f-%s', lpad(i::text, 3, '0')),
+           CASE WHEN i % 13 = 5 THEN NULL ELSE '{}'::jsonb END,
+           CASE WHEN i % 13 = 5 THEN NULL ELSE now() END,
+           'NVIDIA H100', 8,
+           CASE WHEN i = 17 THEN ARRAY['mlx5_bond_0'] WHEN i % 4 = 3 THEN '{}' ELSE ARRAY['mlx5_0', 'mlx5_1'] END,
+           CASE WHEN i % 4 = 3 THEN '{}' WHEN i % 7 = 2 THEN ARRAY['ACTIVE', 'DOWN'] ELSE ARRAY['ACTIVE', 'ACTIVE'] END,
+           CASE WHEN i % 4 = 3 THEN '{}' ELSE ARRAY['InfiniBand', 'InfiniBand'] END,
+           CASE WHEN i = 17 THEN '{\"cloud\": \"azure\"}'::jsonb ELSE '{}'::jsonb END,
+           CASE WHEN i % 10 = 1 THEN now() - interval '1 hour' ELSE now() END
+         FROM generate_series(0, 39) i",
+    )
+    .execute(&server.state.db)
+    .await
+    .unwrap();
+
+    let (s, all) = api.get("/api/v1/nodes", &admin).await;
+    assert_eq!(s, StatusCode::OK);
+    let all: Vec<heddle_types::nodes::NodeSummary> = serde_json::from_value(all).unwrap();
+    let broken: Vec<String> = all
+        .iter()
+        .filter(|n| !n.problems().is_empty())
+        .map(|n| n.hostname.clone())
+        .collect();
+    let healthy: Vec<String> = all
+        .iter()
+        .filter(|n| n.problems().is_empty())
+        .map(|n| n.hostname.clone())
+        .collect();
+    assert!(broken.len() > 5 && healthy.len() > 5, "{broken:?}");
+    let (_, p) = api.get("/api/v1/nodes?problems=true", &admin).await;
+    assert_eq!(hosts(&p), broken);
+    let (_, p) = api.get("/api/v1/nodes?problems=false", &admin).await;
+    assert_eq!(hosts(&p), healthy);
+    // Problems page like everything else, the filter kept across pages.
+    let (paged, _) = pages(&api, &admin, "/api/v1/nodes?problems=true&limit=4").await;
+    let paged: Vec<String> = paged.iter().flat_map(|p| field(p, "hostname")).collect();
+    assert_eq!(paged, broken);
+
+    // Counts: of the whole fleet, and of what the same filters match.
+    let (s, c) = api.get("/api/v1/nodes/counts", &admin).await;
+    assert_eq!(s, StatusCode::OK, "{c}");
+    assert_eq!(
+        c,
+        json!({"fleet": 40, "total": 40, "online": 36, "stale": 0, "offline": 4,
+               "problems": broken.len()})
+    );
+    let (_, c) = api
+        .get("/api/v1/nodes/counts?problems=true&health=online", &admin)
+        .await;
+    let online_broken = all
+        .iter()
+        .filter(|n| n.health == "online" && !n.problems().is_empty())
+        .count();
+    assert_eq!(
+        (&c["fleet"], &c["total"], &c["problems"], &c["offline"]),
+        (
+            &json!(40),
+            &json!(online_broken),
+            &json!(online_broken),
+            &json!(0)
+        )
+    );
+
+    // Free text: hostname, HCA, trait, case-insensitive; wildcards are plain characters.
+    for (q, want) in [
+        (
+            "F-01",
+            (10..20).map(|i| format!("f-{i:03}")).collect::<Vec<_>>(),
+        ),
+        ("mlx5_bond", vec!["f-017".to_string()]),
+        ("cloud%3Dazure", vec!["f-017".to_string()]),
+        ("%25", vec![]),
+        ("f_0", vec![]),
+    ] {
+        let (s, rows) = api.get(&format!("/api/v1/nodes?q={q}"), &admin).await;
+        assert_eq!(s, StatusCode::OK, "{q}: {rows}");
+        assert_eq!(hosts(&rows), want, "q={q}");
+    }
+    let (_, c) = api.get("/api/v1/nodes/counts?q=F-01", &admin).await;
+    assert_eq!(c["total"], 10);
+    // No RDMA at all.
+    let (_, rows) = api.get("/api/v1/nodes?link_layer=none", &admin).await;
+    let want: Vec<String> = (0..40)
+        .filter(|i| i % 4 == 3)
+        .map(|i| format!("f-{i:03}"))
+        .collect();
+    assert_eq!(hosts(&rows), want);
+
+    // Hostile values are refused with words that say what is wrong, by both routes.
+    let long = "a".repeat(201);
+    for (query, says) in [
+        ("health=broken", "must be online, stale or offline"),
+        ("problems=maybe", "problems"),
+        ("q=a%0Ab", "control character"),
+        (&format!("q={long}") as &str, "at most 200 characters"),
+        ("colour=red", "colour"),
+    ] {
+        for route in ["/api/v1/nodes", "/api/v1/nodes/counts"] {
+            let (s, body) = api.get(&format!("{route}?{query}"), &admin).await;
+            assert_eq!(s, StatusCode::BAD_REQUEST, "{route}?{query}: {body}");
+            assert_eq!(error_code(&body), "bad_request");
+            let message = body["message"].as_str().unwrap();
+            assert!(message.contains(says), "{route}?{query}: {message}");
+        }
+    }
+}

@@ -22,6 +22,48 @@ pub struct NodeSummary {
     pub facts_updated_at: Option<DateTime<Utc>>,
 }
 
+impl NodeSummary {
+    /// Why the node needs a look, most serious first; empty for a healthy node. A node is a
+    /// problem when its agent is not online, it has sent no facts yet, or any of its ports
+    /// is not `ACTIVE`. The server's `?problems=` filter is this rule in SQL
+    /// (`server/src/api/node_list.rs`); `server/tests/lists.rs` holds the two together.
+    pub fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.health != "online" {
+            out.push(format!("agent {}", self.health));
+        }
+        if self.facts_updated_at.is_none() {
+            out.push("no facts yet".into());
+        }
+        let down: Vec<&str> = self
+            .port_states
+            .iter()
+            .map(String::as_str)
+            .filter(|s| *s != "ACTIVE")
+            .collect();
+        if !down.is_empty() {
+            out.push(format!("ports {}", down.join(", ")));
+        }
+        out
+    }
+}
+
+/// How many nodes match a filter of `GET /api/v1/nodes`, by health, out of the whole fleet:
+/// what a page shows as "N of TOTAL nodes" while it holds only a page of them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct NodeCounts {
+    /// Every node, whatever the filters.
+    pub fleet: i64,
+    /// Nodes that match the filters; the rest of the counts are of these.
+    pub total: i64,
+    pub online: i64,
+    pub stale: i64,
+    pub offline: i64,
+    /// Matching nodes with a problem ([`NodeSummary::problems`]).
+    pub problems: i64,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct NodeDetail {

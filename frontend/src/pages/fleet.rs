@@ -1,161 +1,353 @@
-//! Every node, problems first, with a search box and filters. Filtering happens here on the
-//! list the server sent: a fleet is thousands of rows at most, and typing stays instant.
+//! Every node, problems first, a page at a time. The server filters, counts and pages
+//! (`GET /api/v1/nodes` and `/api/v1/nodes/counts`): the page asks for the first problem
+//! nodes, then for healthy ones once those run out, and for more only when asked ("Load more", or scrolling near the end). A fleet
+//! of 50,000 nodes costs one page of rows to show, and at most [`MAX_ROWS`] rows in the DOM.
 
-use heddle_types::nodes::NodeSummary;
+use heddle_types::nodes::{NodeCounts, NodeSummary};
 use leptos::prelude::*;
+use leptos::task::spawn_local;
 
-use crate::api::{self, Load};
-use crate::ui::{ago, health_badge, loaded, port_badge};
+use crate::api::{self, ApiError, Load};
+use crate::ui::{ago, error_line, health_badge, loaded, port_badge};
 
-/// Why a node needs a look, most serious first; empty for a healthy node.
-pub fn problems(n: &NodeSummary) -> Vec<String> {
-    let mut out = Vec::new();
-    match n.health.as_str() {
-        "online" => {}
-        other => out.push(format!("agent {other}")),
-    }
-    if n.facts_updated_at.is_none() {
-        out.push("no facts yet".into());
-    }
-    let down = n
-        .port_states
-        .iter()
-        .filter(|s| s.as_str() != "ACTIVE")
-        .count();
-    if down > 0 {
-        out.push(format!(
-            "ports {}",
-            n.port_states
-                .iter()
-                .filter(|s| s.as_str() != "ACTIVE")
-                .cloned()
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
-    }
-    out
+/// Rows per request: small enough to render at once, large enough to scroll through.
+const PAGE: usize = 200;
+/// Rows the page keeps; past them it asks for a narrower filter instead of growing.
+const MAX_ROWS: usize = 2000;
+/// Scrolling this close to the end of the page loads the next page.
+const NEAR_END_PX: f64 = 600.0;
+/// Typing settles this long before the server is asked.
+const DEBOUNCE_MS: u32 = 250;
+
+/// What the filter controls say, as the server's query parameters.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Filter {
+    q: String,
+    health: String,
+    layer: String,
+    only_problems: bool,
 }
 
-fn severity(n: &NodeSummary) -> u8 {
-    let health = match n.health.as_str() {
-        "offline" => 4,
-        "stale" => 2,
-        _ => 0,
-    };
-    health
-        + u8::from(n.port_states.iter().any(|s| s != "ACTIVE"))
-        + u8::from(n.facts_updated_at.is_none())
+impl Filter {
+    /// The filters as query parameters, with `problems` when given.
+    fn query(&self, problems: Option<bool>) -> String {
+        let mut parts = Vec::new();
+        let q = self.q.trim();
+        if !q.is_empty() {
+            parts.push(format!("q={}", api::seg(q)));
+        }
+        if !self.health.is_empty() {
+            parts.push(format!("health={}", api::seg(&self.health)));
+        }
+        if !self.layer.is_empty() {
+            parts.push(format!("link_layer={}", api::seg(&self.layer)));
+        }
+        if let Some(p) = problems {
+            parts.push(format!("problems={p}"));
+        }
+        parts.join("&")
+    }
+
+    fn is_empty(&self) -> bool {
+        self.query(None).is_empty() && !self.only_problems
+    }
 }
 
-fn matches(n: &NodeSummary, q: &str, health: &str, layer: &str, only_problems: bool) -> bool {
-    let q = q.trim().to_lowercase();
-    let text = q.is_empty()
-        || n.hostname.to_lowercase().contains(&q)
-        || n.gpu_model
-            .as_deref()
-            .is_some_and(|m| m.to_lowercase().contains(&q))
-        || n.site
-            .as_deref()
-            .is_some_and(|s| s.to_lowercase().contains(&q))
-        || n.hcas.iter().any(|h| h.to_lowercase().contains(&q))
-        || n.traits
-            .iter()
-            .any(|(k, v)| format!("{k}={v}").to_lowercase().contains(&q));
-    let health_ok = health.is_empty() || n.health == health;
-    let layer_ok = match layer {
-        "" => true,
-        "none" => n.link_layers.is_empty(),
-        l => n.link_layers.iter().any(|x| x == l),
+/// Where the list goes on: within the problem nodes or the healthy ones, after `cursor`.
+#[derive(Debug, Clone, PartialEq)]
+struct Next {
+    problems: bool,
+    cursor: Option<String>,
+}
+
+impl Next {
+    const FIRST: Next = Next {
+        problems: true,
+        cursor: None,
     };
-    text && health_ok && layer_ok && (!only_problems || severity(n) > 0)
+}
+
+/// Up to [`PAGE`] rows from `next` on, problem nodes first: when they run out before the
+/// page is full, the healthy ones follow (unless only problems are wanted).
+async fn fetch(
+    filter: &Filter,
+    mut next: Next,
+) -> Result<(Vec<NodeSummary>, Option<Next>), ApiError> {
+    let mut rows = Vec::new();
+    loop {
+        let mut path = format!(
+            "/nodes?limit={}&{}",
+            PAGE - rows.len(),
+            filter.query(Some(next.problems))
+        );
+        if let Some(c) = &next.cursor {
+            path.push_str(&format!("&cursor={}", api::seg(c)));
+        }
+        let (mut page, cursor) = api::get_page::<NodeSummary>(&path).await?;
+        rows.append(&mut page);
+        next = match cursor {
+            Some(c) => Next {
+                problems: next.problems,
+                cursor: Some(c),
+            },
+            None if next.problems && !filter.only_problems => Next {
+                problems: false,
+                cursor: None,
+            },
+            None => return Ok((rows, None)),
+        };
+        if rows.len() >= PAGE || next.cursor.is_some() {
+            return Ok((rows, Some(next)));
+        }
+    }
+}
+
+/// `50000` as `50,000`.
+fn thousands(n: i64) -> String {
+    let digits = n.unsigned_abs().to_string();
+    let mut out = String::new();
+    for (i, d) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(d);
+    }
+    if n < 0 { format!("-{out}") } else { out }
 }
 
 #[component]
 pub fn Fleet() -> impl IntoView {
-    let (nodes, reload) = api::load(|| api::get::<Vec<NodeSummary>>("/nodes"));
+    let typed = RwSignal::new(String::new());
     let q = RwSignal::new(String::new());
     let health = RwSignal::new(String::new());
     let layer = RwSignal::new(String::new());
     let only_problems = RwSignal::new(false);
+    let filter = Memo::new(move |_| Filter {
+        q: q.get(),
+        health: health.get(),
+        layer: layer.get(),
+        only_problems: only_problems.get(),
+    });
+    let status = RwSignal::new(Load::<()>::Loading);
+    let rows = RwSignal::new(Vec::<NodeSummary>::new());
+    let next = RwSignal::new(None::<Next>);
+    let counts = RwSignal::new(None::<Result<NodeCounts, ApiError>>);
+    // True from a change of the controls until its first page is in: the count line then
+    // says so, rather than showing the previous filter's figures beside new rows.
+    let pending = RwSignal::new(true);
+    let more = RwSignal::new(None::<Result<(), ApiError>>);
+    let generation = StoredValue::new(0u64);
+    let refreshes = RwSignal::new(0u32);
+
+    Effect::new(move || {
+        let f = filter.get();
+        refreshes.track();
+        generation.update_value(|g| *g += 1);
+        let mine = generation.get_value();
+        let current = move || generation.try_get_value() == Some(mine);
+        counts.set(None);
+        more.set(None);
+        if matches!(status.get_untracked(), Load::Failed(_)) {
+            status.set(Load::Loading);
+        }
+        let f2 = f.clone();
+        spawn_local(async move {
+            let result = fetch(&f2, Next::FIRST).await;
+            if !current() {
+                return;
+            }
+            match result {
+                Ok((page, after)) => {
+                    rows.set(page);
+                    next.set(after);
+                    status.set(Load::Ready(()));
+                }
+                Err(e) => status.set(Load::Failed(e)),
+            }
+            pending.set(false);
+        });
+        spawn_local(async move {
+            let c = api::get::<NodeCounts>(&format!(
+                "/nodes/counts?{}",
+                f.query(f.only_problems.then_some(true))
+            ))
+            .await;
+            if current() {
+                counts.set(Some(c));
+            }
+        });
+    });
     // Time to first render, readable by tests and by a person in the browser's performance
     // panel: navigation start to the first fleet table with data.
     let marked = StoredValue::new(false);
     Effect::new(move || {
-        if matches!(nodes.get(), Load::Ready(_)) && !marked.get_value() {
+        if matches!(status.get(), Load::Ready(_)) && !marked.get_value() {
             marked.set_value(true);
             if let Some(p) = window().performance() {
                 let _ = p.mark("heddle:fleet-rendered");
             }
         }
     });
-    let table = move |all: Vec<NodeSummary>| {
-        if all.is_empty() {
-            return view! {
-                <div class="empty" id="fleet-empty">
-                    <p>"No nodes yet. Nodes appear when an agent enrolls."</p>
-                    <p><a href="/agents">"Create an enrollment token"</a>" to start one."</p>
-                </div>
-            }
-            .into_any();
+
+    // `by_scrolling`: asked for by reaching the end of the page, which does not retry a
+    // failed load (the button does).
+    let load_more = move |by_scrolling: bool| {
+        let Some(from) = next.get_untracked() else {
+            return;
+        };
+        match more.get_untracked() {
+            Some(Ok(())) => return,
+            Some(Err(_)) if by_scrolling => return,
+            _ => {}
         }
-        let total = all.len();
-        let rows = move || {
-            let (qv, hv, lv, pv) = (q.get(), health.get(), layer.get(), only_problems.get());
-            let mut shown: Vec<&NodeSummary> = all
-                .iter()
-                .filter(|n| matches(n, &qv, &hv, &lv, pv))
-                .collect();
-            shown.sort_by(|a, b| {
-                severity(b)
-                    .cmp(&severity(a))
-                    .then_with(|| a.hostname.cmp(&b.hostname))
-            });
-            let count = shown.len();
-            let body = shown.into_iter().map(row).collect_view();
+        if rows.with_untracked(Vec::len) >= MAX_ROWS {
+            return;
+        }
+        more.set(Some(Ok(())));
+        let mine = generation.get_value();
+        let f = filter.get_untracked();
+        spawn_local(async move {
+            let result = fetch(&f, from).await;
+            if generation.try_get_value() != Some(mine) {
+                return;
+            }
+            match result {
+                Ok((page, after)) => {
+                    rows.update(|r| r.extend(page));
+                    next.set(after);
+                    more.set(None);
+                }
+                Err(e) => more.set(Some(Err(e))),
+            }
+        });
+    };
+    // The next page comes by itself when the end of the table is in sight.
+    let near_end = window_event_listener(leptos::ev::scroll, move |_| {
+        let w = window();
+        let seen = w
+            .inner_height()
+            .ok()
+            .and_then(|h| h.as_f64())
+            .unwrap_or(0.0)
+            + w.scroll_y().unwrap_or(0.0);
+        let end = document().body().map_or(0, |b| b.scroll_height());
+        if seen >= f64::from(end) - NEAR_END_PX {
+            load_more(true);
+        }
+    });
+    on_cleanup(move || near_end.remove());
+    let on_type = move |ev| {
+        let v = event_target_value(&ev);
+        typed.set(v.clone());
+        pending.set(true);
+        spawn_local(async move {
+            gloo_timers::future::TimeoutFuture::new(DEBOUNCE_MS).await;
+            if typed.try_get_untracked().as_ref() == Some(&v) {
+                q.set(v);
+            }
+        });
+    };
+    let changed = move |set: RwSignal<String>| {
+        move |ev| {
+            pending.set(true);
+            set.set(event_target_value(&ev));
+        }
+    };
+
+    let count_line = move || {
+        let shown = rows.with(Vec::len);
+        if pending.get() {
+            return "Searching…".to_string();
+        }
+        let c = match counts.get() {
+            None => return format!("{shown} nodes shown; counting…"),
+            Some(Err(e)) => return format!("{shown} nodes shown; not counted: {}", e.describe()),
+            Some(Ok(c)) => c,
+        };
+        let mut line = format!("{} of {} nodes", thousands(c.total), thousands(c.fleet));
+        if c.problems > 0 {
+            line.push_str(&format!(" · {} with problems", thousands(c.problems)));
+        }
+        if (shown as i64) < c.total {
+            line.push_str(&format!(" · showing the first {}", thousands(shown as i64)));
+        }
+        line
+    };
+    let empty_fleet = Memo::new(move |_| rows.with(Vec::is_empty) && filter.with(Filter::is_empty));
+    let footer = move || {
+        let shown = rows.with(Vec::len);
+        match (next.get(), more.get()) {
+            (None, _) => ().into_any(),
+            (Some(_), _) if shown >= MAX_ROWS => view! {
+                <p class="muted" id="fleet-cap">{format!("Showing the first {} nodes: search or filter to find the rest.", thousands(shown as i64))}</p>
+            }
+            .into_any(),
+            (Some(_), Some(Ok(()))) => view! { <p class="loading">"Loading more…"</p> }.into_any(),
+            (Some(_), failed) => view! {
+                {failed.and_then(Result::err).map(|e| error_line("Could not load more nodes", &e))}
+                <button id="fleet-more" on:click=move |_| load_more(false)>"Load more"</button>
+            }
+            .into_any(),
+        }
+    };
+    let table = move |()| {
+        move || {
+            if empty_fleet.get() {
+                return view! {
+                    <div class="empty" id="fleet-empty">
+                        <p>"No nodes yet. Nodes appear when an agent enrolls."</p>
+                        <p><a href="/agents">"Create an enrollment token"</a>" to start one."</p>
+                    </div>
+                }
+                .into_any();
+            }
             view! {
-                <p class="muted" id="fleet-count">{format!("{count} of {total} nodes")}</p>
+                <p class="muted" id="fleet-count">{count_line}</p>
                 <table class="grid" id="fleet-table">
                     <thead><tr>
                         <th>"Node"</th><th>"Health"</th><th>"GPUs"</th><th>"HCAs"</th><th>"Ports"</th>
                         <th>"Link"</th><th>"Traits"</th><th>"Problems"</th><th>"Last seen"</th>
                     </tr></thead>
-                    <tbody>{body}</tbody>
+                    <tbody>
+                        <For each=move || rows.get() key=|n| n.id let:n>{row(&n)}</For>
+                    </tbody>
                 </table>
+                {footer}
             }
-        };
-        rows.into_any()
+            .into_any()
+        }
     };
     view! {
         <section>
             <div class="title-row">
                 <h1>"Fleet"</h1>
-                <button class="link" on:click=move |_| reload()>"Refresh"</button>
+                <button class="link" on:click=move |_| { pending.set(true); refreshes.update(|n| *n += 1) }>"Refresh"</button>
             </div>
             <div class="filters">
                 <input id="fleet-search" type="search" placeholder="Search host, GPU, HCA, trait, site…"
-                    prop:value=move || q.get() on:input=move |ev| q.set(event_target_value(&ev)) />
-                <select id="fleet-health" on:change=move |ev| health.set(event_target_value(&ev))>
+                    prop:value=move || typed.get() on:input=on_type />
+                <select id="fleet-health" on:change=changed(health)>
                     <option value="">"Any health"</option>
                     <option value="online">"Online"</option>
                     <option value="stale">"Stale"</option>
                     <option value="offline">"Offline"</option>
                 </select>
-                <select id="fleet-layer" on:change=move |ev| layer.set(event_target_value(&ev))>
+                <select id="fleet-layer" on:change=changed(layer)>
                     <option value="">"Any link layer"</option>
                     <option value="InfiniBand">"InfiniBand"</option>
                     <option value="Ethernet">"RoCE / Ethernet"</option>
                     <option value="none">"No RDMA"</option>
                 </select>
                 <label><input type="checkbox" id="fleet-problems"
-                    on:change=move |ev| only_problems.set(event_target_checked(&ev)) />" Problems only"</label>
+                    on:change=move |ev| { pending.set(true); only_problems.set(event_target_checked(&ev)) } />" Problems only"</label>
             </div>
-            {loaded(nodes, "nodes", table)}
+            {loaded(status, "nodes", table)}
         </section>
     }
 }
 
 fn row(n: &NodeSummary) -> impl IntoView + use<> {
-    let problems = problems(n);
+    let problems = n.problems();
     let class = if problems.is_empty() { "" } else { "problem" };
     let gpus = match (&n.gpu_model, n.gpu_count) {
         (_, 0) => "none".to_string(),

@@ -6,6 +6,7 @@ pub mod enroll;
 pub mod expectations;
 pub mod health;
 pub mod investigations;
+pub mod node_list;
 pub mod nodes;
 pub mod page;
 pub mod plugins;

@@ -13,16 +13,15 @@ use serde::Deserialize;
 use uuid::Uuid;
 
 use crate::AppState;
-use crate::api::page::{self, Page};
 use crate::auth::Caller;
 use crate::db;
 use crate::error::{ApiError, ApiResult, Json, Path, Query, duplicate_name};
 use crate::recommendations;
 
 #[derive(sqlx::FromRow)]
-struct NodeRow {
+pub(super) struct NodeRow {
     id: Uuid,
-    hostname: String,
+    pub(super) hostname: String,
     site: Option<String>,
     gpu_model: Option<String>,
     gpu_count: i32,
@@ -34,13 +33,13 @@ struct NodeRow {
     facts_updated_at: Option<DateTime<Utc>>,
 }
 
-const NODE_SELECT: &str =
+pub(super) const NODE_SELECT: &str =
     "SELECT n.id, n.hostname, s.name AS site, n.gpu_model, n.gpu_count, n.hcas,
     n.port_states, n.link_layers, n.traits, n.last_seen_at, n.facts_updated_at
     FROM nodes n LEFT JOIN sites s ON s.id = n.site_id";
 
 impl NodeRow {
-    fn summary(self, hb: std::time::Duration) -> NodeSummary {
+    pub(super) fn summary(self, hb: std::time::Duration) -> NodeSummary {
         NodeSummary {
             health: db::health(self.last_seen_at, hb).to_string(),
             id: self.id,
@@ -56,96 +55,6 @@ impl NodeRow {
             facts_updated_at: self.facts_updated_at,
         }
     }
-}
-
-#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
-#[serde(deny_unknown_fields)]
-pub struct NodeFilter {
-    /// Substring of the hostname (case-insensitive).
-    hostname: Option<String>,
-    /// Exact GPU model, e.g. `NVIDIA H200`.
-    gpu_model: Option<String>,
-    /// Nodes with at least this many GPUs.
-    min_gpus: Option<i32>,
-    /// Nodes that have this HCA, e.g. `mlx5_0`.
-    hca: Option<String>,
-    /// Nodes with at least one port in this state, e.g. `ACTIVE` or `DOWN`.
-    port_state: Option<String>,
-    /// Nodes with at least one port of this link layer: `InfiniBand` or `Ethernet`.
-    link_layer: Option<String>,
-    site: Option<String>,
-    /// `key=value` site trait set by plugins, e.g. `cloud=azure`.
-    #[serde(rename = "trait")]
-    trait_: Option<String>,
-    /// `online`, `stale` or `offline`.
-    health: Option<String>,
-    /// Nodes per page (default 500, at most 1000).
-    limit: Option<i64>,
-    /// Where the next page starts: the `x-next-cursor` of the previous page.
-    cursor: Option<String>,
-}
-
-/// List nodes by hostname, filtered by the facts people ask about, a page at a time.
-#[utoipa::path(get, path = "/api/v1/nodes", tag = "nodes", security(("bearer" = [])), params(NodeFilter),
-    responses((status = 200, body = [NodeSummary], headers(("x-next-cursor" = String,
-            description = "present when there are more nodes: pass it as `cursor` (with the same filters) for the next page"))),
-        (status = 400, body = heddle_types::ErrorBody)))]
-pub async fn list_nodes(
-    State(state): State<AppState>,
-    caller: Caller,
-    Query(f): Query<NodeFilter>,
-) -> ApiResult<Page<NodeSummary>> {
-    caller.require(Role::Viewer)?;
-    let after = f.cursor.as_deref().map(page::decode).transpose()?;
-    let limit = super::limit(f.limit, 500);
-    let trait_filter = match &f.trait_ {
-        None => None,
-        Some(kv) => {
-            let (k, v) = kv.split_once('=').ok_or_else(|| {
-                ApiError::BadRequest(format!("trait filter {kv:?} must be key=value"))
-            })?;
-            Some(serde_json::json!({ k: v }))
-        }
-    };
-    let (min_age, max_age) = match f.health.as_deref() {
-        None => (None, None),
-        Some(h) => {
-            db::health_age_bounds(h, state.config.heartbeat_interval()).ok_or_else(|| {
-                ApiError::BadRequest(format!("health {h:?} must be online, stale or offline"))
-            })?
-        }
-    };
-    let rows: Vec<NodeRow> = sqlx::query_as(&format!(
-        "{NODE_SELECT}
-         WHERE ($1::text IS NULL OR n.hostname ILIKE '%' || $1 || '%')
-           AND ($2::text IS NULL OR n.gpu_model = $2)
-           AND ($3::int IS NULL OR n.gpu_count >= $3)
-           AND ($4::text IS NULL OR $4 = ANY(n.hcas))
-           AND ($5::text IS NULL OR $5 = ANY(n.port_states))
-           AND ($6::text IS NULL OR $6 = ANY(n.link_layers))
-           AND ($7::text IS NULL OR s.name = $7)
-           AND ($8::jsonb IS NULL OR n.traits @> $8)
-           AND ($9::float8 IS NULL OR coalesce(n.last_seen_at < now() - make_interval(secs => $9), true))
-           AND ($10::float8 IS NULL OR n.last_seen_at >= now() - make_interval(secs => $10))
-           AND ($12::text IS NULL OR n.hostname > $12)
-         ORDER BY n.hostname LIMIT $11"
-    ))
-    .bind(f.hostname)
-    .bind(f.gpu_model)
-    .bind(f.min_gpus)
-    .bind(f.hca)
-    .bind(f.port_state)
-    .bind(f.link_layer)
-    .bind(f.site)
-    .bind(trait_filter)
-    .bind(min_age)
-    .bind(max_age)
-    .bind(limit + 1)
-    .bind(after)
-    .fetch_all(&state.db)
-    .await?;
-    let hb = state.config.heartbeat_interval();
-    Ok(Page::of(rows, limit, |r| r.hostname.clone()).map(|r| r.summary(hb)))
 }
 
 /// One node (by id or hostname) with its latest facts and recommendations.

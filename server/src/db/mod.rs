@@ -90,14 +90,19 @@ pub fn health(
     }
 }
 
+/// The heartbeat ages in seconds up to which [`health`] says `online`, then `stale`.
+pub fn health_thresholds(heartbeat: std::time::Duration) -> (f64, f64) {
+    let hb = heartbeat.as_secs_f64();
+    (hb * ONLINE_WITHIN_HEARTBEATS, hb * STALE_WITHIN_HEARTBEATS)
+}
+
 /// The heartbeat ages in seconds (at least, at most) that [`health`] calls `state`, for
 /// filtering in SQL; `None` for a name that is not a health state.
 pub fn health_age_bounds(
     state: &str,
     heartbeat: std::time::Duration,
 ) -> Option<(Option<f64>, Option<f64>)> {
-    let hb = heartbeat.as_secs_f64();
-    let (online, stale) = (hb * ONLINE_WITHIN_HEARTBEATS, hb * STALE_WITHIN_HEARTBEATS);
+    let (online, stale) = health_thresholds(heartbeat);
     match state {
         "online" => Some((None, Some(online))),
         "stale" => Some((Some(online), Some(stale))),
