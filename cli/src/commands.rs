@@ -98,6 +98,12 @@ pub enum NodesCmd {
         /// online, stale or offline
         #[arg(long)]
         health: Option<String>,
+        /// Free text over hostname, GPU model, site, HCAs and `key=value` traits.
+        #[arg(long)]
+        search: Option<String>,
+        /// Only nodes with a problem: agent not online, no facts yet, or a port not ACTIVE.
+        #[arg(long)]
+        problems: bool,
     },
     /// One node: summary, HCAs and recommendations (`--json` for the full facts).
     Show { node: String },
@@ -209,7 +215,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             site,
             trait_,
             health,
+            search,
+            problems,
         }) => {
+            let problems = problems.then(|| "true".to_string());
             let q = query(&[
                 ("hostname", &hostname),
                 ("gpu_model", &gpu_model),
@@ -219,6 +228,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 ("site", &site),
                 ("trait", &trait_),
                 ("health", &health),
+                ("q", &search),
+                ("problems", &problems),
             ]);
             let mut nodes: Vec<NodeSummary> = client.get_all(&format!("/api/v1/nodes{q}")).await?;
             if json {

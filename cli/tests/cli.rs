@@ -60,6 +60,15 @@ async fn cli_drives_the_api() {
         table.contains("cli-node") && table.contains("HEALTH"),
         "{table}"
     );
+    // The server filters: free text, and problems (this node has sent no facts yet).
+    let found = h.json(&["nodes", "ls", "--search", "cli-no"]);
+    assert_eq!(found.as_array().map(Vec::len), Some(1), "{found}");
+    let none = h.json(&["nodes", "ls", "--search", "no-such-node"]);
+    assert_eq!(none.as_array().map(Vec::len), Some(0), "{none}");
+    assert_eq!(
+        h.json(&["nodes", "ls", "--problems"])[0]["hostname"],
+        "cli-node"
+    );
     assert_eq!(
         h.json(&["nodes", "show", "cli-node"])["hostname"],
         "cli-node"
