@@ -1,5 +1,6 @@
 //! Tests of `json`.
 
+use super::parse::special;
 use serde_json::json;
 
 use super::*;
