@@ -104,7 +104,7 @@ pub struct Config {
     /// rather than handed back to the kernel and faulted in again by the next call. A Python
     /// plugin writes megabytes of CPython's heap per call; a Rust one well under 1 MiB.
     /// Costs up to this much resident memory per slot (two slots per core, plus eight).
-    #[arg(long, env = "HEDDLE_PLUGIN_KEEP_RESIDENT_BYTES", default_value_t = 1 << 20)]
+    #[arg(long, env = "HEDDLE_PLUGIN_KEEP_RESIDENT_BYTES", default_value_t = 32 << 20)]
     pub plugin_keep_resident_bytes: usize,
 
     /// Private local directory (created 0700) where compiled plugins are kept across

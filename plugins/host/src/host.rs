@@ -39,6 +39,14 @@ pub struct HostConfig {
     /// With pooling: bytes of each slot's memory (and tables) kept resident between
     /// instances and cleared with memset instead of being returned to the kernel.
     pub pooling_keep_resident_bytes: usize,
+    /// Map a component's initialised memory copy-on-write from its image (wasmtime's
+    /// `memory_init_cow`) instead of copying its data segments into the slot. Off by default:
+    /// every call starts a fresh instance, and with the image mapped the pages a call writes
+    /// are copy-on-write faults again on every call, which for a CPython component (megabytes
+    /// of pre-initialised heap) cost ~2.4 ms of system time per call against ~1 ms for the
+    /// whole call when the segments are copied into a slot kept resident
+    /// (docs/benchmarks.md, "Python plugins").
+    pub memory_init_cow: bool,
     /// Stack for WebAssembly code; deep recursion traps instead of overflowing the host.
     pub max_wasm_stack: usize,
     /// A private directory (created 0700) where compiled components are kept across
@@ -54,7 +62,8 @@ impl Default for HostConfig {
             epoch_tick: Duration::from_millis(10),
             pooling_instances: None,
             pooling_max_memory_bytes: 256 << 20,
-            pooling_keep_resident_bytes: 1 << 20,
+            pooling_keep_resident_bytes: 32 << 20,
+            memory_init_cow: false,
             max_wasm_stack: 256 << 10,
             cache_dir: None,
         }
@@ -185,7 +194,8 @@ impl PluginHost {
             .consume_fuel(true)
             .epoch_interruption(true)
             .max_wasm_stack(config.max_wasm_stack)
-            .parallel_compilation(true);
+            .parallel_compilation(true)
+            .memory_init_cow(config.memory_init_cow);
         if let Some(instances) = config.pooling_instances {
             let mut pool = PoolingAllocationConfig::default();
             pool.total_component_instances(instances)
@@ -195,9 +205,9 @@ impl PluginHost {
                 .max_memory_size(config.pooling_max_memory_bytes)
                 .max_memories_per_module(1);
             // Reset the first pages of a slot with memset rather than madvise, so the next
-            // instance does not fault them back in (most plugins touch well under 1 MiB).
-            // With PAGEMAP_SCAN (Linux 6.7+) only the pages the call wrote are reset, which
-            // makes a larger resident budget cheap for plugins that write a lot (CPython).
+            // instance does not fault them back in. With PAGEMAP_SCAN (Linux 6.7+) only the
+            // pages the call wrote are reset, so a budget that covers a CPython heap (32 MiB)
+            // costs a Rust plugin nothing: it writes well under 1 MiB.
             pool.linear_memory_keep_resident(config.pooling_keep_resident_bytes)
                 .table_keep_resident(config.pooling_keep_resident_bytes)
                 .pagemap_scan(wasmtime::Enabled::Auto);
