@@ -210,6 +210,51 @@ async fn a_degraded_node_fails_a_slower_one_warns_and_the_others_pass() {
     );
     assert_eq!(f["nodes"][0]["hostname"], "h4", "worst first");
     assert_eq!(f["nodes"][0]["failing"][0], "nccl.all_reduce");
+    // A page at a time, in the same order, with the whole fleet's counts on every page.
+    let mut paged = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..10 {
+        let path = match &cursor {
+            None => "/api/v1/health?limit=2".to_string(),
+            Some(c) => format!("/api/v1/health?limit=2&cursor={c}"),
+        };
+        let resp = api
+            .http
+            .get(format!("{}{path}", api.base))
+            .bearer_auth(&admin)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        cursor = resp
+            .headers()
+            .get(heddle_types::NEXT_CURSOR_HEADER)
+            .map(|v| v.to_str().unwrap().to_string());
+        let page: Value = resp.json().await.unwrap();
+        assert_eq!(page["pass"], 3, "{page}");
+        assert!(page["nodes"].as_array().unwrap().len() <= 2, "{page}");
+        paged.extend(
+            page["nodes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|l| l["hostname"].clone()),
+        );
+        if cursor.is_none() {
+            break;
+        }
+    }
+    let whole: Vec<Value> = f["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["hostname"].clone())
+        .collect();
+    assert_eq!(paged, whole);
+    for bad in ["cursor=!!", "cursor=YzE6eA", "limit=two", "page=2"] {
+        let (s, body) = api.get(&format!("/api/v1/health?{bad}"), &admin).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{bad}: {body}");
+    }
     assert_eq!(
         api.get("/api/v1/nodes/nope/health", &admin).await.0,
         StatusCode::NOT_FOUND

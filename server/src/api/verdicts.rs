@@ -4,13 +4,17 @@
 use std::time::Duration;
 
 use axum::extract::State;
+use axum::http::HeaderValue;
+use axum::response::{IntoResponse, Response};
+use heddle_types::NEXT_CURSOR_HEADER;
 use heddle_types::auth::Role;
 use heddle_types::health::{FleetHealth, NodeHealth, PreflightRequest, PreflightResponse, Verdict};
 
 use crate::AppState;
+use crate::api::page::{self, Page};
 use crate::auth::Caller;
 use crate::db;
-use crate::error::{ApiError, ApiResult, Json, Path};
+use crate::error::{ApiError, ApiResult, Json, Path, Query};
 use crate::health::{checks, preflight, store};
 
 /// The latest verdict of every test on a node.
@@ -44,15 +48,60 @@ pub async fn node_health(
     }))
 }
 
-/// Every node's combined verdict, worst first, with counts.
-#[utoipa::path(get, path = "/api/v1/health", tag = "verdicts", security(("bearer" = [])),
-    responses((status = 200, body = FleetHealth)))]
+#[derive(Debug, Default, serde::Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct FleetPage {
+    /// Node lines per page (1 to 1000). Without it, every node's line in one answer.
+    limit: Option<i64>,
+    /// Where the next page starts: the `x-next-cursor` of the previous page.
+    cursor: Option<String>,
+}
+
+/// Every node's combined verdict, worst first, with counts of the whole fleet. With `limit`,
+/// the lines come a page at a time (the counts are always the fleet's).
+#[utoipa::path(get, path = "/api/v1/health", tag = "verdicts", security(("bearer" = [])), params(FleetPage),
+    responses((status = 200, body = FleetHealth, headers(("x-next-cursor" = String,
+            description = "present when `limit` cut the lines short: pass it as `cursor` for the next page"))),
+        (status = 400, body = heddle_types::ErrorBody)))]
 pub async fn fleet_health(
     State(state): State<AppState>,
     caller: Caller,
-) -> ApiResult<Json<FleetHealth>> {
+    Query(q): Query<FleetPage>,
+) -> ApiResult<Response> {
     caller.require(Role::Viewer)?;
-    Ok(Json(store::fleet(&state.db).await?))
+    let after = q
+        .cursor
+        .as_deref()
+        .map(|c| {
+            let key = page::decode(c)?;
+            key.split_once(':')
+                .and_then(|(rank, host)| Some((rank.parse::<u8>().ok()?, host.to_string())))
+                .ok_or_else(|| {
+                    ApiError::BadRequest(
+                        "cursor is not one this server handed out (x-next-cursor)".into(),
+                    )
+                })
+        })
+        .transpose()?;
+    let mut fleet = store::fleet(&state.db).await?;
+    if let Some(after) = &after {
+        fleet.nodes.retain(|l| store::fleet_key(l) > *after);
+    }
+    let mut next = None;
+    if let Some(limit) = q.limit {
+        let limit = super::limit(Some(limit), limit);
+        let page = Page::of(std::mem::take(&mut fleet.nodes), limit, |l| {
+            let (rank, host) = store::fleet_key(l);
+            format!("{rank}:{host}")
+        });
+        fleet.nodes = page.rows;
+        next = page.next;
+    }
+    let mut response = Json(fleet).into_response();
+    if let Some(next) = next.and_then(|n| HeaderValue::from_str(&n).ok()) {
+        response.headers_mut().insert(NEXT_CURSOR_HEADER, next);
+    }
+    Ok(response)
 }
 
 /// A verdict for a set of nodes before a job starts on them: from verdicts younger than

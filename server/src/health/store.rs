@@ -150,6 +150,18 @@ pub async fn latest_lines(db: &PgPool) -> Result<Vec<LatestLine>, sqlx::Error> {
 }
 
 /// Every node with the combination of its tests' latest verdicts, worst first.
+/// Where a node's line sorts in the fleet view: worst verdict first, then by hostname. Also
+/// the key a page of that view resumes after (`api::verdicts::fleet_health`).
+pub fn fleet_key(line: &NodeHealthLine) -> (u8, String) {
+    let rank = match line.verdict {
+        Verdict::Fail => 0,
+        Verdict::Warn => 1,
+        Verdict::Unknown => 2,
+        Verdict::Pass => 3,
+    };
+    (rank, line.hostname.clone())
+}
+
 pub async fn fleet(db: &PgPool) -> Result<FleetHealth, HealthError> {
     let nodes: Vec<(Uuid, String, Option<String>)> =
         sqlx::query_as("SELECT id, hostname, gpu_model FROM nodes ORDER BY hostname")
@@ -160,11 +172,16 @@ pub async fn fleet(db: &PgPool) -> Result<FleetHealth, HealthError> {
     )
     .fetch_all(db)
     .await?;
+    // One pass over the verdicts, then one lookup per node (not a scan per node: a fleet
+    // of 50,000 nodes has hundreds of thousands of latest verdicts).
+    let mut by_node: HashMap<Uuid, Vec<&(Uuid, String, String, DateTime<Utc>)>> = HashMap::new();
+    for l in &latest {
+        by_node.entry(l.0).or_default().push(l);
+    }
     let mut lines: Vec<NodeHealthLine> = nodes
         .into_iter()
         .map(|(node_id, hostname, gpu_model)| {
-            let mine: Vec<&(Uuid, String, String, DateTime<Utc>)> =
-                latest.iter().filter(|l| l.0 == node_id).collect();
+            let mine = by_node.remove(&node_id).unwrap_or_default();
             let failing = mine
                 .iter()
                 .filter(|l| matches!(verdict(&l.2), Verdict::Warn | Verdict::Fail))
@@ -180,17 +197,7 @@ pub async fn fleet(db: &PgPool) -> Result<FleetHealth, HealthError> {
             }
         })
         .collect();
-    let rank = |v: Verdict| match v {
-        Verdict::Fail => 0,
-        Verdict::Warn => 1,
-        Verdict::Unknown => 2,
-        Verdict::Pass => 3,
-    };
-    lines.sort_by(|a, b| {
-        rank(a.verdict)
-            .cmp(&rank(b.verdict))
-            .then_with(|| a.hostname.cmp(&b.hostname))
-    });
+    lines.sort_by_cached_key(fleet_key);
     let count = |v: Verdict| lines.iter().filter(|l| l.verdict == v).count() as i64;
     Ok(FleetHealth {
         pass: count(Verdict::Pass),
