@@ -253,6 +253,47 @@ async fn enrollment_token_is_single_use_by_default() {
     assert!(b["message"].as_str().unwrap().contains("used up"), "{b}");
 }
 
+/// Forty agents racing for a five-use token: exactly five get a credential, the token
+/// counts exactly five uses, and the rest are told it is used up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_token_is_never_used_more_than_its_uses_under_a_race() {
+    let server = TestServer::start().await;
+    let api = Api::new(&server);
+    let (s, t) = api
+        .post(
+            "/api/v1/enrollment-tokens",
+            &server.admin_token,
+            json!({"max_uses": 5}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED);
+    let token = t["token"].as_str().unwrap().to_string();
+    let mut racers = Vec::new();
+    for i in 0..40 {
+        let api = Api::new(&server);
+        let token = token.clone();
+        racers.push(tokio::spawn(async move {
+            enroll_with(&api, &token, &format!("race-{i}")).await
+        }));
+    }
+    let mut created = 0;
+    for r in racers {
+        let (s, b) = r.await.unwrap();
+        if s == StatusCode::CREATED {
+            created += 1;
+        } else {
+            assert_eq!(s, StatusCode::UNAUTHORIZED, "{b}");
+            assert!(b["message"].as_str().unwrap().contains("used up"), "{b}");
+        }
+    }
+    assert_eq!(created, 5);
+    let (uses,): (i32,) = sqlx::query_as("SELECT uses FROM enrollment_tokens WHERE max_uses = 5")
+        .fetch_one(&server.state.db)
+        .await
+        .unwrap();
+    assert_eq!(uses, 5);
+}
+
 #[tokio::test]
 async fn expired_token_is_refused() {
     let server = TestServer::start().await;

@@ -40,7 +40,6 @@ type Tx<'a> = sqlx::Transaction<'a, sqlx::Postgres>;
 
 #[derive(sqlx::FromRow)]
 struct TokenRow {
-    id: Uuid,
     node: Option<String>,
     uses: i32,
     max_uses: i32,
@@ -48,13 +47,12 @@ struct TokenRow {
     revoked_at: Option<DateTime<Utc>>,
 }
 
-/// Checks that an enrollment token may be used for `hostname`, or says why not. Takes no
-/// lock: the use itself is taken by [`take_use`] just before the enrollment commits, so
-/// the fleet's enrollments with one token hold its row only for that statement and the
-/// commit, not for their whole transaction.
+/// Says why an enrollment token cannot be used for `hostname` (unknown, revoked, expired,
+/// used up, bound to another node), for [`take_use`] when it could not take a use; `Ok`
+/// when it could be used after all.
 async fn check_token(tx: &mut Tx<'_>, secret: &str, hostname: &str) -> ApiResult<TokenRow> {
     let row: Option<TokenRow> = sqlx::query_as(
-        "SELECT id, node, uses, max_uses, expires_at, revoked_at FROM enrollment_tokens
+        "SELECT node, uses, max_uses, expires_at, revoked_at FROM enrollment_tokens
          WHERE token_sha256 = $1",
     )
     .bind(auth::sha256_hex(secret))
@@ -88,28 +86,62 @@ async fn check_token(tx: &mut Tx<'_>, secret: &str, hostname: &str) -> ApiResult
     Ok(token)
 }
 
-/// Takes one use of a checked token, as the enrollment's last statement. The row lock
-/// orders concurrent uses; one that finds the token used up, revoked or expired by then
-/// fails the enrollment (its transaction is rolled back).
-async fn take_use(tx: &mut Tx<'_>, secret: &str, hostname: &str) -> ApiResult<()> {
-    let taken: Option<(Uuid,)> = sqlx::query_as(
+/// A use of an enrollment token taken for one enrollment: the token's id and the node it
+/// is bound to, if any.
+struct TakenUse {
+    id: Uuid,
+    node: Option<String>,
+}
+
+/// Takes one use of the token for `hostname`, or says why it cannot be used. The use is
+/// taken in a transaction of its own, committed without waiting for the WAL flush, before
+/// the enrollment's own transaction: a fleet that enrolls with one token then holds that
+/// token's row for one statement each, not for a commit's flush each (which serialised
+/// 50,000 enrollments behind one row lock). Nothing can be over-used by it: the
+/// enrollment's own (synchronous) commit comes later in the WAL, so a credential that
+/// survives a crash has its use counted too; an enrollment that fails afterwards gives its
+/// use back ([`give_back_use`]); a crash in between leaves a use taken and unused.
+async fn take_use(db: &sqlx::PgPool, secret: &str, hostname: &str) -> ApiResult<TakenUse> {
+    let mut tx = db.begin().await?;
+    sqlx::query("SET LOCAL synchronous_commit = off")
+        .execute(&mut *tx)
+        .await?;
+    let taken: Option<(Uuid, Option<String>)> = sqlx::query_as(
         "UPDATE enrollment_tokens SET uses = uses + 1
          WHERE token_sha256 = $1 AND uses < max_uses AND revoked_at IS NULL AND expires_at > now()
-         RETURNING id",
+           AND (node IS NULL OR node = $2)
+         RETURNING id, node",
     )
     .bind(auth::sha256_hex(secret))
-    .fetch_optional(&mut **tx)
+    .bind(hostname)
+    .fetch_optional(&mut *tx)
     .await?;
+    tx.commit().await?;
     match taken {
-        Some(_) => Ok(()),
-        // Used up or revoked meanwhile: say which.
-        None => check_token(tx, secret, hostname)
-            .await
-            .and(Err(ApiError::Unauthorized(
+        Some((id, node)) => Ok(TakenUse { id, node }),
+        // Unknown, used up, revoked, expired or bound elsewhere: say which.
+        None => {
+            let mut tx = db.begin().await?;
+            check_token(&mut tx, secret, hostname)
+                .await
+                .and(Err(ApiError::Unauthorized(
                 "this enrollment token stopped being valid during the enrollment; ask an admin \
              for a new one (heddle agents enroll-token)"
                     .into(),
-            ))),
+            )))
+        }
+    }
+}
+
+/// Returns the use an enrollment took when the enrollment failed after taking it.
+async fn give_back_use(db: &sqlx::PgPool, token_id: Uuid) {
+    let given =
+        sqlx::query("UPDATE enrollment_tokens SET uses = uses - 1 WHERE id = $1 AND uses > 0")
+            .bind(token_id)
+            .execute(db)
+            .await;
+    if let Err(err) = given {
+        tracing::warn!(%token_id, error = %err, "a failed enrollment could not give its token's use back");
     }
 }
 
@@ -199,11 +231,32 @@ pub async fn enroll(
 ) -> ApiResult<Response> {
     let hostname = req.hostname.trim();
     check_hostname(hostname)?;
-    let mut tx = state.db.begin().await?;
     if let Some(ticket) = &req.pending_ticket {
+        let tx = state.db.begin().await?;
         return collect(tx, &state, hostname, ticket).await;
     }
-    let token = check_token(&mut tx, &req.enroll_token, hostname).await?;
+    // The use first, on a connection of its own that is back in the pool before the
+    // enrollment's transaction takes one: one connection per enrollment at a time.
+    let token = take_use(&state.db, &req.enroll_token, hostname).await?;
+    let enrolled = match state.db.begin().await {
+        Ok(tx) => enroll_with(tx, &state, &req, hostname, &token).await,
+        Err(err) => Err(err.into()),
+    };
+    if enrolled.is_err() {
+        give_back_use(&state.db, token.id).await;
+    }
+    enrolled
+}
+
+/// The enrollment itself, once its token's use is taken: a credential for a new node (or
+/// for a node bound to the token), else a request waiting for an admin's approval.
+async fn enroll_with(
+    mut tx: Tx<'_>,
+    state: &AppState,
+    req: &EnrollRequest,
+    hostname: &str,
+    token: &TakenUse,
+) -> ApiResult<Response> {
     // The upsert locks the node row: concurrent enrollments of one host name are serialised.
     let (node_id,): (Uuid,) = sqlx::query_as(
         "INSERT INTO nodes (id, hostname) VALUES ($1, $2)
@@ -227,7 +280,7 @@ pub async fn enroll(
         };
         let resp = issue(
             &mut tx,
-            &state,
+            state,
             node_id,
             hostname,
             Some(token.id),
@@ -235,7 +288,6 @@ pub async fn enroll(
             how,
         )
         .await?;
-        take_use(&mut tx, &req.enroll_token, hostname).await?;
         tx.commit().await?;
         return Ok((StatusCode::CREATED, Json(resp)).into_response());
     }
@@ -261,7 +313,6 @@ pub async fn enroll(
         serde_json::json!({"live_agent": live.map(|l| l.0), "version": version}),
     )
     .await?;
-    take_use(&mut tx, &req.enroll_token, hostname).await?;
     tx.commit().await?;
     tracing::warn!(%pending_id, hostname, "enrollment under a live node's host name is waiting for approval");
     Ok(waiting(pending_id, hostname, ticket))
