@@ -112,3 +112,54 @@ pub async fn long_poll_gate(
         .into_response(),
     }
 }
+
+/// How much of a request body is read before any handler, rejection or extractor sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyFirst {
+    pub max_bytes: usize,
+    pub timeout: Duration,
+}
+
+/// Reads a body of a declared length up to `max_bytes` before the request goes on, so that
+/// an answer given without looking at the body (a refused credential or path, a 4xx from
+/// an extractor before the body's) still leaves the connection clean: hyper drains an
+/// unread body only if it already arrived, else closes the connection, and a client
+/// that sent headers and body in two segments then finds its next request on that
+/// keep-alive connection dropped without an answer. Larger bodies (uploads) and bodies
+/// of no declared length are left to their handlers. A body that does not arrive within
+/// the request timeout gets a 408.
+pub async fn read_body_first(
+    axum::extract::State(limits): axum::extract::State<BodyFirst>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let declared = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    let Some(len) = declared.filter(|&n| n > 0 && n <= limits.max_bytes) else {
+        return next.run(req).await;
+    };
+    let (parts, body) = req.into_parts();
+    let read = tokio::time::timeout(limits.timeout, axum::body::to_bytes(body, len));
+    let bytes = match read.await {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(err)) => {
+            return ApiError::BadRequest(format!("reading the request body failed: {err}"))
+                .into_response();
+        }
+        Err(_) => {
+            return ApiError::Timeout(
+                "request_timeout",
+                format!(
+                    "the request body did not arrive within {} s (HEDDLE_REQUEST_TIMEOUT_S); send it again",
+                    limits.timeout.as_secs()
+                ),
+            )
+            .into_response();
+        }
+    };
+    next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))
+        .await
+}

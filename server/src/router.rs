@@ -232,6 +232,13 @@ pub fn app(state: AppState) -> Router {
         metrics::track,
     ))
     .layer(axum::middleware::from_fn(refuse_nul_in_path))
+    .layer(axum::middleware::from_fn_with_state(
+        limits::BodyFirst {
+            max_bytes: state.config.max_body_bytes,
+            timeout: state.config.request_timeout(),
+        },
+        limits::read_body_first,
+    ))
     .layer(DefaultBodyLimit::max(state.config.max_body_bytes))
     .layer(TraceLayer::new_for_http())
     .layer(CatchPanicLayer::custom(|_| {

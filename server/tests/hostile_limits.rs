@@ -255,3 +255,75 @@ async fn dashboard_sends_csp() {
             .contains("default-src 'none'")
     );
 }
+
+/// Reads one HTTP/1.1 response (headers and a `content-length` body) from `conn`; `None`
+/// when the server closed the connection first.
+async fn read_response(conn: &mut tokio::net::TcpStream) -> Option<(u16, String)> {
+    use tokio::io::AsyncReadExt;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .map_or(0, |v| v.trim().parse().unwrap());
+            if buf.len() >= end + 4 + len {
+                let status = head.split(' ').nth(1)?.parse().ok()?;
+                return Some((status, head));
+            }
+        }
+        match conn.read(&mut chunk).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+/// An answer given before the handler reads the body — a NUL in the path, an unknown
+/// credential — must not cost the client its keep-alive connection when the body arrives
+/// after the headers (as from any client that writes them separately): the next request
+/// on that connection is answered too.
+#[tokio::test]
+async fn early_answers_keep_the_connection_when_the_body_comes_late() {
+    use tokio::io::AsyncWriteExt;
+    let server = TestServer::start().await;
+    let addr = server.url.trim_start_matches("http://").to_string();
+    let body = r#"{"blob_b64": "AAAA"}"#;
+    let early = [
+        (
+            "PUT /api/v1/agent/rendezvous/00000000-0000-0000-0000-000000000000/a%00b",
+            "Bearer hda_nobody",
+            400,
+        ),
+        ("POST /api/v1/agent/heartbeat", "Bearer hda_nobody", 401),
+    ];
+    for (line, auth, status) in early {
+        let mut conn = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        conn.set_nodelay(true).unwrap();
+        let head = format!(
+            "{line} HTTP/1.1\r\nhost: heddle\r\nauthorization: {auth}\r\n\
+             content-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        );
+        conn.write_all(head.as_bytes()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        conn.write_all(body.as_bytes()).await.unwrap();
+        let (got, head) = read_response(&mut conn).await.expect("an answer");
+        assert_eq!(got, status, "{line}: {head}");
+        assert!(!head.contains("connection: close"), "{line}: {head}");
+        let sent = conn
+            .write_all(b"GET /healthz HTTP/1.1\r\nhost: heddle\r\n\r\n")
+            .await;
+        let next = match sent {
+            Ok(()) => read_response(&mut conn).await,
+            Err(_) => None,
+        };
+        assert_eq!(
+            next.map(|r| r.0),
+            Some(200),
+            "{line}: the connection was dropped after the early answer"
+        );
+    }
+}
