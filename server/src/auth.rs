@@ -235,10 +235,18 @@ impl FromRequestParts<AppState> for AgentCaller {
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
         let token = bearer(&parts.headers)?.ok_or_else(missing)?;
+        let sha: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        if let Some(known) = state.credentials.get(&sha) {
+            return Ok(AgentCaller {
+                agent_id: known.agent_id,
+                node_id: known.node_id,
+            });
+        }
+        let looked_up_at = std::time::Instant::now();
         let row: Option<(Uuid, Uuid, bool)> = sqlx::query_as(
             "SELECT id, node_id, revoked_at IS NOT NULL FROM agents WHERE credential_sha256 = $1",
         )
-        .bind(sha256_hex(token))
+        .bind(hex::encode(sha))
         .fetch_optional(&state.db)
         .await?;
         match row {
@@ -246,7 +254,11 @@ impl FromRequestParts<AppState> for AgentCaller {
                 "unknown agent credential; enroll again".into(),
             )),
             Some((_, _, true)) => Err(ApiError::Unauthorized("this agent has been revoked".into())),
-            Some((agent_id, node_id, false)) => Ok(AgentCaller { agent_id, node_id }),
+            Some((agent_id, node_id, false)) => {
+                let known = crate::credentials::Cached { agent_id, node_id };
+                state.credentials.insert(sha, known, looked_up_at);
+                Ok(AgentCaller { agent_id, node_id })
+            }
         }
     }
 }

@@ -56,6 +56,13 @@ pub struct Config {
     #[arg(long, env = "HEDDLE_HEARTBEAT_FLUSH_MS", default_value_t = 2000)]
     pub heartbeat_flush_ms: u64,
 
+    /// Milliseconds within which a revoked agent credential stops working on every
+    /// replica. A credential Postgres accepted is then trusted from memory, and each replica
+    /// reads the log of revocations every half this interval; when it cannot, it checks
+    /// every credential in Postgres again. 0: every request checks Postgres.
+    #[arg(long, env = "HEDDLE_REVOCATION_DELAY_MS", default_value_t = 2000)]
+    pub revocation_delay_ms: u64,
+
     /// Changes of a node's facts kept in its history (`heddle nodes history`); older ones
     /// are dropped when a new change is stored.
     #[arg(long, env = "HEDDLE_FACTS_HISTORY_KEEP", default_value_t = 100)]
@@ -191,6 +198,10 @@ impl Config {
         Duration::from_secs(self.long_poll_timeout_s.max(1))
     }
 
+    pub fn revocation_delay(&self) -> Duration {
+        Duration::from_millis(self.revocation_delay_ms)
+    }
+
     pub fn heartbeat_interval(&self) -> Duration {
         Duration::from_secs(u64::from(self.heartbeat_interval_s.max(1)))
     }
@@ -233,6 +244,7 @@ mod tests {
             ("HEDDLE_RATE_LIMIT_PER_S", "50"),
             ("HEDDLE_RATE_LIMIT_BURST", "200"),
             ("HEDDLE_HEARTBEAT_FLUSH_MS", "2000"),
+            ("HEDDLE_REVOCATION_DELAY_MS", "2000"),
             ("HEDDLE_DB_MAX_CONNECTIONS", "20"),
         ] {
             let at = help

@@ -6,6 +6,7 @@
 pub mod api;
 pub mod auth;
 pub mod config;
+pub mod credentials;
 pub mod dashboard;
 pub mod db;
 pub mod error;
@@ -43,6 +44,10 @@ pub struct AppState {
     pub db_reach: Arc<db::reachability::Reachability>,
     /// Heartbeats received since the last flush (`liveness.rs`).
     pub liveness: Arc<liveness::Liveness>,
+    /// Agent credentials Postgres accepted, trusted while revocations are read in time.
+    pub credentials: Arc<credentials::CredentialCache>,
+    /// The facts hash each node's agent last reported, as stored (`api/agent.rs`).
+    pub facts_seen: Arc<liveness::FactsSeen>,
 }
 
 /// Connects to Postgres and applies migrations (serialised across replicas by sqlx's
@@ -67,6 +72,8 @@ impl AppState {
         let plugins = Arc::new(plugins::PluginRuntime::from_config(&config)?);
         Ok(AppState {
             db,
+            credentials: Arc::new(credentials::CredentialCache::new(config.revocation_delay())),
+            facts_seen: Arc::default(),
             config: Arc::new(config),
             metrics: Arc::new(metrics::Metrics::new()),
             plugins,
@@ -99,6 +106,7 @@ pub async fn serve(
     let (stop_flusher, flusher_stop) = tokio::sync::oneshot::channel();
     let flusher = tokio::spawn(liveness::run_flusher(state.clone(), flusher_stop));
     let reconciler = tokio::spawn(plugins::run_reconciler(state.clone()));
+    let revocations = tokio::spawn(credentials::run_feed(state.clone()));
     let investigator = tokio::spawn(health::investigate::run_loop(state.clone()));
     let reload_interval = state.config.tls_reload_interval();
     let app = router::app(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
@@ -134,6 +142,7 @@ pub async fn serve(
     };
     reaper.abort();
     reconciler.abort();
+    revocations.abort();
     investigator.abort();
     // After the last request: what this replica heard from its agents reaches the database.
     let _ = stop_flusher.send(());

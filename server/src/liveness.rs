@@ -36,6 +36,40 @@ pub struct Liveness {
     pending: Mutex<HashMap<Uuid, Seen>>,
 }
 
+/// The facts hash stored for each node, as this replica last read or wrote it, so that a
+/// heartbeat whose agent reports the same hash needs no read. Only the agent of a node
+/// writes its facts, and it reports the hash of its last accepted upload, so a match is
+/// the stored value whichever replica took that upload; a mismatch is read from Postgres.
+/// Entries are dropped after `FACTS_SEEN_TTL`, so a database restored from a backup is
+/// asked again within that time.
+#[derive(Default)]
+pub struct FactsSeen {
+    by_node: std::sync::RwLock<HashMap<Uuid, (String, Instant)>>,
+}
+
+const FACTS_SEEN_TTL: Duration = Duration::from_secs(600);
+const FACTS_SEEN_MAX: usize = 500_000;
+
+impl FactsSeen {
+    /// Whether the node's agent should send its facts, when memory can tell: the node's
+    /// stored hash is known and the agent reports it (or reports none: the answer Postgres
+    /// would give too). `None`: ask Postgres.
+    pub fn send_facts(&self, node: Uuid, theirs: Option<&str>) -> Option<bool> {
+        let by_node = self.by_node.read().unwrap_or_else(|e| e.into_inner());
+        let (known, at) = by_node.get(&node)?;
+        (at.elapsed() < FACTS_SEEN_TTL && theirs.is_none_or(|t| t == known)).then_some(false)
+    }
+
+    /// Notes the facts hash stored for `node` (just read, or just written and committed).
+    pub fn set(&self, node: Uuid, sha: &str) {
+        let mut by_node = self.by_node.write().unwrap_or_else(|e| e.into_inner());
+        if by_node.len() >= FACTS_SEEN_MAX {
+            by_node.clear();
+        }
+        by_node.insert(node, (sha.to_string(), Instant::now()));
+    }
+}
+
 /// What one flush wrote.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Flushed {

@@ -344,3 +344,68 @@ async fn a_token_records_its_use_at_most_once_a_minute() {
     let again = used().await.0.unwrap();
     assert!(again > first.0.unwrap());
 }
+
+async fn beat(api: &Api, agent: &FakeAgent) -> StatusCode {
+    api.post("/api/v1/agent/heartbeat", &agent.credential, json!({}))
+        .await
+        .0
+}
+
+#[tokio::test]
+async fn a_credential_revoked_on_one_replica_stops_working_on_every_replica_within_the_delay() {
+    let delay = |c: &mut heddle_server::Config| c.revocation_delay_ms = 400;
+    let first = TestServer::start_with(delay).await;
+    let second = TestServer::start_on(&first.database_url(), delay).await;
+    let (one, two) = (Api::new(&first), Api::new(&second));
+    let revoked = enroll(&one, &first, "revoked-1").await;
+    let deleted = enroll(&one, &first, "deleted-1").await;
+    let kept = enroll(&one, &first, "kept-1").await;
+    // `second` checks each credential in Postgres once, then answers from memory.
+    let started = std::time::Instant::now();
+    while second.state.credentials.len() < 3 {
+        for a in [&revoked, &deleted, &kept] {
+            assert_eq!(beat(&two, a).await, StatusCode::OK);
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "never cached");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let admin = first.admin_token.clone();
+    let (s, _) = one
+        .call(
+            Method::DELETE,
+            &format!("/api/v1/agents/{}", revoked.agent_id),
+            Some(&admin),
+            None,
+        )
+        .await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let (s, b) = one
+        .call(
+            Method::DELETE,
+            "/api/v1/nodes/deleted-1",
+            Some(&admin),
+            None,
+        )
+        .await;
+    assert_eq!(s, StatusCode::NO_CONTENT, "{b}");
+    let done = std::time::Instant::now();
+    // The replica that revoked refuses at once.
+    assert_eq!(beat(&one, &revoked).await, StatusCode::UNAUTHORIZED);
+    assert_eq!(beat(&one, &deleted).await, StatusCode::UNAUTHORIZED);
+    // The other within the delay (and its poll): here well under a few of them.
+    loop {
+        let (r, d) = (beat(&two, &revoked).await, beat(&two, &deleted).await);
+        if r == StatusCode::UNAUTHORIZED && d == StatusCode::UNAUTHORIZED {
+            break;
+        }
+        assert!(
+            done.elapsed() < Duration::from_secs(5),
+            "still accepted {:?} after the revocation: {r} {d}",
+            done.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eprintln!("refused by the other replica after {:?}", done.elapsed());
+    assert_eq!(beat(&two, &kept).await, StatusCode::OK);
+    assert_eq!(second.state.credentials.len(), 1);
+}

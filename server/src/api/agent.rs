@@ -38,6 +38,20 @@ pub async fn heartbeat(
             "running_jobs lists more than 1024 jobs".into(),
         ));
     }
+    // Most heartbeats name no job and report the facts last stored: nothing to read.
+    let from_memory = state
+        .facts_seen
+        .send_facts(agent.node_id, req.facts_sha256.as_deref());
+    if let (true, Some(send_facts)) = (req.running_jobs.is_empty(), from_memory) {
+        state
+            .liveness
+            .record(agent.agent_id, agent.node_id, req.agent_version, vec![]);
+        return Ok(Json(HeartbeatResponse {
+            heartbeat_interval_s: state.config.heartbeat_interval_s,
+            send_facts,
+            cancel_jobs: vec![],
+        }));
+    }
     // Of the jobs named, those still leased to this agent (their leases are renewed, a
     // cancelled one's too until the agent confirms) and those it should go on running.
     let (stored_sha, leased, keep): (Option<String>, Vec<Uuid>, Vec<Uuid>) = sqlx::query_as(
@@ -53,6 +67,9 @@ pub async fn heartbeat(
     .bind(agent.agent_id)
     .fetch_one(&state.db)
     .await?;
+    if let Some(stored) = &stored_sha {
+        state.facts_seen.set(agent.node_id, stored);
+    }
     let cancel_jobs: Vec<Uuid> = req
         .running_jobs
         .iter()
@@ -131,6 +148,7 @@ pub async fn put_facts(
         db::facts::prune_history(&mut tx, agent.node_id, state.config.facts_history_keep).await?;
     }
     tx.commit().await?;
+    state.facts_seen.set(agent.node_id, &sha);
     if changed.is_some() {
         state.plugins.wake.notify_one();
     }

@@ -74,6 +74,7 @@ pub async fn delete_node(
     )
     .await?;
     tx.commit().await?;
+    state.credentials.forget_node(id);
     tracing::info!(%id, hostname, jobs, results, "node deleted");
     Ok(StatusCode::NO_CONTENT)
 }

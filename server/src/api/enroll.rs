@@ -289,6 +289,8 @@ async fn enroll_with(
         )
         .await?;
         tx.commit().await?;
+        // The credential it replaced is forgotten here at once, elsewhere through the log.
+        state.credentials.forget_node(node_id);
         return Ok((StatusCode::CREATED, Json(resp)).into_response());
     }
     let ticket = auth::new_secret(TICKET_PREFIX);
@@ -392,6 +394,7 @@ async fn collect(
             .execute(&mut *tx)
             .await?;
             tx.commit().await?;
+            state.credentials.forget_node(node_id);
             Ok((StatusCode::CREATED, Json(resp)).into_response())
         }
         _ => Err(ApiError::Unauthorized(

@@ -408,6 +408,8 @@ pub async fn revoke_agent(
     )
     .await?;
     tx.commit().await?;
+    // Other replicas forget it through the revocation log (`credentials.rs`).
+    state.credentials.forget_agents(&[id]);
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -86,6 +86,7 @@ struct Agent {
     credential: String,
     base: String,
     has_job: bool,
+    facts_sha256: String,
 }
 
 #[tokio::main]
@@ -149,10 +150,13 @@ async fn main() -> anyhow::Result<()> {
                 let facts = json!({"schema_version": 1, "host": {"hostname": host},
                     "gpus": (0..8).map(|g| json!({"index": g, "name": "NVIDIA H200"})).collect::<Vec<_>>(),
                     "rdma": {"devices": (0..4).map(|d| json!({"name": format!("mlx5_{d}"), "ports": [{"port": 1, "state": "ACTIVE", "link_layer": "InfiniBand"}]})).collect::<Vec<_>>()}});
+                // As the agent does: the hash in a header, and in every heartbeat after.
+                let facts_sha256 = heddle_types::facts_sha256(&facts);
                 let t = Instant::now();
-                let ok = client.put(format!("{base}/api/v1/agent/facts")).bearer_auth(&credential).json(&facts).send().await?.status().is_success();
+                let ok = client.put(format!("{base}/api/v1/agent/facts")).bearer_auth(&credential)
+                    .header(heddle_types::FACTS_SHA_HEADER, &facts_sha256).json(&facts).send().await?.status().is_success();
                 samples.lock().unwrap().add("facts", t.elapsed().as_secs_f64() * 1e3, ok);
-                anyhow::Ok(Agent { credential, base, has_job: i % job_every == 0 })
+                anyhow::Ok(Agent { credential, base, has_job: i % job_every == 0, facts_sha256 })
             }
         })
         .buffer_unordered(args.setup_concurrency.max(1))
@@ -205,7 +209,7 @@ async fn main() -> anyhow::Result<()> {
                 let ok = match client
                     .post(format!("{}/api/v1/agent/heartbeat", agent.base))
                     .bearer_auth(&agent.credential)
-                    .json(&json!({"agent_version": "loadgen", "running_jobs": []}))
+                    .json(&json!({"agent_version": "loadgen", "facts_sha256": agent.facts_sha256, "running_jobs": []}))
                     .send()
                     .await
                 {
