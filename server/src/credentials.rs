@@ -160,12 +160,16 @@ pub async fn run_feed(state: AppState) {
     if cache.delay.is_zero() {
         return;
     }
+    // A connection of its own: a pool busy with claims and uploads must not delay the
+    // reads, or every replica would distrust its memory and send every heartbeat to that
+    // same busy pool.
+    let feed_db = crate::db::side_connection(&state.db);
     let mut tick = tokio::time::interval((cache.delay / 2).max(Duration::from_millis(10)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_trim = Instant::now();
     loop {
         tick.tick().await;
-        if let Err(err) = cache.refresh(&state.db).await {
+        if let Err(err) = cache.refresh(&feed_db).await {
             tracing::debug!(error = %err, "reading agent revocations failed; credentials are checked in Postgres until it answers");
             continue;
         }
@@ -173,7 +177,7 @@ pub async fn run_feed(state: AppState) {
             last_trim = Instant::now();
             let trimmed =
                 sqlx::query("DELETE FROM agent_revocations WHERE at < now() - interval '1 hour'")
-                    .execute(&state.db)
+                    .execute(&feed_db)
                     .await;
             if let Err(err) = trimmed {
                 tracing::debug!(error = %err, "trimming agent revocations failed");

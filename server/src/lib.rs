@@ -48,6 +48,8 @@ pub struct AppState {
     pub credentials: Arc<credentials::CredentialCache>,
     /// The facts hash each node's agent last reported, as stored (`api/agent.rs`).
     pub facts_seen: Arc<liveness::FactsSeen>,
+    /// Enrollment token uses taken in a block and not yet handed out (`api/token_uses.rs`).
+    pub token_uses: Arc<api::token_uses::TokenUses>,
 }
 
 /// Connects to Postgres and applies migrations (serialised across replicas by sqlx's
@@ -74,6 +76,7 @@ impl AppState {
             db,
             credentials: Arc::new(credentials::CredentialCache::new(config.revocation_delay())),
             facts_seen: Arc::default(),
+            token_uses: Arc::default(),
             config: Arc::new(config),
             metrics: Arc::new(metrics::Metrics::new()),
             plugins,
@@ -107,6 +110,8 @@ pub async fn serve(
     let flusher = tokio::spawn(liveness::run_flusher(state.clone(), flusher_stop));
     let reconciler = tokio::spawn(plugins::run_reconciler(state.clone()));
     let revocations = tokio::spawn(credentials::run_feed(state.clone()));
+    let (stop_returns, returns_stop) = tokio::sync::oneshot::channel();
+    let returns = tokio::spawn(api::token_uses::run_returns(state.clone(), returns_stop));
     let investigator = tokio::spawn(health::investigate::run_loop(state.clone()));
     let reload_interval = state.config.tls_reload_interval();
     let app = router::app(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
@@ -146,6 +151,11 @@ pub async fn serve(
     investigator.abort();
     // After the last request: what this replica heard from its agents reaches the database.
     let _ = stop_flusher.send(());
+    // And the enrollment token uses it held go back to their tokens.
+    let _ = stop_returns.send(());
+    if let Err(err) = returns.await {
+        tracing::warn!(error = %err, "giving back enrollment token uses ended abnormally");
+    }
     if let Err(err) = flusher.await {
         tracing::warn!(error = %err, "the heartbeat flusher ended abnormally");
     }

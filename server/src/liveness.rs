@@ -190,25 +190,24 @@ async fn write(
 /// Flushes this replica's heartbeats every flush interval until `stop` fires, then once
 /// more. A flush is never cut off halfway: `stop` is only looked at between flushes.
 pub async fn run_flusher(state: AppState, mut stop: tokio::sync::oneshot::Receiver<()>) {
+    // A connection of its own, so that a pool busy with uploads cannot hold back the
+    // writes that keep leases alive.
+    let db = crate::db::side_connection(&state.db);
     let mut tick = tokio::time::interval(state.config.heartbeat_flush_interval());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            _ = tick.tick() => flush_logged(&state).await,
+            _ = tick.tick() => flush_logged(&state, &db).await,
             _ = &mut stop => break,
         }
     }
-    flush_logged(&state).await;
+    flush_logged(&state, &db).await;
 }
 
 /// One flush, its failure logged (what it held waits for the next).
-pub async fn flush_logged(state: &AppState) {
+pub async fn flush_logged(state: &AppState, db: &sqlx::PgPool) {
     let started = std::time::Instant::now();
-    match state
-        .liveness
-        .flush(&state.db, state.config.lease_ttl())
-        .await
-    {
+    match state.liveness.flush(db, state.config.lease_ttl()).await {
         Ok(done) if done.agents > 0 => tracing::debug!(
             agents = done.agents,
             leases = done.leases,

@@ -294,6 +294,71 @@ async fn a_token_is_never_used_more_than_its_uses_under_a_race() {
     assert_eq!(uses, 5);
 }
 
+/// A token with many uses left is taken a block at a time; what a replica holds and does
+/// not hand out goes back to the token within a second, and a revoked token is not
+/// honoured from a held block past that second either.
+#[tokio::test]
+async fn a_fleet_token_is_taken_in_blocks_and_unused_uses_go_back() {
+    use heddle_server::api::token_uses::{BLOCK, HOLD};
+    let server = TestServer::start().await;
+    let api = Api::new(&server);
+    let (_, t) = api
+        .post(
+            "/api/v1/enrollment-tokens",
+            &server.admin_token,
+            json!({"max_uses": 1000}),
+        )
+        .await;
+    let token = t["token"].as_str().unwrap().to_string();
+    let uses = || async {
+        let (uses,): (i32,) =
+            sqlx::query_as("SELECT uses FROM enrollment_tokens WHERE max_uses = 1000")
+                .fetch_one(&server.state.db)
+                .await
+                .unwrap();
+        uses
+    };
+    assert_eq!(
+        enroll_with(&api, &token, "block-0").await.0,
+        StatusCode::CREATED
+    );
+    assert_eq!(uses().await, BLOCK, "one statement took a block");
+    assert_eq!(server.state.token_uses.held(), BLOCK - 1);
+    for i in 1..3 {
+        let (s, b) = enroll_with(&api, &token, &format!("block-{i}")).await;
+        assert_eq!(s, StatusCode::CREATED, "{b}");
+    }
+    let started = std::time::Instant::now();
+    while uses().await != 3 {
+        assert!(
+            started.elapsed() < HOLD * 5,
+            "held uses never went back: {}",
+            uses().await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(server.state.token_uses.held(), 0);
+    // A block held when the token is revoked serves no enrollment once HOLD has passed.
+    assert_eq!(
+        enroll_with(&api, &token, "block-3").await.0,
+        StatusCode::CREATED
+    );
+    let id = t["id"].as_str().unwrap();
+    let (s, _) = api
+        .call(
+            Method::DELETE,
+            &format!("/api/v1/enrollment-tokens/{id}"),
+            Some(&server.admin_token),
+            None,
+        )
+        .await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    tokio::time::sleep(HOLD + Duration::from_millis(100)).await;
+    let (s, b) = enroll_with(&api, &token, "block-4").await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED, "{b}");
+    assert!(b["message"].as_str().unwrap().contains("revoked"), "{b}");
+}
+
 #[tokio::test]
 async fn expired_token_is_refused() {
     let server = TestServer::start().await;

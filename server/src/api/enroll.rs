@@ -14,6 +14,7 @@ use heddle_types::agent::{EnrollPending, EnrollRequest, EnrollResponse};
 use heddle_types::auth::{PendingEnrollment, Role};
 use uuid::Uuid;
 
+use super::token_uses::{self, TakenUse};
 use crate::AppState;
 use crate::auth::{self, Caller};
 use crate::db;
@@ -86,63 +87,20 @@ async fn check_token(tx: &mut Tx<'_>, secret: &str, hostname: &str) -> ApiResult
     Ok(token)
 }
 
-/// A use of an enrollment token taken for one enrollment: the token's id and the node it
-/// is bound to, if any.
-struct TakenUse {
-    id: Uuid,
-    node: Option<String>,
-}
-
-/// Takes one use of the token for `hostname`, or says why it cannot be used. The use is
-/// taken in a transaction of its own, committed without waiting for the WAL flush, before
-/// the enrollment's own transaction: a fleet that enrolls with one token then holds that
-/// token's row for one statement each, not for a commit's flush each (which serialised
-/// 50,000 enrollments behind one row lock). Nothing can be over-used by it: the
-/// enrollment's own (synchronous) commit comes later in the WAL, so a credential that
-/// survives a crash has its use counted too; an enrollment that fails afterwards gives its
-/// use back ([`give_back_use`]); a crash in between leaves a use taken and unused.
-async fn take_use(db: &sqlx::PgPool, secret: &str, hostname: &str) -> ApiResult<TakenUse> {
-    let mut tx = db.begin().await?;
-    sqlx::query("SET LOCAL synchronous_commit = off")
-        .execute(&mut *tx)
-        .await?;
-    let taken: Option<(Uuid, Option<String>)> = sqlx::query_as(
-        "UPDATE enrollment_tokens SET uses = uses + 1
-         WHERE token_sha256 = $1 AND uses < max_uses AND revoked_at IS NULL AND expires_at > now()
-           AND (node IS NULL OR node = $2)
-         RETURNING id, node",
-    )
-    .bind(auth::sha256_hex(secret))
-    .bind(hostname)
-    .fetch_optional(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    match taken {
-        Some((id, node)) => Ok(TakenUse { id, node }),
-        // Unknown, used up, revoked, expired or bound elsewhere: say which.
-        None => {
-            let mut tx = db.begin().await?;
-            check_token(&mut tx, secret, hostname)
-                .await
-                .and(Err(ApiError::Unauthorized(
-                "this enrollment token stopped being valid during the enrollment; ask an admin \
+/// Takes one use of the token for `hostname` (`token_uses.rs`), or says why it cannot be
+/// used: unknown, used up, revoked, expired or bound elsewhere.
+async fn take_use(state: &AppState, secret: &str, hostname: &str) -> ApiResult<TakenUse> {
+    if let Some(taken) = token_uses::take(state, secret, hostname).await? {
+        return Ok(taken);
+    }
+    let mut tx = state.db.begin().await?;
+    check_token(&mut tx, secret, hostname)
+        .await
+        .and(Err(ApiError::Unauthorized(
+            "this enrollment token stopped being valid during the enrollment; ask an admin \
              for a new one (heddle agents enroll-token)"
-                    .into(),
-            )))
-        }
-    }
-}
-
-/// Returns the use an enrollment took when the enrollment failed after taking it.
-async fn give_back_use(db: &sqlx::PgPool, token_id: Uuid) {
-    let given =
-        sqlx::query("UPDATE enrollment_tokens SET uses = uses - 1 WHERE id = $1 AND uses > 0")
-            .bind(token_id)
-            .execute(db)
-            .await;
-    if let Err(err) = given {
-        tracing::warn!(%token_id, error = %err, "a failed enrollment could not give its token's use back");
-    }
+                .into(),
+        )))
 }
 
 /// Issues a credential for the node, revoking its live agent (whose leases end now). Only
@@ -237,13 +195,13 @@ pub async fn enroll(
     }
     // The use first, on a connection of its own that is back in the pool before the
     // enrollment's transaction takes one: one connection per enrollment at a time.
-    let token = take_use(&state.db, &req.enroll_token, hostname).await?;
+    let token = take_use(&state, &req.enroll_token, hostname).await?;
     let enrolled = match state.db.begin().await {
         Ok(tx) => enroll_with(tx, &state, &req, hostname, &token).await,
         Err(err) => Err(err.into()),
     };
     if enrolled.is_err() {
-        give_back_use(&state.db, token.id).await;
+        token_uses::give_back_one(&state.db, token.id).await;
     }
     enrolled
 }

@@ -14,6 +14,7 @@ pub mod rendezvous;
 pub mod run_kinds;
 pub mod runs;
 pub mod sweeps;
+pub mod token_uses;
 pub mod tokens;
 pub mod verdicts;
 

@@ -9,6 +9,16 @@ use uuid::Uuid;
 
 /// Records a write. Called inside the write's transaction so the log and the change land
 /// together or not at all.
+/// A pool of one connection to the same database as `db`, opened when first used, for a
+/// background task that must not queue behind requests for the shared pool (the
+/// heartbeat flusher, the revocation feed).
+pub fn side_connection(db: &sqlx::PgPool) -> sqlx::PgPool {
+    sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(std::time::Duration::from_secs(5))
+        .connect_lazy_with((*db.connect_options()).clone())
+}
+
 pub async fn audit<'e>(
     db: impl PgExecutor<'e>,
     actor: &str,

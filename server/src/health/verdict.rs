@@ -322,8 +322,35 @@ async fn baseline(
     comparable_median(db, sql, s, result_id, f, |q| q.bind(BASELINE_RESULTS)).await
 }
 
-/// The median of the latest comparable figure of every other node of the same GPU model.
+/// The median of the latest comparable figure of every other node of the same GPU model
+/// (a large fleet's remembered for a while: `fleet_memo.rs`).
 async fn fleet(
+    db: &PgPool,
+    s: &Subject,
+    result_id: Uuid,
+    f: &Figure,
+) -> Result<Option<Median>, sqlx::Error> {
+    let key = fleet_memo::Key {
+        database: db
+            .connect_options()
+            .get_database()
+            .unwrap_or_default()
+            .to_string(),
+        world_size: s.world_size,
+        test: f.test.clone(),
+        metric: f.metric.clone(),
+        band: size_band(f.size_bytes),
+        gpu_model: s.gpu_model.clone(),
+    };
+    if let Some(median) = fleet_memo::get(&key) {
+        return Ok(Some(median));
+    }
+    let median = fleet_from_db(db, s, result_id, f).await?;
+    fleet_memo::put(key, median);
+    Ok(median)
+}
+
+async fn fleet_from_db(
     db: &PgPool,
     s: &Subject,
     result_id: Uuid,
@@ -471,6 +498,8 @@ pub async fn judge_result(db: &PgPool, result_id: Uuid) -> Result<ResultVerdict,
         judged_at,
     })
 }
+
+mod fleet_memo;
 
 #[cfg(test)]
 mod tests;

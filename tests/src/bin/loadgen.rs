@@ -205,7 +205,8 @@ async fn main() -> anyhow::Result<()> {
             while next.into_std() < end {
                 tokio::time::sleep_until(next).await;
                 let t = Instant::now();
-                let _slot = slots.acquire().await.expect("never closed");
+                // A slot per request: one agent's slow claim does not hold up others' heartbeats.
+                let slot = slots.acquire().await.expect("never closed");
                 let ok = match client
                     .post(format!("{}/api/v1/agent/heartbeat", agent.base))
                     .bearer_auth(&agent.credential)
@@ -217,8 +218,10 @@ async fn main() -> anyhow::Result<()> {
                     Err(_) => false,
                 };
                 steady.lock().unwrap().add("heartbeat", t.elapsed().as_secs_f64() * 1e3, ok);
+                drop(slot);
                 if !job_done {
                     let t = Instant::now();
+                    let _slot = slots.acquire().await.expect("never closed");
                     let r = client.post(format!("{}/api/v1/agent/jobs/claim", agent.base)).bearer_auth(&agent.credential).send().await;
                     let lease: Option<serde_json::Value> = match r {
                         Ok(r) if r.status() == 200 => r.json().await.ok(),

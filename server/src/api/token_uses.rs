@@ -1,0 +1,196 @@
+//! Uses of an enrollment token, taken from its row — in blocks when it has many left.
+//!
+//! A fleet enrolls with one token: 50,000 enrollments each taking a use one at a time all
+//! queue on that one row. So while a token that is bound to no node has at least
+//! [`BLOCK_FROM`] uses left, a replica takes [`BLOCK`] of them in one statement and hands
+//! them to its next enrollments with that token. Uses a replica holds for longer than
+//! [`HOLD`] go back to the row, so two replicas enrolling the last few agents of a token
+//! never starve each other, and a token revoked or expiring stops being honoured from a
+//! held block within that time. A token with fewer uses left is taken one use at a time,
+//! exactly as counted. Nothing can be over-used: a use is counted before it is handed out;
+//! a replica that dies holding a block leaves at most that block counted and unused.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use crate::AppState;
+use crate::auth;
+use crate::error::ApiResult;
+
+/// Uses taken at once from a token with at least [`BLOCK_FROM`] left.
+pub const BLOCK: i32 = 64;
+/// Below this many uses left, a token is taken one use at a time.
+pub const BLOCK_FROM: i32 = 256;
+/// How long a replica keeps uses it took and has not handed out.
+pub const HOLD: Duration = Duration::from_secs(1);
+
+/// A use of an enrollment token taken for one enrollment: the token's id and the node it
+/// is bound to, if any.
+pub struct TakenUse {
+    pub id: Uuid,
+    pub node: Option<String>,
+}
+
+struct Block {
+    id: Uuid,
+    left: i32,
+    taken_at: Instant,
+    expires_at: DateTime<Utc>,
+}
+
+/// The blocks of uses this replica holds, by the token's SHA-256.
+#[derive(Default)]
+pub struct TokenUses {
+    held: Mutex<HashMap<String, Block>>,
+}
+
+impl TokenUses {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Block>> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// One held use of the token, if this replica holds a fresh one.
+    fn take_held(&self, sha: &str) -> Option<TakenUse> {
+        let mut held = self.lock();
+        let block = held.get_mut(sha)?;
+        if block.left == 0 || block.taken_at.elapsed() > HOLD || block.expires_at <= Utc::now() {
+            return None;
+        }
+        block.left -= 1;
+        Some(TakenUse {
+            id: block.id,
+            node: None,
+        })
+    }
+
+    fn hold(&self, sha: String, id: Uuid, left: i32, expires_at: DateTime<Utc>) {
+        let mut held = self.lock();
+        let block = held.entry(sha).or_insert(Block {
+            id,
+            left: 0,
+            taken_at: Instant::now(),
+            expires_at,
+        });
+        block.left += left;
+        block.taken_at = Instant::now();
+    }
+
+    /// Removes the blocks held past [`HOLD`] (all of them with `all`): what each still had.
+    fn drain(&self, all: bool) -> Vec<(Uuid, i32)> {
+        let mut given = Vec::new();
+        self.lock().retain(|_, b| {
+            let keep = !all && b.taken_at.elapsed() <= HOLD;
+            if !keep && b.left > 0 {
+                given.push((b.id, b.left));
+            }
+            keep
+        });
+        given
+    }
+
+    /// Removes this token's block, whatever its age: what it still had.
+    fn drain_token(&self, sha: &str) -> Vec<(Uuid, i32)> {
+        self.lock()
+            .remove(sha)
+            .filter(|b| b.left > 0)
+            .map(|b| vec![(b.id, b.left)])
+            .unwrap_or_default()
+    }
+
+    /// Uses held, over every token (for tests and metrics).
+    pub fn held(&self) -> i32 {
+        self.lock().values().map(|b| b.left).sum()
+    }
+}
+
+/// Takes one use of the token for `hostname`: from a block this replica holds, else from
+/// the row (a block of them when the token allows). `None` when the row had none to give:
+/// the caller says why. The row's use is taken in a transaction of its own, committed
+/// without waiting for the WAL flush: the enrollment's own (synchronous) commit comes
+/// later in the WAL, so a credential that survives a crash has its use counted too.
+pub async fn take(state: &AppState, secret: &str, hostname: &str) -> ApiResult<Option<TakenUse>> {
+    let sha = auth::sha256_hex(secret);
+    if let Some(taken) = state.token_uses.take_held(&sha) {
+        return Ok(Some(taken));
+    }
+    if let Some(taken) = take_from_row(state, &sha, hostname).await? {
+        return Ok(Some(taken));
+    }
+    // The row has none left, but this replica may hold some past HOLD that have not gone
+    // back yet: back they go, and the row is asked once more.
+    let held = state.token_uses.drain_token(&sha);
+    if held.is_empty() {
+        return Ok(None);
+    }
+    give_back(&state.db, &held).await;
+    take_from_row(state, &sha, hostname).await
+}
+
+async fn take_from_row(state: &AppState, sha: &str, hostname: &str) -> ApiResult<Option<TakenUse>> {
+    let mut tx = state.db.begin().await?;
+    sqlx::query("SET LOCAL synchronous_commit = off")
+        .execute(&mut *tx)
+        .await?;
+    let taken: Option<(Uuid, Option<String>, i32, DateTime<Utc>)> = sqlx::query_as(
+        "WITH t AS (
+             SELECT id, CASE WHEN node IS NULL AND max_uses - uses >= $3 THEN $4 ELSE 1 END AS n
+             FROM enrollment_tokens
+             WHERE token_sha256 = $1 AND uses < max_uses AND revoked_at IS NULL
+               AND expires_at > now() AND (node IS NULL OR node = $2)
+             FOR UPDATE)
+         UPDATE enrollment_tokens e SET uses = e.uses + t.n FROM t WHERE e.id = t.id
+         RETURNING e.id, e.node, t.n, e.expires_at",
+    )
+    .bind(sha)
+    .bind(hostname)
+    .bind(BLOCK_FROM)
+    .bind(BLOCK)
+    .fetch_optional(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(taken.map(|(id, node, n, expires_at)| {
+        if n > 1 {
+            state
+                .token_uses
+                .hold(sha.to_string(), id, n - 1, expires_at);
+        }
+        TakenUse { id, node }
+    }))
+}
+
+/// Returns uses to their tokens' rows.
+async fn give_back(db: &sqlx::PgPool, uses: &[(Uuid, i32)]) {
+    for &(token_id, n) in uses {
+        let given =
+            sqlx::query("UPDATE enrollment_tokens SET uses = greatest(uses - $2, 0) WHERE id = $1")
+                .bind(token_id)
+                .bind(n)
+                .execute(db)
+                .await;
+        if let Err(err) = given {
+            tracing::warn!(%token_id, uses = n, error = %err, "enrollment token uses could not be given back");
+        }
+    }
+}
+
+/// Returns the use an enrollment took when the enrollment failed after taking it.
+pub async fn give_back_one(db: &sqlx::PgPool, token_id: Uuid) {
+    give_back(db, &[(token_id, 1)]).await;
+}
+
+/// Gives back the uses held past [`HOLD`], every half of it, until `stop` fires; then all.
+pub async fn run_returns(state: AppState, mut stop: tokio::sync::oneshot::Receiver<()>) {
+    let mut tick = tokio::time::interval(HOLD / 2);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => give_back(&state.db, &state.token_uses.drain(false)).await,
+            _ = &mut stop => break,
+        }
+    }
+    give_back(&state.db, &state.token_uses.drain(true)).await;
+}
