@@ -359,6 +359,47 @@ async fn a_fleet_token_is_taken_in_blocks_and_unused_uses_go_back() {
     assert!(b["message"].as_str().unwrap().contains("revoked"), "{b}");
 }
 
+/// A crowd enrolling at once with a fleet token: every block fetch races the others for
+/// the token's row, and every enrollment must still get its use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fleet_token_serves_a_crowd_enrolling_at_once() {
+    let server = TestServer::start().await;
+    let api = Api::new(&server);
+    let (_, t) = api
+        .post(
+            "/api/v1/enrollment-tokens",
+            &server.admin_token,
+            json!({"max_uses": 10_000}),
+        )
+        .await;
+    let token = t["token"].as_str().unwrap().to_string();
+    let mut crowd = Vec::new();
+    for i in 0..120 {
+        let api = Api::new(&server);
+        let token = token.clone();
+        crowd.push(tokio::spawn(async move {
+            enroll_with(&api, &token, &format!("crowd-{i}")).await
+        }));
+    }
+    for c in crowd {
+        let (s, b) = c.await.unwrap();
+        assert_eq!(s, StatusCode::CREATED, "{b}");
+    }
+    let started = std::time::Instant::now();
+    loop {
+        let (uses,): (i32,) =
+            sqlx::query_as("SELECT uses FROM enrollment_tokens WHERE max_uses = 10000")
+                .fetch_one(&server.state.db)
+                .await
+                .unwrap();
+        if uses == 120 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "uses {uses}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test]
 async fn expired_token_is_refused() {
     let server = TestServer::start().await;

@@ -135,22 +135,34 @@ async fn take_from_row(state: &AppState, sha: &str, hostname: &str) -> ApiResult
     sqlx::query("SET LOCAL synchronous_commit = off")
         .execute(&mut *tx)
         .await?;
-    let taken: Option<(Uuid, Option<String>, i32, DateTime<Utc>)> = sqlx::query_as(
-        "WITH t AS (
-             SELECT id, CASE WHEN node IS NULL AND max_uses - uses >= $3 THEN $4 ELSE 1 END AS n
-             FROM enrollment_tokens
-             WHERE token_sha256 = $1 AND uses < max_uses AND revoked_at IS NULL
-               AND expires_at > now() AND (node IS NULL OR node = $2)
-             FOR UPDATE)
-         UPDATE enrollment_tokens e SET uses = e.uses + t.n FROM t WHERE e.id = t.id
-         RETURNING e.id, e.node, t.n, e.expires_at",
+    // Locked first, then counted: the lock returns the row as the last committer left it,
+    // so the block's size is decided on the uses really left.
+    let row: Option<(Uuid, Option<String>, i32, i32, DateTime<Utc>)> = sqlx::query_as(
+        "SELECT id, node, uses, max_uses, expires_at FROM enrollment_tokens
+         WHERE token_sha256 = $1 AND uses < max_uses AND revoked_at IS NULL
+           AND expires_at > now() AND (node IS NULL OR node = $2)
+         FOR UPDATE",
     )
     .bind(sha)
     .bind(hostname)
-    .bind(BLOCK_FROM)
-    .bind(BLOCK)
     .fetch_optional(&mut *tx)
     .await?;
+    let taken = match row {
+        None => None,
+        Some((id, node, uses, max_uses, expires_at)) => {
+            let n = if node.is_none() && max_uses - uses >= BLOCK_FROM {
+                BLOCK
+            } else {
+                1
+            };
+            sqlx::query("UPDATE enrollment_tokens SET uses = uses + $2 WHERE id = $1")
+                .bind(id)
+                .bind(n)
+                .execute(&mut *tx)
+                .await?;
+            Some((id, node, n, expires_at))
+        }
+    };
     tx.commit().await?;
     Ok(taken.map(|(id, node, n, expires_at)| {
         if n > 1 {

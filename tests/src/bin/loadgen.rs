@@ -137,14 +137,16 @@ async fn main() -> anyhow::Result<()> {
             async move {
                 let host = format!("sim-{i:05}");
                 let t = Instant::now();
-                let r: serde_json::Value = client
+                let resp = client
                     .post(format!("{base}/api/v1/agent/enroll"))
                     .json(&json!({"enroll_token": token, "hostname": host}))
                     .send()
-                    .await?
-                    .error_for_status()?
-                    .json()
                     .await?;
+                let status = resp.status();
+                if !status.is_success() {
+                    anyhow::bail!("enrolling {host}: {status} {}", resp.text().await.unwrap_or_default());
+                }
+                let r: serde_json::Value = resp.json().await?;
                 samples.lock().unwrap().add("enroll", t.elapsed().as_secs_f64() * 1e3, true);
                 let credential = r["credential"].as_str().unwrap().to_string();
                 let facts = json!({"schema_version": 1, "host": {"hostname": host},
