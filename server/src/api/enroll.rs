@@ -201,7 +201,7 @@ pub async fn enroll(
         Err(err) => Err(err.into()),
     };
     if enrolled.is_err() {
-        token_uses::give_back_one(&state.db, token.id).await;
+        token_uses::give_back_one(&state, token.id).await;
     }
     enrolled
 }

@@ -45,18 +45,43 @@ struct Block {
 /// The blocks of uses this replica holds, by the token's SHA-256.
 #[derive(Default)]
 pub struct TokenUses {
-    held: Mutex<HashMap<String, Block>>,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    held: HashMap<String, Block>,
+    /// Uses whose return to their row failed: tried again, never dropped, so a failed
+    /// return cannot use a token up.
+    failed: Vec<(Uuid, i32)>,
+    /// Trips to the rows under way (taking a block, or returning uses): while any is,
+    /// uses may be neither in a row nor held, so "none left" is not yet final.
+    in_flight: usize,
+}
+
+/// Marks a trip to the rows under way for as long as it lives.
+struct Trip<'a>(&'a TokenUses);
+
+impl Drop for Trip<'_> {
+    fn drop(&mut self) {
+        self.0.lock().in_flight -= 1;
+    }
 }
 
 impl TokenUses {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Block>> {
-        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn trip(&self) -> Trip<'_> {
+        self.lock().in_flight += 1;
+        Trip(self)
     }
 
     /// One held use of the token, if this replica holds a fresh one.
     fn take_held(&self, sha: &str) -> Option<TakenUse> {
-        let mut held = self.lock();
-        let block = held.get_mut(sha)?;
+        let mut inner = self.lock();
+        let block = inner.held.get_mut(sha)?;
         if block.left == 0 || block.taken_at.elapsed() > HOLD || block.expires_at <= Utc::now() {
             return None;
         }
@@ -68,8 +93,8 @@ impl TokenUses {
     }
 
     fn hold(&self, sha: String, id: Uuid, left: i32, expires_at: DateTime<Utc>) {
-        let mut held = self.lock();
-        let block = held.entry(sha).or_insert(Block {
+        let mut inner = self.lock();
+        let block = inner.held.entry(sha).or_insert(Block {
             id,
             left: 0,
             taken_at: Instant::now(),
@@ -79,31 +104,29 @@ impl TokenUses {
         block.taken_at = Instant::now();
     }
 
-    /// Removes the blocks held past [`HOLD`] (all of them with `all`): what each still had.
-    fn drain(&self, all: bool) -> Vec<(Uuid, i32)> {
-        let mut given = Vec::new();
-        self.lock().retain(|_, b| {
-            let keep = !all && b.taken_at.elapsed() <= HOLD;
+    /// Takes out what is due back to the rows: the blocks held past [`HOLD`] (all of them
+    /// with `all`), or only `sha`'s whatever its age, and every failed return; the trip
+    /// that returns them is counted from here.
+    fn due(&self, all: bool, sha: Option<&str>) -> (Vec<(Uuid, i32)>, Trip<'_>) {
+        let mut inner = self.lock();
+        let mut back = std::mem::take(&mut inner.failed);
+        inner.held.retain(|token, b| {
+            let keep = match sha {
+                Some(sha) => token != sha,
+                None => !all && b.taken_at.elapsed() <= HOLD,
+            };
             if !keep && b.left > 0 {
-                given.push((b.id, b.left));
+                back.push((b.id, b.left));
             }
             keep
         });
-        given
-    }
-
-    /// Removes this token's block, whatever its age: what it still had.
-    fn drain_token(&self, sha: &str) -> Vec<(Uuid, i32)> {
-        self.lock()
-            .remove(sha)
-            .filter(|b| b.left > 0)
-            .map(|b| vec![(b.id, b.left)])
-            .unwrap_or_default()
+        inner.in_flight += 1;
+        (back, Trip(self))
     }
 
     /// Uses held, over every token (for tests and metrics).
     pub fn held(&self) -> i32 {
-        self.lock().values().map(|b| b.left).sum()
+        self.lock().held.values().map(|b| b.left).sum()
     }
 }
 
@@ -120,17 +143,30 @@ pub async fn take(state: &AppState, secret: &str, hostname: &str) -> ApiResult<O
     if let Some(taken) = take_from_row(state, &sha, hostname).await? {
         return Ok(Some(taken));
     }
-    // The row has none left, but this replica may hold some past HOLD that have not gone
-    // back yet: back they go, and the row is asked once more.
-    let held = state.token_uses.drain_token(&sha);
-    if held.is_empty() {
-        return Ok(None);
+    // The row has none left, but this replica may hold some past HOLD, or have some on
+    // their way to or from the row: back they go, and the row is asked again (for at
+    // most a second).
+    for _ in 0..20 {
+        let (back, trip) = state.token_uses.due(false, Some(&sha));
+        if !back.is_empty() {
+            return_uses(state, back).await;
+            drop(trip);
+        } else {
+            drop(trip);
+            if state.token_uses.lock().in_flight == 0 {
+                return Ok(None);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if let Some(taken) = take_from_row(state, &sha, hostname).await? {
+            return Ok(Some(taken));
+        }
     }
-    give_back(&state.db, &held).await;
-    take_from_row(state, &sha, hostname).await
+    Ok(None)
 }
 
 async fn take_from_row(state: &AppState, sha: &str, hostname: &str) -> ApiResult<Option<TakenUse>> {
+    let _trip = state.token_uses.trip();
     let mut tx = state.db.begin().await?;
     sqlx::query("SET LOCAL synchronous_commit = off")
         .execute(&mut *tx)
@@ -174,24 +210,35 @@ async fn take_from_row(state: &AppState, sha: &str, hostname: &str) -> ApiResult
     }))
 }
 
-/// Returns uses to their tokens' rows.
-async fn give_back(db: &sqlx::PgPool, uses: &[(Uuid, i32)]) {
-    for &(token_id, n) in uses {
+/// Returns uses to their tokens' rows; what could not be returned is kept and tried again.
+/// The caller holds the trip ([`TokenUses::due`]) until this returns.
+async fn return_uses(state: &AppState, uses: Vec<(Uuid, i32)>) {
+    let mut failed = Vec::new();
+    for (token_id, n) in uses {
         let given =
             sqlx::query("UPDATE enrollment_tokens SET uses = greatest(uses - $2, 0) WHERE id = $1")
                 .bind(token_id)
                 .bind(n)
-                .execute(db)
+                .execute(&state.db)
                 .await;
         if let Err(err) = given {
-            tracing::warn!(%token_id, uses = n, error = %err, "enrollment token uses could not be given back");
+            tracing::warn!(%token_id, uses = n, error = %err, "enrollment token uses could not be given back yet; trying again");
+            failed.push((token_id, n));
         }
     }
+    state.token_uses.lock().failed.append(&mut failed);
 }
 
 /// Returns the use an enrollment took when the enrollment failed after taking it.
-pub async fn give_back_one(db: &sqlx::PgPool, token_id: Uuid) {
-    give_back(db, &[(token_id, 1)]).await;
+pub async fn give_back_one(state: &AppState, token_id: Uuid) {
+    let _trip = state.token_uses.trip();
+    return_uses(state, vec![(token_id, 1)]).await;
+}
+
+/// Returns what is due, the trip counted until it is done.
+async fn return_due(state: &AppState, all: bool) {
+    let (back, _trip) = state.token_uses.due(all, None);
+    return_uses(state, back).await;
 }
 
 /// Gives back the uses held past [`HOLD`], every half of it, until `stop` fires; then all.
@@ -200,9 +247,9 @@ pub async fn run_returns(state: AppState, mut stop: tokio::sync::oneshot::Receiv
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            _ = tick.tick() => give_back(&state.db, &state.token_uses.drain(false)).await,
+            _ = tick.tick() => return_due(&state, false).await,
             _ = &mut stop => break,
         }
     }
-    give_back(&state.db, &state.token_uses.drain(true)).await;
+    return_due(&state, true).await;
 }
