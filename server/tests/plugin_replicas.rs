@@ -172,3 +172,86 @@ async fn traits_are_merged_by_the_rule_of_env_recommendations() {
     assert_eq!(n["traits"]["orchestrator"], "runai", "{n}");
     server.stop().await;
 }
+
+async fn wait_for(db: &sqlx::PgPool, sql: &str, want: i64, what: &str) {
+    let started = Instant::now();
+    while count(db, sql).await != want {
+        assert!(started.elapsed() < Duration::from_secs(60), "{what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The reconciler finds its work through `nodes.plugins_due`: set for a node inserted with
+/// facts, for new facts and for every node when the plugin set changes; cleared once the
+/// node is evaluated. A flag that went missing is found by the minute's sweep.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_due_are_flagged_evaluated_and_swept_when_the_flag_is_missed() {
+    const DUE: &str = "SELECT count(*) FROM nodes WHERE plugins_due";
+    let server = TestServer::start_with(|c| c.heartbeat_interval_s = 3600).await;
+    let db = server.state.db.clone();
+    let api = Api::new(&server);
+    seed_nodes(&db, "dgx1", 20).await;
+    assert_eq!(count(&db, DUE).await, 20, "inserted with facts: due");
+    upload_and_enable(&api, &server.admin_token, "dgx-affinity").await;
+    wait_for(&db, DUE, 0, "the reconciler left nodes due").await;
+    assert_eq!(count(&db, "SELECT count(*) FROM plugin_results").await, 20);
+
+    // New facts: that node alone is due, and evaluated on them.
+    sqlx::query("UPDATE nodes SET facts_sha256 = 'changed' WHERE hostname = 'replica-00003'")
+        .execute(&db)
+        .await
+        .unwrap();
+    let fresh = "SELECT count(*) FROM plugin_results r JOIN nodes n ON n.id = r.node_id
+                 WHERE r.facts_sha256 = n.facts_sha256";
+    assert!(count(&db, DUE).await <= 1);
+    heddle_server::plugins::reconcile(&server.state)
+        .await
+        .unwrap();
+    wait_for(&db, fresh, 20, "the changed node was not evaluated again").await;
+    assert_eq!(count(&db, DUE).await, 0);
+
+    // A flag lost after new facts: nothing finds the node until the sweep flags it.
+    sqlx::query("UPDATE nodes SET facts_sha256 = 'again' WHERE hostname = 'replica-00004'")
+        .execute(&db)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE nodes SET plugins_due = false")
+        .execute(&db)
+        .await
+        .unwrap();
+    assert_eq!(
+        heddle_server::plugins::reconcile(&server.state)
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(count(&db, fresh).await, 19);
+    assert_eq!(heddle_server::plugins::sweep(&db).await.unwrap(), 1);
+    heddle_server::plugins::reconcile(&server.state)
+        .await
+        .unwrap();
+    wait_for(&db, fresh, 20, "the swept node was not evaluated").await;
+    assert_eq!(heddle_server::plugins::sweep(&db).await.unwrap(), 0);
+
+    // A plugin change makes every node due; the disabled plugin's results go.
+    let (s, v) = api
+        .post(
+            "/api/v1/plugins/dgx-affinity/disable",
+            &server.admin_token,
+            json!({}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    heddle_server::plugins::reconcile(&server.state)
+        .await
+        .unwrap();
+    wait_for(
+        &db,
+        "SELECT count(*) FROM plugin_results",
+        0,
+        "a disabled plugin's results stayed",
+    )
+    .await;
+    wait_for(&db, DUE, 0, "nodes stayed due after the plugin went").await;
+    server.stop().await;
+}

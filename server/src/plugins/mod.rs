@@ -9,4 +9,4 @@ pub mod outcomes;
 pub mod reconciler;
 
 pub use engine_cache::PluginRuntime;
-pub use reconciler::{reconcile, run_reconciler};
+pub use reconciler::{reconcile, run_reconciler, sweep};

@@ -8,6 +8,13 @@
 //! still stale once locked, evaluated, and written in that same transaction, whose commit
 //! releases the locks. So N replicas evaluate each stale node once, and a replica that dies
 //! mid-batch leaves its nodes to the next claim.
+//!
+//! Candidates come from `nodes.plugins_due`, a flag that triggers set when a node's facts
+//! hash or the plugin set changes (migration `plugins_due`), read through a partial index:
+//! finding them no longer compares every node with every plugin. The flag is only a hint.
+//! [`STALE_RULE`] decides, for the nodes claimed; a node's flag is cleared in the batch's
+//! transaction and only while its facts hash is still the one evaluated; and every
+//! [`SWEEP_EVERY`] the full rule flags any stale node the flag missed.
 
 use std::time::Duration;
 
@@ -28,37 +35,67 @@ const BATCH: i64 = 500;
 /// the other advisory locks the server takes (727274, 727275).
 const LOCK_CLASS: i32 = 727_276;
 
-/// Nodes whose plugin results are missing, stale or left over from a disabled plugin; only
-/// those in `$1` when it is not NULL.
-const STALE: &str = "
+/// How often a replica runs the full staleness rule over every node, to flag what the
+/// triggers missed (a flag cleared by a batch that raced a plugin change).
+pub const SWEEP_EVERY: Duration = Duration::from_secs(60);
+
+/// The rule: nodes whose plugin results are missing, stale or left over from a disabled
+/// plugin, among the nodes whose id satisfies `{in}`.
+const STALE_RULE: &str = "
     (SELECT n.id FROM nodes n JOIN plugins p ON p.enabled AND p.active_version_id IS NOT NULL
       LEFT JOIN plugin_results r ON r.node_id = n.id AND r.plugin_id = p.id
-      WHERE n.facts IS NOT NULL AND ($1::uuid[] IS NULL OR n.id = ANY($1))
+      WHERE n.facts IS NOT NULL AND n.id {in}
         AND (r.node_id IS NULL OR r.version_id <> p.active_version_id OR r.facts_sha256 <> n.facts_sha256))
     UNION
     (SELECT r.node_id FROM plugin_results r JOIN plugins p ON p.id = r.plugin_id
-      WHERE NOT p.enabled AND ($1::uuid[] IS NULL OR r.node_id = ANY($1)))
+      WHERE NOT p.enabled AND r.node_id {in})
     UNION
     (SELECT t.node_id FROM node_traits t JOIN plugins p ON p.id = t.plugin_id
-      WHERE NOT p.enabled AND ($1::uuid[] IS NULL OR t.node_id = ANY($1)))";
+      WHERE NOT p.enabled AND t.node_id {in})";
 
-/// Locks up to `limit` stale nodes (not in `skip`) for this transaction, then keeps those
-/// still stale: the first statement's snapshot predates the locks, so a node another
-/// replica finished in between is dropped by the second. `None` when there was nothing to
-/// lock.
+/// [`STALE_RULE`] over the nodes in `$1`, or over every node. Two statements rather than
+/// one with `$1 IS NULL OR ...`: a prepared statement's generic plan for that form cannot
+/// use the primary keys, and scanned every node for each batch of 500.
+fn stale(among: Among) -> String {
+    STALE_RULE.replace(
+        "{in}",
+        match among {
+            Among::Listed => "= ANY($1)",
+            Among::All => "IS NOT NULL",
+        },
+    )
+}
+
+/// Which nodes [`stale`] looks at.
+enum Among {
+    /// Those in `$1`.
+    Listed,
+    All,
+}
+
+/// A claimed batch: the nodes still stale, to evaluate, and the others with the facts hash
+/// they had when found not stale, whose flag can go.
+struct Claimed {
+    stale: Vec<Uuid>,
+    settled: Vec<(Uuid, Option<String>)>,
+}
+
+/// Locks up to `limit` flagged nodes (not in `skip`) for this transaction, then sorts them
+/// by the exact rule: the first statement's snapshot predates the locks, so a node another
+/// replica finished in between is found not stale by the second. `None` when there was
+/// nothing to lock.
 async fn claim(
     conn: &mut PgConnection,
     skip: &[Uuid],
     limit: i64,
-) -> Result<Option<Vec<Uuid>>, sqlx::Error> {
+) -> Result<Option<Claimed>, sqlx::Error> {
     let locked: Vec<(Uuid,)> = sqlx::query_as(&format!(
-        "WITH stale AS MATERIALIZED ({STALE})
-         SELECT id FROM stale
-         WHERE CASE WHEN id = ANY($2) THEN false
+        "SELECT id FROM nodes
+         WHERE plugins_due
+           AND CASE WHEN id = ANY($1) THEN false
                     ELSE pg_try_advisory_xact_lock({LOCK_CLASS}, hashtext(id::text)) END
-         LIMIT $3"
+         LIMIT $2"
     ))
-    .bind(None::<Vec<Uuid>>)
     .bind(skip)
     .bind(limit)
     .fetch_all(&mut *conn)
@@ -67,11 +104,65 @@ async fn claim(
         return Ok(None);
     }
     let locked: Vec<Uuid> = locked.into_iter().map(|r| r.0).collect();
-    let still: Vec<(Uuid,)> = sqlx::query_as(STALE)
+    // Hashes first, then the rule: facts that change in between make the node stale by
+    // the rule, so a hash read here is never newer than the rule's verdict on it.
+    let hashes: Vec<(Uuid, Option<String>)> =
+        sqlx::query_as("SELECT id, facts_sha256 FROM nodes WHERE id = ANY($1)")
+            .bind(&locked)
+            .fetch_all(&mut *conn)
+            .await?;
+    let stale: Vec<Uuid> = sqlx::query_as::<_, (Uuid,)>(&stale(Among::Listed))
         .bind(&locked)
         .fetch_all(&mut *conn)
-        .await?;
-    Ok(Some(still.into_iter().map(|r| r.0).collect()))
+        .await?
+        .into_iter()
+        .map(|r| r.0)
+        .collect();
+    let settled = hashes
+        .into_iter()
+        .filter(|(id, _)| !stale.contains(id))
+        .collect();
+    Ok(Some(Claimed { stale, settled }))
+}
+
+/// Clears the flag of `nodes` whose facts hash is still the one given, in the batch's
+/// transaction; a node whose facts changed since keeps it.
+async fn settle(
+    conn: &mut PgConnection,
+    nodes: &[(Uuid, Option<String>)],
+) -> Result<(), sqlx::Error> {
+    if nodes.is_empty() {
+        return Ok(());
+    }
+    let (ids, hashes): (Vec<Uuid>, Vec<Option<String>>) = nodes.iter().cloned().unzip();
+    sqlx::query(
+        "UPDATE nodes n SET plugins_due = false
+         FROM unnest($1::uuid[], $2::text[]) AS s(id, sha)
+         WHERE n.id = s.id AND n.facts_sha256 IS NOT DISTINCT FROM s.sha",
+    )
+    .bind(&ids)
+    .bind(&hashes)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Flags every node the full rule finds stale whose flag is not set; returns how many.
+pub async fn sweep(db: &sqlx::PgPool) -> Result<u64, sqlx::Error> {
+    let flagged = sqlx::query(&format!(
+        "UPDATE nodes SET plugins_due = true WHERE NOT plugins_due AND id IN ({})",
+        stale(Among::All)
+    ))
+    .execute(db)
+    .await?
+    .rows_affected();
+    if flagged > 0 {
+        tracing::warn!(
+            nodes = flagged,
+            "plugin results were stale on nodes not flagged as due; flagged them"
+        );
+    }
+    Ok(flagged)
 }
 
 /// Evaluates a batch of nodes: facts and plugins read once, every call spread over the
@@ -87,6 +178,8 @@ async fn evaluate_nodes(
             .bind(nodes)
             .fetch_all(&mut *conn)
             .await?;
+    let seen: Vec<(Uuid, Option<String>)> =
+        rows.iter().map(|(id, _, sha)| (*id, sha.clone())).collect();
     let plugins = outcomes::enabled_plugins(&state.db).await?;
     let mut compiled = Vec::new();
     for p in &plugins {
@@ -127,7 +220,17 @@ async fn evaluate_nodes(
         }
         batch.push((node, sha, results));
     }
-    store(conn, &plugins, &batch).await
+    let verdicts = store(conn, &plugins, &batch).await?;
+    // A node with a host-side failure stays due, for the next tick.
+    // `store` answers for the nodes in the order they were read.
+    let done: Vec<(Uuid, Option<String>)> = seen
+        .into_iter()
+        .zip(&verdicts)
+        .filter(|((id, _), (node, v))| id == node && v.is_ok())
+        .map(|(seen, _)| seen)
+        .collect();
+    settle(conn, &done).await?;
+    Ok(verdicts)
 }
 
 /// One node's results: (node, facts hash, one outcome per enabled plugin or none when the
@@ -207,15 +310,17 @@ pub async fn reconcile(state: &AppState) -> anyhow::Result<usize> {
     let mut failed_here: Vec<Uuid> = Vec::new();
     loop {
         let mut tx = state.db.begin().await?;
-        let Some(batch) = claim(&mut tx, &failed_here, BATCH).await? else {
+        let Some(Claimed { stale, settled }) = claim(&mut tx, &failed_here, BATCH).await? else {
             return Ok(done);
         };
-        if batch.is_empty() {
-            // Another replica finished them while this one was taking the locks.
+        // Nodes another replica finished while this one was taking the locks, or flagged
+        // by a change that left their results as they were.
+        settle(&mut tx, &settled).await?;
+        if stale.is_empty() {
             tx.commit().await?;
             continue;
         }
-        let verdicts = evaluate_nodes(state, &mut tx, &batch).await?;
+        let verdicts = evaluate_nodes(state, &mut tx, &stale).await?;
         tx.commit().await?;
         for (node, outcome) in verdicts {
             match outcome {
@@ -230,7 +335,16 @@ pub async fn reconcile(state: &AppState) -> anyhow::Result<usize> {
 }
 
 pub async fn run_reconciler(state: AppState) {
+    let mut swept: Option<std::time::Instant> = None;
     loop {
+        if swept.is_none_or(|t| t.elapsed() >= SWEEP_EVERY) {
+            match sweep(&state.db).await {
+                Ok(_) => swept = Some(std::time::Instant::now()),
+                Err(err) => {
+                    tracing::warn!(error = %err, "plugin staleness sweep failed; will retry")
+                }
+            }
+        }
         if let Err(err) = reconcile(&state).await {
             tracing::warn!(error = %format!("{err:#}"), "plugin reconciler failed; will retry");
         }
