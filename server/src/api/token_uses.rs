@@ -6,7 +6,8 @@
 //! them to its next enrollments with that token. Uses a replica holds for longer than
 //! [`HOLD`] go back to the row, so two replicas enrolling the last few agents of a token
 //! never starve each other, and a token revoked or expiring stops being honoured from a
-//! held block within that time. A token with fewer uses left is taken one use at a time,
+//! held block within that time; an enrollment that finds the row empty while uses may be
+//! held waits for them (up to [`WAIT_FOR_HELD`]) before calling the token used up. A token with fewer uses left is taken one use at a time,
 //! exactly as counted. Nothing can be over-used: a use is counted before it is handed out;
 //! a replica that dies holding a block leaves at most that block counted and unused.
 
@@ -143,17 +144,22 @@ pub async fn take(state: &AppState, secret: &str, hostname: &str) -> ApiResult<O
     if let Some(taken) = take_from_row(state, &sha, hostname).await? {
         return Ok(Some(taken));
     }
-    // The row has none left, but this replica may hold some past HOLD, or have some on
-    // their way to or from the row: back they go, and the row is asked again (for at
-    // most a second).
-    for _ in 0..20 {
+    // The row has none left, but uses may still come back to it: this replica's own held
+    // past HOLD or on their way to or from the row, and, for a token taken in blocks,
+    // another replica's block, which it gives back within 1.5 × HOLD of taking it. So the
+    // row is asked again until that has had time to happen: a token used up for good is
+    // refused after [`WAIT_FOR_HELD`] (blocks) or at once (a token never taken in blocks
+    // and no trip of this replica under way).
+    let elsewhere = maybe_held_elsewhere(state, &sha).await?;
+    let started = Instant::now();
+    while started.elapsed() < WAIT_FOR_HELD {
         let (back, trip) = state.token_uses.due(false, Some(&sha));
         if !back.is_empty() {
             return_uses(state, back).await;
             drop(trip);
         } else {
             drop(trip);
-            if state.token_uses.lock().in_flight == 0 {
+            if !elsewhere && state.token_uses.lock().in_flight == 0 {
                 return Ok(None);
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -163,6 +169,24 @@ pub async fn take(state: &AppState, secret: &str, hostname: &str) -> ApiResult<O
         }
     }
     Ok(None)
+}
+
+/// How long an enrollment that finds its token's row empty waits for uses held by any
+/// replica to come back.
+pub const WAIT_FOR_HELD: Duration = Duration::from_millis(2 * HOLD.as_millis() as u64);
+
+/// Whether another replica may hold uses of the token: it is live and large enough to be
+/// taken in blocks.
+async fn maybe_held_elsewhere(state: &AppState, sha: &str) -> ApiResult<bool> {
+    let blocks: Option<(bool,)> = sqlx::query_as(
+        "SELECT node IS NULL AND max_uses >= $2 FROM enrollment_tokens
+         WHERE token_sha256 = $1 AND revoked_at IS NULL AND expires_at > now()",
+    )
+    .bind(sha)
+    .bind(BLOCK_FROM)
+    .fetch_optional(&state.db)
+    .await?;
+    Ok(blocks.is_some_and(|(b,)| b))
 }
 
 async fn take_from_row(state: &AppState, sha: &str, hostname: &str) -> ApiResult<Option<TakenUse>> {
