@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use futures::StreamExt;
-use heddle_e2e::{ServerProcess, cpu_ticks, free_port, rss_kib};
+use heddle_e2e::probe::{Activity, CpuWindow, postmaster_pid};
+use heddle_e2e::{ServerProcess, free_port, rss_kib};
 use heddle_server::testing::TestDb;
 use serde_json::json;
 
@@ -48,6 +49,9 @@ struct Args {
     /// caller, so the default is high; the layer stays in place.
     #[arg(long, default_value_t = 1_000_000)]
     rate_limit_per_s: u32,
+    /// Seconds to wait after the set-up for the plugins to have evaluated every node.
+    #[arg(long, default_value_t = 600)]
+    settle_timeout_s: u64,
     /// Print one JSON line instead of the table.
     #[arg(long)]
     json: bool,
@@ -55,8 +59,15 @@ struct Args {
 
 const ADMIN: &str = "hdl_loadgen-admin-token-000000000000000000000000000";
 
+/// Latencies per request kind counted from when a request was due (waiting for a slot
+/// included), the same counted from when it was sent (the server's answer time plus
+/// loopback), and the number of failed requests.
 #[derive(Default)]
-struct Samples(BTreeMap<&'static str, Vec<f64>>, u64);
+struct Samples(
+    BTreeMap<&'static str, Vec<f64>>,
+    u64,
+    BTreeMap<&'static str, Vec<f64>>,
+);
 
 impl Samples {
     fn add(&mut self, kind: &'static str, ms: f64, ok: bool) {
@@ -65,6 +76,21 @@ impl Samples {
             self.1 += 1;
         }
     }
+
+    /// `due` and `sent` are when the request was due and when it went out.
+    fn add_timed(&mut self, kind: &'static str, due: Instant, sent: Instant, ok: bool) {
+        self.add(kind, due.elapsed().as_secs_f64() * 1e3, ok);
+        self.2
+            .entry(kind)
+            .or_default()
+            .push(sent.elapsed().as_secs_f64() * 1e3);
+    }
+}
+
+fn summary(v: &[f64]) -> serde_json::Value {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    json!({"count": v.len(), "p50_ms": pct(&v, 0.5), "p99_ms": pct(&v, 0.99), "max_ms": pct(&v, 1.0)})
 }
 
 /// The machine's 1-minute load average (everything else running skews the figures).
@@ -121,6 +147,10 @@ async fn main() -> anyhow::Result<()> {
     let token = token["token"].as_str().unwrap().to_string();
 
     // Enrollment and a first facts upload, --setup-concurrency at a time.
+    let postmaster = postmaster_pid(&db.url).await;
+    let pids: Vec<u32> = servers.iter().map(ServerProcess::pid).collect();
+    let setup_activity = Activity::start(&db.url, Duration::from_millis(500), 48).await?;
+    let setup_cpu = CpuWindow::start(&pids, postmaster);
     let setup = Instant::now();
     let samples = Arc::new(Mutex::new(Samples::default()));
     let job_every = if args.job_fraction > 0.0 {
@@ -167,6 +197,30 @@ async fn main() -> anyhow::Result<()> {
         .into_iter()
         .collect::<Result<_, _>>()?;
     let setup_s = setup.elapsed().as_secs_f64();
+    let setup_cpu = setup_cpu.end();
+    let setup_backends = setup_activity.means();
+    drop(setup_activity);
+
+    // The plugins evaluate every new node after its first facts; the steady state starts
+    // when they have, so it measures a fleet at rest rather than the tail of its arrival.
+    let settle = Instant::now();
+    let pool = sqlx::PgPool::connect(&db.url).await?;
+    loop {
+        let (due,): (i64,) = sqlx::query_as("SELECT count(*) FROM nodes WHERE plugins_due")
+            .fetch_one(&pool)
+            .await?;
+        if due == 0 {
+            break;
+        }
+        anyhow::ensure!(
+            settle.elapsed() < Duration::from_secs(args.settle_timeout_s),
+            "{due} nodes still await their plugins after {} s",
+            args.settle_timeout_s
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    pool.close().await;
+    let plugins_settled_s = settle.elapsed().as_secs_f64();
 
     // Jobs for a fraction of the nodes, in runs of at most 1000 nodes.
     let job_hosts: Vec<String> = (0..args.agents)
@@ -184,10 +238,8 @@ async fn main() -> anyhow::Result<()> {
 
     // Steady state: every agent heartbeats once per interval, at a random phase.
     let steady = Arc::new(Mutex::new(Samples::default()));
-    let cpu0: Vec<u64> = servers
-        .iter()
-        .map(|s| cpu_ticks(s.pid()).unwrap_or(0))
-        .collect();
+    let activity = Activity::start(&db.url, Duration::from_millis(500), 48).await?;
+    let cpu_window = CpuWindow::start(&pids, postmaster);
     let load0 = loadavg();
     let start = Instant::now();
     let end = start + Duration::from_secs(args.duration_s);
@@ -199,6 +251,11 @@ async fn main() -> anyhow::Result<()> {
         let steady = steady.clone();
         let slots = slots.clone();
         let phase = hb.mul_f64((i as f64 * 0.618_033_988_75).fract());
+        // Built once: the generator's own CPU is part of what a run on one machine measures.
+        let hb_url = format!("{}/api/v1/agent/heartbeat", agent.base);
+        let hb_body = json!({"agent_version": "loadgen", "facts_sha256": agent.facts_sha256, "running_jobs": []})
+            .to_string();
+        let bearer = format!("Bearer {}", agent.credential);
         tasks.push(tokio::spawn(async move {
             let mut next = tokio::time::Instant::from_std(start) + phase;
             let mut job_done = !agent.has_job;
@@ -209,32 +266,38 @@ async fn main() -> anyhow::Result<()> {
                 let t = Instant::now();
                 // A slot per request: one agent's slow claim does not hold up others' heartbeats.
                 let slot = slots.acquire().await.expect("never closed");
+                let sent = Instant::now();
                 let ok = match client
-                    .post(format!("{}/api/v1/agent/heartbeat", agent.base))
-                    .bearer_auth(&agent.credential)
-                    .json(&json!({"agent_version": "loadgen", "facts_sha256": agent.facts_sha256, "running_jobs": []}))
+                    .post(&hb_url)
+                    .header(reqwest::header::AUTHORIZATION, &bearer)
+                    .header(reqwest::header::CONTENT_TYPE, "application/json")
+                    .body(hb_body.clone())
                     .send()
                     .await
                 {
                     Ok(r) => r.status().is_success(),
                     Err(_) => false,
                 };
-                steady.lock().unwrap().add("heartbeat", t.elapsed().as_secs_f64() * 1e3, ok);
+                steady.lock().unwrap().add_timed("heartbeat", t, sent, ok);
                 drop(slot);
                 if !job_done {
                     let t = Instant::now();
-                    let _slot = slots.acquire().await.expect("never closed");
+                    let slot = slots.acquire().await.expect("never closed");
+                    let sent = Instant::now();
                     let r = client.post(format!("{}/api/v1/agent/jobs/claim", agent.base)).bearer_auth(&agent.credential).send().await;
                     let lease: Option<serde_json::Value> = match r {
                         Ok(r) if r.status() == 200 => r.json().await.ok(),
                         _ => None,
                     };
-                    steady.lock().unwrap().add("claim", t.elapsed().as_secs_f64() * 1e3, lease.is_some());
+                    steady.lock().unwrap().add_timed("claim", t, sent, lease.is_some());
+                    drop(slot);
                     if let Some(lease) = lease {
                         let rows: Vec<_> = (0..16).map(|k| json!({"size_bytes": 8i64 << k, "time_us": 10.0 + k as f64, "algbw_gbs": 1.0, "busbw_gbs": 1.0, "wrong": 0})).collect();
                         let body = json!({"upload_key": uuid::Uuid::new_v4().to_string(), "outcome": "succeeded", "rows": rows,
                             "started_at": chrono::Utc::now(), "finished_at": chrono::Utc::now()});
                         let t = Instant::now();
+                        let _slot = slots.acquire().await.expect("never closed");
+                        let sent = Instant::now();
                         let ok = client
                             .post(format!("{}/api/v1/agent/jobs/{}/result", agent.base, lease["job_id"].as_str().unwrap()))
                             .bearer_auth(&agent.credential)
@@ -242,7 +305,7 @@ async fn main() -> anyhow::Result<()> {
                             .send()
                             .await
                             .is_ok_and(|r| r.status().is_success());
-                        steady.lock().unwrap().add("result", t.elapsed().as_secs_f64() * 1e3, ok);
+                        steady.lock().unwrap().add_timed("result", t, sent, ok);
                     }
                     job_done = true;
                 }
@@ -263,14 +326,10 @@ async fn main() -> anyhow::Result<()> {
     // Rates and CPU cover exactly the steady state; tasks still finishing their last
     // request after it are not counted against it.
     let elapsed = start.elapsed().as_secs_f64();
-    let ticks = 100.0; // USER_HZ on Linux
-    let cpu: Vec<f64> = servers
-        .iter()
-        .zip(&cpu0)
-        .map(|(s, c0)| {
-            (cpu_ticks(s.pid()).unwrap_or(0).saturating_sub(*c0)) as f64 / ticks / elapsed * 100.0
-        })
-        .collect();
+    let cpu_parts = cpu_window.end();
+    let pg_activity = activity.means();
+    drop(activity);
+    let cpu: Vec<f64> = serde_json::from_value(cpu_parts["servers"].clone())?;
     for t in tasks {
         t.await?;
     }
@@ -286,6 +345,10 @@ async fn main() -> anyhow::Result<()> {
     report.insert("requests_per_s".into(), json!(total as f64 / elapsed));
     report.insert("errors".into(), json!(steady.1 + setup_samples.1));
     report.insert("server_cpu_percent".into(), json!(cpu));
+    // Who used the machine in the steady state: Postgres, the generator, all cores busy.
+    report.insert("cpu_percent".into(), cpu_parts);
+    // Mean count of Postgres client backends per state and wait.
+    report.insert("pg_backends".into(), json!(pg_activity));
     report.insert(
         "server_rss_peak_mib".into(),
         json!(
@@ -296,15 +359,25 @@ async fn main() -> anyhow::Result<()> {
         ),
     );
     report.insert("setup_s".into(), json!(setup_s));
+    report.insert("setup_cpu_percent".into(), setup_cpu);
+    report.insert("plugins_settled_s".into(), json!(plugins_settled_s));
+    report.insert("setup_pg_backends".into(), json!(setup_backends));
     // What else ran: the 1-minute load average at the start and the end of the steady state.
     report.insert("loadavg_1m".into(), json!([load0, loadavg()]));
     let mut kinds = serde_json::Map::new();
     for (kind, v) in setup_samples.0.iter().chain(steady.0.iter()) {
-        let mut v = v.clone();
-        v.sort_by(f64::total_cmp);
-        kinds.insert(kind.to_string(), json!({"count": v.len(), "p50_ms": pct(&v, 0.5), "p99_ms": pct(&v, 0.99), "max_ms": pct(&v, 1.0)}));
+        kinds.insert(kind.to_string(), summary(v));
     }
     report.insert("latency".into(), serde_json::Value::Object(kinds.clone()));
+    let sent: serde_json::Map<String, serde_json::Value> = steady
+        .2
+        .iter()
+        .map(|(k, v)| (k.to_string(), summary(v)))
+        .collect();
+    report.insert(
+        "latency_from_sent".into(),
+        serde_json::Value::Object(sent.clone()),
+    );
     if args.json {
         println!("{}", serde_json::Value::Object(report));
     } else {
@@ -328,12 +401,16 @@ async fn main() -> anyhow::Result<()> {
                 .collect::<Vec<_>>()
         );
         println!(
-            "{:<10} {:>8} {:>9} {:>9} {:>9}",
+            "{:<17} {:>8} {:>9} {:>9} {:>9}",
             "request", "count", "p50 ms", "p99 ms", "max ms"
         );
-        for (kind, v) in &kinds {
+        let rows = kinds
+            .iter()
+            .map(|(k, v)| (k.clone(), v))
+            .chain(sent.iter().map(|(k, v)| (format!("{k} (sent)"), v)));
+        for (kind, v) in rows {
             println!(
-                "{:<10} {:>8} {:>9.2} {:>9.2} {:>9.2}",
+                "{:<17} {:>8} {:>9.2} {:>9.2} {:>9.2}",
                 kind,
                 v["count"],
                 v["p50_ms"].as_f64().unwrap(),
@@ -341,10 +418,27 @@ async fn main() -> anyhow::Result<()> {
                 v["max_ms"].as_f64().unwrap()
             );
         }
+        for (what, cpu, backends) in [
+            ("set-up", "setup_cpu_percent", "setup_pg_backends"),
+            ("steady state", "cpu_percent", "pg_backends"),
+        ] {
+            println!("CPU % in the {what}: {}", report[cpu]);
+            println!("Postgres client backends in the {what} (mean count):");
+            let mut b: Vec<_> = report[backends].as_object().into_iter().flatten().collect();
+            b.sort_by(|x, y| {
+                y.1.as_f64()
+                    .unwrap_or(0.0)
+                    .total_cmp(&x.1.as_f64().unwrap_or(0.0))
+            });
+            for (k, n) in b.into_iter().take(12) {
+                println!("  {:>7.2}  {k}", n.as_f64().unwrap_or(0.0));
+            }
+        }
         println!(
-            "(setup: {} enrollments + facts in {:.1} s; load average {:.2} -> {:.2})",
+            "(setup: {} enrollments + facts in {:.1} s, plugins done {:.1} s later; load average {:.2} -> {:.2})",
             args.agents,
             setup_s,
+            plugins_settled_s,
             load0,
             loadavg()
         );
