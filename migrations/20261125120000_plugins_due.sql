@@ -10,17 +10,19 @@ ALTER TABLE nodes ADD COLUMN plugins_due boolean NOT NULL DEFAULT true;
 ALTER TABLE nodes ALTER COLUMN plugins_due SET DEFAULT false;
 CREATE INDEX nodes_plugins_due_idx ON nodes (id) WHERE plugins_due;
 
--- New facts (a new hash) make a node due; so does a node inserted with facts.
+-- New facts (a new hash, or facts where there were none) make a node due; so does a node
+-- inserted with facts.
 CREATE FUNCTION nodes_plugins_due() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP = 'INSERT' THEN
-        NEW.plugins_due := NEW.plugins_due OR NEW.facts_sha256 IS NOT NULL;
-    ELSIF OLD.facts_sha256 IS DISTINCT FROM NEW.facts_sha256 THEN
+        NEW.plugins_due := NEW.plugins_due OR NEW.facts IS NOT NULL OR NEW.facts_sha256 IS NOT NULL;
+    ELSIF OLD.facts_sha256 IS DISTINCT FROM NEW.facts_sha256
+          OR (OLD.facts IS NULL) <> (NEW.facts IS NULL) THEN
         NEW.plugins_due := true;
     END IF;
     RETURN NEW;
 END $$;
-CREATE TRIGGER nodes_plugins_due BEFORE INSERT OR UPDATE OF facts_sha256 ON nodes
+CREATE TRIGGER nodes_plugins_due BEFORE INSERT OR UPDATE OF facts, facts_sha256 ON nodes
     FOR EACH ROW EXECUTE FUNCTION nodes_plugins_due();
 
 -- A plugin added, removed, enabled, disabled or given another active version makes every
