@@ -186,7 +186,7 @@ async fn wait_for(db: &sqlx::PgPool, sql: &str, want: i64, what: &str) {
 /// node is evaluated. A flag that went missing is found by the minute's sweep.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_due_are_flagged_evaluated_and_swept_when_the_flag_is_missed() {
-    const DUE: &str = "SELECT count(*) FROM nodes WHERE plugins_due";
+    const DUE: &str = "SELECT count(*) FROM plugins_due_nodes";
     let server = TestServer::start_with(|c| c.heartbeat_interval_s = 3600).await;
     let db = server.state.db.clone();
     let api = Api::new(&server);
@@ -253,5 +253,75 @@ async fn nodes_due_are_flagged_evaluated_and_swept_when_the_flag_is_missed() {
     )
     .await;
     wait_for(&db, DUE, 0, "nodes stayed due after the plugin went").await;
+    server.stop().await;
+}
+
+/// A plugin disabled while a batch that read the old plugin set is on its way to the
+/// database: the batch must not mark its nodes as evaluated against the new set, or the
+/// disabled plugin's results stay on them until the sweep a minute later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_disabled_during_a_batch_leaves_its_nodes_due() {
+    const DUE: &str = "SELECT count(*) FROM plugins_due_nodes";
+    const DISABLED_RESULTS: &str = "SELECT count(*) FROM plugin_results r
+        JOIN plugins p ON p.id = r.plugin_id WHERE p.name = 'azure-nd'";
+    let server = TestServer::start_with(|c| c.heartbeat_interval_s = 3600).await;
+    let db = server.state.db.clone();
+    let api = Api::new(&server);
+    seed_nodes(&db, "dgx1", 20).await;
+    upload_and_enable(&api, &server.admin_token, "dgx-affinity").await;
+    upload_and_enable(&api, &server.admin_token, "azure-nd").await;
+    wait_for(&db, DUE, 0, "the reconciler left nodes due").await;
+    assert_eq!(count(&db, DISABLED_RESULTS).await, 20);
+
+    // New facts on every node; the batch that evaluates them is held at its first write.
+    let mut blocker = db.begin().await.unwrap();
+    sqlx::query("LOCK TABLE plugin_results IN EXCLUSIVE MODE")
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE nodes SET facts_sha256 = facts_sha256 || '-new'")
+        .execute(&db)
+        .await
+        .unwrap();
+    let state = server.state.clone();
+    let batch = tokio::spawn(async move { heddle_server::plugins::reconcile(&state).await });
+    const WAITING: &str = "SELECT count(*) FROM pg_stat_activity
+        WHERE datname = current_database() AND wait_event_type = 'Lock'";
+    let started = Instant::now();
+    while count(&db, WAITING).await == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no batch reached its write"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // The plugin goes while that batch, which ran it, waits; then the batch is let through.
+    let (s, v) = api
+        .post(
+            "/api/v1/plugins/azure-nd/disable",
+            &server.admin_token,
+            json!({}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    blocker.rollback().await.unwrap();
+    batch.await.unwrap().unwrap();
+    wait_for(&db, WAITING, 0, "a batch still waits").await;
+
+    // The batch left its nodes due, so a pass takes the disabled plugin's results away, long
+    // before the sweep, which is a minute off. (Marked current, they kept them.)
+    heddle_server::plugins::reconcile(&server.state)
+        .await
+        .unwrap();
+    let started = Instant::now();
+    while count(&db, DISABLED_RESULTS).await > 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "the disabled plugin's results stayed on the batch's nodes"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    wait_for(&db, DUE, 0, "nodes stayed due").await;
     server.stop().await;
 }

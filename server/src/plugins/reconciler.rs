@@ -9,12 +9,16 @@
 //! releases the locks. So N replicas evaluate each stale node once, and a replica that dies
 //! mid-batch leaves its nodes to the next claim.
 //!
-//! Candidates come from `nodes.plugins_due`, a flag that triggers set when a node's facts
-//! hash or the plugin set changes (migration `plugins_due`), read through a partial index:
-//! finding them no longer compares every node with every plugin. The flag is only a hint.
-//! [`STALE_RULE`] decides, for the nodes claimed; a node's flag is cleared in the batch's
-//! transaction and only while its facts hash is still the one evaluated; and every
-//! [`SWEEP_EVERY`] the full rule flags any stale node the flag missed.
+//! Candidates are the nodes SQL's `is_plugins_due` (migration `plugins_due`) finds: nodes whose
+//! facts hash changed since they were evaluated (`nodes.plugins_due`, set by a trigger) and
+//! nodes evaluated against an older plugin set (`nodes.plugins_seen` behind
+//! `plugin_set.mark`, which every change to the plugin set moves on in its own
+//! transaction), both read through an index: finding them no longer compares every node
+//! with every plugin. Due is only a hint. [`STALE_RULE`] decides, for the nodes claimed.
+//! A batch settles a node in its own transaction, only while the node's facts hash is
+//! still the one evaluated, and with the mark it read before it read the plugins: a plugin
+//! changed while the batch ran leaves the node due. Every [`SWEEP_EVERY`] the full rule
+//! flags any stale node that nothing marked due.
 
 use std::time::Duration;
 
@@ -36,7 +40,7 @@ const BATCH: i64 = 500;
 const LOCK_CLASS: i32 = 727_276;
 
 /// How often a replica runs the full staleness rule over every node, to flag what the
-/// triggers missed (a flag cleared by a batch that raced a plugin change).
+/// triggers missed (facts or results written by a path the triggers do not watch).
 pub const SWEEP_EVERY: Duration = Duration::from_secs(60);
 
 /// The rule: nodes whose plugin results are missing, stale or left over from a disabled
@@ -73,37 +77,46 @@ enum Among {
     All,
 }
 
-/// A claimed batch: the nodes still stale, to evaluate, and the others with the facts hash
-/// they had when found not stale, whose flag can go.
+/// A claimed batch: the plugin set's mark when it was claimed, the nodes still stale, to
+/// evaluate, and the others with the facts hash they had when found not stale, which can
+/// be settled.
 struct Claimed {
+    mark: i64,
     stale: Vec<Uuid>,
     settled: Vec<(Uuid, Option<String>)>,
 }
 
-/// Locks up to `limit` flagged nodes (not in `skip`) for this transaction, then sorts them
-/// by the exact rule: the first statement's snapshot predates the locks, so a node another
-/// replica finished in between is found not stale by the second. `None` when there was
-/// nothing to lock.
+/// Reads the plugin set's mark, locks up to `limit` nodes due by it (not in `skip`) for
+/// this transaction, then sorts them by the exact rule: the locking statement's snapshot
+/// predates the locks, so a node another replica finished in between is found not stale
+/// by the rule. The mark is read before anything else, so a plugin change it does not
+/// include leaves what this batch settles due. `None` when there was nothing to lock.
 async fn claim(
     conn: &mut PgConnection,
     skip: &[Uuid],
     limit: i64,
 ) -> Result<Option<Claimed>, sqlx::Error> {
-    let locked: Vec<(Uuid,)> = sqlx::query_as(&format!(
+    let (mark,): (i64,) = sqlx::query_as("SELECT mark FROM plugin_set")
+        .fetch_one(&mut *conn)
+        .await?;
+    let locked: Vec<Uuid> = sqlx::query_as::<_, (Uuid,)>(&format!(
         "SELECT id FROM nodes
-         WHERE plugins_due
+         WHERE is_plugins_due(plugins_due, plugins_seen, $3)
            AND CASE WHEN id = ANY($1) THEN false
                     ELSE pg_try_advisory_xact_lock({LOCK_CLASS}, hashtext(id::text)) END
          LIMIT $2"
     ))
     .bind(skip)
     .bind(limit)
+    .bind(mark)
     .fetch_all(&mut *conn)
-    .await?;
+    .await?
+    .into_iter()
+    .map(|r| r.0)
+    .collect();
     if locked.is_empty() {
         return Ok(None);
     }
-    let locked: Vec<Uuid> = locked.into_iter().map(|r| r.0).collect();
     // Hashes first, then the rule: facts that change in between make the node stale by
     // the rule, so a hash read here is never newer than the rule's verdict on it.
     let hashes: Vec<(Uuid, Option<String>)> =
@@ -122,13 +135,19 @@ async fn claim(
         .into_iter()
         .filter(|(id, _)| !stale.contains(id))
         .collect();
-    Ok(Some(Claimed { stale, settled }))
+    Ok(Some(Claimed {
+        mark,
+        stale,
+        settled,
+    }))
 }
 
-/// Clears the flag of `nodes` whose facts hash is still the one given, in the batch's
-/// transaction; a node whose facts changed since keeps it.
+/// Marks `nodes` whose facts hash is still the one given as evaluated against the plugin
+/// set of `mark`, in the batch's transaction. A node whose facts changed since stays due,
+/// and so does every node once the plugin set has moved past `mark`.
 async fn settle(
     conn: &mut PgConnection,
+    mark: i64,
     nodes: &[(Uuid, Option<String>)],
 ) -> Result<(), sqlx::Error> {
     if nodes.is_empty() {
@@ -136,21 +155,24 @@ async fn settle(
     }
     let (ids, hashes): (Vec<Uuid>, Vec<Option<String>>) = nodes.iter().cloned().unzip();
     sqlx::query(
-        "UPDATE nodes n SET plugins_due = false
+        "UPDATE nodes n SET plugins_due = false, plugins_seen = greatest(n.plugins_seen, $3)
          FROM unnest($1::uuid[], $2::text[]) AS s(id, sha)
-         WHERE n.id = s.id AND n.facts_sha256 IS NOT DISTINCT FROM s.sha",
+         WHERE n.id = s.id AND n.facts_sha256 IS NOT DISTINCT FROM s.sha
+           AND (n.plugins_due OR n.plugins_seen < $3)",
     )
     .bind(&ids)
     .bind(&hashes)
+    .bind(mark)
     .execute(conn)
     .await?;
     Ok(())
 }
 
-/// Flags every node the full rule finds stale whose flag is not set; returns how many.
+/// Flags every node the full rule finds stale that is not due; returns how many.
 pub async fn sweep(db: &sqlx::PgPool) -> Result<u64, sqlx::Error> {
     let flagged = sqlx::query(&format!(
-        "UPDATE nodes SET plugins_due = true WHERE NOT plugins_due AND id IN ({})",
+        "UPDATE nodes SET plugins_due = true
+         WHERE id IN ({}) AND id NOT IN (SELECT id FROM plugins_due_nodes)",
         stale(Among::All)
     ))
     .execute(db)
@@ -171,6 +193,7 @@ pub async fn sweep(db: &sqlx::PgPool) -> Result<u64, sqlx::Error> {
 async fn evaluate_nodes(
     state: &AppState,
     conn: &mut PgConnection,
+    mark: i64,
     nodes: &[Uuid],
 ) -> anyhow::Result<Vec<(Uuid, anyhow::Result<()>)>> {
     let rows: Vec<(Uuid, Option<Value>, Option<String>)> =
@@ -229,7 +252,7 @@ async fn evaluate_nodes(
         .filter(|((id, _), (node, v))| id == node && v.is_ok())
         .map(|(seen, _)| seen)
         .collect();
-    settle(conn, &done).await?;
+    settle(conn, mark, &done).await?;
     Ok(verdicts)
 }
 
@@ -310,17 +333,22 @@ pub async fn reconcile(state: &AppState) -> anyhow::Result<usize> {
     let mut failed_here: Vec<Uuid> = Vec::new();
     loop {
         let mut tx = state.db.begin().await?;
-        let Some(Claimed { stale, settled }) = claim(&mut tx, &failed_here, BATCH).await? else {
+        let Some(Claimed {
+            mark,
+            stale,
+            settled,
+        }) = claim(&mut tx, &failed_here, BATCH).await?
+        else {
             return Ok(done);
         };
-        // Nodes another replica finished while this one was taking the locks, or flagged
+        // Nodes another replica finished while this one was taking the locks, or made due
         // by a change that left their results as they were.
-        settle(&mut tx, &settled).await?;
+        settle(&mut tx, mark, &settled).await?;
         if stale.is_empty() {
             tx.commit().await?;
             continue;
         }
-        let verdicts = evaluate_nodes(state, &mut tx, &stale).await?;
+        let verdicts = evaluate_nodes(state, &mut tx, mark, &stale).await?;
         tx.commit().await?;
         for (node, outcome) in verdicts {
             match outcome {

@@ -206,7 +206,7 @@ async fn main() -> anyhow::Result<()> {
     let settle = Instant::now();
     let pool = sqlx::PgPool::connect(&db.url).await?;
     loop {
-        let (due,): (i64,) = sqlx::query_as("SELECT count(*) FROM nodes WHERE plugins_due")
+        let (due,): (i64,) = sqlx::query_as("SELECT count(*) FROM plugins_due_nodes")
             .fetch_one(&pool)
             .await?;
         if due == 0 {
