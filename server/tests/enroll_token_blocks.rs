@@ -1,5 +1,6 @@
-//! Enrollment token uses taken in blocks by several replicas: every use of a token is
-//! honoured, whichever replica holds it when another finds the token's row empty.
+//! Enrollment token uses taken in blocks: every use of a token is honoured, whichever
+//! replica holds it when another finds the token's row empty, and a crowd on one replica
+//! goes to the row once per block.
 
 mod common;
 
@@ -80,4 +81,73 @@ async fn uses_held_by_another_replica_are_waited_for_not_refused() {
     );
     second.stop().await;
     first.stop().await;
+}
+
+/// 256 agents enrolling at once on one replica while the token's row is slow to answer
+/// (here: locked for 2 s; at 50,000 agents, queued behind the other replica and a
+/// saturated Postgres). The first to find no use held goes to the row and the others wait
+/// for the block it brings back, so the row is visited about once per block. Before, each
+/// of them went to the row and queued on its lock, and each took a block of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crowd_on_one_replica_goes_to_the_row_once_per_block() {
+    use heddle_server::api::token_uses::BLOCK;
+    const CROWD: usize = 256;
+    let server = TestServer::start().await;
+    // The test's own connections: the server's may all be queued on the row.
+    let db = sqlx::PgPool::connect(&server.database_url()).await.unwrap();
+    let api = Api::new(&server);
+    let (s, t) = api
+        .post(
+            "/api/v1/enrollment-tokens",
+            &server.admin_token,
+            json!({"max_uses": 10_000}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{t}");
+    let token = t["token"].as_str().unwrap().to_string();
+    let mut slow = db.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM enrollment_tokens WHERE max_uses = 10000 FOR UPDATE")
+        .execute(&mut *slow)
+        .await
+        .unwrap();
+    let crowd: Vec<_> = (0..CROWD)
+        .map(|i| {
+            let api = Api::new(&server);
+            let token = token.clone();
+            tokio::spawn(async move { enroll_with(&api, &token, &format!("crowd-{i:03}")).await })
+        })
+        .collect();
+    let started = Instant::now();
+    loop {
+        let (waiting,): (i64,) = sqlx::query_as(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(&db)
+        .await
+        .unwrap();
+        if waiting > 0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "nobody reached the row"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The rest of the crowd arrives meanwhile.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    slow.rollback().await.unwrap();
+    for c in crowd {
+        let (s, b) = c.await.unwrap();
+        assert_eq!(s, StatusCode::CREATED, "{b}");
+    }
+    let trips = server.state.token_uses.row_trips();
+    let blocks = CROWD.div_ceil(BLOCK as usize) as u64;
+    // A block that outlives its hold on a slow machine costs one more visit.
+    assert!(
+        (blocks..=2 * blocks).contains(&trips),
+        "{trips} visits to the token's row for {CROWD} enrollments in blocks of {BLOCK}"
+    );
+    server.stop().await;
 }
