@@ -44,6 +44,26 @@ pub fn layer(node: &[Recommendation], run: &BTreeMap<String, String>) -> Vec<Env
     out.into_values().collect()
 }
 
+/// Refuses an environment too large for one test (`env_policy::MAX_ENV_VARS`,
+/// `MAX_ENV_BYTES`), naming how many variables each source contributed, so that enough
+/// variables across a run, profiles and recommendations cannot make every test on a node
+/// fail to start (E2BIG). The agent checks again before it starts the child.
+pub fn check_size(env: &[EnvVar]) -> Result<(), heddle_types::env_policy::EnvError> {
+    let mut by_source: BTreeMap<&str, usize> = BTreeMap::new();
+    for v in env {
+        *by_source.entry(v.source.as_str()).or_default() += 1;
+    }
+    let sources = by_source
+        .iter()
+        .map(|(s, n)| format!("{s}: {n}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    heddle_types::env_policy::check_env_size(
+        env.iter().map(|v| (v.name.as_str(), v.value.as_str())),
+        &sources,
+    )
+}
+
 /// What a job of the run gets on `node`; `recommended` false keeps the run's env only.
 pub async fn applied(
     conn: &mut sqlx::PgConnection,
@@ -70,6 +90,20 @@ mod tests {
             reason: String::new(),
             source: source.into(),
         }
+    }
+
+    #[test]
+    fn oversized_environments_name_their_sources() {
+        let node: Vec<_> = (0..300)
+            .map(|i| rec(&format!("NCCL_X{i}"), "1", "tuning:huge"))
+            .collect();
+        let run = BTreeMap::from([("NCCL_ALGO".to_string(), "Ring".to_string())]);
+        let e = check_size(&layer(&node, &run)).unwrap_err().to_string();
+        assert!(
+            e.contains("tuning:huge: 300") && e.contains("run: 1"),
+            "{e}"
+        );
+        assert!(check_size(&layer(&node[..10], &run)).is_ok());
     }
 
     #[test]

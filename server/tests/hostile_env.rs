@@ -210,3 +210,125 @@ async fn ld_preload_in_run_env_is_refused() {
         .await;
     assert_eq!(s, StatusCode::CREATED, "{b}");
 }
+
+/// The second look at the policy: what an operator could still hand a root process through
+/// the families Heddle passes on. Each was answered 201 before.
+#[tokio::test]
+async fn bootstrap_listeners_profiles_and_hidden_text_are_refused() {
+    let server = TestServer::start().await;
+    let api = Api::new(&server);
+    let admin = server.admin_token.clone();
+    enroll(&api, &server, "env-second").await;
+    let refused = |what: &str, s: StatusCode, b: &serde_json::Value, needle: &str| {
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{what}: {b}");
+        let msg = b["message"].as_str().unwrap();
+        assert!(msg.contains(needle), "{what}: {msg}");
+    };
+    for (name, value) in [
+        ("NCCL_COMM_ID", "203.0.113.7:5000"),
+        ("NCCL_RAS_ADDR", "0.0.0.0:28028"),
+        ("UCX_PROFILE_MODE", "log,accum"),
+        ("NCCL_PROXY_PROFILE", "/tmp/x"),
+    ] {
+        let env = json!({ name: value });
+        let (s, b) = api
+            .post(
+                "/api/v1/runs",
+                &admin,
+                json!({"kind": "nccl", "nodes": ["env-second"], "env": env}),
+            )
+            .await;
+        refused("run", s, &b, name);
+        let (s, b) = api
+            .post(
+                "/api/v1/tuning-profiles",
+                &admin,
+                json!({"name": "p2", "node": "env-second", "env": env}),
+            )
+            .await;
+        refused("tuning profile", s, &b, name);
+        let (s, b) = api
+            .call(
+                Method::PUT,
+                "/api/v1/nodes/env-second/recommendations",
+                Some(&admin),
+                Some(json!({"source": "manual", "items": [{"name": name, "value": value}]})),
+            )
+            .await;
+        refused("recommendation", s, &b, name);
+    }
+    // Text that reads differently from what it does: a right-to-left override, a line
+    // separator, a zero-width space — in a value, a reason and a source.
+    for hidden in ["mlx5_0\u{202E}1:5xlm", "a\u{2028}b", "mlx5\u{200B}_0"] {
+        let (s, b) = api
+            .post(
+                "/api/v1/runs",
+                &admin,
+                json!({"kind": "nccl", "nodes": ["env-second"], "env": {"NCCL_IB_HCA": hidden}}),
+            )
+            .await;
+        refused("run value", s, &b, "NCCL_IB_HCA");
+        for body in [
+            json!({"source": "manual", "items": [{"name": "NCCL_IB_HCA", "value": hidden}]}),
+            json!({"source": "manual", "items": [{"name": "NCCL_IB_HCA", "value": "mlx5_0", "reason": hidden}]}),
+            json!({"source": hidden, "items": [{"name": "NCCL_IB_HCA", "value": "mlx5_0"}]}),
+        ] {
+            let (s, b) = api
+                .call(
+                    Method::PUT,
+                    "/api/v1/nodes/env-second/recommendations",
+                    Some(&admin),
+                    Some(body.clone()),
+                )
+                .await;
+            assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {b}");
+        }
+    }
+    // Enough variables to make every test on the node fail to start: refused, saying where
+    // they came from.
+    let many: serde_json::Map<String, serde_json::Value> = (0..300)
+        .map(|i| (format!("NCCL_X{i}"), json!("1")))
+        .collect();
+    let (s, b) = api
+        .post(
+            "/api/v1/runs",
+            &admin,
+            json!({"kind": "nccl", "nodes": ["env-second"], "env": many}),
+        )
+        .await;
+    refused("oversized run env", s, &b, "the run's env: 300");
+    let (s, b) = api
+        .post(
+            "/api/v1/tuning-profiles",
+            &admin,
+            json!({"name": "huge", "node": "env-second", "env": many}),
+        )
+        .await;
+    refused("oversized tuning profile", s, &b, "300");
+    // Each source under the limit, together over it: refused when the run would start,
+    // naming each source's share.
+    let profile: serde_json::Map<String, serde_json::Value> = (0..200)
+        .map(|i| (format!("NCCL_P{i}"), json!("1")))
+        .collect();
+    let (s, b) = api
+        .post(
+            "/api/v1/tuning-profiles",
+            &admin,
+            json!({"name": "big", "node": "env-second", "env": profile}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{b}");
+    let run_env: serde_json::Map<String, serde_json::Value> = (0..100)
+        .map(|i| (format!("NCCL_R{i}"), json!("1")))
+        .collect();
+    let (s, b) = api
+        .post(
+            "/api/v1/runs",
+            &admin,
+            json!({"kind": "nccl", "nodes": ["env-second"], "env": run_env}),
+        )
+        .await;
+    refused("run under a big profile", s, &b, "run: 100");
+    let (_, runs) = api.get("/api/v1/runs", &admin).await;
+    assert_eq!(runs.as_array().map(Vec::len), Some(0), "{runs}");
+}

@@ -75,7 +75,33 @@ pub const DENIED: &[(&str, &str)] = &[
     ("UCX_MEMTRACK_DEST", "writes a file"),
     ("UCX_PROFILE_FILE", "writes a file"),
     ("UCX_TUNING_PATH", "reads a file as root"),
+    (
+        "NCCL_COMM_ID",
+        "replaces the rendezvous-protected unique id with a fixed address, so whoever reaches \
+         that address can join or intercept the bootstrap, which NCCL does not defend against \
+         hostile peers",
+    ),
+    (
+        "NCCL_RAS_ADDR",
+        "opens NCCL's unauthenticated RAS listener on the address given",
+    ),
+    (
+        "NCCL_PROXY_PROFILE",
+        "writes a profile file where it is told (in NCCL builds with proxy profiling)",
+    ),
+    (
+        "UCX_PROFILE_MODE",
+        "makes UCX create or truncate a profile file in the working directory at exit, \
+         following symlinks",
+    ),
 ];
+
+/// Most variables one test's environment may hold, from every source together (the run's
+/// env, tuning profiles, recommendations, the agent's own): far above any real tuning, far
+/// below what makes `execve` fail with E2BIG.
+pub const MAX_ENV_VARS: usize = 256;
+/// Most bytes (`NAME=value` plus its NUL, summed) one test's environment may hold.
+pub const MAX_ENV_BYTES: usize = 64 * 1024;
 
 /// Words (between underscores) that mark a variable naming a path, a library or a command.
 pub const PATH_WORDS: &[&str] = &[
@@ -96,6 +122,12 @@ pub enum EnvError {
     BadValue { name: String, why: &'static str },
     /// A reason, source or other text shown beside a variable holds a control character.
     BadText { what: &'static str, name: String },
+    /// A whole environment is larger than [`MAX_ENV_VARS`] or [`MAX_ENV_BYTES`].
+    TooLarge {
+        vars: usize,
+        bytes: usize,
+        sources: String,
+    },
 }
 
 impl fmt::Display for EnvError {
@@ -125,8 +157,19 @@ impl fmt::Display for EnvError {
             EnvError::BadValue { name, why } => write!(f, "the value of {name} {why}"),
             EnvError::BadText { what, name } => write!(
                 f,
-                "the {what} of {name} holds a control character (newline, tab, escape...); \
-                 use plain text on one line"
+                "the {what} of {name} holds a control character or an invisible or \
+                 direction-changing one (newline, tab, escape, zero-width space, U+202E...); use \
+                 plain visible text on one line"
+            ),
+            EnvError::TooLarge {
+                vars,
+                bytes,
+                sources,
+            } => write!(
+                f,
+                "the environment would hold {vars} variables and {bytes} bytes, over the limit of \
+                 {MAX_ENV_VARS} variables and {MAX_ENV_BYTES} bytes for one test ({sources}); \
+                 remove variables from the run's env or from the node's profiles"
             ),
         }
     }
@@ -190,10 +233,48 @@ pub fn check_value(name: &str, value: &str) -> Result<(), EnvError> {
             why: "is longer than 4096 bytes",
         });
     }
-    if value.chars().any(char::is_control) {
+    if value.chars().any(is_hidden) {
         return Err(EnvError::BadValue {
             name: name.to_string(),
-            why: "holds a control character (newline, tab, NUL, escape...); use plain text on one line",
+            why: "holds a control character or an invisible or direction-changing one (newline, \
+                  tab, NUL, escape, zero-width space, U+202E...); use plain visible text on one \
+                  line",
+        });
+    }
+    Ok(())
+}
+
+/// A character that a reader would not see as it acts: ASCII and C1 controls, Unicode
+/// format characters (zero-width spaces and joiners, bidi embeddings, overrides and
+/// isolates, the byte-order mark, tag characters) and the line and paragraph separators.
+/// Text holding one can read differently from what it does (`heddle env` output whose
+/// `export` line is visually reordered), so values and texts refuse them.
+pub fn is_hidden(c: char) -> bool {
+    use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
+    c.is_control()
+        || matches!(
+            c.general_category(),
+            GeneralCategory::Format
+                | GeneralCategory::LineSeparator
+                | GeneralCategory::ParagraphSeparator
+        )
+}
+
+/// Whether a whole environment fits [`MAX_ENV_VARS`] and [`MAX_ENV_BYTES`]. `sources`
+/// names what contributed (e.g. "run env: 3, profile ib-tuned: 200, recommendations: 12")
+/// and is repeated in the error, so the person refused knows where to cut.
+pub fn check_env_size<'a>(
+    env: impl IntoIterator<Item = (&'a str, &'a str)>,
+    sources: &str,
+) -> Result<(), EnvError> {
+    let (vars, bytes) = env
+        .into_iter()
+        .fold((0, 0), |(n, b), (k, v)| (n + 1, b + k.len() + v.len() + 2));
+    if vars > MAX_ENV_VARS || bytes > MAX_ENV_BYTES {
+        return Err(EnvError::TooLarge {
+            vars,
+            bytes,
+            sources: sources.to_string(),
         });
     }
     Ok(())
@@ -214,7 +295,7 @@ pub fn check_env<'a>(
 
 /// Text shown beside a variable (a reason, a source): no control character.
 pub fn check_text(what: &'static str, name: &str, text: &str) -> Result<(), EnvError> {
-    if text.chars().any(char::is_control) {
+    if text.chars().any(is_hidden) {
         Err(EnvError::BadText {
             what,
             name: name.to_string(),
@@ -341,6 +422,61 @@ mod tests {
         assert!(check_value("N", &"x".repeat(MAX_VALUE_LEN + 1)).is_err());
         assert!(check_text("reason", "N", "one line").is_ok());
         assert!(check_text("reason", "N", "two\nlines").is_err());
+    }
+
+    #[test]
+    fn attacks_through_allowed_families_are_refused() {
+        // Each was accepted before: a fixed bootstrap address, an open RAS listener, a
+        // profile written where UCX or NCCL is told.
+        for name in [
+            "NCCL_COMM_ID",
+            "NCCL_RAS_ADDR",
+            "NCCL_PROXY_PROFILE",
+            "UCX_PROFILE_MODE",
+        ] {
+            let e = check_var(name, "0.0.0.0:28028").unwrap_err();
+            assert!(matches!(e, EnvError::Denied { .. }), "{name}: {e}");
+            assert!(e.to_string().contains(name), "{e}");
+        }
+    }
+
+    #[test]
+    fn invisible_and_bidi_characters_are_refused() {
+        for bad in [
+            "mlx5_0\u{202E}1:5xlm",
+            "a\u{2028}b",
+            "a\u{2029}b",
+            "a\u{200B}b",
+            "a\u{200D}b",
+            "a\u{2066}b\u{2069}",
+            "\u{FEFF}x",
+            "x\u{E0041}",
+        ] {
+            assert!(check_value("N", bad).is_err(), "{bad:?}");
+            assert!(check_text("reason", "N", bad).is_err(), "{bad:?}");
+            assert!(export_line("NCCL_ALGO", bad).is_err(), "{bad:?}");
+        }
+        // Visible non-ASCII text stays allowed in reasons.
+        assert!(check_text("reason", "N", "GPU↔NIC affinity — naïve µs").is_ok());
+    }
+
+    #[test]
+    fn environment_size_is_bounded() {
+        let many: Vec<(String, String)> = (0..=MAX_ENV_VARS)
+            .map(|i| (format!("NCCL_X{i}"), "1".to_string()))
+            .collect();
+        let e = check_env_size(
+            many.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+            "profile big: 257",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("profile big: 257"), "{e}");
+        let v = "x".repeat(4000);
+        let fat: Vec<(String, &str)> = (0..17)
+            .map(|i| (format!("NCCL_Y{i}"), v.as_str()))
+            .collect();
+        assert!(check_env_size(fat.iter().map(|(k, v)| (k.as_str(), *v)), "run env: 17").is_err());
+        assert!(check_env_size([("NCCL_ALGO", "Ring")], "run env: 1").is_ok());
     }
 
     #[test]

@@ -89,6 +89,33 @@ fn refusal(lease: &JobLease) -> Option<String> {
     if let Err(e) = env_policy::check_env(&lease.spec.env) {
         return Some(format!("the job's environment is refused: {e}"));
     }
+    // Again here, with what the agent itself passes on, so an environment too large to
+    // `execve` is refused with its sources rather than failing every test with E2BIG.
+    let inherited = crate::runner::environ::inherited();
+    let own: Vec<(String, String)> = inherited
+        .iter()
+        .filter(|(k, _)| !lease.spec.env.contains_key(&*k.to_string_lossy()))
+        .map(|(k, v)| {
+            (
+                k.to_string_lossy().into_owned(),
+                v.to_string_lossy().into_owned(),
+            )
+        })
+        .collect();
+    let sources = format!(
+        "the job's env (run, profiles, recommendations): {}, the agent's own: {}",
+        lease.spec.env.len(),
+        own.len()
+    );
+    let all = lease
+        .spec
+        .env
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .chain(own.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    if let Err(e) = env_policy::check_env_size(all, &sources) {
+        return Some(format!("the job's environment is refused: {e}"));
+    }
     let grid = lease.spec.params.get("grid").and_then(|g| g.as_object());
     for name in grid.into_iter().flat_map(|g| g.keys()) {
         if let Err(e) = env_policy::check_name(name) {

@@ -251,7 +251,18 @@ pub async fn supervise(
         report.end = ChildEnd::Stopped(reason);
         return report;
     }
-    let mut child = match spawn(&spec) {
+    // Removed (with whatever the test left in it) when this function returns.
+    let workdir = match private_workdir() {
+        Ok(dir) => dir,
+        Err(err) => {
+            report.end = ChildEnd::SpawnFailed(format!(
+                "could not create the test's private working directory: {err}"
+            ));
+            report.finished_at = Utc::now();
+            return report;
+        }
+    };
+    let mut child = match spawn(&spec, workdir.path()) {
         Ok(child) => child,
         Err(err) => {
             report.end = ChildEnd::SpawnFailed(err.to_string());
@@ -343,12 +354,26 @@ pub async fn supervise(
     report
 }
 
-fn spawn(spec: &ChildSpec) -> std::io::Result<tokio::process::Child> {
+/// A fresh directory of the test's own (mode 0700, under the agent's temporary directory):
+/// its working directory, `HOME` and `TMPDIR`. What a test writes by default (NCCL's debug
+/// log, a UCX profile) lands there, and what UCX reads from `./ucx.conf` and
+/// `$HOME/ucx.conf` cannot be planted by anyone else.
+fn private_workdir() -> std::io::Result<tempfile::TempDir> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::Builder::new().prefix("heddle-test-").tempdir()?;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))?;
+    Ok(dir)
+}
+
+fn spawn(spec: &ChildSpec, workdir: &std::path::Path) -> std::io::Result<tokio::process::Child> {
     let mut cmd = tokio::process::Command::new(&spec.program);
     cmd.args(&spec.args)
         .env_clear()
         .envs(environ::inherited())
         .envs(&spec.env)
+        .env("HOME", workdir)
+        .env("TMPDIR", workdir)
+        .current_dir(workdir)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

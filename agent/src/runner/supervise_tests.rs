@@ -205,3 +205,41 @@ fn is_dead(pid: i32) -> bool {
     }
     false
 }
+
+#[tokio::test]
+async fn each_child_gets_a_private_directory_removed_after() {
+    // Before, a test ran in the agent's working directory with the agent's HOME, so a
+    // `ucx.conf` planted there (or in HOME) set what the env policy refuses by name, and
+    // NCCL's debug log and UCX's profile were written in a shared place.
+    let out = tempfile::tempdir().unwrap();
+    let report = out.path().join("where");
+    let script = format!(
+        "echo \"$PWD $HOME $TMPDIR $(stat -c %a .) $(ls -A | wc -l)\" > {r}; touch left-behind",
+        r = report.display()
+    );
+    let r = run(sh(&script, None)).await;
+    assert_eq!(r.end, ChildEnd::Exited(0), "{}", r.stderr_tail);
+    let line = std::fs::read_to_string(&report).unwrap();
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let [pwd, home, tmp, mode, entries] = words[..] else {
+        panic!("{line}")
+    };
+    assert_eq!(pwd, home, "{line}");
+    assert_eq!(pwd, tmp, "{line}");
+    assert_eq!(mode, "700", "{line}");
+    assert_eq!(entries, "0", "the directory starts empty: {line}");
+    assert_ne!(
+        std::path::Path::new(pwd),
+        std::env::current_dir().unwrap(),
+        "{line}"
+    );
+    assert!(
+        !std::path::Path::new(pwd).exists(),
+        "{pwd} was not removed after the test"
+    );
+    // A second child gets another one.
+    let r = run(sh(&script, None)).await;
+    assert_eq!(r.end, ChildEnd::Exited(0));
+    let again = std::fs::read_to_string(&report).unwrap();
+    assert_ne!(again.split_whitespace().next(), Some(pwd));
+}

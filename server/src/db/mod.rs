@@ -149,7 +149,11 @@ pub fn check_name(what: &'static str, name: &str) -> Result<(), InvalidName> {
 pub fn check_env(
     env: &std::collections::BTreeMap<String, String>,
 ) -> Result<(), heddle_types::env_policy::EnvError> {
-    heddle_types::env_policy::check_env(env)
+    heddle_types::env_policy::check_env(env)?;
+    heddle_types::env_policy::check_env_size(
+        env.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+        &format!("this set: {}", env.len()),
+    )
 }
 
 #[cfg(test)]

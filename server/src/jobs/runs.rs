@@ -114,6 +114,7 @@ pub async fn insert_run(
     let mut applied = Vec::with_capacity(nodes.len());
     for node in nodes {
         let env = crate::runs_env::applied(tx, *node, &spec.env, new.recommended_env).await?;
+        crate::runs_env::check_size(&env)?;
         applied.push(serde_json::to_value(env).expect("env serializes"));
     }
     let run_id = Uuid::new_v4();
