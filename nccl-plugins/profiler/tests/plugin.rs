@@ -1,0 +1,442 @@
+//! The built plugin, loaded as NCCL loads it (dlopen + `ncclProfiler_v5`), driven through
+//! its C ABI, its spool file read back with `SpoolFile::parse`.
+//!
+//! The plugin is process-wide state configured from the environment at its first `init`,
+//! so each test runs its body in a child process of this test binary, with the
+//! environment it needs.
+
+use std::collections::BTreeMap;
+use std::ffi::c_void;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use heddle_nccl_profiler::abi::{self, ProfilerV4, ProfilerV5, event};
+use heddle_nccl_profiler::host::{self, Comm, Host, Net, Op, Prepared};
+use heddle_types::observe::{CommObservation, SpoolFile};
+
+const CHILD: &str = "HEDDLE_PROFILER_TEST_CHILD";
+
+/// The cdylib cargo built beside this test (or `HEDDLE_PROFILER_LIB`, e.g. a release build).
+fn lib_path() -> PathBuf {
+    if let Ok(p) = std::env::var("HEDDLE_PROFILER_LIB") {
+        return p.into();
+    }
+    let exe = std::env::current_exe().unwrap();
+    let deps = exe.parent().unwrap();
+    for dir in [deps, deps.parent().unwrap()] {
+        let p = dir.join("libheddle_nccl_profiler.so");
+        if p.exists() {
+            return p;
+        }
+    }
+    panic!("libheddle_nccl_profiler.so not built next to {}", exe.display());
+}
+
+/// Loads the plugin; the library stays loaded for the (child) process's life.
+fn load() -> Host {
+    // SAFETY: loading our own plugin; its initialisers only set up statics.
+    let lib = unsafe { libloading::Library::new(lib_path()) }.unwrap();
+    // SAFETY: libloading gives a data symbol's address as the value: the v5 table.
+    let table = unsafe { *lib.get::<*const ProfilerV5>(b"ncclProfiler_v5\0").unwrap() };
+    std::mem::forget(lib);
+    // SAFETY: loaded for good (forgotten above).
+    unsafe { Host::new(table) }
+}
+
+/// Runs this test's body in a child process with `env`; in the child, runs `body`.
+fn in_child(test: &str, env: &[(&str, &str)], body: impl FnOnce()) {
+    if std::env::var_os(CHILD).is_some() {
+        body();
+        return;
+    }
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD, "1")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{test} in a child process failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The spool directory the parent chose (the child's own `tempdir()` is another one).
+fn spool_env() -> PathBuf {
+    std::env::var("HEDDLE_PROFILER_SPOOL").unwrap().into()
+}
+
+fn spool_file(dir: &Path) -> SpoolFile {
+    let files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    SpoolFile::parse(&std::fs::read(&files[0]).unwrap()).unwrap()
+}
+
+fn op(func: &str, count: usize, datatype: &str, algo: &str, exec_ns: u64) -> Op {
+    Op {
+        func: func.into(),
+        count,
+        datatype: datatype.into(),
+        algo: algo.into(),
+        proto: "SIMPLE".into(),
+        channels: 4,
+        exec_ns,
+    }
+}
+
+fn ok(rcs: Vec<i32>) {
+    assert!(rcs.iter().all(|&rc| rc == 0), "{rcs:?}");
+}
+
+fn comm<'a>(f: &'a SpoolFile, hash: &str) -> &'a CommObservation {
+    f.comms.iter().find(|c| c.comm_hash == hash).unwrap()
+}
+
+/// (func, band) → (ops, bytes, exec_ops, exec_ns)
+fn rows(c: &CommObservation) -> BTreeMap<(String, u32), (u64, u64, u64, u64)> {
+    c.ops
+        .iter()
+        .map(|b| ((b.func.clone(), b.size_band), (b.ops, b.bytes, b.exec_ops, b.exec_ns)))
+        .collect()
+}
+
+#[test]
+fn aggregates_collectives_point_to_point_and_networks() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool = dir.path().to_str().unwrap().to_string();
+    in_child(
+        "aggregates_collectives_point_to_point_and_networks",
+        &[
+            ("HEDDLE_PROFILER_SPOOL", &spool),
+            ("SLURM_JOB_ID", "4711\u{1b}[2J"),
+            ("SLURM_STEP_ID", "0"),
+            ("HEDDLE_POD_NAME", "trainer-0"),
+            ("POD_NAMESPACE", "ml"),
+            ("NCCL_NET_PLUGIN", "aws-ofi"),
+        ],
+        || {
+            let host = load();
+            assert_eq!(host.name(), "heddle");
+            let (ib, rc) = host.init(0x11, Some("dp\u{7}group"), 2, 4, 1);
+            assert_eq!(rc, 0);
+            assert_eq!(host.mask(), 0xce, "coll, p2p, proxy op, kernel channel, net plugin");
+            let (sock, _) = host.init(0x22, None, 2, 2, 0);
+            let (local, _) = host.init(0x33, None, 1, 8, 7);
+            let (other, _) = host.init(0x44, None, 3, 3, 2);
+            let ar = op("AllReduce", 262_144, "ncclFloat32", "RING", 50_000);
+            for _ in 0..5 {
+                ok(host.op(ib, &ar, Some(&Net::Ib)));
+            }
+            for _ in 0..2 {
+                ok(host.op(ib, &op("AllGather", 3000, "ncclBfloat16", "RING", 700), Some(&Net::Ib)));
+            }
+            ok(host.op(ib, &op("ReduceScatter", 1, "ncclFloat64", "TREE", 10), Some(&Net::Ib)));
+            // ncclUint8, which NCCL 2.28 names "Unknown".
+            ok(host.op(ib, &op("Broadcast", 1000, "Unknown", "TREE", 10), Some(&Net::Ib)));
+            for _ in 0..3 {
+                ok(host.op(ib, &op("Send", 2048, "ncclInt8", "", 100), Some(&Net::Ib)));
+                ok(host.op(ib, &op("Recv", 2048, "ncclInt8", "", 100), Some(&Net::Ib)));
+            }
+            ok(host.op(sock, &op("AllReduce", 1 << 20, "ncclFloat16", "RING", 9000), Some(&Net::Socket)));
+            ok(host.op(local, &op("AllReduce", 8, "ncclInt64", "NVLS", 0), Some(&Net::Ib)));
+            ok(host.op(other, &op("AllReduce", 16, "ncclUint32", "PAT", 5), Some(&Net::Other(3))));
+            for c in [ib, sock, local, other] {
+                assert_eq!(host.finalize(c), 0);
+            }
+            let f = spool_file(&spool_env());
+            assert!(f.is_final);
+            assert_eq!(f.job.pid, std::process::id());
+            // SAFETY: getuid cannot fail.
+            assert_eq!(f.job.uid, unsafe { libc::getuid() });
+            assert!(f.job.start_ticks > 0);
+            assert_eq!(f.job.slurm_job_id.as_deref(), Some("4711[2J"));
+            assert_eq!(f.job.slurm_step_id.as_deref(), Some("0"));
+            assert_eq!(f.job.k8s_pod.as_deref(), Some("trainer-0"));
+            assert_eq!(f.job.k8s_namespace.as_deref(), Some("ml"));
+            assert_eq!((f.dropped_events, f.dropped_comms), (0, 0));
+
+            let c = comm(&f, "0000000000000011");
+            assert_eq!(c.name.as_deref(), Some("dpgroup"));
+            assert_eq!((c.rank, c.nranks, c.nnodes), (1, 4, 2));
+            assert!(c.finalized_at.is_some());
+            let r = rows(c);
+            assert_eq!(r[&("AllReduce".into(), 20)], (5, 5 << 20, 5, 5 * 50_000));
+            assert_eq!(r[&("AllGather".into(), 12)], (2, 12_000, 2, 1400));
+            assert_eq!(r[&("ReduceScatter".into(), 3)], (1, 8, 1, 10));
+            assert_eq!(r[&("Broadcast".into(), 9)], (1, 1000, 1, 10));
+            assert_eq!(r[&("Send".into(), 11)], (3, 6144, 3, 300));
+            assert_eq!(r[&("Recv".into(), 11)], (3, 6144, 3, 300));
+            assert_eq!(r.len(), 6);
+            let allreduce = c.ops.iter().find(|b| b.func == "AllReduce").unwrap();
+            assert_eq!(allreduce.algos, [("Ring".to_string(), 5)].into());
+            assert_eq!(allreduce.protos, [("Simple".to_string(), 5)].into());
+            assert_eq!(allreduce.max_channels, 4);
+            let send = c.ops.iter().find(|b| b.func == "Send").unwrap();
+            assert!(send.algos.is_empty() && send.protos.is_empty());
+            // IB: every byte a channel sends as RDMA writes of at most 512 KiB, plus one
+            // receive (no length) per channel.
+            let sent: u64 = (5 << 20) + 12_000 + 8 + 1000 + 6 * 2048;
+            assert_eq!(c.net.len(), 1);
+            assert_eq!((c.net[0].net.as_str(), c.net[0].bytes), ("IB", sent));
+            assert_eq!(c.proxy_ops, 15 * 4, "one proxy operation per channel");
+
+            let c = comm(&f, "0000000000000022");
+            assert_eq!(rows(c)[&("AllReduce".into(), 21)], (1, 2 << 20, 1, 9000));
+            assert_eq!(c.net.len(), 1);
+            assert_eq!((c.net[0].net.as_str(), c.net[0].ops, c.net[0].bytes), ("Socket", 8, 2 << 20));
+
+            let c = comm(&f, "0000000000000033");
+            assert_eq!(rows(c)[&("AllReduce".into(), 6)], (1, 64, 0, 0), "no GPU time of 0 ns");
+            assert!(c.net.is_empty() && c.proxy_ops == 0, "intra-node: no network");
+            assert_eq!(c.ops[0].algos, [("NVLS".to_string(), 1)].into());
+
+            let c = comm(&f, "0000000000000044");
+            assert_eq!(c.net[0].net, "aws-ofi");
+            assert_eq!(c.ops[0].algos, [("PAT".to_string(), 1)].into());
+        },
+    );
+}
+
+#[test]
+fn slots_exhausted_count_drops_and_keep_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool = dir.path().to_str().unwrap().to_string();
+    in_child(
+        "slots_exhausted_count_drops_and_keep_bytes",
+        &[("HEDDLE_PROFILER_SPOOL", &spool), ("HEDDLE_PROFILER_SLOTS", "8")],
+        || {
+            let host = load();
+            let (c, _) = host.init(0x1, None, 1, 2, 0);
+            let p = Prepared::new(&Op { channels: 0, ..op("AllReduce", 256, "ncclFloat32", "RING", 0) });
+            let handles: Vec<_> = (0..10).map(|_| host.start_task(c, &p)).collect();
+            assert!(handles.iter().all(|&(_, rc)| rc == 0));
+            let live: Vec<_> = handles.iter().filter(|(h, _)| !h.is_null()).collect();
+            assert_eq!(live.len(), 8, "eight slots, ten operations in flight");
+            for (h, _) in live {
+                assert_eq!(host.stop_handle(*h), 0);
+            }
+            // Slots are free again: no more drops.
+            for _ in 0..20 {
+                ok(host.op(c, &op("AllReduce", 256, "ncclFloat32", "RING", 10), None));
+            }
+            host.finalize(c);
+            let f = spool_file(&spool_env());
+            assert_eq!(f.dropped_events, 2);
+            let b = &f.comms[0].ops[0];
+            assert_eq!((b.ops, b.bytes), (30, 30 * 1024), "dropped operations keep their bytes");
+            assert_eq!(b.exec_ops, 20);
+        },
+    );
+}
+
+#[test]
+fn many_threads_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool = dir.path().to_str().unwrap().to_string();
+    in_child(
+        "many_threads_at_once",
+        &[("HEDDLE_PROFILER_SPOOL", &spool), ("HEDDLE_PROFILER_INTERVAL_S", "0.05")],
+        || {
+            let host = load();
+            let (shared, _) = host.init(0xaa, None, 2, 16, 0);
+            let own: Vec<Comm> = (0..8).map(|t| host.init(0x100 + t, None, 1, 8, 0).0).collect();
+            let big = op("AllReduce", 1 << 18, "ncclFloat32", "RING", 1000);
+            let small = op("AllGather", 100, "ncclInt8", "RING", 10);
+            std::thread::scope(|s| {
+                for t in 0..8 {
+                    let (host, big, small, mine) = (&host, &big, &small, own[t]);
+                    s.spawn(move || {
+                        for i in 0..500 {
+                            ok(host.op(shared, if i % 2 == 0 { big } else { small }, Some(&Net::Ib)));
+                            ok(host.op(mine, small, None));
+                        }
+                    });
+                }
+            });
+            for c in own.iter().chain([&shared]) {
+                host.finalize(*c);
+            }
+            let f = spool_file(&spool_env());
+            assert!(f.is_final);
+            assert!(f.seq >= 1);
+            assert_eq!(f.dropped_events, 0);
+            let r = rows(comm(&f, "00000000000000aa"));
+            assert_eq!(r[&("AllReduce".into(), 20)], (2000, 2000 << 20, 2000, 2000 * 1000));
+            assert_eq!(r[&("AllGather".into(), 6)], (2000, 200_000, 2000, 20_000));
+            for t in 0..8 {
+                let r = rows(comm(&f, &format!("{:016x}", 0x100 + t)));
+                assert_eq!(r[&("AllGather".into(), 6)], (500, 50_000, 500, 5000));
+            }
+        },
+    );
+}
+
+#[test]
+fn a_spool_directory_that_is_missing_or_unwritable_turns_the_plugin_off() {
+    for (n, spool) in [(0, "/nonexistent/heddle/spool"), (1, "/proc/self")] {
+        in_child(
+            "a_spool_directory_that_is_missing_or_unwritable_turns_the_plugin_off",
+            &[("HEDDLE_PROFILER_SPOOL", spool), ("CASE", &n.to_string())],
+            || {
+                let mut host = load();
+                let (c, rc) = host.init(0x5, None, 2, 2, 0);
+                assert_eq!(rc, 0, "init succeeds: the job goes on");
+                assert_eq!(host.mask(), 0, "and asks NCCL for no events");
+                // NCCL may still call with what it has: every call succeeds.
+                host.ignore_mask = true;
+                for _ in 0..3 {
+                    ok(host.op(c, &op("AllReduce", 1024, "ncclFloat32", "RING", 10), Some(&Net::Ib)));
+                }
+                let (c2, rc) = host.init(0x6, None, 1, 2, 1);
+                assert_eq!(rc, 0);
+                assert_eq!(host.finalize(c), 0);
+                assert_eq!(host.finalize(c2), 0);
+                let log = host::LOG.lock().unwrap();
+                let off: Vec<_> = log.iter().filter(|l| l.contains("off for this process")).collect();
+                assert_eq!(off.len(), 1, "one INFO line: {log:?}");
+                assert!(off[0].starts_with("PROFILER/Plugin: heddle"), "{off:?}");
+            },
+        );
+    }
+}
+
+#[test]
+fn periodic_writes_and_a_last_one_at_exit_without_finalize() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool = dir.path().to_str().unwrap().to_string();
+    in_child(
+        "periodic_writes_and_a_last_one_at_exit_without_finalize",
+        &[("HEDDLE_PROFILER_SPOOL", &spool), ("HEDDLE_PROFILER_INTERVAL_S", "0.1")],
+        || {
+            let host = load();
+            let (c, _) = host.init(0x7, None, 1, 2, 0);
+            ok(host.op(c, &op("AllReduce", 1024, "ncclFloat32", "RING", 10), None));
+            std::thread::sleep(std::time::Duration::from_millis(450));
+            let f = spool_file(&spool_env());
+            assert!(f.seq >= 2, "rewritten every 0.1 s: seq {}", f.seq);
+            assert!(!f.is_final);
+            assert_eq!(f.comms[0].ops[0].ops, 1);
+            ok(host.op(c, &op("AllReduce", 1024, "ncclFloat32", "RING", 10), None));
+            // The child exits here without finalizing; its exit handler writes once more.
+        },
+    );
+    if std::env::var_os(CHILD).is_none() {
+        let f = spool_file(dir.path());
+        assert!(!f.is_final);
+        assert_eq!(f.comms[0].ops[0].ops, 2);
+        assert!(f.comms[0].finalized_at.is_none());
+    }
+}
+
+#[test]
+fn stale_foreign_and_null_handles_are_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool = dir.path().to_str().unwrap().to_string();
+    in_child(
+        "stale_foreign_and_null_handles_are_ignored",
+        &[("HEDDLE_PROFILER_SPOOL", &spool)],
+        || {
+            let host = load();
+            let t = host.table();
+            let (c, _) = host.init(0x8, None, 1, 2, 0);
+            let p = Prepared::new(&Op { channels: 0, ..op("AllReduce", 4, "ncclFloat32", "RING", 0) });
+            let (h, _) = host.start_task(c, &p);
+            assert_eq!(host.stop_handle(h), 0);
+            let mut local = 0u64;
+            for junk in [h, std::ptr::null_mut(), 0x1234 as *mut c_void, &mut local as *mut u64 as *mut c_void] {
+                assert_eq!(host.stop_handle(junk), 0);
+                let mut args = abi::StateArgs { p_timer: 5 };
+                // SAFETY: the plugin must accept any handle word.
+                assert_eq!(unsafe { (t.record_event_state)(junk, abi::STATE_KERNEL_CH_STOP, &mut args) }, 0);
+                // A kernel channel whose parent is junk gets no handle.
+                // SAFETY: a zeroed descriptor is valid.
+                let mut d: abi::EventDescrV5 = unsafe { std::mem::zeroed() };
+                d.type_ = event::KERNEL_CH;
+                d.parent_obj = junk;
+                let mut out = 0x99 as *mut c_void;
+                assert_eq!(unsafe { (t.start_event)(c.ctx, &mut out, &mut d) }, 0);
+                assert!(out.is_null());
+            }
+            // Junk contexts and descriptors.
+            let mut out = std::ptr::null_mut();
+            let mut d = abi::EventDescrV5 { type_: event::COLL, ..unsafe { std::mem::zeroed() } };
+            assert_eq!(unsafe { (t.start_event)(0x77 as *mut c_void, &mut out, &mut d) }, 0);
+            assert!(out.is_null());
+            assert_eq!(unsafe { (t.start_event)(c.ctx, &mut out, std::ptr::null_mut()) }, 0);
+            assert_eq!(unsafe { (t.finalize)(0x77 as *mut c_void) }, 0);
+            host.finalize(c);
+            assert_eq!(host.finalize(c), 0, "a second finalize is harmless");
+            let f = spool_file(&spool_env());
+            assert!(f.is_final);
+            assert_eq!(f.comms[0].ops[0].ops, 1);
+        },
+    );
+}
+
+#[test]
+fn the_v4_table_records_the_same_operations() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool = dir.path().to_str().unwrap().to_string();
+    in_child(
+        "the_v4_table_records_the_same_operations",
+        &[("HEDDLE_PROFILER_SPOOL", &spool)],
+        || {
+            // SAFETY: as in `load`.
+            let lib = unsafe { libloading::Library::new(lib_path()) }.unwrap();
+            // SAFETY: as in `load`, the v4 table's address.
+            let t: &ProfilerV4 = unsafe { &**lib.get::<*const ProfilerV4>(b"ncclProfiler_v4\0").unwrap() };
+            let mask: &'static mut i32 = Box::leak(Box::new(0));
+            let mut ctx = std::ptr::null_mut();
+            // SAFETY: v4's init argument order: mask, name, hash.
+            let rc = unsafe { (t.init)(&mut ctx, mask, std::ptr::null(), 0x99, 1, 2, 1, Some(host::logger())) };
+            assert_eq!(rc, 0);
+            assert_eq!(*mask & event::COLL as i32, event::COLL as i32);
+            // SAFETY: a zeroed v4 descriptor filled as NCCL 2.27 does.
+            let mut d: abi::EventDescrV4 = unsafe { std::mem::zeroed() };
+            d.type_ = event::COLL as u8;
+            d.u.coll.func = c"AllGather".as_ptr();
+            d.u.coll.count = 1 << 20;
+            d.u.coll.datatype = c"ncclFloat32".as_ptr();
+            d.u.coll.algo = c"RING".as_ptr();
+            d.u.coll.proto = c"LL128".as_ptr();
+            let mut h = std::ptr::null_mut();
+            assert_eq!(unsafe { (t.start_event)(ctx, &mut h, &mut d) }, 0);
+            assert!(!h.is_null());
+            assert_eq!(unsafe { (t.stop_event)(h) }, 0);
+            assert_eq!(unsafe { (t.finalize)(ctx) }, 0);
+            std::mem::forget(lib);
+            let f = spool_file(&spool_env());
+            let b = &f.comms[0].ops[0];
+            assert_eq!((b.func.as_str(), b.size_band, b.ops, b.bytes), ("AllGather", 22, 1, 4 << 20));
+            assert_eq!(b.protos, [("LL128".to_string(), 1)].into());
+            assert_eq!(f.comms[0].rank, 1);
+        },
+    );
+}
+
+#[test]
+fn the_driver_writes_a_spool_file_through_the_built_plugin() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_heddle-profiler-drive"))
+        .args(["--lib", lib_path().to_str().unwrap(), "--spool", dir.path().to_str().unwrap()])
+        .args(["--comm-nranks", "2", "--nnodes", "2", "--rank", "1", "--comm-id", "beef"])
+        .args(["--op", "AllReduce:1048576:20", "--op", "Send:4096:3", "--net", "Socket"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let f = spool_file(dir.path());
+    assert!(f.is_final);
+    let c = comm(&f, "000000000000beef");
+    assert_eq!((c.rank, c.nranks, c.nnodes), (1, 2, 2));
+    let r = rows(c);
+    assert_eq!(r[&("AllReduce".into(), 20)].0..=r[&("AllReduce".into(), 20)].1, 20..=20 << 20);
+    assert_eq!(r[&("Send".into(), 12)].1, 3 * 4096);
+    assert_eq!(c.net[0].net, "Socket");
+    assert_eq!(c.net[0].bytes, (20 << 20) + 3 * 4096);
+}
