@@ -56,8 +56,17 @@ pub struct JobIdentity {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct NetUse {
     pub net: String,
+    /// Network plugin events, or proxy operations when `inferred`.
     pub ops: u64,
+    /// Bytes the events reported sent (IB: RDMA writes; sockets: sends); 0 when inferred.
     pub bytes: u64,
+    /// No network events came (NCCL builds without `NET_PROFILER=1`, NVIDIA's packages
+    /// among them, report none for their own IB and socket transports), so the plugin
+    /// named the network from the process: `NCCL_NET`, else an external net plugin
+    /// (`NCCL_NET_PLUGIN`), else `IB` when the process holds RDMA devices open and IB is
+    /// not disabled, else `Socket`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub inferred: bool,
 }
 
 /// One collective or point-to-point function in one size band of one communicator.

@@ -201,6 +201,7 @@ impl Comm {
                     net: self.net_name(key - 1),
                     ops,
                     bytes: n.bytes.load(Relaxed),
+                    inferred: false,
                 })
             })
             .collect();

@@ -48,6 +48,9 @@ pub enum Net {
     Socket,
     /// Another net plugin: its profiler type number (>= 3).
     Other(u16),
+    /// Proxy operations without network events: NCCL's own IB and socket transports in
+    /// builds without `NET_PROFILER=1` (NVIDIA's packages among them).
+    Silent,
 }
 
 /// One operation to simulate.
@@ -277,6 +280,7 @@ impl Host {
                 }
             }
             Net::Other(t) => net_event(((*t as i64) << 16) | 1, std::ptr::null_mut(), rcs),
+            Net::Silent => {}
         }
         self.stop(ph, rcs);
     }

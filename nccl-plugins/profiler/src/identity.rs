@@ -142,6 +142,44 @@ pub fn env_applied() -> Option<String> {
         .then(|| s.to_ascii_lowercase())
 }
 
+/// The network NCCL's proxy uses in this process, when its transports report no network
+/// events: what `NCCL_NET` names, else the external net plugin (`NCCL_NET_PLUGIN`), else
+/// IB when the process holds RDMA devices open (`/dev/infiniband/uverbs*`) and IB is not
+/// disabled, else sockets. Read on the writer thread only.
+pub fn network_in_use() -> String {
+    let env = |n: &str| std::env::var(n).ok().map(|v| clean_text(v.trim())).filter(|v| !v.is_empty());
+    infer_network(
+        env("NCCL_NET").as_deref(),
+        env("NCCL_NET_PLUGIN").as_deref(),
+        verbs_open(),
+        env("NCCL_IB_DISABLE").as_deref() == Some("1"),
+    )
+}
+
+pub fn infer_network(nccl_net: Option<&str>, plugin: Option<&str>, verbs_open: bool, ib_disabled: bool) -> String {
+    if let Some(n) = nccl_net {
+        return match n.to_ascii_lowercase().as_str() {
+            "ib" => "IB".into(),
+            "socket" => "Socket".into(),
+            _ => n.to_string(),
+        };
+    }
+    if let Some(p) = plugin.filter(|p| !p.eq_ignore_ascii_case("none")) {
+        return p.to_string();
+    }
+    if verbs_open && !ib_disabled { "IB".into() } else { "Socket".into() }
+}
+
+/// Whether any of the process's descriptors is an RDMA device.
+fn verbs_open() -> bool {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return false;
+    };
+    dir.filter_map(Result::ok)
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .any(|t| t.starts_with("/dev/infiniband/"))
+}
+
 /// The environment plugin's path as mapped in this process (`/proc/self/maps`).
 fn env_plugin_path() -> Option<String> {
     let maps = std::fs::File::open("/proc/self/maps").ok()?;
@@ -165,6 +203,17 @@ mod tests {
         let own = std::fs::read_to_string("/proc/self/stat").unwrap();
         assert!(start_ticks(&own).unwrap() > 0);
         assert_eq!(start_ticks("garbage"), None);
+    }
+
+    #[test]
+    fn network_inference() {
+        assert_eq!(infer_network(Some("socket"), Some("aws-ofi"), true, false), "Socket");
+        assert_eq!(infer_network(Some("AWS Libfabric"), None, false, false), "AWS Libfabric");
+        assert_eq!(infer_network(None, Some("aws-ofi"), true, false), "aws-ofi");
+        assert_eq!(infer_network(None, Some("none"), true, false), "IB");
+        assert_eq!(infer_network(None, None, true, true), "Socket");
+        assert_eq!(infer_network(None, None, false, false), "Socket");
+        assert!(!verbs_open());
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
-use heddle_types::observe::{SPOOL_FORMAT, SpoolFile};
+use heddle_types::observe::{NetUse, SPOOL_FORMAT, SpoolFile};
 
 use crate::engine::{self, STALE_NS, State};
 use crate::spool;
@@ -20,6 +20,7 @@ pub struct Writer {
 
 /// The file as it stands now.
 pub fn snapshot(state: &State, seq: u64, is_final: bool) -> SpoolFile {
+    let mut inferred: Option<String> = None;
     let lock = |m: &Mutex<Option<String>>| m.lock().unwrap_or_else(|e| e.into_inner()).clone();
     SpoolFile {
         format: SPOOL_FORMAT,
@@ -34,7 +35,20 @@ pub fn snapshot(state: &State, seq: u64, is_final: bool) -> SpoolFile {
             .comms
             .iter()
             .filter_map(|c| c.get())
-            .map(|c| c.observe())
+            .map(|c| {
+                let mut o = c.observe();
+                // Proxy traffic but no network events: name the network from the process.
+                if o.net.is_empty() && o.proxy_ops > 0 {
+                    let net = inferred.get_or_insert_with(crate::identity::network_in_use);
+                    o.net.push(NetUse {
+                        net: net.clone(),
+                        ops: o.proxy_ops,
+                        bytes: 0,
+                        inferred: true,
+                    });
+                }
+                o
+            })
             .collect(),
         dropped_events: state.dropped_events.load(Relaxed),
         dropped_comms: state.dropped_comms.load(Relaxed),

@@ -204,6 +204,29 @@ fn aggregates_collectives_point_to_point_and_networks() {
 }
 
 #[test]
+fn without_network_events_the_network_is_inferred() {
+    for (case, nccl_net) in [(0, ""), (1, "IB")] {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = dir.path().to_str().unwrap().to_string();
+        in_child(
+            "without_network_events_the_network_is_inferred",
+            &[("HEDDLE_PROFILER_SPOOL", &spool), ("NCCL_NET", nccl_net), ("CASE", &case.to_string())],
+            || {
+                let want = if std::env::var("NCCL_NET").unwrap() == "IB" { "IB" } else { "Socket" };
+                let host = load();
+                let (c, _) = host.init(0x3, None, 2, 2, 0);
+                ok(host.op(c, &op("AllReduce", 1024, "ncclFloat32", "RING", 10), Some(&Net::Silent)));
+                host.finalize(c);
+                let f = spool_file(&spool_env());
+                let net = &f.comms[0].net;
+                assert_eq!(net.len(), 1);
+                assert_eq!((net[0].net.as_str(), net[0].ops, net[0].bytes, net[0].inferred), (want, 4, 0, true));
+            },
+        );
+    }
+}
+
+#[test]
 fn slots_exhausted_count_drops_and_keep_bytes() {
     let dir = tempfile::tempdir().unwrap();
     let spool = dir.path().to_str().unwrap().to_string();

@@ -67,8 +67,9 @@ struct Args {
     /// Simulated GPU bandwidth in GB/s: each operation's GPU time is BYTES / this.
     #[arg(long, default_value_t = 20.0)]
     gbps: f64,
-    /// Network of the proxy traffic when --nnodes > 1: IB, Socket, none, or another net
-    /// plugin's name (reported under that name through NCCL_NET_PLUGIN).
+    /// Network of the proxy traffic when --nnodes > 1: IB, Socket (with network plugin
+    /// events), silent (proxy operations only, as NVIDIA's NCCL builds report them), none,
+    /// or another net plugin's name (reported under that name through NCCL_NET_PLUGIN).
     #[arg(long, default_value = "IB")]
     net: String,
     /// Exit without finalizing the communicator (as jobs that never destroy it do).
@@ -123,6 +124,7 @@ fn run(args: Args) -> Result<(), String> {
         "IB" | "ib" => Some(Net::Ib),
         "Socket" | "socket" => Some(Net::Socket),
         "none" => None,
+        "silent" => Some(Net::Silent),
         _ => Some(Net::Other(3)),
     };
     // SAFETY: still single-threaded: no other thread reads the environment yet.
