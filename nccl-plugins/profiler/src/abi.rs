@@ -362,9 +362,15 @@ mod tests {
         assert_eq!(24 + offset_of!(NetPluginDescr, data), 32);
         assert_eq!(24 + offset_of!(ProxyOpDescr, is_send), 44);
         assert_eq!(size_of::<NetIbDescrV1>(), 40);
-        assert_eq!(offset_of!(NetIbDescrV1, qp) + offset_of!(NetIbQp, length), 32);
+        assert_eq!(
+            offset_of!(NetIbDescrV1, qp) + offset_of!(NetIbQp, length),
+            32
+        );
         assert_eq!(size_of::<NetSockDescrV1>(), 24);
-        assert_eq!(offset_of!(NetSockDescrV1, sock) + offset_of!(NetSock, length), 16);
+        assert_eq!(
+            offset_of!(NetSockDescrV1, sock) + offset_of!(NetSock, length),
+            16
+        );
         assert_eq!(size_of::<StateArgs>(), 8);
     }
 }

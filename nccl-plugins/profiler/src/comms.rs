@@ -284,7 +284,10 @@ mod tests {
         assert_eq!((o.rank, o.nranks, o.nnodes), (3, 4, 2));
         let b = &o.ops[0];
         assert_eq!((b.func.as_str(), b.size_band, b.ops), ("AllReduce", 20, 2));
-        assert_eq!((b.bytes, b.exec_ops, b.exec_bytes, b.exec_ns), (2 << 20, 1, 1 << 20, 1000));
+        assert_eq!(
+            (b.bytes, b.exec_ops, b.exec_bytes, b.exec_ns),
+            (2 << 20, 1, 1 << 20, 1000)
+        );
         assert_eq!(b.algos["Ring"], 2);
         assert_eq!(b.protos["Simple"], 2);
         assert_eq!(b.max_channels, 4);

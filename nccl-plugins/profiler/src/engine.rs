@@ -170,7 +170,7 @@ pub fn init(
     ENABLED.store(true, Release);
     // A first write at once: the job is visible from its start, and a spool directory the
     // process cannot write to turns the plugin off now rather than at the first tick.
-    if let Err(e) = writer::write(state, false) {
+    if let Err(e) = writer::write_from_nccl(state, false) {
         disable(&format!(
             "cannot write {}/{}: {e}",
             state.config.spool.display(),
@@ -261,9 +261,11 @@ pub fn finalize(ctx: usize) {
     if left == 0 {
         writer::stop(state);
         // Whatever still waits for kernel events will not get them now.
-        state.pool.sweep(u64::MAX, 0, |slot| finish(state, slot, false));
+        state
+            .pool
+            .sweep(u64::MAX, 0, |slot| finish(state, slot, false));
     }
-    if let Err(e) = writer::write(state, left == 0) {
+    if let Err(e) = writer::write_from_nccl(state, left == 0) {
         disable(&format!("cannot write its spool file: {e}"));
     }
 }
@@ -407,7 +409,7 @@ pub fn finish(state: &State, slot: &Slot, complete: bool) {
         slot.row.load(Relaxed),
         &Done {
             bytes: slot.bytes.load(Relaxed),
-            time_ns: if stop >= start { stop - start } else { 0 },
+            time_ns: stop.saturating_sub(start),
             exec_ns,
             algo: meta as u8,
             proto: (meta >> 8) as u8,
@@ -432,7 +434,11 @@ pub unsafe fn net_event(ctx: usize, id: i64, data: *const c_void) {
     } else if net_type == abi::NET_TYPE_IB {
         // SAFETY: the caller's promise (IB, version 1).
         let d = unsafe { &*(data as *const abi::NetIbDescrV1) };
-        if d.type_ == abi::NET_IB_QP { d.qp.length as u64 } else { 0 }
+        if d.type_ == abi::NET_IB_QP {
+            d.qp.length as u64
+        } else {
+            0
+        }
     } else if net_type == abi::NET_TYPE_SOCK {
         // SAFETY: the caller's promise (socket, version 1).
         let d = unsafe { &*(data as *const abi::NetSockDescrV1) };
@@ -459,6 +465,5 @@ pub fn proxy_op(ctx: usize) {
 
 /// Event types the plugin asks for and uses; others get no handle.
 pub fn wanted(type_: u64) -> bool {
-    type_ & (event::COLL | event::P2P | event::KERNEL_CH | event::NET_PLUGIN | event::PROXY_OP)
-        != 0
+    type_ & (event::COLL | event::P2P | event::KERNEL_CH | event::NET_PLUGIN | event::PROXY_OP) != 0
 }

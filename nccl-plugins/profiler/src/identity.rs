@@ -147,7 +147,12 @@ pub fn env_applied() -> Option<String> {
 /// IB when the process holds RDMA devices open (`/dev/infiniband/uverbs*`) and IB is not
 /// disabled, else sockets. Read on the writer thread only.
 pub fn network_in_use() -> String {
-    let env = |n: &str| std::env::var(n).ok().map(|v| clean_text(v.trim())).filter(|v| !v.is_empty());
+    let env = |n: &str| {
+        std::env::var(n)
+            .ok()
+            .map(|v| clean_text(v.trim()))
+            .filter(|v| !v.is_empty())
+    };
     infer_network(
         env("NCCL_NET").as_deref(),
         env("NCCL_NET_PLUGIN").as_deref(),
@@ -156,7 +161,12 @@ pub fn network_in_use() -> String {
     )
 }
 
-pub fn infer_network(nccl_net: Option<&str>, plugin: Option<&str>, verbs_open: bool, ib_disabled: bool) -> String {
+pub fn infer_network(
+    nccl_net: Option<&str>,
+    plugin: Option<&str>,
+    verbs_open: bool,
+    ib_disabled: bool,
+) -> String {
     if let Some(n) = nccl_net {
         return match n.to_ascii_lowercase().as_str() {
             "ib" => "IB".into(),
@@ -167,7 +177,11 @@ pub fn infer_network(nccl_net: Option<&str>, plugin: Option<&str>, verbs_open: b
     if let Some(p) = plugin.filter(|p| !p.eq_ignore_ascii_case("none")) {
         return p.to_string();
     }
-    if verbs_open && !ib_disabled { "IB".into() } else { "Socket".into() }
+    if verbs_open && !ib_disabled {
+        "IB".into()
+    } else {
+        "Socket".into()
+    }
 }
 
 /// Whether any of the process's descriptors is an RDMA device.
@@ -198,7 +212,8 @@ mod tests {
 
     #[test]
     fn reads_start_ticks_after_the_command_name() {
-        let line = "4242 (py (thon) 3) S 1 4242 4242 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 987654 1 2";
+        let line =
+            "4242 (py (thon) 3) S 1 4242 4242 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 987654 1 2";
         assert_eq!(start_ticks(line), Some(987654));
         let own = std::fs::read_to_string("/proc/self/stat").unwrap();
         assert!(start_ticks(&own).unwrap() > 0);
@@ -207,8 +222,14 @@ mod tests {
 
     #[test]
     fn network_inference() {
-        assert_eq!(infer_network(Some("socket"), Some("aws-ofi"), true, false), "Socket");
-        assert_eq!(infer_network(Some("AWS Libfabric"), None, false, false), "AWS Libfabric");
+        assert_eq!(
+            infer_network(Some("socket"), Some("aws-ofi"), true, false),
+            "Socket"
+        );
+        assert_eq!(
+            infer_network(Some("AWS Libfabric"), None, false, false),
+            "AWS Libfabric"
+        );
         assert_eq!(infer_network(None, Some("aws-ofi"), true, false), "aws-ofi");
         assert_eq!(infer_network(None, Some("none"), true, false), "IB");
         assert_eq!(infer_network(None, None, true, true), "Socket");

@@ -97,7 +97,11 @@ pub fn datatype_size(name: &[u8]) -> u64 {
 
 /// floor(log2(bytes)), 0 for 0 and 1 byte.
 pub fn size_band(bytes: u64) -> u32 {
-    if bytes <= 1 { 0 } else { 63 - bytes.leading_zeros() }
+    if bytes <= 1 {
+        0
+    } else {
+        63 - bytes.leading_zeros()
+    }
 }
 
 /// Makes a string fit the spool file's rules (`heddle_types::observe`): no control

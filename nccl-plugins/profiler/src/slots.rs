@@ -6,7 +6,8 @@
 //! Handles given to NCCL are not pointers but (generation, kind, index) packed in a word,
 //! so a stale, repeated or foreign handle is recognised and ignored instead of followed.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
 
 /// Largest pool (handles keep 24 bits of index).
 pub const MAX_SLOTS: usize = 1 << 20;
@@ -23,7 +24,9 @@ pub enum Kind {
     KernelCh = 2,
 }
 
+/// One cache line each, so threads finishing neighbouring operations do not share lines.
 #[derive(Default)]
+#[repr(align(64))]
 pub struct Slot {
     /// generation << 32 | refs; refs 0 = free.
     state: AtomicU64,
@@ -41,7 +44,26 @@ pub struct Slot {
 pub struct Pool {
     slots: Box<[Slot]>,
     mask: usize,
-    cursor: AtomicU64,
+}
+
+// Where this thread looks for a free slot next. Each thread starts in a region of its own
+// and walks on from its last slot, so threads do not contend on one cursor. A plain `Cell`
+// (no destructor), so no thread-exit hook is registered.
+thread_local! {
+    static CURSOR: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+static REGIONS: AtomicUsize = AtomicUsize::new(0);
+
+fn next_cursor() -> usize {
+    CURSOR.with(|c| {
+        let mut v = c.get();
+        if v == usize::MAX {
+            // An odd stride spreads the regions over any power-of-two pool.
+            v = REGIONS.fetch_add(1, Relaxed).wrapping_mul(4099);
+        }
+        c.set(v.wrapping_add(1));
+        v
+    })
 }
 
 /// The fields of a new operation.
@@ -93,11 +115,7 @@ impl Pool {
         for s in slots.iter() {
             s.state.store(pack(1, 0), Relaxed);
         }
-        Pool {
-            slots,
-            mask: n - 1,
-            cursor: AtomicU64::new(0),
-        }
+        Pool { slots, mask: n - 1 }
     }
 
     pub fn len(&self) -> usize {
@@ -107,7 +125,7 @@ impl Pool {
     /// Takes a free slot for a new operation; its task handle, or `None` when the probed
     /// slots are all busy.
     pub fn claim(&self, start: &Start) -> Option<usize> {
-        let first = self.cursor.fetch_add(1, Relaxed) as usize;
+        let first = next_cursor();
         for i in 0..PROBES.min(self.slots.len()) {
             let index = (first + i) & self.mask;
             let slot = &self.slots[index];

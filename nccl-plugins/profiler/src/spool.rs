@@ -56,7 +56,11 @@ impl SpoolDir {
                 libc::openat(
                     dir,
                     self.temp.as_ptr(),
-                    libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                    libc::O_WRONLY
+                        | libc::O_CREAT
+                        | libc::O_EXCL
+                        | libc::O_NOFOLLOW
+                        | libc::O_CLOEXEC,
                     0o600 as libc::c_uint,
                 )
             }
@@ -79,7 +83,11 @@ impl SpoolDir {
         let renamed = written.and_then(|()| {
             // SAFETY: both names NUL-terminated, relative to the open directory.
             let rc = unsafe { libc::renameat(dir, self.temp.as_ptr(), dir, self.name.as_ptr()) };
-            if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+            if rc == 0 {
+                Ok(())
+            } else {
+                Err(io::Error::last_os_error())
+            }
         });
         if renamed.is_err() {
             // SAFETY: as above.

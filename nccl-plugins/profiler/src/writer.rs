@@ -5,8 +5,9 @@
 
 use std::io;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, TryLockError};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use heddle_types::observe::{NetUse, SPOOL_FORMAT, SpoolFile};
 
@@ -57,7 +58,35 @@ pub fn snapshot(state: &State, seq: u64, is_final: bool) -> SpoolFile {
 
 /// Writes the file once (serialised with every other write of this process).
 pub fn write(state: &State, is_final: bool) -> io::Result<()> {
-    let mut seq = state.seq.lock().unwrap_or_else(|e| e.into_inner());
+    let seq = state.seq.lock().unwrap_or_else(|e| e.into_inner());
+    write_locked(state, seq, is_final)
+}
+
+/// As `write`, from one of NCCL's own threads (`init`, `finalize`): when another write
+/// holds the file for longer than `WAIT` (a spool on a hung filesystem), this one is
+/// skipped rather than holding up the job.
+pub fn write_from_nccl(state: &State, is_final: bool) -> io::Result<()> {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match state.seq.try_lock() {
+            Ok(seq) => return write_locked(state, seq, is_final),
+            Err(TryLockError::Poisoned(e)) => return write_locked(state, e.into_inner(), is_final),
+            Err(TryLockError::WouldBlock) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(1))
+            }
+            Err(TryLockError::WouldBlock) => return Ok(()),
+        }
+    }
+}
+
+/// How long NCCL's threads wait for the writer.
+const WAIT: Duration = Duration::from_secs(2);
+
+fn write_locked(state: &State, mut seq: MutexGuard<'_, u64>, is_final: bool) -> io::Result<()> {
+    // A forked child inherits the state but is not the process the file is named after.
+    if state.identity.pid != std::process::id() {
+        return Ok(());
+    }
     let bytes = spool::encode(snapshot(state, *seq, is_final));
     state.spool.replace(&bytes)?;
     *seq += 1;
@@ -108,7 +137,8 @@ fn run(state: &'static State, signal: &(Mutex<bool>, Condvar)) {
     }
 }
 
-/// Stops the writer thread and waits for it (it may be mid-write; a write is short).
+/// Stops the writer thread and waits for it up to `WAIT` (it may be mid-write); past that
+/// it is left to finish on its own (`-z nodelete` keeps its code mapped).
 pub fn stop(state: &State) {
     let taken = state
         .writer
@@ -118,7 +148,13 @@ pub fn stop(state: &State) {
     if let Some(w) = taken {
         *w.stop.0.lock().unwrap_or_else(|e| e.into_inner()) = true;
         w.stop.1.notify_all();
-        let _ = w.thread.join();
+        let deadline = Instant::now() + WAIT;
+        while !w.thread.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if w.thread.is_finished() {
+            let _ = w.thread.join();
+        }
     }
 }
 
@@ -127,14 +163,12 @@ pub fn stop(state: &State) {
 pub fn register_exit_handler() {
     extern "C" fn at_exit() {
         let _ = std::panic::catch_unwind(|| {
-            let Some(state) = engine::active() else { return };
-            // A forked child inherits the state but is not the job's process.
-            if state.identity.pid != std::process::id() {
+            let Some(state) = engine::active() else {
                 return;
-            }
+            };
             // After the last finalize the final file is written already.
             if !engine::all_finalized(state) {
-                let _ = write(state, false);
+                let _ = write_from_nccl(state, false);
             }
         });
     }

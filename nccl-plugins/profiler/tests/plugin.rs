@@ -29,7 +29,10 @@ fn lib_path() -> PathBuf {
             return p;
         }
     }
-    panic!("libheddle_nccl_profiler.so not built next to {}", exe.display());
+    panic!(
+        "libheddle_nccl_profiler.so not built next to {}",
+        exe.display()
+    );
 }
 
 /// Loads the plugin; the library stays loaded for the (child) process's life.
@@ -102,7 +105,12 @@ fn comm<'a>(f: &'a SpoolFile, hash: &str) -> &'a CommObservation {
 fn rows(c: &CommObservation) -> BTreeMap<(String, u32), (u64, u64, u64, u64)> {
     c.ops
         .iter()
-        .map(|b| ((b.func.clone(), b.size_band), (b.ops, b.bytes, b.exec_ops, b.exec_ns)))
+        .map(|b| {
+            (
+                (b.func.clone(), b.size_band),
+                (b.ops, b.bytes, b.exec_ops, b.exec_ns),
+            )
+        })
         .collect()
 }
 
@@ -125,7 +133,11 @@ fn aggregates_collectives_point_to_point_and_networks() {
             assert_eq!(host.name(), "heddle");
             let (ib, rc) = host.init(0x11, Some("dp\u{7}group"), 2, 4, 1);
             assert_eq!(rc, 0);
-            assert_eq!(host.mask(), 0xce, "coll, p2p, proxy op, kernel channel, net plugin");
+            assert_eq!(
+                host.mask(),
+                0xce,
+                "coll, p2p, proxy op, kernel channel, net plugin"
+            );
             let (sock, _) = host.init(0x22, None, 2, 2, 0);
             let (local, _) = host.init(0x33, None, 1, 8, 7);
             let (other, _) = host.init(0x44, None, 3, 3, 2);
@@ -134,18 +146,42 @@ fn aggregates_collectives_point_to_point_and_networks() {
                 ok(host.op(ib, &ar, Some(&Net::Ib)));
             }
             for _ in 0..2 {
-                ok(host.op(ib, &op("AllGather", 3000, "ncclBfloat16", "RING", 700), Some(&Net::Ib)));
+                ok(host.op(
+                    ib,
+                    &op("AllGather", 3000, "ncclBfloat16", "RING", 700),
+                    Some(&Net::Ib),
+                ));
             }
-            ok(host.op(ib, &op("ReduceScatter", 1, "ncclFloat64", "TREE", 10), Some(&Net::Ib)));
+            ok(host.op(
+                ib,
+                &op("ReduceScatter", 1, "ncclFloat64", "TREE", 10),
+                Some(&Net::Ib),
+            ));
             // ncclUint8, which NCCL 2.28 names "Unknown".
-            ok(host.op(ib, &op("Broadcast", 1000, "Unknown", "TREE", 10), Some(&Net::Ib)));
+            ok(host.op(
+                ib,
+                &op("Broadcast", 1000, "Unknown", "TREE", 10),
+                Some(&Net::Ib),
+            ));
             for _ in 0..3 {
                 ok(host.op(ib, &op("Send", 2048, "ncclInt8", "", 100), Some(&Net::Ib)));
                 ok(host.op(ib, &op("Recv", 2048, "ncclInt8", "", 100), Some(&Net::Ib)));
             }
-            ok(host.op(sock, &op("AllReduce", 1 << 20, "ncclFloat16", "RING", 9000), Some(&Net::Socket)));
-            ok(host.op(local, &op("AllReduce", 8, "ncclInt64", "NVLS", 0), Some(&Net::Ib)));
-            ok(host.op(other, &op("AllReduce", 16, "ncclUint32", "PAT", 5), Some(&Net::Other(3))));
+            ok(host.op(
+                sock,
+                &op("AllReduce", 1 << 20, "ncclFloat16", "RING", 9000),
+                Some(&Net::Socket),
+            ));
+            ok(host.op(
+                local,
+                &op("AllReduce", 8, "ncclInt64", "NVLS", 0),
+                Some(&Net::Ib),
+            ));
+            ok(host.op(
+                other,
+                &op("AllReduce", 16, "ncclUint32", "PAT", 5),
+                Some(&Net::Other(3)),
+            ));
             for c in [ib, sock, local, other] {
                 assert_eq!(host.finalize(c), 0);
             }
@@ -189,11 +225,21 @@ fn aggregates_collectives_point_to_point_and_networks() {
             let c = comm(&f, "0000000000000022");
             assert_eq!(rows(c)[&("AllReduce".into(), 21)], (1, 2 << 20, 1, 9000));
             assert_eq!(c.net.len(), 1);
-            assert_eq!((c.net[0].net.as_str(), c.net[0].ops, c.net[0].bytes), ("Socket", 8, 2 << 20));
+            assert_eq!(
+                (c.net[0].net.as_str(), c.net[0].ops, c.net[0].bytes),
+                ("Socket", 8, 2 << 20)
+            );
 
             let c = comm(&f, "0000000000000033");
-            assert_eq!(rows(c)[&("AllReduce".into(), 6)], (1, 64, 0, 0), "no GPU time of 0 ns");
-            assert!(c.net.is_empty() && c.proxy_ops == 0, "intra-node: no network");
+            assert_eq!(
+                rows(c)[&("AllReduce".into(), 6)],
+                (1, 64, 0, 0),
+                "no GPU time of 0 ns"
+            );
+            assert!(
+                c.net.is_empty() && c.proxy_ops == 0,
+                "intra-node: no network"
+            );
             assert_eq!(c.ops[0].algos, [("NVLS".to_string(), 1)].into());
 
             let c = comm(&f, "0000000000000044");
@@ -210,17 +256,37 @@ fn without_network_events_the_network_is_inferred() {
         let spool = dir.path().to_str().unwrap().to_string();
         in_child(
             "without_network_events_the_network_is_inferred",
-            &[("HEDDLE_PROFILER_SPOOL", &spool), ("NCCL_NET", nccl_net), ("CASE", &case.to_string())],
+            &[
+                ("HEDDLE_PROFILER_SPOOL", &spool),
+                ("NCCL_NET", nccl_net),
+                ("CASE", &case.to_string()),
+            ],
             || {
-                let want = if std::env::var("NCCL_NET").unwrap() == "IB" { "IB" } else { "Socket" };
+                let want = if std::env::var("NCCL_NET").unwrap() == "IB" {
+                    "IB"
+                } else {
+                    "Socket"
+                };
                 let host = load();
                 let (c, _) = host.init(0x3, None, 2, 2, 0);
-                ok(host.op(c, &op("AllReduce", 1024, "ncclFloat32", "RING", 10), Some(&Net::Silent)));
+                ok(host.op(
+                    c,
+                    &op("AllReduce", 1024, "ncclFloat32", "RING", 10),
+                    Some(&Net::Silent),
+                ));
                 host.finalize(c);
                 let f = spool_file(&spool_env());
                 let net = &f.comms[0].net;
                 assert_eq!(net.len(), 1);
-                assert_eq!((net[0].net.as_str(), net[0].ops, net[0].bytes, net[0].inferred), (want, 4, 0, true));
+                assert_eq!(
+                    (
+                        net[0].net.as_str(),
+                        net[0].ops,
+                        net[0].bytes,
+                        net[0].inferred
+                    ),
+                    (want, 4, 0, true)
+                );
             },
         );
     }
@@ -232,11 +298,17 @@ fn slots_exhausted_count_drops_and_keep_bytes() {
     let spool = dir.path().to_str().unwrap().to_string();
     in_child(
         "slots_exhausted_count_drops_and_keep_bytes",
-        &[("HEDDLE_PROFILER_SPOOL", &spool), ("HEDDLE_PROFILER_SLOTS", "8")],
+        &[
+            ("HEDDLE_PROFILER_SPOOL", &spool),
+            ("HEDDLE_PROFILER_SLOTS", "8"),
+        ],
         || {
             let host = load();
             let (c, _) = host.init(0x1, None, 1, 2, 0);
-            let p = Prepared::new(&Op { channels: 0, ..op("AllReduce", 256, "ncclFloat32", "RING", 0) });
+            let p = Prepared::new(&Op {
+                channels: 0,
+                ..op("AllReduce", 256, "ncclFloat32", "RING", 0)
+            });
             let handles: Vec<_> = (0..10).map(|_| host.start_task(c, &p)).collect();
             assert!(handles.iter().all(|&(_, rc)| rc == 0));
             let live: Vec<_> = handles.iter().filter(|(h, _)| !h.is_null()).collect();
@@ -252,7 +324,11 @@ fn slots_exhausted_count_drops_and_keep_bytes() {
             let f = spool_file(&spool_env());
             assert_eq!(f.dropped_events, 2);
             let b = &f.comms[0].ops[0];
-            assert_eq!((b.ops, b.bytes), (30, 30 * 1024), "dropped operations keep their bytes");
+            assert_eq!(
+                (b.ops, b.bytes),
+                (30, 30 * 1024),
+                "dropped operations keep their bytes"
+            );
             assert_eq!(b.exec_ops, 20);
         },
     );
@@ -264,19 +340,28 @@ fn many_threads_at_once() {
     let spool = dir.path().to_str().unwrap().to_string();
     in_child(
         "many_threads_at_once",
-        &[("HEDDLE_PROFILER_SPOOL", &spool), ("HEDDLE_PROFILER_INTERVAL_S", "0.05")],
+        &[
+            ("HEDDLE_PROFILER_SPOOL", &spool),
+            ("HEDDLE_PROFILER_INTERVAL_S", "0.05"),
+        ],
         || {
             let host = load();
             let (shared, _) = host.init(0xaa, None, 2, 16, 0);
-            let own: Vec<Comm> = (0..8).map(|t| host.init(0x100 + t, None, 1, 8, 0).0).collect();
+            let own: Vec<Comm> = (0..8)
+                .map(|t| host.init(0x100 + t, None, 1, 8, 0).0)
+                .collect();
             let big = op("AllReduce", 1 << 18, "ncclFloat32", "RING", 1000);
             let small = op("AllGather", 100, "ncclInt8", "RING", 10);
             std::thread::scope(|s| {
-                for t in 0..8 {
-                    let (host, big, small, mine) = (&host, &big, &small, own[t]);
+                for &mine in &own {
+                    let (host, big, small) = (&host, &big, &small);
                     s.spawn(move || {
                         for i in 0..500 {
-                            ok(host.op(shared, if i % 2 == 0 { big } else { small }, Some(&Net::Ib)));
+                            ok(host.op(
+                                shared,
+                                if i % 2 == 0 { big } else { small },
+                                Some(&Net::Ib),
+                            ));
                             ok(host.op(mine, small, None));
                         }
                     });
@@ -290,7 +375,10 @@ fn many_threads_at_once() {
             assert!(f.seq >= 1);
             assert_eq!(f.dropped_events, 0);
             let r = rows(comm(&f, "00000000000000aa"));
-            assert_eq!(r[&("AllReduce".into(), 20)], (2000, 2000 << 20, 2000, 2000 * 1000));
+            assert_eq!(
+                r[&("AllReduce".into(), 20)],
+                (2000, 2000 << 20, 2000, 2000 * 1000)
+            );
             assert_eq!(r[&("AllGather".into(), 6)], (2000, 200_000, 2000, 20_000));
             for t in 0..8 {
                 let r = rows(comm(&f, &format!("{:016x}", 0x100 + t)));
@@ -314,14 +402,21 @@ fn a_spool_directory_that_is_missing_or_unwritable_turns_the_plugin_off() {
                 // NCCL may still call with what it has: every call succeeds.
                 host.ignore_mask = true;
                 for _ in 0..3 {
-                    ok(host.op(c, &op("AllReduce", 1024, "ncclFloat32", "RING", 10), Some(&Net::Ib)));
+                    ok(host.op(
+                        c,
+                        &op("AllReduce", 1024, "ncclFloat32", "RING", 10),
+                        Some(&Net::Ib),
+                    ));
                 }
                 let (c2, rc) = host.init(0x6, None, 1, 2, 1);
                 assert_eq!(rc, 0);
                 assert_eq!(host.finalize(c), 0);
                 assert_eq!(host.finalize(c2), 0);
                 let log = host::LOG.lock().unwrap();
-                let off: Vec<_> = log.iter().filter(|l| l.contains("off for this process")).collect();
+                let off: Vec<_> = log
+                    .iter()
+                    .filter(|l| l.contains("off for this process"))
+                    .collect();
                 assert_eq!(off.len(), 1, "one INFO line: {log:?}");
                 assert!(off[0].starts_with("PROFILER/Plugin: heddle"), "{off:?}");
             },
@@ -335,7 +430,10 @@ fn periodic_writes_and_a_last_one_at_exit_without_finalize() {
     let spool = dir.path().to_str().unwrap().to_string();
     in_child(
         "periodic_writes_and_a_last_one_at_exit_without_finalize",
-        &[("HEDDLE_PROFILER_SPOOL", &spool), ("HEDDLE_PROFILER_INTERVAL_S", "0.1")],
+        &[
+            ("HEDDLE_PROFILER_SPOOL", &spool),
+            ("HEDDLE_PROFILER_INTERVAL_S", "0.1"),
+        ],
         || {
             let host = load();
             let (c, _) = host.init(0x7, None, 1, 2, 0);
@@ -368,15 +466,26 @@ fn stale_foreign_and_null_handles_are_ignored() {
             let host = load();
             let t = host.table();
             let (c, _) = host.init(0x8, None, 1, 2, 0);
-            let p = Prepared::new(&Op { channels: 0, ..op("AllReduce", 4, "ncclFloat32", "RING", 0) });
+            let p = Prepared::new(&Op {
+                channels: 0,
+                ..op("AllReduce", 4, "ncclFloat32", "RING", 0)
+            });
             let (h, _) = host.start_task(c, &p);
             assert_eq!(host.stop_handle(h), 0);
             let mut local = 0u64;
-            for junk in [h, std::ptr::null_mut(), 0x1234 as *mut c_void, &mut local as *mut u64 as *mut c_void] {
+            for junk in [
+                h,
+                std::ptr::null_mut(),
+                0x1234 as *mut c_void,
+                &mut local as *mut u64 as *mut c_void,
+            ] {
                 assert_eq!(host.stop_handle(junk), 0);
                 let mut args = abi::StateArgs { p_timer: 5 };
                 // SAFETY: the plugin must accept any handle word.
-                assert_eq!(unsafe { (t.record_event_state)(junk, abi::STATE_KERNEL_CH_STOP, &mut args) }, 0);
+                assert_eq!(
+                    unsafe { (t.record_event_state)(junk, abi::STATE_KERNEL_CH_STOP, &mut args) },
+                    0
+                );
                 // A kernel channel whose parent is junk gets no handle.
                 // SAFETY: a zeroed descriptor is valid.
                 let mut d: abi::EventDescrV5 = unsafe { std::mem::zeroed() };
@@ -388,10 +497,19 @@ fn stale_foreign_and_null_handles_are_ignored() {
             }
             // Junk contexts and descriptors.
             let mut out = std::ptr::null_mut();
-            let mut d = abi::EventDescrV5 { type_: event::COLL, ..unsafe { std::mem::zeroed() } };
-            assert_eq!(unsafe { (t.start_event)(0x77 as *mut c_void, &mut out, &mut d) }, 0);
+            let mut d = abi::EventDescrV5 {
+                type_: event::COLL,
+                ..unsafe { std::mem::zeroed() }
+            };
+            assert_eq!(
+                unsafe { (t.start_event)(0x77 as *mut c_void, &mut out, &mut d) },
+                0
+            );
             assert!(out.is_null());
-            assert_eq!(unsafe { (t.start_event)(c.ctx, &mut out, std::ptr::null_mut()) }, 0);
+            assert_eq!(
+                unsafe { (t.start_event)(c.ctx, &mut out, std::ptr::null_mut()) },
+                0
+            );
             assert_eq!(unsafe { (t.finalize)(0x77 as *mut c_void) }, 0);
             host.finalize(c);
             assert_eq!(host.finalize(c), 0, "a second finalize is harmless");
@@ -413,11 +531,23 @@ fn the_v4_table_records_the_same_operations() {
             // SAFETY: as in `load`.
             let lib = unsafe { libloading::Library::new(lib_path()) }.unwrap();
             // SAFETY: as in `load`, the v4 table's address.
-            let t: &ProfilerV4 = unsafe { &**lib.get::<*const ProfilerV4>(b"ncclProfiler_v4\0").unwrap() };
+            let t: &ProfilerV4 =
+                unsafe { &**lib.get::<*const ProfilerV4>(b"ncclProfiler_v4\0").unwrap() };
             let mask: &'static mut i32 = Box::leak(Box::new(0));
             let mut ctx = std::ptr::null_mut();
             // SAFETY: v4's init argument order: mask, name, hash.
-            let rc = unsafe { (t.init)(&mut ctx, mask, std::ptr::null(), 0x99, 1, 2, 1, Some(host::logger())) };
+            let rc = unsafe {
+                (t.init)(
+                    &mut ctx,
+                    mask,
+                    std::ptr::null(),
+                    0x99,
+                    1,
+                    2,
+                    1,
+                    Some(host::logger()),
+                )
+            };
             assert_eq!(rc, 0);
             assert_eq!(*mask & event::COLL as i32, event::COLL as i32);
             // SAFETY: a zeroed v4 descriptor filled as NCCL 2.27 does.
@@ -436,7 +566,10 @@ fn the_v4_table_records_the_same_operations() {
             std::mem::forget(lib);
             let f = spool_file(&spool_env());
             let b = &f.comms[0].ops[0];
-            assert_eq!((b.func.as_str(), b.size_band, b.ops, b.bytes), ("AllGather", 22, 1, 4 << 20));
+            assert_eq!(
+                (b.func.as_str(), b.size_band, b.ops, b.bytes),
+                ("AllGather", 22, 1, 4 << 20)
+            );
             assert_eq!(b.protos, [("LL128".to_string(), 1)].into());
             assert_eq!(f.comms[0].rank, 1);
         },
@@ -447,18 +580,46 @@ fn the_v4_table_records_the_same_operations() {
 fn the_driver_writes_a_spool_file_through_the_built_plugin() {
     let dir = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_heddle-profiler-drive"))
-        .args(["--lib", lib_path().to_str().unwrap(), "--spool", dir.path().to_str().unwrap()])
-        .args(["--comm-nranks", "2", "--nnodes", "2", "--rank", "1", "--comm-id", "beef"])
-        .args(["--op", "AllReduce:1048576:20", "--op", "Send:4096:3", "--net", "Socket"])
+        .args([
+            "--lib",
+            lib_path().to_str().unwrap(),
+            "--spool",
+            dir.path().to_str().unwrap(),
+        ])
+        .args([
+            "--comm-nranks",
+            "2",
+            "--nnodes",
+            "2",
+            "--rank",
+            "1",
+            "--comm-id",
+            "beef",
+        ])
+        .args([
+            "--op",
+            "AllReduce:1048576:20",
+            "--op",
+            "Send:4096:3",
+            "--net",
+            "Socket",
+        ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let f = spool_file(dir.path());
     assert!(f.is_final);
     let c = comm(&f, "000000000000beef");
     assert_eq!((c.rank, c.nranks, c.nnodes), (1, 2, 2));
     let r = rows(c);
-    assert_eq!(r[&("AllReduce".into(), 20)].0..=r[&("AllReduce".into(), 20)].1, 20..=20 << 20);
+    assert_eq!(
+        r[&("AllReduce".into(), 20)].0..=r[&("AllReduce".into(), 20)].1,
+        20..=20 << 20
+    );
     assert_eq!(r[&("Send".into(), 12)].1, 3 * 4096);
     assert_eq!(c.net[0].net, "Socket");
     assert_eq!(c.net[0].bytes, (20 << 20) + 3 * 4096);

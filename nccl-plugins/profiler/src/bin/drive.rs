@@ -91,8 +91,11 @@ fn parse_op(spec: &str, args: &Args) -> Result<(Op, u64), String> {
     let bytes: u64 = bytes.parse().map_err(|_| format!("--op {spec}: BYTES"))?;
     let count: u64 = count.parse().map_err(|_| format!("--op {spec}: COUNT"))?;
     let size = heddle_nccl_profiler::names::datatype_size(args.datatype.as_bytes());
-    if bytes % size != 0 {
-        return Err(format!("--op {spec}: {bytes} is not a multiple of {} ({size} bytes)", args.datatype));
+    if !bytes.is_multiple_of(size) {
+        return Err(format!(
+            "--op {spec}: {bytes} is not a multiple of {} ({size} bytes)",
+            args.datatype
+        ));
     }
     let op = Op {
         func: func.to_string(),
@@ -120,6 +123,7 @@ fn run(args: Args) -> Result<(), String> {
         (None, Some(_)) => Some(private_temp_dir()?),
         (None, None) => None,
     };
+    let temporary = args.spool.is_none() && spool.is_some();
     let net = match args.net.as_str() {
         "IB" | "ib" => Some(Net::Ib),
         "Socket" | "socket" => Some(Net::Socket),
@@ -143,7 +147,11 @@ fn run(args: Args) -> Result<(), String> {
     // SAFETY: the library stays loaded (never closed) for the rest of the process.
     let host = unsafe { Host::new(table) };
     if let Some(pairs) = args.bench {
-        return bench(&host, &args, pairs, spool.as_deref());
+        let result = bench(&host, &args, pairs, spool.as_deref());
+        if temporary && let Some(dir) = &spool {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        return result;
     }
     let ops = args
         .ops
@@ -151,14 +159,26 @@ fn run(args: Args) -> Result<(), String> {
         .map(|s| parse_op(s, &args))
         .collect::<Result<Vec<_>, _>>()?;
     let id = match &args.comm_id {
-        Some(h) => u64::from_str_radix(h.trim_start_matches("0x"), 16).map_err(|_| "--comm-id: hex")?,
+        Some(h) => {
+            u64::from_str_radix(h.trim_start_matches("0x"), 16).map_err(|_| "--comm-id: hex")?
+        }
         None => 0x4845_0000_0000_0000 | std::process::id() as u64,
     };
-    let (comm, rc) = host.init(id, args.comm_name.as_deref(), args.nnodes, args.comm_nranks, args.rank);
+    let (comm, rc) = host.init(
+        id,
+        args.comm_name.as_deref(),
+        args.nnodes,
+        args.comm_nranks,
+        args.rank,
+    );
     let mut failures = (rc != 0) as usize;
     for (op, count) in &ops {
         for _ in 0..*count {
-            failures += host.op(comm, op, net.as_ref()).iter().filter(|&&rc| rc != 0).count();
+            failures += host
+                .op(comm, op, net.as_ref())
+                .iter()
+                .filter(|&&rc| rc != 0)
+                .count();
         }
     }
     if !args.no_finalize {
@@ -174,7 +194,8 @@ fn run(args: Args) -> Result<(), String> {
 }
 
 fn load(lib: &std::path::Path) -> Result<*const ProfilerV5, String> {
-    let path = CString::new(lib.as_os_str().as_encoded_bytes()).map_err(|_| "--lib: NUL in path")?;
+    let path =
+        CString::new(lib.as_os_str().as_encoded_bytes()).map_err(|_| "--lib: NUL in path")?;
     // SAFETY: loads the plugin as NCCL does (RTLD_NOW | RTLD_LOCAL); never closed.
     let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
     if handle.is_null() {
@@ -184,7 +205,9 @@ fn load(lib: &std::path::Path) -> Result<*const ProfilerV5, String> {
             String::new()
         } else {
             // SAFETY: a NUL-terminated message.
-            unsafe { std::ffi::CStr::from_ptr(err) }.to_string_lossy().into_owned()
+            unsafe { std::ffi::CStr::from_ptr(err) }
+                .to_string_lossy()
+                .into_owned()
         };
         return Err(format!("cannot load {}: {msg}", lib.display()));
     }
@@ -212,7 +235,12 @@ fn private_temp_dir() -> Result<PathBuf, String> {
 
 /// ns per start+stop pair of a collective event (what NCCL pays per operation when the
 /// plugin runs without kernel channel events), one communicator per thread.
-fn bench(host: &Host, args: &Args, pairs: u64, spool: Option<&std::path::Path>) -> Result<(), String> {
+fn bench(
+    host: &Host,
+    args: &Args,
+    pairs: u64,
+    _spool: Option<&std::path::Path>,
+) -> Result<(), String> {
     let op = Op {
         func: "AllReduce".into(),
         count: 2048,
@@ -225,7 +253,10 @@ fn bench(host: &Host, args: &Args, pairs: u64, spool: Option<&std::path::Path>) 
     let comms: Vec<_> = (0..args.threads.max(1))
         .map(|t| host.init(0x4245_4e43_0000_0000 | t as u64, None, 1, 2, 0).0)
         .collect();
-    let pair_only = Prepared::new(&Op { channels: 0, ..op.clone() });
+    let pair_only = Prepared::new(&Op {
+        channels: 0,
+        ..op.clone()
+    });
     let op = Prepared::new(&op);
     let measure = |op: &Prepared| {
         let start = Instant::now();
@@ -255,7 +286,6 @@ fn bench(host: &Host, args: &Args, pairs: u64, spool: Option<&std::path::Path>) 
         "ns_per_start_stop_pair": (ns_pair * 10.0).round() / 10.0,
         "channels": args.channels,
         "ns_per_op_with_kernel_channels": (ns_op * 10.0).round() / 10.0,
-        "spool": spool.map(|p| p.display().to_string()),
         "mask": format!("0x{:x}", host.mask()),
         "plugin": host.name(),
     });
