@@ -263,6 +263,12 @@ mod tests {
     }
 
     #[test]
+    fn a_row_is_small() {
+        // 256 rows a communicator, 64 communicators: docs/profiler.md quotes the total.
+        assert_eq!(std::mem::size_of::<Row>(), 152);
+    }
+
+    #[test]
     fn observes_what_was_added() {
         let c = Comm::new(0xabc, Some("dp".into()), 2, 4, 3);
         let r = c.row_for(1, 20).unwrap();

@@ -283,6 +283,11 @@ mod tests {
     }
 
     #[test]
+    fn a_slot_is_one_cache_line() {
+        assert_eq!(std::mem::size_of::<Slot>(), 64);
+    }
+
+    #[test]
     fn sweep_frees_old_operations() {
         let pool = Pool::new(4);
         let h = pool.claim(&start(5)).unwrap();
