@@ -21,8 +21,15 @@ use crate::{log, writer};
 pub const STALE_NS: u64 = 30_000_000_000;
 /// A GPU time above this is a broken timestamp, not a transfer.
 const MAX_EXEC_NS: u64 = 3_600_000_000_000;
-/// Tag of the context words given to NCCL: "HE" << 48 | communicator index + 1.
-const CTX_TAG: usize = 0x4845 << 48;
+/// Tag of the context words given to NCCL: "H" << 56 | low 24 bits of the pid << 16 |
+/// communicator index + 1. With PXN, NCCL hands a proxy thread of another process the
+/// context of the process that created the operation; the pid in the word keeps such a
+/// context from being taken for one of this process's communicators.
+const CTX_TAG: usize = 0x48 << 56;
+
+fn ctx_word(pid: u32, index: usize) -> usize {
+    CTX_TAG | ((pid as usize & 0xff_ffff) << 16) | (index + 1)
+}
 
 /// Whether events are recorded. Cleared for good by `disable`.
 static ENABLED: AtomicBool = AtomicBool::new(false);
@@ -159,7 +166,7 @@ pub fn init(
                 let _ = comm.other_net_name.set(other);
             }
             let _ = cell.set(comm);
-            CTX_TAG | (index + 1)
+            ctx_word(state.identity.pid, index)
         }
         None => {
             state.dropped_comms.fetch_add(1, Relaxed);
@@ -275,7 +282,7 @@ pub fn all_finalized(state: &State) -> bool {
 }
 
 fn comm_of(state: &State, ctx: usize) -> Option<(u32, &Comm)> {
-    if ctx & !0xffff != CTX_TAG {
+    if ctx & !0xffff != ctx_word(state.identity.pid, 0) & !0xffff {
         return None;
     }
     let index = (ctx & 0xffff).checked_sub(1)?;

@@ -495,6 +495,13 @@ fn stale_foreign_and_null_handles_are_ignored() {
                 assert_eq!(unsafe { (t.start_event)(c.ctx, &mut out, &mut d) }, 0);
                 assert!(out.is_null());
             }
+            // Another process's context for the same communicator (PXN hands those to a
+            // peer's proxy thread): its pid differs, so it is not taken for this one.
+            let foreign = (c.ctx as usize ^ (1 << 16)) as *mut c_void;
+            let mut n: abi::EventDescrV5 = unsafe { std::mem::zeroed() };
+            n.type_ = event::PROXY_OP;
+            let mut out = std::ptr::null_mut();
+            assert_eq!(unsafe { (t.start_event)(foreign, &mut out, &mut n) }, 0);
             // Junk contexts and descriptors.
             let mut out = std::ptr::null_mut();
             let mut d = abi::EventDescrV5 {
@@ -516,6 +523,10 @@ fn stale_foreign_and_null_handles_are_ignored() {
             let f = spool_file(&spool_env());
             assert!(f.is_final);
             assert_eq!(f.comms[0].ops[0].ops, 1);
+            assert_eq!(
+                f.comms[0].proxy_ops, 0,
+                "the foreign context's proxy operation"
+            );
         },
     );
 }
