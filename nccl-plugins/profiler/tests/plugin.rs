@@ -635,3 +635,70 @@ fn the_driver_writes_a_spool_file_through_the_built_plugin() {
     assert_eq!(c.net[0].net, "Socket");
     assert_eq!(c.net[0].bytes, (20 << 20) + 3 * 4096);
 }
+
+/// Builds a stand-in for Heddle's environment plugin: a `libnccl-env-heddle.so` whose
+/// `heddle_nccl_env_applied` returns `applied` (or NULL).
+fn fake_env_plugin(dir: &Path, applied: Option<&str>) -> PathBuf {
+    let src = dir.join("fake_env.rs");
+    let body = match applied {
+        Some(h) => format!("c\"{h}\".as_ptr()"),
+        None => "std::ptr::null()".to_string(),
+    };
+    std::fs::write(
+        &src,
+        format!(
+            "#[unsafe(no_mangle)]\npub extern \"C\" fn heddle_nccl_env_applied() -> *const std::ffi::c_char {{ {body} }}\n"
+        ),
+    )
+    .unwrap();
+    let lib = dir.join("libnccl-env-heddle.so");
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let out = Command::new(rustc)
+        .args(["--edition", "2024", "--crate-type", "cdylib", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    lib
+}
+
+#[test]
+fn records_the_hash_the_environment_plugin_applied() {
+    let hash = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+    for applied in [Some(hash), None] {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = dir.path().join("spool");
+        std::fs::create_dir(&spool).unwrap();
+        let env_lib = if std::env::var_os(CHILD).is_none() {
+            fake_env_plugin(dir.path(), applied)
+        } else {
+            PathBuf::new()
+        };
+        in_child(
+            "records_the_hash_the_environment_plugin_applied",
+            &[
+                ("HEDDLE_PROFILER_SPOOL", spool.to_str().unwrap()),
+                ("FAKE_ENV_PLUGIN", env_lib.to_str().unwrap()),
+                ("WANT", applied.unwrap_or("")),
+            ],
+            || {
+                // NCCL loads its environment plugin before any communicator.
+                let env =
+                    unsafe { libloading::Library::new(std::env::var("FAKE_ENV_PLUGIN").unwrap()) }
+                        .unwrap();
+                let host = load();
+                let (c, _) = host.init(0x9, None, 1, 2, 0);
+                host.finalize(c);
+                let f = spool_file(&spool_env());
+                let want = std::env::var("WANT").unwrap();
+                assert_eq!(f.env_applied.unwrap_or_default(), want);
+                drop(env);
+            },
+        );
+    }
+}
