@@ -2,10 +2,10 @@
 """What Heddle's NCCL profiler plugin costs a job, and whether it counts what the job did.
 
 Runs a data-parallel-like loop of all_reduce and all_gather over several sizes on 2 GPUs
-(NCCL backend), timing each size itself, and prints one JSON document: per size the time
-per operation and bus bandwidth, and per collective every operation and byte the job
-issued (warm-up included), with each rank's pid so the plugin's spool files can be
-matched (scripts/device/profiler_compare.py).
+(NCCL backend), timing each size itself (the median of several batches), and prints one
+JSON document: per size the time per operation and bus bandwidth, and per collective
+every operation and byte the job issued (warm-up included), with each rank's pid so the
+plugin's spool files can be matched (scripts/device/profiler_compare.py).
 
 Run it twice on the same machine, without and with the plugin:
 
@@ -15,7 +15,8 @@ Run it twice on the same machine, without and with the plugin:
     python3 profiler_compare.py --job with.json --spool /tmp/spool --baseline without.json
 
 Starts its own 2 processes (torch.multiprocessing) unless started by torchrun (RANK,
-WORLD_SIZE and LOCAL_RANK set), in which case each process runs one rank and rank 0 prints.
+WORLD_SIZE and LOCAL_RANK set), in which case each process runs one rank and rank 0
+prints its own figures only.
 Bytes are counted as NCCL counts them: count x datatype size of the call, which for
 all_gather is each rank's input.
 """
@@ -89,12 +90,17 @@ def run_rank(rank, world, args, results):
             for _ in range(args.warmup):
                 once()
             torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            for _ in range(n):
-                once()
-            torch.cuda.synchronize()
-            elapsed = time.perf_counter() - t0
-            per_op = elapsed / n
+            # Several timed batches; the median batch resists a stray slow one (small sizes
+            # vary by tens of percent between batches on a shared host).
+            batches = []
+            for _ in range(args.batches):
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    once()
+                torch.cuda.synchronize()
+                batches.append((time.perf_counter() - t0) / n)
+            batches.sort()
+            per_op = batches[len(batches) // 2]
             # nccl-tests' convention: all_gather moves size x world bytes in total.
             moved = nbytes * (world if func == "AllGather" else 1)
             algbw = moved / per_op / 1e9
@@ -105,7 +111,9 @@ def run_rank(rank, world, args, results):
                     "bytes": nbytes,
                     "size_band": band(nbytes),
                     "iters": n,
+                    "batches": args.batches,
                     "us_per_op": per_op * 1e6,
+                    "us_per_op_min": batches[0] * 1e6,
                     "algbw_GBps": algbw,
                     "busbw_GBps": algbw * factor,
                 }
@@ -136,6 +144,8 @@ def main():
     p.add_argument("--sizes", default=SIZES, help=f"comma-separated sizes in bytes, K/M/G allowed (default {SIZES})")
     p.add_argument("--warmup", type=int, default=5, help="untimed operations per size and collective")
     p.add_argument("--scale", type=float, default=1.0, help="multiply the timed iterations per size")
+    p.add_argument("--batches", type=int, default=5,
+                   help="timed batches per size and collective; the median batch is reported")
     p.add_argument("--port", type=int, default=29533, help="rendezvous port when starting its own processes")
     p.add_argument("--no-destroy", dest="destroy", action="store_false",
                    help="exit without destroy_process_group (the plugin then writes at exit, not at finalize)")
