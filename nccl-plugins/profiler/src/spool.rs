@@ -105,8 +105,11 @@ pub fn encode(mut file: SpoolFile) -> Vec<u8> {
         if bytes.len() <= MAX_SPOOL_FILE_LEN || file.comms.is_empty() {
             return bytes;
         }
-        file.comms.pop();
-        file.dropped_comms += 1;
+        // Drop about as many communicators as the excess takes, at least one.
+        let per_comm = bytes.len() / file.comms.len();
+        let drop = ((bytes.len() - MAX_SPOOL_FILE_LEN) / per_comm.max(1) + 1).min(file.comms.len());
+        file.comms.truncate(file.comms.len() - drop);
+        file.dropped_comms += drop as u64;
     }
 }
 
@@ -144,6 +147,79 @@ mod tests {
         spool.replace(b"data").unwrap();
         assert_eq!(std::fs::read(&target).unwrap(), b"keep");
         assert_eq!(std::fs::read(dir.path().join("1-2.json")).unwrap(), b"data");
+    }
+
+    #[test]
+    fn a_file_too_large_loses_its_last_communicators_and_still_parses() {
+        use heddle_types::observe::{
+            CommObservation, JobIdentity, MAX_BANDS_PER_COMM, MAX_COMMS, OpBand, SPOOL_FORMAT,
+        };
+        let band = |i: usize| OpBand {
+            func: "ReduceScatter".into(),
+            size_band: (i % 64) as u32,
+            ops: u64::MAX / 3,
+            bytes: u64::MAX / 3,
+            time_ns: u64::MAX / 3,
+            exec_ops: 1,
+            exec_bytes: 1,
+            exec_ns: u64::MAX / 3,
+            algos: crate::names::ALGOS
+                .iter()
+                .map(|a| (a.to_string(), u64::MAX / 3))
+                .collect(),
+            protos: crate::names::PROTOS
+                .iter()
+                .map(|p| (p.to_string(), u64::MAX / 3))
+                .collect(),
+            max_channels: 64,
+        };
+        let comm = |i: usize| CommObservation {
+            comm_hash: format!("{i:016x}"),
+            name: Some("n".repeat(256)),
+            nranks: 8,
+            nnodes: 1,
+            rank: 0,
+            ops: (0..MAX_BANDS_PER_COMM).map(band).collect(),
+            net: vec![],
+            proxy_ops: 0,
+            dropped_events: 0,
+            finalized_at: None,
+        };
+        let file = SpoolFile {
+            format: SPOOL_FORMAT,
+            job: JobIdentity {
+                pid: 1,
+                uid: 1,
+                start_ticks: 1,
+                slurm_job_id: None,
+                slurm_step_id: None,
+                k8s_namespace: None,
+                k8s_pod: None,
+                comm: None,
+            },
+            seq: 0,
+            is_final: false,
+            written_at: chrono::Utc::now(),
+            plugin_version: "0".into(),
+            nccl_version: None,
+            env_applied: None,
+            comms: (0..MAX_COMMS).map(comm).collect(),
+            dropped_events: 0,
+            dropped_comms: 0,
+        };
+        assert!(serde_json::to_vec(&file).unwrap().len() > MAX_SPOOL_FILE_LEN);
+        let bytes = encode(file);
+        assert!(bytes.len() <= MAX_SPOOL_FILE_LEN);
+        let parsed = SpoolFile::parse(&bytes).unwrap();
+        assert!(parsed.comms.len() < MAX_COMMS && !parsed.comms.is_empty());
+        assert_eq!(
+            parsed.comms.len() as u64 + parsed.dropped_comms,
+            MAX_COMMS as u64
+        );
+        assert_eq!(
+            parsed.comms[0].comm_hash, "0000000000000000",
+            "the first ones stay"
+        );
     }
 
     #[test]

@@ -293,6 +293,35 @@ fn without_network_events_the_network_is_inferred() {
 }
 
 #[test]
+fn communicators_beyond_the_limit_are_counted_not_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool = dir.path().to_str().unwrap().to_string();
+    in_child(
+        "communicators_beyond_the_limit_are_counted_not_kept",
+        &[("HEDDLE_PROFILER_SPOOL", &spool)],
+        || {
+            let host = load();
+            let max = heddle_types::observe::MAX_COMMS as u64;
+            let comms: Vec<Comm> = (0..max + 2)
+                .map(|i| host.init(i, None, 1, 2, 0).0)
+                .collect();
+            assert!(comms[..max as usize].iter().all(|c| !c.ctx.is_null()));
+            assert!(comms[max as usize..].iter().all(|c| c.ctx.is_null()));
+            for c in &comms {
+                ok(host.op(*c, &op("AllReduce", 4, "ncclFloat32", "RING", 1), None));
+            }
+            for c in &comms {
+                assert_eq!(host.finalize(*c), 0);
+            }
+            let f = spool_file(&spool_env());
+            assert!(f.is_final, "every communicator, kept or not, was finalized");
+            assert_eq!((f.comms.len() as u64, f.dropped_comms), (max, 2));
+            assert!(f.comms.iter().all(|c| c.ops[0].ops == 1));
+        },
+    );
+}
+
+#[test]
 fn slots_exhausted_count_drops_and_keep_bytes() {
     let dir = tempfile::tempdir().unwrap();
     let spool = dir.path().to_str().unwrap().to_string();
