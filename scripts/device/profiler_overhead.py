@@ -38,6 +38,14 @@ def parse_size(s):
     return int(s)
 
 
+def parse_cpus(spec):
+    cpus = set()
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
 def iters_for(size, scale):
     if size <= 1 << 20:
         n = 200
@@ -59,6 +67,9 @@ def run_rank(rank, world, args, results):
     import torch.distributed as dist
 
     local = int(os.environ.get("LOCAL_RANK", rank))
+    if args.pin_cpus:
+        groups = args.pin_cpus.split(":")
+        os.sched_setaffinity(0, parse_cpus(groups[local % len(groups)]))
     torch.cuda.set_device(local)
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", str(args.port))
@@ -146,6 +157,8 @@ def main():
     p.add_argument("--scale", type=float, default=1.0, help="multiply the timed iterations per size")
     p.add_argument("--batches", type=int, default=5,
                    help="timed batches per size and collective; the median batch is reported")
+    p.add_argument("--pin-cpus", help="cores per local rank, ':'-separated, e.g. 0-7:64-71 "
+                   "(small-message latency varies widely between unpinned processes)")
     p.add_argument("--port", type=int, default=29533, help="rendezvous port when starting its own processes")
     p.add_argument("--no-destroy", dest="destroy", action="store_false",
                    help="exit without destroy_process_group (the plugin then writes at exit, not at finalize)")
