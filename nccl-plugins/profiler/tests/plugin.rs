@@ -1,118 +1,14 @@
 //! The built plugin, loaded as NCCL loads it (dlopen + `ncclProfiler_v5`), driven through
-//! its C ABI, its spool file read back with `SpoolFile::parse`.
-//!
-//! The plugin is process-wide state configured from the environment at its first `init`,
-//! so each test runs its body in a child process of this test binary, with the
-//! environment it needs.
+//! its C ABI as NCCL does, its spool file read back with `SpoolFile::parse`: what it counts.
 
-use std::collections::BTreeMap;
-use std::ffi::c_void;
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::PathBuf;
 use std::process::Command;
 
-use heddle_nccl_profiler::abi::{self, ProfilerV4, ProfilerV5, event};
-use heddle_nccl_profiler::host::{self, Comm, Host, Net, Op, Prepared};
-use heddle_types::observe::{CommObservation, SpoolFile};
-
-const CHILD: &str = "HEDDLE_PROFILER_TEST_CHILD";
-
-/// The cdylib cargo built beside this test (or `HEDDLE_PROFILER_LIB`, e.g. a release build).
-fn lib_path() -> PathBuf {
-    if let Ok(p) = std::env::var("HEDDLE_PROFILER_LIB") {
-        return p.into();
-    }
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    for dir in [deps, deps.parent().unwrap()] {
-        let p = dir.join("libheddle_nccl_profiler.so");
-        if p.exists() {
-            return p;
-        }
-    }
-    panic!(
-        "libheddle_nccl_profiler.so not built next to {}",
-        exe.display()
-    );
-}
-
-/// Loads the plugin; the library stays loaded for the (child) process's life.
-fn load() -> Host {
-    // SAFETY: loading our own plugin; its initialisers only set up statics.
-    let lib = unsafe { libloading::Library::new(lib_path()) }.unwrap();
-    // SAFETY: libloading gives a data symbol's address as the value: the v5 table.
-    let table = unsafe { *lib.get::<*const ProfilerV5>(b"ncclProfiler_v5\0").unwrap() };
-    std::mem::forget(lib);
-    // SAFETY: loaded for good (forgotten above).
-    unsafe { Host::new(table) }
-}
-
-/// Runs this test's body in a child process with `env`; in the child, runs `body`.
-fn in_child(test: &str, env: &[(&str, &str)], body: impl FnOnce()) {
-    if std::env::var_os(CHILD).is_some() {
-        body();
-        return;
-    }
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD, "1")
-        .envs(env.iter().copied())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{test} in a child process failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// The spool directory the parent chose (the child's own `tempdir()` is another one).
-fn spool_env() -> PathBuf {
-    std::env::var("HEDDLE_PROFILER_SPOOL").unwrap().into()
-}
-
-fn spool_file(dir: &Path) -> SpoolFile {
-    let files: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "json"))
-        .collect();
-    assert_eq!(files.len(), 1, "{files:?}");
-    SpoolFile::parse(&std::fs::read(&files[0]).unwrap()).unwrap()
-}
-
-fn op(func: &str, count: usize, datatype: &str, algo: &str, exec_ns: u64) -> Op {
-    Op {
-        func: func.into(),
-        count,
-        datatype: datatype.into(),
-        algo: algo.into(),
-        proto: "SIMPLE".into(),
-        channels: 4,
-        exec_ns,
-    }
-}
-
-fn ok(rcs: Vec<i32>) {
-    assert!(rcs.iter().all(|&rc| rc == 0), "{rcs:?}");
-}
-
-fn comm<'a>(f: &'a SpoolFile, hash: &str) -> &'a CommObservation {
-    f.comms.iter().find(|c| c.comm_hash == hash).unwrap()
-}
-
-/// (func, band) → (ops, bytes, exec_ops, exec_ns)
-fn rows(c: &CommObservation) -> BTreeMap<(String, u32), (u64, u64, u64, u64)> {
-    c.ops
-        .iter()
-        .map(|b| {
-            (
-                (b.func.clone(), b.size_band),
-                (b.ops, b.bytes, b.exec_ops, b.exec_ns),
-            )
-        })
-        .collect()
-}
+use common::*;
+use heddle_nccl_profiler::abi::{self, ProfilerV4, event};
+use heddle_nccl_profiler::host::{self, Comm, Net, Op, Prepared};
 
 #[test]
 fn aggregates_collectives_point_to_point_and_networks() {
@@ -293,35 +189,6 @@ fn without_network_events_the_network_is_inferred() {
 }
 
 #[test]
-fn communicators_beyond_the_limit_are_counted_not_kept() {
-    let dir = tempfile::tempdir().unwrap();
-    let spool = dir.path().to_str().unwrap().to_string();
-    in_child(
-        "communicators_beyond_the_limit_are_counted_not_kept",
-        &[("HEDDLE_PROFILER_SPOOL", &spool)],
-        || {
-            let host = load();
-            let max = heddle_types::observe::MAX_COMMS as u64;
-            let comms: Vec<Comm> = (0..max + 2)
-                .map(|i| host.init(i, None, 1, 2, 0).0)
-                .collect();
-            assert!(comms[..max as usize].iter().all(|c| !c.ctx.is_null()));
-            assert!(comms[max as usize..].iter().all(|c| c.ctx.is_null()));
-            for c in &comms {
-                ok(host.op(*c, &op("AllReduce", 4, "ncclFloat32", "RING", 1), None));
-            }
-            for c in &comms {
-                assert_eq!(host.finalize(*c), 0);
-            }
-            let f = spool_file(&spool_env());
-            assert!(f.is_final, "every communicator, kept or not, was finalized");
-            assert_eq!((f.comms.len() as u64, f.dropped_comms), (max, 2));
-            assert!(f.comms.iter().all(|c| c.ops[0].ops == 1));
-        },
-    );
-}
-
-#[test]
 fn slots_exhausted_count_drops_and_keep_bytes() {
     let dir = tempfile::tempdir().unwrap();
     let spool = dir.path().to_str().unwrap().to_string();
@@ -418,42 +285,6 @@ fn many_threads_at_once() {
 }
 
 #[test]
-fn a_spool_directory_that_is_missing_or_unwritable_turns_the_plugin_off() {
-    for (n, spool) in [(0, "/nonexistent/heddle/spool"), (1, "/proc/self")] {
-        in_child(
-            "a_spool_directory_that_is_missing_or_unwritable_turns_the_plugin_off",
-            &[("HEDDLE_PROFILER_SPOOL", spool), ("CASE", &n.to_string())],
-            || {
-                let mut host = load();
-                let (c, rc) = host.init(0x5, None, 2, 2, 0);
-                assert_eq!(rc, 0, "init succeeds: the job goes on");
-                assert_eq!(host.mask(), 0, "and asks NCCL for no events");
-                // NCCL may still call with what it has: every call succeeds.
-                host.ignore_mask = true;
-                for _ in 0..3 {
-                    ok(host.op(
-                        c,
-                        &op("AllReduce", 1024, "ncclFloat32", "RING", 10),
-                        Some(&Net::Ib),
-                    ));
-                }
-                let (c2, rc) = host.init(0x6, None, 1, 2, 1);
-                assert_eq!(rc, 0);
-                assert_eq!(host.finalize(c), 0);
-                assert_eq!(host.finalize(c2), 0);
-                let log = host::LOG.lock().unwrap();
-                let off: Vec<_> = log
-                    .iter()
-                    .filter(|l| l.contains("off for this process"))
-                    .collect();
-                assert_eq!(off.len(), 1, "one INFO line: {log:?}");
-                assert!(off[0].starts_with("PROFILER/Plugin: heddle"), "{off:?}");
-            },
-        );
-    }
-}
-
-#[test]
 fn periodic_writes_and_a_last_one_at_exit_without_finalize() {
     let dir = tempfile::tempdir().unwrap();
     let spool = dir.path().to_str().unwrap().to_string();
@@ -482,82 +313,6 @@ fn periodic_writes_and_a_last_one_at_exit_without_finalize() {
         assert_eq!(f.comms[0].ops[0].ops, 2);
         assert!(f.comms[0].finalized_at.is_none());
     }
-}
-
-#[test]
-fn stale_foreign_and_null_handles_are_ignored() {
-    let dir = tempfile::tempdir().unwrap();
-    let spool = dir.path().to_str().unwrap().to_string();
-    in_child(
-        "stale_foreign_and_null_handles_are_ignored",
-        &[("HEDDLE_PROFILER_SPOOL", &spool)],
-        || {
-            let host = load();
-            let t = host.table();
-            let (c, _) = host.init(0x8, None, 1, 2, 0);
-            let p = Prepared::new(&Op {
-                channels: 0,
-                ..op("AllReduce", 4, "ncclFloat32", "RING", 0)
-            });
-            let (h, _) = host.start_task(c, &p);
-            assert_eq!(host.stop_handle(h), 0);
-            let mut local = 0u64;
-            for junk in [
-                h,
-                std::ptr::null_mut(),
-                0x1234 as *mut c_void,
-                &mut local as *mut u64 as *mut c_void,
-            ] {
-                assert_eq!(host.stop_handle(junk), 0);
-                let mut args = abi::StateArgs { p_timer: 5 };
-                // SAFETY: the plugin must accept any handle word.
-                assert_eq!(
-                    unsafe { (t.record_event_state)(junk, abi::STATE_KERNEL_CH_STOP, &mut args) },
-                    0
-                );
-                // A kernel channel whose parent is junk gets no handle.
-                // SAFETY: a zeroed descriptor is valid.
-                let mut d: abi::EventDescrV5 = unsafe { std::mem::zeroed() };
-                d.type_ = event::KERNEL_CH;
-                d.parent_obj = junk;
-                let mut out = 0x99 as *mut c_void;
-                assert_eq!(unsafe { (t.start_event)(c.ctx, &mut out, &mut d) }, 0);
-                assert!(out.is_null());
-            }
-            // Another process's context for the same communicator (PXN hands those to a
-            // peer's proxy thread): its pid differs, so it is not taken for this one.
-            let foreign = (c.ctx as usize ^ (1 << 16)) as *mut c_void;
-            let mut n: abi::EventDescrV5 = unsafe { std::mem::zeroed() };
-            n.type_ = event::PROXY_OP;
-            let mut out = std::ptr::null_mut();
-            assert_eq!(unsafe { (t.start_event)(foreign, &mut out, &mut n) }, 0);
-            // Junk contexts and descriptors.
-            let mut out = std::ptr::null_mut();
-            let mut d = abi::EventDescrV5 {
-                type_: event::COLL,
-                ..unsafe { std::mem::zeroed() }
-            };
-            assert_eq!(
-                unsafe { (t.start_event)(0x77 as *mut c_void, &mut out, &mut d) },
-                0
-            );
-            assert!(out.is_null());
-            assert_eq!(
-                unsafe { (t.start_event)(c.ctx, &mut out, std::ptr::null_mut()) },
-                0
-            );
-            assert_eq!(unsafe { (t.finalize)(0x77 as *mut c_void) }, 0);
-            host.finalize(c);
-            assert_eq!(host.finalize(c), 0, "a second finalize is harmless");
-            let f = spool_file(&spool_env());
-            assert!(f.is_final);
-            assert_eq!(f.comms[0].ops[0].ops, 1);
-            assert_eq!(
-                f.comms[0].proxy_ops, 0,
-                "the foreign context's proxy operation"
-            );
-        },
-    );
 }
 
 #[test]
@@ -663,37 +418,6 @@ fn the_driver_writes_a_spool_file_through_the_built_plugin() {
     assert_eq!(r[&("Send".into(), 12)].1, 3 * 4096);
     assert_eq!(c.net[0].net, "Socket");
     assert_eq!(c.net[0].bytes, (20 << 20) + 3 * 4096);
-}
-
-/// Builds a stand-in for Heddle's environment plugin: a `libnccl-env-heddle.so` whose
-/// `heddle_nccl_env_applied` returns `applied` (or NULL).
-fn fake_env_plugin(dir: &Path, applied: Option<&str>) -> PathBuf {
-    let src = dir.join("fake_env.rs");
-    let body = match applied {
-        Some(h) => format!("c\"{h}\".as_ptr()"),
-        None => "std::ptr::null()".to_string(),
-    };
-    std::fs::write(
-        &src,
-        format!(
-            "#[unsafe(no_mangle)]\npub extern \"C\" fn heddle_nccl_env_applied() -> *const std::ffi::c_char {{ {body} }}\n"
-        ),
-    )
-    .unwrap();
-    let lib = dir.join("libnccl-env-heddle.so");
-    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
-    let out = Command::new(rustc)
-        .args(["--edition", "2024", "--crate-type", "cdylib", "-o"])
-        .arg(&lib)
-        .arg(&src)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    lib
 }
 
 #[test]
