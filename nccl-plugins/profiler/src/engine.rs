@@ -177,7 +177,8 @@ pub fn init(
     ENABLED.store(true, Release);
     // A first write at once: the job is visible from its start, and a spool directory the
     // process cannot write to turns the plugin off now rather than at the first tick.
-    if let Err(e) = writer::write_from_nccl(state, false) {
+    // Later communicators wait for the writer (a job may create many in a row).
+    if first && let Err(e) = writer::write_from_nccl(state, false) {
         disable(&format!(
             "cannot write {}/{}: {e}",
             state.config.spool.display(),
