@@ -1,7 +1,7 @@
 //! The writer: a thread of its own that, every interval, finishes stale operations and
 //! rewrites the spool file from the aggregates (reading them only). Also the final write
-//! at the last `finalize` and a last one when the process exits without finalizing (as
-//! PyTorch jobs that never destroy their process group do).
+//! at the last `finalize` and a last one when the process exits without finalizing (jobs
+//! that never destroy their communicators).
 
 use std::io;
 use std::sync::atomic::Ordering::Relaxed;
