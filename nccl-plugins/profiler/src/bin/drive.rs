@@ -26,10 +26,10 @@ struct Args {
     /// Spool directory the plugin writes to (sets HEDDLE_PROFILER_SPOOL for it). Default:
     /// the plugin's own (/var/spool/heddle/jobs); with --bench, a fresh private temporary
     /// directory.
-    #[arg(long)]
+    #[arg(long, env = "HEDDLE_PROFILER_SPOOL")]
     spool: Option<PathBuf>,
     /// Seconds between the plugin's rewrites (sets HEDDLE_PROFILER_INTERVAL_S).
-    #[arg(long)]
+    #[arg(long, env = "HEDDLE_PROFILER_INTERVAL_S")]
     interval: Option<f64>,
     /// Ranks in the communicator.
     #[arg(long, default_value_t = 2)]
