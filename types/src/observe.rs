@@ -15,8 +15,9 @@ use serde::{Deserialize, Serialize};
 
 /// Version of the spool file layout; the agent refuses others.
 pub const SPOOL_FORMAT: u32 = 1;
-/// Largest spool file the agent reads.
-pub const MAX_SPOOL_FILE_LEN: usize = 1024 * 1024;
+/// Largest spool file the agent reads. The plugin drops whole communicators (counted in
+/// `dropped_comms`) rather than write a larger one.
+pub const MAX_SPOOL_FILE_LEN: usize = 4 * 1024 * 1024;
 /// Most communicators kept per process (further ones are counted in `dropped_comms`).
 pub const MAX_COMMS: usize = 64;
 /// Most (function, size band) rows per communicator.
@@ -55,8 +56,17 @@ pub struct JobIdentity {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct NetUse {
     pub net: String,
+    /// Network plugin events, or proxy operations when `inferred`.
     pub ops: u64,
+    /// Bytes the events reported sent (IB: RDMA writes; sockets: sends); 0 when inferred.
     pub bytes: u64,
+    /// No network events came (NCCL builds without `NET_PROFILER=1`, NVIDIA's packages
+    /// among them, report none for their own IB and socket transports), so the plugin
+    /// named the network from the process: `NCCL_NET`, else an external net plugin
+    /// (`NCCL_NET_PLUGIN`), else `IB` when the process holds RDMA devices open and IB is
+    /// not disabled, else `Socket`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub inferred: bool,
 }
 
 /// One collective or point-to-point function in one size band of one communicator.
@@ -71,8 +81,20 @@ pub struct OpBand {
     pub ops: u64,
     /// Sum of count × datatype size over the operations (what the caller asked to move).
     pub bytes: u64,
-    /// Sum of each operation's time from its start to its stop event.
+    /// Sum of each operation's time from its start to its stop event. NCCL stops a
+    /// collective's event once it has handed the work to the GPU and the proxy, so this is
+    /// host time to launch, not the transfer; `exec_ns` is the transfer.
     pub time_ns: u64,
+    /// Operations whose GPU execution was timed (every channel's kernel events came).
+    #[serde(default)]
+    pub exec_ops: u64,
+    /// Bytes of those operations: `exec_bytes / exec_ns` is their algorithm bandwidth.
+    #[serde(default)]
+    pub exec_bytes: u64,
+    /// Sum of their GPU execution times: from the first channel's start to the last
+    /// channel's stop, on the GPU's global timer.
+    #[serde(default)]
+    pub exec_ns: u64,
     /// Operations per algorithm (`Ring`, `Tree`, `NVLS`, ...).
     #[serde(default)]
     pub algos: BTreeMap<String, u64>,
@@ -98,6 +120,13 @@ pub struct CommObservation {
     /// Empty when no proxy traffic was seen (intra-node only, or net events not reported).
     #[serde(default)]
     pub net: Vec<NetUse>,
+    /// Proxy operations seen. With `net` empty and this above 0 the communicator used a
+    /// proxied transport whose network plugin reports no events.
+    #[serde(default)]
+    pub proxy_ops: u64,
+    /// Operations not counted because all `MAX_BANDS_PER_COMM` rows were taken.
+    #[serde(default)]
+    pub dropped_events: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finalized_at: Option<DateTime<Utc>>,
 }
@@ -118,8 +147,8 @@ pub struct SpoolFile {
     /// The NCCL version the plugin was loaded by, when it could tell.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nccl_version: Option<String>,
-    /// The content hash of the Heddle env file the environment plugin applied, when the
-    /// process ran with it (`HEDDLE_ENV_APPLIED`), else none.
+    /// The content hash (SHA-256, hex) of the Heddle env file that Heddle's environment
+    /// plugin applied in this process (its `heddle_nccl_env_applied` symbol), else none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env_applied: Option<String>,
     pub comms: Vec<CommObservation>,
@@ -206,7 +235,12 @@ impl SpoolFile {
             }
             for b in &c.ops {
                 check_text("func", &b.func)?;
-                if b.size_band > 63 || b.algos.len() > 16 || b.protos.len() > 16 {
+                if b.size_band > 63
+                    || b.algos.len() > 16
+                    || b.protos.len() > 16
+                    || b.exec_ops > b.ops
+                    || b.exec_bytes > b.bytes
+                {
                     return Err(SpoolError(format!("row {} out of range", b.func)));
                 }
                 for k in b.algos.keys().chain(b.protos.keys()) {
@@ -265,11 +299,16 @@ mod tests {
                     ops: 20,
                     bytes: 20 << 30,
                     time_ns: 90_000_000,
+                    exec_ops: 20,
+                    exec_bytes: 20 << 30,
+                    exec_ns: 480_000_000,
                     algos: [("Ring".to_string(), 20)].into(),
                     protos: [("Simple".to_string(), 20)].into(),
                     max_channels: 16,
                 }],
                 net: vec![],
+                proxy_ops: 0,
+                dropped_events: 0,
                 finalized_at: None,
             }],
             dropped_events: 0,
@@ -287,6 +326,9 @@ mod tests {
         assert!(SpoolFile::parse(&serde_json::to_vec(&bad).unwrap()).is_err());
         let mut bad = s.clone();
         bad.format = 2;
+        assert!(SpoolFile::parse(&serde_json::to_vec(&bad).unwrap()).is_err());
+        let mut bad = s.clone();
+        bad.comms[0].ops[0].exec_ops = 21;
         assert!(SpoolFile::parse(&serde_json::to_vec(&bad).unwrap()).is_err());
         let mut bad = s;
         bad.comms[0].rank = 2;
