@@ -256,9 +256,10 @@ impl SpoolFile {
 }
 
 fn check_text(what: &str, text: &str) -> Result<(), SpoolError> {
-    if text.len() > MAX_TEXT_LEN || text.chars().any(|c| c.is_control()) {
+    if text.len() > MAX_TEXT_LEN || text.chars().any(crate::env_policy::is_hidden) {
         return Err(SpoolError(format!(
-            "{what} is longer than {MAX_TEXT_LEN} bytes or holds a control character"
+            "{what} is longer than {MAX_TEXT_LEN} bytes or holds a control character or an \
+             invisible or direction-changing one"
         )));
     }
     Ok(())
