@@ -153,6 +153,47 @@ pub fn render(header: &[&str], entries: &[Entry]) -> Result<String, ConfError> {
     Ok(out)
 }
 
+/// Where the agent keeps the node env file and where the environment plugin reads it, unless
+/// configured otherwise (`HEDDLE_NCCL_ENV_FILE` for both).
+pub const DEFAULT_NODE_ENV_FILE: &str = "/var/lib/heddle-agent/nccl.env";
+
+/// File name of Heddle's own NCCL profiler plugin: the one library a node env file may name.
+pub const HEDDLE_PROFILER_LIB: &str = "libnccl-profiler-heddle.so";
+
+/// Whether one entry of a node env file may reach a job: what
+/// [`env_policy::check_var`](crate::env_policy::check_var) allows, plus
+/// `NCCL_PROFILER_PLUGIN` naming Heddle's own profiler by an absolute path. That path comes
+/// from the agent's own configuration (`--nccl-profiler-plugin`), never from the API, and
+/// the file is root's, so this admits exactly the library the node's root installed. The
+/// agent applies this rule before writing the file and the environment plugin again when
+/// reading it.
+pub fn check_node_entry(name: &str, value: &str) -> Result<(), String> {
+    if name == "NCCL_PROFILER_PLUGIN" {
+        return check_profiler_path(value);
+    }
+    env_policy::check_var(name, value).map_err(|e| e.to_string())
+}
+
+/// An absolute path, without `.` or `..` components, whose file name is
+/// [`HEDDLE_PROFILER_LIB`].
+pub fn check_profiler_path(value: &str) -> Result<(), String> {
+    env_policy::check_value("NCCL_PROFILER_PLUGIN", value).map_err(|e| e.to_string())?;
+    let mut parts = value.split('/');
+    let absolute = parts.next() == Some("");
+    let parts: Vec<&str> = parts.collect();
+    let clean = parts
+        .iter()
+        .all(|p| !p.is_empty() && *p != "." && *p != "..");
+    if absolute && clean && parts.last() == Some(&HEDDLE_PROFILER_LIB) {
+        Ok(())
+    } else {
+        Err(format!(
+            "NCCL_PROFILER_PLUGIN may only name Heddle's profiler plugin by an absolute path \
+             ending in /{HEDDLE_PROFILER_LIB}, not {value:?}"
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -224,5 +265,35 @@ mod tests {
         assert_eq!(parse(text.as_bytes()).unwrap(), entries);
         assert!(render(&["two\nlines"], &entries).is_err());
         assert!(render(&[], &[entry("A", "x\ny")]).is_err());
+    }
+
+    #[test]
+    fn a_node_file_may_name_only_heddles_profiler() {
+        assert!(check_node_entry("NCCL_IB_HCA", "mlx5_0").is_ok());
+        assert!(check_node_entry("NCCL_NET_PLUGIN", "/x/libnccl-net.so").is_err());
+        assert!(check_node_entry("LD_PRELOAD", "/x.so").is_err());
+        assert!(
+            check_node_entry(
+                "NCCL_PROFILER_PLUGIN",
+                "/usr/lib/heddle/libnccl-profiler-heddle.so"
+            )
+            .is_ok()
+        );
+        for bad in [
+            "libnccl-profiler-heddle.so",
+            "./libnccl-profiler-heddle.so",
+            "/tmp/../tmp/libnccl-profiler-heddle.so",
+            "/usr/lib//libnccl-profiler-heddle.so",
+            "/usr/lib/libnccl-profiler-inspector.so",
+            "/usr/lib/libnccl-profiler-heddle.so.evil",
+            "/usr/lib/libnccl-profiler-heddle.so/",
+            "/usr/lib/libnccl-profiler-heddle.so\n",
+            "",
+        ] {
+            assert!(
+                check_node_entry("NCCL_PROFILER_PLUGIN", bad).is_err(),
+                "{bad:?}"
+            );
+        }
     }
 }
