@@ -11,7 +11,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -197,6 +197,9 @@ pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8], mode: u32) -> Result<(
             .create_new(true)
             .mode(mode)
             .open(&tmp)
+            .map_err(io_err(&tmp))?;
+        // Exactly `mode`, whatever the umask.
+        file.set_permissions(fs::Permissions::from_mode(mode))
             .map_err(io_err(&tmp))?;
         file.write_all(bytes).map_err(io_err(&tmp))?;
         file.sync_all().map_err(io_err(&tmp))?;

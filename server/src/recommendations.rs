@@ -185,6 +185,7 @@ pub async fn replace_source(
             .execute(&mut *conn)
             .await?;
     }
+    crate::job_env::mark_changed(conn, crate::job_env::Changed::Nodes(&[node])).await?;
     recompute_traits(conn, &[node]).await
 }
 
@@ -289,6 +290,7 @@ pub async fn store_plugin_says(
         .execute(&mut *conn)
         .await?;
     }
+    crate::job_env::mark_changed(conn, crate::job_env::Changed::Nodes(nodes)).await?;
     recompute_traits(conn, nodes).await
 }
 

@@ -22,7 +22,8 @@ pub const MAX_CONF_FILE_LEN: usize = 64 * 1024;
 pub const MAX_CONF_ENTRIES: usize = 256;
 
 /// One `NAME=value` line.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Entry {
     pub name: String,
     pub value: String,
@@ -194,6 +195,61 @@ pub fn check_profiler_path(value: &str) -> Result<(), String> {
     }
 }
 
+/// SHA-256 (hex) of a node's job environment: of its entries as [`render`] writes them
+/// without a header. The server sends it in heartbeats (`job_env_sha256`) and the agent
+/// compares it with the entries of the file it last wrote, so an agent fetches the job
+/// environment only when it changed.
+pub fn job_env_sha256(entries: &[Entry]) -> Result<String, ConfError> {
+    use sha2::{Digest, Sha256};
+    let body = render(&[], entries)?;
+    Ok(hex::encode(Sha256::digest(body.as_bytes())))
+}
+
+/// The node env file: what the agent writes to `/var/lib/heddle-agent/nccl.env` and what
+/// `heddle env NODE --format nccl-conf` prints. `job_env` is the server's job environment
+/// for the node; `profiler` the path of Heddle's profiler plugin when the agent is
+/// configured with one, added as `NCCL_PROFILER_PLUGIN` (after the job environment, which
+/// cannot hold that name). Every entry must pass [`check_node_entry`].
+pub fn render_node_env(
+    node: &str,
+    job_env: &[Entry],
+    profiler: Option<&str>,
+) -> Result<String, ConfError> {
+    let sha = job_env_sha256(job_env)?;
+    let mut entries = job_env.to_vec();
+    if let Some(path) = profiler {
+        entries.retain(|e| e.name != "NCCL_PROFILER_PLUGIN");
+        entries.push(Entry {
+            name: "NCCL_PROFILER_PLUGIN".into(),
+            value: path.into(),
+        });
+    }
+    for (i, e) in entries.iter().enumerate() {
+        check_node_entry(&e.name, &e.value)
+            .map_err(|why| ConfError::Invalid { line: i + 1, why })?;
+    }
+    let node_line = format!("Heddle environment for node {node}");
+    let sha_line = format!("job env sha256 {sha}");
+    render(
+        &[
+            &node_line,
+            &sha_line,
+            "written by heddle-agent; do not edit",
+        ],
+        &entries,
+    )
+}
+
+/// The job environment part of a node env file's entries: all but what the agent adds
+/// from its own configuration.
+pub fn job_env_part(entries: &[Entry]) -> Vec<Entry> {
+    entries
+        .iter()
+        .filter(|e| e.name != "NCCL_PROFILER_PLUGIN")
+        .cloned()
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -295,5 +351,28 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn the_node_file_carries_its_job_env_hash_and_the_profiler() {
+        let env = vec![entry("NCCL_IB_HCA", "mlx5_0"), entry("NCCL_ALGO", "Ring")];
+        let sha = job_env_sha256(&env).unwrap();
+        assert_eq!(sha.len(), 64);
+        assert_ne!(sha, job_env_sha256(&env[..1]).unwrap());
+        let profiler = "/usr/lib/heddle/libnccl-profiler-heddle.so";
+        let text = render_node_env("gpu-1", &env, Some(profiler)).unwrap();
+        assert!(text.starts_with(&format!(
+            "# Heddle environment for node gpu-1\n# job env sha256 {sha}\n# written by heddle-agent; do not edit\n"
+        )), "{text}");
+        let back = parse(text.as_bytes()).unwrap();
+        assert_eq!(
+            back.last().unwrap(),
+            &entry("NCCL_PROFILER_PLUGIN", profiler)
+        );
+        assert_eq!(job_env_part(&back), env);
+        assert_eq!(job_env_sha256(&job_env_part(&back)).unwrap(), sha);
+        assert!(render_node_env("gpu-1", &env, Some("/tmp/evil.so")).is_err());
+        assert!(render_node_env("gpu-1", &[entry("LD_PRELOAD", "/x.so")], None).is_err());
+        assert!(render_node_env("gpu\n1", &env, None).is_err());
     }
 }

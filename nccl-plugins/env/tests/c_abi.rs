@@ -164,6 +164,7 @@ fn probe_with(mode: &str, file: &Path, ask: &[&str], env: &[(&str, &str)]) -> Pr
         .env("HEDDLE_ENV_PROBE_ASK", ask.join(","))
         .env("HEDDLE_NCCL_ENV_FILE", file)
         .env("NCCL_DEBUG", "INFO")
+        .env_remove("LD_PRELOAD")
         .env_remove("NCCL_DEBUG_SUBSYS");
     for (k, v) in env {
         match k.strip_prefix('!') {
@@ -205,7 +206,7 @@ fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(sha2::Sha256::digest(bytes))
 }
 
-const NODE_FILE: &str = "# node gpu-1\nNCCL_IB_HCA=mlx5_0:1,mlx5_1:1\nNCCL_ALGO=Ring\nNCCL_NET_PLUGIN=/tmp/evil.so\nNCCL_PROFILER_PLUGIN=/tmp/x/libnccl-profiler-inspector.so\n";
+const NODE_FILE: &str = "# node gpu-1\nNCCL_IB_HCA=mlx5_0:1,mlx5_1:1\nNCCL_ALGO=Ring\nNCCL_NET_PLUGIN=/tmp/evil.so\nLD_PRELOAD=/tmp/evil.so\nNCCL_PROFILER_PLUGIN=/tmp/x/libnccl-profiler-inspector.so\n";
 
 #[test]
 fn node_values_apply_and_the_jobs_own_win() {
@@ -227,6 +228,7 @@ fn node_values_apply_and_the_jobs_own_win() {
             "NCCL_PROFILER_PLUGIN",
             "NCCL_PROTO",
             "HOME",
+            "LD_PRELOAD",
         ],
         &[("NCCL_ALGO", "Tree"), ("HOME", "/home/job")],
     );
@@ -250,6 +252,7 @@ fn node_values_apply_and_the_jobs_own_win() {
         "only Heddle's profiler may be named"
     );
     assert_eq!(p.answer("NCCL_PROTO"), None);
+    assert_eq!(p.answer("LD_PRELOAD"), None, "never a loader variable");
     assert_eq!(p.answer("HOME").as_deref(), Some("/home/job"));
     let sha = sha256_hex(NODE_FILE.as_bytes());
     assert_eq!(p.applied().as_deref(), Some(sha.as_str()));
