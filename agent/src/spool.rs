@@ -93,6 +93,9 @@ impl Spool {
     pub fn open(dir: impl Into<PathBuf>) -> Result<Spool, SpoolError> {
         let dir = dir.into();
         fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+        // Private even when the state directory above it is searchable by job users (for
+        // the node env file kept beside it).
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).map_err(io_err(&dir))?;
         let mut max_seq = 0;
         for dirent in fs::read_dir(&dir).map_err(io_err(&dir))? {
             let dirent = dirent.map_err(io_err(&dir))?;
@@ -223,6 +226,17 @@ fn sync_dir(dir: &Path) -> Result<(), SpoolError> {
 mod tests {
     use super::*;
     use heddle_types::jobs::Outcome;
+
+    #[test]
+    fn the_spool_directory_is_private() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool_dir = dir.path().join("spool");
+        fs::create_dir(&spool_dir).unwrap();
+        fs::set_permissions(&spool_dir, fs::Permissions::from_mode(0o755)).unwrap();
+        Spool::open(&spool_dir).unwrap();
+        let mode = fs::metadata(&spool_dir).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+    }
 
     fn entry(n: u8) -> SpoolEntry {
         let now = Utc::now();

@@ -86,8 +86,8 @@ pub fn write_node_env(cfg: &NodeEnvConfig, env: &NodeJobEnv) -> Result<(), NodeE
 }
 
 /// Creates `dir` (0755) if missing, and adds search permission for group and others to it
-/// if it lacks it; nothing else about it changes (files in the agent's state directory are
-/// 0600 on their own).
+/// if it lacks it; nothing else about it changes (in the agent's state directory the
+/// credential is 0600 and the spool directory 0700 on their own).
 fn make_searchable(dir: &Path) -> Result<(), NodeEnvError> {
     let io = |source| NodeEnvError::Io {
         path: dir.to_path_buf(),
