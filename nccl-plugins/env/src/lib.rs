@@ -211,3 +211,19 @@ pub extern "C" fn heddle_nccl_env_applied() -> *const c_char {
     })
     .unwrap_or(std::ptr::null())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{offset_of, size_of};
+
+    /// `ncclEnv_v1_t` of `nccl/env_v1.h` on LP64: four pointers, in this order.
+    #[test]
+    fn the_struct_is_laid_out_as_ncclenv_v1_t() {
+        assert_eq!(size_of::<NcclEnvV1>(), 4 * size_of::<*const c_char>());
+        assert_eq!(offset_of!(NcclEnvV1, name), 0);
+        assert_eq!(offset_of!(NcclEnvV1, init), 8);
+        assert_eq!(offset_of!(NcclEnvV1, finalize), 16);
+        assert_eq!(offset_of!(NcclEnvV1, get_env), 24);
+    }
+}

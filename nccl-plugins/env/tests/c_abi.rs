@@ -119,6 +119,9 @@ fn probe() {
         });
         println!("THREADS ok");
     }
+    // A second init (NCCL re-initialised in the same process) changes nothing.
+    assert_eq!(unsafe { (plugin.init)(2, 28, 7, c"".as_ptr()) }, 0);
+    assert_eq!(applied(), sha);
     // A NULL name is answered NULL, not a crash.
     assert!(unsafe { (plugin.get_env)(std::ptr::null()) }.is_null());
     assert_eq!(unsafe { (plugin.finalize)() }, 0);
