@@ -256,6 +256,14 @@ impl Client {
         expect_json(resp, "heartbeat", &[StatusCode::OK]).await
     }
 
+    /// The node's job environment, for the node env file.
+    pub async fn job_env(&self) -> Result<heddle_types::agent::NodeJobEnv, ClientError> {
+        let resp = self
+            .send::<()>(Method::GET, "/agent/env", None, None, true)
+            .await?;
+        expect_json(resp, "job environment", &[StatusCode::OK]).await
+    }
+
     /// `sha256` is the agent's hash of `facts`, the one it reports in heartbeats; sending
     /// it keeps both sides comparing the same hash.
     pub async fn put_facts(

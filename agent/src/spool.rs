@@ -11,7 +11,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -93,6 +93,9 @@ impl Spool {
     pub fn open(dir: impl Into<PathBuf>) -> Result<Spool, SpoolError> {
         let dir = dir.into();
         fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+        // Private even when the state directory above it is searchable by job users (for
+        // the node env file kept beside it).
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).map_err(io_err(&dir))?;
         let mut max_seq = 0;
         for dirent in fs::read_dir(&dir).map_err(io_err(&dir))? {
             let dirent = dirent.map_err(io_err(&dir))?;
@@ -198,6 +201,9 @@ pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8], mode: u32) -> Result<(
             .mode(mode)
             .open(&tmp)
             .map_err(io_err(&tmp))?;
+        // Exactly `mode`, whatever the umask.
+        file.set_permissions(fs::Permissions::from_mode(mode))
+            .map_err(io_err(&tmp))?;
         file.write_all(bytes).map_err(io_err(&tmp))?;
         file.sync_all().map_err(io_err(&tmp))?;
         let dest = dir.join(name);
@@ -220,6 +226,17 @@ fn sync_dir(dir: &Path) -> Result<(), SpoolError> {
 mod tests {
     use super::*;
     use heddle_types::jobs::Outcome;
+
+    #[test]
+    fn the_spool_directory_is_private() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool_dir = dir.path().join("spool");
+        fs::create_dir(&spool_dir).unwrap();
+        fs::set_permissions(&spool_dir, fs::Permissions::from_mode(0o755)).unwrap();
+        Spool::open(&spool_dir).unwrap();
+        let mode = fs::metadata(&spool_dir).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+    }
 
     fn entry(n: u8) -> SpoolEntry {
         let now = Utc::now();

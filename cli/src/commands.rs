@@ -15,6 +15,12 @@ use crate::output::print_json;
 use crate::runs::{print_result, print_run, watch};
 use crate::{Cli, config, table};
 
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum EnvFormat {
+    Export,
+    NcclConf,
+}
+
 #[derive(Subcommand)]
 pub enum Command {
     /// Check a server URL and token, and save them for later commands.
@@ -29,8 +35,13 @@ pub enum Command {
         node: String,
         /// Instead, per variable: its value, the plugin or profile it came from, the reason,
         /// and what it overrode.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "format")]
         explain: bool,
+        /// `export`: lines for a shell. `nccl-conf`: the node's job environment as the agent
+        /// writes it to the node env file that Heddle's NCCL environment plugin reads
+        /// (docs/jobs.md), without the profiler line only the agent's configuration adds.
+        #[arg(long, value_enum, default_value_t = EnvFormat::Export)]
+        format: EnvFormat,
     },
     /// Tests and sweeps.
     #[command(subcommand)]
@@ -339,7 +350,25 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Env {
             node,
             explain: true,
+            ..
         } => crate::explain::env_explain(&client, &node, json).await?,
+        Command::Env {
+            node,
+            format: EnvFormat::NcclConf,
+            ..
+        } => {
+            let env: heddle_types::agent::NodeJobEnv = client
+                .get(&format!("/api/v1/nodes/{}/job-env", encode(&node)))
+                .await?;
+            if json {
+                print_json(&env)?;
+            } else {
+                print!(
+                    "{}",
+                    heddle_types::nccl_conf::render_node_env(&env.node, &env.entries, None)?
+                );
+            }
+        }
         Command::Env { node, .. } => {
             print!(
                 "{}",

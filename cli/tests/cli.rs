@@ -98,6 +98,18 @@ async fn cli_drives_the_api() {
     let (code, env, _) = h.run(&["env", "cli-node"]);
     assert_eq!(code, 0);
     assert!(env.starts_with("# Heddle environment"), "{env}");
+    // The node env file the agent writes for the NCCL environment plugin, same renderer.
+    let (code, conf, err) = h.run(&["env", "cli-node", "--format", "nccl-conf"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        conf.starts_with("# Heddle environment for node cli-node\n# job env sha256 "),
+        "{conf}"
+    );
+    assert!(
+        conf.contains("# written by heddle-agent; do not edit\n"),
+        "{conf}"
+    );
+    heddle_types::nccl_conf::parse(conf.as_bytes()).unwrap();
 
     let (code, secret, _) = h.run(&["tokens", "create", "--name", "ci", "--role", "viewer"]);
     assert_eq!(code, 0);

@@ -11,6 +11,7 @@ pub mod dashboard;
 pub mod db;
 pub mod error;
 pub mod health;
+pub mod job_env;
 pub mod jobs;
 pub mod json;
 pub mod leases;
@@ -48,6 +49,8 @@ pub struct AppState {
     pub credentials: Arc<credentials::CredentialCache>,
     /// The facts hash each node's agent last reported, as stored (`api/agent.rs`).
     pub facts_seen: Arc<liveness::FactsSeen>,
+    /// Each node's job environment version, as this replica last read it (`job_env.rs`).
+    pub job_env_seen: Arc<job_env::JobEnvSeen>,
     /// Enrollment token uses taken in a block and not yet handed out (`api/token_uses.rs`).
     pub token_uses: Arc<api::token_uses::TokenUses>,
 }
@@ -76,6 +79,7 @@ impl AppState {
             db,
             credentials: Arc::new(credentials::CredentialCache::new(config.revocation_delay())),
             facts_seen: Arc::default(),
+            job_env_seen: Arc::default(),
             token_uses: Arc::default(),
             config: Arc::new(config),
             metrics: Arc::new(metrics::Metrics::new()),

@@ -185,6 +185,11 @@ pub async fn replace_source(
             .execute(&mut *conn)
             .await?;
     }
+    crate::db::job_env_version::mark_changed(
+        conn,
+        crate::db::job_env_version::Changed::Nodes(&[node]),
+    )
+    .await?;
     recompute_traits(conn, &[node]).await
 }
 
@@ -289,6 +294,11 @@ pub async fn store_plugin_says(
         .execute(&mut *conn)
         .await?;
     }
+    crate::db::job_env_version::mark_changed(
+        conn,
+        crate::db::job_env_version::Changed::Nodes(nodes),
+    )
+    .await?;
     recompute_traits(conn, nodes).await
 }
 

@@ -137,6 +137,7 @@ fn api(state: &AppState) -> OpenApiRouter<AppState> {
         ))
         .routes(routes!(nodes::facts_history))
         .routes(routes!(nodes::node_env))
+        .routes(routes!(nodes::node_job_env))
         .routes(routes!(nodes::node_env_explain))
         .routes(routes!(nodes::put_recommendations))
         .routes(routes!(nodes::create_site, nodes::list_sites))
@@ -173,6 +174,7 @@ fn api(state: &AppState) -> OpenApiRouter<AppState> {
         // Agent protocol (result uploads and rendezvous waits are below).
         .routes(routes!(enroll::enroll))
         .routes(routes!(agent::heartbeat))
+        .routes(routes!(agent::job_env))
         .routes(routes!(agent::put_facts))
         .routes(routes!(agent::claim))
         .routes(routes!(agent::renew))

@@ -68,6 +68,23 @@ pub struct HeartbeatResponse {
     pub send_facts: bool,
     /// Jobs among `running_jobs` the agent must stop (cancelled, or leased to another).
     pub cancel_jobs: Vec<Uuid>,
+    /// Version of the node's job environment (`nccl_conf::job_env_sha256`): when it differs
+    /// from the one in the agent's node env file, the agent fetches `GET
+    /// /api/v1/agent/env` and rewrites the file. Absent from servers that predate it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_env_sha256: Option<String>,
+}
+
+/// A node's job environment as the agent writes it to the node env file
+/// (`GET /api/v1/agent/env`, and for people `GET /api/v1/nodes/{node}/job-env`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct NodeJobEnv {
+    /// The node's hostname.
+    pub node: String,
+    /// `nccl_conf::job_env_sha256` of `entries`.
+    pub job_env_sha256: String,
+    pub entries: Vec<crate::nccl_conf::Entry>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

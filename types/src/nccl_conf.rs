@@ -22,7 +22,8 @@ pub const MAX_CONF_FILE_LEN: usize = 64 * 1024;
 pub const MAX_CONF_ENTRIES: usize = 256;
 
 /// One `NAME=value` line.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Entry {
     pub name: String,
     pub value: String,
@@ -153,6 +154,102 @@ pub fn render(header: &[&str], entries: &[Entry]) -> Result<String, ConfError> {
     Ok(out)
 }
 
+/// Where the agent keeps the node env file and where the environment plugin reads it, unless
+/// configured otherwise (`HEDDLE_NCCL_ENV_FILE` for both).
+pub const DEFAULT_NODE_ENV_FILE: &str = "/var/lib/heddle-agent/nccl.env";
+
+/// File name of Heddle's own NCCL profiler plugin: the one library a node env file may name.
+pub const HEDDLE_PROFILER_LIB: &str = "libnccl-profiler-heddle.so";
+
+/// Whether one entry of a node env file may reach a job: what
+/// [`env_policy::check_var`](crate::env_policy::check_var) allows, plus
+/// `NCCL_PROFILER_PLUGIN` naming Heddle's own profiler by an absolute path. That path comes
+/// from the agent's own configuration (`--nccl-profiler-plugin`), never from the API, and
+/// the file is root's, so this admits exactly the library the node's root installed. The
+/// agent applies this rule before writing the file and the environment plugin again when
+/// reading it.
+pub fn check_node_entry(name: &str, value: &str) -> Result<(), String> {
+    if name == "NCCL_PROFILER_PLUGIN" {
+        return check_profiler_path(value);
+    }
+    env_policy::check_var(name, value).map_err(|e| e.to_string())
+}
+
+/// An absolute path, without `.` or `..` components, whose file name is
+/// [`HEDDLE_PROFILER_LIB`].
+pub fn check_profiler_path(value: &str) -> Result<(), String> {
+    env_policy::check_value("NCCL_PROFILER_PLUGIN", value).map_err(|e| e.to_string())?;
+    let mut parts = value.split('/');
+    let absolute = parts.next() == Some("");
+    let parts: Vec<&str> = parts.collect();
+    let clean = parts
+        .iter()
+        .all(|p| !p.is_empty() && *p != "." && *p != "..");
+    if absolute && clean && parts.last() == Some(&HEDDLE_PROFILER_LIB) {
+        Ok(())
+    } else {
+        Err(format!(
+            "NCCL_PROFILER_PLUGIN may only name Heddle's profiler plugin by an absolute path \
+             ending in /{HEDDLE_PROFILER_LIB}, not {value:?}"
+        ))
+    }
+}
+
+/// SHA-256 (hex) of a node's job environment: of its entries as [`render`] writes them
+/// without a header. The server sends it in heartbeats (`job_env_sha256`) and the agent
+/// compares it with the entries of the file it last wrote, so an agent fetches the job
+/// environment only when it changed.
+pub fn job_env_sha256(entries: &[Entry]) -> Result<String, ConfError> {
+    use sha2::{Digest, Sha256};
+    let body = render(&[], entries)?;
+    Ok(hex::encode(Sha256::digest(body.as_bytes())))
+}
+
+/// The node env file: what the agent writes to `/var/lib/heddle-agent/nccl.env` and what
+/// `heddle env NODE --format nccl-conf` prints. `job_env` is the server's job environment
+/// for the node; `profiler` the path of Heddle's profiler plugin when the agent is
+/// configured with one, added as `NCCL_PROFILER_PLUGIN` (after the job environment, which
+/// cannot hold that name). Every entry must pass [`check_node_entry`].
+pub fn render_node_env(
+    node: &str,
+    job_env: &[Entry],
+    profiler: Option<&str>,
+) -> Result<String, ConfError> {
+    let sha = job_env_sha256(job_env)?;
+    let mut entries = job_env.to_vec();
+    if let Some(path) = profiler {
+        entries.retain(|e| e.name != "NCCL_PROFILER_PLUGIN");
+        entries.push(Entry {
+            name: "NCCL_PROFILER_PLUGIN".into(),
+            value: path.into(),
+        });
+    }
+    for (i, e) in entries.iter().enumerate() {
+        check_node_entry(&e.name, &e.value)
+            .map_err(|why| ConfError::Invalid { line: i + 1, why })?;
+    }
+    let node_line = format!("Heddle environment for node {node}");
+    let sha_line = format!("job env sha256 {sha}");
+    render(
+        &[
+            &node_line,
+            &sha_line,
+            "written by heddle-agent; do not edit",
+        ],
+        &entries,
+    )
+}
+
+/// The job environment part of a node env file's entries: all but what the agent adds
+/// from its own configuration.
+pub fn job_env_part(entries: &[Entry]) -> Vec<Entry> {
+    entries
+        .iter()
+        .filter(|e| e.name != "NCCL_PROFILER_PLUGIN")
+        .cloned()
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -224,5 +321,58 @@ mod tests {
         assert_eq!(parse(text.as_bytes()).unwrap(), entries);
         assert!(render(&["two\nlines"], &entries).is_err());
         assert!(render(&[], &[entry("A", "x\ny")]).is_err());
+    }
+
+    #[test]
+    fn a_node_file_may_name_only_heddles_profiler() {
+        assert!(check_node_entry("NCCL_IB_HCA", "mlx5_0").is_ok());
+        assert!(check_node_entry("NCCL_NET_PLUGIN", "/x/libnccl-net.so").is_err());
+        assert!(check_node_entry("LD_PRELOAD", "/x.so").is_err());
+        assert!(
+            check_node_entry(
+                "NCCL_PROFILER_PLUGIN",
+                "/usr/lib/heddle/libnccl-profiler-heddle.so"
+            )
+            .is_ok()
+        );
+        for bad in [
+            "libnccl-profiler-heddle.so",
+            "./libnccl-profiler-heddle.so",
+            "/tmp/../tmp/libnccl-profiler-heddle.so",
+            "/usr/lib//libnccl-profiler-heddle.so",
+            "/usr/lib/libnccl-profiler-inspector.so",
+            "/usr/lib/libnccl-profiler-heddle.so.evil",
+            "/usr/lib/libnccl-profiler-heddle.so/",
+            "/usr/lib/libnccl-profiler-heddle.so\n",
+            "",
+        ] {
+            assert!(
+                check_node_entry("NCCL_PROFILER_PLUGIN", bad).is_err(),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_node_file_carries_its_job_env_hash_and_the_profiler() {
+        let env = vec![entry("NCCL_IB_HCA", "mlx5_0"), entry("NCCL_ALGO", "Ring")];
+        let sha = job_env_sha256(&env).unwrap();
+        assert_eq!(sha.len(), 64);
+        assert_ne!(sha, job_env_sha256(&env[..1]).unwrap());
+        let profiler = "/usr/lib/heddle/libnccl-profiler-heddle.so";
+        let text = render_node_env("gpu-1", &env, Some(profiler)).unwrap();
+        assert!(text.starts_with(&format!(
+            "# Heddle environment for node gpu-1\n# job env sha256 {sha}\n# written by heddle-agent; do not edit\n"
+        )), "{text}");
+        let back = parse(text.as_bytes()).unwrap();
+        assert_eq!(
+            back.last().unwrap(),
+            &entry("NCCL_PROFILER_PLUGIN", profiler)
+        );
+        assert_eq!(job_env_part(&back), env);
+        assert_eq!(job_env_sha256(&job_env_part(&back)).unwrap(), sha);
+        assert!(render_node_env("gpu-1", &env, Some("/tmp/evil.so")).is_err());
+        assert!(render_node_env("gpu-1", &[entry("LD_PRELOAD", "/x.so")], None).is_err());
+        assert!(render_node_env("gpu\n1", &env, None).is_err());
     }
 }

@@ -15,6 +15,7 @@
 mod backoff;
 pub mod facts_link;
 mod job;
+pub mod node_env;
 mod report;
 pub mod state;
 mod upload;
@@ -85,6 +86,22 @@ pub struct RunArgs {
     /// Longest pause between attempts to reach an unreachable server.
     #[arg(long, env = "HEDDLE_BACKOFF_CAP", default_value = "30s", value_parser = heddle_types::duration::parse)]
     pub backoff_cap: Duration,
+    /// The node env file the agent keeps for Heddle's NCCL environment plugin: the node's
+    /// job environment in NCCL's conf format (docs/jobs.md). The plugin reads
+    /// `/var/lib/heddle-agent/nccl.env` unless jobs set `HEDDLE_NCCL_ENV_FILE` too. Default:
+    /// `nccl.env` in the state directory, which is that path with the default state
+    /// directory.
+    #[arg(long, env = "HEDDLE_NCCL_ENV_FILE")]
+    pub nccl_env_file: Option<PathBuf>,
+    /// Absolute path of Heddle's NCCL profiler plugin (`libnccl-profiler-heddle.so`) on this
+    /// node: written to the node env file as `NCCL_PROFILER_PLUGIN`, so every NCCL job on
+    /// the node loads it. Only a path ending in `/libnccl-profiler-heddle.so` is accepted.
+    #[arg(long, env = "HEDDLE_NCCL_PROFILER_PLUGIN", value_parser = profiler_path)]
+    pub nccl_profiler_plugin: Option<String>,
+}
+
+fn profiler_path(s: &str) -> Result<String, String> {
+    heddle_types::nccl_conf::check_profiler_path(s).map(|()| s.to_string())
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -132,6 +149,7 @@ pub(crate) struct Config {
     pub max_parallel: u32,
     /// The binary re-executed with `child` to run a test: this agent's own.
     pub child_program: PathBuf,
+    pub node_env: node_env::NodeEnvConfig,
 }
 
 /// Control of one job in progress.
@@ -158,6 +176,8 @@ pub(crate) struct Agent {
     pub facts_wake: Notify,
     /// Hash of the facts the server last accepted, reported in heartbeats.
     pub facts_sha: Mutex<Option<String>>,
+    /// The job environment version the last heartbeat named (`node_env.rs` follows it).
+    pub job_env_wanted: watch::Sender<Option<String>>,
     fatal: mpsc::UnboundedSender<LifecycleError>,
 }
 
@@ -327,6 +347,13 @@ pub async fn run(args: RunArgs) -> Result<(), LifecycleError> {
             backoff_cap: args.backoff_cap,
             max_parallel: args.max_parallel,
             child_program,
+            node_env: node_env::NodeEnvConfig {
+                path: args
+                    .nccl_env_file
+                    .clone()
+                    .unwrap_or_else(|| state.path().join("nccl.env")),
+                profiler: args.nccl_profiler_plugin.clone(),
+            },
         },
         identity_path: state.identity_path(),
         jobs: Mutex::new(HashMap::new()),
@@ -335,6 +362,7 @@ pub async fn run(args: RunArgs) -> Result<(), LifecycleError> {
         server_back: Notify::new(),
         facts_wake: Notify::new(),
         facts_sha: Mutex::new(None),
+        job_env_wanted: watch::channel(None).0,
         fatal: fatal_tx,
     });
     tracing::info!(servers = ?args.servers, max_parallel = args.max_parallel, "agent running");
@@ -344,6 +372,7 @@ pub async fn run(args: RunArgs) -> Result<(), LifecycleError> {
         r = upload::run(agent.clone(), drained_tx) => r.map(|_| ()),
         r = report::heartbeat_loop(agent.clone()) => r.map(|_| ()),
         r = report::facts_loop(agent.clone()) => r.map(|_| ()),
+        r = node_env::node_env_loop(agent.clone()) => r.map(|_| ()),
         r = job::claim_loop(agent.clone(), drained_rx) => r.map(|_| ()),
         Some(err) = fatal_rx.recv() => Err(err),
         signal = shutdown_signal() => {

@@ -33,6 +33,13 @@ pub(super) async fn heartbeat_loop(agent: Arc<Agent>) -> Result<Infallible, Life
                 if resp.send_facts {
                     agent.facts_wake.notify_one();
                 }
+                if let Some(version) = resp.job_env_sha256 {
+                    agent.job_env_wanted.send_if_modified(|cur| {
+                        let new = cur.as_ref() != Some(&version);
+                        *cur = Some(version);
+                        new
+                    });
+                }
                 for id in resp.cancel_jobs {
                     tracing::info!(job_id = %id, "server asks to stop a job; confirming with a renewal");
                     agent.check_job(id);

@@ -38,11 +38,15 @@ pub async fn heartbeat(
             "running_jobs lists more than 1024 jobs".into(),
         ));
     }
-    // Most heartbeats name no job and report the facts last stored: nothing to read.
+    // Most heartbeats name no job, report the facts last stored and find the job
+    // environment's version known: nothing to read.
     let from_memory = state
         .facts_seen
         .send_facts(agent.node_id, req.facts_sha256.as_deref());
-    if let (true, Some(send_facts)) = (req.running_jobs.is_empty(), from_memory) {
+    let env_from_memory = state.job_env_seen.get(agent.node_id);
+    if let (true, Some(send_facts), Some(job_env_sha256)) =
+        (req.running_jobs.is_empty(), from_memory, env_from_memory)
+    {
         state
             .liveness
             .record(agent.agent_id, agent.node_id, req.agent_version, vec![]);
@@ -50,12 +54,13 @@ pub async fn heartbeat(
             heartbeat_interval_s: state.config.heartbeat_interval_s,
             send_facts,
             cancel_jobs: vec![],
+            job_env_sha256: Some(job_env_sha256),
         }));
     }
     // Of the jobs named, those still leased to this agent (their leases are renewed, a
     // cancelled one's too until the agent confirms) and those it should go on running.
-    let (stored_sha, leased, keep): (Option<String>, Vec<Uuid>, Vec<Uuid>) = sqlx::query_as(
-        "SELECT n.facts_sha256, coalesce(j.leased, '{}'), coalesce(j.keep, '{}')
+    let (stored_sha, env_sha, leased, keep): (Option<String>, Option<String>, Vec<Uuid>, Vec<Uuid>) = sqlx::query_as(
+        "SELECT n.facts_sha256, n.job_env_sha256, coalesce(j.leased, '{}'), coalesce(j.keep, '{}')
          FROM nodes n LEFT JOIN LATERAL (
              SELECT array_agg(id) AS leased, array_agg(id) FILTER (WHERE NOT cancel_requested) AS keep
              FROM jobs WHERE id = ANY($2) AND lease_agent_id = $3 AND state IN ('leased', 'running')
@@ -69,6 +74,16 @@ pub async fn heartbeat(
     .await?;
     if let Some(stored) = &stored_sha {
         state.facts_seen.set(agent.node_id, stored);
+    }
+    // Changed since last computed: computed now, once, by whichever replica reads it first.
+    let env_sha = match env_sha {
+        Some(sha) => Some(sha),
+        None => crate::job_env::current(&state.db, agent.node_id)
+            .await?
+            .map(|env| env.job_env_sha256),
+    };
+    if let Some(sha) = &env_sha {
+        state.job_env_seen.set(agent.node_id, sha);
     }
     let cancel_jobs: Vec<Uuid> = req
         .running_jobs
@@ -88,7 +103,23 @@ pub async fn heartbeat(
         heartbeat_interval_s: state.config.heartbeat_interval_s,
         send_facts,
         cancel_jobs,
+        job_env_sha256: env_sha,
     }))
+}
+
+/// The node's job environment, for the node env file the agent keeps (it asks when a
+/// heartbeat's `job_env_sha256` differs from its file's).
+#[utoipa::path(get, path = "/api/v1/agent/env", tag = "agent", security(("agent" = [])),
+    responses((status = 200, body = NodeJobEnv), (status = 401, body = heddle_types::ErrorBody)))]
+pub async fn job_env(
+    State(state): State<AppState>,
+    agent: AgentCaller,
+) -> ApiResult<Json<NodeJobEnv>> {
+    let env = crate::job_env::current(&state.db, agent.node_id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound("this agent's node is gone".into()))?;
+    state.job_env_seen.set(agent.node_id, &env.job_env_sha256);
+    Ok(Json(env))
 }
 
 use heddle_types::FACTS_SHA_HEADER;

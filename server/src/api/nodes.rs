@@ -16,7 +16,7 @@ use crate::AppState;
 use crate::auth::Caller;
 use crate::db;
 use crate::error::{ApiError, ApiResult, Json, Path, Query, duplicate_name};
-use crate::recommendations;
+use crate::{job_env, recommendations};
 
 #[derive(sqlx::FromRow)]
 pub(super) struct NodeRow {
@@ -144,6 +144,7 @@ pub async fn update_node(
         .bind(site_id)
         .execute(&mut *tx)
         .await?;
+    job_env::mark_changed(&mut tx, job_env::Changed::Nodes(&[id])).await?;
     db::audit(
         &mut *tx,
         &caller.actor(),
@@ -153,6 +154,7 @@ pub async fn update_node(
     )
     .await?;
     tx.commit().await?;
+    state.job_env_seen.forget(&[id]);
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -188,6 +190,26 @@ pub async fn node_env(
         [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
         recommendations::render_export(&key, &recs)?,
     ))
+}
+
+/// The node's job environment: what Heddle's NCCL environment plugin gives every NCCL job on
+/// the node, as its agent writes it to the node env file (`heddle env NODE --format
+/// nccl-conf` renders it).
+#[utoipa::path(get, path = "/api/v1/nodes/{node}/job-env", tag = "nodes", security(("bearer" = [])),
+    params(("node" = String, Path, description = "node id or hostname")),
+    responses((status = 200, body = heddle_types::agent::NodeJobEnv), (status = 404, body = heddle_types::ErrorBody)))]
+pub async fn node_job_env(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(key): Path<String>,
+) -> ApiResult<Json<heddle_types::agent::NodeJobEnv>> {
+    caller.require(Role::Viewer)?;
+    let id = db::resolve_node(&state.db, &key).await?;
+    let env = job_env::current(&state.db, id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no node {key}")))?;
+    state.job_env_seen.set(id, &env.job_env_sha256);
+    Ok(Json(env))
 }
 
 /// Replace one source's recommendations and traits on a node (plugins write through this).
@@ -228,6 +250,7 @@ pub async fn put_recommendations(
     )
     .await?;
     tx.commit().await?;
+    state.job_env_seen.forget(&[id]);
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -321,6 +344,14 @@ impl From<ProfileRow> for TuningProfile {
     }
 }
 
+/// Whose job environment a tuning profile is part of.
+fn profile_scope(node_id: &Option<Uuid>, site_id: Option<Uuid>) -> job_env::Changed<'_> {
+    match (site_id, node_id) {
+        (Some(site), _) => job_env::Changed::Site(site),
+        (None, node) => job_env::Changed::Nodes(node.as_slice()),
+    }
+}
+
 const PROFILE_COLUMNS: &str =
     "id, name, node_id, site_id, env, source_run_id, created_by, created_at";
 
@@ -335,13 +366,14 @@ pub(crate) struct NewProfile<'a> {
 
 /// Stores a tuning profile and its audit entry (`detail`) in the caller's transaction; a
 /// taken name is a conflict. Profiles created directly and sweep winners kept as profiles
-/// both go through here.
+/// both go through here. Returns the profile and the nodes whose job environment it
+/// changes (to forget in `AppState::job_env_seen` once committed).
 pub(crate) async fn insert_profile(
     tx: &mut sqlx::PgConnection,
     caller: &Caller,
     p: NewProfile<'_>,
     detail: serde_json::Value,
-) -> ApiResult<TuningProfile> {
+) -> ApiResult<(TuningProfile, Vec<Uuid>)> {
     let row: ProfileRow = sqlx::query_as(&format!(
         "INSERT INTO tuning_profiles (id, name, node_id, site_id, env, source_run_id, created_by)
          VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING {PROFILE_COLUMNS}"
@@ -356,6 +388,7 @@ pub(crate) async fn insert_profile(
     .fetch_one(&mut *tx)
     .await
     .map_err(duplicate_name("tuning profile", p.name))?;
+    let changed = job_env::mark_changed(&mut *tx, profile_scope(&row.node_id, row.site_id)).await?;
     db::audit(
         &mut *tx,
         &caller.actor(),
@@ -364,7 +397,7 @@ pub(crate) async fn insert_profile(
         detail,
     )
     .await?;
-    Ok(row.into())
+    Ok((row.into(), changed))
 }
 
 /// Keep a set of env values (e.g. a sweep's winner) for a node or a site; it feeds the
@@ -405,7 +438,7 @@ pub async fn create_profile(
         env: &req.env,
         source_run_id: req.source_run_id,
     };
-    let row = insert_profile(
+    let (row, changed) = insert_profile(
         &mut tx,
         &caller,
         profile,
@@ -413,6 +446,7 @@ pub async fn create_profile(
     )
     .await?;
     tx.commit().await?;
+    state.job_env_seen.forget(&changed);
     Ok((StatusCode::CREATED, Json(row)))
 }
 
@@ -440,12 +474,15 @@ pub async fn delete_profile(
 ) -> ApiResult<StatusCode> {
     caller.require(Role::Operator)?;
     let mut tx = state.db.begin().await?;
-    let gone: Option<(String,)> =
-        sqlx::query_as("DELETE FROM tuning_profiles WHERE id = $1 RETURNING name")
-            .bind(id)
-            .fetch_optional(&mut *tx)
-            .await?;
-    let (name,) = gone.ok_or_else(|| ApiError::NotFound(format!("no tuning profile {id}")))?;
+    let gone: Option<ProfileRow> = sqlx::query_as(&format!(
+        "DELETE FROM tuning_profiles WHERE id = $1 RETURNING {PROFILE_COLUMNS}"
+    ))
+    .bind(id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let row = gone.ok_or_else(|| ApiError::NotFound(format!("no tuning profile {id}")))?;
+    let changed = job_env::mark_changed(&mut tx, profile_scope(&row.node_id, row.site_id)).await?;
+    let name = row.name.clone();
     db::audit(
         &mut *tx,
         &caller.actor(),
@@ -455,5 +492,6 @@ pub async fn delete_profile(
     )
     .await?;
     tx.commit().await?;
+    state.job_env_seen.forget(&changed);
     Ok(StatusCode::NO_CONTENT)
 }

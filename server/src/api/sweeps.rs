@@ -265,8 +265,9 @@ pub async fn keep_winner(
         source_run_id: Some(id),
     };
     let detail = serde_json::json!({"env": winner.env, "from_sweep": id, "band": band, "busbw_gbs": winner.busbw_gbs, "scope": req.scope});
-    let row = insert_profile(&mut tx, &caller, profile, detail).await?;
+    let (row, changed) = insert_profile(&mut tx, &caller, profile, detail).await?;
     tx.commit().await?;
+    state.job_env_seen.forget(&changed);
     tracing::info!(run = %id, profile = %req.name, band = band.as_str(), "kept a sweep winner as a tuning profile");
     Ok((StatusCode::CREATED, Json(row)))
 }

@@ -1,6 +1,7 @@
 //! SQL shared by several handlers. Queries used by one handler live beside it in `api/`.
 
 pub mod facts;
+pub mod job_env_version;
 pub mod plugins;
 pub mod reachability;
 

@@ -350,6 +350,7 @@ pub async fn reconcile(state: &AppState) -> anyhow::Result<usize> {
         }
         let verdicts = evaluate_nodes(state, &mut tx, mark, &stale).await?;
         tx.commit().await?;
+        state.job_env_seen.forget(&stale);
         for (node, outcome) in verdicts {
             match outcome {
                 Ok(()) => done += 1,

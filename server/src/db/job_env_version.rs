@@ -1,0 +1,39 @@
+//! The version column of a node's job environment (`nodes.job_env_sha256`), set to NULL by
+//! every writer of what the job environment is computed from (recommendations, tuning
+//! profiles, a node's site). Here, below both `recommendations` and `job_env`, so that the
+//! writers and the reader share it without calling each other; `job_env.rs` says why NULL.
+
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+/// Whose job environment a write may have changed.
+pub enum Changed<'a> {
+    Nodes(&'a [Uuid]),
+    /// Every node of a site (a site tuning profile).
+    Site(Uuid),
+}
+
+/// Marks the job environment of `changed` as to be recomputed, and returns the nodes it
+/// covers (for `job_env::JobEnvSeen::forget` once the transaction committed). Call it in the
+/// transaction that writes what the job environment is computed from.
+pub async fn mark_changed(
+    conn: &mut PgConnection,
+    changed: Changed<'_>,
+) -> sqlx::Result<Vec<Uuid>> {
+    let nodes: Vec<Uuid> = match changed {
+        Changed::Nodes(nodes) => nodes.to_vec(),
+        Changed::Site(site) => {
+            sqlx::query_scalar("SELECT id FROM nodes WHERE site_id = $1")
+                .bind(site)
+                .fetch_all(&mut *conn)
+                .await?
+        }
+    };
+    sqlx::query(
+        "UPDATE nodes SET job_env_sha256 = NULL WHERE id = ANY($1) AND job_env_sha256 IS NOT NULL",
+    )
+    .bind(&nodes)
+    .execute(&mut *conn)
+    .await?;
+    Ok(nodes)
+}

@@ -1,0 +1,138 @@
+//! A node's job environment: what every NCCL job on the node gets through Heddle's NCCL
+//! environment plugin, from the node env file its agent keeps (docs/jobs.md). It is the
+//! node's environment (`recommendations::effective`, what `heddle env NODE` exports) as
+//! `nccl_conf` entries, less what a conf file cannot carry, less what the rank-agreement
+//! rule leaves out ([`keep_rank_agreed`]). This module is the one place it is computed.
+//!
+//! Its version (`nccl_conf::job_env_sha256`) rides on every heartbeat answer, which is
+//! answered from memory, so the version is stored in `nodes.job_env_sha256` and cached per
+//! replica. Writers of recommendations, tuning profiles or a node's site set the column to
+//! NULL in their transaction ([`mark_changed`]); the next read computes it under the node's
+//! row lock ([`current`]), so a value computed before a write can never be stored after it.
+
+use std::collections::HashMap;
+use std::sync::RwLock;
+use std::time::{Duration, Instant};
+
+use heddle_types::agent::NodeJobEnv;
+use heddle_types::nccl_conf::{self, Entry};
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+pub use crate::db::job_env_version::{Changed, mark_changed};
+
+/// The node's job environment, in name order.
+pub async fn job_env(conn: &mut PgConnection, node: Uuid) -> sqlx::Result<Vec<Entry>> {
+    let recs = crate::recommendations::effective(conn, node).await?;
+    let mut entries = Vec::with_capacity(recs.len());
+    for r in recs {
+        let ok = nccl_conf::check_node_entry(&r.name, &r.value)
+            .and_then(|()| nccl_conf::check_conf_value(&r.name, &r.value));
+        match ok {
+            Ok(()) => entries.push(Entry {
+                name: r.name,
+                value: r.value,
+            }),
+            Err(why) => {
+                tracing::warn!(%node, name = %r.name, source = %r.source, %why, "left out of the node's job environment")
+            }
+        }
+    }
+    Ok(keep_rank_agreed(entries))
+}
+
+/// The rank-agreement rule's place: variables that must be equal on every rank of a
+/// communicator (a job's ranks span nodes, each reading its own node's file) are to be left
+/// out unless the whole site agrees on them. That rule is a pure function of
+/// `heddle_types` still to be written; until then every entry is kept. When it lands it
+/// reads the site's other nodes, so a write to one node's environment then changes its
+/// site's: [`mark_changed`] callers must pass `Changed::Site` for it.
+fn keep_rank_agreed(entries: Vec<Entry>) -> Vec<Entry> {
+    entries
+}
+
+/// The node's job environment and its version, computed now and stored as the node's
+/// version (under the node's row lock, so a concurrent write either waits for this or is
+/// seen by it). `None`: no such node.
+pub async fn current(db: &sqlx::PgPool, node: Uuid) -> sqlx::Result<Option<NodeJobEnv>> {
+    let mut tx = db.begin().await?;
+    let stored: Option<(String, Option<String>)> =
+        sqlx::query_as("SELECT hostname, job_env_sha256 FROM nodes WHERE id = $1 FOR UPDATE")
+            .bind(node)
+            .fetch_optional(&mut *tx)
+            .await?;
+    let Some((hostname, stored)) = stored else {
+        return Ok(None);
+    };
+    let entries = job_env(&mut tx, node).await?;
+    let sha = nccl_conf::job_env_sha256(&entries)
+        .map_err(|e| sqlx::Error::Protocol(format!("job environment of node {node}: {e}")))?;
+    if stored.as_deref() != Some(sha.as_str()) {
+        sqlx::query("UPDATE nodes SET job_env_sha256 = $2 WHERE id = $1")
+            .bind(node)
+            .bind(&sha)
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await?;
+    Ok(Some(NodeJobEnv {
+        node: hostname,
+        job_env_sha256: sha,
+        entries,
+    }))
+}
+
+/// How long a replica trusts a job environment version it read: a change made through
+/// another replica reaches heartbeats answered here within this (the replica that made it
+/// forgets at once). At 50,000 agents it is one read of a node's row per node every two
+/// minutes, shared with the facts hash check.
+const SEEN_TTL: Duration = Duration::from_secs(120);
+const SEEN_MAX: usize = 500_000;
+
+/// Each node's job environment version as this replica last read it.
+#[derive(Default)]
+pub struct JobEnvSeen {
+    by_node: RwLock<HashMap<Uuid, (String, Instant)>>,
+}
+
+impl JobEnvSeen {
+    /// The node's version, if read within [`SEEN_TTL`].
+    pub fn get(&self, node: Uuid) -> Option<String> {
+        let by_node = self.by_node.read().unwrap_or_else(|e| e.into_inner());
+        let (sha, at) = by_node.get(&node)?;
+        (at.elapsed() < SEEN_TTL).then(|| sha.clone())
+    }
+
+    pub fn set(&self, node: Uuid, sha: &str) {
+        let mut by_node = self.by_node.write().unwrap_or_else(|e| e.into_inner());
+        if by_node.len() >= SEEN_MAX {
+            by_node.clear();
+        }
+        by_node.insert(node, (sha.to_string(), Instant::now()));
+    }
+
+    /// After a write committed here: its nodes are read again on their next heartbeat.
+    pub fn forget(&self, nodes: &[Uuid]) {
+        let mut by_node = self.by_node.write().unwrap_or_else(|e| e.into_inner());
+        for n in nodes {
+            by_node.remove(n);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_forgotten_node_is_read_again() {
+        let seen = JobEnvSeen::default();
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        seen.set(a, "x");
+        seen.set(b, "y");
+        assert_eq!(seen.get(a).as_deref(), Some("x"));
+        seen.forget(&[a]);
+        assert_eq!(seen.get(a), None);
+        assert_eq!(seen.get(b).as_deref(), Some("y"));
+    }
+}

@@ -1,0 +1,149 @@
+//! A node's job environment: what the agent writes to the node env file. Its version rides
+//! on heartbeats (from memory on the fast path), changes with tuning profiles and
+//! recommendations, and `GET /api/v1/agent/env` serves the entries it hashes.
+//!
+//! `HEDDLE_TEST_DATABASE_URL=$(scripts/pg-ensure.sh) cargo test -p heddle-server --test job_env`
+
+mod common;
+
+use common::{Api, FakeAgent, enroll};
+use heddle_server::testing::TestServer;
+use heddle_types::agent::NodeJobEnv;
+use heddle_types::nccl_conf;
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+async fn heartbeat(api: &Api, agent: &FakeAgent) -> Value {
+    let (status, body) = api
+        .call(
+            Method::POST,
+            "/api/v1/agent/heartbeat",
+            Some(&agent.credential),
+            Some(json!({"agent_version": "test"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body
+}
+
+async fn agent_env(api: &Api, agent: &FakeAgent) -> NodeJobEnv {
+    let (status, body) = api.get("/api/v1/agent/env", &agent.credential).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    serde_json::from_value(body).unwrap()
+}
+
+#[tokio::test]
+async fn the_heartbeat_names_the_job_env_version_and_follows_its_changes() {
+    let server = TestServer::start().await;
+    let api = Api::new(&server);
+    let admin = server.admin_token.clone();
+    let agent = enroll(&api, &server, "env-node-1").await;
+    let other = enroll(&api, &server, "env-node-2").await;
+
+    let empty = nccl_conf::job_env_sha256(&[]).unwrap();
+    assert_eq!(heartbeat(&api, &agent).await["job_env_sha256"], empty);
+    let env = agent_env(&api, &agent).await;
+    assert_eq!((env.node.as_str(), env.entries.len()), ("env-node-1", 0));
+
+    // A node profile changes this node's version, not the other's.
+    let (status, profile) = api
+        .post(
+            "/api/v1/tuning-profiles",
+            &admin,
+            json!({"name": "p1", "node": "env-node-1", "env": {"NCCL_IB_HCA": "mlx5_0", "NCCL_ALGO": "Ring"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{profile}");
+    let env = agent_env(&api, &agent).await;
+    let names: Vec<&str> = env.entries.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(names, ["NCCL_ALGO", "NCCL_IB_HCA"]);
+    assert_eq!(
+        env.job_env_sha256,
+        nccl_conf::job_env_sha256(&env.entries).unwrap()
+    );
+    assert_eq!(
+        heartbeat(&api, &agent).await["job_env_sha256"],
+        env.job_env_sha256
+    );
+    assert_eq!(heartbeat(&api, &other).await["job_env_sha256"], empty);
+    // The public endpoint the CLI renders from says the same.
+    let (status, public) = api.get("/api/v1/nodes/env-node-1/job-env", &admin).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(public, serde_json::to_value(&env).unwrap());
+
+    // Deleting it goes back to the empty environment, answered on the next heartbeat.
+    let id = profile["id"].as_str().unwrap();
+    let (status, _) = api
+        .call(
+            Method::DELETE,
+            &format!("/api/v1/tuning-profiles/{id}"),
+            Some(&admin),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    assert_eq!(heartbeat(&api, &agent).await["job_env_sha256"], empty);
+
+    // A site profile reaches every node of the site.
+    let (status, _) = api
+        .post("/api/v1/sites", &admin, json!({"name": "hall-a"}))
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    for node in ["env-node-1", "env-node-2"] {
+        let (status, body) = api
+            .call(
+                Method::PATCH,
+                &format!("/api/v1/nodes/{node}"),
+                Some(&admin),
+                Some(json!({"site": "hall-a"})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    }
+    let (status, _) = api
+        .post(
+            "/api/v1/tuning-profiles",
+            &admin,
+            json!({"name": "site-a", "site": "hall-a", "env": {"NCCL_SOCKET_IFNAME": "eth0"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let a = heartbeat(&api, &agent).await["job_env_sha256"].clone();
+    let b = heartbeat(&api, &other).await["job_env_sha256"].clone();
+    assert_eq!(a, b);
+    assert_ne!(a, empty);
+    assert_eq!(
+        agent_env(&api, &other).await.entries[0].name,
+        "NCCL_SOCKET_IFNAME"
+    );
+}
+
+#[tokio::test]
+async fn a_stored_row_a_conf_file_cannot_carry_is_left_out() {
+    let server = TestServer::start().await;
+    let api = Api::new(&server);
+    let agent = enroll(&api, &server, "env-node-3").await;
+    // Written around the API, as a row predating the policy would be.
+    sqlx::query(
+        "INSERT INTO recommendations (node_id, source, name, value, reason)
+         VALUES ($1::uuid, 'old', 'LD_PRELOAD', '/tmp/x.so', ''),
+                ($1::uuid, 'old', 'NCCL_NET_PLUGIN', '/tmp/y.so', ''),
+                ($1::uuid, 'old', 'NCCL_IB_HCA', 'mlx5_0', '')",
+    )
+    .bind(&agent.node_id)
+    .execute(&server.state.db)
+    .await
+    .unwrap();
+    sqlx::query("UPDATE nodes SET job_env_sha256 = NULL WHERE id = $1::uuid")
+        .bind(&agent.node_id)
+        .execute(&server.state.db)
+        .await
+        .unwrap();
+    let env = agent_env(&api, &agent).await;
+    let names: Vec<&str> = env.entries.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(names, ["NCCL_IB_HCA"]);
+    assert_eq!(
+        heartbeat(&api, &agent).await["job_env_sha256"],
+        env.job_env_sha256
+    );
+}
