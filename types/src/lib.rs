@@ -30,6 +30,9 @@ pub mod transport;
 
 pub use error::ErrorBody;
 
+#[cfg(test)]
+mod hostile_props;
+
 /// Header carrying the idempotency key of a result upload (also present in the body).
 pub const UPLOAD_KEY_HEADER: &str = "idempotency-key";
 
