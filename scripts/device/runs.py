@@ -109,6 +109,10 @@ def main():
         run = doc["run"]
         values = {h: e.get("NCCL_MAX_NCHANNELS", ("unset", ""))[0] for h, e in env_of(doc).items()}
         errors = " ".join((j.get("error") or "") for j in run["jobs"]) + " ".join((r.get("reason") or "") for r in doc.get("results", []))
+        if run["state"] == "skipped":
+            reasons = sorted({(r.get("reason") or "")[:120] for r in doc.get("results", [])})
+            print(f"skipped ({'; '.join(reasons)}); the ranks would have run with NCCL_MAX_NCHANNELS {values}")
+            return 2
         if run["state"] == "succeeded" and len(set(values.values())) == 1:
             print(f"resolved: both ranks ran with NCCL_MAX_NCHANNELS={values.popitem()[1]}")
             return 0
