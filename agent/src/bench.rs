@@ -228,6 +228,8 @@ impl NcclArgs {
             check: self.check != 0,
             graph: self.graph,
             budget: self.budget,
+            // Every size gets its row, as in nccl-tests' table.
+            every_size: true,
         };
         p.validate()?;
         Ok(p)

@@ -366,6 +366,40 @@ fn real_h200_capture_still_deserializes() {
     assert!(f.software.nccl.is_some());
 }
 
+/// The 2×H200 VM whose hypervisor hides the NVSwitches: NVML answers `ffffffff:ff:ff.0`
+/// for every link's far end, so each link's peer comes from NVML's P2P status over NVLink
+/// and says it was inferred; the matrix is `topo -m`'s NV18.
+#[test]
+fn h200_vm_links_take_their_peer_from_p2p_status() {
+    let f = facts("h200x2-vm");
+    assert!(f.errors.is_empty(), "{:?}", f.errors);
+    assert_eq!(f.gpus.len(), 2);
+    for (gpu, peer) in f.gpus.iter().zip(["0000:00:07.0", "0000:00:06.0"]) {
+        assert_eq!(gpu.name.as_deref(), Some("NVIDIA H200"), "{gpu:?}");
+        assert_eq!(gpu.nvlinks.len(), 18);
+        assert!(
+            gpu.nvlinks.iter().all(|l| l.remote_bdf.is_none()
+                && l.remote_kind.as_deref() == Some("unknown")
+                && l.peer_inferred
+                && l.peers == [peer]),
+            "{:?}",
+            gpu.nvlinks[0]
+        );
+    }
+    assert_eq!(
+        f.topology.matrix,
+        vec![vec!["X", "NV18"], vec!["NV18", "X"]]
+    );
+    assert!(
+        f.topology.nvlink_source.contains("nvml-nvlinks.json"),
+        "{}",
+        f.topology.nvlink_source
+    );
+    let json = serde_json::to_value(&f.gpus[0].nvlinks[0]).unwrap();
+    assert_eq!(json["peer_inferred"], true);
+    assert_eq!(json["peers"], serde_json::json!(["0000:00:07.0"]));
+}
+
 #[test]
 fn bare_metal_ib12_keeps_twelve_hcas_and_the_down_port() {
     let f = snapshot("bare-metal-ib12");

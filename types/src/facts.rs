@@ -216,7 +216,7 @@ pub struct GpuFacts {
     pub nvlinks: Vec<NvLink>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct NvLink {
     pub link: u32,
@@ -224,6 +224,14 @@ pub struct NvLink {
     pub remote_bdf: Option<String>,
     /// `gpu`, `switch`, `ibmnpu` or `unknown`, as NVML reports the far end.
     pub remote_kind: Option<String>,
+    /// The GPUs (bus ids) this link reaches, inferred when NVML hides the far end (VMs
+    /// answer `ffffffff:ff:ff.0`): those NVML's P2P status says this GPU reaches over
+    /// NVLink, both ways, when the link supports P2P. Empty when the far end is known.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub peers: Vec<String>,
+    /// True when `peers` was inferred that way rather than read from the link.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub peer_inferred: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -6,6 +6,10 @@
 
 use heddle_types::facts::{GpuFacts, NameSource, NvLink, PciDevice, PciKind, Probe, ProbeState};
 
+use nvml_wrapper::enum_wrappers::device::{P2pCapabilitiesIndex, P2pStatus};
+use nvml_wrapper::enum_wrappers::nv_link::Capability as NvLinkCapability;
+
+use super::nvlink;
 use super::pci::{gpu_name, normalize_bdf, parse_hex_u16};
 use super::sysfs::Root;
 
@@ -18,6 +22,9 @@ pub struct NvmlView {
     pub driver_version: Option<String>,
     pub cuda_version: Option<String>,
     pub devices: Vec<NvmlDevice>,
+    /// What NVML said about the NVLinks, in the fixture form (`heddle-agent facts
+    /// --nvml-nvlinks`).
+    pub nvlinks: nvlink::Answers,
 }
 
 #[derive(Debug, Default)]
@@ -138,6 +145,7 @@ pub fn query_nvml(root: &mut Root, library: Option<&str>) -> (Probe, Option<Nvml
             .map_err(|e| root.error("/software/cuda_driver", format!("NVML: {e}")))
             .ok(),
         devices: Vec::new(),
+        nvlinks: Default::default(),
     };
     let count = match nvml.device_count() {
         Ok(c) => c,
@@ -151,6 +159,7 @@ pub fn query_nvml(root: &mut Root, library: Option<&str>) -> (Probe, Option<Nvml
             );
         }
     };
+    let mut answers = nvlink::Answers::default();
     for i in 0..count {
         let field = format!("/gpus/{i}");
         let dev = match nvml.device_by_index(i) {
@@ -164,29 +173,28 @@ pub fn query_nvml(root: &mut Root, library: Option<&str>) -> (Probe, Option<Nvml
             root.error(&format!("{field}/bdf"), "NVML gave no usable PCI bus id");
             continue;
         };
-        let mut nvlinks = Vec::new();
+        let mut links = Vec::new();
         for link in 0..NVML_NVLINK_MAX_LINKS {
             let wrapper = dev.link_wrapper_for(link);
             // NotSupported / InvalidArg past the last link are expected, not errors.
             if !wrapper.is_active().unwrap_or(false) {
                 continue;
             }
-            // Inside VMs whose NVSwitches are hidden NVML answers `ffffffff:ff:ff.0`.
-            let remote_bdf = wrapper
-                .remote_pci_info()
-                .ok()
-                .filter(|p| p.domain != 0xffff_ffff)
-                .and_then(|p| normalize_bdf(&p.bus_id));
-            let remote_kind = wrapper
-                .remote_device_type(link)
-                .ok()
-                .map(|t| format!("{t:?}").to_ascii_lowercase());
-            nvlinks.push(NvLink {
+            links.push(nvlink::LinkAnswers {
                 link,
-                remote_bdf,
-                remote_kind,
+                // Inside VMs whose NVSwitches are hidden NVML answers `ffffffff:ff:ff.0`.
+                remote_pci: wrapper.remote_pci_info().ok().map(|p| p.bus_id),
+                remote_type: wrapper
+                    .remote_device_type(link)
+                    .ok()
+                    .map(|t| format!("{t:?}").to_ascii_lowercase()),
+                p2p_supported: wrapper.has_capability(NvLinkCapability::P2p).ok(),
             });
         }
+        answers.gpus.push(nvlink::GpuAnswers {
+            bdf: bdf.clone(),
+            links,
+        });
         let index = dev.index().unwrap_or(i);
         let condition = super::nvml_conditions::read(&nvml, &dev, index, &bdf);
         view.devices.push(NvmlDevice {
@@ -208,9 +216,16 @@ pub fn query_nvml(root: &mut Root, library: Option<&str>) -> (Probe, Option<Nvml
                     root.error(&format!("{field}/memory_total_bytes"), format!("NVML: {e}"))
                 })
                 .ok(),
-            nvlinks,
+            nvlinks: Vec::new(),
         });
     }
+    answers.p2p_nvlink = p2p_nvlink(&nvml, count);
+    for d in &mut view.devices {
+        if let Some(g) = answers.gpus.iter().find(|g| g.bdf == d.bdf) {
+            d.nvlinks = nvlink::links_of(&answers, g);
+        }
+    }
+    view.nvlinks = answers;
     let message = format!(
         "NVML {} reports {count} GPU(s)",
         view.driver_version
@@ -224,6 +239,48 @@ pub fn query_nvml(root: &mut Root, library: Option<&str>) -> (Probe, Option<Nvml
         },
         Some(view),
     )
+}
+
+/// NVML's P2P status over NVLink for every ordered pair of GPUs it can open.
+fn p2p_nvlink(nvml: &nvml_wrapper::Nvml, count: u32) -> Vec<nvlink::P2pAnswer> {
+    let devs: Vec<(String, nvml_wrapper::Device<'_>)> = (0..count)
+        .filter_map(|i| {
+            let d = nvml.device_by_index(i).ok()?;
+            let bdf = d.pci_info().ok().and_then(|p| normalize_bdf(&p.bus_id))?;
+            Some((bdf, d))
+        })
+        .collect();
+    let mut out = Vec::new();
+    for (from, a) in &devs {
+        for (to, b) in &devs {
+            if from == to {
+                continue;
+            }
+            let status = match a.p2p_status(b, P2pCapabilitiesIndex::NvLink) {
+                Ok(P2pStatus::Ok) => "ok".to_string(),
+                Ok(other) => snake(&format!("{other:?}")),
+                Err(e) => format!("error: {e}"),
+            };
+            out.push(nvlink::P2pAnswer {
+                from: from.clone(),
+                to: to.clone(),
+                status,
+            });
+        }
+    }
+    out
+}
+
+/// `ChipsetNotSupported` → `chipset_not_supported`.
+fn snake(name: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in name.chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            out.push('_');
+        }
+        out.push(c.to_ascii_lowercase());
+    }
+    out
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ mod gpu;
 mod gpudirect;
 mod host;
 mod net;
+mod nvlink;
 mod nvml_conditions;
 mod pci;
 mod rdma;
@@ -38,6 +39,11 @@ pub struct FactsArgs {
     /// Print the `nvidia-smi topo -m` style matrix instead of JSON.
     #[arg(long, conflicts_with = "pretty")]
     pub topo: bool,
+    /// Print only what NVML answers about the NVLinks (remote PCI addresses and types, P2P
+    /// capabilities, P2P status over NVLink between GPUs), in the form of a fixture tree's
+    /// `var/lib/heddle/nvml-nvlinks.json`.
+    #[arg(long, conflicts_with_all = ["topo", "pretty"])]
+    pub nvml_nvlinks: bool,
 }
 
 /// What to read and which shared libraries to try.
@@ -87,6 +93,18 @@ pub fn command(args: FactsArgs) -> anyhow::Result<()> {
     if !args.root.is_dir() {
         anyhow::bail!("--root {} is not a directory", args.root.display());
     }
+    if args.nvml_nvlinks {
+        let mut root = sysfs::Root::new(&args.root);
+        if !root.is_live() {
+            anyhow::bail!("--nvml-nvlinks asks NVML, which is consulted only for --root /");
+        }
+        let (probe, view) = gpu::query_nvml(&mut root, None);
+        let Some(view) = view else {
+            anyhow::bail!("{}", probe.message);
+        };
+        println!("{}", serde_json::to_string_pretty(&view.nvlinks)?);
+        return Ok(());
+    }
     let started = std::time::Instant::now();
     let facts = collect(&CollectOptions::for_root(&args.root));
     tracing::debug!(
@@ -127,6 +145,7 @@ pub fn collect(opts: &CollectOptions) -> NodeFacts {
     if let Some(view) = &view {
         gpu::merge(&mut gpus, view);
     }
+    let nvlinks_from_fixture = !live && fixture_nvlinks(&mut root, &mut gpus);
 
     let (rdma_probe, mut rdma_devices) = rdma::collect(&mut root);
     let verbs_probe = if live {
@@ -160,6 +179,9 @@ pub fn collect(opts: &CollectOptions) -> NodeFacts {
 
     let nvlink_source = match nvml.state {
         ProbeState::Available => "NVML".to_string(),
+        _ if nvlinks_from_fixture => {
+            format!("NVML's answers in the fixture file {}", nvlink::FIXTURE)
+        }
         _ => "no NVML: GPU-to-GPU entries show the PCIe path only, NVLinks are unknown".to_string(),
     };
     let topology = topo::build(&gpus, &rdma_devices, &pci, &cpu.numa_nodes, nvlink_source);
@@ -188,6 +210,30 @@ pub fn collect(opts: &CollectOptions) -> NodeFacts {
         gpudirect: Some(gpudirect),
         conditions: Some(conditions),
         errors,
+    }
+}
+
+/// A fixture tree's NVML answers about NVLinks ([`nvlink::FIXTURE`]) applied to its GPUs
+/// by bus id; whether the tree had them.
+fn fixture_nvlinks(root: &mut sysfs::Root, gpus: &mut [heddle_types::facts::GpuFacts]) -> bool {
+    match nvlink::read_fixture(&root.own_path(nvlink::FIXTURE)) {
+        None => false,
+        Some(Err(e)) => {
+            root.error("/gpus/nvlinks", e);
+            false
+        }
+        Some(Ok(answers)) => {
+            for gpu in gpus.iter_mut() {
+                if let Some(g) = answers
+                    .gpus
+                    .iter()
+                    .find(|g| pci::normalize_bdf(&g.bdf).as_deref() == Some(gpu.bdf.as_str()))
+                {
+                    gpu.nvlinks = nvlink::links_of(&answers, g);
+                }
+            }
+            true
+        }
     }
 }
 

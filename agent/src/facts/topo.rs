@@ -17,15 +17,25 @@ pub fn nvlink_counts(gpus: &[GpuFacts]) -> BTreeMap<(usize, usize), u32> {
         Some("gpu") => false,
         _ => !gpus.iter().any(|g| Some(g.bdf.as_str()) == remote),
     };
+    // Links whose far end NVML hid and whose peers were not inferred count as switch links
+    // to every GPU; inferred links count only for the GPUs they reach.
     let switch_links: Vec<u32> = gpus
         .iter()
         .map(|g| {
             g.nvlinks
                 .iter()
-                .filter(|l| is_switch(l.remote_bdf.as_deref(), l.remote_kind.as_deref()))
+                .filter(|l| {
+                    !l.peer_inferred && is_switch(l.remote_bdf.as_deref(), l.remote_kind.as_deref())
+                })
                 .count() as u32
         })
         .collect();
+    let inferred = |a: &GpuFacts, b: &GpuFacts| {
+        a.nvlinks
+            .iter()
+            .filter(|l| l.peer_inferred && l.peers.contains(&b.bdf))
+            .count() as u32
+    };
     let mut out = BTreeMap::new();
     for (i, a) in gpus.iter().enumerate() {
         for (j, b) in gpus.iter().enumerate() {
@@ -37,8 +47,11 @@ pub fn nvlink_counts(gpus: &[GpuFacts]) -> BTreeMap<(usize, usize), u32> {
                 .iter()
                 .filter(|l| l.remote_bdf.as_deref() == Some(b.bdf.as_str()))
                 .count() as u32;
+            let through_hidden = inferred(a, b).min(inferred(b, a));
             let n = if direct > 0 {
                 direct
+            } else if through_hidden > 0 {
+                through_hidden
             } else {
                 switch_links[i].min(switch_links[j])
             };
@@ -187,6 +200,7 @@ mod tests {
                     link: *l,
                     remote_bdf: Some(r.to_string()),
                     remote_kind: Some(k.to_string()),
+                    ..Default::default()
                 })
                 .collect(),
         }
@@ -239,6 +253,7 @@ mod tests {
                     link: l,
                     remote_bdf: None,
                     remote_kind: Some("unknown".into()),
+                    ..Default::default()
                 })
                 .collect();
             g.numa_node = None;
@@ -259,6 +274,35 @@ mod tests {
             Some(0),
             "NUMA affinity derived from the CPU list"
         );
+    }
+
+    #[test]
+    fn inferred_peers_count_only_where_p2p_reaches() {
+        let inferred = |peers: &[&str]| -> Vec<NvLink> {
+            (0..18)
+                .map(|l| NvLink {
+                    link: l,
+                    remote_kind: Some("unknown".into()),
+                    peers: peers.iter().map(|p| p.to_string()).collect(),
+                    peer_inferred: !peers.is_empty(),
+                    ..Default::default()
+                })
+                .collect()
+        };
+        let (mut a, mut b, mut c) = (
+            gpu(0, "0000:00:06.0", &[]),
+            gpu(1, "0000:00:07.0", &[]),
+            gpu(2, "0000:00:08.0", &[]),
+        );
+        a.nvlinks = inferred(&["0000:00:07.0"]);
+        b.nvlinks = inferred(&["0000:00:06.0"]);
+        // GPU2's far ends are hidden and nothing was inferred for it: its links count as
+        // switch links, which GPUs whose links were inferred do not share.
+        c.nvlinks = inferred(&[]);
+        let nv = nvlink_counts(&[a, b, c]);
+        assert_eq!(nv.get(&(0, 1)), Some(&18));
+        assert_eq!(nv.get(&(1, 0)), Some(&18));
+        assert_eq!(nv.get(&(0, 2)), None, "{nv:?}");
     }
 
     #[test]

@@ -58,7 +58,7 @@ pub fn row(
 ) -> ResultRow {
     let (algbw, busbw) = spec::bandwidths(p.coll, c.bytes, t.time_us, nranks);
     let mut extra = json!({
-        "redop": if p.coll.reduces() { p.redop.name() } else { "none" },
+        "redop": if p.coll.prints_redop() { p.redop.name() } else { "none" },
         "nranks": nranks,
     });
     if t.graph {
@@ -69,7 +69,9 @@ pub fn row(
     }
     ResultRow {
         size_bytes: c.bytes as i64,
-        count: Some((c.bytes / p.dtype.size() as u64) as i64),
+        // nccl-tests' count column: the count passed to NCCL, per rank for all_gather,
+        // reduce_scatter and alltoall (its `paramcount`).
+        count: Some(c.param as i64),
         dtype: Some(p.dtype.name().into()),
         op: Some(p.coll.name().into()),
         root: Some(if p.coll.rooted() { p.root as i32 } else { -1 }),
@@ -81,6 +83,27 @@ pub fn row(
         labels: Default::default(),
         extra,
     }
+}
+
+/// The row of a size that moves nothing (nccl-tests prints it; NCCL returns at once for a
+/// count of 0): nothing is launched, so nothing took time and nothing can be wrong.
+pub fn empty_row(p: &Params, c: &spec::Counts, nranks: usize, in_place: bool) -> ResultRow {
+    let mut r = row(
+        p,
+        c,
+        nranks,
+        in_place,
+        timing::Timing {
+            time_us: 0.0,
+            wrong: p.check.then_some(0),
+            graph: false,
+            spread: None,
+        },
+    );
+    r.algbw_gbs = Some(0.0);
+    r.busbw_gbs = Some(0.0);
+    r.extra["empty"] = true.into();
+    r
 }
 
 /// NCCL subsystems whose INFO lines are the transport evidence (`evidence.rs`).
@@ -251,16 +274,25 @@ pub fn execute(
     let mut first_row = None;
     let total = plan.len() * modes.len();
     let mut rows = Vec::new();
-    for (i, c) in plan.iter().enumerate() {
+    let steps = p.steps(nranks);
+    let mut measured = 0;
+    for (i, (c, measure)) in steps.iter().enumerate() {
         for &in_place in modes {
+            if !measure {
+                let r = empty_row(p, c, nranks, in_place);
+                on_row(&r, i, steps.len()).map_err(RunError::Io)?;
+                rows.push(r);
+                continue;
+            }
             let share = p
                 .budget
-                .map(|b| timing::share(b, sweep_start.elapsed(), total - rows.len()));
+                .map(|b| timing::share(b, sweep_start.elapsed(), total - measured));
             let t = timing::measure(&engine, &case, c, in_place, &settings, share).map_err(fail)?;
             let r = row(p, c, nranks, in_place, t);
-            on_row(&r, i, plan.len()).map_err(RunError::Io)?;
+            on_row(&r, i, steps.len()).map_err(RunError::Io)?;
             first_row.get_or_insert_with(|| sweep_start.elapsed());
             rows.push(r);
+            measured += 1;
         }
     }
     let sweep = sweep_start.elapsed();
@@ -443,5 +475,34 @@ mod tests {
         assert_eq!(r.extra["redop"], "none");
         assert!((r.algbw_gbs.unwrap() - 10.48576).abs() < 1e-9);
         assert_eq!(r.algbw_gbs, r.busbw_gbs);
+        let t = timing::Timing {
+            time_us: 100.0,
+            wrong: Some(0),
+            graph: false,
+            spread: None,
+        };
+        // all_gather: the per-rank count, as nccl-tests' count column.
+        let p = Params {
+            coll: Collective::AllGather,
+            ..Params::default()
+        };
+        let r = row(&p, &p.coll.counts(1024, 4, 2), 2, false, t);
+        assert_eq!((r.size_bytes, r.count), (1024, Some(128)));
+        assert_eq!(r.extra["redop"], "none");
+        // sendrecv prints the op it was given.
+        let p = Params {
+            coll: Collective::SendRecv,
+            ..Params::default()
+        };
+        let r = row(&p, &p.coll.counts(1024, 4, 2), 2, true, t);
+        assert_eq!(
+            (r.count, &r.extra["redop"]),
+            (Some(256), &serde_json::json!("sum"))
+        );
+        let e = empty_row(&p, &p.coll.counts(0, 4, 2), 2, false);
+        assert_eq!(
+            (e.size_bytes, e.count, e.time_us, e.busbw_gbs, e.wrong),
+            (0, Some(0), Some(0.0), Some(0.0), Some(0))
+        );
     }
 }

@@ -30,6 +30,11 @@ pub struct Params {
     pub graph: Option<u64>,
     /// Adaptive sampling within this budget; `None`: one sample of `iters`, as nccl-tests.
     pub budget: Option<Duration>,
+    /// A row for every size of the sweep, as nccl-tests prints them (`heddle-agent
+    /// bench`): a size whose per-rank count rounds to nothing gets a row of zeros, and a
+    /// size that rounds to the previous one is measured again. Jobs leave it off: their
+    /// stored rows are the sizes that moved data, each once.
+    pub every_size: bool,
 }
 
 impl Default for Params {
@@ -51,6 +56,7 @@ impl Default for Params {
             check: true,
             graph: None,
             budget: None,
+            every_size: false,
         }
     }
 }
@@ -85,6 +91,7 @@ impl Params {
                 .map(wire::DurationParam::duration)
                 .transpose()
                 .map_err(RunError::Params)?,
+            every_size: false,
         };
         params.validate().map_err(RunError::Params)?;
         Ok(params)
@@ -145,9 +152,29 @@ impl Params {
         out
     }
 
-    /// Whether an in-place variant exists (NCCL's grouped send/recv has none).
+    /// Every size of the sweep in order, each with its counts and whether it is measured:
+    /// with `every_size`, a size that moves nothing is listed unmeasured (nccl-tests prints
+    /// it as a row of zeros); without it, the sizes of [`Params::plan`], all measured.
+    pub fn steps(&self, nranks: usize) -> Vec<(spec::Counts, bool)> {
+        if !self.every_size {
+            return self.plan(nranks).into_iter().map(|c| (c, true)).collect();
+        }
+        self.sweep
+            .sizes()
+            .into_iter()
+            .map(|size| {
+                let c = self.coll.counts(size, self.dtype.size(), nranks);
+                (c, c.bytes > 0)
+            })
+            .collect()
+    }
+
+    /// Whether an in-place variant exists. nccl-tests runs one for every collective;
+    /// alltoall's would have NCCL read and write one buffer in any order, so it is left
+    /// out here. Sendrecv's in-place sends from and receives into the same buffer, as
+    /// nccl-tests does.
     pub fn has_in_place(&self) -> bool {
-        !matches!(self.coll, Collective::AllToAll | Collective::SendRecv)
+        !matches!(self.coll, Collective::AllToAll)
     }
 }
 
@@ -221,6 +248,43 @@ mod tests {
                 ..p
             }
             .has_in_place()
+        );
+        assert!(
+            Params {
+                coll: Collective::SendRecv,
+                ..p
+            }
+            .has_in_place()
+        );
+    }
+
+    #[test]
+    fn every_size_keeps_the_rows_nccl_tests_prints() {
+        let p = Params {
+            coll: Collective::AllGather,
+            sweep: Sweep {
+                min_bytes: 8,
+                max_bytes: 64,
+                factor: 2,
+                step_bytes: None,
+            },
+            ..Params::default()
+        };
+        let seen = |p: &Params| -> Vec<(u64, usize, bool)> {
+            p.steps(2)
+                .iter()
+                .map(|(c, m)| (c.bytes, c.param, *m))
+                .collect()
+        };
+        // Two ranks of floats: 8 and 16 B give each rank less than 16 bytes, so nothing.
+        assert_eq!(seen(&p), vec![(32, 4, true), (64, 8, true)]);
+        let every = Params {
+            every_size: true,
+            ..p
+        };
+        assert_eq!(
+            seen(&every),
+            vec![(0, 0, false), (0, 0, false), (32, 4, true), (64, 8, true)]
         );
     }
 

@@ -111,21 +111,14 @@ pub fn spread_note(oop: &ResultRow, ip: Option<&ResultRow>) -> String {
     }
 }
 
-/// The closing lines: nccl-tests' two figures and last line, then where the time went.
+/// The closing lines: nccl-tests' two figures, its last line and its closing `#`, with
+/// where the time went just before that `#`.
 pub fn footer(p: &Params, rows: &[ResultRow], summary: &Map<String, Value>) -> String {
-    let wrong: i64 = rows.iter().filter_map(|r| r.wrong).sum();
-    let busbw: Vec<f64> = rows.iter().filter_map(|r| r.busbw_gbs).collect();
-    let avg = busbw.iter().sum::<f64>() / busbw.len().max(1) as f64;
-    let mut out = format!(
-        "# {:<20} : {wrong} {}\n# {:<20} : {avg} \n#\n# Collective test concluded: {}\n",
-        "Out of bounds values",
-        if wrong == 0 { "OK" } else { "FAILED" },
-        "Avg bus bandwidth",
-        program(p)
-    );
+    let mut out = super::table::closing(rows);
+    out += &format!("#\n# Collective test concluded: {}\n", program(p));
     let secs = |k: &str| summary.get(k).and_then(Value::as_f64).unwrap_or(0.0);
     out += &format!(
-        "# Time: start-up {:.3} s (NCCL init {:.3} s), first row {:.4} s after it, sweep {:.3} s\n",
+        "# Time: start-up {:.3} s (NCCL init {:.3} s), first row {:.4} s after it, sweep {:.3} s\n#\n",
         secs("init_s"),
         secs("nccl_init_s"),
         secs("first_row_s"),

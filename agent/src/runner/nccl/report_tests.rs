@@ -191,3 +191,142 @@ fn json_files_are_never_overwritten() {
         dir.path().join("out.json.1")
     );
 }
+
+/// Where each whitespace-separated field of a line ends.
+fn field_ends(line: &str) -> Vec<usize> {
+    let b = line.as_bytes();
+    (0..b.len())
+        .filter(|&i| b[i] != b' ' && (i + 1 == b.len() || b[i + 1] == b' '))
+        .collect()
+}
+
+/// Our preamble, column header, row set and closing lines against nccl-tests' for the same
+/// flags on two GPUs (`all_gather_perf` and `sendrecv_perf -g 2 -b 8 -e 128M -f 2 -w 5
+/// -n 20 -G 0`). The two captures were written from nccl-tests 2.19.6's format strings
+/// (`util.cu`, `common.cu`, `all_gather.cu`, `sendrecv.cu`); see tests/captures/README.md.
+/// Every line must match but the first (ours names itself), the time of sizes that move
+/// nothing (nccl-tests times a launch NCCL returns from at once; we launch nothing) and the
+/// last digit of bandwidths computed from a time printed to 0.01 µs.
+#[test]
+fn two_gpu_tables_match_nccl_tests_line_for_line() {
+    use crate::runner::nccl::spec::{Counts, Dtype};
+    use crate::runner::nccl::{empty_row, row, table, timing};
+    for (coll, file) in [
+        (
+            Collective::AllGather,
+            "nccl_tests_all_gather_2gpu_derived.txt",
+        ),
+        (Collective::SendRecv, "nccl_tests_sendrecv_2gpu_derived.txt"),
+    ] {
+        let theirs = capture(file);
+        let p = Params {
+            coll,
+            dtype: Dtype::Float,
+            sweep: Sweep {
+                min_bytes: 8,
+                max_bytes: 128 << 20,
+                factor: 2,
+                step_bytes: None,
+            },
+            warmup: 5,
+            iters: 20,
+            gpus: 2,
+            graph: Some(0),
+            every_size: true,
+            ..Params::default()
+        };
+        let dev = |i: usize, bus: &str| RankLine {
+            rank: i,
+            pid: 4242,
+            host: "vm".into(),
+            dev: DeviceInfo {
+                device: i,
+                name: "NVIDIA H200".into(),
+                bus_id: bus.into(),
+            },
+        };
+        let ours = preamble(&p, 22803, &[dev(0, "0000:00:06"), dev(1, "0000:00:07")]);
+        let their_lines: Vec<&str> = theirs.lines().collect();
+        let header_at = their_lines
+            .iter()
+            .position(|l| l.contains("out-of-place"))
+            .unwrap();
+        // Preamble: every line after the first, up to the column header.
+        let our_pre: Vec<&str> = ours.lines().skip(1).collect();
+        assert_eq!(our_pre, their_lines[1..header_at], "{file}: preamble");
+        let header: Vec<&str> = table::header().lines().collect();
+        assert_eq!(
+            header,
+            their_lines[header_at..header_at + 3],
+            "{file}: header"
+        );
+        // Rows: ours from our plan with their times; the same set of sizes and counts.
+        let data: Vec<&str> = their_lines[header_at + 3..]
+            .iter()
+            .take_while(|l| !l.starts_with('#'))
+            .copied()
+            .collect();
+        let steps = p.steps(2);
+        assert_eq!(steps.len(), data.len(), "{file}: one row per size");
+        assert!(p.has_in_place());
+        let mut rows = Vec::new();
+        for ((c, measured), line) in steps.iter().zip(&data) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            assert_eq!(f.len(), 13, "{file}: {line}");
+            let t = |col: usize| timing::Timing {
+                time_us: f[col].parse().unwrap(),
+                wrong: Some(0),
+                graph: false,
+                spread: None,
+            };
+            let mk = |c: &Counts, in_place: bool, col: usize| {
+                if *measured {
+                    row(&p, c, 2, in_place, t(col))
+                } else {
+                    empty_row(&p, c, 2, in_place)
+                }
+            };
+            let (oop, ip) = (mk(c, false, 5), mk(c, true, 9));
+            let mine = table::line(&oop, Some(&ip));
+            let m: Vec<&str> = mine.split_whitespace().collect();
+            // Same columns at the same places: every field ends where theirs does.
+            assert_eq!(
+                field_ends(&mine),
+                field_ends(line),
+                "{file}:\n{mine}\n{line}"
+            );
+            assert_eq!(m[..5], f[..5], "{file}: size, count, type, redop, root");
+            if *measured {
+                // algbw and busbw come from the time, which both print rounded to 0.01 µs:
+                // the last digit may differ.
+                for col in [6, 7, 10, 11] {
+                    let (a, b): (f64, f64) = (m[col].parse().unwrap(), f[col].parse().unwrap());
+                    assert!(
+                        (a - b).abs() <= 0.011f64.max(b * 2e-3),
+                        "{file}: column {col}: {mine} / {line}"
+                    );
+                }
+                for col in [5, 8, 9, 12] {
+                    assert_eq!(m[col], f[col], "{file}: column {col}");
+                }
+            }
+            rows.push(oop);
+            rows.push(ip);
+        }
+        // Closing lines: the same lines in the same order (the average differs only by the
+        // rows that move nothing).
+        let summary = Map::new();
+        let foot = footer(&p, &rows, &summary);
+        let ours: Vec<&str> = foot
+            .lines()
+            .filter(|l| !l.starts_with("# Time:"))
+            .map(|l| l.split(':').next().unwrap())
+            .collect();
+        let theirs: Vec<&str> = their_lines[header_at + 3 + data.len()..]
+            .iter()
+            .filter(|l| !l.is_empty())
+            .map(|l| l.split(':').next().unwrap())
+            .collect();
+        assert_eq!(ours, theirs, "{file}: closing lines");
+    }
+}

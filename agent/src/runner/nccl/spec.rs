@@ -48,6 +48,12 @@ impl Collective {
         )
     }
 
+    /// Whether nccl-tests prints the reduction op in the `redop` column: it passes the `-o`
+    /// op to the reducing collectives and to sendrecv, and `none` to the others.
+    pub fn prints_redop(self) -> bool {
+        self.reduces() || self == Collective::SendRecv
+    }
+
     /// Whether the collective has a root (the others print `-1`).
     pub fn rooted(self) -> bool {
         matches!(self, Collective::Broadcast | Collective::Reduce)
