@@ -379,7 +379,7 @@ fn h200_vm_links_take_their_peer_from_p2p_status() {
         assert_eq!(gpu.nvlinks.len(), 18);
         assert!(
             gpu.nvlinks.iter().all(|l| l.remote_bdf.is_none()
-                && l.remote_kind.as_deref() == Some("unknown")
+                && l.remote_kind.as_deref() == Some("switch")
                 && l.peer_inferred
                 && l.peers == [peer]),
             "{:?}",

@@ -2,8 +2,8 @@
 //! end NVML hides.
 //!
 //! Inside VMs (Azure ND, 2×H200 slices of an HGX) the hypervisor hides the NVSwitches:
-//! NVML answers `ffffffff:ff:ff.0` for every link's remote PCI address and an unknown
-//! remote type, while `nvidia-smi topo -p2p n` still says OK between the GPUs. There the
+//! NVML answers `ffffffff:ff:ff.0` for every link's remote PCI address (and, on a 2×H200
+//! slice, an NVSwitch as the remote type, with the switch itself hidden), while `nvidia-smi topo -p2p n` still says OK between the GPUs. There the
 //! peers come from NVML's P2P status over NVLink (`nvmlDeviceGetP2PStatus` with
 //! `NVML_P2P_CAPS_INDEX_NVLINK`) for every pair of GPUs, kept only when it is OK both ways,
 //! on the links whose capabilities allow P2P (`NVML_NVLINK_CAP_P2P_SUPPORTED`); such links
