@@ -13,6 +13,7 @@ pub mod error;
 pub mod health;
 pub mod jobs;
 pub mod json;
+pub mod k8s_admission;
 pub mod leases;
 pub mod limits;
 pub mod liveness;

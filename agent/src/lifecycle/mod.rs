@@ -85,6 +85,10 @@ pub struct RunArgs {
     /// Longest pause between attempts to reach an unreachable server.
     #[arg(long, env = "HEDDLE_BACKOFF_CAP", default_value = "30s", value_parser = heddle_types::duration::parse)]
     pub backoff_cap: Duration,
+    /// Host conf files kept in line with the node's environment (`/etc/nccl.conf`,
+    /// `/etc/ucx/ucx.conf`).
+    #[command(flatten)]
+    pub host_conf: crate::host_conf::HostConfConfig,
 }
 
 #[derive(Debug, thiserror::Error)]
