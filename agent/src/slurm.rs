@@ -98,7 +98,7 @@ fn task_prolog(args: &TaskPrologArgs) -> Prolog {
 
 /// The node's values; a missing or refused file gives none, with a message.
 pub fn read_env_file(path: &std::path::Path, messages: &mut Vec<String>) -> Vec<nccl_conf::Entry> {
-    let bytes = match std::fs::read(path) {
+    let bytes = match read_bounded(path) {
         Ok(b) => b,
         Err(e) => {
             messages.push(format!(
@@ -118,6 +118,25 @@ pub fn read_env_file(path: &std::path::Path, messages: &mut Vec<String>) -> Vec<
             Vec::new()
         }
     }
+}
+
+/// At most one byte more than `nccl_conf::parse` accepts, from a regular file only: the
+/// path may come from the task's environment, and a FIFO or `/dev/zero` must not hold the
+/// task up.
+fn read_bounded(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let mut bytes = Vec::new();
+    file.take(nccl_conf::MAX_CONF_FILE_LEN as u64 + 1)
+        .read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
 /// What the rank's values are computed from: the node's plugin output and GPUs.

@@ -101,6 +101,12 @@ fn without_a_rank_or_env_file_the_task_gets_what_is_known() {
     let mut messages = Vec::new();
     assert!(read_env_file(Path::new("/nonexistent/nccl.env"), &mut messages).is_empty());
     assert!(messages[0].starts_with("cannot read /nonexistent/nccl.env"));
+    // A path from the task's environment that never ends, or is no file: refused at once.
+    for endless in ["/dev/zero", "/proc/self"] {
+        let mut messages = Vec::new();
+        assert!(read_env_file(Path::new(endless), &mut messages).is_empty());
+        assert_eq!(messages.len(), 1, "{endless}");
+    }
 }
 
 #[test]
