@@ -56,9 +56,11 @@ fn a_task_on_gpu6_gets_exactly_these_lines() {
     );
     // The env file's hostile line is refused on stderr, where Slurm ignores it.
     assert!(stderr.contains("heddle-agent task-prolog: NCCL_NET_PLUGIN is not set"));
-    assert!(!stderr.lines().any(|l| l.starts_with("export ")
-        || l.starts_with("print ")
-        || l.starts_with("unset ")));
+    assert!(
+        !stderr.lines().any(|l| l.starts_with("export ")
+            || l.starts_with("print ")
+            || l.starts_with("unset "))
+    );
 }
 
 #[test]
@@ -72,7 +74,11 @@ fn a_missing_or_hostile_env_file_never_fails_the_task() {
     assert!(stderr.contains("cannot read"));
     // A line that would smuggle a second export: the whole file is refused.
     let f = dir.path().join("nccl.env");
-    std::fs::write(&f, "NCCL_PROTO=Simple\nNCCL_ALGO=Ring\rexport LD_PRELOAD=/tmp/x.so\n").unwrap();
+    std::fs::write(
+        &f,
+        "NCCL_PROTO=Simple\nNCCL_ALGO=Ring\rexport LD_PRELOAD=/tmp/x.so\n",
+    )
+    .unwrap();
     let (stdout, stderr, code) = prolog(&[("SLURM_LOCALID", "0")], &f);
     assert_eq!(code, 0);
     assert!(!stdout.contains("LD_PRELOAD") && !stdout.contains("NCCL_PROTO"));

@@ -34,7 +34,11 @@ async fn the_api_server_gets_a_patch_over_tls_and_big_bodies_are_bounded() {
     let patch = base64::engine::general_purpose::STANDARD
         .decode(out.response.patch.unwrap())
         .unwrap();
-    assert!(String::from_utf8(patch).unwrap().contains("libnccl-env-heddle.so"));
+    assert!(
+        String::from_utf8(patch)
+            .unwrap()
+            .contains("libnccl-env-heddle.so")
+    );
 
     // A 2 MiB pod (a large annotation) is within the API server's limit: answered.
     let mut doc: serde_json::Value = serde_json::from_str(WORKER).unwrap();

@@ -79,7 +79,7 @@ struct Mount {
 /// A quantity of GPUs other than zero (`"1"`, `8`, `"0"`, ...): whether it asks for any.
 fn asks(q: &Value) -> bool {
     match q {
-        Value::String(s) => s.trim().parse::<f64>().map_or(true, |n| n != 0.0),
+        Value::String(s) => s.trim().parse::<f64>() != Ok(0.0),
         Value::Number(n) => n.as_f64() != Some(0.0),
         _ => false,
     }
