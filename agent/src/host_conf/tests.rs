@@ -255,3 +255,21 @@ fn sync_updates_each_file_on_its_own() {
     };
     assert!(sync_host_confs(&off, &[]).files.is_empty());
 }
+
+#[test]
+fn the_replacement_keeps_the_files_owner() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: only root can give a file another owner");
+        return;
+    }
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ucx.conf");
+    std::fs::write(&path, "UCX_TLS=tcp\n").unwrap();
+    std::os::unix::fs::chown(&path, Some(4321), Some(4322)).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o664)).unwrap();
+    apply_block(&path, Placement::Top, &lines(&["UCX_RNDV_THRESH=8192"])).unwrap();
+    let m = std::fs::metadata(&path).unwrap();
+    assert_eq!((m.uid(), m.gid(), m.mode() & 0o777), (4321, 4322, 0o664));
+}
