@@ -30,6 +30,15 @@ trap 'rm -rf "$tmp"' EXIT
 
 overlays=(deploy/kustomize/overlays/*/)
 ((${#overlays[@]})) || fail "no overlay under deploy/kustomize/overlays"
+# Components no overlay includes are rendered on top of production, as an admin adds them.
+for comp in job-env; do
+    combo=$tmp/overlays/production+$comp
+    mkdir -p "$combo"
+    rel=$(realpath --relative-to="$combo" "$repo/deploy/kustomize")
+    printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: heddle\nresources: [%s]\ncomponents: [%s]\n' \
+        "$rel/overlays/production" "$rel/components/$comp" >"$combo/kustomization.yaml"
+    overlays+=("$combo/")
+done
 for dir in "${overlays[@]}"; do
     name=$(basename "$dir")
     out=$tmp/$name.yaml
@@ -37,8 +46,10 @@ for dir in "${overlays[@]}"; do
     for v in "${k8s_versions[@]}"; do
         "$venv/bin/kubernetes-validate" --strict --quiet -k "$v" "$out" >"$tmp/validate.log" 2>&1 \
             || { cat "$tmp/validate.log" >&2; fail "$name does not validate against Kubernetes $v"; }
-        # Only the Prometheus Operator's kinds may lack a schema; they are checked below.
-        if grep "Couldn't find schema" "$tmp/validate.log" | grep -v "api version monitoring.coreos.com/v1 " >&2; then
+        # Only the Prometheus Operator's and cert-manager's kinds may lack a schema; they
+        # are checked below.
+        if grep "Couldn't find schema" "$tmp/validate.log" \
+            | grep -v -e "api version monitoring.coreos.com/v1 " -e "api version cert-manager.io/v1 " >&2; then
             fail "$name has a kind without a Kubernetes schema"
         fi
     done
@@ -86,6 +97,38 @@ for sm in by_kind.get("ServiceMonitor", []):
     for ep in sm["spec"]["endpoints"]:
         need(ep["port"] in ports, f"ServiceMonitor port {ep['port']} is not a Service port {ports}")
         need(ep.get("path") == "/metrics", "ServiceMonitor path /metrics")
+# The job-env component: a webhook that never blocks pods, on a server that serves it
+# over TLS with the certificate its CA annotation names, and agents that fill the directory
+# it mounts.
+for wh in by_kind.get("MutatingWebhookConfiguration", []):
+    certs = {f"{c['metadata'].get('namespace')}/{c['metadata']['name']}": c for c in by_kind.get("Certificate", [])}
+    ca_from = wh["metadata"].get("annotations", {}).get("cert-manager.io/inject-ca-from")
+    need(ca_from in certs, f"webhook: cert-manager.io/inject-ca-from {ca_from} names no Certificate")
+    for w in wh["webhooks"]:
+        need(w.get("failurePolicy") == "Ignore", "webhook: failurePolicy Ignore (never block pods)")
+        need(w.get("sideEffects") == "None", "webhook: sideEffects None")
+        need(w["namespaceSelector"]["matchLabels"] == {"heddle.io/inject": "enabled"}, "webhook: namespaceSelector heddle.io/inject=enabled")
+        s = w["clientConfig"]["service"]
+        need(s["name"] == svc["metadata"]["name"] and s["namespace"] == svc["metadata"]["namespace"], "webhook: calls the heddle-server Service")
+        need(s["port"] in [p["port"] for p in svc["spec"]["ports"]], "webhook: a port of the Service")
+        need(s["path"] == "/k8s/admission/v1/mutate", "webhook: path /k8s/admission/v1/mutate")
+        if ca_from in certs:
+            dns = certs[ca_from]["spec"]["dnsNames"]
+            need(f"{s['name']}.{s['namespace']}.svc" in dns, f"webhook: the certificate covers {s['name']}.{s['namespace']}.svc")
+            secret = certs[ca_from]["spec"]["secretName"]
+            vols = {v["name"]: v for v in dep.get("volumes", [])}
+            need(any(v.get("secret", {}).get("secretName") == secret for v in vols.values()), "server: mounts the webhook's certificate")
+    need(env.get("HEDDLE_K8S_ADMISSION", {}).get("value") == "true", "server: HEDDLE_K8S_ADMISSION=true")
+    need("HEDDLE_TLS_CERT" in env and "HEDDLE_TLS_KEY" in env, "server: serves HTTPS (HEDDLE_TLS_CERT, HEDDLE_TLS_KEY)")
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        need(srv[probe]["httpGet"].get("scheme") == "HTTPS", f"server: {probe} over HTTPS")
+    agent_env = {e["name"]: e.get("value") for e in agent.get("env", [])}
+    need(agent_env.get("HEDDLE_NCCL_ENV_FILE", "").startswith("/var/lib/heddle-agent/job/"), "agent: the env file in the job directory")
+    need(any(c["name"] == "install-nccl-env-plugin" for c in ds.get("initContainers", [])), "agent: installs the NCCL env plugin")
+    for v in ds["volumes"]:
+        items = v.get("secret", {}).get("items")
+        if v.get("secret"):
+            need(items == [{"key": "ca.crt", "path": "ca.crt"}], "agent: only ca.crt of the server's Secret")
 for i, pr in enumerate(by_kind.get("PrometheusRule", [])):
     yaml.safe_dump(pr["spec"], open(f"{sys.argv[2]}.rules-{i}.yaml", "w"), sort_keys=False)
 for p in problems:

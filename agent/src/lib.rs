@@ -6,8 +6,10 @@ pub mod client;
 pub mod detect;
 pub mod exec;
 pub mod facts;
+pub mod host_conf;
 pub mod lifecycle;
 pub mod runner;
+pub mod slurm;
 pub mod spool;
 
 /// Logs go to stderr so `facts` output on stdout stays clean JSON.

@@ -19,6 +19,9 @@ enum Command {
     Exec(heddle_agent::exec::ExecArgs),
     /// Enroll (once), then heartbeat, report facts, claim and run jobs, upload results.
     Run(heddle_agent::lifecycle::RunArgs),
+    /// Slurm integration (`slurm task-prolog`: the node's and the task's rank's environment
+    /// as TaskProlog `export` lines).
+    Slurm(heddle_agent::slurm::SlurmArgs),
     /// Run a test from the shell, without a server (e.g. `bench nccl all_reduce -b 8 -e 8G -g 2`).
     Bench(heddle_agent::bench::BenchArgs),
     /// Judge a test's evidence against this node's facts (`check nccl-log FILE`).
@@ -44,6 +47,7 @@ fn main() -> std::process::ExitCode {
         Command::Exec(args) => heddle_agent::exec::command(args),
         Command::Run(args) => heddle_agent::lifecycle::command(args),
         Command::Bench(args) => heddle_agent::bench::command(args),
+        Command::Slurm(args) => heddle_agent::slurm::command(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

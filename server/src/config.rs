@@ -160,6 +160,10 @@ pub struct Config {
     /// Log as JSON lines instead of human-readable text.
     #[arg(long, env = "HEDDLE_LOG_JSON", default_value_t = false)]
     pub log_json: bool,
+
+    /// The Kubernetes admission webhook (`--k8s-admission` and what it injects).
+    #[command(flatten)]
+    pub k8s_admission: crate::k8s_admission::AdmissionConfig,
 }
 
 impl Config {

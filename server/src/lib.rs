@@ -14,6 +14,7 @@ pub mod health;
 pub mod job_env;
 pub mod jobs;
 pub mod json;
+pub mod k8s_admission;
 pub mod leases;
 pub mod limits;
 pub mod liveness;

@@ -223,7 +223,12 @@ pub fn app(state: AppState) -> Router {
         state.config.request_timeout(),
         "HEDDLE_REQUEST_TIMEOUT_S"
     ));
-    let mut app = api_router.merge(dashboard);
+    // The Kubernetes admission webhook, outside /api: the API server calls it (no token).
+    let k8s = crate::k8s_admission::routes().layer(timeout!(
+        state.config.request_timeout(),
+        "HEDDLE_REQUEST_TIMEOUT_S"
+    ));
+    let mut app = api_router.merge(dashboard).merge(k8s);
     if let Some(rate_limit) =
         limits::rate_limit_layer(state.config.rate_limit_per_s, state.config.rate_limit_burst)
     {

@@ -98,6 +98,10 @@ pub struct RunArgs {
     /// the node loads it. Only a path ending in `/libnccl-profiler-heddle.so` is accepted.
     #[arg(long, env = "HEDDLE_NCCL_PROFILER_PLUGIN", value_parser = profiler_path)]
     pub nccl_profiler_plugin: Option<String>,
+    /// Host conf files kept in line with the node's environment (`/etc/nccl.conf`,
+    /// `/etc/ucx/ucx.conf`).
+    #[command(flatten)]
+    pub host_conf: crate::host_conf::HostConfConfig,
 }
 
 fn profiler_path(s: &str) -> Result<String, String> {
@@ -150,6 +154,8 @@ pub(crate) struct Config {
     /// The binary re-executed with `child` to run a test: this agent's own.
     pub child_program: PathBuf,
     pub node_env: node_env::NodeEnvConfig,
+    /// Host conf files kept in line with the node env file (`/etc/nccl.conf`, `ucx.conf`).
+    pub host_conf: crate::host_conf::HostConfConfig,
 }
 
 /// Control of one job in progress.
@@ -354,6 +360,7 @@ pub async fn run(args: RunArgs) -> Result<(), LifecycleError> {
                     .unwrap_or_else(|| state.path().join("nccl.env")),
                 profiler: args.nccl_profiler_plugin.clone(),
             },
+            host_conf: args.host_conf.clone(),
         },
         identity_path: state.identity_path(),
         jobs: Mutex::new(HashMap::new()),

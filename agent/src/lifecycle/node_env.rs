@@ -125,7 +125,12 @@ pub(super) async fn node_env_loop(
         };
         let outcome = match agent.client.job_env().await {
             Ok(env) => write_node_env(&cfg, &env)
-                .map(|()| env.job_env_sha256)
+                .map(|()| {
+                    // The managed blocks of /etc/nccl.conf and ucx.conf follow the same
+                    // entries; each file succeeds or fails on its own and says so.
+                    crate::host_conf::sync_host_confs(&agent.cfg.host_conf, &env.entries).log();
+                    env.job_env_sha256
+                })
                 .map_err(|e| e.to_string()),
             Err(ClientError::Unauthorized { message }) => return Err(agent.revoked(message)),
             Err(e) => Err(e.to_string()),

@@ -1,0 +1,276 @@
+//! `heddle-agent slurm task-prolog`: the node's environment for each Slurm task.
+//!
+//! slurmstepd runs the `TaskProlog` program in the task's environment, as the job's user,
+//! before the task (and before a user's own `--task-prolog`), and reads its output line by
+//! line: `export NAME=value` sets a variable for the task, verbatim (everything after the
+//! first `=` up to the newline; no quoting, no escapes); other lines are ignored. Its
+//! stderr reaches the same pipe, so nothing written there may start with `export `,
+//! `unset ` or `print `. A prolog that exits non-zero kills the task, so this command
+//! always exits 0: a problem is a message, never a failed job.
+//!
+//! What a task gets: the node's values from the env file the agent keeps (no server is
+//! asked), and the values of its local rank as `exec --local-rank` computes them (the GPU's
+//! nearest HCA narrows `UCX_NET_DEVICES`; `HEDDLE_LOCAL_RANK_*` name the GPU, HCA, network
+//! interface, CPU list and NUMA node, for a launcher that pins). A variable already in the
+//! task's environment is left as it is, and a value Slurm cannot carry, or that
+//! `env_policy` refuses, is not printed.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
+
+use heddle_plugin_host::{HostConfig, Limits, PluginHost};
+use heddle_types::env_policy;
+use heddle_types::nccl_conf;
+
+use crate::detect::{self, DetectOutput};
+use crate::exec;
+
+#[derive(Debug, clap::Args)]
+pub struct SlurmArgs {
+    #[command(subcommand)]
+    pub command: SlurmCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum SlurmCommand {
+    /// Print `export NAME=value` lines for the task this runs in (slurm.conf `TaskProlog`).
+    TaskProlog(TaskPrologArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct TaskPrologArgs {
+    /// The node env file the agent keeps (NCCL conf format); it must be readable by the
+    /// job's user.
+    #[arg(
+        long,
+        env = "HEDDLE_NCCL_ENV_FILE",
+        default_value = "/var/lib/heddle-agent/nccl.env"
+    )]
+    pub nccl_env_file: PathBuf,
+    /// Filesystem root the rank's GPU, HCA and CPUs are read from (a fixture tree in tests).
+    #[arg(long, env = "HEDDLE_FACTS_ROOT", default_value = "/")]
+    pub root: PathBuf,
+    /// Print the node's values only, without the rank's own.
+    #[arg(long)]
+    pub node_only: bool,
+}
+
+pub fn command(args: SlurmArgs) -> anyhow::Result<()> {
+    match args.command {
+        SlurmCommand::TaskProlog(a) => {
+            // A panic would exit non-zero, and Slurm would kill the task for it.
+            let out = std::panic::catch_unwind(|| task_prolog(&a)).unwrap_or_else(|_| Prolog {
+                stdout: String::new(),
+                messages: vec!["internal error; the task gets no values from Heddle".into()],
+            });
+            let mut err = std::io::stderr().lock();
+            for m in &out.messages {
+                let _ = writeln!(err, "heddle-agent task-prolog: {m}");
+            }
+            let _ = std::io::stdout().lock().write_all(out.stdout.as_bytes());
+            Ok(())
+        }
+    }
+}
+
+/// What the prolog prints: stdout for Slurm, messages for stderr.
+#[derive(Debug, Default, PartialEq)]
+pub struct Prolog {
+    pub stdout: String,
+    pub messages: Vec<String>,
+}
+
+fn task_prolog(args: &TaskPrologArgs) -> Prolog {
+    let task_env: BTreeMap<String, String> = std::env::vars().collect();
+    let mut messages = Vec::new();
+    let node_env = read_env_file(&args.nccl_env_file, &mut messages);
+    let rank = if args.node_only {
+        None
+    } else {
+        rank_input(&args.root, &mut messages)
+    };
+    let mut out = prolog(&node_env, rank, &task_env);
+    messages.append(&mut out.messages);
+    out.messages = messages;
+    out
+}
+
+/// The node's values; a missing or refused file gives none, with a message.
+pub fn read_env_file(path: &std::path::Path, messages: &mut Vec<String>) -> Vec<nccl_conf::Entry> {
+    let bytes = match read_bounded(path) {
+        Ok(b) => b,
+        Err(e) => {
+            messages.push(format!(
+                "cannot read {} ({e}); the task gets no node values",
+                path.display()
+            ));
+            return Vec::new();
+        }
+    };
+    match nccl_conf::parse(&bytes) {
+        Ok(entries) => entries,
+        Err(e) => {
+            messages.push(format!(
+                "{} is refused whole ({e}); the task gets no node values",
+                path.display()
+            ));
+            Vec::new()
+        }
+    }
+}
+
+/// At most one byte more than `nccl_conf::parse` accepts, from a regular file only: the
+/// path may come from the task's environment, and a FIFO or `/dev/zero` must not hold the
+/// task up.
+fn read_bounded(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let mut bytes = Vec::new();
+    file.take(nccl_conf::MAX_CONF_FILE_LEN as u64 + 1)
+        .read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// What the rank's values are computed from: the node's plugin output and GPUs.
+pub struct RankInput {
+    pub detected: DetectOutput,
+    pub gpu_uuids: Vec<(u32, Option<String>)>,
+}
+
+fn rank_input(root: &std::path::Path, messages: &mut Vec<String>) -> Option<RankInput> {
+    let facts = crate::facts::collect(&crate::facts::CollectOptions::for_root(root));
+    let facts_json = serde_json::to_string(&facts).ok()?;
+    let host = match PluginHost::new(HostConfig::default()) {
+        Ok(h) => h,
+        Err(e) => {
+            messages.push(format!(
+                "cannot start the plugin host ({e}); no per-rank values"
+            ));
+            return None;
+        }
+    };
+    let detected = detect::detect(&host, &detect::builtin(), &facts_json, &Limits::default());
+    for p in detected.plugins.iter().filter(|p| p.error.is_some()) {
+        messages.push(format!(
+            "plugin {} failed; its per-GPU map is missing",
+            p.name
+        ));
+    }
+    Some(RankInput {
+        detected,
+        gpu_uuids: facts
+            .gpus
+            .iter()
+            .map(|g| (g.index, g.uuid.clone()))
+            .collect(),
+    })
+}
+
+/// The lines for a task with `task_env`. Pure, for tests.
+pub fn prolog(
+    node_env: &[nccl_conf::Entry],
+    rank: Option<RankInput>,
+    task_env: &BTreeMap<String, String>,
+) -> Prolog {
+    let mut messages = Vec::new();
+    let node: BTreeMap<String, String> = node_env
+        .iter()
+        .map(|e| (e.name.clone(), e.value.clone()))
+        .collect();
+    let mut vars = node.clone();
+    if let Some(rank) = rank {
+        match rank_plan(rank, &node, task_env) {
+            Ok(Some(plan)) => {
+                vars = plan.env;
+                if !plan.cpus.is_empty() {
+                    vars.insert("HEDDLE_LOCAL_RANK_CPUS".into(), plan.cpus);
+                }
+                if let Some(n) = plan.numa {
+                    vars.insert("HEDDLE_LOCAL_RANK_NUMA".into(), n.to_string());
+                }
+            }
+            Ok(None) => {}
+            Err(e) => messages.push(format!("{e:#}; the task gets the node values only")),
+        }
+    }
+    let mut stdout = String::new();
+    for (name, value) in &vars {
+        if task_env.contains_key(name) {
+            continue;
+        }
+        match check(name, value) {
+            Ok(()) => {
+                stdout.push_str("export ");
+                stdout.push_str(name);
+                stdout.push('=');
+                stdout.push_str(value);
+                stdout.push('\n');
+            }
+            Err(why) => messages.push(format!("{name} is not set: {why}")),
+        }
+    }
+    Prolog { stdout, messages }
+}
+
+/// The rank plan of `exec`, with the node's values from the env file. Slurm names the
+/// task's GPUs in `SLURM_STEP_GPUS` (device numbers, the same across the node's tasks,
+/// unlike `CUDA_VISIBLE_DEVICES`, which Slurm renumbers from 0 when cgroups constrain
+/// devices): one GPU is the rank's GPU; several mean the task drives more than one GPU and
+/// keeps the node-wide values. Without it the local rank picks, as `exec` does.
+fn rank_plan(
+    rank: RankInput,
+    node: &BTreeMap<String, String>,
+    task_env: &BTreeMap<String, String>,
+) -> anyhow::Result<Option<exec::RankPlan>> {
+    let mut detected = rank.detected;
+    detected.env = node.clone();
+    let step_gpus: Vec<&str> = task_env
+        .get("SLURM_STEP_GPUS")
+        .map(|l| {
+            l.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
+    let plan = match step_gpus.as_slice() {
+        [] => {
+            let Some(local) = task_env
+                .get("SLURM_LOCALID")
+                .and_then(|v| v.trim().parse::<usize>().ok())
+            else {
+                anyhow::bail!("SLURM_LOCALID is not set");
+            };
+            exec::plan(local, &detected, task_env, &rank.gpu_uuids)?
+        }
+        [one] => {
+            let mut env = task_env.clone();
+            env.insert("CUDA_VISIBLE_DEVICES".into(), (*one).to_string());
+            exec::plan(0, &detected, &env, &rank.gpu_uuids)?
+        }
+        _ => return Ok(None),
+    };
+    Ok(Some(plan))
+}
+
+/// Whether `NAME=value` may be printed for Slurm. The node's values pass the policy; the
+/// agent's own `HEDDLE_LOCAL_RANK_*` are outside its families and need only be one line.
+fn check(name: &str, value: &str) -> Result<(), String> {
+    if name.starts_with("HEDDLE_LOCAL_RANK_") {
+        env_policy::check_identifier(name).map_err(|e| e.to_string())?;
+        env_policy::check_value(name, value).map_err(|e| e.to_string())
+    } else {
+        env_policy::check_var(name, value).map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests;

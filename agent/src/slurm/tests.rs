@@ -1,0 +1,140 @@
+use std::path::{Path, PathBuf};
+
+use super::*;
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+fn rank_input(tree: &str) -> RankInput {
+    let mut messages = Vec::new();
+    let r = super::rank_input(&fixtures().join(tree), &mut messages).unwrap();
+    assert!(messages.is_empty(), "{messages:?}");
+    r
+}
+
+fn node_env() -> Vec<nccl_conf::Entry> {
+    let mut messages = Vec::new();
+    let e = read_env_file(&fixtures().join("nccl-env/dgx1.env"), &mut messages);
+    assert!(messages.is_empty());
+    e
+}
+
+fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn a_dgx1_task_gets_the_node_values_and_its_gpus_hca() {
+    let out = prolog(
+        &node_env(),
+        Some(rank_input("dgx1")),
+        &env(&[("SLURM_LOCALID", "5"), ("UCX_TLS", "tcp")]),
+    );
+    assert_eq!(
+        out.stdout,
+        "export CUDA_DEVICE_ORDER=PCI_BUS_ID\n\
+         export HEDDLE_LOCAL_RANK_CPUS=20-39,60-79\n\
+         export HEDDLE_LOCAL_RANK_GPU=5\n\
+         export HEDDLE_LOCAL_RANK_HCA=mlx5_2\n\
+         export HEDDLE_LOCAL_RANK_NETDEV=ib2\n\
+         export HEDDLE_LOCAL_RANK_NUMA=1\n\
+         export NCCL_IB_HCA==mlx5_0,mlx5_1,mlx5_2,mlx5_3\n\
+         export NCCL_SOCKET_IFNAME==ib0\n\
+         export UCX_MEMTYPE_CACHE=n\n\
+         export UCX_NET_DEVICES=mlx5_2:1\n\
+         export UCX_RNDV_SCHEME=get_zcopy\n\
+         export UCX_RNDV_THRESH=8192\n"
+    );
+    // The hostile line never reaches the task; UCX_TLS was the task's own.
+    assert_eq!(out.messages.len(), 1, "{:?}", out.messages);
+    assert!(out.messages[0].starts_with("NCCL_NET_PLUGIN is not set: NCCL_NET_PLUGIN is refused"));
+}
+
+#[test]
+fn slurm_step_gpus_names_the_tasks_gpu_when_cgroups_renumber() {
+    // --gpus-per-task=1 with ConstrainDevices: the task sees its GPU as 0; SLURM_STEP_GPUS
+    // holds the device number.
+    let out = prolog(
+        &node_env(),
+        Some(rank_input("dgx1")),
+        &env(&[
+            ("SLURM_LOCALID", "0"),
+            ("CUDA_VISIBLE_DEVICES", "0"),
+            ("SLURM_STEP_GPUS", "6"),
+        ]),
+    );
+    assert!(out.stdout.contains("export HEDDLE_LOCAL_RANK_GPU=6\n"));
+    assert!(out.stdout.contains("export UCX_NET_DEVICES=mlx5_3:1\n"));
+    // A task driving two GPUs keeps the node-wide list.
+    let out = prolog(
+        &node_env(),
+        Some(rank_input("dgx1")),
+        &env(&[("SLURM_LOCALID", "0"), ("SLURM_STEP_GPUS", "0,1")]),
+    );
+    assert!(
+        out.stdout
+            .contains("export UCX_NET_DEVICES=mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1\n")
+    );
+    assert!(!out.stdout.contains("HEDDLE_LOCAL_RANK"));
+}
+
+#[test]
+fn without_a_rank_or_env_file_the_task_gets_what_is_known() {
+    let out = prolog(&node_env(), Some(rank_input("dgx1")), &env(&[]));
+    assert!(out.stdout.contains("export UCX_NET_DEVICES=mlx5_0:1,"));
+    assert_eq!(
+        out.messages[0],
+        "SLURM_LOCALID is not set; the task gets the node values only"
+    );
+    // A rank beyond the node's GPUs: node values, and why.
+    let out = prolog(
+        &node_env(),
+        Some(rank_input("dgx1")),
+        &env(&[("SLURM_LOCALID", "9")]),
+    );
+    assert!(out.messages[0].contains("GPU9, which this node does not have"));
+    assert!(out.stdout.contains("export NCCL_IB_HCA="));
+    let mut messages = Vec::new();
+    assert!(read_env_file(Path::new("/nonexistent/nccl.env"), &mut messages).is_empty());
+    assert!(messages[0].starts_with("cannot read /nonexistent/nccl.env"));
+    // A path from the task's environment that never ends, or is no file: refused at once.
+    for endless in ["/dev/zero", "/proc/self"] {
+        let mut messages = Vec::new();
+        assert!(read_env_file(Path::new(endless), &mut messages).is_empty());
+        assert_eq!(messages.len(), 1, "{endless}");
+    }
+}
+
+#[test]
+fn values_slurm_cannot_carry_are_refused_not_printed() {
+    // A newline would start a second `export` line of the writer's choosing.
+    let entries = vec![
+        nccl_conf::Entry {
+            name: "NCCL_ALGO".into(),
+            value: "Ring\nexport LD_PRELOAD=/tmp/x.so".into(),
+        },
+        nccl_conf::Entry {
+            name: "LD_PRELOAD".into(),
+            value: "/tmp/x.so".into(),
+        },
+        nccl_conf::Entry {
+            name: "NCCL_PROTO".into(),
+            value: "Simple".into(),
+        },
+    ];
+    let out = prolog(&entries, None, &env(&[]));
+    assert_eq!(out.stdout, "export NCCL_PROTO=Simple\n");
+    assert_eq!(out.messages.len(), 2);
+    assert!(out.messages.iter().all(|m| !m.contains('\n')));
+    // A file with such a line is refused whole by the reader.
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("nccl.env");
+    std::fs::write(&f, "NCCL_PROTO=Simple\nNCCL_ALGO=Ring\r\n").unwrap();
+    let mut messages = Vec::new();
+    assert!(read_env_file(&f, &mut messages).is_empty());
+    assert!(messages[0].contains("is refused whole"));
+}
