@@ -10,7 +10,7 @@
 //! as root, and a link placed by someone else would let them choose what root overwrites.
 //!
 //! Where the block goes follows how each reader resolves a name set twice (see
-//! docs/jobs-launchers.md): NCCL keeps the first value it reads (`setenv(…, 0)`), so the
+//! docs/jobs.md): NCCL keeps the first value it reads (`setenv(…, 0)`), so the
 //! block goes last and the admin's own lines win; UCX keeps the last one, and from 1.17 on
 //! its file has `[section]`s filtered by CPU model whose lines are skipped elsewhere, so the
 //! block goes first, before any section, and the admin's own lines still win.
