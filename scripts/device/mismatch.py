@@ -68,15 +68,21 @@ def main():
             if x[0].item() != 2.0 ** (a.iters + 1):
                 raise RuntimeError(f"wrong result at {size} B: {x[0].item()}")
             busbw[str(size)] = round(size / t / 1e9, 2)  # 2(n-1)/n = 1 for two ranks
-        state["stage"] = "send/recv 4194304 B"
-        y = torch.full((1 << 20,), float(a.rank), device=dev)
+        state["stage"] = "send/recv 16777216 B"
+        y = torch.full((1 << 22,), float(a.rank), device=dev)
         if a.rank == 0:
             dist.send(y, dst=1)
         else:
             dist.recv(y, src=0)
-            if y[0].item() != 0.0:
-                raise RuntimeError("send/recv delivered the wrong data")
         torch.cuda.synchronize()
+        # Rank 0 must not leave before rank 1 has its data: a send completes locally
+        # before the peer received it, and an exit then would read as a hang on rank 1.
+        state["stage"] = "after send/recv"
+        z = torch.ones(1, device=dev)
+        dist.all_reduce(z)
+        torch.cuda.synchronize()
+        if a.rank == 1 and y[0].item() != 0.0:
+            raise RuntimeError("send/recv delivered the wrong data")
         state["stage"] = "done"
         report(a.rank, "ran", busbw_gbs=busbw, nccl=".".join(map(str, torch.cuda.nccl.version())))
         dist.destroy_process_group()

@@ -96,10 +96,28 @@ const fn entry(
     }
 }
 
+/// The setup of the `measured` notes below: two processes, one H200 each, NCCL 2.28.9
+/// (PyTorch 2.11), `NCCL_HOSTID` differing so NCCL treats them as two nodes (socket
+/// transport between them, no IB device), `NCCL_NVLS_ENABLE=0`, the variable set in rank
+/// 1 only; 1 MiB and 64 MiB all_reduce, then a 16 MiB send/recv; 12 s per case
+/// (`scripts/device/must-agree-evidence.sh` measures the same way).
+pub const MEASURED_SETUP: &str = "2 x H200, NCCL 2.28.9, one process per GPU, NCCL_HOSTID per \
+    rank (socket transport), value in rank 1 only";
+
 const POSTSET: &str = "src/graph/connect.cc ncclTopoPostset: the channel count is clamped by \
     ncclMaxNchannels()/ncclMinNchannels() (and config.maxCTAs/minCTAs) after AllGather3 has \
     exchanged the graphs, so each rank keeps its own clamp; ranks then post different numbers \
     of channels and wait for peers that never come";
+const P2P_NET_CHUNK: &str = "src/init.cc computeBuffSizes sets comm->p2pChunkSize from this rank's \
+     NCCL_P2P_NET_CHUNKSIZE when the communicator spans nodes; send and receive of one \
+     point-to-point operation then cut the buffer in different chunks";
+const NCHANNELS_PER_NET_PEER: &str = "src/init.cc (NCHANNELS_PER_NET_PEER) sets how many channels this rank opens per \
+     network peer for point-to-point; the peer opens its own count";
+const NET: &str = "src/init.cc reads NCCL_NET to pick the network transport (IB, Socket or a \
+     plugin's) per rank; ranks on different transports cannot connect";
+const PXN: &str = "src/graph/paths.cc ncclPxnDisable decides per rank whether a send goes through a \
+     peer GPU's NIC (PXN); the receiving side expects the connection from the other \
+     proxy";
 const BUFFSIZES: &str = "src/init.cc computeBuffSizes: comm->buffSizes[] (LL, LL128, Simple) \
     are taken from this rank's environment and not exchanged; the step size each side uses \
     on a connection comes from its own buffer size";
@@ -112,13 +130,16 @@ const TUNING: &str = "src/graph/tuning.cc ncclTopoTuneModel parses NCCL_ALGO/NCC
 pub const CATALOGUE: &[Entry] = &[
     Entry {
         measured: Some(
-            "NCCL 2.28.3, 2 x H200, one process per GPU: NCCL_MAX_NCHANNELS=1 on rank 1 only \
-             hung both ranks at the first all_reduce (over 9 minutes, no log line); equal \
-             values ran",
+            "NCCL 2.28.3, 2 x H200, one process per GPU: 1 on rank 1 only hung both ranks at \
+             the first all_reduce (over 9 minutes, no log line). NCCL 2.28.9: both ranks \
+             failed at the first all_reduce with an internal error; equal values ran",
         ),
         ..must("NCCL_MAX_NCHANNELS", Mismatch::Hang, POSTSET)
     },
-    must("NCCL_MIN_NCHANNELS", Mismatch::Hang, POSTSET),
+    Entry {
+        measured: Some("8 on rank 1: both ranks failed at the first all_reduce (internal error)"),
+        ..must("NCCL_MIN_NCHANNELS", Mismatch::Error, POSTSET)
+    },
     must(
         "NCCL_MAX_NRINGS",
         Mismatch::Hang,
@@ -131,18 +152,36 @@ pub const CATALOGUE: &[Entry] = &[
     ),
     must("NCCL_MAX_CTAS", Mismatch::Hang, POSTSET),
     must("NCCL_MIN_CTAS", Mismatch::Hang, POSTSET),
-    must("NCCL_ALGO", Mismatch::Hang, TUNING),
-    must("NCCL_PROTO", Mismatch::Hang, TUNING),
-    must("NCCL_BUFFSIZE", Mismatch::Hang, BUFFSIZES),
+    Entry {
+        measured: Some("Tree on rank 1: both ranks hung at the first all_reduce (1 MiB)"),
+        ..must("NCCL_ALGO", Mismatch::Hang, TUNING)
+    },
+    Entry {
+        measured: Some("LL on rank 1: both ranks hung at the first all_reduce (1 MiB)"),
+        ..must("NCCL_PROTO", Mismatch::Hang, TUNING)
+    },
+    Entry {
+        measured: Some(
+            "1 MiB on rank 1: the 1 MiB all_reduce ran, both ranks hung at 64 MiB (a small \
+             size passing proves nothing)",
+        ),
+        ..must("NCCL_BUFFSIZE", Mismatch::Hang, BUFFSIZES)
+    },
     must("NCCL_LL_BUFFSIZE", Mismatch::Hang, BUFFSIZES),
-    must("NCCL_LL128_BUFFSIZE", Mismatch::Hang, BUFFSIZES),
-    must(
-        "NCCL_P2P_NET_CHUNKSIZE",
-        Mismatch::Hang,
-        "src/init.cc computeBuffSizes sets comm->p2pChunkSize from this rank's \
-         NCCL_P2P_NET_CHUNKSIZE when the communicator spans nodes; send and receive of one \
-         point-to-point operation then cut the buffer in different chunks",
-    ),
+    Entry {
+        measured: Some(
+            "65536 on rank 1: ran, but LL128 was not chosen over sockets, so this says \
+             nothing about fabrics where it is",
+        ),
+        ..must("NCCL_LL128_BUFFSIZE", Mismatch::Hang, BUFFSIZES)
+    },
+    Entry {
+        measured: Some(
+            "32768 on rank 1: all_reduce ran, both ranks hung at the send/recv; equal values \
+             ran",
+        ),
+        ..must("NCCL_P2P_NET_CHUNKSIZE", Mismatch::Hang, P2P_NET_CHUNK)
+    },
     must(
         "NCCL_P2P_NVL_CHUNKSIZE",
         Mismatch::Hang,
@@ -153,50 +192,55 @@ pub const CATALOGUE: &[Entry] = &[
         Mismatch::Hang,
         "src/init.cc computeBuffSizes: p2pChunkSize for PCI communicators, per rank",
     ),
-    must(
-        "NCCL_NCHANNELS_PER_NET_PEER",
-        Mismatch::Hang,
-        "src/init.cc (NCHANNELS_PER_NET_PEER) sets how many channels this rank opens per \
-         network peer for point-to-point; the peer opens its own count",
-    ),
-    must(
-        "NCCL_NTHREADS",
-        Mismatch::Hang,
-        "src/graph/tuning.cc ncclTopoTuneModel sets comm->maxThreads per rank from \
-         NCCL_NTHREADS; LL and LL128 lay their buffer lines out per thread",
-    ),
-    must(
+    Entry {
+        measured: Some(
+            "1 on rank 1: all_reduce ran, both ranks failed at the send/recv (internal \
+             error); equal values ran",
+        ),
+        ..must("NCCL_NCHANNELS_PER_NET_PEER", Mismatch::Error, NCHANNELS_PER_NET_PEER)
+    },
+    Entry {
+        measured: Some("128 on rank 1: all_reduce and send/recv ran, same bandwidth"),
+        ..entry(
+            "NCCL_NTHREADS",
+            Agreement::Should,
+            Mismatch::Slowdown,
+            "src/graph/tuning.cc ncclTopoTuneModel sets comm->maxThreads per rank; the \
+             threads split each step's data locally, the buffers and steps stay those of \
+             the (agreed) buffer size",
+        )
+    },
+    entry(
         "NCCL_LL128_NTHREADS",
-        Mismatch::Hang,
-        "src/graph/tuning.cc ncclTopoTuneModel, per rank (LL128 buffer layout)",
+        Agreement::Should,
+        Mismatch::Slowdown,
+        "src/graph/tuning.cc ncclTopoTuneModel, per rank, like NCCL_NTHREADS",
     ),
-    must(
-        "NCCL_NET",
-        Mismatch::Error,
-        "src/init.cc reads NCCL_NET to pick the network transport (IB, Socket or a \
-         plugin's) per rank; ranks on different transports cannot connect",
-    ),
+    Entry {
+        measured: Some("Socket on rank 1: ran, but the machine had no IB device, so both ranks were on sockets anyway"),
+        ..must("NCCL_NET", Mismatch::Error, NET)
+    },
     must(
         "NCCL_IB_DISABLE",
         Mismatch::Error,
         "src/transport/net_ib/init.cc ncclIbInit returns an error when set, so that rank \
          falls back to sockets while its peer uses IB; their handles do not connect",
     ),
-    must(
-        "NCCL_PXN_DISABLE",
-        Mismatch::Hang,
-        "src/graph/paths.cc ncclPxnDisable decides per rank whether a send goes through a \
-         peer GPU's NIC (PXN); the receiving side expects the connection from the other \
-         proxy",
-    ),
-    entry(
-        "NCCL_CROSS_NIC",
-        Agreement::Should,
-        Mismatch::Slowdown,
-        "src/graph/search.cc ncclTopoCompute reads it per rank for the graph search; the \
-         graphs' crossNic is exchanged in AllGather3 (src/init.cc) but the rings keep each \
-         node's NIC choice",
-    ),
+    Entry {
+        measured: Some("1 on rank 1: ran on a machine without NICs, where PXN never applies"),
+        ..must("NCCL_PXN_DISABLE", Mismatch::Hang, PXN)
+    },
+    Entry {
+        measured: Some("1 on rank 1: ran (no NIC to cross here)"),
+        ..entry(
+            "NCCL_CROSS_NIC",
+            Agreement::Should,
+            Mismatch::Slowdown,
+            "src/graph/search.cc ncclTopoCompute reads it per rank for the graph search; the \
+             graphs' crossNic is exchanged in AllGather3 (src/init.cc) but the rings keep each \
+             node's NIC choice",
+        )
+    },
     entry(
         "NCCL_NET_GDR_LEVEL",
         Agreement::Should,
@@ -218,18 +262,24 @@ pub const CATALOGUE: &[Entry] = &[
          node share one Heddle environment, and across nodes the channel counts are taken \
          as the minimum in AllGather3",
     ),
-    entry(
-        "NCCL_P2P_DISABLE",
-        Agreement::Should,
-        Mismatch::Slowdown,
-        "src/graph/paths.cc ncclGetUserP2pLevel (legacy switch of NCCL_P2P_LEVEL)",
-    ),
-    entry(
-        "NCCL_SHM_DISABLE",
-        Agreement::Should,
-        Mismatch::Slowdown,
-        "src/transport/shm.cc: intra-node shared-memory transport, per rank",
-    ),
+    Entry {
+        measured: Some("1 on rank 1: ran"),
+        ..entry(
+            "NCCL_P2P_DISABLE",
+            Agreement::Should,
+            Mismatch::Slowdown,
+            "src/graph/paths.cc ncclGetUserP2pLevel (legacy switch of NCCL_P2P_LEVEL)",
+        )
+    },
+    Entry {
+        measured: Some("1 on rank 1: ran"),
+        ..entry(
+            "NCCL_SHM_DISABLE",
+            Agreement::Should,
+            Mismatch::Slowdown,
+            "src/transport/shm.cc: intra-node shared-memory transport, per rank",
+        )
+    },
     entry(
         "NCCL_NVLS_ENABLE",
         Agreement::Reconciled,

@@ -85,6 +85,15 @@ pub struct RunArgs {
     /// Longest pause between attempts to reach an unreachable server.
     #[arg(long, env = "HEDDLE_BACKOFF_CAP", default_value = "30s", value_parser = heddle_types::duration::parse)]
     pub backoff_cap: Duration,
+    /// Silence (no row, no progress) a test may keep beyond the slowest step it declared
+    /// before it is stopped as `hung` and its GPUs freed. Ranks whose settings disagree
+    /// wait for each other forever without a word; this is how such a run ends. A run's
+    /// `stall_s` overrides it.
+    #[arg(long, env = "HEDDLE_STALL_LIMIT", default_value = "60s", value_parser = heddle_types::duration::parse)]
+    pub stall_limit: Duration,
+    /// Wall-clock limit of a job whose run sets no `timeout_s`.
+    #[arg(long, env = "HEDDLE_JOB_TIMEOUT", default_value = "2h", value_parser = heddle_types::duration::parse)]
+    pub job_timeout: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -132,6 +141,8 @@ pub(crate) struct Config {
     pub max_parallel: u32,
     /// The binary re-executed with `child` to run a test: this agent's own.
     pub child_program: PathBuf,
+    pub stall_limit: Duration,
+    pub job_timeout: Duration,
 }
 
 /// Control of one job in progress.
@@ -327,6 +338,8 @@ pub async fn run(args: RunArgs) -> Result<(), LifecycleError> {
             backoff_cap: args.backoff_cap,
             max_parallel: args.max_parallel,
             child_program,
+            stall_limit: args.stall_limit,
+            job_timeout: args.job_timeout,
         },
         identity_path: state.identity_path(),
         jobs: Mutex::new(HashMap::new()),
