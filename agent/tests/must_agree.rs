@@ -104,7 +104,12 @@ async fn a_split_environment_is_refused_and_the_runs_own_value_goes_through() {
     )
     .await;
     assert_eq!(s, 422, "{body}");
-    assert!(body["message"].as_str().unwrap().contains("NCCL_MAX_NCHANNELS"));
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("NCCL_MAX_NCHANNELS")
+    );
     // One node alone has no one to disagree with.
     let (s, body) = post(&api, "/runs", json!({"kind": "env", "nodes": [B]})).await;
     assert_eq!(s, 201, "{body}");
@@ -124,7 +129,11 @@ async fn a_split_environment_is_refused_and_the_runs_own_value_goes_through() {
         assert_eq!((v.value.as_str(), v.source.as_str()), ("1", "run"));
     }
     for r in api.results(run.id).await {
-        assert_eq!(r.summary["env"]["NCCL_MAX_NCHANNELS"], "1", "{}", r.hostname);
+        assert_eq!(
+            r.summary["env"]["NCCL_MAX_NCHANNELS"], "1",
+            "{}",
+            r.hostname
+        );
     }
 }
 
@@ -139,8 +148,10 @@ async fn a_silent_pair_is_stopped_as_hung_and_both_nodes_take_the_next_job() {
     // watch (2 s) must end them long before their wall-clock limit.
     let started = Instant::now();
     let run = server
-        .start_run(json!({"kind": "sleep", "nodes": [A, B], "stall_s": 2, "timeout_s": 600,
-            "params": {"seconds": 600, "silent_after_s": 1}}))
+        .start_run(
+            json!({"kind": "sleep", "nodes": [A, B], "stall_s": 2, "timeout_s": 600,
+            "params": {"seconds": 600, "silent_after_s": 1}}),
+        )
         .await;
     let done = wait_ended(&api, run.id, &a).await;
     let took = started.elapsed();
@@ -171,7 +182,9 @@ async fn a_silent_pair_is_stopped_as_hung_and_both_nodes_take_the_next_job() {
     }
     // No test child is left holding anything, and both nodes take the next job.
     assert!(test_children(a.pid()).is_empty() && test_children(b.pid()).is_empty());
-    let next = server.start_run(json!({"kind": "env", "nodes": [A, B]})).await;
+    let next = server
+        .start_run(json!({"kind": "env", "nodes": [A, B]}))
+        .await;
     let done = wait_ended(&api, next.id, &b).await;
     assert_eq!(done.state, "succeeded", "{done:?}");
 }

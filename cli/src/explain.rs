@@ -180,13 +180,24 @@ mod tests {
             &[
                 var("NCCL_ALGO", "plugin:acme@1", "x"),
                 var("NCCL_IB_HCA", "plugin:acme@1", "x"),
-                var("NCCL_PROTO", "tuning:fast", "chosen by node tuning profile \"fast\""),
-                var("NCCL_BUFFSIZE", "tuning:dc1", "chosen by site tuning profile \"dc1\""),
+                var(
+                    "NCCL_PROTO",
+                    "tuning:fast",
+                    "chosen by node tuning profile \"fast\"",
+                ),
+                var(
+                    "NCCL_BUFFSIZE",
+                    "tuning:dc1",
+                    "chosen by site tuning profile \"dc1\"",
+                ),
             ],
         );
         let agree: Vec<&str> = text.lines().filter(|l| l.contains("agree  ")).collect();
         assert_eq!(agree.len(), 2, "{text}");
-        assert!(agree[0].contains("same NCCL_ALGO") && agree[0].contains("this plugin recommends it per node"));
+        assert!(
+            agree[0].contains("same NCCL_ALGO")
+                && agree[0].contains("this plugin recommends it per node")
+        );
         assert!(agree[1].contains("same NCCL_PROTO") && agree[1].contains("per-node source"));
     }
 

@@ -222,10 +222,7 @@ pub fn agreed_lines(run: &Run) -> String {
         out.push_str(&format!("  {name}={value}  ({})\n", sources.join(", ")));
     }
     if !splits.is_empty() {
-        out.push_str(&format!(
-            "warning: {}\n",
-            must_agree::EnvSplits(splits)
-        ));
+        out.push_str(&format!("warning: {}\n", must_agree::EnvSplits(splits)));
     }
     out
 }
@@ -375,7 +372,10 @@ mod tests {
         );
         r.jobs[1].applied_env[0] = var("NCCL_ALGO", "Tree", "tuning:n1");
         let text = agreed_lines(&r);
-        assert!(text.starts_with("warning: the ranks of this run would not agree on NCCL_ALGO"), "{text}");
+        assert!(
+            text.starts_with("warning: the ranks of this run would not agree on NCCL_ALGO"),
+            "{text}"
+        );
         r.jobs.pop();
         assert_eq!(agreed_lines(&r), "");
     }

@@ -197,7 +197,11 @@ pub const CATALOGUE: &[Entry] = &[
             "1 on rank 1: all_reduce ran, both ranks failed at the send/recv (internal \
              error); equal values ran",
         ),
-        ..must("NCCL_NCHANNELS_PER_NET_PEER", Mismatch::Error, NCHANNELS_PER_NET_PEER)
+        ..must(
+            "NCCL_NCHANNELS_PER_NET_PEER",
+            Mismatch::Error,
+            NCHANNELS_PER_NET_PEER,
+        )
     },
     Entry {
         measured: Some("128 on rank 1: all_reduce and send/recv ran, same bandwidth"),
@@ -217,7 +221,9 @@ pub const CATALOGUE: &[Entry] = &[
         "src/graph/tuning.cc ncclTopoTuneModel, per rank, like NCCL_NTHREADS",
     ),
     Entry {
-        measured: Some("Socket on rank 1: ran, but the machine had no IB device, so both ranks were on sockets anyway"),
+        measured: Some(
+            "Socket on rank 1: ran, but the machine had no IB device, so both ranks were on sockets anyway",
+        ),
         ..must("NCCL_NET", Mismatch::Error, NET)
     },
     must(
@@ -401,7 +407,7 @@ pub fn splits<'a>(nodes: impl IntoIterator<Item = (&'a str, &'a [EnvVar])>) -> V
             continue;
         }
         let mut values: Vec<SplitValue> = by_value.into_values().collect();
-        values.sort_by(|a, b| b.nodes.len().cmp(&a.nodes.len()));
+        values.sort_by_key(|v| std::cmp::Reverse(v.nodes.len()));
         out.push(Split {
             name: name.to_string(),
             values,
@@ -465,7 +471,9 @@ impl std::error::Error for EnvSplits {}
 /// Refuses nodes whose environments split a must-agree variable. The run's own `env` is
 /// layered on top of every node's before this is asked (`runs_env`), so a variable the
 /// run sets can never split: that is how the run's env wins.
-pub fn check<'a>(nodes: impl IntoIterator<Item = (&'a str, &'a [EnvVar])>) -> Result<(), EnvSplits> {
+pub fn check<'a>(
+    nodes: impl IntoIterator<Item = (&'a str, &'a [EnvVar])>,
+) -> Result<(), EnvSplits> {
     let found = splits(nodes);
     if found.is_empty() {
         Ok(())

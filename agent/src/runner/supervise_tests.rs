@@ -95,7 +95,8 @@ async fn silence_before_any_plan_is_a_hang_only_when_watched_from_the_start() {
     spec.stall = stall(200, false);
     assert!(matches!(run(spec).await.end, ChildEnd::TimedOut(_)));
     // Progress keeps it alive past the limit.
-    let script = r#"for i in 1 2 3 4 5 6; do echo '{"event":"progress","message":"x"}'; sleep 0.1; done"#;
+    let script =
+        r#"for i in 1 2 3 4 5 6; do echo '{"event":"progress","message":"x"}'; sleep 0.1; done"#;
     let mut spec = sh(script, Some(Duration::from_secs(10)));
     spec.stall = stall(300, true);
     assert_eq!(run(spec).await.end, ChildEnd::Exited(0));

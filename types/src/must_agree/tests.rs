@@ -46,18 +46,21 @@ fn the_catalogue_is_consistent() {
         assert_eq!(find(per_node).unwrap().agreement, Agreement::PerNode);
         assert!(!must_agree(per_node));
     }
-    assert!(!must_agree("NCCL_NVLS_ENABLE"), "reconciled by NCCL at init");
+    assert!(
+        !must_agree("NCCL_NVLS_ENABLE"),
+        "reconciled by NCCL at init"
+    );
     assert!(!must_agree("NCCL_DEBUG"), "not catalogued: free to differ");
 }
 
 #[test]
 fn a_node_profile_on_one_node_splits_the_run() {
-    let a = vec![var("NCCL_IB_HCA", "mlx5_0", "plugin:azure@1")];
-    let b = vec![
+    let a = [var("NCCL_IB_HCA", "mlx5_0", "plugin:azure@1")];
+    let b = [
         var("NCCL_IB_HCA", "mlx5_4", "plugin:azure@1"),
         var("NCCL_MAX_NCHANNELS", "1", "tuning:b-fast"),
     ];
-    let c = vec![var("NCCL_IB_HCA", "mlx5_0", "plugin:azure@1")];
+    let c = [var("NCCL_IB_HCA", "mlx5_0", "plugin:azure@1")];
     let found = splits([("a", &a[..]), ("b", &b[..]), ("c", &c[..])]);
     assert_eq!(
         found,
@@ -95,12 +98,12 @@ fn a_node_profile_on_one_node_splits_the_run() {
 #[test]
 fn equal_values_and_the_runs_own_value_pass() {
     // What runs_env gives every node once the run sets the variable itself.
-    let a = vec![var("NCCL_MAX_NCHANNELS", "1", "run")];
-    let b = vec![var("NCCL_MAX_NCHANNELS", "1", "run")];
+    let a = [var("NCCL_MAX_NCHANNELS", "1", "run")];
+    let b = [var("NCCL_MAX_NCHANNELS", "1", "run")];
     assert!(check([("a", &a[..]), ("b", &b[..])]).is_ok());
     // Equal values from different sources agree.
-    let c = vec![var("NCCL_ALGO", "Ring", "tuning:site")];
-    let d = vec![var("NCCL_ALGO", "Ring", "plugin:x@1")];
+    let c = [var("NCCL_ALGO", "Ring", "tuning:site")];
+    let d = [var("NCCL_ALGO", "Ring", "plugin:x@1")];
     assert!(check([("c", &c[..]), ("d", &d[..])]).is_ok());
     // One node alone never splits.
     assert!(check([("c", &c[..])]).is_ok());
@@ -108,9 +111,18 @@ fn equal_values_and_the_runs_own_value_pass() {
 
 #[test]
 fn several_splits_and_values_are_all_named() {
-    let a = vec![var("NCCL_ALGO", "Ring", "tuning:a"), var("UCX_TLS", "rc", "p")];
-    let b = vec![var("NCCL_ALGO", "Tree", "tuning:b"), var("UCX_TLS", "rc", "p")];
-    let c = vec![var("NCCL_ALGO", "Ring", "plugin:x@1"), var("UCX_TLS", "tcp", "q")];
+    let a = [
+        var("NCCL_ALGO", "Ring", "tuning:a"),
+        var("UCX_TLS", "rc", "p"),
+    ];
+    let b = [
+        var("NCCL_ALGO", "Tree", "tuning:b"),
+        var("UCX_TLS", "rc", "p"),
+    ];
+    let c = [
+        var("NCCL_ALGO", "Ring", "plugin:x@1"),
+        var("UCX_TLS", "tcp", "q"),
+    ];
     let found = splits([("a", &a[..]), ("b", &b[..]), ("c", &c[..])]);
     let names: Vec<&str> = found.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(names, ["NCCL_ALGO", "UCX_TLS"]);
@@ -118,13 +130,19 @@ fn several_splits_and_values_are_all_named() {
     assert_eq!(found[0].values[0].value.as_deref(), Some("Ring"));
     assert_eq!(found[0].values[0].sources, ["tuning:a", "plugin:x@1"]);
     let msg = EnvSplits(found).to_string();
-    assert!(msg.contains("UCX_TLS (a mismatch fails the communicator)"), "{msg}");
-    assert!(msg.contains("Set NCCL_ALGO, UCX_TLS in the run's env"), "{msg}");
+    assert!(
+        msg.contains("UCX_TLS (a mismatch fails the communicator)"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("Set NCCL_ALGO, UCX_TLS in the run's env"),
+        "{msg}"
+    );
 }
 
 #[test]
 fn long_node_lists_are_cut() {
-    let set = vec![var("NCCL_PROTO", "LL", "tuning:n")];
+    let set = [var("NCCL_PROTO", "LL", "tuning:n")];
     let unset: Vec<EnvVar> = Vec::new();
     let names: Vec<String> = (0..20).map(|i| format!("n{i:02}")).collect();
     let nodes = names

@@ -77,7 +77,7 @@ mod tests {
         let summary = serde_json::json!({"hung": {"stage": "size 4096 B", "silent_s": 61}});
         assert_eq!(stage(&summary), Some("size 4096 B"));
         assert_eq!(stage(&serde_json::json!({"kind": "nccl"})), None);
-        let set = vec![EnvVar {
+        let set = [EnvVar {
             name: "NCCL_MAX_NCHANNELS".into(),
             value: "1".into(),
             source: "tuning:b".into(),
@@ -99,7 +99,10 @@ mod tests {
         assert_eq!(reasons[0].code.as_deref(), Some(CODE));
         assert!(reasons[0].message.contains("size 4096 B"));
         let ev = reasons[0].evidence.as_deref().unwrap();
-        assert!(ev.contains("NCCL_MAX_NCHANNELS") && ev.contains("tuning:b"), "{ev}");
+        assert!(
+            ev.contains("NCCL_MAX_NCHANNELS") && ev.contains("tuning:b"),
+            "{ev}"
+        );
         let (_, agreed) = apply(vec![], "init", None, vec![]);
         assert!(agreed[0].evidence.as_deref().unwrap().contains("agreed"));
     }
