@@ -140,6 +140,10 @@ pub enum RunsCmd {
         /// Wall-clock limit of the test on each node: 600, 90s, 10m, 1h.
         #[arg(long, alias = "timeout-s", value_parser = crate::args::seconds)]
         timeout: Option<u32>,
+        /// Stop the test as `hung` after this much silence (no row, no progress) beyond
+        /// its slowest step (`90s`, `2m`); the agent's `--stall-limit` when unset.
+        #[arg(long, value_parser = crate::args::seconds)]
+        stall: Option<u32>,
         #[arg(long)]
         label: Option<String>,
         /// Run with `--env` only, without each node's recommended environment (plugin
@@ -417,6 +421,7 @@ async fn runs(client: &Client, cmd: RunsCmd, json: bool) -> anyhow::Result<ExitC
             params,
             env,
             timeout,
+            stall,
             label,
             no_recommended_env,
             watch: follow,
@@ -426,6 +431,7 @@ async fn runs(client: &Client, cmd: RunsCmd, json: bool) -> anyhow::Result<ExitC
                 params: crate::args::params(params),
                 env: env.into_iter().collect(),
                 timeout_s: timeout,
+                stall_s: stall,
                 nodes: crate::args::nodes(nodes)?,
                 max_attempts: None,
                 label,

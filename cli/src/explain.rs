@@ -42,8 +42,38 @@ pub fn render_explain(node: &str, vars: &[ExplainedVar]) -> String {
             };
             out.push_str(&format!("    overrode  {what}\n"));
         }
+        if let Some(note) = agreement_note(v) {
+            out.push_str(&format!("    agree     {note}\n"));
+        }
     }
     out
+}
+
+/// Said of a variable that every rank of a communicator must see alike, when it comes from
+/// a source that may not give it to every node: a run across this node and one without
+/// the same value is refused.
+fn agreement_note(v: &ExplainedVar) -> Option<String> {
+    use heddle_types::must_agree::{Mismatch, find, must_agree};
+    let (name, source) = (v.name.as_str(), v.source.as_str());
+    // A site-wide profile gives every node of the site the same value (the server says
+    // so in the reason it writes for profiles).
+    if !must_agree(name) || v.reason.starts_with("chosen by site tuning profile") {
+        return None;
+    }
+    let what = match find(name).map(|e| e.mismatch) {
+        Some(Mismatch::Error) => "fails",
+        _ => "hangs",
+    };
+    let from = if source.starts_with("plugin:") {
+        "this plugin recommends it per node"
+    } else {
+        "it comes from a per-node source"
+    };
+    Some(format!(
+        "every rank of a communicator must see the same {name} (a mismatch {what}); {from}, \
+         so a run across this node and one with another value is refused unless the run \
+         sets {name} itself or a site-wide tuning profile gives it to every node"
+    ))
 }
 
 /// The node's named checks, those that warn or fail first, each with its reason in full.
@@ -134,6 +164,41 @@ mod tests {
              (GPU-local)\n    overrode  same value from plugin:acme@1\n"
         );
         assert!(render_explain("n1", &[]).contains("no recommendations for n1"));
+    }
+
+    #[test]
+    fn a_per_node_must_agree_value_is_flagged() {
+        let var = |name: &str, source: &str, reason: &str| ExplainedVar {
+            name: name.into(),
+            value: "1".into(),
+            source: source.into(),
+            reason: reason.into(),
+            overridden: vec![],
+        };
+        let text = render_explain(
+            "n1",
+            &[
+                var("NCCL_ALGO", "plugin:acme@1", "x"),
+                var("NCCL_IB_HCA", "plugin:acme@1", "x"),
+                var(
+                    "NCCL_PROTO",
+                    "tuning:fast",
+                    "chosen by node tuning profile \"fast\"",
+                ),
+                var(
+                    "NCCL_BUFFSIZE",
+                    "tuning:dc1",
+                    "chosen by site tuning profile \"dc1\"",
+                ),
+            ],
+        );
+        let agree: Vec<&str> = text.lines().filter(|l| l.contains("agree  ")).collect();
+        assert_eq!(agree.len(), 2, "{text}");
+        assert!(
+            agree[0].contains("same NCCL_ALGO")
+                && agree[0].contains("this plugin recommends it per node")
+        );
+        assert!(agree[1].contains("same NCCL_PROTO") && agree[1].contains("per-node source"));
     }
 
     #[test]

@@ -172,12 +172,59 @@ pub fn print_run(run: &Run) {
         ]);
     }
     println!("{t}");
+    print!("{}", agreed_lines(run));
     for j in run.jobs.iter().filter(|j| !j.applied_env.is_empty()) {
         println!("environment of rank {} ({}):", j.rank, j.hostname);
         for e in &j.applied_env {
             println!("  {}={}  ({})", e.name, e.value, e.source);
         }
     }
+}
+
+/// The values every rank of a multi-node run shares for the variables that must agree
+/// (`heddle_types::must_agree`); a run stored before the rule may show a difference.
+pub fn agreed_lines(run: &Run) -> String {
+    use heddle_types::must_agree;
+    if run.jobs.len() < 2 {
+        return String::new();
+    }
+    let nodes = run
+        .jobs
+        .iter()
+        .map(|j| (j.hostname.as_str(), j.applied_env.as_slice()));
+    let splits = must_agree::splits(nodes);
+    let mut names: Vec<&str> = run
+        .jobs
+        .iter()
+        .flat_map(|j| j.applied_env.iter().map(|e| e.name.as_str()))
+        .filter(|n| must_agree::must_agree(n) && !splits.iter().any(|s| s.name == *n))
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    let mut out = String::new();
+    if !names.is_empty() {
+        out.push_str("agreed by every rank:\n");
+    }
+    for name in names {
+        let mut sources: Vec<&str> = run
+            .jobs
+            .iter()
+            .filter_map(|j| j.applied_env.iter().find(|e| e.name == name))
+            .map(|e| e.source.as_str())
+            .collect();
+        sources.sort_unstable();
+        sources.dedup();
+        let value = run.jobs[0]
+            .applied_env
+            .iter()
+            .find(|e| e.name == name)
+            .map_or("", |e| e.value.as_str());
+        out.push_str(&format!("  {name}={value}  ({})\n", sources.join(", ")));
+    }
+    if !splits.is_empty() {
+        out.push_str(&format!("warning: {}\n", must_agree::EnvSplits(splits)));
+    }
+    out
 }
 
 /// nccl-tests' columns, so the numbers read the way people are used to.
@@ -247,6 +294,7 @@ mod tests {
                 params,
                 env: Default::default(),
                 timeout_s: None,
+                stall_s: None,
             },
             state: heddle_types::jobs::RunState::Running,
             created_by: "t".into(),
@@ -296,6 +344,40 @@ mod tests {
         let (f, line) = progress_line(&r);
         assert!((f - 2.5 / 4.0).abs() < 1e-9, "{f}");
         assert_eq!(line, "running: 2/4 jobs done, 1 failed · n2: at 0.5");
+    }
+
+    #[test]
+    fn a_multi_node_run_shows_the_values_its_ranks_agree_on() {
+        let var = |name: &str, value: &str, source: &str| heddle_types::jobs::EnvVar {
+            name: name.into(),
+            value: value.into(),
+            source: source.into(),
+        };
+        let mut r = run(
+            "nccl",
+            serde_json::json!({}),
+            &[(JobState::Queued, None), (JobState::Queued, None)],
+        );
+        r.jobs[0].applied_env = vec![
+            var("NCCL_ALGO", "Ring", "run"),
+            var("NCCL_IB_HCA", "mlx5_0", "plugin:p@1"),
+        ];
+        r.jobs[1].applied_env = vec![
+            var("NCCL_ALGO", "Ring", "run"),
+            var("NCCL_IB_HCA", "mlx5_4", "plugin:p@1"),
+        ];
+        assert_eq!(
+            agreed_lines(&r),
+            "agreed by every rank:\n  NCCL_ALGO=Ring  (run)\n"
+        );
+        r.jobs[1].applied_env[0] = var("NCCL_ALGO", "Tree", "tuning:n1");
+        let text = agreed_lines(&r);
+        assert!(
+            text.starts_with("warning: the ranks of this run would not agree on NCCL_ALGO"),
+            "{text}"
+        );
+        r.jobs.pop();
+        assert_eq!(agreed_lines(&r), "");
     }
 
     #[test]

@@ -39,6 +39,31 @@ fn env_text(env: &std::collections::BTreeMap<String, String>) -> String {
         .join(" ")
 }
 
+/// A node profile that sets a variable every rank must see alike gives it to one node:
+/// runs across that node and others will be refused until the value is site-wide.
+fn keep_warning(p: &TuningProfile, scope: ProfileScope, run: uuid::Uuid) -> Option<String> {
+    if scope != ProfileScope::Node {
+        return None;
+    }
+    let names: Vec<&str> = p
+        .env
+        .keys()
+        .map(String::as_str)
+        .filter(|n| heddle_types::must_agree::must_agree(n))
+        .collect();
+    if names.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "warning: {} must be equal on every rank of a communicator, and this profile gives it \
+         to the sweep's node only: runs across that node and nodes without the same value will \
+         be refused. To give it to the whole site instead: heddle runs sweep {run} --keep {}-site \
+         --scope site (and delete this node profile)",
+        names.join(", "),
+        p.name
+    ))
+}
+
 pub async fn command(client: &Client, a: SweepArgs, json: bool) -> anyhow::Result<()> {
     let base = format!("/api/v1/runs/{}/sweep", a.id);
     if a.watch {
@@ -50,7 +75,11 @@ pub async fn command(client: &Client, a: SweepArgs, json: bool) -> anyhow::Resul
             band: a.band,
             scope: a.scope,
         };
+        let scope = body.scope;
         let p: TuningProfile = client.post(&format!("{base}/keep"), &body).await?;
+        if let Some(w) = keep_warning(&p, scope, a.id) {
+            eprintln!("{w}");
+        }
         if json {
             crate::output::print_json(&p)?;
         } else {
@@ -106,4 +135,35 @@ pub async fn command(client: &Client, a: SweepArgs, json: bool) -> anyhow::Resul
     table::right(&mut w, &[2, 3]);
     println!("{w}");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeping_a_must_agree_value_for_one_node_warns() {
+        let profile = |env: &[(&str, &str)]| TuningProfile {
+            id: uuid::Uuid::nil(),
+            name: "fast".into(),
+            node_id: Some(uuid::Uuid::nil()),
+            site_id: None,
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            source_run_id: None,
+            created_by: "t".into(),
+            created_at: chrono::Utc::now(),
+        };
+        let run = uuid::Uuid::nil();
+        let p = profile(&[("NCCL_ALGO", "Ring"), ("NCCL_SOCKET_NTHREADS", "4")]);
+        let w = keep_warning(&p, ProfileScope::Node, run).unwrap();
+        assert!(w.contains("NCCL_ALGO must be equal"), "{w}");
+        assert!(!w.contains("NCCL_SOCKET_NTHREADS"), "{w}");
+        assert!(w.contains("--keep fast-site --scope site"), "{w}");
+        assert!(keep_warning(&p, ProfileScope::Site, run).is_none());
+        let free = profile(&[("NCCL_SOCKET_NTHREADS", "4")]);
+        assert!(keep_warning(&free, ProfileScope::Node, run).is_none());
+    }
 }

@@ -172,6 +172,7 @@ impl From<crate::jobs::JobError> for ApiError {
             E::NoRun(_) | E::NoJob(_) => ApiError::NotFound(err.to_string()),
             E::Lookup(e) => e.into(),
             E::Invalid(message) => ApiError::Unprocessable(message),
+            E::EnvSplit(splits) => ApiError::Unprocessable(splits.to_string()),
             E::OtherNode(_) => ApiError::Forbidden(err.to_string()),
             E::StaleClaim(message) => ApiError::StaleClaim(message),
             E::Conflict(message) => ApiError::Conflict(message),

@@ -2,7 +2,7 @@
 //! environment plugin, from the node env file its agent keeps (docs/jobs.md). It is the
 //! node's environment (`recommendations::effective`, what `heddle env NODE` exports) as
 //! `nccl_conf` entries, less what a conf file cannot carry, less what the rank-agreement
-//! rule leaves out ([`keep_rank_agreed`]). This module is the one place it is computed.
+//! rule leaves out (`keep_rank_agreed`). This module is the one place it is computed.
 //!
 //! Its version (`nccl_conf::job_env_sha256`) rides on every heartbeat answer, which is
 //! answered from memory, so the version is stored in `nodes.job_env_sha256` and cached per
@@ -38,17 +38,92 @@ pub async fn job_env(conn: &mut PgConnection, node: Uuid) -> sqlx::Result<Vec<En
             }
         }
     }
-    Ok(keep_rank_agreed(entries))
+    keep_rank_agreed(conn, node, entries).await
 }
 
-/// The rank-agreement rule's place: variables that must be equal on every rank of a
-/// communicator (a job's ranks span nodes, each reading its own node's file) are to be left
-/// out unless the whole site agrees on them. That rule is a pure function of
-/// `heddle_types` still to be written; until then every entry is kept. When it lands it
-/// reads the site's other nodes, so a write to one node's environment then changes its
-/// site's: [`mark_changed`] callers must pass `Changed::Site` for it.
-fn keep_rank_agreed(entries: Vec<Entry>) -> Vec<Entry> {
-    entries
+/// Largest site whose members' environments are compared; beyond it, must-agree variables
+/// are left out rather than read from every member on each recomputation.
+pub const MAX_SITE_COMPARED: i64 = 256;
+
+/// The rank-agreement rule (`heddle_types::must_agree`): a variable that must be equal on
+/// every rank of a communicator is written only when every node of the node's site has the
+/// same value, because a job's ranks span nodes and each reads its own node's file. A node
+/// with no site, or in a site too large to compare ([`MAX_SITE_COMPARED`]), cannot show
+/// that agreement, so it gets none of them (a site-wide tuning profile, or the job's own
+/// setting, is how such a value reaches jobs). Each variable left out is logged as a
+/// warning with code `env-splits-communicator` naming the nodes that differ.
+async fn keep_rank_agreed(
+    conn: &mut PgConnection,
+    node: Uuid,
+    entries: Vec<Entry>,
+) -> sqlx::Result<Vec<Entry>> {
+    use heddle_types::must_agree;
+    use std::collections::BTreeMap;
+    if !entries.iter().any(|e| must_agree::must_agree(&e.name)) {
+        return Ok(entries);
+    }
+    let (hostname, site): (String, Option<Uuid>) =
+        sqlx::query_as("SELECT hostname, site_id FROM nodes WHERE id = $1")
+            .bind(node)
+            .fetch_one(&mut *conn)
+            .await?;
+    let peers: Vec<(Uuid, String)> = match site {
+        Some(site) => {
+            sqlx::query_as(
+                "SELECT id, hostname FROM nodes WHERE site_id = $1 AND id <> $2 ORDER BY hostname LIMIT $3",
+            )
+            .bind(site)
+            .bind(node)
+            .bind(MAX_SITE_COMPARED)
+            .fetch_all(&mut *conn)
+            .await?
+        }
+        None => Vec::new(),
+    };
+    let comparable = site.is_some() && (peers.len() as i64) < MAX_SITE_COMPARED;
+    if !comparable {
+        let why = if site.is_none() {
+            "the node has no site, so no agreement with the nodes its jobs span can be shown"
+        } else {
+            "the node's site is too large to compare every member"
+        };
+        return Ok(entries
+            .into_iter()
+            .filter(|e| {
+                let keep = !must_agree::must_agree(&e.name);
+                if !keep {
+                    tracing::warn!(%node, name = %e.name, code = must_agree::ENV_SPLITS_COMMUNICATOR, why, "left out of the node's job environment");
+                }
+                keep
+            })
+            .collect());
+    }
+    let mut peer_envs: Vec<(String, BTreeMap<String, String>)> = Vec::with_capacity(peers.len());
+    for (id, name) in peers {
+        let env = crate::recommendations::effective(&mut *conn, id)
+            .await?
+            .into_iter()
+            .filter(|r| must_agree::must_agree(&r.name))
+            .map(|r| (r.name, r.value))
+            .collect();
+        peer_envs.push((name, env));
+    }
+    let mine: BTreeMap<String, String> = entries
+        .iter()
+        .map(|e| (e.name.clone(), e.value.clone()))
+        .collect();
+    let left_out = must_agree::job_env_leave_out(
+        &hostname,
+        &mine,
+        peer_envs.iter().map(|(n, e)| (n.as_str(), e)),
+    );
+    for l in &left_out {
+        tracing::warn!(%node, name = %l.name, code = %l.code, message = %l.message, "left out of the node's job environment");
+    }
+    Ok(entries
+        .into_iter()
+        .filter(|e| !left_out.iter().any(|l| l.name == e.name))
+        .collect())
 }
 
 /// The node's job environment and its version, computed now and stored as the node's

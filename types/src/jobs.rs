@@ -185,6 +185,11 @@ pub struct JobSpec {
     /// Wall-clock limit for the test on the agent.
     #[serde(default)]
     pub timeout_s: Option<u32>,
+    /// Seconds without a row or progress event, beyond the slowest step the test
+    /// declared, after which the agent stops it as `hung` (the agent's
+    /// `--stall-limit` when unset; set here, it also watches kinds that declare no plan).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stall_s: Option<u32>,
 }
 
 /// Request to start a run on one or more nodes.
@@ -203,6 +208,10 @@ pub struct RunCreate {
     /// Wall-clock limit for the test on the agent.
     #[serde(default)]
     pub timeout_s: Option<u32>,
+    /// Silence (no row, no progress) beyond the test's slowest step after which it is
+    /// stopped as `hung`; the agent's `--stall-limit` when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stall_s: Option<u32>,
     /// Node ids or hostnames; one job per node, ranked in this order.
     pub nodes: Vec<String>,
     /// Attempts before a job whose agent vanished is failed (default 3).
@@ -225,6 +234,7 @@ impl RunCreate {
             params: self.params.clone(),
             env: self.env.clone(),
             timeout_s: self.timeout_s,
+            stall_s: self.stall_s,
         }
     }
 }

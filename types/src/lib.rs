@@ -16,6 +16,7 @@ pub mod facts;
 pub mod health;
 pub mod investigations;
 pub mod jobs;
+pub mod must_agree;
 pub mod names;
 pub mod nccl_conf;
 pub mod node_checks;

@@ -15,7 +15,9 @@ use uuid::Uuid;
 use super::{Agent, Backoff, LifecycleError};
 use crate::client::{ClientError, RenewOutcome, UploadOutcome};
 use crate::runner::protocol::{ChildInput, RendezvousAccess};
-use crate::runner::supervise::{ChildEnd, ChildReport, ChildSpec, StopReason, supervise};
+use crate::runner::supervise::{
+    ChildEnd, ChildReport, ChildSpec, StallLimit, StopReason, supervise,
+};
 use crate::runner::{self};
 use crate::spool::SpoolEntry;
 
@@ -154,10 +156,14 @@ async fn run_job(
                 rendezvous: rendezvous_access(&agent),
             },
             env: lease.spec.env.clone(),
-            timeout: lease
-                .spec
-                .timeout_s
-                .map(|s| Duration::from_secs(u64::from(s))),
+            // Every job ends: a run without its own limit gets the agent's.
+            timeout: Some(
+                lease
+                    .spec
+                    .timeout_s
+                    .map_or(agent.cfg.job_timeout, |s| Duration::from_secs(u64::from(s))),
+            ),
+            stall: Some(stall_limit(agent.cfg.stall_limit, lease.spec.stall_s)),
         };
         let (progress_tx, progress_rx) = watch::channel(None);
         tokio::select! {
@@ -239,6 +245,21 @@ fn unsupported(kind: &str) -> ChildReport {
         unparsed_lines: 0,
         started_at: now,
         finished_at: now,
+    }
+}
+
+/// The stall watch of a job: the run's `stall_s` watches from the start; the agent's
+/// default arms once the test declares its plan (kinds that can wait on a peer do).
+fn stall_limit(default: Duration, run: Option<u32>) -> StallLimit {
+    match run {
+        Some(s) => StallLimit {
+            beyond_slowest: Duration::from_secs(u64::from(s)),
+            from_start: true,
+        },
+        None => StallLimit {
+            beyond_slowest: default,
+            from_start: false,
+        },
     }
 }
 

@@ -102,6 +102,15 @@ pub struct RunArgs {
     /// `/etc/ucx/ucx.conf`).
     #[command(flatten)]
     pub host_conf: crate::host_conf::HostConfConfig,
+    /// Silence (no row, no progress) a test may keep beyond the slowest step it declared
+    /// before it is stopped as `hung` and its GPUs freed. Ranks whose settings disagree
+    /// wait for each other forever without a word; this is how such a run ends. A run's
+    /// `stall_s` overrides it.
+    #[arg(long, env = "HEDDLE_STALL_LIMIT", default_value = "60s", value_parser = heddle_types::duration::parse)]
+    pub stall_limit: Duration,
+    /// Wall-clock limit of a job whose run sets no `timeout_s`.
+    #[arg(long, env = "HEDDLE_JOB_TIMEOUT", default_value = "2h", value_parser = heddle_types::duration::parse)]
+    pub job_timeout: Duration,
 }
 
 fn profiler_path(s: &str) -> Result<String, String> {
@@ -156,6 +165,8 @@ pub(crate) struct Config {
     pub node_env: node_env::NodeEnvConfig,
     /// Host conf files kept in line with the node env file (`/etc/nccl.conf`, `ucx.conf`).
     pub host_conf: crate::host_conf::HostConfConfig,
+    pub stall_limit: Duration,
+    pub job_timeout: Duration,
 }
 
 /// Control of one job in progress.
@@ -361,6 +372,8 @@ pub async fn run(args: RunArgs) -> Result<(), LifecycleError> {
                 profiler: args.nccl_profiler_plugin.clone(),
             },
             host_conf: args.host_conf.clone(),
+            stall_limit: args.stall_limit,
+            job_timeout: args.job_timeout,
         },
         identity_path: state.identity_path(),
         jobs: Mutex::new(HashMap::new()),

@@ -73,6 +73,13 @@ pub enum ChildEvent {
     },
     /// The node cannot run this test; with exit status 0 the outcome is `skipped`.
     Skipped { reason: String },
+    /// What the test is about to do: its message sizes in order and how long its slowest
+    /// step (communicator set-up included) may take. The parent arms its stall watch with
+    /// it, and names the size a stalled test stopped at.
+    Plan {
+        sizes_bytes: Vec<i64>,
+        slowest_step_s: f64,
+    },
 }
 
 /// Writes events as JSON lines, flushed one by one so the parent sees progress at once.

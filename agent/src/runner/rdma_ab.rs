@@ -88,6 +88,7 @@ pub fn run_leg(
             )?,
             ChildEvent::Summary { summary } => run.summary.extend(summary),
             ChildEvent::Skipped { reason } => skipped = Some(reason),
+            plan @ ChildEvent::Plan { .. } => out.emit(&plan)?,
         }
     }
     let status = child.wait()?;

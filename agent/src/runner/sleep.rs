@@ -10,9 +10,9 @@ use heddle_types::params::{KindParams, SleepParams};
 use super::{RunError, Sink};
 
 pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
-    let seconds = SleepParams::decode(&input.params)
-        .map_err(|e| RunError::Params(e.to_string()))?
-        .seconds;
+    let params = SleepParams::decode(&input.params).map_err(|e| RunError::Params(e.to_string()))?;
+    let seconds = params.seconds;
+    let silent_after = params.silent_after_s.map(Duration::from_secs_f64);
     let total = Duration::from_secs_f64(seconds);
     let tick = Duration::from_secs(1).min(total.max(Duration::from_millis(10)));
     let start = Instant::now();
@@ -23,6 +23,9 @@ pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
             break;
         }
         std::thread::sleep(tick.min(total - elapsed));
+        if silent_after.is_some_and(|s| start.elapsed() >= s) {
+            continue;
+        }
         let done = start.elapsed().min(total);
         let fraction = if total.is_zero() {
             1.0

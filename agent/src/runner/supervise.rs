@@ -1,5 +1,11 @@
 //! Parent side of a test child: spawn it, feed it its input, read its events, keep the
-//! tail of its stderr, and end it on timeout or on request.
+//! tail of its stderr, and end it on timeout, on request, or when it hangs.
+//!
+//! A hang is silence: no row and no progress event for the stall limit plus the slowest
+//! step the child declared in its plan (`ChildEvent::Plan`). Ranks of one communicator
+//! that disagree on a setting wait for each other forever without a word in any log, so
+//! the silence is the only sign; the child is then killed (its GPUs are freed when its
+//! process group exits) and the result says `hung` and where it stopped.
 //!
 //! The child leads its own process group, so a stop kills whatever it started too (an
 //! `mpirun`, a `ib_write_bw`...), and it gets `SIGKILL` if the agent dies, so a crashed
@@ -39,6 +45,29 @@ pub struct ChildSpec {
     /// else of it.
     pub env: BTreeMap<String, String>,
     pub timeout: Option<Duration>,
+    /// When silence counts as a hang; `None` never.
+    pub stall: Option<StallLimit>,
+}
+
+/// How long a child may stay silent (no row, no progress event).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StallLimit {
+    /// Silence allowed beyond the slowest step the child declared.
+    pub beyond_slowest: Duration,
+    /// Watch from the start. Otherwise the watch starts with the child's plan: a child
+    /// that declares none (a kind that cannot hang on a peer) is never judged hung.
+    pub from_start: bool,
+}
+
+/// Where a hung child was, and how long it had been silent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hang {
+    pub silent_for: Duration,
+    pub limit: Duration,
+    /// `init` (no size finished) or `size <bytes>` (the size it never finished).
+    pub stage: String,
+    /// The last size that finished, if any.
+    pub last_size_bytes: Option<i64>,
 }
 
 /// Why the parent ended a child early.
@@ -57,6 +86,8 @@ pub enum ChildEnd {
     Exited(i32),
     Signaled(i32),
     TimedOut(Duration),
+    /// Silent past its stall limit; killed.
+    Hung(Hang),
     Stopped(StopReason),
     SpawnFailed(String),
     /// Nothing was started: the job breaks a rule the agent enforces itself.
@@ -115,6 +146,17 @@ impl ChildReport {
                 Some(format!("timed out after {} s", t.as_secs())),
                 None,
             ),
+            ChildEnd::Hung(h) => (
+                Outcome::Failed,
+                Some(format!(
+                    "hung: no row or progress for {} s (limit {} s) at {}; the test was killed \
+                     and its GPUs freed",
+                    h.silent_for.as_secs(),
+                    h.limit.as_secs(),
+                    h.stage
+                )),
+                None,
+            ),
             ChildEnd::Stopped(StopReason::Cancelled) => {
                 (Outcome::Cancelled, Some("cancelled".into()), None)
             }
@@ -133,6 +175,17 @@ impl ChildReport {
     pub fn into_upload(self, upload_key: String) -> ResultUpload {
         let (outcome, reason, exit_code) = self.outcome();
         let mut summary = self.summary;
+        if let ChildEnd::Hung(h) = &self.end {
+            summary.insert(
+                HUNG_KEY.into(),
+                serde_json::json!({
+                    "stage": h.stage,
+                    "silent_s": h.silent_for.as_secs(),
+                    "limit_s": h.limit.as_secs(),
+                    "last_size_bytes": h.last_size_bytes,
+                }),
+            );
+        }
         if self.unparsed_lines > 0 {
             summary.insert("unparsed_stdout_lines".into(), self.unparsed_lines.into());
         }
@@ -149,6 +202,47 @@ impl ChildReport {
             claim_id: None,
         }
     }
+}
+
+/// The summary key of a hung test: `{stage, silent_s, limit_s, last_size_bytes}`.
+pub const HUNG_KEY: &str = "hung";
+
+/// Where a silent child stopped: before any size finished it was setting up its
+/// communicator (or running the first size); otherwise at the planned size after the
+/// last one it reported.
+fn stage(plan: &[i64], rows: &[ResultRow]) -> (String, Option<i64>) {
+    let Some(last) = rows.last().map(|r| r.size_bytes) else {
+        return match plan.first() {
+            Some(first) => (format!("init (or the first size, {first} B)"), None),
+            None => ("init".into(), None),
+        };
+    };
+    match plan.iter().find(|&&s| s > last) {
+        Some(next) => (format!("size {next} B"), Some(last)),
+        None => (format!("size {last} B or after it"), Some(last)),
+    }
+}
+
+/// The moment silence becomes a hang, if the watch is on.
+fn stall_deadline(
+    limit: Option<StallLimit>,
+    plan: Option<&Plan>,
+    last_sign: Instant,
+) -> Option<(Instant, Duration)> {
+    let limit = limit?;
+    if plan.is_none() && !limit.from_start {
+        return None;
+    }
+    let allowance = plan.map_or(Duration::ZERO, |p| p.slowest_step);
+    let total = limit.beyond_slowest + allowance;
+    Some((last_sign + total, total))
+}
+
+/// What the child declared it will do.
+#[derive(Debug, Clone, Default)]
+struct Plan {
+    sizes_bytes: Vec<i64>,
+    slowest_step: Duration,
 }
 
 fn last_line(text: &str) -> Option<String> {
@@ -302,13 +396,37 @@ pub async fn supervise(
     };
     tokio::pin!(timeout);
     let mut stop_open = true;
+    let mut plan: Option<Plan> = None;
+    let mut last_sign = Instant::now();
     let end = loop {
+        let stall = stall_deadline(spec.stall, plan.as_ref(), last_sign);
         tokio::select! {
             status = child.wait() => break exit_end(status),
             line = next_line(&mut lines), if lines.is_some() => match line {
-                Some(line) => handle_line(&line, &mut report, &progress),
+                Some(line) => match handle_line(&line, &mut report, &progress) {
+                    Sign::Life => last_sign = Instant::now(),
+                    Sign::Plan(p) => {
+                        plan = Some(p);
+                        last_sign = Instant::now();
+                    }
+                    Sign::None => {}
+                },
                 None => lines = None,
             },
+            () = sleep_until_opt(stall.map(|(at, _)| at)) => {
+                guard.kill();
+                let _ = child.wait().await;
+                let sizes = plan.as_ref().map(|p| p.sizes_bytes.as_slice()).unwrap_or_default();
+                let (stage, last_size_bytes) = stage(sizes, &report.rows);
+                let limit = stall.map(|(_, l)| l).unwrap_or_default();
+                tracing::warn!(kind = %spec.input.kind, %stage, limit_s = limit.as_secs(), "test child hung; killed");
+                break ChildEnd::Hung(Hang {
+                    silent_for: last_sign.elapsed(),
+                    limit,
+                    stage,
+                    last_size_bytes,
+                });
+            }
             () = &mut timeout => {
                 guard.kill();
                 let _ = child.wait().await;
@@ -334,7 +452,9 @@ pub async fn supervise(
     let drain_until = Instant::now() + DRAIN_GRACE;
     while lines.is_some() {
         match tokio::time::timeout_at(drain_until, next_line(&mut lines)).await {
-            Ok(Some(line)) => handle_line(&line, &mut report, &progress),
+            Ok(Some(line)) => {
+                handle_line(&line, &mut report, &progress);
+            }
             Ok(None) => lines = None,
             Err(_) => {
                 tracing::warn!("test child's output stayed open after it exited; not waiting");
@@ -408,21 +528,63 @@ async fn next_line<R: tokio::io::AsyncBufRead + Unpin>(
     }
 }
 
-fn handle_line(line: &str, report: &mut ChildReport, progress: &watch::Sender<Option<Progress>>) {
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// What a line says about the child's liveness.
+enum Sign {
+    /// A row or a progress event: it is moving.
+    Life,
+    Plan(Plan),
+    None,
+}
+
+fn handle_line(
+    line: &str,
+    report: &mut ChildReport,
+    progress: &watch::Sender<Option<Progress>>,
+) -> Sign {
     if line.len() > MAX_LINE {
         report.unparsed_lines += 1;
-        return;
+        return Sign::None;
     }
     match serde_json::from_str::<ChildEvent>(line) {
         Ok(ChildEvent::Progress(p)) => {
             progress.send_replace(Some(p));
+            Sign::Life
         }
-        Ok(ChildEvent::Row { row }) => report.rows.push(row),
-        Ok(ChildEvent::Summary { summary }) => report.summary.extend(summary),
-        Ok(ChildEvent::Skipped { reason }) => report.skipped = Some(reason),
+        Ok(ChildEvent::Row { row }) => {
+            report.rows.push(row);
+            Sign::Life
+        }
+        Ok(ChildEvent::Summary { summary }) => {
+            report.summary.extend(summary);
+            Sign::None
+        }
+        Ok(ChildEvent::Skipped { reason }) => {
+            report.skipped = Some(reason);
+            Sign::None
+        }
+        Ok(ChildEvent::Plan {
+            sizes_bytes,
+            slowest_step_s,
+        }) => Sign::Plan(Plan {
+            sizes_bytes,
+            // A hostile or broken value must not disarm the watch nor overflow it.
+            slowest_step: Duration::from_secs_f64(if slowest_step_s.is_finite() {
+                slowest_step_s.clamp(0.0, 86_400.0)
+            } else {
+                0.0
+            }),
+        }),
         Err(err) => {
             tracing::debug!(%err, line, "test child wrote a line that is not an event");
             report.unparsed_lines += 1;
+            Sign::None
         }
     }
 }

@@ -18,6 +18,7 @@ fn sh(script: &str, timeout: Option<Duration>) -> ChildSpec {
         },
         env: BTreeMap::from([("HEDDLE_TEST_VAR".to_string(), "from-job".to_string())]),
         timeout,
+        stall: None,
     }
 }
 
@@ -45,6 +46,60 @@ async fn the_child_gets_a_cleared_environment_plus_the_job_env() {
             "{name} reached the child"
         );
     }
+}
+
+fn stall(ms: u64, from_start: bool) -> Option<StallLimit> {
+    Some(StallLimit {
+        beyond_slowest: Duration::from_millis(ms),
+        from_start,
+    })
+}
+
+#[tokio::test]
+async fn a_child_that_stops_reporting_is_hung_at_the_size_after_its_last_row() {
+    // Two sizes reported, then silence: the plan says 4096 B comes next.
+    let script = r#"echo '{"event":"plan","sizes_bytes":[1024,2048,4096],"slowest_step_s":0.2}'
+        echo '{"event":"row","row":{"size_bytes":1024}}'
+        echo '{"event":"row","row":{"size_bytes":2048}}'
+        exec sleep 30"#;
+    let mut spec = sh(script, Some(Duration::from_secs(20)));
+    spec.stall = stall(300, false);
+    let started = std::time::Instant::now();
+    let r = run(spec).await;
+    let took = started.elapsed();
+    let ChildEnd::Hung(h) = &r.end else {
+        panic!("not hung: {:?} {}", r.end, r.stderr_tail)
+    };
+    assert_eq!(h.stage, "size 4096 B");
+    assert_eq!(h.last_size_bytes, Some(2048));
+    assert_eq!(h.limit, Duration::from_millis(500), "limit + slowest step");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    let up = r.clone().into_upload("k".into());
+    assert_eq!(up.outcome, Outcome::Failed);
+    assert!(up.reason.as_deref().unwrap().starts_with("hung:"), "{up:?}");
+    assert_eq!(up.summary[HUNG_KEY]["stage"], "size 4096 B");
+}
+
+#[tokio::test]
+async fn silence_before_any_plan_is_a_hang_only_when_watched_from_the_start() {
+    let mut spec = sh("exec sleep 30", Some(Duration::from_millis(1500)));
+    spec.stall = stall(200, true);
+    let r = run(spec).await;
+    assert!(
+        matches!(&r.end, ChildEnd::Hung(h) if h.stage == "init"),
+        "{:?}",
+        r.end
+    );
+    // Not armed: a kind that declares no plan runs to its wall-clock limit.
+    let mut spec = sh("exec sleep 30", Some(Duration::from_millis(800)));
+    spec.stall = stall(200, false);
+    assert!(matches!(run(spec).await.end, ChildEnd::TimedOut(_)));
+    // Progress keeps it alive past the limit.
+    let script =
+        r#"for i in 1 2 3 4 5 6; do echo '{"event":"progress","message":"x"}'; sleep 0.1; done"#;
+    let mut spec = sh(script, Some(Duration::from_secs(10)));
+    spec.stall = stall(300, true);
+    assert_eq!(run(spec).await.end, ChildEnd::Exited(0));
 }
 
 #[test]

@@ -314,6 +314,7 @@ pub fn LaunchForm() -> impl IntoView {
             params: params_v,
             env: env_v,
             timeout_s,
+            stall_s: None,
             nodes: picked.get_untracked(),
             max_attempts: None,
             label: (!label_v.is_empty()).then_some(label_v),

@@ -103,6 +103,7 @@ fn RunView(id: Uuid) -> impl IntoView {
                 }}</div>
             <p class="muted">{format!("{} · by {} · started {} · finished {}", r.spec.kind, r.created_by, when(Some(r.created_at)), when(r.finished_at))}</p>
             <p class="mono small">{format!("params {} {}", r.spec.params, if env.is_empty() { String::new() } else { format!("· env {env}") })}</p>
+            {agreed_line(&r.jobs)}
             {env_tables(r.jobs.clone())}
             {jobs_table(r.jobs)}
             <RunResults id=id kind=kind results=results/>
@@ -117,6 +118,34 @@ fn RunView(id: Uuid) -> impl IntoView {
             {outcome_line(cancel)}
         </section>
     }
+}
+
+/// The values every rank of a multi-node run shares for the variables that must agree
+/// (`heddle_types::must_agree`); a run stored before that rule may show a split.
+fn agreed_line(jobs: &[Job]) -> Option<impl IntoView + use<>> {
+    use heddle_types::must_agree;
+    if jobs.len() < 2 {
+        return None;
+    }
+    let splits = must_agree::splits(
+        jobs.iter()
+            .map(|j| (j.hostname.as_str(), j.applied_env.as_slice())),
+    );
+    let mut agreed: Vec<String> = jobs[0]
+        .applied_env
+        .iter()
+        .filter(|e| must_agree::must_agree(&e.name) && !splits.iter().any(|s| s.name == e.name))
+        .map(|e| format!("{}={}", e.name, e.value))
+        .collect();
+    agreed.sort();
+    let split = (!splits.is_empty()).then(|| must_agree::EnvSplits(splits).to_string());
+    if agreed.is_empty() && split.is_none() {
+        return None;
+    }
+    Some(view! {
+        <p class="mono small" id="run-agreed">{format!("agreed by every rank: {}", if agreed.is_empty() { "-".to_string() } else { agreed.join(" ") })}</p>
+        {split.map(|s| view! { <p class="warn" id="run-split">{s}</p> })}
+    })
 }
 
 /// The environment each node's test got, and where each variable came from.

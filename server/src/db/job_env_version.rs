@@ -21,7 +21,17 @@ pub async fn mark_changed(
     changed: Changed<'_>,
 ) -> sqlx::Result<Vec<Uuid>> {
     let nodes: Vec<Uuid> = match changed {
-        Changed::Nodes(nodes) => nodes.to_vec(),
+        // A node's must-agree values decide what its site's other nodes may write
+        // (`job_env::keep_rank_agreed`), so their versions go too.
+        Changed::Nodes(nodes) => {
+            sqlx::query_scalar(
+                "SELECT n.id FROM nodes n WHERE n.id = ANY($1)
+                 OR n.site_id IN (SELECT site_id FROM nodes WHERE id = ANY($1) AND site_id IS NOT NULL)",
+            )
+            .bind(nodes)
+            .fetch_all(&mut *conn)
+            .await?
+        }
         Changed::Site(site) => {
             sqlx::query_scalar("SELECT id FROM nodes WHERE site_id = $1")
                 .bind(site)

@@ -47,6 +47,7 @@ impl From<crate::jobs::JobError> for InvestigateError {
         match err {
             E::Lookup(e) => e.into(),
             E::Invalid(message) => InvestigateError::Invalid(message),
+            E::EnvSplit(splits) => InvestigateError::Invalid(splits.to_string()),
             E::Database(e) => InvestigateError::Database(e),
             other => InvestigateError::Corrupt {
                 what: "job",

@@ -50,6 +50,7 @@ pub fn check_spec(check: PreflightCheck) -> JobSpec {
         params,
         env: Default::default(),
         timeout_s: Some(300),
+        stall_s: None,
     }
 }
 

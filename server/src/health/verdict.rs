@@ -449,6 +449,9 @@ pub async fn judge_result(db: &PgPool, result_id: Uuid) -> Result<ResultVerdict,
     let (verdict, reasons) = if s.outcome == "succeeded" {
         let found = transport::findings(&s.spec.kind, &s.summary, node_facts.as_ref());
         transport::merge(verdict, reasons, found)
+    } else if let Some(stage) = hung::stage(&s.summary) {
+        let splits = hung::rank_splits(db, s.run_id).await?;
+        hung::apply(reasons, stage, s.reason.as_deref(), splits)
     } else {
         (verdict, reasons)
     };
@@ -500,6 +503,7 @@ pub async fn judge_result(db: &PgPool, result_id: Uuid) -> Result<ResultVerdict,
 }
 
 mod fleet_memo;
+pub mod hung;
 
 #[cfg(test)]
 mod tests;

@@ -15,7 +15,7 @@ pub mod spec;
 pub mod state;
 pub mod store;
 
-pub use runs::{MAX_RUN_NODES, NewRun, insert_run, load_run, resolve_run_nodes};
+pub use runs::{MAX_RUN_NODES, NewRun, agreed_env, insert_run, load_run, resolve_run_nodes};
 pub use spec::validate_spec;
 pub use state::{IllegalMove, Move};
 
@@ -48,6 +48,9 @@ pub enum JobError {
     Database(#[from] sqlx::Error),
     #[error("stored {what} does not decode: {message}")]
     Corrupt { what: &'static str, message: String },
+    /// The nodes' environments would split a communicator (422).
+    #[error(transparent)]
+    EnvSplit(#[from] heddle_types::must_agree::EnvSplits),
 }
 
 /// A variable or value the environment policy refuses: the input is at fault.

@@ -111,12 +111,11 @@ pub async fn insert_run(
     new: &NewRun<'_>,
 ) -> Result<Uuid, JobError> {
     let NewRun { spec, nodes, .. } = *new;
-    let mut applied = Vec::with_capacity(nodes.len());
-    for node in nodes {
-        let env = crate::runs_env::applied(tx, *node, &spec.env, new.recommended_env).await?;
-        crate::runs_env::check_size(&env)?;
-        applied.push(serde_json::to_value(env).expect("env serializes"));
-    }
+    let applied: Vec<serde_json::Value> = agreed_env(tx, spec, nodes, new.recommended_env)
+        .await?
+        .into_iter()
+        .map(|env| serde_json::to_value(env).expect("env serializes"))
+        .collect();
     let run_id = Uuid::new_v4();
     sqlx::query!(
         "INSERT INTO runs (id, label, spec, created_by) VALUES ($1, $2, $3, $4)",
@@ -157,6 +156,45 @@ pub async fn insert_run(
     )
     .await?;
     Ok(run_id)
+}
+
+/// Each node's environment for a run of `spec` (`runs_env`), in the order of `nodes`,
+/// refused with [`JobError::EnvSplit`] when the nodes would disagree on a variable that
+/// every rank of one communicator must see alike (`heddle_types::must_agree`). The run's
+/// own `env` is on top of every node's, so a variable it sets never splits.
+pub async fn agreed_env(
+    conn: &mut PgConnection,
+    spec: &JobSpec,
+    nodes: &[Uuid],
+    recommended: bool,
+) -> Result<Vec<Vec<EnvVar>>, JobError> {
+    let mut envs = Vec::with_capacity(nodes.len());
+    for node in nodes {
+        let env = crate::runs_env::applied(&mut *conn, *node, &spec.env, recommended).await?;
+        crate::runs_env::check_size(&env)?;
+        envs.push(env);
+    }
+    if nodes.len() > 1 {
+        let names: Vec<(Uuid, String)> =
+            sqlx::query_as("SELECT id, hostname FROM nodes WHERE id = ANY($1)")
+                .bind(nodes)
+                .fetch_all(&mut *conn)
+                .await?;
+        let host = |id: &Uuid| {
+            names
+                .iter()
+                .find(|(n, _)| n == id)
+                .map_or_else(|| id.to_string(), |(_, h)| h.clone())
+        };
+        let hosts: Vec<String> = nodes.iter().map(host).collect();
+        heddle_types::must_agree::check(
+            hosts
+                .iter()
+                .map(String::as_str)
+                .zip(envs.iter().map(Vec::as_slice)),
+        )?;
+    }
+    Ok(envs)
 }
 
 /// Resolves the nodes of a new run (ids or hostnames) in the order given, refusing a node

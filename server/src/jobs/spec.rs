@@ -42,6 +42,7 @@ mod tests {
             params,
             env: Default::default(),
             timeout_s: None,
+            stall_s: None,
         };
         assert!(validate_spec(&mut spec("nccl", serde_json::json!({}))).is_ok());
         assert!(validate_spec(&mut spec("", serde_json::json!({}))).is_err());

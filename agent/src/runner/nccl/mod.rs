@@ -374,6 +374,20 @@ pub fn absorb_debug_log(log: Option<(PathBuf, bool)>, s: &mut Map<String, Value>
     }
 }
 
+/// Bandwidth below which a step counts as stuck rather than slow when the stall watch
+/// sizes its allowance: far below any fabric NCCL runs on.
+const FLOOR_BYTES_PER_S: f64 = 1e9;
+
+/// The longest one step of this test may take without being stuck: the communicator's
+/// set-up (which waits up to [`RENDEZVOUS_WAIT`] for the peers) or the largest size's
+/// iterations at [`FLOOR_BYTES_PER_S`], whichever is longer.
+fn slowest_step(p: &Params, plan: &[spec::Counts]) -> Duration {
+    let largest = plan.iter().map(|c| c.bytes).max().unwrap_or(0) as f64;
+    let modes = if p.has_in_place() { 2.0 } else { 1.0 };
+    let rounds = (p.warmup + p.iters) as f64 * modes;
+    Duration::from_secs_f64(largest * rounds / FLOOR_BYTES_PER_S).max(RENDEZVOUS_WAIT)
+}
+
 /// The job kind.
 pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
     let params = Params::from_json(&input.params)?;
@@ -410,6 +424,12 @@ pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
         },
         rendezvous,
     };
+    let plan = params.plan(place.topology.nranks);
+    out.emit(&ChildEvent::Plan {
+        sizes_bytes: plan.iter().map(|c| c.bytes as i64).collect(),
+        slowest_step_s: slowest_step(&params, &plan).as_secs_f64(),
+    })?;
+    out.progress(Some(0.0), "setting up the NCCL communicator")?;
     let mut on_row = |r: &ResultRow, i: usize, n: usize| {
         out.row(r.clone())?;
         out.progress(

@@ -49,10 +49,14 @@ pub async fn create(
         params: req.params.clone(),
         env: req.env.clone(),
         timeout_s: req.timeout_s,
+        stall_s: None,
     };
     jobs::validate_spec(&mut spec)?;
     let mut tx = db.begin().await?;
     let node_ids = jobs::resolve_run_nodes(&mut tx, &req.nodes).await?;
+    // Every pair is run, so any two nodes that disagree on a must-agree variable would
+    // make a pair that hangs: refuse the investigation as a run would be refused.
+    jobs::agreed_env(&mut tx, &spec, &node_ids, true).await?;
     let new = NewInvestigation {
         spec,
         node_ids,
@@ -209,7 +213,7 @@ async fn start_batch(
             host(&nodes[1]).unwrap_or_default(),
         );
         let label = format!("investigation {}: {ha}–{hb}", inv.id);
-        let run_id = jobs::insert_run(
+        let started = jobs::insert_run(
             tx,
             &NewRun {
                 spec: &spec,
@@ -221,7 +225,24 @@ async fn start_batch(
                 audit: serde_json::json!({"nodes": [ha, hb], "investigation": inv.id}),
             },
         )
-        .await?;
+        .await;
+        let run_id = match started {
+            Ok(id) => id,
+            // The pair's environments came to disagree after the investigation started (a
+            // tuning profile kept since): the pair fails with the reason instead of hanging.
+            Err(JobError::EnvSplit(splits)) => {
+                tracing::warn!(investigation = %inv.id, %splits, "pair not started");
+                sqlx::query("UPDATE investigation_pairs SET state = 'failed', error = $4 WHERE investigation_id = $1 AND a = $2 AND b = $3")
+                    .bind(inv.id)
+                    .bind(a)
+                    .bind(b)
+                    .bind(splits.to_string())
+                    .execute(&mut **tx)
+                    .await?;
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
         jobs::store::reorder(tx, run_id, f64::from(batch)).await?;
         sqlx::query("UPDATE investigation_pairs SET state = 'running', run_id = $4 WHERE investigation_id = $1 AND a = $2 AND b = $3")
             .bind(inv.id)

@@ -52,6 +52,7 @@ impl InvRow {
             params: self.params.clone(),
             env: self.env.0.clone(),
             timeout_s: self.timeout_s.and_then(|t| u32::try_from(t).ok()),
+            stall_s: None,
         }
     }
 }
