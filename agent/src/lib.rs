@@ -7,6 +7,7 @@ pub mod detect;
 pub mod exec;
 pub mod facts;
 pub mod lifecycle;
+pub mod observe;
 pub mod runner;
 pub mod spool;
 

@@ -85,6 +85,9 @@ pub struct RunArgs {
     /// Longest pause between attempts to reach an unreachable server.
     #[arg(long, env = "HEDDLE_BACKOFF_CAP", default_value = "30s", value_parser = heddle_types::duration::parse)]
     pub backoff_cap: Duration,
+    /// Observed jobs: the profiler spool and NCCL Inspector's logs.
+    #[command(flatten)]
+    pub observe: crate::observe::ObserveArgs,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -345,6 +348,7 @@ pub async fn run(args: RunArgs) -> Result<(), LifecycleError> {
         r = report::heartbeat_loop(agent.clone()) => r.map(|_| ()),
         r = report::facts_loop(agent.clone()) => r.map(|_| ()),
         r = job::claim_loop(agent.clone(), drained_rx) => r.map(|_| ()),
+        r = crate::observe::run(agent.clone(), args.observe.clone(), state.path().join("observations")) => r.map(|_| ()),
         Some(err) = fatal_rx.recv() => Err(err),
         signal = shutdown_signal() => {
             tracing::info!(signal, "shutting down; running jobs are abandoned and will be requeued");
