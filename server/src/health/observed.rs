@@ -240,6 +240,20 @@ pub async fn recent_by_node(db: &PgPool) -> Result<Vec<(Uuid, String, String, i6
     .await
 }
 
+/// Per node (hostname), observed jobs seen within [`NODE_HEALTH_WINDOW_HOURS`] that fell
+/// to sockets (`job-socket-fallback`), for `/metrics`; nodes with none are absent.
+pub async fn socket_fallbacks_by_node(db: &PgPool) -> Result<Vec<(String, i64)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT n.hostname, count(*) FROM observed_jobs j JOIN nodes n ON n.id = j.node_id
+         WHERE j.last_seen_at > now() - make_interval(hours => $1)
+           AND j.reasons @> '[{\"code\": \"job-socket-fallback\"}]'
+         GROUP BY n.hostname",
+    )
+    .bind(NODE_HEALTH_WINDOW_HOURS as i32)
+    .fetch_all(db)
+    .await
+}
+
 #[cfg(test)]
 mod tests {
     use heddle_types::observe::NetUse;
