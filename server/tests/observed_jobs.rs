@@ -5,7 +5,9 @@
 //! Needs `HEDDLE_TEST_DATABASE_URL` (see `scripts/pg-ensure.sh`).
 
 use heddle_server::testing::TestServer;
-use heddle_types::observe::{CommObservation, JobIdentity, NetUse, OpBand, SPOOL_FORMAT, SpoolFile};
+use heddle_types::observe::{
+    CommObservation, JobIdentity, NetUse, OpBand, SPOOL_FORMAT, SpoolFile,
+};
 use heddle_types::observed::{Observation, ObservationSource};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -87,7 +89,11 @@ async fn uploads_are_idempotent_checked_paged_and_judged() {
 
     // Stored once; the same seq again, or an older one, changes nothing.
     let (s, b) = post(upload(&[file("1", 1000, 5, "Socket")])).await;
-    assert_eq!((s, &b["stored"], &b["unchanged"]), (StatusCode::OK, &json!(1), &json!(0)), "{b}");
+    assert_eq!(
+        (s, &b["stored"], &b["unchanged"]),
+        (StatusCode::OK, &json!(1), &json!(0)),
+        "{b}"
+    );
     let (_, b) = post(upload(&[file("1", 1000, 5, "IB")])).await;
     assert_eq!((&b["stored"], &b["unchanged"]), (&json!(0), &json!(1)));
     let (_, b) = post(upload(&[file("1", 1000, 4, "IB")])).await;
@@ -98,12 +104,16 @@ async fn uploads_are_idempotent_checked_paged_and_judged() {
     assert_eq!(job["verdict"], "fail", "{job}");
     assert_eq!(job["reasons"][0]["code"], "job-socket-fallback");
     let id = job["id"].as_str().unwrap().to_string();
-    let (_, detail) = api.get(&format!("/api/v1/jobs/{id}"), &server.admin_token).await;
+    let (_, detail) = api
+        .get(&format!("/api/v1/jobs/{id}"), &server.admin_token)
+        .await;
     assert_eq!(detail["comms"][0]["transport"], "Socket", "{detail}");
     // A later seq over IB replaces it: the job passes.
     let (_, b) = post(upload(&[file("1", 1000, 6, "IB")])).await;
     assert_eq!(b["stored"], 1);
-    let (_, detail) = api.get(&format!("/api/v1/jobs/{id}"), &server.admin_token).await;
+    let (_, detail) = api
+        .get(&format!("/api/v1/jobs/{id}"), &server.admin_token)
+        .await;
     assert_eq!(detail["verdict"], "pass", "{detail}");
 
     // Hostile bodies: refused, nothing stored.
@@ -112,7 +122,9 @@ async fn uploads_are_idempotent_checked_paged_and_judged() {
     let mut control = file("2", 1000, 1, "IB");
     control.comms[0].comm_hash = "a\u{7}b".into();
     let huge_seq = file("2", 1000, u64::MAX, "IB");
-    let many: Vec<SpoolFile> = (0..65).map(|i| file(&format!("m{i}"), 1000, 1, "IB")).collect();
+    let many: Vec<SpoolFile> = (0..65)
+        .map(|i| file(&format!("m{i}"), 1000, 1, "IB"))
+        .collect();
     for (what, body) in [
         ("a communicator twice", upload(&[dup])),
         ("a control character", upload(&[control])),
@@ -125,7 +137,11 @@ async fn uploads_are_idempotent_checked_paged_and_judged() {
     let (s, _) = post(json!({"observations": [], "extra": 1})).await;
     assert!(s.is_client_error());
     let (s, _) = api
-        .post("/api/v1/agent/observations", &server.admin_token, upload(&[file("3", 1, 1, "IB")]))
+        .post(
+            "/api/v1/agent/observations",
+            &server.admin_token,
+            upload(&[file("3", 1, 1, "IB")]),
+        )
         .await;
     assert_eq!(s, StatusCode::UNAUTHORIZED, "an API token is not an agent");
     let (_, jobs) = api.get("/api/v1/jobs", &server.admin_token).await;
@@ -136,14 +152,19 @@ async fn uploads_are_idempotent_checked_paged_and_judged() {
     // Two more jobs: the node keeps its three most recently seen.
     post(upload(&[file("7", 1000, 1, "IB")])).await;
     post(upload(&[file("8", 1000, 1, "IB")])).await;
-    let (_, jobs) = api.get("/api/v1/jobs?node=obs-1", &server.admin_token).await;
+    let (_, jobs) = api
+        .get("/api/v1/jobs?node=obs-1", &server.admin_token)
+        .await;
     let keys: Vec<(&str, u64)> = jobs
         .as_array()
         .unwrap()
         .iter()
         .map(|j| (j["job_key"].as_str().unwrap(), j["uid"].as_u64().unwrap()))
         .collect();
-    assert_eq!(keys, vec![("slurm:8", 1000), ("slurm:7", 1000), ("slurm:1", 2000)]);
+    assert_eq!(
+        keys,
+        vec![("slurm:8", 1000), ("slurm:7", 1000), ("slurm:1", 2000)]
+    );
 
     // Pages of two: the cursor resumes after the last row.
     let http = reqwest::Client::new();
@@ -153,17 +174,28 @@ async fn uploads_are_idempotent_checked_paged_and_judged() {
         .send()
         .await
         .unwrap();
-    let cursor = first.headers()["x-next-cursor"].to_str().unwrap().to_string();
+    let cursor = first.headers()["x-next-cursor"]
+        .to_str()
+        .unwrap()
+        .to_string();
     let rows: Vec<Value> = first.json().await.unwrap();
     assert_eq!(rows.len(), 2);
     let (_, rest) = api
-        .get(&format!("/api/v1/jobs?limit=2&cursor={cursor}"), &server.admin_token)
+        .get(
+            &format!("/api/v1/jobs?limit=2&cursor={cursor}"),
+            &server.admin_token,
+        )
         .await;
     assert_eq!(rest[0]["job_key"], "slurm:1", "{rest}");
-    let (s, _) = api.get("/api/v1/jobs?cursor=bogus", &server.admin_token).await;
+    let (s, _) = api
+        .get("/api/v1/jobs?cursor=bogus", &server.admin_token)
+        .await;
     assert_eq!(s, StatusCode::BAD_REQUEST);
     let (s, _) = api
-        .get(&format!("/api/v1/jobs/{}", uuid::Uuid::nil()), &server.admin_token)
+        .get(
+            &format!("/api/v1/jobs/{}", uuid::Uuid::nil()),
+            &server.admin_token,
+        )
         .await;
     assert_eq!(s, StatusCode::NOT_FOUND);
 }

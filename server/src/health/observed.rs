@@ -130,7 +130,7 @@ pub fn decide(
             });
         }
     }
-    reasons.sort_by(|a, b| b.severity.cmp(&a.severity));
+    reasons.sort_by_key(|r| std::cmp::Reverse(r.severity));
     let verdict = match reasons.first().map(|r| r.severity) {
         Some(Severity::Fail) => Verdict::Fail,
         Some(Severity::Warn) => Verdict::Warn,
@@ -222,7 +222,7 @@ pub async fn node_reasons(db: &PgPool, node_id: Uuid) -> Result<Vec<Reason>, sup
             })
         })
         .collect();
-    out.sort_by(|a, b| b.severity.cmp(&a.severity));
+    out.sort_by_key(|r| std::cmp::Reverse(r.severity));
     Ok(out)
 }
 
