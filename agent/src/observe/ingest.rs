@@ -207,7 +207,14 @@ impl JobSpool {
         if meta.uid() != euid {
             return Err(unsafe_dir(format!("owned by uid {}", meta.uid())));
         }
-        if meta.mode() & 0o1000 == 0 {
+        let empty = || std::fs::read_dir(path).is_ok_and(|mut d| d.next().is_none());
+        if meta.mode() & 0o1000 == 0 && empty() {
+            // The agent's own empty directory (a hostPath `DirectoryOrCreate` makes one
+            // 0755): made what it must be. One with files in it might be anything (a
+            // mistyped path) and is left alone.
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o1733)).map_err(io)?;
+            tracing::info!(dir = %path.display(), "job spool made sticky (mode 1733)");
+        } else if meta.mode() & 0o1000 == 0 {
             return Err(unsafe_dir(format!(
                 "mode {:04o}, without the sticky bit",
                 meta.mode() & 0o7777

@@ -79,8 +79,15 @@ fn creates_a_sticky_directory_and_refuses_an_unsafe_one() {
     assert_eq!(meta.mode() & 0o7777, 0o1733);
     assert_eq!(meta.uid(), my_uid());
 
+    // The agent's own empty directory is made sticky; one with files in it is refused.
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    std::fs::set_permissions(&empty, std::fs::Permissions::from_mode(0o755)).unwrap();
+    JobSpool::open(&empty).unwrap();
+    assert_eq!(std::fs::metadata(&empty).unwrap().mode() & 0o7777, 0o1733);
     let plain = tmp.path().join("plain");
     std::fs::create_dir(&plain).unwrap();
+    std::fs::write(plain.join("x"), b"").unwrap();
     std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o777)).unwrap();
     let err = JobSpool::open(&plain).err().unwrap().to_string();
     assert!(
