@@ -334,6 +334,23 @@ impl Client {
         }
     }
 
+    /// Observed jobs' latest state; idempotent (the server keeps the highest `seq`).
+    pub async fn upload_observations(
+        &self,
+        upload: &heddle_types::observed::ObservationUpload,
+    ) -> Result<heddle_types::observed::ObservationsAccepted, ClientError> {
+        let resp = self
+            .send(
+                Method::POST,
+                "/agent/observations",
+                Some(upload),
+                Some(UPLOAD_TIMEOUT),
+                true,
+            )
+            .await?;
+        expect_json(resp, "observations", &[StatusCode::OK]).await
+    }
+
     /// Publishes `blob` under `name` for the other ranks of `run_id`.
     pub async fn rendezvous_put(
         &self,

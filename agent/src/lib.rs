@@ -8,6 +8,7 @@ pub mod exec;
 pub mod facts;
 pub mod host_conf;
 pub mod lifecycle;
+pub mod observe;
 pub mod runner;
 pub mod slurm;
 pub mod spool;

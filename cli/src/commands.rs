@@ -61,6 +61,9 @@ pub enum Command {
     /// Which node (or link) is bad? Pairwise runs, the node matrix and the culprit.
     #[command(subcommand)]
     Investigate(crate::investigate::InvestigateCmd),
+    /// Jobs the NCCL profiler plugin observed on the nodes: bandwidth, transport, verdict.
+    #[command(subcommand)]
+    Jobs(crate::jobs::JobsCmd),
     /// Are these nodes fit for a job? Exit code 0 pass, 1 fail, 2 warn, 7 could not
     /// decide (3 to 6: it could not ask; see `heddle --help`).
     Preflight {
@@ -392,6 +395,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Tokens(cmd) => crate::tokens::run(&client, cmd, json).await?,
         Command::Agents(cmd) => crate::agents::run(&client, cmd, json, &server).await?,
         Command::Investigate(cmd) => return crate::investigate::run(&client, cmd, json).await,
+        Command::Jobs(cmd) => return crate::jobs::run(&client, cmd, json).await,
         Command::Preflight {
             nodes,
             max_age,

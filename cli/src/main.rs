@@ -11,6 +11,7 @@ mod exit;
 mod explain;
 mod health;
 mod investigate;
+mod jobs;
 mod output;
 mod plugins;
 mod progress;

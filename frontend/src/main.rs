@@ -74,6 +74,7 @@ fn Shell() -> impl IntoView {
                 <Route path=path!("/nodes/:id") view=pages::node::NodePage/>
                 <Route path=path!("/runs") view=pages::runs::Runs/>
                 <Route path=path!("/runs/:id") view=pages::run::RunPage/>
+                <Route path=path!("/jobs/:id") view=pages::jobs::JobPage/>
                 <Route path=path!("/investigations") view=pages::investigations::Investigations/>
                 <Route path=path!("/investigations/:id") view=pages::investigations::InvestigationPage/>
                 <Route path=path!("/p2p") view=pages::p2p::P2pRuns/>

@@ -68,6 +68,21 @@ pub struct Config {
     #[arg(long, env = "HEDDLE_FACTS_HISTORY_KEEP", default_value_t = 100)]
     pub facts_history_keep: u32,
 
+    /// Observed jobs kept per node (`heddle jobs ls`); the node's least recently seen ones
+    /// are dropped when a new one is stored, as facts history is.
+    #[arg(long, env = "HEDDLE_OBSERVED_JOBS_KEEP", default_value_t = 200)]
+    pub observed_jobs_keep: u32,
+
+    /// An observed job's large-message bus bandwidth more than this fraction below the
+    /// node's own latest test figure for that collective warns (`job-below-expected`).
+    /// Jobs overlap compute with communication, so the default is looser than a test's 5 %.
+    #[arg(
+        long,
+        env = "HEDDLE_JOB_BELOW_EXPECTED_FRACTION",
+        default_value_t = 0.25
+    )]
+    pub job_below_expected_fraction: f64,
+
     /// Admin token to create at start-up if no token with this value exists (instead of a
     /// random one printed on first start).
     #[arg(long, env = "HEDDLE_ADMIN_TOKEN", hide_env_values = true)]

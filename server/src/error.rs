@@ -155,6 +155,18 @@ impl From<crate::health::HealthError> for ApiError {
     }
 }
 
+impl From<crate::observed::ObservedError> for ApiError {
+    fn from(err: crate::observed::ObservedError) -> Self {
+        use crate::observed::ObservedError as E;
+        match err {
+            E::Invalid(m) => ApiError::Unprocessable(m),
+            E::NoSuchJob(id) => ApiError::NotFound(format!("no observed job {id}")),
+            E::Database(e) => e.into(),
+            other @ E::Decode { .. } => ApiError::Internal(other.into()),
+        }
+    }
+}
+
 impl From<crate::db::LookupError> for ApiError {
     fn from(err: crate::db::LookupError) -> Self {
         use crate::db::LookupError as E;

@@ -19,6 +19,7 @@ pub mod leases;
 pub mod limits;
 pub mod liveness;
 pub mod metrics;
+pub mod observed;
 pub mod plugins;
 pub mod plugins_bundled;
 pub mod recommendations;

@@ -94,6 +94,13 @@ pub struct PortLabels {
     pub link_layer: String,
 }
 
+#[allow(non_snake_case)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VerdictLabels {
+    pub Hostname: String,
+    pub verdict: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PluginLabels {
     pub plugin: String,
@@ -115,6 +122,8 @@ pub struct Metrics {
     gpus: Family<GpuLabels, Gauge>,
     rdma_ports: Family<PortLabels, Gauge>,
     plugin_errors: Family<PluginLabels, Gauge>,
+    observed_jobs: Family<VerdictLabels, Gauge>,
+    observed_socket_fallback: Family<HostLabels, Gauge>,
     /// Scrapes clear and refill the per-node families; one at a time.
     render_lock: tokio::sync::Mutex<()>,
 }
@@ -148,6 +157,8 @@ impl Metrics {
             gpus: Family::default(),
             rdma_ports: Family::default(),
             plugin_errors: Family::default(),
+            observed_jobs: Family::default(),
+            observed_socket_fallback: Family::default(),
             render_lock: tokio::sync::Mutex::new(()),
         };
         let bytes_per_second = || Unit::Other("bytes_per_second".into());
@@ -207,6 +218,16 @@ impl Metrics {
             "plugin_errors",
             "Nodes whose latest evaluation by an enabled plugin ended in an error",
             m.plugin_errors.clone(),
+        );
+        r.register(
+            "observed_jobs",
+            "Jobs observed on the node (NCCL profiler plugin) within the last 24 h, by verdict",
+            m.observed_jobs.clone(),
+        );
+        r.register(
+            "observed_job_socket_fallback",
+            "Jobs observed on the node within the last 24 h whose inter-node traffic fell to NCCL's sockets while an RDMA port was ACTIVE",
+            m.observed_socket_fallback.clone(),
         );
         Metrics { registry, ..m }
     }
@@ -362,6 +383,21 @@ impl Metrics {
         for (plugin, n) in errors {
             self.plugin_errors
                 .get_or_create(&PluginLabels { plugin })
+                .set(n);
+        }
+        self.observed_jobs.clear();
+        for (_, host, verdict, n) in crate::health::observed::recent_by_node(db).await? {
+            self.observed_jobs
+                .get_or_create(&VerdictLabels {
+                    Hostname: host,
+                    verdict,
+                })
+                .set(n);
+        }
+        self.observed_socket_fallback.clear();
+        for (host, n) in crate::health::observed::socket_fallbacks_by_node(db).await? {
+            self.observed_socket_fallback
+                .get_or_create(&HostLabels { Hostname: host })
                 .set(n);
         }
         Ok(())

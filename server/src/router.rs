@@ -15,8 +15,8 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::api::{
-    agent, decommission, enroll, expectations, health, investigations, node_list, nodes, plugins,
-    rendezvous, run_kinds, runs, sweeps, tokens, verdicts,
+    agent, decommission, enroll, expectations, health, investigations, node_list, nodes, observed,
+    plugins, rendezvous, run_kinds, runs, sweeps, tokens, verdicts,
 };
 use crate::error::ApiError;
 use crate::limits::{self, LongPolls};
@@ -81,6 +81,11 @@ fn api(state: &AppState) -> OpenApiRouter<AppState> {
         .merge(
             OpenApiRouter::new()
                 .routes(routes!(agent::upload_result))
+                .layer(DefaultBodyLimit::max(config.max_result_bytes)),
+        )
+        .merge(
+            OpenApiRouter::new()
+                .routes(routes!(observed::upload_observations))
                 .layer(DefaultBodyLimit::max(config.max_result_bytes)),
         )
         .merge(
@@ -163,6 +168,9 @@ fn api(state: &AppState) -> OpenApiRouter<AppState> {
         .routes(routes!(expectations::delete))
         .routes(routes!(verdicts::node_health))
         .routes(routes!(verdicts::fleet_health))
+        // Observed jobs (the agents' uploads are below).
+        .routes(routes!(observed::list_jobs))
+        .routes(routes!(observed::get_job))
         // Plugins (uploads are below).
         .routes(routes!(plugins::list))
         .routes(routes!(plugins::versions))

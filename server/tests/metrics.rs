@@ -146,6 +146,18 @@ async fn metrics_use_base_units_dcgm_labels_and_pass_promtool() {
         .await;
     assert_eq!(s, StatusCode::OK, "{body}");
 
+    // A job observed by the profiler plugin whose two-node communicator went over sockets.
+    let observed = json!({"observations": [{"source": "profiler", "file": {
+        "format": 1, "seq": 1, "final": false, "written_at": "2026-11-27T12:00:00Z",
+        "plugin_version": "0.1.0",
+        "job": {"pid": 7, "uid": 1000, "start_ticks": 1, "slurm_job_id": "42"},
+        "comms": [{"comm_hash": "ab", "nranks": 16, "nnodes": 2, "rank": 0, "ops": [],
+                   "net": [{"net": "Socket", "ops": 1, "bytes": 1048576}]}]}}]});
+    let (s, body) = api
+        .post("/api/v1/agent/observations", &agent.credential, observed)
+        .await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+
     let (ct, text) = scrape(&api, None).await;
     assert_eq!(ct, "text/plain; version=0.0.4; charset=utf-8");
     for want in [
@@ -156,6 +168,8 @@ async fn metrics_use_base_units_dcgm_labels_and_pass_promtool() {
         r#"heddle_result_nccl_socket{Hostname="dgx15",test="nccl.all_reduce"} 1"#,
         r#"heddle_agent_last_heartbeat_timestamp_seconds{Hostname="dgx15"} "#,
         r#"heddle_plugin_errors{plugin="runai-roce"} 0"#,
+        r#"heddle_observed_jobs{Hostname="dgx15",verdict="fail"} 1"#,
+        r#"heddle_observed_job_socket_fallback{Hostname="dgx15"} 1"#,
         r#"heddle_node_gpu_info{Hostname="dgx15",gpu="0",UUID="GPU-3f2e6b1c-0000-1111-2222-333344445555",model_name="Tesla V100-SXM2-32GB"} 1"#,
         r#"heddle_node_rdma_port_active{Hostname="dgx15",device="mlx5_0",port="1",link_layer="InfiniBand"} 1"#,
         r#"heddle_node_rdma_port_active{Hostname="dgx15",device="mlx5_1",port="1",link_layer="InfiniBand"} 0"#,

@@ -35,6 +35,18 @@ pub fn canonical_collective(name: &str) -> Result<&'static str, String> {
     })
 }
 
+/// busbw / algbw of a collective (canonical name) on `nranks` ranks, from nccl-tests'
+/// PERFORMANCE.md: the fraction of the data that must cross the slowest link, so that
+/// busbw is comparable with the hardware peak whatever the rank count. 1 for unknown names.
+pub fn bus_factor(collective: &str, nranks: u32) -> f64 {
+    let n = f64::from(nranks.max(1));
+    match collective {
+        "all_reduce" => 2.0 * (n - 1.0) / n,
+        "all_gather" | "reduce_scatter" | "alltoall" => (n - 1.0) / n,
+        _ => 1.0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,6 +22,7 @@ pub mod nccl_conf;
 pub mod node_checks;
 pub mod nodes;
 pub mod observe;
+pub mod observed;
 pub mod params;
 pub mod plugins;
 pub mod rdma_ab;

@@ -111,6 +111,9 @@ pub struct RunArgs {
     /// Wall-clock limit of a job whose run sets no `timeout_s`.
     #[arg(long, env = "HEDDLE_JOB_TIMEOUT", default_value = "2h", value_parser = heddle_types::duration::parse)]
     pub job_timeout: Duration,
+    /// Observed jobs: the profiler spool and NCCL Inspector's logs.
+    #[command(flatten)]
+    pub observe: crate::observe::ObserveArgs,
 }
 
 fn profiler_path(s: &str) -> Result<String, String> {
@@ -394,6 +397,7 @@ pub async fn run(args: RunArgs) -> Result<(), LifecycleError> {
         r = report::facts_loop(agent.clone()) => r.map(|_| ()),
         r = node_env::node_env_loop(agent.clone()) => r.map(|_| ()),
         r = job::claim_loop(agent.clone(), drained_rx) => r.map(|_| ()),
+        r = crate::observe::run(agent.clone(), args.observe.clone(), state.path().join("observations")) => r.map(|_| ()),
         Some(err) = fatal_rx.recv() => Err(err),
         signal = shutdown_signal() => {
             tracing::info!(signal, "shutting down; running jobs are abandoned and will be requeued");

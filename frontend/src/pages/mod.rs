@@ -2,6 +2,7 @@ pub mod agents;
 pub mod fleet;
 pub mod health;
 pub mod investigations;
+pub mod jobs;
 pub mod launch;
 pub mod node;
 pub mod node_facts;

@@ -107,6 +107,8 @@ fn NodeBody(node: NodeDetail) -> impl IntoView {
         }}
         <h2>"Checks"</h2>
         {checks}
+        <h2>"Observed jobs"</h2>
+        <super::jobs::ObservedJobs node=s.id.to_string()/>
         <h2>"Topology"</h2>
         {topo_view}
         <h2>"Facts"</h2>

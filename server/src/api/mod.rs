@@ -8,6 +8,7 @@ pub mod health;
 pub mod investigations;
 pub mod node_list;
 pub mod nodes;
+pub mod observed;
 pub mod page;
 pub mod plugins;
 pub mod rendezvous;

@@ -8,7 +8,9 @@ use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
 use heddle_types::NEXT_CURSOR_HEADER;
 use heddle_types::auth::Role;
-use heddle_types::health::{FleetHealth, NodeHealth, PreflightRequest, PreflightResponse, Verdict};
+use heddle_types::health::{
+    FleetHealth, NodeHealth, PreflightRequest, PreflightResponse, Severity, Verdict,
+};
 
 use crate::AppState;
 use crate::api::page::{self, Page};
@@ -34,6 +36,10 @@ pub async fn node_health(
         .await?;
     let tests = store::node_tests(&state.db, node_id).await?;
     let checks = checks::for_node(&state.db, node_id).await?;
+    // Observed jobs that warn or fail count against the node (docs/health.md).
+    let jobs = crate::health::observed::node_reasons(&state.db, node_id).await?;
+    let mut reasons = checks::reasons(&checks);
+    reasons.extend(jobs.iter().cloned());
     Ok(Json(NodeHealth {
         node_id,
         hostname,
@@ -41,10 +47,14 @@ pub async fn node_health(
             tests
                 .iter()
                 .map(|t| t.verdict)
-                .chain(checks::verdicts(&checks)),
+                .chain(checks::verdicts(&checks))
+                .chain(jobs.iter().map(|r| match r.severity {
+                    Severity::Fail => Verdict::Fail,
+                    _ => Verdict::Warn,
+                })),
         ),
         tests,
-        reasons: checks::reasons(&checks),
+        reasons,
     }))
 }
 

@@ -7,6 +7,7 @@ pub mod checks;
 pub mod expectations;
 pub mod figures;
 pub mod investigate;
+pub mod observed;
 pub mod preflight;
 pub mod store;
 pub mod transport;

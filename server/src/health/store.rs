@@ -178,20 +178,31 @@ pub async fn fleet(db: &PgPool) -> Result<FleetHealth, HealthError> {
     for l in &latest {
         by_node.entry(l.0).or_default().push(l);
     }
+    // Observed jobs that warn or fail (`health::observed`): one line per node and verdict.
+    let mut jobs: HashMap<Uuid, Verdict> = HashMap::new();
+    for (node_id, _, v, _) in super::observed::recent_by_node(db).await? {
+        let v = verdict(&v);
+        if matches!(v, Verdict::Warn | Verdict::Fail) {
+            let e = jobs.entry(node_id).or_insert(v);
+            *e = Verdict::combine([*e, v]);
+        }
+    }
     let mut lines: Vec<NodeHealthLine> = nodes
         .into_iter()
         .map(|(node_id, hostname, gpu_model)| {
             let mine = by_node.remove(&node_id).unwrap_or_default();
+            let job = jobs.get(&node_id).copied();
             let failing = mine
                 .iter()
                 .filter(|l| matches!(verdict(&l.2), Verdict::Warn | Verdict::Fail))
                 .map(|l| l.1.clone())
+                .chain(job.map(|_| "observed-jobs".to_string()))
                 .collect();
             NodeHealthLine {
                 node_id,
                 hostname,
                 gpu_model,
-                verdict: Verdict::combine(mine.iter().map(|l| verdict(&l.2))),
+                verdict: Verdict::combine(mine.iter().map(|l| verdict(&l.2)).chain(job)),
                 failing,
                 last_judged_at: mine.iter().map(|l| l.3).max(),
             }

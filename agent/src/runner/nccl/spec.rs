@@ -62,15 +62,9 @@ impl Collective {
     /// busbw / algbw, from nccl-tests' PERFORMANCE.md: the fraction of the data that must
     /// cross the slowest link, so that busbw is comparable with the hardware peak
     /// whatever the rank count.
+    /// (The one rule, shared with observed jobs: `heddle_types::collective::bus_factor`.)
     pub fn bus_factor(self, nranks: usize) -> f64 {
-        let n = nranks.max(1) as f64;
-        match self {
-            Collective::AllReduce => 2.0 * (n - 1.0) / n,
-            Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll => {
-                (n - 1.0) / n
-            }
-            Collective::Broadcast | Collective::Reduce | Collective::SendRecv => 1.0,
-        }
+        heddle_types::collective::bus_factor(self.name(), u32::try_from(nranks).unwrap_or(u32::MAX))
     }
 
     /// Element counts for a nominal `size_bytes`, as nccl-tests' `*GetCollByteCount`: the

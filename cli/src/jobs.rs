@@ -1,0 +1,155 @@
+//! `heddle jobs`: jobs the NCCL profiler plugin observed on the nodes, and their verdicts.
+
+use std::process::ExitCode;
+
+use clap::Subcommand;
+use heddle_types::observed::{ObservedJob, ObservedJobSummary};
+
+use crate::client::{Client, query};
+use crate::exit::Exit;
+use crate::output::print_json;
+use crate::table;
+
+#[derive(Subcommand)]
+pub enum JobsCmd {
+    /// Observed jobs, most recently seen first.
+    Ls {
+        /// Only jobs on this node (id or hostname).
+        #[arg(long)]
+        node: Option<String>,
+        /// Jobs to list (most recent first); `--all` for every page.
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+        /// Every job the server keeps, a page at a time.
+        #[arg(long, conflicts_with = "limit")]
+        all: bool,
+    },
+    /// One job: its communicators, bandwidth per size, transport and verdict. Exit code 0
+    /// pass, 1 fail, 2 warn, 7 unknown.
+    Show { id: uuid::Uuid },
+}
+
+fn who(j: &ObservedJobSummary) -> String {
+    let mut s = j.job_key.clone();
+    if let Some(c) = &j.comm {
+        s.push_str(&format!(" ({c})"));
+    }
+    s
+}
+
+fn human_band(band: u32) -> String {
+    match band {
+        30.. => format!("{} GiB", 1u64 << (band - 30)),
+        20.. => format!("{} MiB", 1u64 << (band - 20)),
+        10.. => format!("{} KiB", 1u64 << (band - 10)),
+        _ => format!("{} B", 1u64 << band),
+    }
+}
+
+pub async fn run(client: &Client, cmd: JobsCmd, json: bool) -> anyhow::Result<ExitCode> {
+    match cmd {
+        JobsCmd::Ls { node, limit, all } => {
+            let path = if all {
+                format!("/api/v1/jobs{}", query(&[("node", &node)]))
+            } else {
+                let q = query(&[("node", &node), ("limit", &Some(limit.to_string()))]);
+                format!("/api/v1/jobs{q}")
+            };
+            let jobs: Vec<ObservedJobSummary> = if all {
+                client.get_all(&path).await?
+            } else {
+                client.get(&path).await?
+            };
+            if json {
+                print_json(&jobs)?;
+            } else {
+                let mut t = table::new(&[
+                    "ID", "NODE", "JOB", "UID", "PROCS", "COMMS", "DONE", "VERDICT", "SEEN",
+                    "REASON",
+                ]);
+                for j in &jobs {
+                    t.add_row(vec![
+                        j.id.to_string(),
+                        j.hostname.clone(),
+                        who(j),
+                        j.uid.to_string(),
+                        j.processes.to_string(),
+                        j.communicators.to_string(),
+                        if j.finished { "yes" } else { "no" }.into(),
+                        j.verdict.to_string(),
+                        table::ago(Some(j.last_seen_at)),
+                        j.reasons
+                            .first()
+                            .map(|r| r.code.clone().unwrap_or_else(|| r.basis.clone()))
+                            .unwrap_or_default(),
+                    ]);
+                }
+                println!("{t}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        JobsCmd::Show { id } => {
+            let job: ObservedJob = client.get(&format!("/api/v1/jobs/{id}")).await?;
+            if json {
+                print_json(&job)?;
+            } else {
+                print_job(&job);
+            }
+            Ok(Exit::of_verdict(job.summary.verdict).into())
+        }
+    }
+}
+
+fn print_job(job: &ObservedJob) {
+    let s = &job.summary;
+    println!(
+        "{} on {}: {} (uid {}, {} via {}, env {})",
+        who(s),
+        s.hostname,
+        s.verdict.as_str().to_uppercase(),
+        s.uid,
+        if s.finished { "finished" } else { "running" },
+        s.source.as_str(),
+        s.env_applied.as_deref().unwrap_or("not applied")
+    );
+    for r in &s.reasons {
+        let code = r.code.as_deref().unwrap_or(&r.basis);
+        println!(
+            "{} {code}: {}",
+            format!("{:?}", r.severity).to_uppercase(),
+            r.message
+        );
+    }
+    for c in &job.comms {
+        println!(
+            "\ncommunicator {}: {} ranks on {} nodes ({} here), transport {}",
+            c.comm_hash,
+            c.nranks,
+            c.nnodes,
+            c.local_ranks,
+            c.transport.as_deref().unwrap_or("-")
+        );
+        let mut t = table::new(&["FUNCTION", "SIZE", "OPS", "ALGBW GB/s", "BUSBW GB/s"]);
+        for b in &c.bands {
+            t.add_row(vec![
+                b.func.clone(),
+                human_band(b.size_band),
+                b.ops.to_string(),
+                table::float(b.algbw_gbs, 2),
+                table::float(b.busbw_gbs, 2),
+            ]);
+        }
+        table::right(&mut t, &[2, 3, 4]);
+        println!("{t}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn bands_read_as_sizes() {
+        assert_eq!(super::human_band(0), "1 B");
+        assert_eq!(super::human_band(26), "64 MiB");
+        assert_eq!(super::human_band(31), "2 GiB");
+    }
+}

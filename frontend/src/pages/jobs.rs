@@ -1,0 +1,162 @@
+//! Observed jobs: what the NCCL profiler plugin saw of real work on a node. The node page
+//! lists them (`ObservedJobs`); a job's page shows its verdict, communicators and a
+//! bandwidth-by-size chart beside the node's own latest test of each collective (dashed).
+
+use heddle_types::health::NodeHealth;
+use heddle_types::jobs::JobResult;
+use heddle_types::observed::{ObservedJob, ObservedJobSummary};
+use leptos::prelude::*;
+use leptos_router::hooks::use_params_map;
+use uuid::Uuid;
+
+use super::health::verdict_badge;
+use crate::api::{self, ApiError, seg};
+use crate::chart::{BusBwChart, Series};
+use crate::ui::{ago, loaded, opt_num};
+
+/// The node's observed jobs, most recently seen first (one page).
+#[component]
+pub fn ObservedJobs(node: String) -> impl IntoView {
+    let path = format!("/jobs?node={}&limit=20", seg(&node));
+    let (jobs, _) = api::load(move || {
+        let path = path.clone();
+        async move { api::get::<Vec<ObservedJobSummary>>(&path).await }
+    });
+    loaded(jobs, "observed jobs", |jobs: Vec<ObservedJobSummary>| {
+        if jobs.is_empty() {
+            return view! { <p class="empty" id="observed-empty">"No job observed: the NCCL profiler plugin reports jobs that ran here."</p> }.into_any();
+        }
+        let rows = jobs
+            .into_iter()
+            .map(|j| {
+                let reason = j
+                    .reasons
+                    .first()
+                    .and_then(|r| r.code.clone())
+                    .unwrap_or_default();
+                view! { <tr>
+                    <td><a href=format!("/jobs/{}", j.id)>{j.job_key.clone()}</a></td>
+                    <td>{j.comm.clone().unwrap_or_default()}</td><td>{j.uid}</td>
+                    <td>{verdict_badge(j.verdict)}</td><td class="mono small">{reason}</td>
+                    <td class="muted">{ago(Some(j.last_seen_at))}</td>
+                </tr> }
+            })
+            .collect_view();
+        view! { <table class="grid" id="observed-jobs"><thead><tr><th>"Job"</th><th>"Program"</th><th>"Uid"</th>
+            <th>"Verdict"</th><th>"Reason"</th><th>"Seen"</th></tr></thead><tbody>{rows}</tbody></table> }.into_any()
+    })
+}
+
+#[component]
+pub fn JobPage() -> impl IntoView {
+    let params = use_params_map();
+    move || {
+        let id = params.with(|p| p.get("id").unwrap_or_default());
+        match id.parse::<Uuid>() {
+            Ok(id) => view! { <JobView id=id/> }.into_any(),
+            Err(_) => {
+                view! { <p class="error">{format!("{id:?} is not a job id.")}</p> }.into_any()
+            }
+        }
+    }
+}
+
+/// A job and, per NCCL test of the node, the rows of its latest result there.
+#[derive(Clone)]
+struct Loaded {
+    job: ObservedJob,
+    baselines: Vec<(String, JobResult)>,
+}
+
+async fn fetch(id: Uuid) -> Result<Loaded, ApiError> {
+    let job: ObservedJob = api::get(&format!("/jobs/{id}")).await?;
+    let health: NodeHealth = api::get(&format!("/nodes/{}/health", job.summary.node_id)).await?;
+    let mut baselines = Vec::new();
+    for t in health.tests.iter().filter(|t| t.test.starts_with("nccl.")) {
+        let results: Vec<JobResult> = api::get(&format!("/runs/{}/results", t.run_id)).await?;
+        if let Some(r) = results.into_iter().find(|r| r.id == t.result_id) {
+            baselines.push((t.test.clone(), r));
+        }
+    }
+    Ok(Loaded { job, baselines })
+}
+
+#[component]
+fn JobView(id: Uuid) -> impl IntoView {
+    let (state, _) = api::load(move || fetch(id));
+    view! { <section>{loaded(state, "the job", job_body)}</section> }
+}
+
+fn job_body(l: Loaded) -> impl IntoView {
+    let s = l.job.summary;
+    let reasons = s
+        .reasons
+        .iter()
+        .map(|r| view! { <li><span class="mono">{r.code.clone().unwrap_or_else(|| r.basis.clone())}</span>" "{r.message.clone()}</li> })
+        .collect_view();
+    let mut series = Vec::new();
+    for c in &l.job.comms {
+        let mut funcs: Vec<&str> = c.bands.iter().map(|b| b.func.as_str()).collect();
+        funcs.dedup();
+        for f in funcs {
+            series.push(Series {
+                name: format!("{} {f}", &c.comm_hash[..c.comm_hash.len().min(8)]),
+                points: c
+                    .bands
+                    .iter()
+                    .filter(|b| b.func == f)
+                    .filter_map(|b| Some(((1u64 << b.size_band.min(62)) as f64, b.busbw_gbs?)))
+                    .collect(),
+                dashed: false,
+            });
+            let test =
+                heddle_types::collective::canonical_collective(f).map(|c| format!("nccl.{c}"));
+            if let Some((t, r)) = l.baselines.iter().find(|(t, _)| Ok(t) == test.as_ref()) {
+                series.push(Series {
+                    name: format!("{t} test on {}", r.hostname),
+                    points: r
+                        .rows
+                        .iter()
+                        .filter_map(|row| Some((row.size_bytes as f64, row.busbw_gbs?)))
+                        .collect(),
+                    dashed: true,
+                });
+            }
+        }
+    }
+    series.dedup_by(|a, b| a.name == b.name);
+    let comms = l
+        .job
+        .comms
+        .into_iter()
+        .map(|c| {
+            let bands = c
+                .bands
+                .into_iter()
+                .map(|b| view! { <tr><td>{b.func}</td><td>{crate::ui::size(1i64 << b.size_band.min(62))}</td><td>{b.ops}</td>
+                    <td>{opt_num(b.algbw_gbs, 2)}</td><td>{opt_num(b.busbw_gbs, 2)}</td></tr> })
+                .collect_view();
+            view! {
+                <h3 class="mono">{format!("Communicator {}: {} ranks on {} nodes ({} here), transport {}",
+                    c.comm_hash, c.nranks, c.nnodes, c.local_ranks, c.transport.unwrap_or_else(|| "-".into()))}</h3>
+                <table class="grid"><thead><tr><th>"Function"</th><th>"Size"</th><th>"Ops"</th><th>"algbw GB/s"</th><th>"busbw GB/s"</th></tr></thead>
+                <tbody>{bands}</tbody></table>
+            }
+        })
+        .collect_view();
+    view! {
+        <div class="title-row">
+            <h1 id="job-title">{s.job_key.clone()}</h1>
+            {verdict_badge(s.verdict)}
+            <span class="muted">{format!("on {} · uid {} · {} · seen {}", s.hostname, s.uid,
+                if s.finished { "finished" } else { "running" }, ago(Some(s.last_seen_at)))}</span>
+        </div>
+        <p><a href=format!("/nodes/{}", s.node_id)>{format!("Node {}", s.hostname)}</a>
+            {format!(" · {} processes · env {}", s.processes, s.env_applied.clone().unwrap_or_else(|| "not applied".into()))}</p>
+        <ul id="job-reasons">{reasons}</ul>
+        <h2>"Bus bandwidth by size"</h2>
+        <p class="muted">"Dashed: the node's latest test of the same collective."</p>
+        <BusBwChart series=series/>
+        {comms}
+    }
+}

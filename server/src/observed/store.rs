@@ -1,0 +1,463 @@
+//! Storing and reading observed jobs. An upload lands in one transaction: each process's
+//! job row (by node, job key and uid) and its communicators, each kept only if its `seq`
+//! is higher than the one held, so a retried or reordered upload changes nothing. A node
+//! keeps its `keep` most recently seen jobs, pruned in the transaction that adds one, as
+//! its facts history is (`db::facts::prune_history`).
+
+use std::collections::{BTreeMap, HashSet};
+
+use chrono::{DateTime, Utc};
+use heddle_types::health::{Reason, Verdict};
+use heddle_types::observe::{NetUse, OpBand};
+use heddle_types::observed::{
+    BandFigure, MAX_OBSERVATIONS_PER_UPLOAD, ObservationSource, ObservationUpload, ObservedComm,
+    ObservedJob, ObservedJobSummary, bandwidths, dominant_net, job_key,
+};
+use sqlx::PgPool;
+use sqlx::types::Json;
+use uuid::Uuid;
+
+use super::ObservedError;
+
+/// What an upload changed.
+#[derive(Debug, Default)]
+pub struct Stored {
+    pub stored: u32,
+    pub unchanged: u32,
+    /// Jobs with a communicator stored or brought forward: the ones to judge again.
+    pub jobs: Vec<Uuid>,
+}
+
+/// The upload's own bounds ([`heddle_types::observe::SpoolFile::check`]) and what Postgres
+/// can hold, before anything is stored.
+pub fn validate(upload: &ObservationUpload) -> Result<(), ObservedError> {
+    let invalid = |m: String| Err(ObservedError::Invalid(m));
+    if upload.observations.len() > MAX_OBSERVATIONS_PER_UPLOAD {
+        return invalid(format!(
+            "{} observations; at most {MAX_OBSERVATIONS_PER_UPLOAD} per upload",
+            upload.observations.len()
+        ));
+    }
+    for o in &upload.observations {
+        let f = &o.file;
+        f.check()
+            .map_err(|e| ObservedError::Invalid(e.to_string()))?;
+        if i64::try_from(f.seq).is_err() || i64::try_from(f.job.start_ticks).is_err() {
+            return invalid("seq and start_ticks must fit in 63 bits".into());
+        }
+        let mut hashes = HashSet::new();
+        for c in &f.comms {
+            if [c.nranks, c.nnodes]
+                .iter()
+                .any(|n| i32::try_from(*n).is_err())
+            {
+                return invalid(format!("communicator {}: counts out of range", c.comm_hash));
+            }
+            if !hashes.insert(c.comm_hash.as_str()) {
+                return invalid(format!("communicator {} appears twice", c.comm_hash));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Stores a validated upload from `node_id`'s agent.
+pub async fn store(
+    db: &PgPool,
+    node_id: Uuid,
+    upload: &ObservationUpload,
+    keep: u32,
+) -> Result<Stored, ObservedError> {
+    validate(upload)?;
+    let mut out = Stored::default();
+    let mut tx = db.begin().await?;
+    let mut added = false;
+    for o in &upload.observations {
+        let f = &o.file;
+        let j = &f.job;
+        let (job_id, inserted): (Uuid, bool) = sqlx::query_as(
+            "INSERT INTO observed_jobs (node_id, job_key, source, uid, slurm_job_id, k8s_namespace, k8s_pod, comm)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+             ON CONFLICT (node_id, job_key, uid) DO UPDATE SET last_seen_at = now(), comm = coalesce(EXCLUDED.comm, observed_jobs.comm)
+             RETURNING id, (xmax = 0)",
+        )
+        .bind(node_id)
+        .bind(job_key(j))
+        .bind(o.source.as_str())
+        .bind(i64::from(j.uid))
+        .bind(&j.slurm_job_id)
+        .bind(&j.k8s_namespace)
+        .bind(&j.k8s_pod)
+        .bind(&j.comm)
+        .fetch_one(&mut *tx)
+        .await?;
+        added |= inserted;
+        let comms: Vec<serde_json::Value> = f
+            .comms
+            .iter()
+            .map(|c| {
+                serde_json::json!({
+                    "comm_hash": c.comm_hash, "name": c.name, "nranks": c.nranks,
+                    "nnodes": c.nnodes, "rank": c.rank, "ops": c.ops, "net": c.net,
+                    "finalized": c.finalized_at.is_some() || f.is_final,
+                })
+            })
+            .collect();
+        let done = sqlx::query(
+            "INSERT INTO observed_comms (job_id, pid, start_ticks, comm_hash, seq, is_final, written_at, env_applied,
+                                         name, nranks, nnodes, rank, ops, net, finalized)
+             SELECT $1, $2, $3, c.comm_hash, $4, $5, $6, $7, c.name, c.nranks, c.nnodes, c.rank, c.ops, c.net, c.finalized
+             FROM jsonb_to_recordset($8) AS c(comm_hash text, name text, nranks int, nnodes int, rank int,
+                                              ops jsonb, net jsonb, finalized boolean)
+             ON CONFLICT (job_id, pid, start_ticks, comm_hash) DO UPDATE SET
+                 seq = EXCLUDED.seq, is_final = EXCLUDED.is_final, written_at = EXCLUDED.written_at,
+                 env_applied = EXCLUDED.env_applied, name = EXCLUDED.name, nranks = EXCLUDED.nranks,
+                 nnodes = EXCLUDED.nnodes, rank = EXCLUDED.rank, ops = EXCLUDED.ops, net = EXCLUDED.net,
+                 finalized = EXCLUDED.finalized
+             WHERE observed_comms.seq < EXCLUDED.seq",
+        )
+        .bind(job_id)
+        .bind(i64::from(j.pid))
+        .bind(j.start_ticks as i64)
+        .bind(f.seq as i64)
+        .bind(f.is_final)
+        .bind(f.written_at)
+        .bind(&f.env_applied)
+        .bind(serde_json::Value::Array(comms))
+        .execute(&mut *tx)
+        .await?;
+        let stored = u32::try_from(done.rows_affected()).unwrap_or(u32::MAX);
+        out.stored += stored;
+        out.unchanged +=
+            u32::try_from(f.comms.len()).unwrap_or(0) - stored.min(f.comms.len() as u32);
+        if stored > 0 && !out.jobs.contains(&job_id) {
+            out.jobs.push(job_id);
+        }
+    }
+    if added {
+        prune(&mut tx, node_id, keep).await?;
+    }
+    tx.commit().await?;
+    Ok(out)
+}
+
+/// Drops a node's observed jobs beyond its `keep` most recently seen (at least one kept).
+async fn prune(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    node_id: Uuid,
+    keep: u32,
+) -> Result<u64, sqlx::Error> {
+    let done = sqlx::query(
+        "DELETE FROM observed_jobs WHERE id IN (
+             SELECT id FROM observed_jobs WHERE node_id = $1
+             ORDER BY last_seen_at DESC, id DESC OFFSET $2)",
+    )
+    .bind(node_id)
+    .bind(i64::from(keep.max(1)))
+    .execute(&mut **tx)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// One process's row of one communicator, as stored.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct CommRow {
+    pub pid: i64,
+    pub start_ticks: i64,
+    pub comm_hash: String,
+    pub seq: i64,
+    pub is_final: bool,
+    pub written_at: DateTime<Utc>,
+    pub env_applied: Option<String>,
+    pub name: Option<String>,
+    pub nranks: i32,
+    pub nnodes: i32,
+    pub rank: i32,
+    pub ops: Json<Vec<OpBand>>,
+    pub net: Json<Vec<NetUse>>,
+    pub finalized: bool,
+}
+
+pub async fn comm_rows(db: &PgPool, job_id: Uuid) -> Result<Vec<CommRow>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT pid, start_ticks, comm_hash, seq, is_final, written_at, env_applied, name, nranks, nnodes, rank,
+                ops, net, finalized
+         FROM observed_comms WHERE job_id = $1 ORDER BY comm_hash, rank, pid",
+    )
+    .bind(job_id)
+    .fetch_all(db)
+    .await
+}
+
+fn count(n: i32) -> u32 {
+    u32::try_from(n).unwrap_or(0)
+}
+
+/// A job's communicators as people read them: each communicator's rows of the node's
+/// processes summed per function and size band (so a band's bandwidth is the mean over
+/// its operations and local ranks), and their networks summed.
+pub fn merge(rows: &[CommRow]) -> Vec<ObservedComm> {
+    let mut by_hash: BTreeMap<&str, Vec<&CommRow>> = BTreeMap::new();
+    for r in rows {
+        by_hash.entry(&r.comm_hash).or_default().push(r);
+    }
+    by_hash
+        .into_values()
+        .map(|rs| {
+            let first = rs[0];
+            let mut bands: BTreeMap<(String, u32), (u64, u64, u64)> = BTreeMap::new();
+            let mut nets: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+            for r in &rs {
+                for b in r.ops.iter() {
+                    let e = bands.entry((b.func.clone(), b.size_band)).or_default();
+                    e.0 = e.0.saturating_add(b.ops);
+                    e.1 = e.1.saturating_add(b.bytes);
+                    e.2 = e.2.saturating_add(b.time_ns);
+                }
+                for n in r.net.iter() {
+                    let e = nets.entry(n.net.clone()).or_default();
+                    e.0 = e.0.saturating_add(n.ops);
+                    e.1 = e.1.saturating_add(n.bytes);
+                }
+            }
+            let nranks = count(first.nranks);
+            let net: Vec<NetUse> = nets
+                .into_iter()
+                .map(|(net, (ops, bytes))| NetUse { net, ops, bytes })
+                .collect();
+            ObservedComm {
+                comm_hash: first.comm_hash.clone(),
+                name: first.name.clone(),
+                nranks,
+                nnodes: count(first.nnodes),
+                local_ranks: u32::try_from(rs.len()).unwrap_or(u32::MAX),
+                transport: dominant_net(&net).map(str::to_string),
+                net,
+                bands: bands
+                    .into_iter()
+                    .map(|((func, size_band), (ops, bytes, time_ns))| {
+                        let bw = bandwidths(&func, nranks, bytes, time_ns);
+                        BandFigure {
+                            func,
+                            size_band,
+                            ops,
+                            bytes,
+                            time_ns,
+                            algbw_gbs: bw.map(|b| b.0),
+                            busbw_gbs: bw.map(|b| b.1),
+                        }
+                    })
+                    .collect(),
+                finalized: rs.iter().all(|r| r.finalized),
+                seq: rs.iter().map(|r| r.seq).max().unwrap_or(0).max(0) as u64,
+                written_at: rs.iter().map(|r| r.written_at).max().unwrap_or_default(),
+            }
+        })
+        .collect()
+}
+
+#[derive(sqlx::FromRow)]
+struct SummaryRow {
+    id: Uuid,
+    node_id: Uuid,
+    hostname: String,
+    job_key: String,
+    source: String,
+    uid: i64,
+    slurm_job_id: Option<String>,
+    k8s_namespace: Option<String>,
+    k8s_pod: Option<String>,
+    comm: Option<String>,
+    first_seen_at: DateTime<Utc>,
+    last_seen_at: DateTime<Utc>,
+    verdict: String,
+    reasons: Json<Vec<Reason>>,
+    processes: i64,
+    communicators: i64,
+    finished: bool,
+    env_applied: Option<String>,
+}
+
+const SUMMARY: &str = "SELECT j.id, j.node_id, n.hostname, j.job_key, j.source, j.uid, j.slurm_job_id, j.k8s_namespace,
+        j.k8s_pod, j.comm, j.first_seen_at, j.last_seen_at, j.verdict, j.reasons,
+        count(DISTINCT c.pid::text || ':' || c.start_ticks::text) AS processes,
+        count(DISTINCT c.comm_hash) AS communicators,
+        coalesce(bool_and(c.is_final), false) AS finished,
+        CASE WHEN bool_or(c.env_applied IS NULL) THEN NULL ELSE min(c.env_applied) END AS env_applied
+    FROM observed_jobs j JOIN nodes n ON n.id = j.node_id LEFT JOIN observed_comms c ON c.job_id = j.id";
+
+impl SummaryRow {
+    fn into_summary(self) -> ObservedJobSummary {
+        ObservedJobSummary {
+            id: self.id,
+            node_id: self.node_id,
+            hostname: self.hostname,
+            job_key: self.job_key,
+            source: if self.source == "inspector" {
+                ObservationSource::Inspector
+            } else {
+                ObservationSource::Profiler
+            },
+            uid: u32::try_from(self.uid).unwrap_or(u32::MAX),
+            slurm_job_id: self.slurm_job_id,
+            k8s_namespace: self.k8s_namespace,
+            k8s_pod: self.k8s_pod,
+            comm: self.comm,
+            processes: u32::try_from(self.processes).unwrap_or(u32::MAX),
+            communicators: u32::try_from(self.communicators).unwrap_or(u32::MAX),
+            finished: self.finished,
+            env_applied: self.env_applied,
+            first_seen_at: self.first_seen_at,
+            last_seen_at: self.last_seen_at,
+            // The table's CHECK admits only the four names.
+            verdict: self.verdict.parse().unwrap_or(Verdict::Unknown),
+            reasons: self.reasons.0,
+        }
+    }
+}
+
+/// Where a job sorts in lists (most recently seen first), and what a cursor resumes after.
+pub fn list_key(j: &ObservedJobSummary) -> String {
+    format!(
+        "{}|{}",
+        j.last_seen_at
+            .to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+        j.id
+    )
+}
+
+/// Parses a [`list_key`].
+pub fn parse_list_key(key: &str) -> Option<(DateTime<Utc>, Uuid)> {
+    let (at, id) = key.split_once('|')?;
+    Some((
+        DateTime::parse_from_rfc3339(at).ok()?.into(),
+        id.parse().ok()?,
+    ))
+}
+
+/// Observed jobs, most recently seen first: `limit + 1` of them (for [`crate::api::page`]),
+/// after `after`, of one node when given.
+pub async fn list(
+    db: &PgPool,
+    node: Option<Uuid>,
+    after: Option<(DateTime<Utc>, Uuid)>,
+    limit: i64,
+) -> Result<Vec<ObservedJobSummary>, ObservedError> {
+    let rows: Vec<SummaryRow> = sqlx::query_as(&format!(
+        "{SUMMARY} WHERE ($1::uuid IS NULL OR j.node_id = $1)
+           AND ($2::timestamptz IS NULL OR (j.last_seen_at, j.id) < ($2, $3))
+         GROUP BY j.id, n.hostname ORDER BY j.last_seen_at DESC, j.id DESC LIMIT $4"
+    ))
+    .bind(node)
+    .bind(after.map(|a| a.0))
+    .bind(after.map(|a| a.1))
+    .bind(limit + 1)
+    .fetch_all(db)
+    .await?;
+    Ok(rows.into_iter().map(SummaryRow::into_summary).collect())
+}
+
+pub async fn summary(db: &PgPool, id: Uuid) -> Result<ObservedJobSummary, ObservedError> {
+    let row: Option<SummaryRow> = sqlx::query_as(&format!(
+        "{SUMMARY} WHERE j.id = $1 GROUP BY j.id, n.hostname"
+    ))
+    .bind(id)
+    .fetch_optional(db)
+    .await?;
+    row.map(SummaryRow::into_summary)
+        .ok_or(ObservedError::NoSuchJob(id))
+}
+
+pub async fn get(db: &PgPool, id: Uuid) -> Result<ObservedJob, ObservedError> {
+    let summary = summary(db, id).await?;
+    let comms = merge(&comm_rows(db, id).await?);
+    Ok(ObservedJob { summary, comms })
+}
+
+pub async fn set_verdict(
+    db: &PgPool,
+    id: Uuid,
+    verdict: Verdict,
+    reasons: &[Reason],
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE observed_jobs SET verdict = $2, reasons = $3, judged_at = now() WHERE id = $1",
+    )
+    .bind(id)
+    .bind(verdict.as_str())
+    .bind(Json(reasons))
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(rank: i32, net: &[(&str, u64)], time_ns: u64) -> CommRow {
+        CommRow {
+            pid: 100 + i64::from(rank),
+            start_ticks: 1,
+            comm_hash: "c1".into(),
+            seq: 3,
+            is_final: false,
+            written_at: Utc::now(),
+            env_applied: None,
+            name: None,
+            nranks: 16,
+            nnodes: 2,
+            rank,
+            ops: Json(vec![OpBand {
+                func: "AllReduce".into(),
+                size_band: 28,
+                ops: 10,
+                bytes: 10 << 28,
+                time_ns,
+                algos: Default::default(),
+                protos: Default::default(),
+                max_channels: 0,
+            }]),
+            net: Json(
+                net.iter()
+                    .map(|(n, b)| NetUse {
+                        net: (*n).into(),
+                        ops: 1,
+                        bytes: *b,
+                    })
+                    .collect(),
+            ),
+            finalized: false,
+        }
+    }
+
+    #[test]
+    fn ranks_of_a_node_merge_into_one_communicator() {
+        let merged = merge(&[
+            row(0, &[("Socket", 100), ("IB", 1)], 10_000_000),
+            row(1, &[("Socket", 50)], 30_000_000),
+        ]);
+        assert_eq!(merged.len(), 1);
+        let c = &merged[0];
+        assert_eq!((c.local_ranks, c.nranks, c.nnodes), (2, 16, 2));
+        assert_eq!(c.transport.as_deref(), Some("Socket"));
+        assert_eq!(c.bands.len(), 1);
+        let b = &c.bands[0];
+        assert_eq!((b.ops, b.bytes, b.time_ns), (20, 20 << 28, 40_000_000));
+        // The mean: 2 × 2.5 GiB in 40 ms.
+        assert!(
+            (b.algbw_gbs.unwrap() - 134.2).abs() < 0.1,
+            "{:?}",
+            b.algbw_gbs
+        );
+    }
+
+    #[test]
+    fn list_keys_round_trip() {
+        let at: DateTime<Utc> = "2026-11-27T12:00:00.123456Z".parse().unwrap();
+        let id = Uuid::from_u128(7);
+        let key = format!("{}|{id}", at.to_rfc3339());
+        assert_eq!(parse_list_key(&key), Some((at, id)));
+        assert_eq!(parse_list_key("garbage"), None);
+    }
+}

@@ -1,0 +1,265 @@
+//! Observed jobs: what the agent uploads from the profiler spool (or NCCL Inspector's logs)
+//! and what the server answers about the jobs it saw. The spool file itself is
+//! [`crate::observe::SpoolFile`]; this module holds the upload around it, the public
+//! answers, and the pure rules every component reads them by (a job's key, a size band's
+//! bandwidths, a communicator's transport).
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::health::{Reason, Verdict};
+use crate::observe::{JobIdentity, NetUse, SpoolFile};
+
+/// Most observations in one upload.
+pub const MAX_OBSERVATIONS_PER_UPLOAD: usize = 64;
+/// Operations at least this large (2^26 bytes = 64 MiB) are the "large-message" band a
+/// job's bandwidth is judged on, as test results are judged on their largest sizes.
+pub const LARGE_BAND: u32 = 26;
+
+/// Which tool wrote what the agent read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum ObservationSource {
+    /// Heddle's profiler plugin: bandwidth and the network per communicator.
+    Profiler,
+    /// NCCL Inspector's JSON logs: bandwidth only, no transport.
+    Inspector,
+}
+
+impl ObservationSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ObservationSource::Profiler => "profiler",
+            ObservationSource::Inspector => "inspector",
+        }
+    }
+}
+
+/// One process's latest state, as read from the node's spool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Observation {
+    pub source: ObservationSource,
+    pub file: SpoolFile,
+}
+
+/// `POST /api/v1/agent/observations`. Idempotent: the server keeps, per node, process and
+/// communicator, the highest `seq` it was sent; sending the same batch twice changes
+/// nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ObservationUpload {
+    pub observations: Vec<Observation>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ObservationsAccepted {
+    /// Communicators stored or brought forward by this upload.
+    pub stored: u32,
+    /// Communicators the server already held at this `seq` or a later one.
+    pub unchanged: u32,
+}
+
+/// One function in one size band of a communicator, with its bandwidths.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct BandFigure {
+    /// NCCL's name (`AllReduce`, ...).
+    pub func: String,
+    pub size_band: u32,
+    pub ops: u64,
+    pub bytes: u64,
+    pub time_ns: u64,
+    /// GB/s as nccl-tests computes it (see [`bandwidths`]); none for point-to-point or
+    /// when no time was recorded.
+    pub algbw_gbs: Option<f64>,
+    pub busbw_gbs: Option<f64>,
+}
+
+/// A communicator of an observed job, merged over the processes of the job on the node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ObservedComm {
+    pub comm_hash: String,
+    pub name: Option<String>,
+    pub nranks: u32,
+    pub nnodes: u32,
+    /// Ranks of this communicator seen on this node.
+    pub local_ranks: u32,
+    /// The network that carried most of its inter-node bytes (`IB`, `Socket`, ...); none
+    /// when no proxy traffic was reported (intra-node, or NCCL Inspector).
+    pub transport: Option<String>,
+    pub net: Vec<NetUse>,
+    /// Figures of the rank with the most operations, by function then size band.
+    pub bands: Vec<BandFigure>,
+    pub finalized: bool,
+    pub seq: u64,
+    pub written_at: DateTime<Utc>,
+}
+
+/// An observed job on one node: one row of `GET /api/v1/jobs`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ObservedJobSummary {
+    pub id: Uuid,
+    pub node_id: Uuid,
+    pub hostname: String,
+    /// What identifies the job on the node (see [`job_key`]).
+    pub job_key: String,
+    pub source: ObservationSource,
+    pub uid: u32,
+    pub slurm_job_id: Option<String>,
+    pub k8s_namespace: Option<String>,
+    pub k8s_pod: Option<String>,
+    /// The program's name, for people.
+    pub comm: Option<String>,
+    pub processes: u32,
+    pub communicators: u32,
+    /// Every process seen has finished with NCCL.
+    pub finished: bool,
+    /// The Heddle env file hash the job ran with; none when a process ran without it.
+    pub env_applied: Option<String>,
+    pub first_seen_at: DateTime<Utc>,
+    pub last_seen_at: DateTime<Utc>,
+    pub verdict: Verdict,
+    /// Worst first; codes `job-socket-fallback`, `job-below-expected`, `job-env-missing`.
+    pub reasons: Vec<Reason>,
+}
+
+/// `GET /api/v1/jobs/{id}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ObservedJob {
+    #[serde(flatten)]
+    pub summary: ObservedJobSummary,
+    pub comms: Vec<ObservedComm>,
+}
+
+/// The job a process belongs to on its node: the scheduler's job (and step) when the
+/// process knew it, else its pod, else the process itself (pid and start time, so a
+/// reused pid is another job).
+pub fn job_key(id: &JobIdentity) -> String {
+    match (&id.slurm_job_id, &id.k8s_namespace, &id.k8s_pod) {
+        (Some(job), _, _) => match &id.slurm_step_id {
+            Some(step) => format!("slurm:{job}.{step}"),
+            None => format!("slurm:{job}"),
+        },
+        (None, Some(ns), Some(pod)) => format!("k8s:{ns}/{pod}"),
+        _ => format!("pid:{}@{}", id.pid, id.start_ticks),
+    }
+}
+
+/// Bytes a collective's operations moved per rank for nccl-tests' algorithm bandwidth,
+/// over the bytes the caller asked for (`count × datatype size`): all-gather and
+/// reduce-scatter name one rank's share, nccl-tests and NCCL Inspector count all ranks'.
+fn traffic_factor(collective: &str, nranks: u32) -> f64 {
+    match collective {
+        "all_gather" | "reduce_scatter" => f64::from(nranks.max(1)),
+        _ => 1.0,
+    }
+}
+
+/// `(algbw, busbw)` in GB/s of `ops` operations of NCCL function `func` that moved `bytes`
+/// (the callers' `count × datatype size`) in `time_ns`, on a communicator of `nranks`:
+/// algbw = traffic / time, busbw = algbw × nccl-tests' bus factor
+/// ([`crate::collective::bus_factor`]). None for point-to-point functions and empty rows.
+pub fn bandwidths(func: &str, nranks: u32, bytes: u64, time_ns: u64) -> Option<(f64, f64)> {
+    let coll = crate::collective::canonical_collective(func).ok()?;
+    if coll == "sendrecv" || time_ns == 0 || bytes == 0 {
+        return None;
+    }
+    // bytes per ns is GB/s.
+    let algbw = bytes as f64 * traffic_factor(coll, nranks) / time_ns as f64;
+    Some((algbw, algbw * crate::collective::bus_factor(coll, nranks)))
+}
+
+/// The network that carried most of a communicator's proxy bytes, spelled as NCCL's net
+/// plugins name themselves (`IB`, `Socket`); none when none was reported.
+pub fn dominant_net(net: &[NetUse]) -> Option<&str> {
+    net.iter()
+        .filter(|n| n.bytes > 0 || n.ops > 0)
+        .max_by_key(|n| (n.bytes, n.ops))
+        .map(|n| n.net.as_str())
+}
+
+/// Whether NCCL's name for a network is its socket transport.
+pub fn is_socket(net: &str) -> bool {
+    net.eq_ignore_ascii_case("socket")
+}
+
+impl Observation {
+    /// The key the server stores this process's rows under, with the node: the job and
+    /// the process identity. Two uploads of the same process and `seq` are the same.
+    pub fn process_key(&self) -> (String, u32, u64) {
+        let j = &self.file.job;
+        (job_key(j), j.pid, j.start_ticks)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ident() -> JobIdentity {
+        JobIdentity {
+            pid: 7,
+            uid: 1000,
+            start_ticks: 99,
+            slurm_job_id: None,
+            slurm_step_id: None,
+            k8s_namespace: None,
+            k8s_pod: None,
+            comm: None,
+        }
+    }
+
+    #[test]
+    fn job_keys_prefer_the_scheduler() {
+        let mut id = ident();
+        assert_eq!(job_key(&id), "pid:7@99");
+        id.k8s_namespace = Some("ml".into());
+        id.k8s_pod = Some("train-0".into());
+        assert_eq!(job_key(&id), "k8s:ml/train-0");
+        id.slurm_job_id = Some("77".into());
+        assert_eq!(job_key(&id), "slurm:77");
+        id.slurm_step_id = Some("0".into());
+        assert_eq!(job_key(&id), "slurm:77.0");
+    }
+
+    #[test]
+    fn bandwidths_follow_nccl_tests() {
+        // 1 GiB all-reduce in 10 ms on 8 ranks: algbw 107.37 GB/s, busbw × 2·7/8.
+        let (alg, bus) = bandwidths("AllReduce", 8, 1 << 30, 10_000_000).unwrap();
+        assert!((alg - 107.374).abs() < 0.01, "{alg}");
+        assert!((bus - alg * 1.75).abs() < 1e-9);
+        // All-gather counts every rank's share: 8 × 128 MiB in 10 ms, busbw × 7/8.
+        let (alg, bus) = bandwidths("AllGather", 8, 128 << 20, 10_000_000).unwrap();
+        assert!((alg - 107.374).abs() < 0.01, "{alg}");
+        assert!((bus - alg * 0.875).abs() < 1e-9);
+        let (alg, bus) = bandwidths("Broadcast", 8, 1 << 30, 10_000_000).unwrap();
+        assert_eq!(alg, bus);
+        assert!(bandwidths("Send", 2, 1 << 30, 1).is_none());
+        assert!(bandwidths("AllReduce", 8, 1 << 30, 0).is_none());
+        assert!(bandwidths("Mystery", 8, 1 << 30, 1).is_none());
+    }
+
+    #[test]
+    fn dominant_net_is_the_one_with_most_bytes() {
+        let n = |net: &str, bytes| NetUse {
+            net: net.into(),
+            ops: 1,
+            bytes,
+        };
+        assert_eq!(dominant_net(&[]), None);
+        assert_eq!(
+            dominant_net(&[n("IB", 10), n("Socket", 900)]),
+            Some("Socket")
+        );
+        assert_eq!(dominant_net(&[n("IB", 900), n("Socket", 10)]), Some("IB"));
+        assert!(is_socket("Socket") && !is_socket("IB"));
+    }
+}
