@@ -18,7 +18,7 @@ enum Command {
     /// node's recommended environment and the rank's own HCA (`exec --local-rank 0 -- CMD`).
     Exec(heddle_agent::exec::ExecArgs),
     /// Enroll (once), then heartbeat, report facts, claim and run jobs, upload results.
-    Run(heddle_agent::lifecycle::RunArgs),
+    Run(Box<heddle_agent::lifecycle::RunArgs>),
     /// Slurm integration (`slurm task-prolog`: the node's and the task's rank's environment
     /// as TaskProlog `export` lines).
     Slurm(heddle_agent::slurm::SlurmArgs),
@@ -45,7 +45,7 @@ fn main() -> std::process::ExitCode {
         Command::Facts(args) => heddle_agent::facts::command(args),
         Command::Detect(args) => heddle_agent::detect::command(args),
         Command::Exec(args) => heddle_agent::exec::command(args),
-        Command::Run(args) => heddle_agent::lifecycle::command(args),
+        Command::Run(args) => heddle_agent::lifecycle::command(*args),
         Command::Bench(args) => heddle_agent::bench::command(args),
         Command::Slurm(args) => heddle_agent::slurm::command(args),
     };

@@ -105,6 +105,20 @@ pub struct OpBand {
     pub max_channels: u32,
 }
 
+impl OpBand {
+    /// The bytes and nanoseconds a bandwidth is computed from: the operations whose GPU
+    /// execution was timed (`exec_*`, from NCCL's kernel events) where there are any, since
+    /// `time_ns` (start to stop event) covers only the launch on the host; otherwise all
+    /// operations over `time_ns` (inputs that carry only that, such as NCCL Inspector's).
+    pub fn timed(&self) -> (u64, u64) {
+        if self.exec_ops > 0 && self.exec_ns > 0 {
+            (self.exec_bytes, self.exec_ns)
+        } else {
+            (self.bytes, self.time_ns)
+        }
+    }
+}
+
 /// One communicator as seen from this process's rank.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

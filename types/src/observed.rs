@@ -253,6 +253,7 @@ mod tests {
             net: net.into(),
             ops: 1,
             bytes,
+            inferred: false,
         };
         assert_eq!(dominant_net(&[]), None);
         assert_eq!(

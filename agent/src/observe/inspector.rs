@@ -104,6 +104,9 @@ pub fn parse_log(text: &[u8], uid: u32) -> Result<SpoolFile, Refusal> {
             ops: 0,
             bytes: 0,
             time_ns: 0,
+            exec_ops: 0,
+            exec_bytes: 0,
+            exec_ns: 0,
             algos: BTreeMap::new(),
             protos: BTreeMap::new(),
             max_channels: 0,
@@ -113,6 +116,10 @@ pub fn parse_log(text: &[u8], uid: u32) -> Result<SpoolFile, Refusal> {
         b.time_ns = b
             .time_ns
             .saturating_add(p.coll_exec_time_us.saturating_mul(1000));
+        // Inspector's time is the collective's execution: what a bandwidth is read from.
+        b.exec_ops += 1;
+        b.exec_bytes = b.exec_bytes.saturating_add(p.coll_msg_size_bytes);
+        b.exec_ns = b.time_ns;
     }
     let Some(pid) = pid else {
         return Err(Refusal::Content("no NCCL Inspector record".into()));
@@ -129,6 +136,8 @@ pub fn parse_log(text: &[u8], uid: u32) -> Result<SpoolFile, Refusal> {
             rank: c.rank,
             ops: c.bands.into_values().collect(),
             net: vec![],
+            proxy_ops: 0,
+            dropped_events: 0,
             finalized_at: None,
         })
         .collect();

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Duration, Utc};
 use heddle_types::health::{Reason, Severity, Verdict};
-use heddle_types::observed::{LARGE_BAND, ObservedComm, bandwidths, is_socket};
+use heddle_types::observed::{LARGE_BAND, ObservedComm, is_socket};
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -76,16 +76,22 @@ pub fn decide(
             }
         }
         // Per collective, the large-message bands together.
-        let mut large: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+        // Each band's bus bandwidth is from what was timed in it; together they weigh by
+        // bytes (total bytes over the summed time each band's bytes took).
+        let mut large: BTreeMap<&str, (f64, f64)> = BTreeMap::new();
         for b in c.bands.iter().filter(|b| b.size_band >= LARGE_BAND) {
-            let e = large.entry(b.func.as_str()).or_default();
-            e.0 = e.0.saturating_add(b.bytes);
-            e.1 = e.1.saturating_add(b.time_ns);
-        }
-        for (func, (bytes, time_ns)) in large {
-            let Some((_, busbw)) = bandwidths(func, c.nranks, bytes, time_ns) else {
+            let Some(bw) = b.busbw_gbs.filter(|bw| *bw > 0.0) else {
                 continue;
             };
+            let e = large.entry(b.func.as_str()).or_default();
+            e.0 += b.bytes as f64;
+            e.1 += b.bytes as f64 / bw;
+        }
+        for (func, (bytes, secs_x_gb)) in large {
+            if secs_x_gb <= 0.0 {
+                continue;
+            }
+            let busbw = bytes / secs_x_gb;
             let Ok(coll) = heddle_types::collective::canonical_collective(func) else {
                 continue;
             };
@@ -268,6 +274,7 @@ mod tests {
                 net: (*n).into(),
                 ops: 1,
                 bytes: *b,
+                inferred: false,
             })
             .collect();
         ObservedComm {
@@ -284,8 +291,20 @@ mod tests {
                 ops: 1,
                 bytes: 1 << 30,
                 time_ns: busbw_time_ns,
-                algbw_gbs: None,
-                busbw_gbs: None,
+                algbw_gbs: heddle_types::observed::bandwidths(
+                    "AllReduce",
+                    16,
+                    1 << 30,
+                    busbw_time_ns,
+                )
+                .map(|b| b.0),
+                busbw_gbs: heddle_types::observed::bandwidths(
+                    "AllReduce",
+                    16,
+                    1 << 30,
+                    busbw_time_ns,
+                )
+                .map(|b| b.1),
             }],
             finalized: false,
             seq: 1,

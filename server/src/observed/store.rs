@@ -205,16 +205,23 @@ pub fn merge(rows: &[CommRow]) -> Vec<ObservedComm> {
         .into_values()
         .map(|rs| {
             let first = rs[0];
-            let mut bands: BTreeMap<(String, u32), (u64, u64, u64)> = BTreeMap::new();
+            // (ops, bytes, timed bytes, timed ns): bandwidth from what was timed on the GPU.
+            let mut bands: BTreeMap<(String, u32), (u64, u64, u64, u64)> = BTreeMap::new();
             let mut nets: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+            let mut inferred_nets: std::collections::BTreeSet<String> = Default::default();
             for r in &rs {
                 for b in r.ops.iter() {
                     let e = bands.entry((b.func.clone(), b.size_band)).or_default();
                     e.0 = e.0.saturating_add(b.ops);
                     e.1 = e.1.saturating_add(b.bytes);
-                    e.2 = e.2.saturating_add(b.time_ns);
+                    let (tb, tn) = b.timed();
+                    e.2 = e.2.saturating_add(tb);
+                    e.3 = e.3.saturating_add(tn);
                 }
                 for n in r.net.iter() {
+                    if n.inferred {
+                        inferred_nets.insert(n.net.clone());
+                    }
                     let e = nets.entry(n.net.clone()).or_default();
                     e.0 = e.0.saturating_add(n.ops);
                     e.1 = e.1.saturating_add(n.bytes);
@@ -223,7 +230,15 @@ pub fn merge(rows: &[CommRow]) -> Vec<ObservedComm> {
             let nranks = count(first.nranks);
             let net: Vec<NetUse> = nets
                 .into_iter()
-                .map(|(net, (ops, bytes))| NetUse { net, ops, bytes })
+                .map(|(net, (ops, bytes))| {
+                    let inferred = inferred_nets.contains(&net);
+                    NetUse {
+                        net,
+                        ops,
+                        bytes,
+                        inferred,
+                    }
+                })
                 .collect();
             ObservedComm {
                 comm_hash: first.comm_hash.clone(),
@@ -235,8 +250,8 @@ pub fn merge(rows: &[CommRow]) -> Vec<ObservedComm> {
                 net,
                 bands: bands
                     .into_iter()
-                    .map(|((func, size_band), (ops, bytes, time_ns))| {
-                        let bw = bandwidths(&func, nranks, bytes, time_ns);
+                    .map(|((func, size_band), (ops, bytes, timed_bytes, time_ns))| {
+                        let bw = bandwidths(&func, nranks, timed_bytes, time_ns);
                         BandFigure {
                             func,
                             size_band,
@@ -417,6 +432,9 @@ mod tests {
                 algos: Default::default(),
                 protos: Default::default(),
                 max_channels: 0,
+                exec_ops: 0,
+                exec_bytes: 0,
+                exec_ns: 0,
             }]),
             net: Json(
                 net.iter()
@@ -424,6 +442,7 @@ mod tests {
                         net: (*n).into(),
                         ops: 1,
                         bytes: *b,
+                        inferred: false,
                     })
                     .collect(),
             ),
