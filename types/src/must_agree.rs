@@ -104,6 +104,13 @@ const fn entry(
 pub const MEASURED_SETUP: &str = "2 x H200, NCCL 2.28.9, one process per GPU, NCCL_HOSTID per \
     rank (socket transport), value in rank 1 only";
 
+/// What a difference did with both ranks on one host (two processes, one H200 each, NVLink
+/// NV18, NCCL 2.28.9 from PyTorch 2.11, no NCCL_HOSTID, the variable in rank 1 only, 64 MiB
+/// all_reduce, 25 s allowed where an equal setting finishes in under 10 s).
+const INTRA_1_HANG: &str = "1 on rank 1, both ranks on one host (NVLink): hung (no progress in 25 s)";
+const INTRA_LOC_HANG: &str =
+    "LOC on rank 1, both ranks on one host (NVLink): hung (no progress in 25 s)";
+
 const POSTSET: &str = "src/graph/connect.cc ncclTopoPostset: the channel count is clamped by \
     ncclMaxNchannels()/ncclMinNchannels() (and config.maxCTAs/minCTAs) after AllGather3 has \
     exchanged the graphs, so each rank keeps its own clamp; ranks then post different numbers \
@@ -260,21 +267,43 @@ pub const CATALOGUE: &[Entry] = &[
         Mismatch::Slowdown,
         "src/graph/paths.cc ncclTopoCheckGdr (send side only), per rank",
     ),
-    entry(
-        "NCCL_P2P_LEVEL",
-        Agreement::Should,
-        Mismatch::Slowdown,
-        "src/graph/paths.cc ncclGetUserP2pLevel: intra-node P2P vs SHM, per rank; ranks of one \
-         node share one Heddle environment, and across nodes the channel counts are taken \
-         as the minimum in AllGather3",
-    ),
+    // The intra-node P2P switches: measured with both ranks on one host, which is what two
+    // Heddle nodes on one machine are (one agent per GPU, as on a slice of an HGX board):
+    // a difference there hangs both ranks, so they must agree like the channel settings.
     Entry {
-        measured: Some("1 on rank 1: ran"),
-        ..entry(
+        measured: Some(INTRA_LOC_HANG),
+        ..must(
+            "NCCL_P2P_LEVEL",
+            Mismatch::Hang,
+            "src/graph/paths.cc ncclGetUserP2pLevel: intra-node P2P vs SHM, decided per rank; \
+             the ranks then build different transports to each other",
+        )
+    },
+    Entry {
+        measured: Some(INTRA_1_HANG),
+        ..must(
             "NCCL_P2P_DISABLE",
-            Agreement::Should,
-            Mismatch::Slowdown,
-            "src/graph/paths.cc ncclGetUserP2pLevel (legacy switch of NCCL_P2P_LEVEL)",
+            Mismatch::Hang,
+            "src/graph/paths.cc ncclGetUserP2pLevel (legacy switch of NCCL_P2P_LEVEL); over \
+             sockets with one rank per host (NCCL_HOSTID) it ran, since P2P is then unused",
+        )
+    },
+    Entry {
+        measured: Some(INTRA_1_HANG),
+        ..must(
+            "NCCL_P2P_USE_CUDA_MEMCPY",
+            Mismatch::Hang,
+            "src/transport/p2p.cc p2pSetup: the copy engine path is chosen per rank and changes \
+             what each side of the connection expects",
+        )
+    },
+    Entry {
+        measured: Some("0 on rank 1, both ranks on one host (NVLink): hung (no progress in 25 s)"),
+        ..must(
+            "NCCL_CUMEM_ENABLE",
+            Mismatch::Hang,
+            "src/misc/cudawrap.cc ncclCuMemEnable, per rank: cuMem and legacy IPC handles are \
+             exchanged between peers and cannot be opened by the other kind",
         )
     },
     Entry {
