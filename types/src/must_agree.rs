@@ -107,7 +107,8 @@ pub const MEASURED_SETUP: &str = "2 x H200, NCCL 2.28.9, one process per GPU, NC
 /// What a difference did with both ranks on one host (two processes, one H200 each, NVLink
 /// NV18, NCCL 2.28.9 from PyTorch 2.11, no NCCL_HOSTID, the variable in rank 1 only, 64 MiB
 /// all_reduce, 25 s allowed where an equal setting finishes in under 10 s).
-const INTRA_1_HANG: &str = "1 on rank 1, both ranks on one host (NVLink): hung (no progress in 25 s)";
+const INTRA_1_HANG: &str =
+    "1 on rank 1, both ranks on one host (NVLink): hung (no progress in 25 s)";
 const INTRA_LOC_HANG: &str =
     "LOC on rank 1, both ranks on one host (NVLink): hung (no progress in 25 s)";
 
