@@ -2,8 +2,8 @@
 //! verdict. A communicator spanning nodes that moved its bytes over sockets, on a node
 //! whose facts show an ACTIVE InfiniBand port, fails the job and the node.
 //!
-//! The spool files are written by [`write_job_spool`]; it is the one place to change to
-//! have them written by the real profiler plugin (its driver, `heddle-profiler-drive`).
+//! The spool files are written by the real profiler plugin, driven through its C ABI as
+//! NCCL would by `heddle-profiler-drive` ([`write_job_spool`]).
 //!
 //! Needs `HEDDLE_TEST_DATABASE_URL` (see `scripts/pg-ensure.sh`).
 
@@ -11,9 +11,6 @@ use std::path::{Path, PathBuf};
 
 use heddle_types::health::{NodeHealth, Verdict};
 use heddle_types::nodes::NodeDetail;
-use heddle_types::observe::{
-    CommObservation, JobIdentity, NetUse, OpBand, SPOOL_FORMAT, SpoolFile,
-};
 use heddle_types::observed::{ObservedJob, ObservedJobSummary};
 
 mod lifecycle_support;
@@ -24,70 +21,86 @@ fn ib_fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/bare-metal-ib12")
 }
 
-/// Writes what a two-node all-reduce job whose NCCL fell back to sockets leaves in the
-/// job spool: one final file per local rank, as the profiler plugin writes them (temp
-/// file, then rename), owned by the job's user (this process's). Returns the file paths.
-fn write_job_spool(dir: &Path) -> Vec<PathBuf> {
-    // SAFETY: no preconditions.
-    let uid = unsafe { libc::geteuid() };
-    (0..2u32)
+/// The profiler plugin and its driver as the workspace built them (`target/<profile>/`,
+/// beside this test's `deps/`): `cargo test --workspace` builds both.
+fn profiler_artifacts() -> (PathBuf, PathBuf) {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("the test runs from target/<profile>/deps");
+    let drive = profile_dir.join("heddle-profiler-drive");
+    let lib = profile_dir.join("libheddle_nccl_profiler.so");
+    assert!(
+        drive.is_file() && lib.is_file(),
+        "{} and {} are not built: run `cargo build -p heddle-nccl-profiler` (cargo test \
+         --workspace builds them)",
+        drive.display(),
+        lib.display()
+    );
+    (drive, lib)
+}
+
+/// What a two-node all-reduce job whose NCCL fell back to sockets leaves in the job spool,
+/// written by the real profiler plugin: `heddle-profiler-drive` loads the built
+/// `libheddle_nccl_profiler.so` and plays NCCL's part through its C ABI (a communicator of
+/// 4 ranks on 2 nodes, 50 all-reduces of 256 MiB at 2.2369 GB/s, socket network events,
+/// finalize), once per local rank, as one Slurm job step. The files are the job user's
+/// (this process's). Returns each file's name prefix (`<pid>-`).
+fn write_job_spool(dir: &Path) -> Vec<String> {
+    let (drive, lib) = profiler_artifacts();
+    (0..2)
         .map(|rank| {
-            let file = SpoolFile {
-                format: SPOOL_FORMAT,
-                job: JobIdentity {
-                    pid: 40_000 + rank,
-                    uid,
-                    start_ticks: 777,
-                    slurm_job_id: Some("4242".into()),
-                    slurm_step_id: Some("0".into()),
-                    k8s_namespace: None,
-                    k8s_pod: None,
-                    comm: Some("train.py".into()),
-                },
-                seq: 9,
-                is_final: true,
-                written_at: chrono::Utc::now(),
-                plugin_version: "0.1.0".into(),
-                nccl_version: Some("2.28.9".into()),
-                env_applied: None,
-                comms: vec![CommObservation {
-                    comm_hash: "5eed0fa11bac".into(),
-                    name: None,
-                    nranks: 4,
-                    nnodes: 2,
-                    rank,
-                    ops: vec![OpBand {
-                        func: "AllReduce".into(),
-                        size_band: 28,
-                        ops: 50,
-                        bytes: 50 << 28,
-                        time_ns: 50 * 120_000_000,
-                        algos: [("Ring".to_string(), 50)].into(),
-                        protos: [("Simple".to_string(), 50)].into(),
-                        max_channels: 2,
-                        exec_ops: 0,
-                        exec_bytes: 0,
-                        exec_ns: 0,
-                    }],
-                    net: vec![NetUse {
-                        net: "Socket".into(),
-                        ops: 4000,
-                        bytes: 25 << 30,
-                        inferred: false,
-                    }],
-                    proxy_ops: 0,
-                    dropped_events: 0,
-                    finalized_at: Some(chrono::Utc::now()),
-                }],
-                dropped_events: 0,
-                dropped_comms: 0,
-            };
-            let name = format!("{}-{}.json", file.job.pid, file.job.start_ticks);
-            let tmp = dir.join(format!(".{name}.tmp"));
-            std::fs::write(&tmp, serde_json::to_vec(&file).unwrap()).unwrap();
-            let path = dir.join(name);
-            std::fs::rename(&tmp, &path).unwrap();
-            path
+            let child = std::process::Command::new(&drive)
+                .env("SLURM_JOB_ID", "4242")
+                .env("SLURM_STEP_ID", "0")
+                .args([
+                    "--lib",
+                    lib.to_str().unwrap(),
+                    "--spool",
+                    dir.to_str().unwrap(),
+                ])
+                .args([
+                    "--comm-nranks",
+                    "4",
+                    "--nnodes",
+                    "2",
+                    "--rank",
+                    &rank.to_string(),
+                ])
+                .args([
+                    "--comm-id",
+                    "5eed0fa11bac",
+                    "--op",
+                    "AllReduce:268435456:50",
+                ])
+                .args(["--gbps", "2.2369", "--net", "Socket"])
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            // The plugin names its file `<pid>-<start ticks>.json`.
+            let prefix = format!("{}-", child.id());
+            let out = child.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "heddle-profiler-drive: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            prefix
+        })
+        .collect()
+}
+
+/// Spool entries whose names start with one of `prefixes`.
+fn spool_files(dir: &Path, prefixes: &[String]) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            prefixes
+                .iter()
+                .any(|p| name.starts_with(p.as_str()))
+                .then(|| dir.join(name))
         })
         .collect()
 }
@@ -179,7 +192,7 @@ async fn a_job_that_fell_to_sockets_on_an_ib_node_fails_it() {
     // Final files leave the spool once stored in the agent's outbox; the link is refused,
     // said once, removed, and its target left alone.
     eventually("final files removed", &agent, || async {
-        files.iter().all(|f| !f.exists()).then_some(())
+        spool_files(&spool, &files).is_empty().then_some(())
     })
     .await;
     eventually("the link refused", &agent, || async {
