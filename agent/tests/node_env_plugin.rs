@@ -150,11 +150,14 @@ async fn a_profile_change_reaches_the_plugin_through_the_agents_file() {
 
     let first = create(
         "fabric-a",
-        json!({"NCCL_IB_HCA": "mlx5_0:1", "NCCL_ALGO": "Ring"}),
+        json!({"NCCL_IB_HCA": "mlx5_0:1", "NCCL_SOCKET_IFNAME": "ib0", "NCCL_ALGO": "Ring"}),
     )
     .await;
     let text = wait_for_file(&file, &agent, "NCCL_IB_HCA=mlx5_0:1\n").await;
-    assert!(text.contains("NCCL_ALGO=Ring\n"), "{text}");
+    assert!(text.contains("NCCL_SOCKET_IFNAME=ib0\n"), "{text}");
+    // NCCL_ALGO must be equal on every rank of a communicator; this node has no site, so
+    // no agreement with the nodes its jobs span can be shown and the file leaves it out.
+    assert!(!text.contains("NCCL_ALGO"), "{text}");
     assert!(
         text.contains("# written by heddle-agent; do not edit\n"),
         "{text}"
@@ -176,7 +179,7 @@ async fn a_profile_change_reaches_the_plugin_through_the_agents_file() {
         );
     }
 
-    // The profile changes: another value, and NCCL_ALGO no longer recommended.
+    // The profile changes: another value, and NCCL_SOCKET_IFNAME no longer recommended.
     assert_eq!(
         api.send(
             reqwest::Method::DELETE,
@@ -187,7 +190,7 @@ async fn a_profile_change_reaches_the_plugin_through_the_agents_file() {
     );
     create("fabric-b", json!({"NCCL_IB_HCA": "mlx5_1:1"})).await;
     let text = wait_for_file(&file, &agent, "NCCL_IB_HCA=mlx5_1:1\n").await;
-    assert!(!text.contains("NCCL_ALGO"), "{text}");
+    assert!(!text.contains("NCCL_SOCKET_IFNAME"), "{text}");
     let meta = std::fs::metadata(&file).unwrap();
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     assert_eq!(meta.permissions().mode() & 0o7777, 0o644);

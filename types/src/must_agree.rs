@@ -330,12 +330,16 @@ pub const CATALOGUE: &[Entry] = &[
         "src/init.cc: collNetSupport is all-gathered (collNetSupportMatrix) and CollNet is \
          used only when every rank supports it",
     ),
-    must(
+    // Not refused: per-node transport lists are normal (a plugin recommends `rc` only where
+    // the node has an HCA), and UCX negotiates them per endpoint pair.
+    entry(
         "UCX_TLS",
-        Mismatch::Error,
-        "ucp wireup (src/ucp/wireup/select.c ucp_wireup_select_lanes) needs a transport both \
-         ends enabled; with no common one the endpoint fails with 'no remote ep address' / \
-         'Destination is unreachable'",
+        Agreement::Should,
+        Mismatch::Slowdown,
+        "ucp wireup (src/ucp/wireup/select.c ucp_wireup_select_lanes) selects lanes among the \
+         transports both ends enabled, so differing lists run over what they share; only lists \
+         with nothing in common fail, at connection, with 'no remote ep address' / \
+         'Destination is unreachable' (an error, not a hang)",
     ),
     entry(
         "NCCL_IB_HCA",

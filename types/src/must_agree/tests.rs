@@ -36,7 +36,9 @@ fn the_catalogue_is_consistent() {
     }
     assert!(must_agree("NCCL_MAX_NCHANNELS"));
     assert!(find("NCCL_MAX_NCHANNELS").unwrap().measured.is_some());
-    assert!(must_agree("NCCL_ALGO") && must_agree("NCCL_PROTO") && must_agree("UCX_TLS"));
+    assert!(must_agree("NCCL_ALGO") && must_agree("NCCL_PROTO"));
+    // UCX negotiates transports per endpoint pair; per-node lists are normal.
+    assert!(!must_agree("UCX_TLS"));
     for per_node in [
         "NCCL_IB_HCA",
         "NCCL_SOCKET_IFNAME",
@@ -113,29 +115,29 @@ fn equal_values_and_the_runs_own_value_pass() {
 fn several_splits_and_values_are_all_named() {
     let a = [
         var("NCCL_ALGO", "Ring", "tuning:a"),
-        var("UCX_TLS", "rc", "p"),
+        var("NCCL_NCHANNELS_PER_NET_PEER", "2", "p"),
     ];
     let b = [
         var("NCCL_ALGO", "Tree", "tuning:b"),
-        var("UCX_TLS", "rc", "p"),
+        var("NCCL_NCHANNELS_PER_NET_PEER", "2", "p"),
     ];
     let c = [
         var("NCCL_ALGO", "Ring", "plugin:x@1"),
-        var("UCX_TLS", "tcp", "q"),
+        var("NCCL_NCHANNELS_PER_NET_PEER", "1", "q"),
     ];
     let found = splits([("a", &a[..]), ("b", &b[..]), ("c", &c[..])]);
     let names: Vec<&str> = found.iter().map(|s| s.name.as_str()).collect();
-    assert_eq!(names, ["NCCL_ALGO", "UCX_TLS"]);
+    assert_eq!(names, ["NCCL_ALGO", "NCCL_NCHANNELS_PER_NET_PEER"]);
     // The majority value first, with both of its sources.
     assert_eq!(found[0].values[0].value.as_deref(), Some("Ring"));
     assert_eq!(found[0].values[0].sources, ["tuning:a", "plugin:x@1"]);
     let msg = EnvSplits(found).to_string();
     assert!(
-        msg.contains("UCX_TLS (a mismatch fails the communicator)"),
+        msg.contains("NCCL_NCHANNELS_PER_NET_PEER (a mismatch fails the communicator)"),
         "{msg}"
     );
     assert!(
-        msg.contains("Set NCCL_ALGO, UCX_TLS in the run's env"),
+        msg.contains("Set NCCL_ALGO, NCCL_NCHANNELS_PER_NET_PEER in the run's env"),
         "{msg}"
     );
 }
