@@ -50,13 +50,15 @@ async fn the_heartbeat_names_the_job_env_version_and_follows_its_changes() {
         .post(
             "/api/v1/tuning-profiles",
             &admin,
-            json!({"name": "p1", "node": "env-node-1", "env": {"NCCL_IB_HCA": "mlx5_0", "NCCL_ALGO": "Ring"}}),
+            json!({"name": "p1", "node": "env-node-1", "env": {"NCCL_IB_HCA": "mlx5_0", "NCCL_SOCKET_IFNAME": "ib0", "NCCL_ALGO": "Ring"}}),
         )
         .await;
     assert_eq!(status, StatusCode::CREATED, "{profile}");
     let env = agent_env(&api, &agent).await;
     let names: Vec<&str> = env.entries.iter().map(|e| e.name.as_str()).collect();
-    assert_eq!(names, ["NCCL_ALGO", "NCCL_IB_HCA"]);
+    // NCCL_ALGO must be equal on every rank of a communicator: a node without a site cannot
+    // show that the nodes its jobs span agree, so its file leaves it out.
+    assert_eq!(names, ["NCCL_IB_HCA", "NCCL_SOCKET_IFNAME"]);
     assert_eq!(
         env.job_env_sha256,
         nccl_conf::job_env_sha256(&env.entries).unwrap()
@@ -116,6 +118,48 @@ async fn the_heartbeat_names_the_job_env_version_and_follows_its_changes() {
         agent_env(&api, &other).await.entries[0].name,
         "NCCL_SOCKET_IFNAME"
     );
+
+    // A must-agree variable is written while every node of the site has the same value...
+    let (status, _) = api
+        .post(
+            "/api/v1/tuning-profiles",
+            &admin,
+            json!({"name": "site-algo", "site": "hall-a", "env": {"NCCL_ALGO": "Ring"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    for a in [&agent, &other] {
+        let env = agent_env(&api, a).await;
+        assert!(
+            env.entries
+                .iter()
+                .any(|e| e.name == "NCCL_ALGO" && e.value == "Ring"),
+            "{:?}",
+            env.entries
+        );
+    }
+    // ... and left out of every node's file once one node's value differs, the other
+    // node's version following on its next heartbeat.
+    let (status, body) = api
+        .post(
+            "/api/v1/tuning-profiles",
+            &admin,
+            json!({"name": "n1-algo", "node": "env-node-1", "env": {"NCCL_ALGO": "Tree"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    for a in [&agent, &other] {
+        let env = agent_env(&api, a).await;
+        assert!(
+            env.entries.iter().all(|e| e.name != "NCCL_ALGO"),
+            "{:?}",
+            env.entries
+        );
+        assert_eq!(
+            heartbeat(&api, a).await["job_env_sha256"],
+            env.job_env_sha256
+        );
+    }
 }
 
 #[tokio::test]
