@@ -9,16 +9,13 @@ use heddle_types::jobs::{EnvVar, RUN_ENV_SOURCE};
 use heddle_types::nodes::Recommendation;
 use uuid::Uuid;
 
-use crate::db;
-
 /// The node's environment under the run's own, sorted by name. A recommended variable
-/// that the run-env policy (`db::check_env`) refuses is left out and logged: a bad
+/// that the env policy (`env_policy::check_var`) refuses is left out and logged: a bad
 /// recommendation must not stop every run on the node.
 pub fn layer(node: &[Recommendation], run: &BTreeMap<String, String>) -> Vec<EnvVar> {
     let mut out: BTreeMap<String, EnvVar> = BTreeMap::new();
     for r in node {
-        let one = BTreeMap::from([(r.name.clone(), r.value.clone())]);
-        if let Err(e) = db::check_env(&one) {
+        if let Err(e) = heddle_types::env_policy::check_var(&r.name, &r.value) {
             tracing::warn!(name = %r.name, source = %r.source, error = %e, "recommended variable left out of a run");
             continue;
         }

@@ -421,7 +421,7 @@ pub async fn create_profile(
             "env must set at least one variable".into(),
         ));
     }
-    db::check_env(&req.env)?;
+    db::check_env(&req.env, "the tuning profile")?;
     let mut tx = state.db.begin().await?;
     let node_id = match &req.node {
         Some(n) => Some(db::resolve_node(&mut *tx, n).await?),

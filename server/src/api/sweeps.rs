@@ -243,7 +243,7 @@ pub async fn keep_winner(
             band.as_str()
         )));
     }
-    db::check_env(&winner.env)?;
+    db::check_env(&winner.env, "the sweep's winner")?;
     let (node_id, site_id) = match req.scope {
         ProfileScope::Node => (Some(loaded.table.node_id), None),
         ProfileScope::Site => match loaded.site_id {

@@ -146,14 +146,16 @@ pub fn check_name(what: &'static str, name: &str) -> Result<(), InvalidName> {
 }
 
 /// Every name and value of a set of environment variables (a run's env, a tuning profile,
-/// a sweep winner): the server's one check, which is `heddle_types::env_policy`'s.
+/// a sweep winner), and its size: the server's one check, which is
+/// `heddle_types::env_policy`'s. `what` names the set in the size error.
 pub fn check_env(
     env: &std::collections::BTreeMap<String, String>,
+    what: &str,
 ) -> Result<(), heddle_types::env_policy::EnvError> {
     heddle_types::env_policy::check_env(env)?;
     heddle_types::env_policy::check_env_size(
         env.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-        &format!("this set: {}", env.len()),
+        &format!("{what}: {}", env.len()),
     )
 }
 

@@ -20,11 +20,7 @@ pub fn validate_spec(spec: &mut JobSpec) -> Result<(), JobError> {
     }
     heddle_types::params::check_params(&spec.kind, &mut spec.params)
         .map_err(|e| JobError::Invalid(e.to_string()))?;
-    heddle_types::env_policy::check_env(&spec.env)?;
-    heddle_types::env_policy::check_env_size(
-        spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-        &format!("the run's env: {}", spec.env.len()),
-    )?;
+    crate::db::check_env(&spec.env, "the run's env")?;
     if spec.timeout_s == Some(0) {
         return Err(JobError::Invalid("timeout_s must be at least 1".into()));
     }
