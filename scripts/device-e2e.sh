@@ -2,8 +2,9 @@
 # The whole product on one two-GPU machine without network (docs/device.md): Postgres from
 # the carried wheel, the release server, one agent per GPU as two "nodes", then through the
 # CLI: two-node NCCL runs, p2p/memcpy/rdma_ab, a pair made slow on purpose and the
-# investigation it starts, health/runs/env, the dashboard pages, and a PyTorch job with the
-# NCCL plugins when they were carried. Prints a short report; exits 1 on any surprise.
+# investigation it starts, a rank stopped with SIGSTOP mid-run (reported hung, GPUs freed),
+# health/runs/env, the dashboard pages, and a PyTorch job with the NCCL plugins when they
+# were carried (its observation read back with `heddle jobs ls`). Prints a short report; exits 1 on any surprise.
 #
 #   bash scripts/device-e2e.sh .carry            # the end-to-end run (target: under 4 min)
 #   bash scripts/device-e2e.sh .carry --bench    # nccl-tests against heddle-agent bench
@@ -130,6 +131,10 @@ end "busbw at 1 GiB $(figure_of slow) GB/s against $(figure_of all_reduce-3) GB/
 begin "3c investigation"
 investigation_of_slow "$(run_id slow)"
 end "$inv_line"
+
+begin "3d stopped rank"
+stall_check 15
+end "$stall_line"
 
 # --- 4. what people read ----------------------------------------------------------------------
 begin "4 health runs env dashboard"

@@ -9,13 +9,16 @@ use heddle_types::jobs::ResultRow;
 use crate::runner::nccl::{
     self, Params, Placement, engine, engine::Topology, loader, rendezvous::Rendezvous, report, spec,
 };
+use crate::runner::stall::{Hang, Plan, Watchdog};
 use crate::runner::{RunError, p2p};
 
 /// `bench nccl` ended without passing; `main` exits with `code`.
 ///
 /// Exit status of `bench nccl`: 0 every element right; 1 wrong elements (validation
 /// failed); 2 bad flags; 3 could not run here (no CUDA driver, no GPU, no NCCL), with the
-/// reason; 4 CUDA or NCCL failed during the run.
+/// reason; 4 CUDA or NCCL failed during the run; 5 hung: no size finished within the stall
+/// limit (a peer stopped, or the ranks disagree on a setting they must share), and the
+/// process ended itself so its GPUs are free.
 #[derive(Debug, thiserror::Error)]
 #[error("{message}")]
 pub struct Exit {
@@ -28,6 +31,7 @@ pub const EXIT_WRONG: u8 = 1;
 pub const EXIT_USAGE: u8 = 2;
 pub const EXIT_UNAVAILABLE: u8 = 3;
 pub const EXIT_FAILED: u8 = 4;
+pub const EXIT_HUNG: u8 = 5;
 
 fn exit(code: u8, message: impl Into<String>) -> anyhow::Error {
     Exit {
@@ -137,6 +141,12 @@ pub struct NcclArgs {
     /// kept and FILE.0, FILE.1, … are tried instead.
     #[arg(short = 'J', long = "output_file")]
     pub output_file: Option<PathBuf>,
+    /// Silence (no size finished) allowed beyond the step's expected time before the
+    /// run counts as hung: it then says where it stopped and exits with status 5, freeing
+    /// its GPUs. Ranks that disagree on a setting they must share (NCCL_MAX_NCHANNELS,
+    /// NCCL_ALGO, ...) wait for each other forever; this is how such a run ends. `0`: never.
+    #[arg(long, default_value = "60s", value_parser = heddle_types::duration::parse)]
+    pub stall_limit: std::time::Duration,
     /// Print the rows and summary as JSON instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -320,9 +330,20 @@ fn nccl_command(a: NcclArgs) -> anyhow::Result<()> {
         }
         out.flush()
     };
+    let dog = (!a.stall_limit.is_zero()).then(|| {
+        let plan = params.plan(place.topology.nranks);
+        let plan = Plan {
+            sizes_bytes: plan.iter().map(|c| c.bytes as i64).collect(),
+            slowest_step: nccl::slowest_step(&params, &plan),
+        };
+        Watchdog::start(a.stall_limit, plan, move |h| hung(&h, json))
+    });
     let mut rows = Vec::new();
     let mut collect = |r: &ResultRow, i: usize, n: usize| {
         rows.push(r.clone());
+        if let Some(dog) = &dog {
+            dog.row(r.size_bytes);
+        }
         on_row(r, i, n)
     };
     let mut summary = match nccl::execute(&params, &place, &mut collect) {
@@ -331,6 +352,7 @@ fn nccl_command(a: NcclArgs) -> anyhow::Result<()> {
         Err(RunError::Params(why)) => return Err(exit(EXIT_USAGE, why)),
         Err(e) => return Err(exit(EXIT_FAILED, e.to_string())),
     };
+    drop(dog);
     nccl::absorb_debug_log(log, &mut summary);
     if json {
         println!(
@@ -381,4 +403,30 @@ fn nccl_command(a: NcclArgs) -> anyhow::Result<()> {
         return Err(exit(EXIT_WRONG, format!("{wrong} wrong elements")));
     }
     Ok(())
+}
+
+/// The run is stuck: say where, then end the process at once. NCCL's threads and the
+/// GPU kernel waiting for a peer cannot be unwound from here, and exit handlers could wait
+/// on them; `_exit` lets the driver free the GPUs.
+fn hung(h: &Hang, json: bool) {
+    let message = format!(
+        "hung: no progress for {:.0} s (allowed {:.0} s) at {}; a peer stopped or the ranks \
+         disagree on a setting every rank must share (compare their NCCL_* variables); \
+         ending this process so its GPUs are free",
+        h.silent_for.as_secs_f64(),
+        h.limit.as_secs_f64(),
+        h.stage
+    );
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"hung": {"stage": h.stage, "silent_s": h.silent_for.as_secs(),
+                "limit_s": h.limit.as_secs(), "last_size_bytes": h.last_size_bytes}})
+        );
+    }
+    eprintln!("heddle-agent bench: {message}");
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    // SAFETY: _exit only ends the process; nothing of this process runs after it.
+    unsafe { libc::_exit(i32::from(EXIT_HUNG)) }
 }

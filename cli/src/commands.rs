@@ -374,6 +374,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     "{}",
                     heddle_types::nccl_conf::render_node_env(&env.node, &env.entries, None)?
                 );
+                eprint!("{}", crate::explain::render_left_out(&env));
             }
         }
         Command::Env { node, .. } => {

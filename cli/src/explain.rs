@@ -1,6 +1,7 @@
 //! `heddle env NODE --explain` and the plugin findings of `heddle nodes show`: where each
 //! variable came from and what it overrode, and every plugin's warnings in full.
 
+use heddle_types::agent::NodeJobEnv;
 use heddle_types::health::Verdict;
 use heddle_types::node_checks::NodeCheck;
 use heddle_types::plugins::PluginOutcome;
@@ -19,7 +20,25 @@ pub async fn env_explain(client: &Client, node: &str, json: bool) -> anyhow::Res
         return print_json(&vars);
     }
     print!("{}", render_explain(node, &vars));
+    // What the node env file leaves out of the environment above; an older server does
+    // not say, and the explanation stands without it.
+    let job_env: Option<NodeJobEnv> = client
+        .get(&format!("/api/v1/nodes/{}/job-env", encode(node)))
+        .await
+        .ok();
+    if let Some(env) = job_env {
+        print!("{}", render_left_out(&env));
+    }
     Ok(())
+}
+
+/// The variables of the node's environment its jobs do not get, each as a warning line
+/// with its code (`heddle env NODE --format nccl-conf` prints the same on stderr).
+pub fn render_left_out(env: &NodeJobEnv) -> String {
+    env.left_out
+        .iter()
+        .map(|l| format!("warning[{}]: {}\n", l.code, one_line(&l.message)))
+        .collect()
 }
 
 pub fn render_explain(node: &str, vars: &[ExplainedVar]) -> String {
@@ -164,6 +183,27 @@ mod tests {
              (GPU-local)\n    overrode  same value from plugin:acme@1\n"
         );
         assert!(render_explain("n1", &[]).contains("no recommendations for n1"));
+    }
+
+    #[test]
+    fn what_the_node_env_file_leaves_out_is_a_coded_warning() {
+        let left = heddle_types::must_agree::LeftOut::unshown(
+            "NCCL_ALGO".into(),
+            "Ring".into(),
+            "the node has no site",
+        );
+        let env = NodeJobEnv {
+            node: "n1".into(),
+            job_env_sha256: String::new(),
+            entries: vec![],
+            left_out: vec![left],
+        };
+        let text = render_left_out(&env);
+        assert!(
+            text.starts_with("warning[env-splits-communicator]: NCCL_ALGO=Ring is left out"),
+            "{text}"
+        );
+        assert_eq!(text.lines().count(), 1, "{text}");
     }
 
     #[test]

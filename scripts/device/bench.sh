@@ -20,6 +20,20 @@ bench_compare() { # NCCL_TESTS_SRC
         die "nccl-tests did not build (logs/nccl-tests-build.log)"
     end "$(find "$nt/build" -maxdepth 1 -name "*_perf" | wc -l) programs"
 
+    # Captures for the format test (agent/tests/captures/README.md): nccl-tests' own output
+    # with the test's flags, and ours beside it.
+    begin "bench: format captures"
+    mkdir -p "$out/captures"
+    local card
+    card=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null | awk '{print tolower($NF)}')
+    for op in all_gather sendrecv; do
+        t 120 "$nt/build/${op}_perf" -g 2 -b 8 -e 128M -f 2 -w 5 -n 20 -G 0 \
+            >"$out/captures/nccl_tests_${op}_2gpu_${card:-gpu}.txt" 2>&1 || surprise "${op}_perf (capture) failed"
+        t 120 "$bin/heddle-agent" bench nccl "$op" -g 2 -b 8 -e 128M -f 2 -w 5 -n 20 -G 0 \
+            >"$out/captures/heddle_bench_${op}_2gpu_${card:-gpu}.txt" 2>&1 || surprise "heddle-agent bench $op (capture) failed"
+    done
+    end "$(ls "$out/captures" | tr '\n' ' ')"
+
     for op in "${bench_ops[@]}"; do
         begin "bench: $op"
         s=$(now)

@@ -138,14 +138,21 @@ start_server() {
     return 1
 }
 
+# The agents share the machine, so one job spool: agent 0 reads it (the PyTorch job's
+# observations land on its node), agent 1 reads none. Each agent's pid is in agent_pid[i].
+job_spool="$work/job-spool"
+declare -a agent_pid
 start_agent() { # INDEX ENROLL_TOKEN
-    local i=$1 name
+    local i=$1 name spool=off
     name=$([[ $1 == 0 ]] && echo "$node0" || echo "$node1")
+    [[ $1 == 0 ]] && spool=$job_spool
     mkdir -p "$work/agent$i"
     env -u HEDDLE_TOKEN -u HEDDLE_CONFIG HEDDLE_URL="$HEDDLE_URL" HEDDLE_ENROLL_TOKEN="$2" \
         HEDDLE_STATE_DIR="$work/agent$i" HEDDLE_HOSTNAME="$name" CUDA_VISIBLE_DEVICES="$i" \
+        HEDDLE_JOB_SPOOL="$spool" HEDDLE_JOB_SPOOL_INTERVAL=1s \
         HEDDLE_CLAIM_INTERVAL=500ms setsid "$bin/heddle-agent" run >"$logs/agent$i.log" 2>&1 </dev/null &
     pids+=($!)
+    agent_pid[i]=$!
 }
 
 wait_nodes() { # NODE...
@@ -355,24 +362,82 @@ torch_job() { # PLUGIN_DIR
     local nccl_lib
     nccl_lib=$(python3 -c "import os, nvidia.nccl as n; print(os.path.join(os.path.dirname(n.__file__), 'lib'))" 2>/dev/null) ||
         nccl_lib=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib
-    t 30 "$bin/heddle" env "$node0" 2>/dev/null | sed -n 's/^export //p' >"$work/nccl.env"
+    # The node env file as agent 0 keeps it: node 0's job environment in nccl.conf form.
+    t 30 "$bin/heddle" env "$node0" --format nccl-conf >"$work/nccl.env" 2>>"$logs/cli.log" ||
+        surprise "heddle env $node0 --format nccl-conf failed"
     chmod 644 "$work/nccl.env"
-    mkdir -p "$work/profiler-spool"
     t 180 env LD_LIBRARY_PATH="$nccl_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
         NCCL_ENV_PLUGIN="$env_so" NCCL_PROFILER_PLUGIN="$prof_so" HEDDLE_NCCL_ENV_FILE="$work/nccl.env" \
-        HEDDLE_PROFILER_SPOOL="$work/profiler-spool" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV \
+        HEDDLE_PROFILER_SPOOL="$job_spool" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV \
         python3 -m torch.distributed.run --standalone --nproc_per_node 2 "$repo/scripts/device/torch_nccl_job.py" \
         >"$logs/torch.log" 2>&1
     local rc=$?
     ((rc == 0)) || { surprise "PyTorch job exit $rc (logs/torch.log)"; torch_line="failed"; return; }
     grep -q "ENV/Plugin: Using heddle\|ENV/Plugin.*heddle" "$logs/torch.log" || surprise "NCCL did not load the env plugin (logs/torch.log)"
     grep -qi "PROFILER/Plugin\|profiler.*heddle" "$logs/torch.log" || surprise "NCCL did not load the profiler plugin (logs/torch.log)"
-    torch_line="$(grep -m1 'busbw' "$logs/torch.log" | sed 's/^.*] //'); spool files: $(find "$work/profiler-spool" -type f | wc -l)"
-    if t 10 "$bin/heddle" jobs --help >/dev/null 2>&1; then
-        t 30 "$bin/heddle" --json jobs ls >"$logs/cli-jobs-ls.json" 2>&1 || surprise "heddle jobs ls failed"
-        python3 -c "import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if d else 1)" "$logs/cli-jobs-ls.json" 2>/dev/null ||
-            surprise "heddle jobs ls shows no job: the job's environment and observation did not reach the server"
+    torch_line="$(grep -m1 'busbw' "$logs/torch.log" | sed 's/^.*] //'); spool files: $(find "$job_spool" -type f | wc -l)"
+    # Agent 0 reads the spool every second and uploads; the server judges the job.
+    local i seen=""
+    for i in $(seq 1 30); do
+        t 30 "$bin/heddle" --json jobs ls --node "$node0" >"$logs/cli-jobs-ls.json" 2>>"$logs/cli.log" &&
+            seen=$(q observed-job "$logs/cli-jobs-ls.json") && break
+        sleep 1
+    done
+    if [[ -z "$seen" ]]; then
+        surprise "heddle jobs ls shows no finished two-process job on $node0 with the node's environment (logs/cli-jobs-ls.json)"
     else
-        note "heddle jobs ls: not in this CLI yet; the job's environment and observation were not checked at the server"
+        say "  observed: $seen"
+        torch_line+="; observed at the server: $seen"
     fi
+    t 30 "$bin/heddle" jobs ls >"$logs/cli-jobs-ls.txt" 2>&1
+}
+
+# A real stall: a two-node run whose rank on node 1 is stopped with SIGSTOP mid-run must be
+# reported `hung` within the stall limit, both GPUs free afterwards (a run that follows
+# succeeds and nvidia-smi lists no process of ours).
+stall_check() { # STALL_S
+    stall_line=""
+    local limit=$1 id child started stopped_at rc took
+    t 30 "$bin/heddle" --json runs start --kind nccl --nodes "$node0,$node1" --param op=all_reduce \
+        --param min_bytes=67108864 --param max_bytes=1073741824 --param iters=3000 --stall "$limit" \
+        --timeout 600 --label "e2e stopped rank" >"$runs/stall.start.json" 2>"$runs/stall.err" ||
+        { surprise "stall: runs start failed: $(head -c 300 "$runs/stall.err")"; return; }
+    id=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['id'])" "$runs/stall.start.json")
+    echo "$id" >"$runs/stall.id"
+    started=$(now)
+    # Rank 1's test child: the newest child of agent 1, stopped once a few sizes (64 MiB to
+    # 1 GiB, 3000 iterations each: about 40 s in all on H100/H200) have finished, so the
+    # watch knows the test's pace.
+    for _ in $(seq 1 120); do
+        child=$(pgrep -P "${agent_pid[1]}" -n 2>/dev/null) && break
+        sleep 0.25
+    done
+    [[ -n "$child" ]] || { surprise "stall: agent 1 started no test child within 30 s"; t 30 "$bin/heddle" runs cancel "$id" >/dev/null 2>&1; return; }
+    sleep 8
+    kill -STOP "$child" 2>/dev/null || { surprise "stall: the test child $child ended before it could be stopped"; return; }
+    stopped_at=$(now)
+    say "  stopped rank 1's test (pid $child) $(secs "$started" "$stopped_at") s after the start"
+    t $((limit * 4 + 120)) "$bin/heddle" --json runs watch "$id" >"$runs/stall.json" 2>>"$runs/stall.err"
+    rc=$?
+    took=$(secs "$stopped_at" "$(now)")
+    kill -CONT "$child" 2>/dev/null
+    if ((rc == 124 || rc == 137)); then
+        surprise "stall: the run did not end within $((limit * 4 + 120)) s of the stop"
+        t 30 "$bin/heddle" runs cancel "$id" >/dev/null 2>&1
+        stall_line="NOT ENDED"
+        return
+    fi
+    local codes
+    codes=$(q reason-codes "$runs/stall.json")
+    [[ $codes == *hung* ]] || surprise "stall: no verdict says hung (reason codes: $codes)"
+    say "  $(q hung-lines "$runs/stall.json")"
+    # Both GPUs free: nothing of ours on them, and a two-node run goes through.
+    sleep 2
+    local apps
+    apps=$(nvidia-smi --query-compute-apps=pid,process_name --format=csv,noheader 2>/dev/null | grep -v '^$')
+    [[ -z "$apps" ]] || surprise "stall: processes still on the GPUs: $apps"
+    run_watch after-stall 180 --kind nccl --nodes "$node0,$node1" --param op=all_reduce \
+        --param min_bytes=8 --param max_bytes=67108864 --label "e2e after the stall"
+    expect_succeeded after-stall
+    stall_line="ended $took s after the stop (limit ${limit} s beyond the step); verdicts $(verdicts_of stall); GPUs free: next run $(verdicts_of after-stall)"
 }

@@ -147,6 +147,29 @@ def main():
             return 1
         print(f"{line} (nodes {nodes})")
         return 0
+    if what == "reason-codes":
+        codes = sorted({x.get("code") or x.get("basis") or "" for _, v in verdicts(doc) for x in v.get("reasons", [])})
+        print(" ".join(codes) or "none")
+        return 0
+    if what == "hung-lines":
+        lines = []
+        for r in doc.get("results", []):
+            hung = (r.get("summary") or {}).get("hung") or {}
+            msgs = [x["message"] for x in (r.get("verdict") or {}).get("reasons", []) if x.get("code") == "hung"]
+            lines.append(f"{r['hostname']}: {r['outcome']}, stage {hung.get('stage', '-')}, silent {hung.get('silent_s', '-')} s "
+                         f"(limit {hung.get('limit_s', '-')} s): {msgs[0] if msgs else (r.get('reason') or '')[:160]}")
+        print("; ".join(lines) or "no results")
+        return 0
+    if what == "observed-job":
+        # `heddle --json jobs ls`: a finished job of two processes that ran with the node's
+        # environment (env_applied set).
+        for j in doc:
+            if j.get("processes", 0) >= 2 and j.get("finished") and j.get("env_applied"):
+                codes = [x.get("code") for x in j.get("reasons", [])]
+                print(f"{j['job_key']} {j['processes']} processes, {j['communicators']} communicators, "
+                      f"env {j['env_applied'][:12]}, verdict {j['verdict']} {codes}")
+                return 0
+        return 1
     print(f"unknown question {what}")
     return 1
 

@@ -2,7 +2,7 @@
 //! environment plugin, from the node env file its agent keeps (docs/jobs.md). It is the
 //! node's environment (`recommendations::effective`, what `heddle env NODE` exports) as
 //! `nccl_conf` entries, less what a conf file cannot carry, less what the rank-agreement
-//! rule leaves out (`keep_rank_agreed`). This module is the one place it is computed.
+//! rule leaves out (`rank_disagreed`). This module is the one place it is computed.
 //!
 //! Its version (`nccl_conf::job_env_sha256`) rides on every heartbeat answer, which is
 //! answered from memory, so the version is stored in `nodes.job_env_sha256` and cached per
@@ -15,14 +15,22 @@ use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
 use heddle_types::agent::NodeJobEnv;
+use heddle_types::must_agree::{self, LeftOut};
 use heddle_types::nccl_conf::{self, Entry};
 use sqlx::PgConnection;
 use uuid::Uuid;
 
 pub use crate::db::job_env_version::{Changed, mark_changed};
 
-/// The node's job environment, in name order.
-pub async fn job_env(conn: &mut PgConnection, node: Uuid) -> sqlx::Result<Vec<Entry>> {
+/// A node's job environment: what its file carries, in name order, and what the
+/// rank-agreement rule left out.
+pub struct Computed {
+    pub entries: Vec<Entry>,
+    pub left_out: Vec<LeftOut>,
+}
+
+/// The node's job environment.
+pub async fn job_env(conn: &mut PgConnection, node: Uuid) -> sqlx::Result<Computed> {
     let recs = crate::recommendations::effective(conn, node).await?;
     let mut entries = Vec::with_capacity(recs.len());
     for r in recs {
@@ -38,7 +46,12 @@ pub async fn job_env(conn: &mut PgConnection, node: Uuid) -> sqlx::Result<Vec<En
             }
         }
     }
-    keep_rank_agreed(conn, node, entries).await
+    let left_out = rank_disagreed(conn, node, &entries).await?;
+    for l in &left_out {
+        tracing::warn!(%node, name = %l.name, code = %l.code, message = %l.message, "left out of the node's job environment");
+    }
+    entries.retain(|e| !left_out.iter().any(|l| l.name == e.name));
+    Ok(Computed { entries, left_out })
 }
 
 /// Largest site whose members' environments are compared; beyond it, must-agree variables
@@ -50,17 +63,22 @@ pub const MAX_SITE_COMPARED: i64 = 256;
 /// same value, because a job's ranks span nodes and each reads its own node's file. A node
 /// with no site, or in a site too large to compare ([`MAX_SITE_COMPARED`]), cannot show
 /// that agreement, so it gets none of them (a site-wide tuning profile, or the job's own
-/// setting, is how such a value reaches jobs). Each variable left out is logged as a
-/// warning with code `env-splits-communicator` naming the nodes that differ.
-async fn keep_rank_agreed(
+/// setting, is how such a value reaches jobs). Returns the entries to leave out, each a
+/// warning coded `env-splits-communicator`. The peers' values are read in two queries
+/// limited to the must-agree names the node has, whatever the site's size.
+async fn rank_disagreed(
     conn: &mut PgConnection,
     node: Uuid,
-    entries: Vec<Entry>,
-) -> sqlx::Result<Vec<Entry>> {
-    use heddle_types::must_agree;
+    entries: &[Entry],
+) -> sqlx::Result<Vec<LeftOut>> {
     use std::collections::BTreeMap;
-    if !entries.iter().any(|e| must_agree::must_agree(&e.name)) {
-        return Ok(entries);
+    let mine: BTreeMap<String, String> = entries
+        .iter()
+        .filter(|e| must_agree::must_agree(&e.name))
+        .map(|e| (e.name.clone(), e.value.clone()))
+        .collect();
+    if mine.is_empty() {
+        return Ok(Vec::new());
     }
     let (hostname, site): (String, Option<Uuid>) =
         sqlx::query_as("SELECT hostname, site_id FROM nodes WHERE id = $1")
@@ -80,50 +98,37 @@ async fn keep_rank_agreed(
         }
         None => Vec::new(),
     };
-    let comparable = site.is_some() && (peers.len() as i64) < MAX_SITE_COMPARED;
-    if !comparable {
+    if site.is_none() || (peers.len() as i64) >= MAX_SITE_COMPARED {
         let why = if site.is_none() {
             "the node has no site, so no agreement with the nodes its jobs span can be shown"
         } else {
             "the node's site is too large to compare every member"
         };
-        return Ok(entries
+        return Ok(mine
             .into_iter()
-            .filter(|e| {
-                let keep = !must_agree::must_agree(&e.name);
-                if !keep {
-                    tracing::warn!(%node, name = %e.name, code = must_agree::ENV_SPLITS_COMMUNICATOR, why, "left out of the node's job environment");
-                }
-                keep
-            })
+            .map(|(name, value)| must_agree::LeftOut::unshown(name, value, why))
             .collect());
     }
-    let mut peer_envs: Vec<(String, BTreeMap<String, String>)> = Vec::with_capacity(peers.len());
-    for (id, name) in peers {
-        let env = crate::recommendations::effective(&mut *conn, id)
-            .await?
-            .into_iter()
-            .filter(|r| must_agree::must_agree(&r.name))
-            .map(|r| (r.name, r.value))
-            .collect();
-        peer_envs.push((name, env));
-    }
-    let mine: BTreeMap<String, String> = entries
-        .iter()
-        .map(|e| (e.name.clone(), e.value.clone()))
+    let names: Vec<&str> = mine.keys().map(String::as_str).collect();
+    let ids: Vec<Uuid> = peers.iter().map(|(id, _)| *id).collect();
+    let mut envs = crate::recommendations::explain_many(conn, &ids, &names).await?;
+    let peer_envs: Vec<(String, BTreeMap<String, String>)> = peers
+        .into_iter()
+        .map(|(id, host)| {
+            let env = envs
+                .remove(&id)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|v| (v.name, v.value))
+                .collect();
+            (host, env)
+        })
         .collect();
-    let left_out = must_agree::job_env_leave_out(
+    Ok(must_agree::job_env_leave_out(
         &hostname,
         &mine,
         peer_envs.iter().map(|(n, e)| (n.as_str(), e)),
-    );
-    for l in &left_out {
-        tracing::warn!(%node, name = %l.name, code = %l.code, message = %l.message, "left out of the node's job environment");
-    }
-    Ok(entries
-        .into_iter()
-        .filter(|e| !left_out.iter().any(|l| l.name == e.name))
-        .collect())
+    ))
 }
 
 /// The node's job environment and its version, computed now and stored as the node's
@@ -139,7 +144,7 @@ pub async fn current(db: &sqlx::PgPool, node: Uuid) -> sqlx::Result<Option<NodeJ
     let Some((hostname, stored)) = stored else {
         return Ok(None);
     };
-    let entries = job_env(&mut tx, node).await?;
+    let Computed { entries, left_out } = job_env(&mut tx, node).await?;
     let sha = nccl_conf::job_env_sha256(&entries)
         .map_err(|e| sqlx::Error::Protocol(format!("job environment of node {node}: {e}")))?;
     if stored.as_deref() != Some(sha.as_str()) {
@@ -154,6 +159,7 @@ pub async fn current(db: &sqlx::PgPool, node: Uuid) -> sqlx::Result<Option<NodeJ
         node: hostname,
         job_env_sha256: sha,
         entries,
+        left_out,
     }))
 }
 

@@ -18,8 +18,14 @@ use uuid::Uuid;
 
 use crate::db::plugins::Enabled;
 
-/// A tuning profile that covers the node: name, env, and whether it is the node's own.
-type ProfileRow = (String, sqlx::types::Json<BTreeMap<String, String>>, bool);
+/// A tuning profile that covers a node: the node, the profile's name and env, and whether
+/// it is the node's own.
+type ProfileRow = (
+    Uuid,
+    String,
+    sqlx::types::Json<BTreeMap<String, String>>,
+    bool,
+);
 
 /// Every variable of the node's environment, sorted by name, with its source, reason and
 /// the values it overrode.
@@ -27,24 +33,81 @@ pub async fn explain(
     conn: &mut PgConnection,
     node: Uuid,
 ) -> Result<Vec<ExplainedVar>, sqlx::Error> {
-    let recs: Vec<(String, String, String, String, Option<String>)> = sqlx::query_as(
-        "SELECT r.name, r.value, r.reason, r.source, p.name FROM recommendations r
+    let recs: Vec<RecRow> = sqlx::query_as(
+        "SELECT r.node_id, r.name, r.value, r.reason, r.source, p.name FROM recommendations r
          LEFT JOIN plugins p ON p.id = r.plugin_id WHERE r.node_id = $1 ORDER BY r.source, r.name",
     )
     .bind(node)
     .fetch_all(&mut *conn)
     .await?;
     let profiles: Vec<ProfileRow> = sqlx::query_as(
-        "SELECT p.name, p.env, p.node_id IS NOT NULL FROM tuning_profiles p
+        "SELECT $1::uuid, p.name, p.env, p.node_id IS NOT NULL FROM tuning_profiles p
              WHERE p.node_id = $1 OR p.site_id = (SELECT site_id FROM nodes WHERE id = $1)
              ORDER BY p.node_id IS NOT NULL, p.created_at, p.name",
     )
     .bind(node)
     .fetch_all(&mut *conn)
     .await?;
+    Ok(resolve(candidates(recs, profiles, |_| true)))
+}
+
+/// [`explain`] of many nodes at once, limited to the variables `names`: two queries
+/// whatever the number of nodes. Nodes with none of them map to an empty list.
+pub async fn explain_many(
+    conn: &mut PgConnection,
+    nodes: &[Uuid],
+    names: &[&str],
+) -> Result<HashMap<Uuid, Vec<ExplainedVar>>, sqlx::Error> {
+    let recs: Vec<RecRow> = sqlx::query_as(
+        "SELECT r.node_id, r.name, r.value, r.reason, r.source, p.name FROM recommendations r
+         LEFT JOIN plugins p ON p.id = r.plugin_id
+         WHERE r.node_id = ANY($1) AND r.name = ANY($2) ORDER BY r.source, r.name",
+    )
+    .bind(nodes)
+    .bind(names)
+    .fetch_all(&mut *conn)
+    .await?;
+    let profiles: Vec<ProfileRow> = sqlx::query_as(
+        "SELECT n.id, p.name, p.env, p.node_id IS NOT NULL FROM nodes n
+             JOIN tuning_profiles p ON p.node_id = n.id OR p.site_id = n.site_id
+             WHERE n.id = ANY($1)
+             ORDER BY p.node_id IS NOT NULL, p.created_at, p.name",
+    )
+    .bind(nodes)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut recs_of: HashMap<Uuid, Vec<RecRow>> = HashMap::new();
+    for r in recs {
+        recs_of.entry(r.0).or_default().push(r);
+    }
+    let mut profiles_of: HashMap<Uuid, Vec<ProfileRow>> = HashMap::new();
+    for p in profiles {
+        profiles_of.entry(p.0).or_default().push(p);
+    }
+    Ok(nodes
+        .iter()
+        .map(|n| {
+            let recs = recs_of.remove(n).unwrap_or_default();
+            let profiles = profiles_of.remove(n).unwrap_or_default();
+            let wanted = |name: &str| names.contains(&name);
+            (*n, resolve(candidates(recs, profiles, wanted)))
+        })
+        .collect())
+}
+
+/// A stored recommendation: node, name, value, reason, source, plugin name.
+type RecRow = (Uuid, String, String, String, String, Option<String>);
+
+/// The candidates of one node: its recommendation rows, then its tuning profiles' entries
+/// whose name `keep` admits, each profile ranked by its place in `profiles`.
+fn candidates(
+    recs: Vec<RecRow>,
+    profiles: Vec<ProfileRow>,
+    keep: impl Fn(&str) -> bool,
+) -> Vec<Candidate> {
     let mut candidates: Vec<Candidate> = recs
         .into_iter()
-        .map(|(name, value, reason, source, plugin)| Candidate {
+        .map(|(_, name, value, reason, source, plugin)| Candidate {
             rank: rank(&source, plugin.as_deref()),
             name,
             value,
@@ -52,9 +115,12 @@ pub async fn explain(
             source,
         })
         .collect();
-    for (seq, (profile, env, node_level)) in profiles.into_iter().enumerate() {
+    for (seq, (_, profile, env, node_level)) in profiles.into_iter().enumerate() {
         let scope = if node_level { "node" } else { "site" };
         for (name, value) in env.0 {
+            if !keep(&name) {
+                continue;
+            }
             candidates.push(Candidate {
                 name,
                 value,
@@ -64,7 +130,7 @@ pub async fn explain(
             });
         }
     }
-    Ok(resolve(candidates))
+    candidates
 }
 
 /// The environment a job on this node should run with: the winners of [`explain`].

@@ -59,6 +59,15 @@ async fn the_heartbeat_names_the_job_env_version_and_follows_its_changes() {
     // NCCL_ALGO must be equal on every rank of a communicator: a node without a site cannot
     // show that the nodes its jobs span agree, so its file leaves it out.
     assert_eq!(names, ["NCCL_IB_HCA", "NCCL_SOCKET_IFNAME"]);
+    // ... and says so, with the warning's code.
+    assert_eq!(env.left_out.len(), 1, "{:?}", env.left_out);
+    assert_eq!(env.left_out[0].name, "NCCL_ALGO");
+    assert_eq!(env.left_out[0].code, "env-splits-communicator");
+    assert!(
+        env.left_out[0].message.contains("no site"),
+        "{:?}",
+        env.left_out
+    );
     assert_eq!(
         env.job_env_sha256,
         nccl_conf::job_env_sha256(&env.entries).unwrap()
@@ -154,6 +163,14 @@ async fn the_heartbeat_names_the_job_env_version_and_follows_its_changes() {
             env.entries.iter().all(|e| e.name != "NCCL_ALGO"),
             "{:?}",
             env.entries
+        );
+        let left: Vec<&str> = env.left_out.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(left, ["NCCL_ALGO"], "{:?}", env.left_out);
+        assert_eq!(
+            env.left_out[0].differing_nodes.len(),
+            1,
+            "{:?}",
+            env.left_out
         );
         assert_eq!(
             heartbeat(&api, a).await["job_env_sha256"],

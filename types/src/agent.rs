@@ -85,6 +85,11 @@ pub struct NodeJobEnv {
     /// `nccl_conf::job_env_sha256` of `entries`.
     pub job_env_sha256: String,
     pub entries: Vec<crate::nccl_conf::Entry>,
+    /// Variables of the node's environment the file does not carry because ranks of one
+    /// communicator must agree on them and the node's site does not (code
+    /// `env-splits-communicator`). Not part of the version.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub left_out: Vec<crate::must_agree::LeftOut>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

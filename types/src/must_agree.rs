@@ -533,6 +533,24 @@ pub struct LeftOut {
     pub message: String,
 }
 
+impl LeftOut {
+    /// A must-agree variable left out because agreement with the node's peers cannot be
+    /// shown (`why`): the node has no site, or its site is too large to compare.
+    pub fn unshown(name: String, value: String, why: &str) -> Self {
+        LeftOut {
+            message: format!(
+                "{name}={value} is left out: {why}, and ranks of one communicator must agree \
+                 on it; give the node a site and the value to the whole site (a site-wide \
+                 tuning profile), or set it in the job itself"
+            ),
+            name,
+            value,
+            code: ENV_SPLITS_COMMUNICATOR.to_string(),
+            differing_nodes: Vec::new(),
+        }
+    }
+}
+
 /// Which of `env`'s must-agree variables a job env file for `node` must leave out: a job
 /// spanning this node and a peer of its site would otherwise split its communicator. Such
 /// a variable is written only when every node of the site has the same value; everything

@@ -129,6 +129,9 @@ pub(super) async fn node_env_loop(
                     // The managed blocks of /etc/nccl.conf and ucx.conf follow the same
                     // entries; each file succeeds or fails on its own and says so.
                     crate::host_conf::sync_host_confs(&agent.cfg.host_conf, &env.entries).log();
+                    for l in &env.left_out {
+                        tracing::warn!(name = %l.name, code = %l.code, message = %l.message, "not in the node env file");
+                    }
                     env.job_env_sha256
                 })
                 .map_err(|e| e.to_string()),
@@ -172,6 +175,7 @@ mod tests {
             node: "gpu-1".into(),
             job_env_sha256: nccl_conf::job_env_sha256(&entries).unwrap(),
             entries,
+            left_out: Vec::new(),
         }
     }
 

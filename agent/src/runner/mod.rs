@@ -19,6 +19,7 @@ pub mod protocol;
 pub mod rdma;
 pub mod rdma_ab;
 pub mod sleep;
+pub mod stall;
 pub mod supervise;
 pub mod sweep;
 pub mod ucx;

@@ -27,6 +27,8 @@ use tokio::time::Instant;
 
 use super::environ;
 use super::protocol::{ChildEvent, ChildInput};
+pub use super::stall::{HUNG_KEY, Hang, StallLimit};
+use super::stall::{Pace, Plan, stage};
 
 /// How much of the child's stderr the result keeps.
 pub const STDERR_TAIL_BYTES: usize = 8 * 1024;
@@ -47,27 +49,6 @@ pub struct ChildSpec {
     pub timeout: Option<Duration>,
     /// When silence counts as a hang; `None` never.
     pub stall: Option<StallLimit>,
-}
-
-/// How long a child may stay silent (no row, no progress event).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StallLimit {
-    /// Silence allowed beyond the slowest step the child declared.
-    pub beyond_slowest: Duration,
-    /// Watch from the start. Otherwise the watch starts with the child's plan: a child
-    /// that declares none (a kind that cannot hang on a peer) is never judged hung.
-    pub from_start: bool,
-}
-
-/// Where a hung child was, and how long it had been silent.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Hang {
-    pub silent_for: Duration,
-    pub limit: Duration,
-    /// `init` (no size finished) or `size <bytes>` (the size it never finished).
-    pub stage: String,
-    /// The last size that finished, if any.
-    pub last_size_bytes: Option<i64>,
 }
 
 /// Why the parent ended a child early.
@@ -204,45 +185,20 @@ impl ChildReport {
     }
 }
 
-/// The summary key of a hung test: `{stage, silent_s, limit_s, last_size_bytes}`.
-pub const HUNG_KEY: &str = "hung";
-
-/// Where a silent child stopped: before any size finished it was setting up its
-/// communicator (or running the first size); otherwise at the planned size after the
-/// last one it reported.
-fn stage(plan: &[i64], rows: &[ResultRow]) -> (String, Option<i64>) {
-    let Some(last) = rows.last().map(|r| r.size_bytes) else {
-        return match plan.first() {
-            Some(first) => (format!("init (or the first size, {first} B)"), None),
-            None => ("init".into(), None),
-        };
-    };
-    match plan.iter().find(|&&s| s > last) {
-        Some(next) => (format!("size {next} B"), Some(last)),
-        None => (format!("size {last} B or after it"), Some(last)),
-    }
-}
-
 /// The moment silence becomes a hang, if the watch is on.
 fn stall_deadline(
     limit: Option<StallLimit>,
     plan: Option<&Plan>,
+    pace: &Pace,
     last_sign: Instant,
 ) -> Option<(Instant, Duration)> {
     let limit = limit?;
     if plan.is_none() && !limit.from_start {
         return None;
     }
-    let allowance = plan.map_or(Duration::ZERO, |p| p.slowest_step);
+    let allowance = plan.map_or(Duration::ZERO, |p| pace.step_allowance(p));
     let total = limit.beyond_slowest + allowance;
     Some((last_sign + total, total))
-}
-
-/// What the child declared it will do.
-#[derive(Debug, Clone, Default)]
-struct Plan {
-    sizes_bytes: Vec<i64>,
-    slowest_step: Duration,
 }
 
 fn last_line(text: &str) -> Option<String> {
@@ -397,17 +353,24 @@ pub async fn supervise(
     tokio::pin!(timeout);
     let mut stop_open = true;
     let mut plan: Option<Plan> = None;
+    let mut pace = Pace::default();
     let mut last_sign = Instant::now();
     let end = loop {
-        let stall = stall_deadline(spec.stall, plan.as_ref(), last_sign);
+        let stall = stall_deadline(spec.stall, plan.as_ref(), &pace, last_sign);
         tokio::select! {
             status = child.wait() => break exit_end(status),
             line = next_line(&mut lines), if lines.is_some() => match line {
                 Some(line) => match handle_line(&line, &mut report, &progress) {
-                    Sign::Life => last_sign = Instant::now(),
+                    Sign::Life => {
+                        last_sign = Instant::now();
+                        if let Some(row) = report.rows.last() {
+                            pace.row(row.size_bytes, last_sign.into_std());
+                        }
+                    }
                     Sign::Plan(p) => {
                         plan = Some(p);
                         last_sign = Instant::now();
+                        pace.planned(last_sign.into_std());
                     }
                     Sign::None => {}
                 },

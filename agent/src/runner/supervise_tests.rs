@@ -72,7 +72,13 @@ async fn a_child_that_stops_reporting_is_hung_at_the_size_after_its_last_row() {
     };
     assert_eq!(h.stage, "size 4096 B");
     assert_eq!(h.last_size_bytes, Some(2048));
-    assert_eq!(h.limit, Duration::from_millis(500), "limit + slowest step");
+    // The stall limit plus the step's allowance: the sizes so far took next to nothing,
+    // so the pace allows far less than the plan's 0.2 s.
+    assert!(
+        h.limit >= Duration::from_millis(300) && h.limit < Duration::from_millis(400),
+        "{:?}",
+        h.limit
+    );
     assert!(took < Duration::from_secs(5), "{took:?}");
     let up = r.clone().into_upload("k".into());
     assert_eq!(up.outcome, Outcome::Failed);

@@ -1,7 +1,8 @@
 //! `sweep`: the `nccl` measurement over a grid of NCCL environment knobs (e.g.
 //! `NCCL_ALGO` × `NCCL_PROTO`), one row set per cell, labelled with the cell. NCCL reads
 //! most knobs once per process, so every cell runs in a fresh `heddle-agent bench nccl
-//! --json` process with that cell's environment on top of the job's.
+//! --json` process with that cell's environment on top of the job's. A cell that hangs
+//! ends itself through bench's stall watch and is recorded as `hung`; the grid goes on.
 //!
 //! Params: those of `nccl` (one node only), plus `grid`: an object mapping `NCCL_*`
 //! names to lists of values; at most 64 cells (`heddle_types::params::SweepParams`).
@@ -85,6 +86,23 @@ pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
         })?;
         if let Some(reason) = v.get("skipped").and_then(Value::as_str) {
             return Err(RunError::Skip(reason.to_string()));
+        }
+        // A cell whose settings hang NCCL ended itself (bench's stall watch, exit 5): the
+        // sweep records where and goes on with the next cell.
+        if let Some(hung) = v.get("hung") {
+            cells_summary.push(json!({
+                "labels": cell,
+                "exit_code": o.status.code(),
+                "hung": hung,
+            }));
+            out.progress(
+                Some((i + 1) as f64 / grid.len() as f64),
+                format!(
+                    "{cell:?}: hung at {}",
+                    hung["stage"].as_str().unwrap_or("?")
+                ),
+            )?;
+            continue;
         }
         let rows: Vec<ResultRow> =
             serde_json::from_value(v["rows"].clone()).map_err(|e| RunError::Failed {

@@ -455,6 +455,17 @@ pub async fn judge_result(db: &PgPool, result_id: Uuid) -> Result<ResultVerdict,
     } else {
         (verdict, reasons)
     };
+    let mut reasons = reasons;
+    if s.outcome == "succeeded" && matches!(verdict, Verdict::Warn | Verdict::Fail) {
+        let judged = applied::Judged {
+            run: s.run_id,
+            node: s.node_id,
+            hostname: &s.hostname,
+            test: &extracted.test,
+            result: result_id,
+        };
+        reasons.extend(applied::reason(db, judged).await?);
+    }
     let stored_figures: Vec<serde_json::Value> = extracted
         .figures
         .iter()
@@ -502,6 +513,7 @@ pub async fn judge_result(db: &PgPool, result_id: Uuid) -> Result<ResultVerdict,
     })
 }
 
+pub mod applied;
 mod fleet_memo;
 pub mod hung;
 

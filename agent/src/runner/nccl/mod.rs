@@ -381,7 +381,7 @@ const FLOOR_BYTES_PER_S: f64 = 1e9;
 /// The longest one step of this test may take without being stuck: the communicator's
 /// set-up (which waits up to [`RENDEZVOUS_WAIT`] for the peers) or the largest size's
 /// iterations at [`FLOOR_BYTES_PER_S`], whichever is longer.
-fn slowest_step(p: &Params, plan: &[spec::Counts]) -> Duration {
+pub fn slowest_step(p: &Params, plan: &[spec::Counts]) -> Duration {
     let largest = plan.iter().map(|c| c.bytes).max().unwrap_or(0) as f64;
     let modes = if p.has_in_place() { 2.0 } else { 1.0 };
     let rounds = (p.warmup + p.iters) as f64 * modes;

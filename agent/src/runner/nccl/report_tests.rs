@@ -192,6 +192,43 @@ fn json_files_are_never_overwritten() {
     );
 }
 
+/// `nccl-library=` of nccl-tests' first line.
+fn nccl_library(capture: &str) -> i32 {
+    capture
+        .lines()
+        .next()
+        .and_then(|l| l.split("nccl-library=").nth(1))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("nccl-library= on the first line")
+}
+
+/// The capture's `#  Rank  0 Group  0 Pid   4242 on   host device  0 [0000:00:06] NAME`
+/// lines, as the ranks our preamble describes.
+fn rank_lines(capture: &str) -> Vec<RankLine> {
+    capture
+        .lines()
+        .filter(|l| l.starts_with("#  Rank "))
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (bus, name) = l
+                .split_once('[')
+                .and_then(|(_, r)| r.split_once("] "))
+                .unwrap();
+            RankLine {
+                rank: f[2].parse().unwrap(),
+                pid: f[6].parse().unwrap(),
+                host: f[8].into(),
+                dev: DeviceInfo {
+                    device: f[10].parse().unwrap(),
+                    name: name.trim_end().into(),
+                    bus_id: bus.into(),
+                },
+            }
+        })
+        .collect()
+}
+
 /// Where each whitespace-separated field of a line ends.
 fn field_ends(line: &str) -> Vec<usize> {
     let b = line.as_bytes();
@@ -235,17 +272,7 @@ fn two_gpu_tables_match_nccl_tests_line_for_line() {
             every_size: true,
             ..Params::default()
         };
-        let dev = |i: usize, bus: &str| RankLine {
-            rank: i,
-            pid: 4242,
-            host: "vm".into(),
-            dev: DeviceInfo {
-                device: i,
-                name: "NVIDIA H200".into(),
-                bus_id: bus.into(),
-            },
-        };
-        let ours = preamble(&p, 22803, &[dev(0, "0000:00:06"), dev(1, "0000:00:07")]);
+        let ours = preamble(&p, nccl_library(&theirs), &rank_lines(&theirs));
         let their_lines: Vec<&str> = theirs.lines().collect();
         let header_at = their_lines
             .iter()
