@@ -211,6 +211,40 @@ pub fn mutated(seeds: Vec<Vec<u8>>) -> impl Strategy<Value = Vec<u8>> {
         .prop_map(|(seed, edits)| edits.iter().fold(seed, apply))
 }
 
+/// A seed with one word of an early line stretched to up to 4 KiB and a later line repeated
+/// up to 512 times: the shape that catches a parser keeping a header's or a section's
+/// value in every line below it (a perftest column name, a UCX memory domain), which
+/// random edits rarely build.
+pub fn amplified(seeds: Vec<Vec<u8>>) -> impl Strategy<Value = Vec<u8>> {
+    (
+        proptest::sample::select(seeds),
+        place(),
+        place(),
+        place(),
+        1usize..4096,
+        1usize..512,
+    )
+        .prop_map(|(seed, early, word, later, stretch, copies)| {
+            let mut lines: Vec<Vec<u8>> = seed.split(|b| *b == b'\n').map(<[u8]>::to_vec).collect();
+            let i = early.index(lines.len());
+            let line = &mut lines[i];
+            if !line.is_empty() {
+                // Repeat one byte of a word (not a separator) so the word grows in place.
+                let at = word.index(line.len());
+                let byte = if line[at].is_ascii_whitespace() {
+                    b'x'
+                } else {
+                    line[at]
+                };
+                line.splice(at..at, std::iter::repeat_n(byte, stretch));
+            }
+            let j = i + later.index(lines.len() - i);
+            let copy = lines[j].clone();
+            lines.splice(j..j, std::iter::repeat_n(copy, copies));
+            lines.join(&b'\n')
+        })
+}
+
 /// Lines made of `words` (a format's own markers), numbers and noise: past a parser's
 /// first checks more often than arbitrary bytes.
 pub fn lines_of(words: &'static [&'static str]) -> impl Strategy<Value = Vec<u8>> {

@@ -4,7 +4,7 @@
 
 use proptest::prelude::*;
 
-use super::{any_bytes, bounded, config, lines_of, mutated, seeds, text, timed};
+use super::{amplified, any_bytes, bounded, config, lines_of, mutated, seeds, text, timed};
 use crate::runner::nccl::{debug, evidence};
 
 const LOGS: &[&str] = &[
@@ -79,6 +79,11 @@ proptest! {
 
     #[test]
     fn mutated_captures(bytes in mutated(seeds(LOGS, "nccl_log"))) {
+        check(&bytes)?;
+    }
+
+    #[test]
+    fn amplified_captures(bytes in amplified(seeds(LOGS, "nccl_log"))) {
         check(&bytes)?;
     }
 }

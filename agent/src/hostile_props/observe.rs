@@ -4,7 +4,7 @@
 use heddle_types::observe::{MAX_BANDS_PER_COMM, MAX_COMMS, MAX_SPOOL_FILE_LEN};
 use proptest::prelude::*;
 
-use super::{any_bytes, bounded, config, lines_of, mutated, seeds, timed};
+use super::{amplified, any_bytes, bounded, config, lines_of, mutated, seeds, timed};
 use crate::observe::inspector::parse_log;
 
 const WORDS: &[&str] = &[
@@ -56,6 +56,11 @@ proptest! {
 
     #[test]
     fn inspector_mutated_logs(bytes in mutated(seeds(&[], "inspector"))) {
+        check(&bytes)?;
+    }
+
+    #[test]
+    fn inspector_amplified_logs(bytes in amplified(seeds(&[], "inspector"))) {
         check(&bytes)?;
     }
 }

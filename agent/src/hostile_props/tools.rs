@@ -4,7 +4,7 @@
 
 use proptest::prelude::*;
 
-use super::{any_bytes, bounded, config, lines_of, mutated, seeds, text, timed};
+use super::{amplified, any_bytes, bounded, config, lines_of, mutated, seeds, text, timed};
 use crate::runner::{rdma, ucx_parse};
 
 const UCX: &[&str] = &[
@@ -119,6 +119,11 @@ proptest! {
     }
 
     #[test]
+    fn ucx_amplified_captures(bytes in amplified(seeds(UCX, "ucx"))) {
+        check_ucx(&bytes)?;
+    }
+
+    #[test]
     fn perftest_arbitrary_bytes(bytes in any_bytes()) {
         check_perftest(&bytes)?;
     }
@@ -130,6 +135,11 @@ proptest! {
 
     #[test]
     fn perftest_mutated_tables(bytes in mutated(seeds(&[], "perftest"))) {
+        check_perftest(&bytes)?;
+    }
+
+    #[test]
+    fn perftest_amplified_tables(bytes in amplified(seeds(&[], "perftest"))) {
         check_perftest(&bytes)?;
     }
 }
