@@ -11,7 +11,8 @@
 #     --device=/dev/infiniband --cap-add=IPC_LOCK --ulimit memlock=-1 \
 #     -v /sys:/sys:ro -v /etc:/host/etc:ro -v /var/lib/heddle-agent:/var/lib/heddle-agent \
 #     -e HEDDLE_SERVER=http://heddle:8080 -e HEDDLE_ENROLL_TOKEN=hde_... heddle-agent:dev
-ARG BASE_IMAGE=debian:bookworm-slim
+# build-images.sh passes the base: debian:bookworm-slim by digest, or a local debootstrap.
+ARG BASE_IMAGE=debian:bookworm-slim@sha256:abd67ffcfa541b485a3dff59865ab629aa048a6c613e639d36e7456b0b229241
 FROM ${BASE_IMAGE}
 RUN apt-get update -q \
  && apt-get install -y -q --no-install-recommends \

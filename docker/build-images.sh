@@ -6,11 +6,14 @@
 #   heddle-agent:$TAG     the node agent, with NCCL, rdma-core, perftest and ucx-utils
 #   heddle-postgres:$TAG  Debian's PostgreSQL, for tests and the compose file
 #
-# Every image starts FROM $HEDDLE_BASE_IMAGE (default debian:bookworm-slim). When that image
-# is not in the local Docker engine and cannot be pulled (no registry reachable), a local
-# base is made instead: `debootstrap --variant=minbase bookworm` from $HEDDLE_DEBIAN_MIRROR,
-# imported with `docker import` as heddle-base:bookworm. The root file system tarball is
-# cached under ~/.cache/heddle-docker/, so only the first run downloads Debian.
+# Every image starts FROM $HEDDLE_BASE_IMAGE (default debian:bookworm-slim, pinned by the
+# digest below: a registry's tag can be pushed again, a digest always names the same
+# bytes). When that image is not in the local Docker engine and cannot be pulled (no
+# registry reachable), a local base is made instead: `debootstrap --variant=minbase
+# bookworm` from $HEDDLE_DEBIAN_MIRROR, checked against Debian's archive keyring (the
+# signed Release file carries the hash of every package), imported with `docker import`
+# as heddle-base:bookworm. The root file system tarball is cached under
+# ~/.cache/heddle-docker/, so only the first run downloads Debian.
 #
 # NCCL for the agent comes from NVIDIA's wheel on PyPI (nvidia-nccl-cu12, pinned by version
 # and hash below), downloaded once into the same cache: the wheel holds libnccl.so.2 only.
@@ -25,7 +28,11 @@ target=${CARGO_TARGET_DIR:-$HOME/.cache/heddle-target}
 # HEDDLE_BIN_DIR picks other binaries (e.g. a debug build while iterating).
 bin=${HEDDLE_BIN_DIR:-$target/release}
 tag=${HEDDLE_IMAGE_TAG:-dev}
-base=${HEDDLE_BASE_IMAGE:-debian:bookworm-slim}
+# debian:bookworm-slim's multi-platform index, as docker-library's repo-info recorded it
+# (docs/security.md, "Pinned artefacts", says how to move it on).
+base_digest=sha256:abd67ffcfa541b485a3dff59865ab629aa048a6c613e639d36e7456b0b229241
+base=${HEDDLE_BASE_IMAGE:-debian:bookworm-slim@$base_digest}
+keyring=${HEDDLE_DEBIAN_KEYRING:-/usr/share/keyrings/debian-archive-keyring.gpg}
 mirror=${HEDDLE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 cache=${HEDDLE_DOCKER_CACHE:-$HOME/.cache/heddle-docker}
 local_base=heddle-base:bookworm
@@ -36,6 +43,8 @@ log() { printf 'build-images: %s\n' "$*" >&2; }
 t0=$(date +%s)
 
 docker info >/dev/null 2>&1 || { log "the Docker engine does not answer (docker info)"; exit 1; }
+[[ "$base" == *@sha256:* ]] \
+    || log "warning: $base is not pinned by digest (image@sha256:<digest> always means the same bytes)"
 
 if ! docker image inspect "$base" >/dev/null 2>&1 && ! timeout 60 docker pull -q "$base" >/dev/null 2>&1; then
     log "$base is not available; using a local Debian bookworm base ($local_base)"
@@ -44,12 +53,14 @@ if ! docker image inspect "$base" >/dev/null 2>&1 && ! timeout 60 docker pull -q
         tarball="$cache/bookworm-minbase.tar"
         if [[ ! -s "$tarball" ]]; then
             command -v debootstrap >/dev/null || { log "debootstrap is missing; run: apt-get install debootstrap"; exit 1; }
+            # Without a keyring debootstrap only warns and goes on unverified: refuse instead.
+            [[ -s "$keyring" ]] || { log "$keyring is missing; run: apt-get install debian-archive-keyring"; exit 1; }
             [[ $(id -u) -eq 0 ]] || { log "debootstrap needs root"; exit 1; }
             mkdir -p "$cache"
             root=$(mktemp -d "$cache/rootfs.XXXXXX")
             trap 'rm -rf "$root"' EXIT
             log "debootstrap --variant=minbase bookworm from $mirror"
-            debootstrap --variant=minbase bookworm "$root" "$mirror" >"$cache/debootstrap.log" 2>&1 \
+            debootstrap --variant=minbase --keyring="$keyring" bookworm "$root" "$mirror" >"$cache/debootstrap.log" 2>&1 \
                 || { tail -n 20 "$cache/debootstrap.log" >&2; exit 1; }
             # What the official slim image does too: no caches, no docs, no recommends.
             rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*

@@ -1,6 +1,7 @@
 # The Heddle API server. Built by docker/build-images.sh from the release binary compiled
 # on the host; several replicas may share one Postgres.
-ARG BASE_IMAGE=debian:bookworm-slim
+# build-images.sh passes the base: debian:bookworm-slim by digest, or a local debootstrap.
+ARG BASE_IMAGE=debian:bookworm-slim@sha256:abd67ffcfa541b485a3dff59865ab629aa048a6c613e639d36e7456b0b229241
 FROM ${BASE_IMAGE}
 RUN apt-get update -q \
  && apt-get install -y -q --no-install-recommends ca-certificates tini \

@@ -22,7 +22,15 @@ ensure_componentize_py() {
     fi
     echo "build-python-plugin: installing componentize-py $componentize_version into $venv" >&2
     python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet --disable-pip-version-check "componentize-py==$componentize_version"
+    # The pinned version comes with its hash (scripts/requirements/componentize-py.txt);
+    # another one, asked for by HEDDLE_COMPONENTIZE_PY_VERSION, is taken as the index has it.
+    local req="$repo/scripts/requirements/componentize-py.txt"
+    if grep -q "^componentize-py==$componentize_version " "$req"; then
+        "$venv/bin/pip" install --quiet --disable-pip-version-check --require-hashes --no-deps -r "$req"
+    else
+        echo "build-python-plugin: componentize-py $componentize_version is not pinned by hash" >&2
+        "$venv/bin/pip" install --quiet --disable-pip-version-check "componentize-py==$componentize_version"
+    fi
 }
 
 # sha256 over every input of a build, in a stable order.

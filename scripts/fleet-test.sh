@@ -14,14 +14,17 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/heddle-target}
 venv=${HEDDLE_VENV:-$HOME/.cache/heddle-venv}
-schemathesis_version=3.39.16
-# Newer hypothesis releases break schemathesis 3.39 ('many' object has no attribute 'more').
-hypothesis_version=6.127.0
+# Versions and hashes: scripts/requirements/fleet-test.txt. Newer hypothesis releases break
+# schemathesis 3.39 ('many' object has no attribute 'more'), hence its own pin there.
+requirements="$repo/scripts/requirements/fleet-test.txt"
+pinned() { awk -v p="$1==" 'index($0, p) == 1 { sub(p, ""); print $1; exit }' "$requirements"; }
+schemathesis_version=$(pinned schemathesis)
+hypothesis_version=$(pinned hypothesis)
 
 if [[ ! -x "$venv/bin/schemathesis" ]] || ! "$venv/bin/schemathesis" --version 2>/dev/null | grep -q "$schemathesis_version" \
     || ! "$venv/bin/pip" show hypothesis 2>/dev/null | grep -qx "Version: $hypothesis_version"; then
     python3 -m venv "$venv"
-    "$venv/bin/pip" install -q "schemathesis==$schemathesis_version" "hypothesis==$hypothesis_version"
+    "$venv/bin/pip" install -q --require-hashes --no-deps -r "$requirements"
 fi
 if [[ "${HEDDLE_PROFILE:-release}" == dev ]]; then
     cargo build -p heddle-server -p heddle-agent

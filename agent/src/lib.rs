@@ -7,6 +7,8 @@ pub mod detect;
 pub mod exec;
 pub mod facts;
 pub mod host_conf;
+#[cfg(test)]
+mod hostile_props;
 pub mod lifecycle;
 pub mod observe;
 pub mod runner;

@@ -79,6 +79,11 @@ fn cpulists_parse_like_the_kernel_writes_them() {
     assert_eq!(parse_cpulist("").unwrap(), Vec::<usize>::new());
     assert!(parse_cpulist("3-1").is_err());
     assert!(parse_cpulist("x").is_err());
+    // A few bytes per range must not become 65536 numbers each, again and again.
+    let repeated = vec!["0-65535"; 1000].join(",");
+    assert!(parse_cpulist(&repeated).is_err());
+    assert!(parse_cpulist(&vec!["7"; MAX_CPUS + 1].join(",")).is_err());
+    assert_eq!(parse_cpulist("0-65535").unwrap().len(), MAX_CPUS);
 }
 
 #[test]

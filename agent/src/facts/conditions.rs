@@ -198,7 +198,7 @@ fn nccl_conf(root: &mut Root, env: &BTreeMap<String, String>) -> Vec<NcclConfFil
     paths.push("/etc/nccl.conf".into());
     let mut out = Vec::new();
     for path in paths {
-        match std::fs::read(root.own_path(&path)) {
+        match super::sysfs::read_capped(&root.own_path(&path)) {
             Ok(bytes) => out.push(NcclConfFile {
                 variables: parse_nccl_conf(&String::from_utf8_lossy(&bytes)),
                 path,

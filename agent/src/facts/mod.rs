@@ -12,6 +12,8 @@ mod conditions;
 mod gpu;
 mod gpudirect;
 mod host;
+#[cfg(test)]
+mod hostile_props;
 mod net;
 mod nvlink;
 mod nvml_conditions;

@@ -81,7 +81,7 @@ impl Root {
     /// Whole file, trailing whitespace trimmed (sysfs values end in a newline).
     pub fn read(&self, rel: &str) -> Result<String, ReadError> {
         let path = self.path(rel);
-        let bytes = std::fs::read(&path).map_err(|source| ReadError::Io {
+        let bytes = read_capped(&path).map_err(|source| ReadError::Io {
             path: rel.to_string(),
             source,
         })?;
@@ -227,6 +227,27 @@ impl Root {
     pub fn take_errors(&mut self) -> Vec<FactError> {
         std::mem::take(&mut self.errors)
     }
+}
+
+/// Largest file the collector reads whole. A sysfs attribute is at most a page and the
+/// procfs files read are a few KiB; a fixture tree, a container's fake `/proc` or a
+/// config file can be anything, so a larger file is refused rather than read.
+pub const MAX_READ: u64 = 1 << 20;
+
+/// `std::fs::read`, refusing a file larger than [`MAX_READ`] (and never reading more).
+pub fn read_capped(path: &Path) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(MAX_READ + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_READ {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("larger than {MAX_READ} bytes"),
+        ));
+    }
+    Ok(bytes)
 }
 
 fn components(path: &str) -> Vec<String> {

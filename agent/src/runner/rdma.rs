@@ -157,6 +157,12 @@ impl PerfRow {
     }
 }
 
+/// Longest column name kept from a perftest header (its own are under 20 characters),
+/// and most columns: every row repeats the names, so a long one would be copied once per
+/// row of a hostile or broken output.
+const MAX_COLUMN_NAME: usize = 48;
+const MAX_COLUMNS: usize = 16;
+
 /// perftest's result table: the `#bytes` header, then one line per size. Column names
 /// contain single spaces (`BW peak[MB/sec]`), so the header splits on runs of two or more.
 pub fn parse_perftest(text: &str) -> Result<Vec<PerfRow>, String> {
@@ -174,6 +180,10 @@ pub fn parse_perftest(text: &str) -> Result<Vec<PerfRow>, String> {
                 } else {
                     cols.push(part.to_string());
                 }
+            }
+            cols.truncate(MAX_COLUMNS);
+            for c in &mut cols {
+                c.truncate(clipped(c, MAX_COLUMN_NAME).len());
             }
             header = Some(cols);
             continue;
@@ -205,12 +215,24 @@ pub fn parse_perftest(text: &str) -> Result<Vec<PerfRow>, String> {
                 .map(str::trim)
                 .find(|l| !l.is_empty() && !l.starts_with('-'))
             {
-                Some(first) => format!("no result table in perftest output (it said: {first})"),
+                Some(first) => format!(
+                    "no result table in perftest output (it said: {})",
+                    clipped(first, 200)
+                ),
                 None => "no result table in perftest output".into(),
             },
         );
     }
     Ok(rows)
+}
+
+/// `s` cut to at most `max` bytes, at a character boundary.
+fn clipped(s: &str, max: usize) -> &str {
+    let end = (0..=max.min(s.len()))
+        .rev()
+        .find(|i| s.is_char_boundary(*i))
+        .unwrap_or(0);
+    &s[..end]
 }
 
 /// What perftest's header says about the path: `Device : mlx5_0`, `Link type : IB`,

@@ -19,6 +19,21 @@ pub struct UcxTransport {
     pub latency: Option<String>,
 }
 
+/// Longest value kept of one `# key: value` line (UCX's own are under 40 characters):
+/// the memory domain, component and transport are copied into every device below them,
+/// so a long one would be copied once per line of a broken output. Longer keys are none
+/// of UCX's.
+const MAX_VALUE: usize = 64;
+const MAX_KEY: usize = 32;
+
+fn clipped(value: &str) -> String {
+    let end = (0..=MAX_VALUE.min(value.len()))
+        .rev()
+        .find(|i| value.is_char_boundary(*i))
+        .unwrap_or(0);
+    value[..end].to_string()
+}
+
 /// `ucx_info -d`, old layout (blank `#` lines, lower-case `component`) or new.
 pub fn parse_info_devices(text: &str) -> Vec<UcxTransport> {
     let mut out: Vec<UcxTransport> = Vec::new();
@@ -32,7 +47,10 @@ pub fn parse_info_devices(text: &str) -> Vec<UcxTransport> {
         let Some((key, value)) = body.split_once(':') else {
             continue;
         };
-        let (key, value) = (key.trim().to_ascii_lowercase(), value.trim().to_string());
+        if key.len() > MAX_KEY {
+            continue;
+        }
+        let (key, value) = (key.trim().to_ascii_lowercase(), clipped(value.trim()));
         match key.as_str() {
             "memory domain" => {
                 md = Some(value);

@@ -7,6 +7,8 @@
 /// nothing.
 pub const MAX_NODES: usize = 4096;
 
+use heddle_types::names::HOSTNAME;
+
 /// Longest number in a range: 18 digits always fit in a `u64`.
 const MAX_DIGITS: usize = 18;
 
@@ -33,16 +35,9 @@ pub fn expand(s: &str) -> Result<NodeList, String> {
         if item.chars().any(|c| c.is_whitespace() || c.is_control()) {
             return Err(format!("{item:?}: a node name has no spaces"));
         }
-        let parts = parse_item(item)?;
-        let mut count: usize = 1;
-        for p in &parts {
-            if let Part::Group(g) = p {
-                count = count.saturating_mul(g.len());
-            }
-        }
-        if count.saturating_add(names.len()) > MAX_NODES {
-            return Err(format!("{s:?} expands to more than {MAX_NODES} names"));
-        }
+        let parts = parse_item(item, MAX_NODES - names.len()).map_err(|e| {
+            e.unwrap_or_else(|| format!("{s:?} expands to more than {MAX_NODES} names"))
+        })?;
         let mut expanded = vec![String::new()];
         for p in &parts {
             expanded = match p {
@@ -83,14 +78,26 @@ fn split_top_level(s: &str) -> Result<Vec<&str>, String> {
     Ok(items)
 }
 
-fn parse_item(item: &str) -> Result<Vec<Part>, String> {
+/// The parts of one name pattern that expands to at most `room` names; `Err(None)` when
+/// it would expand to more. Checked group by group, so `[1-4096]` written ten thousand
+/// times is refused at its second group rather than after it was all parsed, and the
+/// longest name it makes is checked against the host name rule, so that no name is longer
+/// than a node's may be.
+fn parse_item(item: &str, room: usize) -> Result<Vec<Part>, Option<String>> {
     let mut parts = Vec::new();
     let mut rest = item;
+    let (mut count, mut longest) = (1usize, 0usize);
     while !rest.is_empty() {
         match rest.find('[') {
             Some(0) => {
                 let end = rest.find(']').expect("brackets were checked");
-                parts.push(Part::Group(parse_group(item, &rest[1..end])?));
+                let group = parse_group(item, &rest[1..end])?;
+                count = count.saturating_mul(group.len());
+                if count > room {
+                    return Err(None);
+                }
+                longest += group.iter().map(String::len).max().unwrap_or(0);
+                parts.push(Part::Group(group));
                 rest = &rest[end + 1..];
             }
             Some(i) => {
@@ -102,6 +109,19 @@ fn parse_item(item: &str) -> Result<Vec<Part>, String> {
                 rest = "";
             }
         }
+        if let Some(Part::Text(t)) = parts.last() {
+            longest += t.len();
+        }
+        if longest > HOSTNAME.max_len {
+            return Err(Some(format!(
+                "{item:?} makes names longer than {} characters",
+                HOSTNAME.max_len
+            )));
+        }
+    }
+    // A name without a group is one name too.
+    if count > room {
+        return Err(None);
     }
     Ok(parts)
 }
@@ -227,5 +247,93 @@ mod tests {
         );
         let list = format!("n[1-{MAX_NODES}],x");
         assert!(expand(&list).unwrap_err().contains("more than"));
+    }
+
+    /// The largest input a strategy below makes, and how long one may take to expand.
+    const SLOW: std::time::Duration = std::time::Duration::from_secs(1);
+
+    fn config() -> proptest::test_runner::Config {
+        let cases = std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(512);
+        proptest::test_runner::Config {
+            failure_persistence: None,
+            ..proptest::test_runner::Config::with_cases(cases)
+        }
+    }
+
+    /// Text made of the syntax's own pieces, so most cases get past the first check.
+    fn hostlist_like() -> impl Strategy<Value = String> {
+        let piece = prop_oneof![
+            Just("[".to_string()),
+            Just("]".to_string()),
+            Just(",".to_string()),
+            Just("-".to_string()),
+            Just("[1-4096]".to_string()),
+            Just("[0-999999999999999999]".to_string()),
+            "[0-9]{1,20}",
+            "[a-z.-]{1,12}",
+            "\\PC{0,3}",
+            (1usize..300).prop_map(|n| "x".repeat(n)),
+        ];
+        proptest::collection::vec(piece, 0..40).prop_map(|p| p.concat())
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(config())]
+
+        #[test]
+        fn any_text_expands_to_a_bounded_list_or_an_error(s in prop_oneof![hostlist_like(), "\\PC{0,200}"]) {
+            let start = std::time::Instant::now();
+            let out = expand(&s);
+            prop_assert!(start.elapsed() < SLOW, "{:?} took {:?}", s, start.elapsed());
+            match out {
+                Ok(NodeList(names)) => {
+                    prop_assert!(names.len() <= MAX_NODES);
+                    for n in &names {
+                        prop_assert!(!n.is_empty() && n.len() <= HOSTNAME.max_len, "{:?}", n);
+                    }
+                }
+                Err(e) => prop_assert!(e.len() <= 16 * s.len() + 200, "{}", e),
+            }
+        }
+
+        #[test]
+        fn plain_lists_read_back_as_written(names in proptest::collection::vec("[a-z][a-z0-9.-]{0,30}", 1..50)) {
+            prop_assert_eq!(expand(&names.join(",")).unwrap().0, names);
+        }
+
+        #[test]
+        fn ranges_expand_in_order_with_padding(prefix in "[a-z]{1,10}", lo in 0u64..5000, len in 1u64..100, width in 1usize..8) {
+            let hi = lo + len - 1;
+            let text = format!("{prefix}[{lo:0width$}-{hi}]");
+            let want: Vec<String> = (lo..=hi).map(|n| format!("{prefix}{n:0width$}")).collect();
+            prop_assert_eq!(expand(&text).unwrap().0, want);
+        }
+    }
+
+    #[test]
+    fn many_groups_and_long_names_are_refused_early() {
+        // Each group alone is allowed; their product is refused at the second one, before
+        // ten thousand of them are parsed into 4096 numbers each.
+        let groups = format!("n{}", "[1-4096]".repeat(10_000));
+        let start = std::time::Instant::now();
+        assert!(expand(&groups).unwrap_err().contains("more than"));
+        assert!(start.elapsed() < SLOW);
+        // 4096 names of 100 kB each would be 400 MB.
+        let long = format!("{}[1-4096]", "x".repeat(100_000));
+        assert!(expand(&long).unwrap_err().contains("longer than 253"));
+        assert_eq!(names(&"y".repeat(253)).len(), 1);
+        assert!(expand(&"y".repeat(254)).is_err());
+        assert_eq!(
+            expand(&format!("{}[1-9]", "y".repeat(252)))
+                .unwrap()
+                .0
+                .len(),
+            9
+        );
     }
 }
