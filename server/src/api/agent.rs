@@ -209,6 +209,7 @@ pub async fn claim(State(state): State<AppState>, agent: AgentCaller) -> ApiResu
             world_size: r.world_size,
             attempt: r.attempts,
             lease_expires_at: r.lease_expires_at,
+            lease_s: Some(lease_secs(&state)),
         })
         .into_response(),
     })
@@ -243,6 +244,7 @@ pub async fn renew(
     .await?;
     Ok(Json(LeaseRenewed {
         lease_expires_at,
+        lease_s: Some(lease_secs(&state)),
         cancel,
     }))
 }
