@@ -258,15 +258,28 @@ fn stall_limit(default: Duration, run: Option<u32>) -> StallLimit {
 #[derive(Debug, Clone, Copy)]
 struct LeaseTerm {
     until: Option<Instant>,
+    /// The whole term granted.
+    term: Option<Duration>,
     expires: chrono::DateTime<Utc>,
 }
 
 impl LeaseTerm {
     fn new(lease_s: Option<f64>, expires: chrono::DateTime<Utc>, sent: Instant) -> LeaseTerm {
-        let until = lease_s
+        let term = lease_s
             .filter(|s| s.is_finite() && *s >= 0.0)
-            .map(|s| sent + Duration::from_secs_f64(s.min(86_400.0)));
-        LeaseTerm { until, expires }
+            .map(|s| Duration::from_secs_f64(s.min(86_400.0)));
+        LeaseTerm {
+            until: term.map(|t| sent + t),
+            term,
+            expires,
+        }
+    }
+
+    /// How long one replica may take to answer a renewal: a third of the term (at least a
+    /// second), so a hanging replica leaves time to ask the others before it lapses.
+    fn per_replica(&self) -> Option<Duration> {
+        self.term
+            .map(|t| (t / 3).clamp(Duration::from_secs(1), Duration::from_secs(10)))
     }
 
     fn left(&self, now: Instant, wall_now: chrono::DateTime<Utc>) -> Option<Duration> {
@@ -322,7 +335,7 @@ async fn renew_loop(
             claim_id: Some(lease.claim_id),
         };
         let sent = Instant::now();
-        match agent.client.renew(job_id, &req).await {
+        match agent.client.renew(job_id, &req, term.per_replica()).await {
             Ok(RenewOutcome::Renewed(r)) => {
                 failures = 0;
                 backoff.reset();
