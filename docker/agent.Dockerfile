@@ -18,6 +18,7 @@ RUN apt-get update -q \
  && apt-get install -y -q --no-install-recommends \
       ca-certificates tini iproute2 pciutils libstdc++6 \
       rdma-core libibverbs1 librdmacm1 ibverbs-providers ibverbs-utils perftest ucx-utils \
+      libfaketime \
  && rm -rf /var/lib/apt/lists/*
 # A layer of its own before the binary, so a new agent does not copy NCCL again.
 COPY nccl /opt/nccl

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Prepares and runs the fleet test (tests/tests/fleet.rs): release binaries, the Docker
 # images (docker/build-images.sh), schemathesis in a venv under ~/.cache/heddle-venv, then
-# `cargo test -p heddle-e2e --test fleet --test fleet_outage` (the second stops Postgres for
-# two minutes under running jobs). Each step is skipped when already done.
+# `cargo test -p heddle-e2e --test fleet --test fleet_outage --test fleet_faults --test fleet_db_faults`
+# (fleet_outage stops Postgres for two minutes under running jobs; the last two break an
+# agent's disk and clock, kill replicas and cut one off from Postgres for 30 s). Each step
+# is skipped when already done.
 #
 #   scripts/fleet-test.sh            # everything
 #   scripts/fleet-test.sh --prepare  # only the binaries, images and venv (what CI runs first)
@@ -34,4 +36,4 @@ else
     docker/build-images.sh
 fi
 [[ "${1:-}" == --prepare ]] && exit 0
-HEDDLE_VENV="$venv" cargo test -p heddle-e2e --test fleet --test fleet_outage -- --nocapture
+HEDDLE_VENV="$venv" cargo test -p heddle-e2e --test fleet --test fleet_outage --test fleet_faults --test fleet_db_faults -- --nocapture

@@ -292,10 +292,18 @@ impl Client {
             .map(Some)
     }
 
-    pub async fn renew(&self, job_id: Uuid, req: &LeaseRenew) -> Result<RenewOutcome, ClientError> {
+    /// Renews a lease. `per_replica` bounds each replica's answer (default: the request
+    /// timeout): a renewal must reach a replica that answers before the lease lapses, so
+    /// one that hangs (its own database connection cut) is left early for the next.
+    pub async fn renew(
+        &self,
+        job_id: Uuid,
+        req: &LeaseRenew,
+        per_replica: Option<Duration>,
+    ) -> Result<RenewOutcome, ClientError> {
         let path = format!("/agent/jobs/{job_id}/renew");
         let resp = self
-            .send(Method::POST, &path, Some(req), None, true)
+            .send(Method::POST, &path, Some(req), per_replica, true)
             .await?;
         if resp.status() == StatusCode::CONFLICT {
             return Ok(RenewOutcome::LeaseLost(error_message(resp).await.1));

@@ -81,7 +81,7 @@ async fn upload_is_idempotent_and_conflicts_are_definitive() {
         }),
         claim_id: Some(lease.claim_id),
     };
-    match client.renew(lease.job_id, &progress).await.unwrap() {
+    match client.renew(lease.job_id, &progress, None).await.unwrap() {
         RenewOutcome::Renewed(r) => assert!(!r.cancel),
         other => panic!("{other:?}"),
     }
@@ -123,7 +123,7 @@ async fn upload_is_idempotent_and_conflicts_are_definitive() {
     // The job is finished: its lease is gone.
     assert!(matches!(
         client
-            .renew(lease.job_id, &LeaseRenew::default())
+            .renew(lease.job_id, &LeaseRenew::default(), None)
             .await
             .unwrap(),
         RenewOutcome::LeaseLost(_)

@@ -133,6 +133,18 @@ pub struct Config {
     /// restarts, by hash of their bytes; unset compiles each plugin once per process.
     #[arg(long, env = "HEDDLE_PLUGIN_CACHE_DIR")]
     pub plugin_cache_dir: Option<PathBuf>,
+
+    /// Milliseconds the plugin reconciler holds each claimed batch (its transaction and
+    /// advisory locks open) before evaluating it, with a log line when it starts. 0 (the
+    /// default) outside fault tests, which use it to break the database under a held batch.
+    #[arg(
+        long,
+        env = "HEDDLE_RECONCILER_HOLD_MS",
+        default_value_t = 0,
+        hide = true
+    )]
+    pub reconciler_hold_ms: u64,
+
     /// Longest a request may take, in seconds, before it is answered 503 and dropped. Result
     /// and plugin uploads get HEDDLE_UPLOAD_TIMEOUT_S, long polls
     /// HEDDLE_LONG_POLL_TIMEOUT_S.

@@ -69,6 +69,8 @@ pub struct Fleet {
     pub prefix: String,
     pub network: String,
     containers: Vec<String>,
+    /// Networks made by [`Fleet::add_network`], removed with the fleet.
+    networks: Vec<String>,
 }
 
 impl Fleet {
@@ -83,6 +85,7 @@ impl Fleet {
             prefix,
             network,
             containers: Vec::new(),
+            networks: Vec::new(),
         })
     }
 
@@ -99,10 +102,27 @@ impl Fleet {
         env: &[(&str, String)],
         extra: &[&str],
     ) -> anyhow::Result<()> {
+        self.run_also_on(short, image_name, env, extra, &[])
+    }
+
+    /// [`Fleet::run`], attached to the networks `also` too (as `short`) before it starts.
+    pub fn run_also_on(
+        &mut self,
+        short: &str,
+        image_name: &str,
+        env: &[(&str, String)],
+        extra: &[&str],
+        also: &[&str],
+    ) -> anyhow::Result<()> {
         let name = self.name(short);
+        let create = if also.is_empty() {
+            ["run", "-d"]
+        } else {
+            ["create", "-q"]
+        };
         let mut args: Vec<String> = vec![
-            "run".into(),
-            "-d".into(),
+            create[0].into(),
+            create[1].into(),
             "--name".into(),
             name.clone(),
             "--hostname".into(),
@@ -121,9 +141,91 @@ impl Fleet {
         args.extend(extra.iter().map(|s| s.to_string()));
         args.push(image(image_name));
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.containers.push(name.clone());
+        docker(&refs)?;
+        if !also.is_empty() {
+            for network in also {
+                self.connect(network, short)?;
+            }
+            docker(&["start", &name])?;
+        }
+        Ok(())
+    }
+
+    /// Makes another network (`<prefix>-<short>`), removed with the fleet; returns its name.
+    pub fn add_network(&mut self, short: &str) -> anyhow::Result<String> {
+        let name = self.name(short);
+        docker(&["network", "create", "--label", "heddle-fleet=1", &name])?;
+        self.networks.push(name.clone());
+        Ok(name)
+    }
+
+    /// Starts a detached container like [`Fleet::run`], but on `network` only (one of
+    /// [`Fleet::add_network`]'s), reachable there as `short`.
+    pub fn run_on(
+        &mut self,
+        network: &str,
+        short: &str,
+        image_name: &str,
+        env: &[(&str, String)],
+    ) -> anyhow::Result<()> {
+        let name = self.name(short);
+        let mut args: Vec<String> = [
+            "run",
+            "-d",
+            "--name",
+            &name,
+            "--hostname",
+            short,
+            "--network",
+            network,
+            "--network-alias",
+            short,
+            "--label",
+            "heddle-fleet=1",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        for (k, v) in env {
+            args.push("-e".into());
+            args.push(format!("{k}={v}"));
+        }
+        args.push(image(image_name));
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
         self.containers.push(name);
         docker(&refs)?;
         Ok(())
+    }
+
+    /// Attaches a running container to `network` as `short`.
+    pub fn connect(&self, network: &str, short: &str) -> anyhow::Result<()> {
+        docker(&[
+            "network",
+            "connect",
+            "--alias",
+            short,
+            network,
+            &self.name(short),
+        ])?;
+        Ok(())
+    }
+
+    pub fn disconnect(&self, network: &str, short: &str) -> anyhow::Result<()> {
+        docker(&["network", "disconnect", network, &self.name(short)])?;
+        Ok(())
+    }
+
+    /// The container's whole log (stdout and stderr).
+    pub fn full_log(&self, short: &str) -> String {
+        match docker_output(&["logs", &self.name(short)]) {
+            Ok(o) => format!(
+                "{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            ),
+            Err(e) => e.to_string(),
+        }
     }
 
     /// The container's address on the fleet network (the host reaches it directly).
@@ -198,6 +300,9 @@ impl Drop for Fleet {
             let _ = docker_output(&["rm", "-f", "-v", c]);
         }
         let _ = docker_output(&["network", "rm", &self.network]);
+        for n in &self.networks {
+            let _ = docker_output(&["network", "rm", n]);
+        }
     }
 }
 

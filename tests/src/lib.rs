@@ -3,6 +3,7 @@
 //! Docker fleet of the fleet test lives in [`fleet`].
 
 pub mod fleet;
+pub mod fleet_ops;
 pub mod probe;
 
 use std::path::PathBuf;

@@ -115,6 +115,12 @@ pub struct JobLease {
     pub world_size: i32,
     pub attempt: i32,
     pub lease_expires_at: DateTime<Utc>,
+    /// The lease's term in seconds, counted from when this answer was sent: what the agent
+    /// times its renewals by, on its own monotonic clock, so that a node whose wall clock
+    /// is off never misjudges `lease_expires_at` (which is on the server's clock, for
+    /// people). Absent from servers that predate it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_s: Option<f64>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -132,6 +138,12 @@ pub struct LeaseRenew {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LeaseRenewed {
     pub lease_expires_at: DateTime<Utc>,
+    /// The lease's term in seconds, counted from when this answer was sent: what the agent
+    /// times its renewals by, on its own monotonic clock, so that a node whose wall clock
+    /// is off never misjudges `lease_expires_at` (which is on the server's clock, for
+    /// people). Absent from servers that predate it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_s: Option<f64>,
     /// The job was cancelled: stop it and upload an outcome of `cancelled`.
     pub cancel: bool,
 }

@@ -3,7 +3,7 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use heddle_types::agent::{JobLease, LeaseRenew};
@@ -13,7 +13,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use uuid::Uuid;
 
 use super::{Agent, Backoff, LifecycleError};
-use crate::client::{ClientError, RenewOutcome, UploadOutcome};
+use crate::client::{ClientError, RenewOutcome};
 use crate::runner::protocol::{ChildInput, RendezvousAccess};
 use crate::runner::supervise::{
     ChildEnd, ChildReport, ChildSpec, StallLimit, StopReason, supervise,
@@ -36,6 +36,7 @@ pub(super) async fn claim_loop(
     let slots = Arc::new(Semaphore::new(agent.cfg.max_parallel as usize));
     let mut backoff = Backoff::new(Duration::from_secs(1), agent.cfg.backoff_cap);
     loop {
+        agent.held.wait_for_room().await;
         let permit = slots
             .clone()
             .acquire_owned()
@@ -206,32 +207,19 @@ async fn run_job(
     match written {
         Ok(Ok(id)) => {
             tracing::debug!(%job_id, spool_entry = %id, "result spooled");
-            agent.upload_wake.notify_one();
         }
         Ok(Err(err)) => {
-            tracing::error!(%job_id, error = %err, "cannot spool the result; sending it once without a copy on disk");
-            send_unspooled(&agent, &entry).await;
+            let held = agent.held.push(entry);
+            tracing::error!(%job_id, error = %err, held,
+                "cannot spool the result (disk full or read-only?); keeping it in memory and uploading it from there until the disk takes it");
         }
         Err(err) => {
-            tracing::error!(%job_id, error = %err, "spool write panicked; sending the result once without a copy on disk");
-            send_unspooled(&agent, &entry).await;
+            let held = agent.held.push(entry);
+            tracing::error!(%job_id, error = %err, held,
+                "spool write panicked; keeping the result in memory and uploading it from there");
         }
     }
-}
-
-/// Last resort when the disk refuses the spool file: one direct attempt.
-async fn send_unspooled(agent: &Agent, entry: &SpoolEntry) {
-    match agent
-        .client
-        .upload_result(entry.job_id, &entry.upload)
-        .await
-    {
-        Ok(UploadOutcome::Stored(_)) => tracing::info!(job_id = %entry.job_id, "result uploaded"),
-        Ok(other) => tracing::warn!(job_id = %entry.job_id, answer = ?other, "result not stored"),
-        Err(err) => {
-            tracing::error!(job_id = %entry.job_id, error = %err, "result lost: neither spooled nor uploaded")
-        }
-    }
+    agent.upload_wake.notify_one();
 }
 
 fn unsupported(kind: &str) -> ChildReport {
@@ -263,6 +251,45 @@ fn stall_limit(default: Duration, run: Option<u32>) -> StallLimit {
     }
 }
 
+/// What is left of a lease, judged on the agent's monotonic clock from the term the server
+/// gave (`lease_s`, counted from when the request went out, so never longer than the
+/// server's). Only an older server's answer, without a term, is judged by its absolute
+/// expiry against this node's wall clock, which may be minutes off the server's.
+#[derive(Debug, Clone, Copy)]
+struct LeaseTerm {
+    until: Option<Instant>,
+    /// The whole term granted.
+    term: Option<Duration>,
+    expires: chrono::DateTime<Utc>,
+}
+
+impl LeaseTerm {
+    fn new(lease_s: Option<f64>, expires: chrono::DateTime<Utc>, sent: Instant) -> LeaseTerm {
+        let term = lease_s
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .map(|s| Duration::from_secs_f64(s.min(86_400.0)));
+        LeaseTerm {
+            until: term.map(|t| sent + t),
+            term,
+            expires,
+        }
+    }
+
+    /// How long one replica may take to answer a renewal: a third of the term (at least a
+    /// second), so a hanging replica leaves time to ask the others before it lapses.
+    fn per_replica(&self) -> Option<Duration> {
+        self.term
+            .map(|t| (t / 3).clamp(Duration::from_secs(1), Duration::from_secs(10)))
+    }
+
+    fn left(&self, now: Instant, wall_now: chrono::DateTime<Utc>) -> Option<Duration> {
+        match self.until {
+            Some(until) => Some(until.saturating_duration_since(now)),
+            None => (self.expires - wall_now).to_std().ok(),
+        }
+    }
+}
+
 /// How long to wait between renewals: a third of the lease (so two can fail before it
 /// lapses), no more than half a heartbeat, no less than a quarter second.
 pub(crate) fn renew_every(heartbeat: Duration, lease_left: Option<Duration>) -> Duration {
@@ -282,7 +309,7 @@ async fn renew_loop(
     check: Arc<Notify>,
 ) -> Infallible {
     let job_id = lease.job_id;
-    let mut expires = lease.lease_expires_at;
+    let mut term = LeaseTerm::new(lease.lease_s, lease.lease_expires_at, Instant::now());
     let mut failures = 0u32;
     // After a failed renewal: sooner than the usual cadence, but with backoff and never
     // sooner than the server asks (while its database is down it answers 503 with
@@ -292,7 +319,7 @@ async fn renew_loop(
     let mut first = true;
     loop {
         if !first {
-            let left = (expires - Utc::now()).to_std().ok();
+            let left = term.left(Instant::now(), Utc::now());
             let mut wait = renew_every(agent.heartbeat_interval(), left);
             if failures > 0 {
                 wait = wait.min(retry_in);
@@ -307,11 +334,12 @@ async fn renew_loop(
             progress: progress.borrow_and_update().clone().map(sanitize),
             claim_id: Some(lease.claim_id),
         };
-        match agent.client.renew(job_id, &req).await {
+        let sent = Instant::now();
+        match agent.client.renew(job_id, &req, term.per_replica()).await {
             Ok(RenewOutcome::Renewed(r)) => {
                 failures = 0;
                 backoff.reset();
-                expires = r.lease_expires_at;
+                term = LeaseTerm::new(r.lease_s, r.lease_expires_at, sent);
                 if r.cancel {
                     tracing::info!(%job_id, "job cancelled by the server; stopping its child");
                     agent.stop_job(job_id, StopReason::Cancelled);
@@ -386,6 +414,35 @@ mod tests {
             renew_every(Duration::from_secs(600), Some(Duration::from_secs(900))),
             Duration::from_secs(30)
         );
+    }
+
+    #[test]
+    fn a_lease_is_judged_on_the_agent_s_own_clock_whatever_its_wall_clock_says() {
+        let sent = Instant::now();
+        // The server's clock; the node's is ten minutes ahead of it, or behind.
+        let server_now = Utc::now();
+        let expires = server_now + chrono::Duration::seconds(15);
+        let term = LeaseTerm::new(Some(15.0), expires, sent);
+        let later = sent + Duration::from_secs(5);
+        for skew in [-600, 0, 600] {
+            let wall = server_now + chrono::Duration::seconds(5 + skew);
+            assert_eq!(
+                term.left(later, wall),
+                Some(Duration::from_secs(10)),
+                "skew {skew} s"
+            );
+        }
+        assert_eq!(
+            term.left(sent + Duration::from_secs(20), server_now),
+            Some(Duration::ZERO)
+        );
+        // Without a term (an older server) the wall clock is all there is.
+        let old = LeaseTerm::new(None, expires, sent);
+        assert_eq!(
+            old.left(later, server_now + chrono::Duration::seconds(600)),
+            None
+        );
+        assert_eq!(old.left(later, server_now), Some(Duration::from_secs(15)));
     }
 
     #[test]

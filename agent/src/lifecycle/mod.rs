@@ -5,7 +5,8 @@
 //! single thread keeps its footprint small (the tests themselves run in child processes).
 //! The loops are independent tasks that share an [`Agent`]:
 //! - `upload`: drains the spool, oldest first; the claim loop starts only after the
-//!   first drain, so results from before a restart go out first;
+//!   first drain, so results from before a restart go out first; results the disk
+//!   refused are held in memory (`held`) and uploaded from there;
 //! - `report`: heartbeats (which also renew leases and carry cancellations) and facts;
 //! - `job`: claims, runs, renews and spools.
 //!
@@ -14,6 +15,7 @@
 
 mod backoff;
 pub mod facts_link;
+mod held;
 mod job;
 pub mod node_env;
 mod report;
@@ -183,6 +185,8 @@ struct JobHandle {
 pub(crate) struct Agent {
     pub client: Client,
     pub spool: Spool,
+    /// Results the spool refused, until it takes them or the server has them.
+    pub(crate) held: held::Held,
     pub hostname: String,
     pub cfg: Config,
     pub identity_path: PathBuf,
@@ -359,6 +363,7 @@ pub async fn run(args: RunArgs) -> Result<(), LifecycleError> {
     let agent = Arc::new(Agent {
         client,
         spool,
+        held: held::Held::default(),
         hostname,
         cfg: Config {
             claim_interval: args.claim_interval,
@@ -415,6 +420,12 @@ pub async fn run(args: RunArgs) -> Result<(), LifecycleError> {
             .is_err()
     {
         tracing::warn!(dir = %agent.spool.dir().display(), "results left in the spool; they go out at the next start");
+    }
+    if !agent.held.is_empty() {
+        tracing::error!(
+            held = agent.held.len(),
+            "results the disk refused are lost with this process: neither spooled nor uploaded"
+        );
     }
     drop(state);
     outcome

@@ -23,6 +23,22 @@ fn lease_secs(state: &AppState) -> f64 {
     state.config.lease_ttl().as_secs_f64()
 }
 
+/// While this replica knows its database to be out of reach (its lease reaper or `/readyz`
+/// found it so), the agent calls that renew leases answer 503 at once: the agent asks the
+/// next replica before its lease lapses, instead of waiting on a connection that hangs (a
+/// cut network) or having a heartbeat taken into memory that this replica cannot write.
+fn refuse_while_unreachable(state: &AppState) -> ApiResult<()> {
+    match state.db_reach.outage() {
+        None => Ok(()),
+        Some(o) => Err(ApiError::Unavailable(sqlx::Error::Io(
+            std::io::Error::other(format!(
+                "database unreachable since {}: {}",
+                o.since, o.last_error
+            )),
+        ))),
+    }
+}
+
 /// Heartbeat: marks the agent alive, renews the leases of its running jobs and says which
 /// of them to stop. Only reads: the liveness and the renewals are written in this replica's
 /// next batch (`liveness.rs`).
@@ -33,6 +49,7 @@ pub async fn heartbeat(
     agent: AgentCaller,
     Json(req): Json<HeartbeatRequest>,
 ) -> ApiResult<Json<HeartbeatResponse>> {
+    refuse_while_unreachable(&state)?;
     if req.running_jobs.len() > 1024 {
         return Err(ApiError::Unprocessable(
             "running_jobs lists more than 1024 jobs".into(),
@@ -195,6 +212,7 @@ pub async fn put_facts(
 #[utoipa::path(post, path = "/api/v1/agent/jobs/claim", tag = "agent", security(("agent" = [])),
     responses((status = 200, body = JobLease), (status = 204, description = "nothing queued")))]
 pub async fn claim(State(state): State<AppState>, agent: AgentCaller) -> ApiResult<Response> {
+    refuse_while_unreachable(&state)?;
     let mut conn = state.db.acquire().await?;
     let row =
         jobs::store::claim(&mut conn, agent.node_id, agent.agent_id, lease_secs(&state)).await?;
@@ -209,6 +227,7 @@ pub async fn claim(State(state): State<AppState>, agent: AgentCaller) -> ApiResu
             world_size: r.world_size,
             attempt: r.attempts,
             lease_expires_at: r.lease_expires_at,
+            lease_s: Some(lease_secs(&state)),
         })
         .into_response(),
     })
@@ -231,6 +250,7 @@ pub async fn renew(
             "progress message must be at most 1024 bytes and fraction within 0..1".into(),
         ));
     }
+    refuse_while_unreachable(&state)?;
     let mut conn = state.db.acquire().await?;
     let (lease_expires_at, cancel) = jobs::store::renew(
         &mut conn,
@@ -243,6 +263,7 @@ pub async fn renew(
     .await?;
     Ok(Json(LeaseRenewed {
         lease_expires_at,
+        lease_s: Some(lease_secs(&state)),
         cancel,
     }))
 }

@@ -348,6 +348,14 @@ pub async fn reconcile(state: &AppState) -> anyhow::Result<usize> {
             tx.commit().await?;
             continue;
         }
+        if state.config.reconciler_hold_ms > 0 {
+            tracing::info!(
+                nodes = stale.len(),
+                hold_ms = state.config.reconciler_hold_ms,
+                "plugin reconciler holding a claimed batch (HEDDLE_RECONCILER_HOLD_MS)"
+            );
+            tokio::time::sleep(Duration::from_millis(state.config.reconciler_hold_ms)).await;
+        }
         let verdicts = evaluate_nodes(state, &mut tx, mark, &stale).await?;
         tx.commit().await?;
         state.job_env_seen.forget(&stale);
