@@ -161,15 +161,17 @@ def main():
         print("; ".join(lines) or "no results")
         return 0
     if what == "observed-job":
-        # `heddle --json jobs ls`: a finished job of two processes that ran with the node's
-        # environment (env_applied set).
-        for j in doc:
-            if j.get("processes", 0) >= 2 and j.get("finished") and j.get("env_applied"):
-                codes = [x.get("code") for x in j.get("reasons", [])]
-                print(f"{j['job_key']} {j['processes']} processes, {j['communicators']} communicators, "
-                      f"env {j['env_applied'][:12]}, verdict {j['verdict']} {codes}")
-                return 0
-        return 1
+        # `heddle --json jobs ls`: the job's processes, finished, with the node's environment
+        # (env_applied set). Without a scheduler (torchrun --standalone) each process is a
+        # job of its own (key pid:<pid>@<start>); under Slurm or Kubernetes they are one.
+        done = [j for j in doc if j.get("finished") and j.get("env_applied")]
+        procs = sum(j.get("processes", 0) for j in done)
+        if procs < 2:
+            return 1
+        print("; ".join(f"{j['job_key']} {j['processes']} process(es), {j['communicators']} communicator(s), "
+                        f"env {j['env_applied'][:12]}, verdict {j['verdict']} {[x.get('code') for x in j.get('reasons', [])]}"
+                        for j in done))
+        return 0
     print(f"unknown question {what}")
     return 1
 

@@ -380,6 +380,7 @@ impl Engine {
         check: bool,
     ) -> Result<Option<u64>, EngineError> {
         self.fits(k.dtype, c)?;
+        let check = check && (!in_place || k.coll.checked_in_place());
         let es = k.dtype.size();
         let total = c.send.max(c.recv) * es;
         for r in &self.ranks {

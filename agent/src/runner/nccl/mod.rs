@@ -95,7 +95,7 @@ pub fn empty_row(p: &Params, c: &spec::Counts, nranks: usize, in_place: bool) ->
         in_place,
         timing::Timing {
             time_us: 0.0,
-            wrong: p.check.then_some(0),
+            wrong: (p.check && (!in_place || p.coll.checked_in_place())).then_some(0),
             graph: false,
             spread: None,
         },

@@ -54,6 +54,13 @@ impl Collective {
         self.reduces() || self == Collective::SendRecv
     }
 
+    /// Whether its output can be checked when run in place. A sendrecv in place sends and
+    /// receives through one buffer while the peer writes into it: what it holds afterwards
+    /// is not defined, and nccl-tests does not count it (`#wrong` is `N/A`).
+    pub fn checked_in_place(self) -> bool {
+        self != Collective::SendRecv
+    }
+
     /// Whether the collective has a root (the others print `-1`).
     pub fn rooted(self) -> bool {
         matches!(self, Collective::Broadcast | Collective::Reduce)
