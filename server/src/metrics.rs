@@ -124,6 +124,7 @@ pub struct Metrics {
     plugin_errors: Family<PluginLabels, Gauge>,
     observed_jobs: Family<VerdictLabels, Gauge>,
     observed_socket_fallback: Family<HostLabels, Gauge>,
+    regressions_open: Family<TestLabels, Gauge>,
     /// Scrapes clear and refill the per-node families; one at a time.
     render_lock: tokio::sync::Mutex<()>,
 }
@@ -159,6 +160,7 @@ impl Metrics {
             plugin_errors: Family::default(),
             observed_jobs: Family::default(),
             observed_socket_fallback: Family::default(),
+            regressions_open: Family::default(),
             render_lock: tokio::sync::Mutex::new(()),
         };
         let bytes_per_second = || Unit::Other("bytes_per_second".into());
@@ -228,6 +230,11 @@ impl Metrics {
             "observed_job_socket_fallback",
             "Jobs observed on the node within the last 24 h whose inter-node traffic fell to NCCL's sockets while an RDMA port was ACTIVE",
             m.observed_socket_fallback.clone(),
+        );
+        r.register(
+            "regressions_open",
+            "Open regressions of the node's test: figures that moved for the worse and stayed (docs/health.md, Regressions)",
+            m.regressions_open.clone(),
         );
         Metrics { registry, ..m }
     }
@@ -398,6 +405,15 @@ impl Metrics {
         for (host, n) in crate::health::observed::socket_fallbacks_by_node(db).await? {
             self.observed_socket_fallback
                 .get_or_create(&HostLabels { Hostname: host })
+                .set(n);
+        }
+        self.regressions_open.clear();
+        for (_, host, test, n) in crate::health::regress::store::open_by_node(db).await? {
+            self.regressions_open
+                .get_or_create(&TestLabels {
+                    Hostname: host,
+                    test,
+                })
                 .set(n);
         }
         Ok(())

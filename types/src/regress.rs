@@ -227,23 +227,3 @@ fn change_text(c: &FactChange) -> String {
     let v = |v: &Option<String>| v.clone().unwrap_or_else(|| "(none)".into());
     format!("{} {} → {}", c.field, v(&c.before), v(&c.after))
 }
-
-/// `GET /api/v1/regressions` filters.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
-pub struct RegressionQuery {
-    /// Node id or hostname.
-    #[serde(default)]
-    pub node: Option<String>,
-    /// Changes at or after this time (RFC 3339).
-    #[serde(default)]
-    pub since: Option<DateTime<Utc>>,
-    /// A test kind (`nccl`) or test (`nccl.all_reduce`).
-    #[serde(default)]
-    pub kind: Option<String>,
-    /// Also closed changes and improvements.
-    #[serde(default)]
-    pub all: Option<bool>,
-    #[serde(default)]
-    pub limit: Option<i64>,
-}
