@@ -204,6 +204,7 @@ async fn a_driver_update_that_cost_seven_percent_is_one_regression_tied_to_it() 
     assert_eq!(fleet["shared"][0]["unmoved_with_change"], 0, "{fleet:#}");
     assert_eq!(fleet["shared"][0]["unmoved"], HOSTS.len() - 1, "{fleet:#}");
     let summary = r["summary"].as_str().unwrap();
+    println!("{summary}");
     assert!(
         summary.contains("software.nvidia_driver 550.54.15 → 560.28.03"),
         "{summary}"

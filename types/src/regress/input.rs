@@ -62,7 +62,9 @@ pub fn parse(text: &str) -> Result<Series, InputError> {
         if raw.trim().is_empty() {
             continue;
         }
-        let l: Line = serde_json::from_str(raw).map_err(|e| err(e.to_string()))?;
+        // serde's own position counts within the line: say the column only.
+        let l: Line = serde_json::from_str(raw)
+            .map_err(|e| err(e.to_string().replace(" at line 1 column ", " at column ")))?;
         if l.series.is_empty() || l.series.len() > MAX_SERIES_ID {
             return Err(err(format!(
                 "series must be 1 to {MAX_SERIES_ID} bytes long"
