@@ -233,7 +233,7 @@ impl Metrics {
         );
         r.register(
             "regressions_open",
-            "Open regressions of the node's test: figures that moved for the worse and stayed (docs/health.md, Regressions)",
+            "Open regressions of the node's test: figures that moved for the worse and stayed (docs/health.md, Regressions); 0 for every test the node has a verdict of",
             m.regressions_open.clone(),
         );
         Metrics { registry, ..m }
@@ -288,6 +288,7 @@ impl Metrics {
         self.bandwidth.clear();
         self.test_latency.clear();
         self.socket_fallback.clear();
+        self.regressions_open.clear();
         for l in crate::health::store::latest_lines(db).await? {
             let verdict = l
                 .verdict
@@ -298,6 +299,8 @@ impl Metrics {
                 test: l.test.clone(),
             };
             self.verdicts.get_or_create(&labels).set(verdict.gauge());
+            // Zero until a regression opens (set below), so the series exists to alert on.
+            self.regressions_open.get_or_create(&labels).set(0);
             if let Some(network) = &l.nccl_network {
                 let socket = network.eq_ignore_ascii_case("socket");
                 self.socket_fallback
@@ -407,7 +410,6 @@ impl Metrics {
                 .get_or_create(&HostLabels { Hostname: host })
                 .set(n);
         }
-        self.regressions_open.clear();
         for (_, host, test, n) in crate::health::regress::store::open_by_node(db).await? {
             self.regressions_open
                 .get_or_create(&TestLabels {
