@@ -314,4 +314,64 @@ async fn a_driver_update_that_cost_seven_percent_is_one_regression_tied_to_it() 
         metrics.contains("heddle_regressions_open{Hostname=\"g2\",test=\"nccl.all_reduce\"} 0"),
         "{metrics}"
     );
+    // An operator who calls 7 % noise for this node's NCCL tests raises the minimum effect:
+    // the series' next result closes the regression.
+    let (s, body) = call(
+        &http,
+        &server,
+        post.clone(),
+        "/api/v1/expectations",
+        &admin,
+        Some(
+            json!({"test": "nccl", "metric": "regression_min_change", "value": 1.5, "source": "x"}),
+        ),
+    )
+    .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    let (s, body) = call(
+        &http,
+        &server,
+        post.clone(),
+        "/api/v1/expectations",
+        &admin,
+        Some(
+            json!({"test": "nccl", "metric": "regression_min_change", "value": 0.1, "node": "g1",
+                    "source": "g1's NCCL varies by 5 % from day to day"}),
+        ),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED, "{body}");
+    server
+        .start_run(json!({"kind": "nccl", "params": {"op": "all_reduce"}, "nodes": ["g1"]}))
+        .await;
+    let (_, lease) = call(
+        &http,
+        &server,
+        post.clone(),
+        "/api/v1/agent/jobs/claim",
+        &agents[0].credential,
+        None,
+    )
+    .await;
+    let job = lease["job_id"].as_str().unwrap();
+    let (s, up) = call(
+        &http,
+        &server,
+        post.clone(),
+        &format!("/api/v1/agent/jobs/{job}/result"),
+        &agents[0].credential,
+        Some(upload("g1-last", 360.0 * 0.93)),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED, "{up}");
+    let (_, open) = call(
+        &http,
+        &server,
+        reqwest::Method::GET,
+        "/api/v1/regressions",
+        &admin,
+        None,
+    )
+    .await;
+    assert_eq!(open, json!([]));
 }
