@@ -197,3 +197,70 @@ fn view(s: &Subject, moved: &[Moved], unmoved: &[Vec<FactChange>]) -> FleetView 
         shared,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn driver(before: &str, after: &str) -> FactChange {
+        FactChange {
+            field: "software.nvidia_driver".into(),
+            before: Some(before.into()),
+            after: Some(after.into()),
+        }
+    }
+
+    #[test]
+    fn the_fleet_splits_on_the_driver_the_nodes_that_moved_share() {
+        let kernel = FactChange {
+            field: "host.kernel".into(),
+            before: Some("6.8.0-45".into()),
+            after: Some("6.8.0-49".into()),
+        };
+        let s = Subject {
+            node_id: Uuid::nil(),
+            test: "nccl.all_reduce".into(),
+            metric: "busbw_gbs".into(),
+            size_band: 33,
+            world_size: 1,
+            t: Utc::now(),
+            worse: true,
+            facts_changes: sqlx::types::Json(vec![kernel.clone(), driver("550", "560")]),
+        };
+        let moved: Vec<Moved> = (0..12)
+            .map(|i| Moved {
+                node_id: Uuid::from_u128(i),
+                hostname: format!("gpu-{i:02}"),
+                relative_change: -0.06 - 0.002 * i as f64,
+                // Upgraded from different drivers, to the same one.
+                facts_changes: sqlx::types::Json(vec![driver(
+                    if i % 2 == 0 { "550" } else { "535" },
+                    "560",
+                )]),
+            })
+            .collect();
+        // 40 that did not move: 3 changed their kernel, none the driver.
+        let unmoved: Vec<Vec<FactChange>> = (0..40)
+            .map(|i| if i < 3 { vec![kernel.clone()] } else { vec![] })
+            .collect();
+        let v = view(&s, &moved, &unmoved);
+        assert_eq!((v.compared, v.moved), (52, 12));
+        assert_eq!(v.moved_nodes.len(), 12);
+        assert!((v.moved_low.unwrap() + 0.082).abs() < 1e-9);
+        assert!((v.moved_high.unwrap() + 0.06).abs() < 1e-9);
+        // The driver first: all 12 that moved share it, none of the 40 that did not.
+        assert_eq!(v.shared[0].change.field, "software.nvidia_driver");
+        assert_eq!((v.shared[0].moved_with_change, v.shared[0].moved), (12, 12));
+        assert_eq!(
+            (v.shared[0].unmoved_with_change, v.shared[0].unmoved),
+            (0, 40)
+        );
+        assert_eq!(
+            (
+                v.shared[1].moved_with_change,
+                v.shared[1].unmoved_with_change
+            ),
+            (0, 3)
+        );
+    }
+}
