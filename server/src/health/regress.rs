@@ -72,11 +72,15 @@ pub async fn on_result(db: &PgPool, result_id: Uuid) -> Result<usize, HealthErro
     Ok(found)
 }
 
+/// The series' newest points. A verdict's `test` is its figure's, or the kind when it has
+/// several (`p2p`, `ucx`), so `verdicts_node_idx` (node, test) narrows the read to this
+/// series' results.
 async fn points(db: &PgPool, key: &SeriesKey) -> Result<Vec<Point>, sqlx::Error> {
     let mut points: Vec<Point> = sqlx::query_as(
         "SELECT r.id AS result_id, r.job_id, r.received_at, (f->>'value')::float8 AS value
          FROM verdicts v JOIN results r ON r.id = v.result_id, jsonb_array_elements(v.figures) f
-         WHERE v.node_id = $1 AND v.world_size = $2 AND f->>'test' = $3 AND f->>'metric' = $4
+         WHERE v.node_id = $1 AND (v.test = $3 OR v.test = split_part($3, '.', 1))
+           AND v.world_size = $2 AND f->>'test' = $3 AND f->>'metric' = $4
            AND (f->>'band')::int = $5 AND r.outcome = 'succeeded'
          ORDER BY r.received_at DESC, r.id DESC LIMIT $6",
     )
