@@ -85,6 +85,10 @@ pub enum Command {
     /// What results are expected to reach.
     #[command(subcommand)]
     Expectations(crate::health::ExpectationsCmd),
+    /// Figures that moved to a new level and stayed ("it was faster last month"), and the
+    /// offline detector.
+    #[command(subcommand)]
+    Regressions(crate::regressions::RegressionsCmd),
     /// Print a shell completion script: `source <(heddle completions bash)`, or save it
     /// where the shell loads completions from (`heddle completions zsh > ~/.zfunc/_heddle`).
     Completions { shell: clap_complete::Shell },
@@ -186,6 +190,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     if let Command::Completions { shell } = cli.command {
         completions(shell, &mut std::io::stdout())?;
         return Ok(ExitCode::SUCCESS);
+    }
+    if let Command::Regressions(cmd) = &cli.command
+        && crate::regressions::is_offline(cmd)
+        && let Command::Regressions(cmd) = cli.command
+    {
+        return crate::regressions::offline(cmd, cli.json);
     }
     let saved = config::load();
     let server = cli
@@ -413,6 +423,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Health { node } => return crate::health::health(&client, node, json).await,
         Command::Expectations(cmd) => crate::health::expectations(&client, cmd, json).await?,
+        Command::Regressions(cmd) => return crate::regressions::run(&client, cmd, json).await,
         Command::Completions { .. } => unreachable!("answered above"),
     }
     Ok(ExitCode::SUCCESS)

@@ -16,6 +16,7 @@ mod output;
 mod plugins;
 mod progress;
 mod rdma_ab;
+mod regressions;
 mod runs;
 mod sweeps;
 mod table;

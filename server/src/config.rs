@@ -83,6 +83,13 @@ pub struct Config {
     )]
     pub job_below_expected_fraction: f64,
 
+    /// How much an open regression (a figure that moved for the worse and stayed; docs/
+    /// health.md, "Regressions") weighs in its node's health: `info` (listed only), `warn`
+    /// or `fail`.
+    #[arg(long, env = "HEDDLE_REGRESSION_SEVERITY", default_value = "warn",
+        value_parser = ["info", "warn", "fail"])]
+    pub regression_severity: String,
+
     /// Admin token to create at start-up if no token with this value exists (instead of a
     /// random one printed on first start).
     #[arg(long, env = "HEDDLE_ADMIN_TOKEN", hide_env_values = true)]
@@ -227,6 +234,15 @@ impl Config {
 
     pub fn long_poll_timeout(&self) -> Duration {
         Duration::from_secs(self.long_poll_timeout_s.max(1))
+    }
+
+    pub fn regression_severity(&self) -> heddle_types::health::Severity {
+        use heddle_types::health::Severity;
+        match self.regression_severity.as_str() {
+            "info" => Severity::Info,
+            "fail" => Severity::Fail,
+            _ => Severity::Warn,
+        }
     }
 
     pub fn revocation_delay(&self) -> Duration {

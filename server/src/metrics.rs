@@ -124,6 +124,7 @@ pub struct Metrics {
     plugin_errors: Family<PluginLabels, Gauge>,
     observed_jobs: Family<VerdictLabels, Gauge>,
     observed_socket_fallback: Family<HostLabels, Gauge>,
+    regressions_open: Family<TestLabels, Gauge>,
     /// Scrapes clear and refill the per-node families; one at a time.
     render_lock: tokio::sync::Mutex<()>,
 }
@@ -159,6 +160,7 @@ impl Metrics {
             plugin_errors: Family::default(),
             observed_jobs: Family::default(),
             observed_socket_fallback: Family::default(),
+            regressions_open: Family::default(),
             render_lock: tokio::sync::Mutex::new(()),
         };
         let bytes_per_second = || Unit::Other("bytes_per_second".into());
@@ -229,6 +231,11 @@ impl Metrics {
             "Jobs observed on the node within the last 24 h whose inter-node traffic fell to NCCL's sockets while an RDMA port was ACTIVE",
             m.observed_socket_fallback.clone(),
         );
+        r.register(
+            "regressions_open",
+            "Open regressions of the node's test: figures that moved for the worse and stayed (docs/health.md, Regressions); 0 for every test the node has a verdict of",
+            m.regressions_open.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -281,6 +288,7 @@ impl Metrics {
         self.bandwidth.clear();
         self.test_latency.clear();
         self.socket_fallback.clear();
+        self.regressions_open.clear();
         for l in crate::health::store::latest_lines(db).await? {
             let verdict = l
                 .verdict
@@ -291,6 +299,8 @@ impl Metrics {
                 test: l.test.clone(),
             };
             self.verdicts.get_or_create(&labels).set(verdict.gauge());
+            // Zero until a regression opens (set below), so the series exists to alert on.
+            self.regressions_open.get_or_create(&labels).set(0);
             if let Some(network) = &l.nccl_network {
                 let socket = network.eq_ignore_ascii_case("socket");
                 self.socket_fallback
@@ -398,6 +408,14 @@ impl Metrics {
         for (host, n) in crate::health::observed::socket_fallbacks_by_node(db).await? {
             self.observed_socket_fallback
                 .get_or_create(&HostLabels { Hostname: host })
+                .set(n);
+        }
+        for (_, host, test, n) in crate::health::regress::store::open_by_node(db).await? {
+            self.regressions_open
+                .get_or_create(&TestLabels {
+                    Hostname: host,
+                    test,
+                })
                 .set(n);
         }
         Ok(())

@@ -16,7 +16,7 @@ use utoipa_axum::routes;
 
 use crate::api::{
     agent, decommission, enroll, expectations, health, investigations, node_list, nodes, observed,
-    plugins, rendezvous, run_kinds, runs, sweeps, tokens, verdicts,
+    plugins, regressions, rendezvous, run_kinds, runs, sweeps, tokens, verdicts,
 };
 use crate::error::ApiError;
 use crate::limits::{self, LongPolls};
@@ -171,6 +171,8 @@ fn api(state: &AppState) -> OpenApiRouter<AppState> {
         // Observed jobs (the agents' uploads are below).
         .routes(routes!(observed::list_jobs))
         .routes(routes!(observed::get_job))
+        // Regressions (health::regress).
+        .routes(routes!(regressions::list))
         // Plugins (uploads are below).
         .routes(routes!(plugins::list))
         .routes(routes!(plugins::versions))

@@ -27,6 +27,7 @@ pub mod params;
 pub mod plugins;
 pub mod rdma_ab;
 pub mod recommend;
+pub mod regress;
 pub mod sweeps;
 pub mod transport;
 

@@ -332,5 +332,11 @@ pub async fn upload_result(
 async fn judge(state: &AppState, result_id: Uuid) {
     if let Err(err) = crate::health::verdict::judge_result(&state.db, result_id).await {
         tracing::warn!(%result_id, error = %err, "judging a result failed");
+        return;
+    }
+    // Its series' level shifts (docs/health.md, "Regressions"); a failure here leaves the
+    // verdict standing and is made good by the series' next result.
+    if let Err(err) = crate::health::regress::on_result(&state.db, result_id).await {
+        tracing::warn!(%result_id, error = %err, "looking for regressions failed");
     }
 }

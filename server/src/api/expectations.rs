@@ -14,11 +14,12 @@ use crate::db;
 use crate::error::{ApiError, ApiResult, Json, Path, Query};
 use crate::health::expectations::{self as table, ExpectationRow, OPERATOR_SELECT};
 
-const METRICS: [&str; 4] = [
+const METRICS: [&str; 5] = [
     "busbw_gbs",
     "algbw_gbs",
     "time_us",
     heddle_types::rdma_ab::SPEEDUP_METRIC,
+    heddle_types::regress::MIN_CHANGE_METRIC,
 ];
 
 fn check(req: &ExpectationCreate) -> ApiResult<()> {
@@ -40,6 +41,12 @@ fn check(req: &ExpectationCreate) -> ApiResult<()> {
         return Err(ApiError::Unprocessable(
             "value must be a positive number below 1e12".into(),
         ));
+    }
+    if req.metric == heddle_types::regress::MIN_CHANGE_METRIC && req.value >= 1.0 {
+        return Err(ApiError::Unprocessable(format!(
+            "{} is a fraction of the level before (0.05: 5 %), below 1",
+            heddle_types::regress::MIN_CHANGE_METRIC
+        )));
     }
     let text_ok = |s: &str, max: usize| !s.trim().is_empty() && s.len() <= max && !s.contains('\0');
     if !text_ok(&req.source, 512) {

@@ -11,6 +11,7 @@ pub mod nodes;
 pub mod observed;
 pub mod page;
 pub mod plugins;
+pub mod regressions;
 pub mod rendezvous;
 pub mod run_kinds;
 pub mod runs;

@@ -38,8 +38,16 @@ pub async fn node_health(
     let checks = checks::for_node(&state.db, node_id).await?;
     // Observed jobs that warn or fail count against the node (docs/health.md).
     let jobs = crate::health::observed::node_reasons(&state.db, node_id).await?;
+    // So do open regressions, at the configured severity.
+    let regressions = crate::health::regress::store::node_reasons(
+        &state.db,
+        node_id,
+        state.config.regression_severity(),
+    )
+    .await?;
     let mut reasons = checks::reasons(&checks);
     reasons.extend(jobs.iter().cloned());
+    reasons.extend(regressions.iter().cloned());
     Ok(Json(NodeHealth {
         node_id,
         hostname,
@@ -51,6 +59,11 @@ pub async fn node_health(
                 .chain(jobs.iter().map(|r| match r.severity {
                     Severity::Fail => Verdict::Fail,
                     _ => Verdict::Warn,
+                }))
+                .chain(regressions.iter().filter_map(|r| match r.severity {
+                    Severity::Fail => Some(Verdict::Fail),
+                    Severity::Warn => Some(Verdict::Warn),
+                    Severity::Info => None,
                 })),
         ),
         tests,
@@ -93,7 +106,7 @@ pub async fn fleet_health(
                 })
         })
         .transpose()?;
-    let mut fleet = store::fleet(&state.db).await?;
+    let mut fleet = store::fleet(&state.db, state.config.regression_severity()).await?;
     if let Some(after) = &after {
         fleet.nodes.retain(|l| store::fleet_key(l) > *after);
     }

@@ -9,6 +9,7 @@ pub mod figures;
 pub mod investigate;
 pub mod observed;
 pub mod preflight;
+pub mod regress;
 pub mod store;
 pub mod transport;
 pub mod verdict;

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use heddle_types::health::{
-    Figure, FleetHealth, NodeHealthLine, Reason, ResultVerdict, TestHealth, Verdict,
+    Figure, FleetHealth, NodeHealthLine, Reason, ResultVerdict, Severity, TestHealth, Verdict,
 };
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -162,7 +162,7 @@ pub fn fleet_key(line: &NodeHealthLine) -> (u8, String) {
     (rank, line.hostname.clone())
 }
 
-pub async fn fleet(db: &PgPool) -> Result<FleetHealth, HealthError> {
+pub async fn fleet(db: &PgPool, regression: Severity) -> Result<FleetHealth, HealthError> {
     let nodes: Vec<(Uuid, String, Option<String>)> =
         sqlx::query_as("SELECT id, hostname, gpu_model FROM nodes ORDER BY hostname")
             .fetch_all(db)
@@ -187,22 +187,41 @@ pub async fn fleet(db: &PgPool) -> Result<FleetHealth, HealthError> {
             *e = Verdict::combine([*e, v]);
         }
     }
+    // Open regressions (`health::regress`), at their configured severity.
+    let regression = match regression {
+        Severity::Fail => Some(Verdict::Fail),
+        Severity::Warn => Some(Verdict::Warn),
+        Severity::Info => None,
+    };
+    let mut regressed: HashMap<Uuid, Verdict> = HashMap::new();
+    if let Some(v) = regression {
+        for (node_id, ..) in super::regress::store::open_by_node(db).await? {
+            regressed.insert(node_id, v);
+        }
+    }
     let mut lines: Vec<NodeHealthLine> = nodes
         .into_iter()
         .map(|(node_id, hostname, gpu_model)| {
             let mine = by_node.remove(&node_id).unwrap_or_default();
             let job = jobs.get(&node_id).copied();
+            let regressed = regressed.get(&node_id).copied();
             let failing = mine
                 .iter()
                 .filter(|l| matches!(verdict(&l.2), Verdict::Warn | Verdict::Fail))
                 .map(|l| l.1.clone())
                 .chain(job.map(|_| "observed-jobs".to_string()))
+                .chain(regressed.map(|_| heddle_types::regress::REGRESSION_CODE.to_string()))
                 .collect();
             NodeHealthLine {
                 node_id,
                 hostname,
                 gpu_model,
-                verdict: Verdict::combine(mine.iter().map(|l| verdict(&l.2)).chain(job)),
+                verdict: Verdict::combine(
+                    mine.iter()
+                        .map(|l| verdict(&l.2))
+                        .chain(job)
+                        .chain(regressed),
+                ),
                 failing,
                 last_judged_at: mine.iter().map(|l| l.3).max(),
             }

@@ -384,6 +384,7 @@ pub async fn judge_pending(db: &PgPool) -> Result<usize, HealthError> {
     .await?;
     for (id,) in &pending {
         judge_result(db, *id).await?;
+        super::regress::on_result(db, *id).await?;
     }
     Ok(pending.len())
 }

@@ -1,0 +1,277 @@
+//! Regressions: figures that moved to a new level and stayed (docs/health.md,
+//! "Regressions"). After a result is judged, each series its figures belong to (node, test,
+//! metric, size band, world size: what `verdicts.figures` holds) is read back, at most
+//! [`detect::MAX_POINTS`] newest points, and `heddle_types::regress::detect` runs on it: the
+//! work is that series' only. Its change points replace the series' stored ones, each with
+//! the node's facts and applied environment either side of it; `fleet.rs` then says how
+//! many comparable nodes moved the same way and what they share. `store.rs` reads them.
+
+pub mod fleet;
+pub mod store;
+
+use chrono::{DateTime, Utc};
+use heddle_types::health::Figure;
+use heddle_types::regress::{self, Config, FactChange, detect, facts_diff};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::HealthError;
+use super::expectations::{self, Context};
+
+/// One node's figure of one test, metric, size band and world size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeriesKey {
+    pub node_id: Uuid,
+    pub test: String,
+    pub metric: String,
+    pub band: i32,
+    pub world_size: i32,
+}
+
+/// The facts compared around a change are those of the results this many points away on
+/// either side, so a change found a point or two off still straddles what caused it.
+const FACTS_MARGIN: usize = 2;
+
+#[derive(sqlx::FromRow)]
+struct Point {
+    result_id: Uuid,
+    job_id: Uuid,
+    received_at: DateTime<Utc>,
+    value: f64,
+}
+
+/// Detects again every series a judged result added to. Returns how many change points the
+/// series now have. Called after `verdict::judge_result`; safe to repeat.
+pub async fn on_result(db: &PgPool, result_id: Uuid) -> Result<usize, HealthError> {
+    let row: Option<(Uuid, i32, serde_json::Value)> = sqlx::query_as(
+        "SELECT v.node_id, v.world_size, v.figures FROM verdicts v JOIN results r ON r.id = v.result_id
+         WHERE v.result_id = $1 AND r.outcome = 'succeeded'",
+    )
+    .bind(result_id)
+    .fetch_optional(db)
+    .await?;
+    let Some((node_id, world_size, figures)) = row else {
+        return Ok(0);
+    };
+    let figures: Vec<Figure> =
+        serde_json::from_value(figures).map_err(|source| HealthError::Decode {
+            what: "verdict figures",
+            source,
+        })?;
+    let mut found = 0;
+    for f in figures {
+        let key = SeriesKey {
+            node_id,
+            band: super::figures::size_band(f.size_bytes),
+            test: f.test,
+            metric: f.metric,
+            world_size,
+        };
+        found += update_series(db, &key).await?;
+    }
+    Ok(found)
+}
+
+/// The series' newest points. A verdict's `test` is its figure's, or the kind when it has
+/// several (`p2p`, `ucx`), so `verdicts_node_idx` (node, test) narrows the read to this
+/// series' results.
+async fn points(db: &PgPool, key: &SeriesKey) -> Result<Vec<Point>, sqlx::Error> {
+    let mut points: Vec<Point> = sqlx::query_as(
+        "SELECT r.id AS result_id, r.job_id, r.received_at, (f->>'value')::float8 AS value
+         FROM verdicts v JOIN results r ON r.id = v.result_id, jsonb_array_elements(v.figures) f
+         WHERE v.node_id = $1 AND (v.test = $3 OR v.test = split_part($3, '.', 1))
+           AND v.world_size = $2 AND f->>'test' = $3 AND f->>'metric' = $4
+           AND (f->>'band')::int = $5 AND r.outcome = 'succeeded'
+         ORDER BY r.received_at DESC, r.id DESC LIMIT $6",
+    )
+    .bind(key.node_id)
+    .bind(key.world_size)
+    .bind(&key.test)
+    .bind(&key.metric)
+    .bind(key.band)
+    .bind(detect::MAX_POINTS as i64)
+    .fetch_all(db)
+    .await?;
+    points.reverse();
+    Ok(points)
+}
+
+/// The detector's settings for a series: the defaults, with the smallest change an
+/// operator's `regression_min_change` expectation sets for its test or kind (one naming the
+/// node first, then the exact test, then the newest).
+async fn config(db: &PgPool, key: &SeriesKey) -> Result<Config, HealthError> {
+    let kind = key.test.split('.').next().unwrap_or(&key.test).to_string();
+    let tests = vec![key.test.clone(), kind];
+    let mut found: Vec<_> = expectations::from_operators(db, &tests)
+        .await?
+        .into_iter()
+        .filter(|e| e.metric == regress::MIN_CHANGE_METRIC)
+        .collect();
+    if found.is_empty() {
+        return Ok(Config::default());
+    }
+    let (hostname, gpu_model): (String, Option<String>) =
+        sqlx::query_as("SELECT hostname, gpu_model FROM nodes WHERE id = $1")
+            .bind(key.node_id)
+            .fetch_one(db)
+            .await?;
+    let ctx = Context {
+        node_id: key.node_id,
+        hostname,
+        gpu_model,
+        world_size: key.world_size,
+        ..Context::default()
+    };
+    let figure = Figure {
+        test: key.test.clone(),
+        metric: regress::MIN_CHANGE_METRIC.into(),
+        size_bytes: 1i64 << key.band.clamp(0, 62),
+        value: 0.0,
+    };
+    found.retain(|e| {
+        let mut as_test = e.clone();
+        as_test.test = key.test.clone();
+        as_test.gpu_count = None;
+        expectations::applies(&as_test, &figure, &ctx)
+    });
+    found.sort_by_key(|e| {
+        (
+            e.node.is_none(),
+            e.test != key.test,
+            std::cmp::Reverse(e.created_at),
+        )
+    });
+    Ok(Config {
+        min_effect: found
+            .first()
+            .map_or(detect::DEFAULT_MIN_EFFECT, |e| e.value),
+        ..Config::default()
+    })
+}
+
+/// What differs on the node between two of its results: the compared facts fields as of
+/// each result's arrival (the facts history), and the environment each test ran with.
+async fn node_changes(
+    db: &PgPool,
+    node_id: Uuid,
+    before: &Point,
+    after: &Point,
+) -> Result<Vec<FactChange>, sqlx::Error> {
+    let facts_at = |at: DateTime<Utc>| {
+        sqlx::query_as::<_, (serde_json::Value,)>(
+            "SELECT facts FROM node_facts_history WHERE node_id = $1 AND collected_at <= $2 ORDER BY id DESC LIMIT 1",
+        )
+        .bind(node_id)
+        .bind(at)
+        .fetch_optional(db)
+    };
+    let env_of = |job: Uuid| {
+        sqlx::query_as::<_, (Option<serde_json::Value>,)>(
+            "SELECT applied_env FROM jobs WHERE id = $1",
+        )
+        .bind(job)
+        .fetch_optional(db)
+    };
+    let mut changes = Vec::new();
+    if let (Some((a,)), Some((b,))) = (
+        facts_at(before.received_at).await?,
+        facts_at(after.received_at).await?,
+    ) {
+        changes.extend(facts_diff::diff(
+            &facts_diff::fields(&a),
+            &facts_diff::fields(&b),
+        ));
+    }
+    if let (Some((Some(a),)), Some((Some(b),))) =
+        (env_of(before.job_id).await?, env_of(after.job_id).await?)
+    {
+        changes.extend(facts_diff::diff(
+            &facts_diff::env_fields(&a),
+            &facts_diff::env_fields(&b),
+        ));
+    }
+    Ok(changes)
+}
+
+/// Detects one series again and replaces its stored change points. Returns how many it has.
+pub async fn update_series(db: &PgPool, key: &SeriesKey) -> Result<usize, HealthError> {
+    let points = points(db, key).await?;
+    let cfg = config(db, key).await?;
+    let values: Vec<f64> = points.iter().map(|p| p.value).collect();
+    let changes = detect(&values, &cfg);
+    let mut rows = Vec::with_capacity(changes.len());
+    for c in &changes {
+        let before = &points[c.index.saturating_sub(1 + FACTS_MARGIN)];
+        let after = &points[(c.index + FACTS_MARGIN).min(points.len() - 1)];
+        let facts_changes = node_changes(db, key.node_id, before, after).await?;
+        rows.push((c, &points[c.index], facts_changes));
+    }
+    let times: Vec<DateTime<Utc>> = rows.iter().map(|r| r.1.received_at).collect();
+    let mut tx = db.begin().await?;
+    // Only this series' rows, locked in key order by the unique index's scan.
+    sqlx::query(
+        "DELETE FROM change_points WHERE node_id = $1 AND test = $2 AND metric = $3 AND size_band = $4
+           AND world_size = $5 AND t <> ALL($6)",
+    )
+    .bind(key.node_id)
+    .bind(&key.test)
+    .bind(&key.metric)
+    .bind(key.band)
+    .bind(key.world_size)
+    .bind(&times)
+    .execute(&mut *tx)
+    .await?;
+    let mut worse_ids = Vec::new();
+    for (i, (c, first, facts_changes)) in rows.iter().enumerate() {
+        let worse = regress::is_worse(&key.metric, c.relative_change);
+        let facts = serde_json::to_value(facts_changes).map_err(|source| HealthError::Decode {
+            what: "facts changes",
+            source,
+        })?;
+        let (id, inserted): (Uuid, bool) = sqlx::query_as(
+            "INSERT INTO change_points (id, node_id, test, metric, size_band, world_size, result_id, t, before, after,
+                 relative_change, ci_low, ci_high, points_before, points_after, worse, latest, facts_changes)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
+             ON CONFLICT (node_id, test, metric, size_band, world_size, t) DO UPDATE SET
+                 result_id = EXCLUDED.result_id, before = EXCLUDED.before, after = EXCLUDED.after,
+                 relative_change = EXCLUDED.relative_change, ci_low = EXCLUDED.ci_low, ci_high = EXCLUDED.ci_high,
+                 points_before = EXCLUDED.points_before, points_after = EXCLUDED.points_after,
+                 worse = EXCLUDED.worse, latest = EXCLUDED.latest, facts_changes = EXCLUDED.facts_changes
+             RETURNING id, (xmax = 0) AS inserted",
+        )
+        .bind(Uuid::new_v4())
+        .bind(key.node_id)
+        .bind(&key.test)
+        .bind(&key.metric)
+        .bind(key.band)
+        .bind(key.world_size)
+        .bind(first.result_id)
+        .bind(first.received_at)
+        .bind(c.before)
+        .bind(c.after)
+        .bind(c.relative_change)
+        .bind(c.low)
+        .bind(c.high)
+        .bind(c.points_before as i32)
+        .bind(c.points_after as i32)
+        .bind(worse)
+        .bind(i + 1 == rows.len())
+        .bind(facts)
+        .fetch_one(&mut *tx)
+        .await?;
+        // A new change joins (or starts) its cohort; one seen before keeps the fleet view it
+        // got then, updated when another node's change joins.
+        if worse && inserted {
+            worse_ids.push(id);
+        }
+    }
+    tx.commit().await?;
+    for id in worse_ids {
+        fleet::refresh_cohort(db, id).await?;
+    }
+    if !rows.is_empty() {
+        tracing::debug!(node = %key.node_id, test = %key.test, metric = %key.metric, band = key.band,
+            changes = rows.len(), "regressions detected again");
+    }
+    Ok(rows.len())
+}
