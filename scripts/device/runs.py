@@ -162,8 +162,8 @@ def main():
         return 0
     if what == "observed-job":
         # `heddle --json jobs ls`: the job's processes, finished, with the node's environment
-        # (env_applied set). Without a scheduler (torchrun --standalone) each process is a
-        # job of its own (key pid:<pid>@<start>); under Slurm or Kubernetes they are one.
+        # (env_applied set): one job (torchrun:<uid>:<run id>, or the scheduler's) of both
+        # processes, or, from a build that does not know torchrun's run id, one per process.
         done = [j for j in doc if j.get("finished") and j.get("env_applied")]
         procs = sum(j.get("processes", 0) for j in done)
         if procs < 2:

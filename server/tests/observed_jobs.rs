@@ -26,6 +26,7 @@ fn file(slurm: &str, uid: u32, seq: u64, net: &str) -> SpoolFile {
             slurm_step_id: None,
             k8s_namespace: None,
             k8s_pod: None,
+            torchrun_run_id: None,
             comm: Some("train".into()),
         },
         seq,

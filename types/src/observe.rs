@@ -45,6 +45,10 @@ pub struct JobIdentity {
     pub k8s_namespace: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub k8s_pod: Option<String>,
+    /// torchrun's `TORCHELASTIC_RUN_ID`, the same in every worker it started: how a
+    /// job launched without a scheduler (`torchrun --standalone`) is one job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub torchrun_run_id: Option<String>,
     /// The program (`/proc/self/comm`), for people.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub comm: Option<String>,
@@ -221,6 +225,7 @@ impl SpoolFile {
             ("slurm_step_id", j.slurm_step_id.as_ref()),
             ("k8s_namespace", j.k8s_namespace.as_ref()),
             ("k8s_pod", j.k8s_pod.as_ref()),
+            ("torchrun_run_id", j.torchrun_run_id.as_ref()),
             ("comm", j.comm.as_ref()),
         ] {
             if let Some(t) = text {
@@ -294,6 +299,7 @@ mod tests {
                 slurm_step_id: Some("0".into()),
                 k8s_namespace: None,
                 k8s_pod: None,
+                torchrun_run_id: None,
                 comm: Some("python3".into()),
             },
             seq: 3,

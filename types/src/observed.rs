@@ -140,8 +140,9 @@ pub struct ObservedJob {
 }
 
 /// The job a process belongs to on its node: the scheduler's job (and step) when the
-/// process knew it, else its pod, else the process itself (pid and start time, so a
-/// reused pid is another job).
+/// process knew it, else its pod, else the torchrun launch it is a worker of (with its
+/// uid: the run id is the launcher's word, and one user's must never join another's
+/// job), else the process itself (pid and start time, so a reused pid is another job).
 pub fn job_key(id: &JobIdentity) -> String {
     match (&id.slurm_job_id, &id.k8s_namespace, &id.k8s_pod) {
         (Some(job), _, _) => match &id.slurm_step_id {
@@ -149,7 +150,10 @@ pub fn job_key(id: &JobIdentity) -> String {
             None => format!("slurm:{job}"),
         },
         (None, Some(ns), Some(pod)) => format!("k8s:{ns}/{pod}"),
-        _ => format!("pid:{}@{}", id.pid, id.start_ticks),
+        _ => match &id.torchrun_run_id {
+            Some(run) => format!("torchrun:{}:{run}", id.uid),
+            None => format!("pid:{}@{}", id.pid, id.start_ticks),
+        },
     }
 }
 
@@ -213,6 +217,7 @@ mod tests {
             slurm_step_id: None,
             k8s_namespace: None,
             k8s_pod: None,
+            torchrun_run_id: None,
             comm: None,
         }
     }
@@ -221,6 +226,8 @@ mod tests {
     fn job_keys_prefer_the_scheduler() {
         let mut id = ident();
         assert_eq!(job_key(&id), "pid:7@99");
+        id.torchrun_run_id = Some("4f1c".into());
+        assert_eq!(job_key(&id), "torchrun:1000:4f1c");
         id.k8s_namespace = Some("ml".into());
         id.k8s_pod = Some("train-0".into());
         assert_eq!(job_key(&id), "k8s:ml/train-0");

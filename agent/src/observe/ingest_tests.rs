@@ -23,6 +23,7 @@ pub(crate) fn sample(uid: u32, pid: u32, seq: u64) -> SpoolFile {
             slurm_step_id: None,
             k8s_namespace: None,
             k8s_pod: None,
+            torchrun_run_id: None,
             comm: Some("python3".into()),
         },
         seq,

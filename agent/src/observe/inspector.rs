@@ -152,6 +152,7 @@ pub fn parse_log(text: &[u8], uid: u32) -> Result<SpoolFile, Refusal> {
             slurm_step_id: None,
             k8s_namespace: None,
             k8s_pod: None,
+            torchrun_run_id: None,
             comm: None,
         },
         // Grows with every dump: the latest read wins on the server.

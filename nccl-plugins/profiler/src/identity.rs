@@ -49,6 +49,7 @@ pub fn job_identity() -> JobIdentity {
         slurm_step_id: var(&["SLURM_STEP_ID"]),
         k8s_namespace: var(&NAMESPACE_VARS),
         k8s_pod: var(&POD_VARS),
+        torchrun_run_id: var(&["TORCHELASTIC_RUN_ID"]),
         comm,
     }
 }

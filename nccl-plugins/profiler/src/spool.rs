@@ -195,6 +195,7 @@ mod tests {
                 slurm_step_id: None,
                 k8s_namespace: None,
                 k8s_pod: None,
+                torchrun_run_id: None,
                 comm: None,
             },
             seq: 0,

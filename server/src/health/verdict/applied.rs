@@ -24,8 +24,8 @@ pub struct Judged<'a> {
     pub result: Uuid,
 }
 
-/// The reason for a judged result, or `None` when its run recorded no environment for any
-/// rank.
+/// The reason for a judged result, or `None` when no rank ran with anything set and
+/// nothing changed since the node's last pass (there is nothing to quote).
 pub async fn reason(db: &PgPool, j: Judged<'_>) -> Result<Option<Reason>, sqlx::Error> {
     let ranks: Vec<(String, EnvJson)> = sqlx::query_as(
         "SELECT n.hostname, j.applied_env FROM jobs j JOIN nodes n ON n.id = j.node_id
@@ -53,7 +53,9 @@ pub async fn reason(db: &PgPool, j: Judged<'_>) -> Result<Option<Reason>, sqlx::
         .map(|(h, e)| (h, e.map(|e| e.0).unwrap_or_default()))
         .collect();
     let before = before.map(|(e,)| e.map(|e| e.0).unwrap_or_default());
-    Ok(Some(describe(&ranks, j.hostname, before.as_deref())))
+    let quiet =
+        ranks.iter().all(|(_, e)| e.is_empty()) && before.as_ref().is_none_or(|b| b.is_empty());
+    Ok((!quiet).then(|| describe(&ranks, j.hostname, before.as_deref())))
 }
 
 /// The reason, from each rank's environment and, when known, the environment node `this`
