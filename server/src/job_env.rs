@@ -111,7 +111,7 @@ async fn rank_disagreed(
     }
     let names: Vec<&str> = mine.keys().map(String::as_str).collect();
     let ids: Vec<Uuid> = peers.iter().map(|(id, _)| *id).collect();
-    let mut envs = crate::recommendations::explain_many(conn, &ids, &names).await?;
+    let mut envs = crate::recommendations::explain_many(conn, &ids, Some(&names)).await?;
     let peer_envs: Vec<(String, BTreeMap<String, String>)> = peers
         .into_iter()
         .map(|(id, host)| {

@@ -33,35 +33,22 @@ pub async fn explain(
     conn: &mut PgConnection,
     node: Uuid,
 ) -> Result<Vec<ExplainedVar>, sqlx::Error> {
-    let recs: Vec<RecRow> = sqlx::query_as(
-        "SELECT r.node_id, r.name, r.value, r.reason, r.source, p.name FROM recommendations r
-         LEFT JOIN plugins p ON p.id = r.plugin_id WHERE r.node_id = $1 ORDER BY r.source, r.name",
-    )
-    .bind(node)
-    .fetch_all(&mut *conn)
-    .await?;
-    let profiles: Vec<ProfileRow> = sqlx::query_as(
-        "SELECT $1::uuid, p.name, p.env, p.node_id IS NOT NULL FROM tuning_profiles p
-             WHERE p.node_id = $1 OR p.site_id = (SELECT site_id FROM nodes WHERE id = $1)
-             ORDER BY p.node_id IS NOT NULL, p.created_at, p.name",
-    )
-    .bind(node)
-    .fetch_all(&mut *conn)
-    .await?;
-    Ok(resolve(candidates(recs, profiles, |_| true)))
+    let mut by_node = explain_many(conn, &[node], None).await?;
+    Ok(by_node.remove(&node).unwrap_or_default())
 }
 
-/// [`explain`] of many nodes at once, limited to the variables `names`: two queries
-/// whatever the number of nodes. Nodes with none of them map to an empty list.
+/// [`explain`] of many nodes at once, limited to the variables `names` when given: two
+/// queries whatever the number of nodes. Nodes with none of them map to an empty list.
 pub async fn explain_many(
     conn: &mut PgConnection,
     nodes: &[Uuid],
-    names: &[&str],
+    names: Option<&[&str]>,
 ) -> Result<HashMap<Uuid, Vec<ExplainedVar>>, sqlx::Error> {
     let recs: Vec<RecRow> = sqlx::query_as(
         "SELECT r.node_id, r.name, r.value, r.reason, r.source, p.name FROM recommendations r
          LEFT JOIN plugins p ON p.id = r.plugin_id
-         WHERE r.node_id = ANY($1) AND r.name = ANY($2) ORDER BY r.source, r.name",
+         WHERE r.node_id = ANY($1) AND ($2::text[] IS NULL OR r.name = ANY($2))
+         ORDER BY r.source, r.name",
     )
     .bind(nodes)
     .bind(names)
@@ -84,12 +71,12 @@ pub async fn explain_many(
     for p in profiles {
         profiles_of.entry(p.0).or_default().push(p);
     }
+    let wanted = |name: &str| names.is_none_or(|n| n.contains(&name));
     Ok(nodes
         .iter()
         .map(|n| {
             let recs = recs_of.remove(n).unwrap_or_default();
             let profiles = profiles_of.remove(n).unwrap_or_default();
-            let wanted = |name: &str| names.contains(&name);
             (*n, resolve(candidates(recs, profiles, wanted)))
         })
         .collect())

@@ -5,6 +5,7 @@
 
 use heddle_types::health::{Reason, Severity};
 use heddle_types::jobs::EnvVar;
+use heddle_types::regress::facts_diff;
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -105,32 +106,22 @@ pub fn describe(ranks: &[(String, Vec<EnvVar>)], this: &str, before: Option<&[En
     }
 }
 
-/// `NAME=new (was old)`, `NAME=new (was unset)`, `NAME unset (was old)`, sorted by name.
+/// `NAME=new (was old)`, `NAME=new (was unset)`, `NAME unset (was old)`, by name.
 fn changes(before: &[EnvVar], now: &[EnvVar]) -> Vec<String> {
-    use std::collections::BTreeMap;
-    let was: BTreeMap<&str, &str> = before
-        .iter()
-        .map(|v| (v.name.as_str(), v.value.as_str()))
-        .collect();
-    let is: BTreeMap<&str, &str> = now
-        .iter()
-        .map(|v| (v.name.as_str(), v.value.as_str()))
-        .collect();
-    let mut out = Vec::new();
-    for (name, value) in &is {
-        match was.get(name) {
-            Some(old) if old == value => {}
-            Some(old) => out.push(format!("{name}={value} (was {old})")),
-            None => out.push(format!("{name}={value} (was unset)")),
-        }
-    }
-    for (name, old) in &was {
-        if !is.contains_key(name) {
-            out.push(format!("{name} unset (was {old})"));
-        }
-    }
-    out.sort();
-    out
+    let map = |env: &[EnvVar]| {
+        env.iter()
+            .map(|v| (v.name.clone(), v.value.clone()))
+            .collect()
+    };
+    facts_diff::diff(&map(before), &map(now))
+        .into_iter()
+        .filter_map(|c| match (c.before, c.after) {
+            (Some(old), Some(new)) => Some(format!("{}={new} (was {old})", c.field)),
+            (None, Some(new)) => Some(format!("{}={new} (was unset)", c.field)),
+            (Some(old), None) => Some(format!("{} unset (was {old})", c.field)),
+            (None, None) => None,
+        })
+        .collect()
 }
 
 #[cfg(test)]
