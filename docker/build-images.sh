@@ -104,18 +104,23 @@ fi
 ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
 mkdir "$ctx/heddle-server" "$ctx/heddle-agent" "$ctx/heddle-postgres"
-cp "$bin/heddle-server" "$ctx/heddle-server/"
+# Without debug info: a debug build's symbols are hundreds of MB an image need not carry.
+slim() { objcopy --strip-debug "$1" "$2" 2>/dev/null || cp "$1" "$2"; }
+slim "$bin/heddle-server" "$ctx/heddle-server/heddle-server"
 if [[ -d "$repo/frontend/dist" ]]; then cp -r "$repo/frontend/dist" "$ctx/heddle-server/dashboard"; else mkdir "$ctx/heddle-server/dashboard"; fi
-cp "$bin/heddle-agent" "$ctx/heddle-agent/"
+slim "$bin/heddle-agent" "$ctx/heddle-agent/heddle-agent"
 # NCCL is 400+ MB: a hard link where the cache is on the same file system.
 cp -al "$nccl_dir" "$ctx/heddle-agent/nccl" 2>/dev/null || cp -a "$nccl_dir" "$ctx/heddle-agent/nccl"
 cp "$repo/docker/postgres-entrypoint.sh" "$ctx/heddle-postgres/"
 
 build() { # image dockerfile
     log "building $1:$tag FROM $base"
-    DOCKER_BUILDKIT=0 docker build -q --build-arg "BASE_IMAGE=$base" -t "$1:$tag" -f "$repo/docker/$2" "$ctx/$1" >/dev/null
+    DOCKER_BUILDKIT=0 docker build -q --label io.heddle.build="$1" --build-arg "BASE_IMAGE=$base" \
+        -t "$1:$tag" -f "$repo/docker/$2" "$ctx/$1" >/dev/null
 }
 build heddle-server server.Dockerfile
 build heddle-agent agent.Dockerfile
 build heddle-postgres postgres.Dockerfile
+# The images these tags named before are left without a tag: remove them, not the disk.
+docker image prune -f --filter label=io.heddle.build >/dev/null || true
 log "done in $(( $(date +%s) - t0 )) s: heddle-server:$tag heddle-agent:$tag (NCCL $nccl_version) heddle-postgres:$tag"

@@ -11,6 +11,7 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/heddle-target}
 step() { printf '\n== test.sh: %s (%s)\n' "$*" "$(date +%T)" >&2; }
 
 step "tools (scripts/setup.sh --test)"; scripts/setup.sh --test
+step "disk (scripts/make-room.sh)"; scripts/make-room.sh
 
 step "format and lints"
 for manifest in Cargo.toml plugins/Cargo.toml plugins/template/Cargo.toml frontend/Cargo.toml; do
@@ -60,4 +61,5 @@ cargo test --manifest-path plugins/template/Cargo.toml
 step "Python SDK and template, natively"
 python3 -m unittest discover -s plugins/python -t plugins/python
 (cd plugins/template-python && python3 -m unittest)
+scripts/make-room.sh
 step "done"
