@@ -6,6 +6,7 @@ mod api;
 mod chart;
 mod matrix;
 mod pages;
+mod series_chart;
 mod session;
 mod topology;
 mod ui;
@@ -60,6 +61,7 @@ fn Shell() -> impl IntoView {
                 <A href="/p2p">"P2P"</A>
                 <A href="/sweeps">"Sweeps"</A>
                 <A href="/health">"Health"</A>
+                <A href="/regressions">"Regressions"</A>
                 <A href="/plugins">"Plugins"</A>
                 <Show when=move || session.can(Role::Admin)>
                     <A href="/agents">"Agents"</A>
@@ -82,6 +84,8 @@ fn Shell() -> impl IntoView {
                 <Route path=path!("/sweeps") view=pages::sweeps::Sweeps/>
                 <Route path=path!("/sweeps/:id") view=pages::sweeps::SweepPage/>
                 <Route path=path!("/health") view=pages::health::Health/>
+                <Route path=path!("/regressions") view=pages::regressions::Regressions/>
+                <Route path=path!("/regressions/series") view=pages::regressions::SeriesPage/>
                 <Route path=path!("/plugins") view=pages::plugins::Plugins/>
                 <Route path=path!("/agents") view=pages::agents::Agents/>
             </Routes>

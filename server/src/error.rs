@@ -148,6 +148,8 @@ impl From<crate::health::HealthError> for ApiError {
         use crate::health::HealthError;
         match err {
             HealthError::NoSuchResult(id) => ApiError::NotFound(format!("no result {id}")),
+            e @ HealthError::NoSuchSeries(_) => ApiError::NotFound(e.to_string()),
+            HealthError::Invalid(message) => ApiError::Unprocessable(message),
             HealthError::Database(e) => e.into(),
             HealthError::Jobs(e) => e.into(),
             other @ HealthError::Decode { .. } => ApiError::Internal(other.into()),

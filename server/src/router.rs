@@ -173,6 +173,7 @@ fn api(state: &AppState) -> OpenApiRouter<AppState> {
         .routes(routes!(observed::get_job))
         // Regressions (health::regress).
         .routes(routes!(regressions::list))
+        .routes(routes!(regressions::series))
         // Plugins (uploads are below).
         .routes(routes!(plugins::list))
         .routes(routes!(plugins::versions))

@@ -4,7 +4,9 @@
 //! fleet, open a node and its topology heatmap, launch a run from the form built from the
 //! run-kinds catalogue (a refused parameter shown beside it) and watch it finish, upload a
 //! plugin and dry-run it, create an enrollment token, open a sweep, a p2p matrix and an
-//! investigation (`dashboard/pages.rs`), and sign in again as a viewer.
+//! investigation (`dashboard/pages.rs`), and sign in again as a viewer. A second test opens
+//! the regressions page with a regression made from simulated weeks of results
+//! (`dashboard/regressions.rs`).
 //!
 //! Needs `frontend/dist` (scripts/build-frontend.sh), `plugins/dist` (scripts/build-plugins.sh),
 //! `chromium` and `chromium-driver` from apt, and `HEDDLE_TEST_DATABASE_URL`. Screenshots of
@@ -21,6 +23,8 @@ use serde_json::{Value, json};
 mod browser;
 #[path = "dashboard/pages.rs"]
 mod pages;
+#[path = "dashboard/regressions.rs"]
+mod regressions;
 
 use browser::*;
 
@@ -469,5 +473,26 @@ async fn dashboard_end_to_end_in_chromium() {
     shots.take(&c, "11-viewer-refused").await;
 
     println!("dashboard screenshots: {}", shots.0.display());
+    c.close().await.unwrap();
+}
+
+/// A regression made through the agent protocol, read on the regressions page, its series
+/// view and the node's page (`dashboard/regressions.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regressions_page_in_chromium() {
+    let dist = dashboard_dist();
+    let server = TestServer::start_with(|c| c.dashboard_dir = Some(dist.clone())).await;
+    let api = Api {
+        base: server.url.clone(),
+        http: reqwest::Client::new(),
+    };
+    let shots = Shots(Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard-screenshots"));
+    std::fs::create_dir_all(&shots.0).unwrap();
+    let (_driver, c) = browser().await;
+    c.goto(&server.url).await.unwrap();
+    type_into(&c, "#token", &server.admin_token).await;
+    click(&c, ".signin button[type=submit]").await;
+    wait_text(&c, "#who", "(admin)").await;
+    regressions::regressions_page(&c, &server, &api, &shots).await;
     c.close().await.unwrap();
 }

@@ -241,6 +241,8 @@ async fn a_driver_update_that_cost_seven_percent_is_one_regression_tied_to_it() 
     .await;
     assert_eq!(s, StatusCode::NOT_FOUND, "{found}");
 
+    series_chart(&http, &server, &admin, r).await;
+
     // The node's health warns with the regression; the others' does not mention one.
     let (s, health) = call(
         &http,
@@ -374,4 +376,170 @@ async fn a_driver_update_that_cost_seven_percent_is_one_regression_tied_to_it() 
     )
     .await;
     assert_eq!(open, json!([]));
+    // The series keeps its points; its change is gone with the regression.
+    let (s, chart) = call(
+        &http,
+        &server,
+        reqwest::Method::GET,
+        &series_path("g1", r, ""),
+        &admin,
+        None,
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{chart}");
+    assert_eq!(chart["total_points"], DAYS + 1);
+    assert_eq!(chart["change_points"], json!([]), "{chart:#}");
+}
+
+/// `GET /regressions/series` of regression `r`'s series, with `extra` query parameters.
+fn series_path(host: &str, r: &Value, extra: &str) -> String {
+    format!(
+        "/api/v1/regressions/series?node={host}&test={}&metric={}&band={}&world_size={}{extra}",
+        r["test"].as_str().unwrap(),
+        r["metric"].as_str().unwrap(),
+        r["size_band"],
+        r["world_size"]
+    )
+}
+
+fn time(v: &Value) -> chrono::DateTime<chrono::Utc> {
+    chrono::DateTime::parse_from_rfc3339(v.as_str().unwrap())
+        .unwrap()
+        .with_timezone(&chrono::Utc)
+}
+
+/// The regressed series' chart: every day's point, the change at the first lower one, the
+/// driver update as a marker just before it; ranges cut all three; a kernel update with no
+/// effect is a marker on its node's chart and nothing else.
+async fn series_chart(http: &reqwest::Client, server: &TestServer, admin: &str, r: &Value) {
+    let get = |path: String| async move {
+        call(http, server, reqwest::Method::GET, &path, admin, None).await
+    };
+    assert_eq!(r["world_size"], 1, "{r:#}");
+    let (s, chart) = get(series_path("g1", r, "")).await;
+    assert_eq!(s, StatusCode::OK, "{chart}");
+    assert_eq!(chart["hostname"], "g1");
+    assert_eq!((chart["total_points"].clone(), chart["stride"].clone()), (json!(DAYS), json!(1)));
+    let points = chart["points"].as_array().unwrap();
+    assert_eq!(points.len(), DAYS);
+    for (day, p) in points.iter().enumerate() {
+        let v = p["value"].as_f64().unwrap();
+        let level = if day < CHANGE_DAY { 360.0 } else { 360.0 * 0.93 };
+        assert!((v / level - 1.0).abs() < 0.011, "day {day}: {p}");
+        assert!(p["run_id"].is_string() && p["result_id"].is_string(), "{p}");
+    }
+    let cps = chart["change_points"].as_array().unwrap();
+    assert_eq!(cps.len(), 1, "{chart:#}");
+    assert_eq!(cps[0]["id"], r["id"]);
+    assert_eq!(cps[0]["open"], true);
+    let t = time(&cps[0]["t"]);
+    assert_eq!(time(&points[CHANGE_DAY]["t"]), t);
+    let markers = chart["facts_markers"].as_array().unwrap();
+    assert_eq!(markers.len(), 1, "{chart:#}");
+    assert_eq!(
+        markers[0]["changes"],
+        json!([{"field": "software.nvidia_driver", "before": "550.54.15", "after": "560.28.03"}])
+    );
+    // The update arrived the change's day, before its result and after the day before's.
+    let marked = time(&markers[0]["t"]);
+    assert!(marked <= t && marked > time(&points[CHANGE_DAY - 1]["t"]), "{chart:#}");
+
+    // From the change on: its points and the change, not the update just before it.
+    let since = t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true).replace('+', "%2B");
+    let (s, after) = get(series_path("g1", r, &format!("&since={since}"))).await;
+    assert_eq!(s, StatusCode::OK, "{after}");
+    assert_eq!(after["points"].as_array().unwrap().len(), DAYS - CHANGE_DAY);
+    assert_eq!(after["change_points"].as_array().unwrap().len(), 1);
+    assert_eq!(after["facts_markers"], json!([]));
+    // Up to just before it: the days before and the update, no change.
+    let until = (t - chrono::Duration::seconds(1)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let (s, before) = get(series_path("g1", r, &format!("&until={until}"))).await;
+    assert_eq!(s, StatusCode::OK, "{before}");
+    assert_eq!(before["points"].as_array().unwrap().len(), CHANGE_DAY);
+    assert_eq!(before["change_points"], json!([]));
+    assert_eq!(before["facts_markers"].as_array().unwrap().len(), 1);
+
+    let (s, g5) = get(series_path("g5", r, "")).await;
+    assert_eq!(s, StatusCode::OK, "{g5}");
+    assert_eq!(g5["change_points"], json!([]));
+    assert_eq!(
+        g5["facts_markers"][0]["changes"],
+        json!([{"field": "host.kernel", "before": "6.8.0-45", "after": "6.8.0-49"}])
+    );
+
+    // Refusals: a range that ends before it starts, a series or node that does not exist,
+    // a pair of a series without pairs.
+    let (s, body) = get(series_path("g1", r, &format!("&since={since}&until={until}"))).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    for other in [
+        series_path("g1", r, "").replace("busbw_gbs", "algbw_gbs"),
+        series_path("g1", r, "").replace("world_size=1", "world_size=2"),
+    ] {
+        let (s, body) = get(other.clone()).await;
+        assert_eq!(s, StatusCode::NOT_FOUND, "{other}: {body}");
+        assert!(body["message"].as_str().unwrap().contains("no such series"), "{body}");
+    }
+    let (s, body) = get(series_path("nope", r, "")).await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "{body}");
+    let (s, body) = get(series_path("g1", r, "&pair=0-1")).await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "{body}");
+    let (s, body) = get("/api/v1/regressions/series?node=g1".into()).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{body}");
+}
+
+/// A series longer than a chart draws: 2,500 hourly results, seeded straight into Postgres,
+/// come back as every third point counted back from the newest (834 of them), and a range
+/// of the last 100 hours as all of its 100.
+#[tokio::test]
+async fn a_long_series_is_thinned_to_the_charts_bound() {
+    let server = TestServer::start().await;
+    let http = reqwest::Client::new();
+    sqlx::query(
+        "WITH n AS (INSERT INTO nodes (id, hostname) VALUES (gen_random_uuid(), 'long-1') RETURNING id),
+              run AS (INSERT INTO runs (id, spec, created_by) VALUES (gen_random_uuid(), '{\"kind\": \"nccl\"}', 'test')
+                      RETURNING id),
+              js AS (INSERT INTO jobs (id, run_id, node_id, rank, world_size, state, max_attempts)
+                     SELECT gen_random_uuid(), run.id, n.id, i, 1, 'succeeded', 1 FROM run, n, generate_series(0, 2499) i
+                     RETURNING id, run_id, node_id, rank),
+              res AS (INSERT INTO results (id, job_id, upload_key, outcome, started_at, finished_at, received_at)
+                      SELECT gen_random_uuid(), js.id, 'long-' || js.rank, 'succeeded', now(), now(),
+                             now() - make_interval(hours => 2499 - js.rank)
+                      FROM js RETURNING id, job_id)
+         INSERT INTO verdicts (result_id, run_id, node_id, test, verdict, world_size, figures)
+         SELECT res.id, js.run_id, js.node_id, 'nccl.all_reduce', 'pass', 1,
+                jsonb_build_array(jsonb_build_object('test', 'nccl.all_reduce', 'metric', 'busbw_gbs',
+                    'size_bytes', 8589934592, 'band', 33, 'value', js.rank))
+         FROM res JOIN js ON js.id = res.job_id",
+    )
+    .execute(&server.state.db)
+    .await
+    .unwrap();
+    let path = "/api/v1/regressions/series?node=long-1&test=nccl.all_reduce&metric=busbw_gbs&band=33&world_size=1";
+    let (s, chart) = call(&http, &server, reqwest::Method::GET, path, &server.admin_token, None).await;
+    assert_eq!(s, StatusCode::OK, "{chart}");
+    assert_eq!((chart["total_points"].clone(), chart["stride"].clone()), (json!(2500), json!(3)));
+    // The value is the result's hour: 0, 3, 6, ... 2499, the newest.
+    let values: Vec<f64> = chart["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["value"].as_f64().unwrap())
+        .collect();
+    assert_eq!(values.len(), 834);
+    let want: Vec<f64> = (0..834).map(|i| (3 * i) as f64).collect();
+    assert_eq!(values, want);
+    let newest = time(&chart["points"][833]["t"]);
+    let since = (newest - chrono::Duration::hours(99)).to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+    let (s, last) = call(
+        &http,
+        &server,
+        reqwest::Method::GET,
+        &format!("{path}&since={since}"),
+        &server.admin_token,
+        None,
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{last}");
+    assert_eq!((last["total_points"].clone(), last["stride"].clone()), (json!(100), json!(1)));
+    assert_eq!(last["points"][0]["value"], 2400.0);
 }

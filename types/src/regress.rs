@@ -5,6 +5,7 @@
 //! stored figure's series and ties each change to the node's facts and the fleet; `heddle
 //! regressions detect` runs it offline on JSON lines.
 
+pub mod chart;
 pub mod detect;
 pub mod estimate;
 pub mod facts_diff;
@@ -18,6 +19,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+pub use chart::{ChartPoint, FactsMarker, MAX_CHART_POINTS, SeriesChart};
 pub use detect::{Change, Config, detect};
 
 /// The expectation metric that sets the smallest change reported for a test (a fraction,
@@ -224,6 +226,65 @@ pub fn summary(r: &Regression) -> String {
 }
 
 fn change_text(c: &FactChange) -> String {
+    format!("{} {}", c.field, values_text(c))
+}
+
+fn values_text(c: &FactChange) -> String {
     let v = |v: &Option<String>| v.clone().unwrap_or_else(|| "(none)".into());
-    format!("{} {} → {}", c.field, v(&c.before), v(&c.after))
+    format!("{} → {}", v(&c.before), v(&c.after))
+}
+
+/// A change as people name it: `driver 550.54.15 → 560.28.03`, `mlx5_0 firmware 28.39 → 28.41`.
+pub fn change_label(c: &FactChange) -> String {
+    format!("{} {}", facts_diff::label(&c.field), values_text(c))
+}
+
+/// The fleet around a change in words, for the dashboard: how many comparable nodes moved
+/// the same way, what those that moved share, and how many without it moved anyway ("12 of
+/// 52 comparable nodes moved the same way (-8.1 % to -6.0 %); all 12 had driver 550.54.15 →
+/// 560.28.03; 0 of the 40 without it moved"); of a node that moved alone, how many of the
+/// others had its change too.
+pub fn fleet_text(f: &FleetView) -> String {
+    let pct = |v: f64| format!("{:+.1} %", v * 100.0);
+    let mut parts = Vec::new();
+    match (f.moved_low, f.moved_high) {
+        // A change for the worse counts its own node; improvements get no fleet view.
+        _ if f.compared == 0 => parts.push("no fleet view (changes for the worse get one)".into()),
+        _ if f.compared == 1 => parts.push("no comparable node to compare with".into()),
+        (Some(lo), Some(hi)) if f.moved > 1 => parts.push(format!(
+            "{} of {} comparable nodes moved the same way ({} to {})",
+            f.moved,
+            f.compared,
+            pct(lo),
+            pct(hi)
+        )),
+        _ => parts.push(format!(
+            "none of the {} other comparable nodes moved",
+            f.compared - 1
+        )),
+    }
+    // Sorted most telling first (shared by the most that moved, the fewest that did not).
+    match f.shared.first() {
+        Some(best) if best.moved > 1 => {
+            let label = change_label(&best.change);
+            if best.moved_with_change == best.moved {
+                parts.push(format!("all {} had {label}", best.moved));
+            } else {
+                parts.push(format!(
+                    "{} of the {} had {label}",
+                    best.moved_with_change, best.moved
+                ));
+            }
+            let moved_without = best.moved - best.moved_with_change;
+            let without = moved_without + best.unmoved - best.unmoved_with_change;
+            parts.push(format!("{moved_without} of the {without} without it moved"));
+        }
+        Some(best) if best.unmoved > 0 => parts.push(format!(
+            "{} of them had {} too",
+            best.unmoved_with_change,
+            change_label(&best.change)
+        )),
+        _ => {}
+    }
+    parts.join("; ")
 }

@@ -10,6 +10,7 @@ pub mod p2p;
 pub mod plugin_dry_run;
 pub mod plugin_upload;
 pub mod plugins;
+pub mod regressions;
 pub mod run;
 pub mod run_ab;
 pub mod runs;

@@ -1,5 +1,6 @@
 //! One node: facts, the topology heatmap, the recommended environment with the reasons and
-//! sources behind each variable, what every plugin said, and the history of its facts.
+//! sources behind each variable, its open regressions (each linking to its series), what
+//! every plugin said, and the history of its facts.
 
 use heddle_types::facts::NodeFacts;
 use heddle_types::health::Verdict;
@@ -107,6 +108,8 @@ fn NodeBody(node: NodeDetail) -> impl IntoView {
         }}
         <h2>"Checks"</h2>
         {checks}
+        <h2>"Regressions"</h2>
+        <super::regressions::NodeRegressions node=s.id.to_string()/>
         <h2>"Observed jobs"</h2>
         <super::jobs::ObservedJobs node=s.id.to_string()/>
         <h2>"Topology"</h2>

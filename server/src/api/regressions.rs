@@ -1,16 +1,19 @@
 //! Regressions: nodes' figures that moved to a new level and stayed, each tied to what
-//! changed on the node and in the fleet. Detection and storage are `health::regress`.
+//! changed on the node and in the fleet, and one series' chart. Detection, storage and
+//! the chart's read are `health::regress`.
 
 use axum::extract::State;
 use chrono::{DateTime, Utc};
 use heddle_types::auth::Role;
-use heddle_types::regress::Regression;
+use heddle_types::regress::{Regression, SeriesChart};
 
 use crate::AppState;
 use crate::auth::Caller;
 use crate::db;
 use crate::error::{ApiResult, Json, Query};
+use crate::health::HealthError;
 use crate::health::regress::store::{self, Filter};
+use crate::health::regress::{SeriesKey, history};
 
 #[derive(Debug, Default, serde::Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
@@ -52,4 +55,54 @@ pub async fn list(
         limit: super::limit(f.limit, 100),
     };
     Ok(Json(store::list(&state.db, &filter).await?))
+}
+
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct SeriesQuery {
+    /// The node (id or hostname).
+    node: String,
+    /// The test (`nccl.all_reduce`).
+    test: String,
+    /// The metric (`busbw_gbs`).
+    metric: String,
+    /// The size band: the power of two the figures' message size falls in.
+    band: i32,
+    /// Nodes in the runs the figures come from.
+    world_size: i32,
+    /// The GPU pair of a per-pair series (`0-1`); absent or empty for the others.
+    pair: Option<String>,
+    /// From this time (RFC 3339); the series' first point when absent.
+    since: Option<DateTime<Utc>>,
+    /// Up to this time (RFC 3339); now when absent.
+    until: Option<DateTime<Utc>>,
+}
+
+/// One series' chart: its figures over the range (at most 1,000, thinned evenly beyond),
+/// its change points there (as the list gives them, improvements and closed ones too) and
+/// the node's facts changes there, for markers on the time axis.
+#[utoipa::path(get, path = "/api/v1/regressions/series", tag = "verdicts", security(("bearer" = [])),
+    params(SeriesQuery),
+    responses((status = 200, body = SeriesChart), (status = 400, body = heddle_types::ErrorBody),
+        (status = 404, body = heddle_types::ErrorBody), (status = 422, body = heddle_types::ErrorBody)))]
+pub async fn series(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(q): Query<SeriesQuery>,
+) -> ApiResult<Json<SeriesChart>> {
+    caller.require(Role::Viewer)?;
+    let key = SeriesKey {
+        node_id: db::resolve_node(&state.db, &q.node).await?,
+        test: q.test,
+        metric: q.metric,
+        band: q.band,
+        world_size: q.world_size,
+    };
+    // Per-GPU-pair series are not recorded yet: when `SeriesKey` gains `pair` ('' for a
+    // series without one), it is `pair: q.pair.unwrap_or_default()` above.
+    if let Some(pair) = q.pair.filter(|p| !p.is_empty()) {
+        return Err(HealthError::NoSuchSeries(format!("per-pair series (pair {pair}) are not recorded")).into());
+    }
+    let until = q.until.unwrap_or_else(Utc::now);
+    Ok(Json(history::chart(&state.db, &key, q.since, until).await?))
 }

@@ -21,6 +21,12 @@ use uuid::Uuid;
 pub enum HealthError {
     #[error("no result {0}")]
     NoSuchResult(Uuid),
+    /// A regressions series with no figures at all.
+    #[error("no such series: {0}")]
+    NoSuchSeries(String),
+    /// A request the domain refuses (a time range that ends before it starts).
+    #[error("{0}")]
+    Invalid(String),
     #[error(transparent)]
     Database(#[from] sqlx::Error),
     /// Starting a check run failed.

@@ -4,9 +4,11 @@
 //! [`detect::MAX_POINTS`] newest points, and `heddle_types::regress::detect` runs on it: the
 //! work is that series' only. Its change points replace the series' stored ones, each with
 //! the node's facts and applied environment either side of it; `fleet.rs` then says how
-//! many comparable nodes moved the same way and what they share. `store.rs` reads them.
+//! many comparable nodes moved the same way and what they share. `store.rs` reads them;
+//! `history.rs` reads a series over time for its chart.
 
 pub mod fleet;
+pub mod history;
 pub mod store;
 
 use chrono::{DateTime, Utc};
@@ -72,26 +74,37 @@ pub async fn on_result(db: &PgPool, result_id: Uuid) -> Result<usize, HealthErro
     Ok(found)
 }
 
-/// The series' newest points. A verdict's `test` is its figure's, or the kind when it has
-/// several (`p2p`, `ucx`), so `verdicts_node_idx` (node, test) narrows the read to this
-/// series' results.
+/// The figures of a series, the `FROM` and `WHERE` of every read of its points (the
+/// detector's below, the chart's in `history.rs`), bound by [`bind_key`]. A verdict's `test`
+/// is its figure's, or the kind when it has several (`p2p`, `ucx`), so `verdicts_node_idx`
+/// (node, test) narrows the read to this series' results.
+const SERIES_FIGURES: &str = "FROM verdicts v JOIN results r ON r.id = v.result_id, jsonb_array_elements(v.figures) f
+     WHERE v.node_id = $1 AND (v.test = $3 OR v.test = split_part($3, '.', 1))
+       AND v.world_size = $2 AND f->>'test' = $3 AND f->>'metric' = $4
+       AND (f->>'band')::int = $5 AND r.outcome = 'succeeded'";
+
+/// Binds `$1` to `$5` of [`SERIES_FIGURES`]; a query's own parameters start at `$6`.
+fn bind_key<'q, O>(
+    q: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
+    key: &'q SeriesKey,
+) -> sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments> {
+    q.bind(key.node_id)
+        .bind(key.world_size)
+        .bind(&key.test)
+        .bind(&key.metric)
+        .bind(key.band)
+}
+
+/// The series' newest points, at most what the detector reads.
 async fn points(db: &PgPool, key: &SeriesKey) -> Result<Vec<Point>, sqlx::Error> {
-    let mut points: Vec<Point> = sqlx::query_as(
-        "SELECT r.id AS result_id, r.job_id, r.received_at, (f->>'value')::float8 AS value
-         FROM verdicts v JOIN results r ON r.id = v.result_id, jsonb_array_elements(v.figures) f
-         WHERE v.node_id = $1 AND (v.test = $3 OR v.test = split_part($3, '.', 1))
-           AND v.world_size = $2 AND f->>'test' = $3 AND f->>'metric' = $4
-           AND (f->>'band')::int = $5 AND r.outcome = 'succeeded'
-         ORDER BY r.received_at DESC, r.id DESC LIMIT $6",
-    )
-    .bind(key.node_id)
-    .bind(key.world_size)
-    .bind(&key.test)
-    .bind(&key.metric)
-    .bind(key.band)
-    .bind(detect::MAX_POINTS as i64)
-    .fetch_all(db)
-    .await?;
+    let sql = format!(
+        "SELECT r.id AS result_id, r.job_id, r.received_at, (f->>'value')::float8 AS value {SERIES_FIGURES}
+         ORDER BY r.received_at DESC, r.id DESC LIMIT $6"
+    );
+    let mut points: Vec<Point> = bind_key(sqlx::query_as(&sql), key)
+        .bind(detect::MAX_POINTS as i64)
+        .fetch_all(db)
+        .await?;
     points.reverse();
     Ok(points)
 }

@@ -5,19 +5,20 @@ use std::collections::BTreeMap;
 
 use super::FactChange;
 
-/// Facts fields compared around a change, as JSON pointers and the names people see.
-const FIELDS: &[(&str, &str)] = &[
-    ("/software/nvidia_driver", "software.nvidia_driver"),
-    ("/software/cuda_driver", "software.cuda_driver"),
-    ("/software/nccl", "software.nccl"),
-    ("/software/ucx", "software.ucx"),
-    ("/software/ofed", "software.ofed"),
-    ("/software/rdma_core", "software.rdma_core"),
-    ("/software/mlx5_core", "software.mlx5_core"),
-    ("/host/kernel", "host.kernel"),
-    ("/host/os/version_id", "host.os.version_id"),
-    ("/gpudirect/peer_mem_module", "gpudirect.peer_mem_module"),
-    ("/gpudirect/iommu", "gpudirect.iommu"),
+/// Facts fields compared around a change: JSON pointers, the names stored and the words
+/// people read them by.
+const FIELDS: &[(&str, &str, &str)] = &[
+    ("/software/nvidia_driver", "software.nvidia_driver", "driver"),
+    ("/software/cuda_driver", "software.cuda_driver", "CUDA"),
+    ("/software/nccl", "software.nccl", "NCCL"),
+    ("/software/ucx", "software.ucx", "UCX"),
+    ("/software/ofed", "software.ofed", "OFED"),
+    ("/software/rdma_core", "software.rdma_core", "rdma-core"),
+    ("/software/mlx5_core", "software.mlx5_core", "mlx5_core"),
+    ("/host/kernel", "host.kernel", "kernel"),
+    ("/host/os/version_id", "host.os.version_id", "OS"),
+    ("/gpudirect/peer_mem_module", "gpudirect.peer_mem_module", "peer memory module"),
+    ("/gpudirect/iommu", "gpudirect.iommu", "IOMMU"),
 ];
 
 /// The compared fields of a node's facts (JSON as stored), plus the GPU count and the
@@ -29,7 +30,7 @@ pub fn fields(facts: &serde_json::Value) -> BTreeMap<String, String> {
         other => Some(other.to_string()),
     };
     let mut out = BTreeMap::new();
-    for (pointer, name) in FIELDS {
+    for (pointer, name, _) in FIELDS {
         if let Some(v) = facts.pointer(pointer).and_then(text) {
             out.insert((*name).to_string(), v);
         }
@@ -48,6 +49,24 @@ pub fn fields(facts: &serde_json::Value) -> BTreeMap<String, String> {
         }
     }
     out
+}
+
+/// A field's name as people read it: `driver` for `software.nvidia_driver`, `mlx5_0
+/// firmware` for `rdma.mlx5_0.fw_ver`, the variable for `env.NCCL_ALGO`.
+pub fn label(field: &str) -> String {
+    if let Some((_, _, words)) = FIELDS.iter().find(|f| f.1 == field) {
+        return (*words).to_string();
+    }
+    if field == "gpus.count" {
+        return "GPU count".into();
+    }
+    if let Some(hca) = field
+        .strip_prefix("rdma.")
+        .and_then(|f| f.strip_suffix(".fw_ver"))
+    {
+        return format!("{hca} firmware");
+    }
+    field.strip_prefix("env.").unwrap_or(field).to_string()
 }
 
 /// A job's applied environment (`[{name, value, source}]`) as `env.<NAME>` fields.
@@ -102,6 +121,12 @@ mod tests {
             &json!([{"name": "NCCL_ALGO", "value": "Ring", "source": "run"}]),
         ));
         assert_eq!(fa["rdma.mlx5_0.fw_ver"], "28.39.1002");
+        let labels: Vec<String> = fa.keys().map(|k| label(k)).collect();
+        assert_eq!(
+            labels,
+            ["GPU count", "kernel", "mlx5_0 firmware", "NCCL", "driver"]
+                .map(String::from)
+        );
         assert_eq!(fa["gpus.count"], "2");
         assert_eq!(
             diff(&fa, &fb),

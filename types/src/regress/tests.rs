@@ -172,6 +172,80 @@ fn value() -> impl Strategy<Value = f64> {
     ]
 }
 
+#[test]
+fn the_fleet_reads_as_who_moved_what_they_share_and_who_moved_without_it() {
+    use super::{FactChange, FleetView, SharedChange, fleet_text};
+    let driver = FactChange {
+        field: "software.nvidia_driver".into(),
+        before: Some("580.95".into()),
+        after: Some("580.159".into()),
+    };
+    let twelve = FleetView {
+        compared: 52,
+        moved: 12,
+        moved_low: Some(-0.081),
+        moved_high: Some(-0.06),
+        shared: vec![SharedChange {
+            change: driver.clone(),
+            moved_with_change: 12,
+            moved: 12,
+            unmoved_with_change: 0,
+            unmoved: 40,
+        }],
+        ..FleetView::default()
+    };
+    assert_eq!(
+        fleet_text(&twelve),
+        "12 of 52 comparable nodes moved the same way (-8.1 % to -6.0 %); all 12 had driver \
+         580.95 → 580.159; 0 of the 40 without it moved"
+    );
+    // One node alone, whose update two of the four others had too; nine of ten that moved
+    // upgraded while two of 30 that did not upgraded too: one that moved and 28 that did
+    // not lack the change.
+    let alone = FleetView {
+        compared: 5,
+        moved: 1,
+        moved_low: Some(-0.07),
+        moved_high: Some(-0.07),
+        shared: vec![SharedChange {
+            change: driver.clone(),
+            moved_with_change: 1,
+            moved: 1,
+            unmoved_with_change: 2,
+            unmoved: 4,
+        }],
+        ..FleetView::default()
+    };
+    assert_eq!(
+        fleet_text(&alone),
+        "none of the 4 other comparable nodes moved; 2 of them had driver 580.95 → 580.159 too"
+    );
+    let mixed = FleetView {
+        compared: 40,
+        moved: 10,
+        moved_low: Some(-0.1),
+        moved_high: Some(-0.05),
+        shared: vec![SharedChange {
+            change: driver,
+            moved_with_change: 9,
+            moved: 10,
+            unmoved_with_change: 2,
+            unmoved: 30,
+        }],
+        ..FleetView::default()
+    };
+    assert!(
+        fleet_text(&mixed)
+            .ends_with("9 of the 10 had driver 580.95 → 580.159; 1 of the 29 without it moved"),
+        "{}",
+        fleet_text(&mixed)
+    );
+    assert_eq!(
+        fleet_text(&FleetView::default()),
+        "no fleet view (changes for the worse get one)"
+    );
+}
+
 proptest! {
     #[test]
     fn never_panics_and_reports_only_what_it_was_asked(

@@ -1,5 +1,6 @@
-//! Reading stored change points: the regressions list, a node's open regressions as health
-//! reasons, and per-node counts for the fleet view and `/metrics`.
+//! Reading stored change points: the regressions list, one series' changes for its chart, a
+//! node's open regressions as health reasons, and per-node counts for the fleet view and
+//! `/metrics`.
 
 use chrono::{DateTime, Utc};
 use heddle_types::health::{Reason, Severity};
@@ -7,7 +8,14 @@ use heddle_types::regress::{self, FactChange, FleetView, Regression};
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use super::SeriesKey;
 use crate::health::HealthError;
+
+/// What every read of change points selects, into [`Row`].
+const SELECT: &str = "SELECT c.id, c.node_id, n.hostname, c.test, c.metric, c.size_band, c.world_size, c.t, c.before,
+        c.after, c.relative_change, c.ci_low, c.ci_high, c.points_before, c.points_after, c.worse, c.latest,
+        c.facts_changes, c.fleet, c.detected_at
+     FROM change_points c JOIN nodes n ON n.id = c.node_id";
 
 /// The most rows one list answers.
 pub const MAX_LIMIT: i64 = 1000;
@@ -81,17 +89,15 @@ pub struct Filter {
 
 /// Regressions newest first: open ones, or every change with `all`.
 pub async fn list(db: &PgPool, f: &Filter) -> Result<Vec<Regression>, HealthError> {
-    let rows: Vec<Row> = sqlx::query_as(
-        "SELECT c.id, c.node_id, n.hostname, c.test, c.metric, c.size_band, c.world_size, c.t, c.before, c.after,
-                c.relative_change, c.ci_low, c.ci_high, c.points_before, c.points_after, c.worse, c.latest,
-                c.facts_changes, c.fleet, c.detected_at
-         FROM change_points c JOIN nodes n ON n.id = c.node_id
+    let sql = format!(
+        "{SELECT}
          WHERE ($1 OR (c.worse AND c.latest))
            AND ($2::uuid IS NULL OR c.node_id = $2)
            AND ($3::timestamptz IS NULL OR c.t >= $3)
            AND ($4::text IS NULL OR c.test = $4 OR c.test LIKE $4 || '.%')
-         ORDER BY c.t DESC, c.id LIMIT $5",
-    )
+         ORDER BY c.t DESC, c.id LIMIT $5"
+    );
+    let rows: Vec<Row> = sqlx::query_as(&sql)
     .bind(f.all)
     .bind(f.node_id)
     .bind(f.since)
@@ -99,6 +105,35 @@ pub async fn list(db: &PgPool, f: &Filter) -> Result<Vec<Regression>, HealthErro
     .bind(f.limit.clamp(1, MAX_LIMIT))
     .fetch_all(db)
     .await?;
+    Ok(rows.into_iter().map(Into::into).collect())
+}
+
+/// Every change of one series within `[since, until]`, oldest first: open, closed and
+/// improvements. The detector keeps a series' changes within its newest
+/// [`heddle_types::regress::detect::MAX_POINTS`] points, so there are few.
+pub async fn of_series(
+    db: &PgPool,
+    key: &SeriesKey,
+    since: Option<DateTime<Utc>>,
+    until: DateTime<Utc>,
+) -> Result<Vec<Regression>, HealthError> {
+    let sql = format!(
+        "{SELECT}
+         WHERE c.node_id = $1 AND c.test = $2 AND c.metric = $3 AND c.size_band = $4 AND c.world_size = $5
+           AND ($6::timestamptz IS NULL OR c.t >= $6) AND c.t <= $7
+         ORDER BY c.t, c.id LIMIT $8"
+    );
+    let rows: Vec<Row> = sqlx::query_as(&sql)
+        .bind(key.node_id)
+        .bind(&key.test)
+        .bind(&key.metric)
+        .bind(key.band)
+        .bind(key.world_size)
+        .bind(since)
+        .bind(until)
+        .bind(MAX_LIMIT)
+        .fetch_all(db)
+        .await?;
     Ok(rows.into_iter().map(Into::into).collect())
 }
 
