@@ -451,8 +451,10 @@ async fn series_chart(http: &reqwest::Client, server: &TestServer, admin: &str, 
     assert_eq!(after["points"].as_array().unwrap().len(), DAYS - CHANGE_DAY);
     assert_eq!(after["change_points"].as_array().unwrap().len(), 1);
     assert_eq!(after["facts_markers"], json!([]));
-    // Up to just before it: the days before and the update, no change.
-    let until = (t - chrono::Duration::seconds(1)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    // Up to just before it: the days before and the update (stored moments before the
+    // change's result), no change.
+    let until = (t - chrono::Duration::microseconds(1))
+        .to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
     let (s, before) = get(series_path("g1", r, &format!("&until={until}"))).await;
     assert_eq!(s, StatusCode::OK, "{before}");
     assert_eq!(before["points"].as_array().unwrap().len(), CHANGE_DAY);
