@@ -113,10 +113,16 @@ pub fn SeriesChartView(chart: SeriesChart) -> impl IntoView {
             let ms = s.t0 + (s.t1 - s.t0) * i / ticks;
             let t = DateTime::<Utc>::from_timestamp_millis(ms).unwrap_or(first);
             let x = s.x(t);
-            let label = if long { t.format("%Y-%m-%d") } else { t.format("%m-%d %H:%M") };
+            let label = if long {
+                t.format("%Y-%m-%d")
+            } else {
+                t.format("%m-%d %H:%M")
+            };
+            // The last label ends at the right edge rather than running past it.
+            let anchor = if i == ticks { "end" } else { "middle" };
             view! {
                 <line x1=x x2=x y1=TOP y2=bottom class="grid-line"/>
-                <text x=x y=bottom + 14.0 text-anchor="middle" class="axis">{label.to_string()}</text>
+                <text x=x y=bottom + 14.0 text-anchor=anchor class="axis">{label.to_string()}</text>
             }
         })
         .collect_view();
@@ -166,7 +172,11 @@ pub fn SeriesChartView(chart: SeriesChart) -> impl IntoView {
         .map(|(i, m)| {
             let x = s.x(m.t);
             let text = marker_text(m);
-            let short = if text.chars().count() > 48 { format!("{}…", text.chars().take(47).collect::<String>()) } else { text.clone() };
+            let short = if text.chars().count() > 48 {
+                format!("{}…", text.chars().take(47).collect::<String>())
+            } else {
+                text.clone()
+            };
             // Labels of markers close together alternate between two rows.
             let y = bottom + 40.0 + 14.0 * (i % 2) as f64;
             view! {

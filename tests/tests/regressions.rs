@@ -419,12 +419,19 @@ async fn series_chart(http: &reqwest::Client, server: &TestServer, admin: &str, 
     let (s, chart) = get(series_path("g1", r, "")).await;
     assert_eq!(s, StatusCode::OK, "{chart}");
     assert_eq!(chart["hostname"], "g1");
-    assert_eq!((chart["total_points"].clone(), chart["stride"].clone()), (json!(DAYS), json!(1)));
+    assert_eq!(
+        (chart["total_points"].clone(), chart["stride"].clone()),
+        (json!(DAYS), json!(1))
+    );
     let points = chart["points"].as_array().unwrap();
     assert_eq!(points.len(), DAYS);
     for (day, p) in points.iter().enumerate() {
         let v = p["value"].as_f64().unwrap();
-        let level = if day < CHANGE_DAY { 360.0 } else { 360.0 * 0.93 };
+        let level = if day < CHANGE_DAY {
+            360.0
+        } else {
+            360.0 * 0.93
+        };
         assert!((v / level - 1.0).abs() < 0.011, "day {day}: {p}");
         assert!(p["run_id"].is_string() && p["result_id"].is_string(), "{p}");
     }
@@ -442,10 +449,15 @@ async fn series_chart(http: &reqwest::Client, server: &TestServer, admin: &str, 
     );
     // The update arrived the change's day, before its result and after the day before's.
     let marked = time(&markers[0]["t"]);
-    assert!(marked <= t && marked > time(&points[CHANGE_DAY - 1]["t"]), "{chart:#}");
+    assert!(
+        marked <= t && marked > time(&points[CHANGE_DAY - 1]["t"]),
+        "{chart:#}"
+    );
 
     // From the change on: its points and the change, not the update just before it.
-    let since = t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true).replace('+', "%2B");
+    let since = t
+        .to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+        .replace('+', "%2B");
     let (s, after) = get(series_path("g1", r, &format!("&since={since}"))).await;
     assert_eq!(s, StatusCode::OK, "{after}");
     assert_eq!(after["points"].as_array().unwrap().len(), DAYS - CHANGE_DAY);
@@ -471,7 +483,12 @@ async fn series_chart(http: &reqwest::Client, server: &TestServer, admin: &str, 
 
     // Refusals: a range that ends before it starts, a series or node that does not exist,
     // a pair of a series without pairs.
-    let (s, body) = get(series_path("g1", r, &format!("&since={since}&until={until}"))).await;
+    let (s, body) = get(series_path(
+        "g1",
+        r,
+        &format!("&since={since}&until={until}"),
+    ))
+    .await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
     for other in [
         series_path("g1", r, "").replace("busbw_gbs", "algbw_gbs"),
@@ -479,7 +496,10 @@ async fn series_chart(http: &reqwest::Client, server: &TestServer, admin: &str, 
     ] {
         let (s, body) = get(other.clone()).await;
         assert_eq!(s, StatusCode::NOT_FOUND, "{other}: {body}");
-        assert!(body["message"].as_str().unwrap().contains("no such series"), "{body}");
+        assert!(
+            body["message"].as_str().unwrap().contains("no such series"),
+            "{body}"
+        );
     }
     let (s, body) = get(series_path("nope", r, "")).await;
     assert_eq!(s, StatusCode::NOT_FOUND, "{body}");
@@ -517,9 +537,20 @@ async fn a_long_series_is_thinned_to_the_charts_bound() {
     .await
     .unwrap();
     let path = "/api/v1/regressions/series?node=long-1&test=nccl.all_reduce&metric=busbw_gbs&band=33&world_size=1";
-    let (s, chart) = call(&http, &server, reqwest::Method::GET, path, &server.admin_token, None).await;
+    let (s, chart) = call(
+        &http,
+        &server,
+        reqwest::Method::GET,
+        path,
+        &server.admin_token,
+        None,
+    )
+    .await;
     assert_eq!(s, StatusCode::OK, "{chart}");
-    assert_eq!((chart["total_points"].clone(), chart["stride"].clone()), (json!(2500), json!(3)));
+    assert_eq!(
+        (chart["total_points"].clone(), chart["stride"].clone()),
+        (json!(2500), json!(3))
+    );
     // The value is the result's hour: 0, 3, 6, ... 2499, the newest.
     let values: Vec<f64> = chart["points"]
         .as_array()
@@ -531,7 +562,8 @@ async fn a_long_series_is_thinned_to_the_charts_bound() {
     let want: Vec<f64> = (0..834).map(|i| (3 * i) as f64).collect();
     assert_eq!(values, want);
     let newest = time(&chart["points"][833]["t"]);
-    let since = (newest - chrono::Duration::hours(99)).to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+    let since =
+        (newest - chrono::Duration::hours(99)).to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
     let (s, last) = call(
         &http,
         &server,
@@ -542,6 +574,9 @@ async fn a_long_series_is_thinned_to_the_charts_bound() {
     )
     .await;
     assert_eq!(s, StatusCode::OK, "{last}");
-    assert_eq!((last["total_points"].clone(), last["stride"].clone()), (json!(100), json!(1)));
+    assert_eq!(
+        (last["total_points"].clone(), last["stride"].clone()),
+        (json!(100), json!(1))
+    );
     assert_eq!(last["points"][0]["value"], 2400.0);
 }

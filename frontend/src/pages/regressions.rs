@@ -97,7 +97,10 @@ pub fn NodeRegressions(node: String) -> impl IntoView {
         async move { api::get::<Vec<Regression>>(&path).await }
     });
     loaded(state, "regressions", |l| {
-        regression_table(l, "No open regression: no figure of this node moved for the worse and stayed.")
+        regression_table(
+            l,
+            "No open regression: no figure of this node moved for the worse and stayed.",
+        )
     })
 }
 
@@ -132,7 +135,11 @@ pub fn Regressions() -> impl IntoView {
     // The filters live in the address: applying them navigates, and the list follows it.
     let go = move |all: bool| {
         let mut parts = Vec::new();
-        for (k, v) in [("node", node.get_untracked()), ("kind", kind.get_untracked()), ("since", since.get_untracked())] {
+        for (k, v) in [
+            ("node", node.get_untracked()),
+            ("kind", kind.get_untracked()),
+            ("since", since.get_untracked()),
+        ] {
             let v = v.trim().to_string();
             if !v.is_empty() {
                 parts.push(format!("{k}={}", seg(&v)));
@@ -141,7 +148,13 @@ pub fn Regressions() -> impl IntoView {
         if all {
             parts.push("all=true".into());
         }
-        navigate(&format!("/regressions?{}", parts.join("&")), NavigateOptions { replace: true, ..Default::default() });
+        navigate(
+            &format!("/regressions?{}", parts.join("&")),
+            NavigateOptions {
+                replace: true,
+                ..Default::default()
+            },
+        );
     };
     let all = move || param("all") == "true";
     let go2 = go.clone();
@@ -151,12 +164,19 @@ pub fn Regressions() -> impl IntoView {
     };
     let toggle = move |ev| go2(event_target_checked(&ev));
     let list = move || {
-        let path = format!("/regressions?{}", api_query(&param("node"), &param("kind"), &param("since"), all()));
+        let path = format!(
+            "/regressions?{}",
+            api_query(&param("node"), &param("kind"), &param("since"), all())
+        );
         let (state, _) = api::load(move || {
             let path = path.clone();
             async move { api::get::<Vec<Regression>>(&path).await }
         });
-        let empty = if all() { "No changes match." } else { "No open regressions match." };
+        let empty = if all() {
+            "No changes match."
+        } else {
+            "No open regressions match."
+        };
         loaded(state, "regressions", move |l| regression_table(l, empty))
     };
     view! {
@@ -184,13 +204,26 @@ pub fn SeriesPage() -> impl IntoView {
         let q = query.get();
         let get = |k: &str| q.get(k).unwrap_or_default();
         let mut parts = Vec::new();
-        for k in ["node", "test", "metric", "band", "world_size", "pair", "since", "until"] {
+        for k in [
+            "node",
+            "test",
+            "metric",
+            "band",
+            "world_size",
+            "pair",
+            "since",
+            "until",
+        ] {
             let v = get(k);
             if !v.is_empty() {
                 parts.push(format!("{k}={}", seg(&v)));
             }
         }
-        let base: Vec<String> = parts.iter().filter(|p| !p.starts_with("since=") && !p.starts_with("until=")).cloned().collect();
+        let base: Vec<String> = parts
+            .iter()
+            .filter(|p| !p.starts_with("since=") && !p.starts_with("until="))
+            .cloned()
+            .collect();
         let path = format!("/regressions/series?{}", parts.join("&"));
         let (state, _) = api::load(move || {
             let path = path.clone();
@@ -208,12 +241,22 @@ pub fn SeriesPage() -> impl IntoView {
 /// Links to the same series over the last week, month, quarter or all of it.
 fn range_links(base: &str, since: &str) -> Vec<(String, String, bool)> {
     let now = Utc::now();
-    let mut out = vec![("all".to_string(), format!("/regressions/series?{base}"), since.is_empty())];
+    let mut out = vec![(
+        "all".to_string(),
+        format!("/regressions/series?{base}"),
+        since.is_empty(),
+    )];
     for days in [7, 30, 90] {
-        let from = (now - chrono::Duration::days(days)).format("%Y-%m-%dT00:00:00Z").to_string();
+        let from = (now - chrono::Duration::days(days))
+            .format("%Y-%m-%dT00:00:00Z")
+            .to_string();
         // The day, not the moment, so the link (and a reload of it) stays the same all day.
         let current = since.starts_with(&from[..10]);
-        out.push((format!("{days} days"), format!("/regressions/series?{base}&since={}", seg(&from)), current));
+        out.push((
+            format!("{days} days"),
+            format!("/regressions/series?{base}&since={}", seg(&from)),
+            current,
+        ));
     }
     out
 }
@@ -233,7 +276,12 @@ fn series_body(c: SeriesChart, ranges: Vec<(String, String, bool)>) -> impl Into
         .map(|m| view! { <li class="facts-change"><span class="mono small">{m.t.format("%Y-%m-%d %H:%M UTC").to_string()}</span>" "{marker_text(m)}</li> })
         .collect_view();
     let no_markers = c.facts_markers.is_empty();
-    let changes = c.change_points.iter().rev().map(change_block).collect_view();
+    let changes = c
+        .change_points
+        .iter()
+        .rev()
+        .map(change_block)
+        .collect_view();
     let no_changes = c.change_points.is_empty();
     let recent = recent_table(c.points.iter().rev().take(20).cloned().collect());
     view! {

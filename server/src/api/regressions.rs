@@ -101,7 +101,10 @@ pub async fn series(
     // Per-GPU-pair series are not recorded yet: when `SeriesKey` gains `pair` ('' for a
     // series without one), it is `pair: q.pair.unwrap_or_default()` above.
     if let Some(pair) = q.pair.filter(|p| !p.is_empty()) {
-        return Err(HealthError::NoSuchSeries(format!("per-pair series (pair {pair}) are not recorded")).into());
+        return Err(HealthError::NoSuchSeries(format!(
+            "per-pair series (pair {pair}) are not recorded"
+        ))
+        .into());
     }
     let until = q.until.unwrap_or_else(Utc::now);
     Ok(Json(history::chart(&state.db, &key, q.since, until).await?))

@@ -78,7 +78,8 @@ pub async fn on_result(db: &PgPool, result_id: Uuid) -> Result<usize, HealthErro
 /// detector's below, the chart's in `history.rs`), bound by [`bind_key`]. A verdict's `test`
 /// is its figure's, or the kind when it has several (`p2p`, `ucx`), so `verdicts_node_idx`
 /// (node, test) narrows the read to this series' results.
-const SERIES_FIGURES: &str = "FROM verdicts v JOIN results r ON r.id = v.result_id, jsonb_array_elements(v.figures) f
+const SERIES_FIGURES: &str =
+    "FROM verdicts v JOIN results r ON r.id = v.result_id, jsonb_array_elements(v.figures) f
      WHERE v.node_id = $1 AND (v.test = $3 OR v.test = split_part($3, '.', 1))
        AND v.world_size = $2 AND f->>'test' = $3 AND f->>'metric' = $4
        AND (f->>'band')::int = $5 AND r.outcome = 'succeeded'";

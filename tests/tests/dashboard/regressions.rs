@@ -39,8 +39,13 @@ async fn seed(server: &TestServer, api: &Api) {
         }
         if day == CHANGE_DAY {
             let update = facts("reg-1", "580.159");
-            api.call(reqwest::Method::PUT, "/api/v1/agent/facts", &creds[0], Some(update))
-                .await;
+            api.call(
+                reqwest::Method::PUT,
+                "/api/v1/agent/facts",
+                &creds[0],
+                Some(update),
+            )
+            .await;
         }
         for (n, (host, cred)) in hosts.iter().zip(&creds).enumerate() {
             let mut busbw = 360.0 * noise(day, n);
@@ -51,11 +56,18 @@ async fn seed(server: &TestServer, api: &Api) {
                 .start_run(json!({"kind": "nccl", "params": {"op": "all_reduce"}, "nodes": [host]}))
                 .await;
             let lease = api
-                .call(reqwest::Method::POST, "/api/v1/agent/jobs/claim", cred, None)
+                .call(
+                    reqwest::Method::POST,
+                    "/api/v1/agent/jobs/claim",
+                    cred,
+                    None,
+                )
                 .await;
             let job = lease["job_id"].as_str().unwrap();
-            let row = |in_place| json!({"size_bytes": gib8, "op": "all_reduce", "busbw_gbs": busbw,
-                "algbw_gbs": busbw, "time_us": 24795.0, "wrong": 0, "in_place": in_place});
+            let row = |in_place| {
+                json!({"size_bytes": gib8, "op": "all_reduce", "busbw_gbs": busbw,
+                "algbw_gbs": busbw, "time_us": 24795.0, "wrong": 0, "in_place": in_place})
+            };
             let result = json!({"upload_key": format!("{host}-{day}"), "outcome": "succeeded",
                 "summary": {"nranks": 1}, "rows": [row(false), row(true)],
                 "started_at": "2026-01-01T00:00:00Z", "finished_at": "2026-01-01T00:00:01Z"});
@@ -81,7 +93,12 @@ async fn attr_f64(c: &Client, css: &str, name: &str) -> f64 {
 pub async fn regressions_page(c: &Client, server: &TestServer, api: &Api, shots: &Shots) {
     seed(server, api).await;
     let open = api
-        .call(reqwest::Method::GET, "/api/v1/regressions", &server.admin_token, None)
+        .call(
+            reqwest::Method::GET,
+            "/api/v1/regressions",
+            &server.admin_token,
+            None,
+        )
         .await;
     assert_eq!(open.as_array().unwrap().len(), 1, "{open:#}");
     assert_eq!(open[0]["hostname"], "reg-1", "{open:#}");
@@ -123,7 +140,10 @@ pub async fn regressions_page(c: &Client, server: &TestServer, api: &Api, shots:
         .len()
         != DAYS
     {
-        assert!(Instant::now() < deadline, "the chart never drew {DAYS} dots");
+        assert!(
+            Instant::now() < deadline,
+            "the chart never drew {DAYS} dots"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let change = c
@@ -151,7 +171,10 @@ pub async fn regressions_page(c: &Client, server: &TestServer, api: &Api, shots:
         attr_f64(c, &dot(CHANGE_DAY - 1), "cx").await,
         attr_f64(c, &dot(CHANGE_DAY), "cx").await,
     );
-    assert!((cp_x - first_after_x).abs() < 0.01, "{cp_x} {first_after_x}");
+    assert!(
+        (cp_x - first_after_x).abs() < 0.01,
+        "{cp_x} {first_after_x}"
+    );
     assert!(
         before_x < marker_x && marker_x <= cp_x,
         "the update between the last day before and the first after: {before_x} {marker_x} {cp_x}"
@@ -170,7 +193,9 @@ pub async fn regressions_page(c: &Client, server: &TestServer, api: &Api, shots:
     shots.take(c, "16-regression-series").await;
 
     // The node's page lists the open regression and links to the same series.
-    c.goto(&format!("{}/nodes/reg-1", server.url)).await.unwrap();
+    c.goto(&format!("{}/nodes/reg-1", server.url))
+        .await
+        .unwrap();
     wait_text(c, "#node-title", "reg-1").await;
     wait_text(c, "#regressions-table", "driver 580.95 → 580.159").await;
     click(c, "#regressions-table a.series-link").await;

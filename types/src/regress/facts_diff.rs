@@ -8,7 +8,11 @@ use super::FactChange;
 /// Facts fields compared around a change: JSON pointers, the names stored and the words
 /// people read them by.
 const FIELDS: &[(&str, &str, &str)] = &[
-    ("/software/nvidia_driver", "software.nvidia_driver", "driver"),
+    (
+        "/software/nvidia_driver",
+        "software.nvidia_driver",
+        "driver",
+    ),
     ("/software/cuda_driver", "software.cuda_driver", "CUDA"),
     ("/software/nccl", "software.nccl", "NCCL"),
     ("/software/ucx", "software.ucx", "UCX"),
@@ -17,7 +21,11 @@ const FIELDS: &[(&str, &str, &str)] = &[
     ("/software/mlx5_core", "software.mlx5_core", "mlx5_core"),
     ("/host/kernel", "host.kernel", "kernel"),
     ("/host/os/version_id", "host.os.version_id", "OS"),
-    ("/gpudirect/peer_mem_module", "gpudirect.peer_mem_module", "peer memory module"),
+    (
+        "/gpudirect/peer_mem_module",
+        "gpudirect.peer_mem_module",
+        "peer memory module",
+    ),
     ("/gpudirect/iommu", "gpudirect.iommu", "IOMMU"),
 ];
 
@@ -124,8 +132,7 @@ mod tests {
         let labels: Vec<String> = fa.keys().map(|k| label(k)).collect();
         assert_eq!(
             labels,
-            ["GPU count", "kernel", "mlx5_0 firmware", "NCCL", "driver"]
-                .map(String::from)
+            ["GPU count", "kernel", "mlx5_0 firmware", "NCCL", "driver"].map(String::from)
         );
         assert_eq!(fa["gpus.count"], "2");
         assert_eq!(

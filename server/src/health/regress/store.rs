@@ -98,13 +98,13 @@ pub async fn list(db: &PgPool, f: &Filter) -> Result<Vec<Regression>, HealthErro
          ORDER BY c.t DESC, c.id LIMIT $5"
     );
     let rows: Vec<Row> = sqlx::query_as(&sql)
-    .bind(f.all)
-    .bind(f.node_id)
-    .bind(f.since)
-    .bind(&f.kind)
-    .bind(f.limit.clamp(1, MAX_LIMIT))
-    .fetch_all(db)
-    .await?;
+        .bind(f.all)
+        .bind(f.node_id)
+        .bind(f.since)
+        .bind(&f.kind)
+        .bind(f.limit.clamp(1, MAX_LIMIT))
+        .fetch_all(db)
+        .await?;
     Ok(rows.into_iter().map(Into::into).collect())
 }
 
