@@ -41,10 +41,50 @@ async fn health_metrics_and_openapi() {
     }
     routes.sort();
     insta::assert_snapshot!(routes.join("\n"));
+    // What OpenAPI validators refuse: an operation id used twice, a reference to a schema
+    // the document does not define.
+    let mut ids: Vec<&str> = doc["paths"]
+        .as_object()
+        .unwrap()
+        .values()
+        .flat_map(|item| item.as_object().unwrap().values())
+        .filter_map(|op| op["operationId"].as_str())
+        .collect();
+    ids.sort_unstable();
+    let twice: Vec<_> = ids.windows(2).filter(|w| w[0] == w[1]).collect();
+    assert!(twice.is_empty(), "operation ids used twice: {twice:?}");
+    let schemas = doc["components"]["schemas"].as_object().unwrap();
+    let mut refs = Vec::new();
+    schema_refs(&doc, &mut refs);
+    assert!(
+        refs.contains(&"#/components/schemas/SeriesChart"),
+        "{refs:?}"
+    );
+    for r in refs {
+        let name = r.strip_prefix("#/components/schemas/");
+        assert!(
+            name.is_some_and(|n| schemas.contains_key(n)),
+            "{r} names no schema of the document"
+        );
+    }
     // The homepage says where a person is.
     let (status, page) = api.call(Method::GET, "/", None, None).await;
     assert_eq!(status, StatusCode::OK);
     assert!(page.as_str().unwrap().contains("Heddle"));
+}
+
+/// Every `$ref` in a JSON document.
+fn schema_refs<'a>(v: &'a Value, out: &mut Vec<&'a str>) {
+    match v {
+        Value::Object(m) => {
+            if let Some(r) = m.get("$ref").and_then(Value::as_str) {
+                out.push(r);
+            }
+            m.values().for_each(|x| schema_refs(x, out));
+        }
+        Value::Array(a) => a.iter().for_each(|x| schema_refs(x, out)),
+        _ => {}
+    }
 }
 
 #[tokio::test]

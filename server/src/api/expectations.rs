@@ -131,7 +131,7 @@ pub struct ExpectationFilter {
 }
 
 /// Operator expectations, the built-in table, and with `node` that node's plugin ones.
-#[utoipa::path(get, path = "/api/v1/expectations", tag = "verdicts", security(("bearer" = [])), params(ExpectationFilter),
+#[utoipa::path(get, path = "/api/v1/expectations", operation_id = "list_expectations", tag = "verdicts", security(("bearer" = [])), params(ExpectationFilter),
     responses((status = 200, body = [Expectation]), (status = 404, body = heddle_types::ErrorBody)))]
 pub async fn list(
     State(state): State<AppState>,

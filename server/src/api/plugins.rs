@@ -200,7 +200,7 @@ pub async fn upload(
     Ok((status, Json(row.into())))
 }
 
-#[utoipa::path(get, path = "/api/v1/plugins", tag = "plugins", security(("bearer" = [])), responses((status = 200, body = [Plugin])))]
+#[utoipa::path(get, path = "/api/v1/plugins", operation_id = "list_plugins", tag = "plugins", security(("bearer" = [])), responses((status = 200, body = [Plugin])))]
 pub async fn list(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Vec<Plugin>>> {
     caller.require(Role::Viewer)?;
     let rows: Vec<PluginRow> = sqlx::query_as(&format!("{PLUGIN_SELECT} ORDER BY p.name"))

@@ -33,7 +33,7 @@ pub struct RegressionFilter {
 /// Open regressions (or every change with `all=true`), newest first: the levels before
 /// and after with a 95 % interval, the node's facts and environment changes around it,
 /// and how comparable nodes moved at the same time.
-#[utoipa::path(get, path = "/api/v1/regressions", tag = "verdicts", security(("bearer" = [])),
+#[utoipa::path(get, path = "/api/v1/regressions", operation_id = "list_regressions", tag = "verdicts", security(("bearer" = [])),
     params(RegressionFilter),
     responses((status = 200, body = [Regression]), (status = 400, body = heddle_types::ErrorBody),
         (status = 404, body = heddle_types::ErrorBody)))]
@@ -81,7 +81,7 @@ pub struct SeriesQuery {
 /// One series' chart: its figures over the range (at most 1,000, thinned evenly beyond),
 /// its change points there (as the list gives them, improvements and closed ones too) and
 /// the node's facts changes there, for markers on the time axis.
-#[utoipa::path(get, path = "/api/v1/regressions/series", tag = "verdicts", security(("bearer" = [])),
+#[utoipa::path(get, path = "/api/v1/regressions/series", operation_id = "regression_series", tag = "verdicts", security(("bearer" = [])),
     params(SeriesQuery),
     responses((status = 200, body = SeriesChart), (status = 400, body = heddle_types::ErrorBody),
         (status = 404, body = heddle_types::ErrorBody), (status = 422, body = heddle_types::ErrorBody)))]
