@@ -6,6 +6,7 @@
 //! the fleet saying no node that did not upgrade moved. It shows in the node's health, in
 //! `GET /regressions` and in `/metrics`. Per-GPU-pair p2p series: `regressions/p2p.rs`.
 
+#[path = "regressions/p2p.rs"]
 mod p2p;
 
 use heddle_server::testing::TestServer;
