@@ -81,7 +81,10 @@ fn headline<'a>(
 
 /// Rows of a result with several tests, by test (`ucx`: the perftest test in `op`; `p2p`:
 /// the copy kind in `labels.kind`), with the metric each is judged on.
-fn by_test<'a>(kind: &str, rows: &'a [ResultRow]) -> Vec<(String, &'static str, Vec<&'a ResultRow>)> {
+fn by_test<'a>(
+    kind: &str,
+    rows: &'a [ResultRow],
+) -> Vec<(String, &'static str, Vec<&'a ResultRow>)> {
     let mut groups: BTreeMap<String, Vec<&ResultRow>> = BTreeMap::new();
     for r in rows {
         let sub = if kind == "ucx" {
@@ -119,7 +122,10 @@ pub fn pairs(kind: &str, rows: &[ResultRow]) -> Vec<Figure> {
     for (test, metric, group) in by_test(kind, rows) {
         let Some(size) = headline_size(
             metric,
-            group.iter().filter(|r| pick(metric, r).is_some()).map(|r| r.size_bytes),
+            group
+                .iter()
+                .filter(|r| pick(metric, r).is_some())
+                .map(|r| r.size_bytes),
         ) else {
             continue;
         };
@@ -395,7 +401,12 @@ mod tests {
             .iter()
             .map(|f| {
                 assert_eq!(f.metric, "algbw_gbs");
-                (f.test.as_str(), f.pair.as_deref().unwrap(), f.size_bytes, f.value)
+                (
+                    f.test.as_str(),
+                    f.pair.as_deref().unwrap(),
+                    f.size_bytes,
+                    f.value,
+                )
             })
             .collect();
         let big = 1 << 28;

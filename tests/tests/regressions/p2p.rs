@@ -184,12 +184,18 @@ async fn a_pair_that_lost_ten_percent_is_one_regression_on_that_pair() {
         // The cohort is the same pair on other nodes: the other node has that pair's
         // figures on both sides and did not move on it (it moved on another pair).
         let fleet = &r["fleet"];
-        assert_eq!((fleet["compared"].as_i64(), fleet["moved"].as_i64()), (Some(2), Some(1)), "{fleet:#}");
+        assert_eq!(
+            (fleet["compared"].as_i64(), fleet["moved"].as_i64()),
+            (Some(2), Some(1)),
+            "{fleet:#}"
+        );
         assert_eq!(fleet["moved_nodes"], json!([r["hostname"]]), "{fleet:#}");
         let summary = r["summary"].as_str().unwrap();
         let pair = r["pair"].as_str().unwrap();
         assert!(
-            summary.contains(&format!("p2p.d2d algbw_gbs (pair {pair}, band 2^28, 1 node)")),
+            summary.contains(&format!(
+                "p2p.d2d algbw_gbs (pair {pair}, band 2^28, 1 node)"
+            )),
             "{summary}"
         );
     }
@@ -210,20 +216,23 @@ async fn a_pair_that_lost_ten_percent_is_one_regression_on_that_pair() {
     assert_eq!(verdict["verdict"], "pass", "{verdict:#}");
     assert_eq!(verdict["test"], "p2p");
     assert_eq!(verdict["metric"], "algbw_gbs");
-    assert!((verdict["value"].as_f64().unwrap() - 300.0).abs() < 5.0, "{verdict:#}");
+    assert!(
+        (verdict["value"].as_f64().unwrap() - 300.0).abs() < 5.0,
+        "{verdict:#}"
+    );
     let figures = verdict["figures"].as_array().unwrap();
     let judged: Vec<&Value> = figures.iter().filter(|f| f.get("pair").is_none()).collect();
-    let pairs: Vec<&str> = figures
-        .iter()
-        .filter_map(|f| f["pair"].as_str())
-        .collect();
+    let pairs: Vec<&str> = figures.iter().filter_map(|f| f["pair"].as_str()).collect();
     assert_eq!(judged.len(), 3, "{figures:#?}");
     assert_eq!(pairs.len(), GPUS * GPUS + 2 * GPUS, "{figures:#?}");
     let slowed = figures
         .iter()
         .find(|f| f["test"] == "p2p.d2d" && f["pair"] == "0-1")
         .unwrap();
-    assert!((slowed["value"].as_f64().unwrap() - 333.0).abs() < 5.0, "{slowed}");
+    assert!(
+        (slowed["value"].as_f64().unwrap() - 333.0).abs() < 5.0,
+        "{slowed}"
+    );
 
     // Shown with its pair in the node's health, and counted in its test's gauge.
     let (_, health) = call(

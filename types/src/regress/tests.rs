@@ -180,7 +180,10 @@ fn a_pair_is_named_in_the_summary_and_absent_otherwise() {
     );
     let json = serde_json::to_value(&r).unwrap();
     assert_eq!(json["pair"], "0-1");
-    assert_eq!(serde_json::from_value::<super::Regression>(json).unwrap(), r);
+    assert_eq!(
+        serde_json::from_value::<super::Regression>(json).unwrap(),
+        r
+    );
 }
 
 /// The quality figures of docs/health.md on a smaller sample: steps of 5 % and more are
