@@ -16,8 +16,13 @@ use crate::ui::{loaded, size, when};
 
 /// The series view of a change: `/regressions/series?node=..&test=..`.
 pub fn series_href(r: &Regression) -> String {
+    let pair = r
+        .pair
+        .as_deref()
+        .map(|p| format!("&pair={}", seg(p)))
+        .unwrap_or_default();
     format!(
-        "/regressions/series?node={}&test={}&metric={}&band={}&world_size={}",
+        "/regressions/series?node={}&test={}&metric={}&band={}&world_size={}{pair}",
         r.node_id,
         seg(&r.test),
         seg(&r.metric),
@@ -26,13 +31,38 @@ pub fn series_href(r: &Regression) -> String {
     )
 }
 
-/// "nccl.all_reduce busbw_gbs · 8 GiB · 1 node".
-fn series_name(test: &str, metric: &str, band: i32, world_size: i32) -> String {
-    format!(
-        "{test} {metric} · {} · {world_size} node{}",
-        size(1i64 << band.clamp(0, 62)),
-        if world_size == 1 { "" } else { "s" }
-    )
+/// What names a series: "nccl.all_reduce busbw_gbs · 8 GiB · 1 node", "p2p.d2d algbw_gbs
+/// pair 0-1 · 256 MiB · 1 node".
+struct SeriesName<'a> {
+    test: &'a str,
+    metric: &'a str,
+    pair: Option<&'a str>,
+    band: i32,
+    world_size: i32,
+}
+
+impl SeriesName<'_> {
+    fn of(r: &Regression) -> SeriesName<'_> {
+        SeriesName {
+            test: &r.test,
+            metric: &r.metric,
+            pair: r.pair.as_deref(),
+            band: r.size_band,
+            world_size: r.world_size,
+        }
+    }
+
+    fn text(&self) -> String {
+        let pair = self.pair.map(|p| format!(" pair {p}")).unwrap_or_default();
+        format!(
+            "{} {}{pair} · {} · {} node{}",
+            self.test,
+            self.metric,
+            size(1i64 << self.band.clamp(0, 62)),
+            self.world_size,
+            if self.world_size == 1 { "" } else { "s" }
+        )
+    }
 }
 
 fn pct(v: f64) -> String {
@@ -74,7 +104,7 @@ pub fn regression_table(list: Vec<Regression>, empty: &'static str) -> AnyView {
             view! { <tr class="regression" data-host=r.hostname.clone()>
                 <td class="mono small">{r.t.format("%Y-%m-%d %H:%M").to_string()}</td>
                 <td><a href=format!("/nodes/{}", r.node_id)>{r.hostname.clone()}</a></td>
-                <td><a class="series-link" href=href>{series_name(&r.test, &r.metric, r.size_band, r.world_size)}</a></td>
+                <td><a class="series-link" href=href>{SeriesName::of(&r).text()}</a></td>
                 <td class="num">{format!("{:.2} → {:.2}", r.before, r.after)}</td>
                 <td class="num">{pct(r.relative_change)}<span class="muted small">{format!(" ({} to {})", pct(r.ci_low), pct(r.ci_high))}</span></td>
                 <td>{state_badge(&r)}</td>
@@ -262,7 +292,14 @@ fn range_links(base: &str, since: &str) -> Vec<(String, String, bool)> {
 }
 
 fn series_body(c: SeriesChart, ranges: Vec<(String, String, bool)>) -> impl IntoView {
-    let title = series_name(&c.test, &c.metric, c.size_band, c.world_size);
+    let title = SeriesName {
+        test: &c.test,
+        metric: &c.metric,
+        pair: c.pair.as_deref(),
+        band: c.size_band,
+        world_size: c.world_size,
+    }
+    .text();
     let thinned = (c.stride > 1).then(|| {
         view! { <p class="muted" id="series-thinned">{format!("{} of {} figures drawn (every {}th).", c.points.len(), c.total_points, c.stride)}</p> }
     });

@@ -11,7 +11,6 @@ use crate::AppState;
 use crate::auth::Caller;
 use crate::db;
 use crate::error::{ApiResult, Json, Query};
-use crate::health::HealthError;
 use crate::health::regress::store::{self, Filter};
 use crate::health::regress::{SeriesKey, history};
 
@@ -97,15 +96,8 @@ pub async fn series(
         metric: q.metric,
         band: q.band,
         world_size: q.world_size,
+        pair: q.pair.unwrap_or_default(),
     };
-    // Per-GPU-pair series are not recorded yet: when `SeriesKey` gains `pair` ('' for a
-    // series without one), it is `pair: q.pair.unwrap_or_default()` above.
-    if let Some(pair) = q.pair.filter(|p| !p.is_empty()) {
-        return Err(HealthError::NoSuchSeries(format!(
-            "per-pair series (pair {pair}) are not recorded"
-        ))
-        .into());
-    }
     let until = q.until.unwrap_or_else(Utc::now);
     Ok(Json(history::chart(&state.db, &key, q.since, until).await?))
 }

@@ -43,6 +43,10 @@ pub struct SeriesChart {
     pub metric: String,
     pub size_band: i32,
     pub world_size: i32,
+    /// The GPU pair of a per-pair series (`0-1`), as [`Regression::pair`]; absent for the
+    /// others.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pair: Option<String>,
     /// The range asked for; no `since` is the series' whole stored history.
     pub since: Option<DateTime<Utc>>,
     pub until: DateTime<Utc>,

@@ -53,9 +53,9 @@ pub async fn chart(
              SELECT r.received_at AS t, (f->>'value')::float8 AS value, r.id AS result_id, v.run_id,
                     row_number() OVER (ORDER BY r.received_at DESC, r.id DESC) AS newest, count(*) OVER () AS total
              {SERIES_FIGURES}
-               AND ($6::timestamptz IS NULL OR r.received_at >= $6) AND r.received_at <= $7
+               AND ($7::timestamptz IS NULL OR r.received_at >= $7) AND r.received_at <= $8
          ) s
-         WHERE (newest - 1) % greatest(1, ceil(total::float8 / $8))::bigint = 0
+         WHERE (newest - 1) % greatest(1, ceil(total::float8 / $9))::bigint = 0
          ORDER BY t, result_id"
     );
     let rows: Vec<Row> = bind_key(sqlx::query_as(&sql), key)
@@ -75,6 +75,7 @@ pub async fn chart(
         metric: key.metric.clone(),
         size_band: key.band,
         world_size: key.world_size,
+        pair: Some(key.pair.clone()).filter(|p| !p.is_empty()),
         since,
         until,
         stride: stride(total),
@@ -102,8 +103,13 @@ fn stride(total: i64) -> i64 {
 }
 
 fn no_such_series(key: &SeriesKey) -> HealthError {
+    let pair = if key.pair.is_empty() {
+        String::new()
+    } else {
+        format!(" of pair {}", key.pair)
+    };
     HealthError::NoSuchSeries(format!(
-        "the node has no figures of {} {} in band 2^{} with world size {}",
+        "the node has no figures of {} {}{pair} in band 2^{} with world size {}",
         key.test, key.metric, key.band, key.world_size
     ))
 }

@@ -12,7 +12,7 @@ use super::SeriesKey;
 use crate::health::HealthError;
 
 /// What every read of change points selects, into [`Row`].
-const SELECT: &str = "SELECT c.id, c.node_id, n.hostname, c.test, c.metric, c.size_band, c.world_size, c.t, c.before,
+const SELECT: &str = "SELECT c.id, c.node_id, n.hostname, c.test, c.metric, c.size_band, c.world_size, c.pair, c.t, c.before,
         c.after, c.relative_change, c.ci_low, c.ci_high, c.points_before, c.points_after, c.worse, c.latest,
         c.facts_changes, c.fleet, c.detected_at
      FROM change_points c JOIN nodes n ON n.id = c.node_id";
@@ -29,6 +29,7 @@ struct Row {
     metric: String,
     size_band: i32,
     world_size: i32,
+    pair: String,
     t: DateTime<Utc>,
     before: f64,
     after: f64,
@@ -54,6 +55,7 @@ impl From<Row> for Regression {
             metric: r.metric,
             size_band: r.size_band,
             world_size: r.world_size,
+            pair: Some(r.pair).filter(|p| !p.is_empty()),
             t: r.t,
             before: r.before,
             after: r.after,
@@ -120,8 +122,8 @@ pub async fn of_series(
     let sql = format!(
         "{SELECT}
          WHERE c.node_id = $1 AND c.test = $2 AND c.metric = $3 AND c.size_band = $4 AND c.world_size = $5
-           AND ($6::timestamptz IS NULL OR c.t >= $6) AND c.t <= $7
-         ORDER BY c.t, c.id LIMIT $8"
+           AND c.pair = $6 AND ($7::timestamptz IS NULL OR c.t >= $7) AND c.t <= $8
+         ORDER BY c.t, c.id LIMIT $9"
     );
     let rows: Vec<Row> = sqlx::query_as(&sql)
         .bind(key.node_id)
@@ -129,6 +131,7 @@ pub async fn of_series(
         .bind(&key.metric)
         .bind(key.band)
         .bind(key.world_size)
+        .bind(&key.pair)
         .bind(since)
         .bind(until)
         .bind(MAX_LIMIT)
@@ -167,7 +170,8 @@ pub async fn node_reasons(
         .collect())
 }
 
-/// Open regressions per node and test, for the fleet view and `/metrics`.
+/// Open regressions per node and test, for the fleet view and `/metrics`: a p2p test's
+/// counts every GPU pair's (the list names them).
 pub async fn open_by_node(db: &PgPool) -> Result<Vec<(Uuid, String, String, i64)>, sqlx::Error> {
     sqlx::query_as(
         "SELECT c.node_id, n.hostname, c.test, count(*) FROM change_points c JOIN nodes n ON n.id = c.node_id
