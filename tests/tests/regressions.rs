@@ -540,6 +540,7 @@ async fn a_long_series_is_thinned_to_the_charts_bound() {
     .await
     .unwrap();
     let path = "/api/v1/regressions/series?node=long-1&test=nccl.all_reduce&metric=busbw_gbs&band=33&world_size=1";
+    let asked = std::time::Instant::now();
     let (s, chart) = call(
         &http,
         &server,
@@ -549,6 +550,10 @@ async fn a_long_series_is_thinned_to_the_charts_bound() {
         None,
     )
     .await;
+    println!(
+        "regressions: a chart of 2,500 points thinned to 834 answered in {:.1} ms",
+        asked.elapsed().as_secs_f64() * 1000.0
+    );
     assert_eq!(s, StatusCode::OK, "{chart}");
     assert_eq!(
         (chart["total_points"].clone(), chart["stride"].clone()),
