@@ -32,7 +32,7 @@ use base64::Engine;
 use serde::{Deserialize, Serialize};
 
 use crate::AppState;
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 
 pub use patch::{ANNOTATION_INJECT, ANNOTATION_NCCL_CONF, VOLUME, mutations};
 

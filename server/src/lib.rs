@@ -4,19 +4,17 @@
 //! `router.rs` lists every route; handlers live in `api/`, SQL next to the types it returns.
 
 pub mod api;
-pub mod auth;
 pub mod config;
 pub mod credentials;
 pub mod dashboard;
 pub mod db;
-pub mod error;
 pub mod health;
+pub mod http;
+pub mod investigate;
 pub mod job_env;
 pub mod jobs;
-pub mod json;
 pub mod k8s_admission;
 pub mod leases;
-pub mod limits;
 pub mod liveness;
 pub mod metrics;
 pub mod observed;
@@ -27,7 +25,7 @@ pub mod router;
 pub mod runs_env;
 #[cfg(feature = "test-support")]
 pub mod testing;
-pub mod tls;
+pub mod token_uses;
 
 use std::sync::Arc;
 
@@ -53,8 +51,8 @@ pub struct AppState {
     pub facts_seen: Arc<liveness::FactsSeen>,
     /// Each node's job environment version, as this replica last read it (`job_env.rs`).
     pub job_env_seen: Arc<job_env::JobEnvSeen>,
-    /// Enrollment token uses taken in a block and not yet handed out (`api/token_uses.rs`).
-    pub token_uses: Arc<api::token_uses::TokenUses>,
+    /// Enrollment token uses taken in a block and not yet handed out (`token_uses.rs`).
+    pub token_uses: Arc<token_uses::TokenUses>,
 }
 
 /// Connects to Postgres and applies migrations (serialised across replicas by sqlx's
@@ -103,9 +101,9 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
     // Before anything else, so a wrong path fails the start at once.
-    let tls = tls::CertFiles::from_config(&state.config)?;
+    let tls = http::tls::CertFiles::from_config(&state.config)?;
     if let Some(token) =
-        auth::bootstrap_admin(&state.db, state.config.admin_token.as_deref()).await?
+        http::auth::bootstrap_admin(&state.db, state.config.admin_token.as_deref()).await?
     {
         // Printed once, on the first start against an empty database.
         println!("heddle-server: created admin token (shown once): {token}");
@@ -117,8 +115,8 @@ pub async fn serve(
     let reconciler = tokio::spawn(plugins::run_reconciler(state.clone()));
     let revocations = tokio::spawn(credentials::run_feed(state.clone()));
     let (stop_returns, returns_stop) = tokio::sync::oneshot::channel();
-    let returns = tokio::spawn(api::token_uses::run_returns(state.clone(), returns_stop));
-    let investigator = tokio::spawn(health::investigate::run_loop(state.clone()));
+    let returns = tokio::spawn(token_uses::run_returns(state.clone(), returns_stop));
+    let investigator = tokio::spawn(investigate::run_loop(state.clone()));
     let reload_interval = state.config.tls_reload_interval();
     let app = router::app(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
     let result = match tls {
@@ -127,9 +125,9 @@ pub async fn serve(
             let acceptor = files.acceptor()?;
             let pin = files.pin().map(|p| p.to_string()).unwrap_or_default();
             tracing::info!(%addr, %pin, "serving HTTPS (clients may pin this key with --pin-sha256)");
-            let watcher = tokio::spawn(tls::watch(files, reload_interval));
+            let watcher = tokio::spawn(http::tls::watch(files, reload_interval));
             // `tap_io` only so that axum's connect-info impl (for any listener) applies.
-            let listener = tls::TlsListener::new(listener, acceptor).tap_io(|_| {});
+            let listener = http::tls::TlsListener::new(listener, acceptor).tap_io(|_| {});
             let served = axum::serve(listener, app)
                 .with_graceful_shutdown(shutdown)
                 .await;

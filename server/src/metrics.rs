@@ -508,14 +508,14 @@ pub async fn require_token(State(state): State<AppState>, req: Request, next: Ne
         .map(str::trim);
     // Compared as hashes, so the time taken says nothing about how much of it matched.
     match presented {
-        Some(t) if crate::auth::sha256_hex(t) == crate::auth::sha256_hex(expected) => {
+        Some(t) if crate::http::auth::sha256_hex(t) == crate::http::auth::sha256_hex(expected) => {
             next.run(req).await
         }
-        Some(_) => crate::error::ApiError::Unauthorized(
+        Some(_) => crate::http::error::ApiError::Unauthorized(
             "wrong metrics token; scrape with the bearer token set in HEDDLE_METRICS_TOKEN".into(),
         )
         .into_response(),
-        None => crate::error::ApiError::Unauthorized(
+        None => crate::http::error::ApiError::Unauthorized(
             "/metrics needs `Authorization: Bearer <HEDDLE_METRICS_TOKEN>`".into(),
         )
         .into_response(),

@@ -14,9 +14,9 @@ use heddle_types::jobs::{Progress, ResultUpload};
 use uuid::Uuid;
 
 use crate::AppState;
-use crate::auth::AgentCaller;
+use crate::http::auth::AgentCaller;
 use crate::db;
-use crate::error::{ApiError, ApiResult, Json, Path};
+use crate::http::error::{ApiError, ApiResult, Json, Path};
 use crate::jobs::{self, results::Stored, results::Uploader};
 
 fn lease_secs(state: &AppState) -> f64 {

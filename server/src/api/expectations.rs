@@ -9,9 +9,9 @@ use serde::Deserialize;
 use uuid::Uuid;
 
 use crate::AppState;
-use crate::auth::Caller;
+use crate::http::auth::Caller;
 use crate::db;
-use crate::error::{ApiError, ApiResult, Json, Path, Query};
+use crate::http::error::{ApiError, ApiResult, Json, Path, Query};
 use crate::health::expectations::{self as table, ExpectationRow, OPERATOR_SELECT};
 
 const METRICS: [&str; 5] = [

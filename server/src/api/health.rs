@@ -6,7 +6,7 @@ use axum::response::{IntoResponse, Response};
 use chrono::{SecondsFormat, Utc};
 
 use crate::AppState;
-use crate::error::{ApiResult, db_unreachable};
+use crate::http::error::{ApiResult, db_unreachable};
 
 /// Liveness: the process answers.
 #[utoipa::path(get, path = "/healthz", tag = "health", responses((status = 200, description = "alive")))]

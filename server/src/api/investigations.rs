@@ -9,9 +9,9 @@ use serde::Deserialize;
 use uuid::Uuid;
 
 use crate::AppState;
-use crate::auth::Caller;
-use crate::error::{ApiError, ApiResult, Json, Path, Query};
-use crate::health::investigate::{self, THRESHOLDS};
+use crate::http::auth::Caller;
+use crate::http::error::{ApiError, ApiResult, Json, Path, Query};
+use crate::investigate::{self, THRESHOLDS};
 
 /// Test every pair of the given nodes with a two-node run and name the bad node or link.
 #[utoipa::path(post, path = "/api/v1/investigations", tag = "investigations", security(("bearer" = [])),

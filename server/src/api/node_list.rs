@@ -18,9 +18,9 @@ use sqlx::query::QueryAs;
 use super::nodes::{NODE_SELECT, NodeRow};
 use crate::AppState;
 use crate::api::page::{self, Page};
-use crate::auth::Caller;
+use crate::http::auth::Caller;
 use crate::db;
-use crate::error::{ApiError, ApiResult, Json, Query};
+use crate::http::error::{ApiError, ApiResult, Json, Query};
 
 /// Longest free-text search (`q`) accepted.
 const MAX_QUERY_CHARS: usize = 200;

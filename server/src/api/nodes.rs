@@ -13,9 +13,9 @@ use serde::Deserialize;
 use uuid::Uuid;
 
 use crate::AppState;
-use crate::auth::Caller;
+use crate::http::auth::Caller;
 use crate::db;
-use crate::error::{ApiError, ApiResult, Json, Path, Query, duplicate_name};
+use crate::http::error::{ApiError, ApiResult, Json, Path, Query, duplicate_name};
 use crate::{job_env, recommendations};
 
 #[derive(sqlx::FromRow)]

@@ -11,9 +11,9 @@ use uuid::Uuid;
 
 use crate::AppState;
 use crate::api::page::{self, Page};
-use crate::auth::{AgentCaller, Caller};
+use crate::http::auth::{AgentCaller, Caller};
 use crate::db;
-use crate::error::{ApiError, ApiResult, Json, Path, Query};
+use crate::http::error::{ApiError, ApiResult, Json, Path, Query};
 use crate::health::observed::judge_job;
 use crate::observed::store;
 

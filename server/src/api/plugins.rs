@@ -13,9 +13,9 @@ use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use crate::AppState;
-use crate::auth::Caller;
+use crate::http::auth::Caller;
 use crate::db;
-use crate::error::{ApiError, ApiResult, Json, Path};
+use crate::http::error::{ApiError, ApiResult, Json, Path};
 use crate::plugins::outcomes;
 
 /// The first 8 bytes of a WebAssembly component (magic, then component-model layer 1).

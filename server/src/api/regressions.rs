@@ -7,9 +7,9 @@ use heddle_types::auth::Role;
 use heddle_types::regress::Regression;
 
 use crate::AppState;
-use crate::auth::Caller;
+use crate::http::auth::Caller;
 use crate::db;
-use crate::error::{ApiResult, Json, Query};
+use crate::http::error::{ApiResult, Json, Query};
 use crate::health::regress::store::{self, Filter};
 
 #[derive(Debug, Default, serde::Deserialize, utoipa::IntoParams)]

@@ -12,8 +12,8 @@ use serde::Deserialize;
 use uuid::Uuid;
 
 use crate::AppState;
-use crate::auth::AgentCaller;
-use crate::error::{ApiError, ApiResult, Json, Path, Query};
+use crate::http::auth::AgentCaller;
+use crate::http::error::{ApiError, ApiResult, Json, Path, Query};
 
 /// Agents may only meet in runs they take part in.
 async fn check_member(state: &AppState, agent: &AgentCaller, run: Uuid) -> ApiResult<()> {

@@ -10,9 +10,9 @@ use uuid::Uuid;
 
 use crate::AppState;
 use crate::api::page::{self, Page};
-use crate::auth::Caller;
+use crate::http::auth::Caller;
 use crate::db;
-use crate::error::{ApiError, ApiResult, Json, Path, Query};
+use crate::http::error::{ApiError, ApiResult, Json, Path, Query};
 use crate::jobs::{self, MAX_RUN_NODES, NewRun, load_run, validate_spec};
 
 /// Start a run: one job per node, ranked in the order given.

@@ -9,9 +9,9 @@ use serde::Deserialize;
 use uuid::Uuid;
 
 use crate::AppState;
-use crate::auth::{self, Caller};
+use crate::http::auth::{self, Caller};
 use crate::db;
-use crate::error::{ApiError, ApiResult, Json, Path, Query, duplicate_name};
+use crate::http::error::{ApiError, ApiResult, Json, Path, Query, duplicate_name};
 
 #[derive(sqlx::FromRow)]
 struct TokenRow {

@@ -14,9 +14,9 @@ use heddle_types::health::{
 
 use crate::AppState;
 use crate::api::page::{self, Page};
-use crate::auth::Caller;
+use crate::http::auth::Caller;
 use crate::db;
-use crate::error::{ApiError, ApiResult, Json, Path, Query};
+use crate::http::error::{ApiError, ApiResult, Json, Path, Query};
 use crate::health::{checks, preflight, store};
 
 /// The latest verdict of every test on a node.

@@ -6,7 +6,6 @@
 pub mod checks;
 pub mod expectations;
 pub mod figures;
-pub mod investigate;
 pub mod observed;
 pub mod preflight;
 pub mod regress;

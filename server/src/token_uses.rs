@@ -23,8 +23,8 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::AppState;
-use crate::auth;
-use crate::error::ApiResult;
+use crate::http::auth;
+use crate::http::error::ApiResult;
 
 /// Uses taken at once from a token with at least [`BLOCK_FROM`] left.
 pub const BLOCK: i32 = 64;
