@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use crate::AppState;
+use crate::state::AppState;
 
 /// How far back each read of the revocation log looks before the previous read: a
 /// revocation whose transaction committed after that read but wrote its row earlier

@@ -31,7 +31,7 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::http::error::ApiError;
 
 pub use patch::{ANNOTATION_INJECT, ANNOTATION_NCCL_CONF, VOLUME, mutations};

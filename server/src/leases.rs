@@ -15,7 +15,7 @@
 
 use std::time::Duration;
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::jobs::JobError;
 
 /// How far behind the lease clock may fall between two ticks before the gap counts as time

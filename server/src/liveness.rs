@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use uuid::Uuid;
 
-use crate::AppState;
+use crate::state::AppState;
 
 /// The latest heartbeat of one agent that is not yet in the database.
 #[derive(Debug, Clone, PartialEq)]

@@ -14,7 +14,8 @@ use heddle_plugin_host::bundled::FIRST_PARTY;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use crate::{AppState, db};
+use crate::db;
+use crate::state::AppState;
 
 /// `uploaded_by` of the versions registered here, and the audit actor.
 pub const BUNDLED_BY: &str = "heddle-server (bundled)";

@@ -20,7 +20,8 @@ use crate::api::{
 };
 use crate::http::error::ApiError;
 use crate::http::limits::{self, LongPolls};
-use crate::{AppState, dashboard, metrics};
+use crate::state::AppState;
+use crate::{dashboard, metrics};
 
 #[derive(OpenApi)]
 #[openapi(

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::http::auth;
 use crate::http::error::ApiResult;
 

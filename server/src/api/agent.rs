@@ -13,7 +13,7 @@ use heddle_types::agent::*;
 use heddle_types::jobs::{Progress, ResultUpload};
 use uuid::Uuid;
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::http::auth::AgentCaller;
 use crate::db;
 use crate::http::error::{ApiError, ApiResult, Json, Path};

@@ -13,7 +13,7 @@ use axum::http::StatusCode;
 use heddle_types::auth::Role;
 use uuid::Uuid;
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::http::auth::Caller;
 use crate::db;
 use crate::http::error::{ApiError, ApiResult, Path};

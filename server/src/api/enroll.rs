@@ -15,7 +15,7 @@ use heddle_types::auth::{PendingEnrollment, Role};
 use uuid::Uuid;
 
 use crate::token_uses::{self, TakenUse};
-use crate::AppState;
+use crate::state::AppState;
 use crate::http::auth::{self, Caller};
 use crate::db;
 use crate::http::error::{ApiError, ApiResult, Json, Path};

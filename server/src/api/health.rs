@@ -5,7 +5,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{SecondsFormat, Utc};
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::http::error::{ApiResult, db_unreachable};
 
 /// Liveness: the process answers.

@@ -16,7 +16,7 @@ use sqlx::postgres::PgArguments;
 use sqlx::query::QueryAs;
 
 use super::nodes::{NODE_SELECT, NodeRow};
-use crate::AppState;
+use crate::state::AppState;
 use crate::api::page::{self, Page};
 use crate::http::auth::Caller;
 use crate::db;

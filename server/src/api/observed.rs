@@ -9,7 +9,7 @@ use heddle_types::observed::{
 };
 use uuid::Uuid;
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::api::page::{self, Page};
 use crate::http::auth::{AgentCaller, Caller};
 use crate::db;

@@ -12,7 +12,7 @@ use heddle_types::plugins::*;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::http::auth::Caller;
 use crate::db;
 use crate::http::error::{ApiError, ApiResult, Json, Path};

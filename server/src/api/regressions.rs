@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use heddle_types::auth::Role;
 use heddle_types::regress::Regression;
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::http::auth::Caller;
 use crate::db;
 use crate::http::error::{ApiResult, Json, Query};

@@ -11,7 +11,7 @@ use heddle_types::agent::RendezvousBlob;
 use serde::Deserialize;
 use uuid::Uuid;
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::http::auth::AgentCaller;
 use crate::http::error::{ApiError, ApiResult, Json, Path, Query};
 

@@ -8,7 +8,7 @@ use heddle_types::jobs::*;
 use serde::Deserialize;
 use uuid::Uuid;
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::api::page::{self, Page};
 use crate::http::auth::Caller;
 use crate::db;

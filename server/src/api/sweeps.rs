@@ -17,7 +17,7 @@ use heddle_types::nodes::TuningProfile;
 use heddle_types::sweeps::*;
 use uuid::Uuid;
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::api::nodes::{NewProfile, insert_profile};
 use crate::http::auth::Caller;
 use crate::db;

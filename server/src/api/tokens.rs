@@ -8,7 +8,7 @@ use heddle_types::auth::*;
 use serde::Deserialize;
 use uuid::Uuid;
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::http::auth::{self, Caller};
 use crate::db;
 use crate::http::error::{ApiError, ApiResult, Json, Path, Query, duplicate_name};

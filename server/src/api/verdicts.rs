@@ -12,7 +12,7 @@ use heddle_types::health::{
     FleetHealth, NodeHealth, PreflightRequest, PreflightResponse, Severity, Verdict,
 };
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::api::page::{self, Page};
 use crate::http::auth::Caller;
 use crate::db;

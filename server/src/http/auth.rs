@@ -11,7 +11,7 @@ use rand::RngCore;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::http::error::ApiError;
 
 /// Prefixes make leaked secrets recognisable (and greppable by secret scanners).

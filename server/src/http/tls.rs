@@ -20,7 +20,7 @@ use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
-use crate::Config;
+use crate::config::Config;
 
 /// Handshakes in progress at once; beyond this the listener stops accepting until one ends.
 const MAX_HANDSHAKES: usize = 1024;

@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use super::store::{self, INV_SELECT, InvRow, NewInvestigation};
 use super::{AUTO_ACTOR, InvestigateError, MAX_NODES, THRESHOLDS};
-use crate::AppState;
+use crate::state::AppState;
 use crate::jobs::{self, JobError, NewRun};
 
 /// Attempts of a pair's jobs, as for a run started without `max_attempts`.

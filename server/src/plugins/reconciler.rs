@@ -27,7 +27,7 @@ use serde_json::Value;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::plugins::outcomes::{self, Enabled};
 use crate::recommendations::{self, PluginSay};
 
