@@ -28,6 +28,7 @@ pub mod state;
 #[cfg(feature = "test-support")]
 pub mod testing;
 pub mod token_uses;
+pub mod workers;
 
 pub use app::serve;
 pub use config::Config;

@@ -106,6 +106,11 @@ pub struct PluginLabels {
     pub plugin: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WorkerLabels {
+    pub worker: String,
+}
+
 type FloatGauge = Gauge<f64, AtomicU64>;
 
 pub struct Metrics {
@@ -125,6 +130,9 @@ pub struct Metrics {
     observed_jobs: Family<VerdictLabels, Gauge>,
     observed_socket_fallback: Family<HostLabels, Gauge>,
     regressions_open: Family<TestLabels, Gauge>,
+    worker_runs: Family<WorkerLabels, Counter>,
+    worker_errors: Family<WorkerLabels, Counter>,
+    worker_duration: Family<WorkerLabels, FloatGauge>,
     /// Scrapes clear and refill the per-node families; one at a time.
     render_lock: tokio::sync::Mutex<()>,
 }
@@ -161,6 +169,9 @@ impl Metrics {
             observed_jobs: Family::default(),
             observed_socket_fallback: Family::default(),
             regressions_open: Family::default(),
+            worker_runs: Family::default(),
+            worker_errors: Family::default(),
+            worker_duration: Family::default(),
             render_lock: tokio::sync::Mutex::new(()),
         };
         let bytes_per_second = || Unit::Other("bytes_per_second".into());
@@ -236,7 +247,47 @@ impl Metrics {
             "Open regressions of the node's test: figures that moved for the worse and stayed (docs/health.md, Regressions); 0 for every test the node has a verdict of",
             m.regressions_open.clone(),
         );
+        r.register(
+            "worker_runs",
+            "Runs of a background worker of this replica (workers/: lease_reaper, heartbeat_flusher, ...)",
+            m.worker_runs.clone(),
+        );
+        r.register(
+            "worker_errors",
+            "Runs of a background worker of this replica that failed",
+            m.worker_errors.clone(),
+        );
+        r.register_with_unit(
+            "worker_last_run_duration",
+            "How long the latest run of a background worker of this replica took",
+            Unit::Seconds,
+            m.worker_duration.clone(),
+        );
         Metrics { registry, ..m }
+    }
+
+    /// Gives a worker's series their first values, so they exist before its first run ends.
+    pub fn worker_started(&self, worker: &str) {
+        let labels = WorkerLabels {
+            worker: worker.into(),
+        };
+        let _ = self.worker_runs.get_or_create(&labels);
+        let _ = self.worker_errors.get_or_create(&labels);
+        let _ = self.worker_duration.get_or_create(&labels);
+    }
+
+    /// Counts one run of a worker.
+    pub fn worker_ran(&self, worker: &str, took: std::time::Duration, ok: bool) {
+        let labels = WorkerLabels {
+            worker: worker.into(),
+        };
+        self.worker_runs.get_or_create(&labels).inc();
+        if !ok {
+            self.worker_errors.get_or_create(&labels).inc();
+        }
+        self.worker_duration
+            .get_or_create(&labels)
+            .set(took.as_secs_f64());
     }
 
     /// Refreshes the database-derived gauges and renders them in the format the scraper
@@ -248,14 +299,20 @@ impl Metrics {
     ) -> Result<(&'static str, String), sqlx::Error> {
         let _one_at_a_time = self.render_lock.lock().await;
         self.refresh(state).await?;
+        Ok(self.encode(headers))
+    }
+
+    /// Every series as they stand, in the format the scraper asked for; the content type
+    /// and the body.
+    pub fn encode(&self, headers: &HeaderMap) -> (&'static str, String) {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String");
-        Ok(if wants_openmetrics(headers) {
+        if wants_openmetrics(headers) {
             (OPENMETRICS_CONTENT_TYPE, out)
         } else {
             (TEXT_CONTENT_TYPE, openmetrics_to_text(&out))
-        })
+        }
     }
 
     async fn refresh(&self, state: &AppState) -> Result<(), sqlx::Error> {

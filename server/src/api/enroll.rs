@@ -90,7 +90,8 @@ async fn check_token(tx: &mut Tx<'_>, secret: &str, hostname: &str) -> ApiResult
 /// Takes one use of the token for `hostname` (`token_uses.rs`), or says why it cannot be
 /// used: unknown, used up, revoked, expired or bound elsewhere.
 async fn take_use(state: &AppState, secret: &str, hostname: &str) -> ApiResult<TakenUse> {
-    if let Some(taken) = token_uses::take(state, secret, hostname).await? {
+    let sha = auth::sha256_hex(secret);
+    if let Some(taken) = token_uses::take(&state.db, &state.token_uses, &sha, hostname).await? {
         return Ok(taken);
     }
     let mut tx = state.db.begin().await?;
@@ -201,7 +202,7 @@ pub async fn enroll(
         Err(err) => Err(err.into()),
     };
     if enrolled.is_err() {
-        token_uses::give_back_one(&state, token.id).await;
+        token_uses::give_back_one(&state.db, &state.token_uses, token.id).await;
     }
     enrolled
 }
