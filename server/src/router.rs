@@ -20,8 +20,9 @@ use crate::api::{
 };
 use crate::http::error::ApiError;
 use crate::http::limits::{self, LongPolls};
+use crate::http::metrics;
 use crate::state::AppState;
-use crate::{dashboard, metrics};
+use crate::dashboard;
 
 #[derive(OpenApi)]
 #[openapi(

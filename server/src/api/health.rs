@@ -94,6 +94,9 @@ pub async fn metrics(
     State(state): State<AppState>,
     headers: axum::http::HeaderMap,
 ) -> ApiResult<impl IntoResponse> {
-    let (content_type, body) = state.metrics.render(&state, &headers).await?;
+    let (content_type, body) = state
+        .metrics
+        .render(&state.db, state.config.heartbeat_interval(), &headers)
+        .await?;
     Ok(([(header::CONTENT_TYPE, content_type)], body))
 }
