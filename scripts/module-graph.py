@@ -8,11 +8,13 @@ which contains the other can form one (`a.rs` uses `b`, `b.rs` uses `a`).
 
 Upward imports are of two kinds. An import of an item the crate root itself defines
 (`crate::AppState` while `lib.rs` holds it) runs up to the top of the crate. And when the
-crate root's doc comment lists its layers, from the top, one line per layer after a line
-that starts with "Layers":
+crate root's doc comment lists its layers, from the top, one item per layer (its list may
+go on over lines indented under it) after a line that starts with "Layers":
 
     //! - app: `app`, `testing`
     //! - state: `state`
+    //! - domain: `jobs`, `health`,
+    //!   `plugins`
 
 an import from a module of a lower layer into one of a higher layer is upward (modules of
 one layer may use each other; the circle check still applies). A top-level module that no
@@ -130,21 +132,29 @@ def layers(src):
     root = os.path.join(src, "lib.rs")
     if not os.path.exists(root):
         return {}
-    ranks, started = {}, False
+    ranks, started, layer = {}, False, None
     for line in open(root, encoding="utf-8"):
         if not line.startswith("//!"):
             continue
-        doc = line[3:].strip()
+        raw = line[3:].rstrip()
+        doc = raw.strip()
         if doc.startswith("Layers"):
             started = True
             continue
+        if not started:
+            continue
         m = re.match(r"^- ([\w-]+): (.*)$", doc)
-        if started and m:
-            rank = len({r for r, _ in ranks.values()})
-            for name in re.findall(r"`(\w+)`", m.group(2)):
-                ranks[name] = (rank, m.group(1))
-        elif started and ranks and doc:
+        if m:
+            layer = (len({r for r, _ in ranks.values()}), m.group(1))
+            names = m.group(2)
+        elif layer and doc and raw.startswith("   "):
+            names = doc  # a layer's list, continued
+        elif ranks and doc:
             break
+        else:
+            continue
+        for name in re.findall(r"`(\w+)`", names):
+            ranks[name] = layer
     return ranks
 
 

@@ -1,7 +1,23 @@
 //! The Heddle control-plane server.
 //!
 //! Stateless: every replica keeps its state in Postgres, so several may share one database.
-//! `router.rs` lists every route; handlers live in `api/`, SQL next to the types it returns.
+//! It reads from the top down: `app.rs` serves `router.rs`'s routes and runs `workers/`;
+//! requests go through `http/` to a handler in `api/`, background loops are `workers/`, and
+//! both are given the [`AppState`] of `state.rs` and call the domain modules below it, which
+//! take the pool and the parts they need, then `db/` and `config.rs`.
+//!
+//! Layers, from the top; a module uses its own layer and those below it, never one above
+//! (`scripts/module-graph.py` checks):
+//!
+//! - app: `app`, `testing`
+//! - routes: `router`
+//! - entry: `http`, `api`, `dashboard`, `k8s_admission`, `workers`
+//! - state: `state`
+//! - domain: `jobs`, `health`, `investigate`, `plugins`, `plugins_bundled`,
+//!   `recommendations`, `runs_env`, `job_env`, `observed`, `leases`, `liveness`,
+//!   `credentials`, `token_uses`, `metrics`
+//! - storage: `db`
+//! - configuration: `config`
 
 pub mod api;
 pub mod app;
@@ -30,6 +46,7 @@ pub mod testing;
 pub mod token_uses;
 pub mod workers;
 
+// What other crates start a server with.
 pub use app::serve;
 pub use config::Config;
 pub use state::{AppState, connect};
