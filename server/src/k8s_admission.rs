@@ -23,7 +23,6 @@
 
 mod patch;
 
-
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};

@@ -322,8 +322,6 @@ impl Metrics {
             (TEXT_CONTENT_TYPE, openmetrics_to_text(&out))
         }
     }
-
-
 }
 
 /// True when the Accept header names OpenMetrics (what Prometheus sends first).
@@ -432,6 +430,4 @@ mod tests {
             "{text}"
         );
     }
-
-
 }

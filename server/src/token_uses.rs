@@ -293,8 +293,7 @@ async fn take_from_row(
     tx.commit().await?;
     Ok(taken.map(|(id, node, n, expires_at)| {
         if n > 1 {
-            held
-                .hold(sha.to_string(), id, n - 1, expires_at);
+            held.hold(sha.to_string(), id, n - 1, expires_at);
         }
         TakenUse { id, node }
     }))

@@ -798,11 +798,9 @@ async fn concurrent_advances_start_each_batch_once() {
         let tasks: Vec<_> = (0..8)
             .map(|_| {
                 let db = db.clone();
-                tokio::spawn(async move {
-                    heddle_server::investigate::advance_all(&db)
-                        .await
-                        .unwrap()
-                })
+                tokio::spawn(
+                    async move { heddle_server::investigate::advance_all(&db).await.unwrap() },
+                )
             })
             .collect();
         for t in tasks {

@@ -14,11 +14,11 @@ use heddle_types::agent::{EnrollPending, EnrollRequest, EnrollResponse};
 use heddle_types::auth::{PendingEnrollment, Role};
 use uuid::Uuid;
 
-use crate::token_uses::{self, TakenUse};
-use crate::state::AppState;
-use crate::http::auth::{self, Caller};
 use crate::db;
+use crate::http::auth::{self, Caller};
 use crate::http::error::{ApiError, ApiResult, Json, Path};
+use crate::state::AppState;
+use crate::token_uses::{self, TakenUse};
 
 /// Prefix of pending-enrollment tickets (secrets, like the other credentials).
 pub const TICKET_PREFIX: &str = "hdp_";

@@ -8,10 +8,10 @@ use heddle_types::investigations::*;
 use serde::Deserialize;
 use uuid::Uuid;
 
-use crate::state::AppState;
 use crate::http::auth::Caller;
 use crate::http::error::{ApiError, ApiResult, Json, Path, Query};
 use crate::investigate::{self, THRESHOLDS};
+use crate::state::AppState;
 
 /// Test every pair of the given nodes with a two-node run and name the bad node or link.
 #[utoipa::path(post, path = "/api/v1/investigations", tag = "investigations", security(("bearer" = [])),

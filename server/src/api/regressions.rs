@@ -6,11 +6,11 @@ use chrono::{DateTime, Utc};
 use heddle_types::auth::Role;
 use heddle_types::regress::Regression;
 
-use crate::state::AppState;
-use crate::http::auth::Caller;
 use crate::db;
-use crate::http::error::{ApiResult, Json, Query};
 use crate::health::regress::store::{self, Filter};
+use crate::http::auth::Caller;
+use crate::http::error::{ApiResult, Json, Query};
+use crate::state::AppState;
 
 #[derive(Debug, Default, serde::Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]

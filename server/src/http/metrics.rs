@@ -53,11 +53,8 @@ pub async fn track(State(state): State<AppState>, req: Request, next: Next) -> R
     let method = req.method().to_string();
     let start = Instant::now();
     let response = next.run(req).await;
-    state.metrics.request_served(
-        method,
-        route,
-        response.status().as_u16(),
-        start.elapsed(),
-    );
+    state
+        .metrics
+        .request_served(method, route, response.status().as_u16(), start.elapsed());
     response
 }

@@ -110,11 +110,7 @@ pub fn start(state: &AppState, tls: Option<Arc<CertFiles>>) -> Workers {
 
 impl Workers {
     fn spawn<W: Worker>(&mut self, state: &AppState, worker: W) {
-        let task = tokio::spawn(run(
-            worker,
-            state.metrics.clone(),
-            self.stop.subscribe(),
-        ));
+        let task = tokio::spawn(run(worker, state.metrics.clone(), self.stop.subscribe()));
         self.running.push((W::NAME, task));
     }
 
@@ -163,10 +159,7 @@ async fn run<W: Worker>(mut worker: W, metrics: Arc<Metrics>, mut stop: watch::R
 }
 
 /// One run, timed, counted and its failure logged; whether it succeeded.
-async fn once<W: Worker>(
-    metrics: &Metrics,
-    run: impl Future<Output = anyhow::Result<()>>,
-) -> bool {
+async fn once<W: Worker>(metrics: &Metrics, run: impl Future<Output = anyhow::Result<()>>) -> bool {
     let started = Instant::now();
     let result = run.await;
     metrics.worker_ran(W::NAME, started.elapsed(), result.is_ok());

@@ -52,7 +52,10 @@ impl Worker for PluginReconciler {
 
     async fn run(&mut self) -> anyhow::Result<()> {
         let mut swept = Ok(());
-        if self.swept.is_none_or(|t| t.elapsed() >= plugins::SWEEP_EVERY) {
+        if self
+            .swept
+            .is_none_or(|t| t.elapsed() >= plugins::SWEEP_EVERY)
+        {
             match plugins::sweep(&self.db).await {
                 Ok(_) => self.swept = Some(Instant::now()),
                 Err(err) => swept = Err(err).context("plugin staleness sweep"),

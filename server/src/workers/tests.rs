@@ -72,13 +72,7 @@ impl<const DRAINS: bool> Worker for Probe<DRAINS> {
 }
 
 /// Starts `worker` the way [`start`] does; its metrics, its notes and what stops it.
-fn spawn<const D: bool>(
-    worker: Probe<D>,
-) -> (
-    Arc<Metrics>,
-    Arc<Mutex<Vec<Did>>>,
-    Workers,
-) {
+fn spawn<const D: bool>(worker: Probe<D>) -> (Arc<Metrics>, Arc<Mutex<Vec<Did>>>, Workers) {
     let metrics = Arc::new(Metrics::new());
     let did = worker.did.clone();
     let mut workers = Workers {
@@ -114,9 +108,15 @@ async fn runs_every_interval_and_counts_runs_and_failures() {
     assert!((3..=5).contains(&runs), "{did:?}");
     assert_eq!(failed, runs / 2, "{did:?}");
     assert_eq!(series(&metrics, "heddle_worker_runs_total"), runs as f64);
-    assert_eq!(series(&metrics, "heddle_worker_errors_total"), failed as f64);
+    assert_eq!(
+        series(&metrics, "heddle_worker_errors_total"),
+        failed as f64
+    );
     assert!(series(&metrics, "heddle_worker_last_run_duration_seconds") < 0.04);
-    assert!(!did.contains(&Did::Stopped), "only a draining worker runs on stop");
+    assert!(
+        !did.contains(&Did::Stopped),
+        "only a draining worker runs on stop"
+    );
 }
 
 #[tokio::test]
