@@ -58,7 +58,7 @@ impl From<crate::jobs::JobError> for InvestigateError {
     }
 }
 
-/// What creating or reading investigations can fail with; mapped to HTTP in `error.rs`.
+/// What creating or reading investigations can fail with; mapped to HTTP in `http/error.rs`.
 #[derive(Debug, thiserror::Error)]
 pub enum InvestigateError {
     #[error("no investigation {0}")]
