@@ -15,8 +15,9 @@
 //! | [`token_returns`] | half the hold of enrollment token uses | gives back all |
 //! | [`tls_reload`] | `HEDDLE_TLS_RELOAD_INTERVAL_S` (HTTPS only) | dropped |
 //!
-//! Every worker runs on every replica: what one run does is safe to do on several at once
-//! (row locks, `SKIP LOCKED`, advisory locks; each module says which).
+//! Every worker runs on every replica: what one run does is safe to do on several at once,
+//! by row locks, `SKIP LOCKED` or advisory locks, or because its work is the replica's own
+//! (held heartbeats and token uses, its credential cache, its certificate).
 
 pub mod heartbeat_flusher;
 pub mod investigations;
