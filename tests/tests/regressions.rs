@@ -4,7 +4,10 @@
 //! drops 7 %, another node's kernel is updated with no effect, and a third has one bad day.
 //! Exactly one regression must come out: the updated node's, tied to the driver change, with
 //! the fleet saying no node that did not upgrade moved. It shows in the node's health, in
-//! `GET /regressions` and in `/metrics`.
+//! `GET /regressions` and in `/metrics`. Per-GPU-pair p2p series: `regressions/p2p.rs`.
+
+#[path = "regressions/p2p.rs"]
+mod p2p;
 
 use heddle_server::testing::TestServer;
 use reqwest::StatusCode;

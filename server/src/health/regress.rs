@@ -1,6 +1,7 @@
 //! Regressions: figures that moved to a new level and stayed (docs/health.md,
 //! "Regressions"). After a result is judged, each series its figures belong to (node, test,
-//! metric, size band, world size: what `verdicts.figures` holds) is read back, at most
+//! metric, size band, world size, and the GPU pair of a p2p figure that has one: what
+//! `verdicts.figures` holds) is read back, at most
 //! [`detect::MAX_POINTS`] newest points, and `heddle_types::regress::detect` runs on it: the
 //! work is that series' only. Its change points replace the series' stored ones, each with
 //! the node's facts and applied environment either side of it; `fleet.rs` then says how
@@ -18,7 +19,8 @@ use uuid::Uuid;
 use super::HealthError;
 use super::expectations::{self, Context};
 
-/// One node's figure of one test, metric, size band and world size.
+/// One node's figure of one test, metric, size band and world size, and of one copy for a
+/// per-pair figure.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SeriesKey {
     pub node_id: Uuid,
@@ -26,6 +28,9 @@ pub struct SeriesKey {
     pub metric: String,
     pub band: i32,
     pub world_size: i32,
+    /// The figure's `pair` (`0-1`, see `heddle_types::health::pair_name`); empty for a
+    /// figure without one, as `change_points.pair` stores it.
+    pub pair: String,
 }
 
 /// The facts compared around a change are those of the results this many points away on
@@ -66,6 +71,7 @@ pub async fn on_result(db: &PgPool, result_id: Uuid) -> Result<usize, HealthErro
             test: f.test,
             metric: f.metric,
             world_size,
+            pair: f.pair.unwrap_or_default(),
         };
         found += update_series(db, &key).await?;
     }
@@ -74,14 +80,14 @@ pub async fn on_result(db: &PgPool, result_id: Uuid) -> Result<usize, HealthErro
 
 /// The series' newest points. A verdict's `test` is its figure's, or the kind when it has
 /// several (`p2p`, `ucx`), so `verdicts_node_idx` (node, test) narrows the read to this
-/// series' results.
+/// series' results. A figure without a pair is the series of pair `''`.
 async fn points(db: &PgPool, key: &SeriesKey) -> Result<Vec<Point>, sqlx::Error> {
     let mut points: Vec<Point> = sqlx::query_as(
         "SELECT r.id AS result_id, r.job_id, r.received_at, (f->>'value')::float8 AS value
          FROM verdicts v JOIN results r ON r.id = v.result_id, jsonb_array_elements(v.figures) f
          WHERE v.node_id = $1 AND (v.test = $3 OR v.test = split_part($3, '.', 1))
            AND v.world_size = $2 AND f->>'test' = $3 AND f->>'metric' = $4
-           AND (f->>'band')::int = $5 AND r.outcome = 'succeeded'
+           AND (f->>'band')::int = $5 AND coalesce(f->>'pair', '') = $7 AND r.outcome = 'succeeded'
          ORDER BY r.received_at DESC, r.id DESC LIMIT $6",
     )
     .bind(key.node_id)
@@ -90,6 +96,7 @@ async fn points(db: &PgPool, key: &SeriesKey) -> Result<Vec<Point>, sqlx::Error>
     .bind(&key.metric)
     .bind(key.band)
     .bind(detect::MAX_POINTS as i64)
+    .bind(&key.pair)
     .fetch_all(db)
     .await?;
     points.reverse();
@@ -127,6 +134,7 @@ async fn config(db: &PgPool, key: &SeriesKey) -> Result<Config, HealthError> {
         metric: regress::MIN_CHANGE_METRIC.into(),
         size_bytes: 1i64 << key.band.clamp(0, 62),
         value: 0.0,
+        pair: None,
     };
     found.retain(|e| {
         let mut as_test = e.clone();
@@ -211,7 +219,7 @@ pub async fn update_series(db: &PgPool, key: &SeriesKey) -> Result<usize, Health
     // Only this series' rows, locked in key order by the unique index's scan.
     sqlx::query(
         "DELETE FROM change_points WHERE node_id = $1 AND test = $2 AND metric = $3 AND size_band = $4
-           AND world_size = $5 AND t <> ALL($6)",
+           AND world_size = $5 AND pair = $7 AND t <> ALL($6)",
     )
     .bind(key.node_id)
     .bind(&key.test)
@@ -219,6 +227,7 @@ pub async fn update_series(db: &PgPool, key: &SeriesKey) -> Result<usize, Health
     .bind(key.band)
     .bind(key.world_size)
     .bind(&times)
+    .bind(&key.pair)
     .execute(&mut *tx)
     .await?;
     let mut worse_ids = Vec::new();
@@ -230,9 +239,9 @@ pub async fn update_series(db: &PgPool, key: &SeriesKey) -> Result<usize, Health
         })?;
         let (id, inserted): (Uuid, bool) = sqlx::query_as(
             "INSERT INTO change_points (id, node_id, test, metric, size_band, world_size, result_id, t, before, after,
-                 relative_change, ci_low, ci_high, points_before, points_after, worse, latest, facts_changes)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
-             ON CONFLICT (node_id, test, metric, size_band, world_size, t) DO UPDATE SET
+                 relative_change, ci_low, ci_high, points_before, points_after, worse, latest, facts_changes, pair)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
+             ON CONFLICT (node_id, test, metric, size_band, world_size, pair, t) DO UPDATE SET
                  result_id = EXCLUDED.result_id, before = EXCLUDED.before, after = EXCLUDED.after,
                  relative_change = EXCLUDED.relative_change, ci_low = EXCLUDED.ci_low, ci_high = EXCLUDED.ci_high,
                  points_before = EXCLUDED.points_before, points_after = EXCLUDED.points_after,
@@ -257,6 +266,7 @@ pub async fn update_series(db: &PgPool, key: &SeriesKey) -> Result<usize, Health
         .bind(worse)
         .bind(i + 1 == rows.len())
         .bind(facts)
+        .bind(&key.pair)
         .fetch_one(&mut *tx)
         .await?;
         // A new change joins (or starts) its cohort; one seen before keeps the fleet view it
@@ -271,7 +281,7 @@ pub async fn update_series(db: &PgPool, key: &SeriesKey) -> Result<usize, Health
     }
     if !rows.is_empty() {
         tracing::debug!(node = %key.node_id, test = %key.test, metric = %key.metric, band = key.band,
-            changes = rows.len(), "regressions detected again");
+            pair = %key.pair, changes = rows.len(), "regressions detected again");
     }
     Ok(rows.len())
 }
