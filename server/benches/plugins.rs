@@ -253,7 +253,11 @@ async fn main() {
     }
     let reconcile_s = t.elapsed().as_secs_f64();
     let (user_s, sys_s) = (cpu_seconds().0 - cpu.0, cpu_seconds().1 - cpu.1);
-    let left = plugins::reconcile(&server.state).await.unwrap();
+    let state = &server.state;
+    let hold = std::time::Duration::from_millis(state.config.reconciler_hold_ms);
+    let left = plugins::reconcile(&state.db, &state.plugins, &state.job_env_seen, hold)
+        .await
+        .unwrap();
     println!(
         "reconciler, Postgres writes included: {fleet} nodes x {} plugins in {reconcile_s:.2} s ({:.0} nodes/s); stale afterwards: {left}",
         plugins().len(),

@@ -1,8 +1,12 @@
 //! Server configuration: every knob is a flag and a `HEDDLE_*` environment variable.
 
+mod k8s_admission;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
+
+pub use k8s_admission::AdmissionConfig;
 
 #[derive(Debug, Clone, clap::Parser)]
 #[command(name = "heddle-server", version, about = "Heddle control-plane server")]
@@ -197,7 +201,7 @@ pub struct Config {
 
     /// The Kubernetes admission webhook (`--k8s-admission` and what it injects).
     #[command(flatten)]
-    pub k8s_admission: crate::k8s_admission::AdmissionConfig,
+    pub k8s_admission: AdmissionConfig,
 }
 
 impl Config {

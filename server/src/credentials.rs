@@ -5,10 +5,10 @@
 //! A credential that Postgres accepted is remembered (its SHA-256 → agent and node). A
 //! revocation — `DELETE /agents/{id}`, a re-enrollment, a decommissioned node — writes a row
 //! to `agent_revocations` (a trigger, so no path can forget it), and every replica reads
-//! that table every half `HEDDLE_REVOCATION_DELAY_MS` and forgets what it names. The cache
-//! answers only while that feed is fresh: if its last successful read started more than
-//! the delay ago (Postgres unreachable from this replica, say), every request goes to the
-//! database as before. So a revocation made on any replica is honoured everywhere within
+//! that table every half `HEDDLE_REVOCATION_DELAY_MS` (`workers/revocation_feed.rs`) and
+//! forgets what it names. The cache answers only while that feed is fresh: if its last
+//! successful read started more than the delay ago (Postgres unreachable from this
+//! replica, say), every request goes to the database as before. So a revocation made on any replica is honoured everywhere within
 //! the delay, always; the replica that makes it forgets at once.
 
 use std::collections::HashMap;
@@ -17,8 +17,6 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
-
-use crate::AppState;
 
 /// How far back each read of the revocation log looks before the previous read: a
 /// revocation whose transaction committed after that read but wrote its row earlier
@@ -115,6 +113,11 @@ impl CredentialCache {
         self.write().by_sha.retain(|_, c| c.node_id != node);
     }
 
+    /// How long a read of the revocation log is trusted; 0: the cache is off.
+    pub fn delay(&self) -> Duration {
+        self.delay
+    }
+
     pub fn len(&self) -> usize {
         self.read().by_sha.len()
     }
@@ -150,39 +153,6 @@ impl CredentialCache {
         }
         inner.fresh_since = Some((started, db_now));
         Ok(revoked.len())
-    }
-}
-
-/// Reads the revocation log every half delay while the replica serves; also trims the log
-/// of rows every replica has read long ago.
-pub async fn run_feed(state: AppState) {
-    let cache = state.credentials.clone();
-    if cache.delay.is_zero() {
-        return;
-    }
-    // A connection of its own: a pool busy with claims and uploads must not delay the
-    // reads, or every replica would distrust its memory and send every heartbeat to that
-    // same busy pool.
-    let feed_db = crate::db::side_connection(&state.db);
-    let mut tick = tokio::time::interval((cache.delay / 2).max(Duration::from_millis(10)));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut last_trim = Instant::now();
-    loop {
-        tick.tick().await;
-        if let Err(err) = cache.refresh(&feed_db).await {
-            tracing::debug!(error = %err, "reading agent revocations failed; credentials are checked in Postgres until it answers");
-            continue;
-        }
-        if last_trim.elapsed() > Duration::from_secs(600) {
-            last_trim = Instant::now();
-            let trimmed =
-                sqlx::query("DELETE FROM agent_revocations WHERE at < now() - interval '1 hour'")
-                    .execute(&feed_db)
-                    .await;
-            if let Err(err) = trimmed {
-                tracing::debug!(error = %err, "trimming agent revocations failed");
-            }
-        }
     }
 }
 

@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 use tower_http::services::{ServeDir, ServeFile};
 use tower_http::set_header::SetResponseHeaderLayer;
 
-use crate::AppState;
+use crate::state::AppState;
 
 const FALLBACK: &str = r#"<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Heddle</title></head>

@@ -23,45 +23,20 @@
 
 mod patch;
 
-use std::path::PathBuf;
-
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 
-use crate::AppState;
-use crate::error::ApiError;
+use crate::config::AdmissionConfig;
+use crate::http::error::ApiError;
+use crate::state::AppState;
 
 pub use patch::{ANNOTATION_INJECT, ANNOTATION_NCCL_CONF, VOLUME, mutations};
 
 /// Largest review read: the API server sends at most 3 MiB in a request.
 pub const MAX_REVIEW_BYTES: usize = 3 << 20;
-
-/// What the webhook injects (server flags).
-#[derive(Debug, Clone, clap::Args)]
-pub struct AdmissionConfig {
-    /// Serve the Kubernetes mutating admission webhook at `/k8s/admission/v1/mutate` (over
-    /// HTTPS: the API server calls webhooks over TLS only).
-    #[arg(long, env = "HEDDLE_K8S_ADMISSION", default_value_t = false)]
-    pub k8s_admission: bool,
-    /// The directory on each GPU node that holds the NCCL environment plugin, the env file
-    /// and `ucx.conf` (the agent DaemonSet fills it).
-    #[arg(
-        long,
-        env = "HEDDLE_K8S_INJECT_HOST_DIR",
-        default_value = "/var/lib/heddle-agent/job"
-    )]
-    pub k8s_inject_host_dir: PathBuf,
-    /// Where that directory appears in GPU containers (read-only).
-    #[arg(
-        long,
-        env = "HEDDLE_K8S_INJECT_MOUNT_PATH",
-        default_value = "/var/lib/heddle-agent/job"
-    )]
-    pub k8s_inject_mount_path: PathBuf,
-}
 
 /// `admission.k8s.io/v1` AdmissionReview, as the API server sends it (the fields read).
 #[derive(Debug, Deserialize)]

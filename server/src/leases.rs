@@ -1,6 +1,6 @@
-//! Lease expiry. Every replica runs this reaper; each tick is one transaction (its job
-//! changes are `jobs::store`'s `Move::Expire` and `Move::Heartbeat` on the clock's behalf)
-//! whose row locks make concurrent runs harmless (the lease clock's row serialises the ticks, and a
+//! Lease expiry. Every replica runs the reaper (`workers/lease_reaper.rs`); each tick is one
+//! transaction (its job changes are `jobs::store`'s `Move::Expire` and `Move::Heartbeat` on
+//! the clock's behalf) whose row locks make concurrent runs harmless (the lease clock's row serialises the ticks, and a
 //! job is requeued by whichever replica gets it first: the other's WHERE no longer
 //! matches it).
 //!
@@ -15,7 +15,6 @@
 
 use std::time::Duration;
 
-use crate::AppState;
 use crate::jobs::JobError;
 
 /// How far behind the lease clock may fall between two ticks before the gap counts as time
@@ -27,7 +26,7 @@ pub fn allowance(heartbeat: Duration) -> Duration {
 
 /// Four ticks per heartbeat interval, so an expired lease is noticed within a quarter
 /// interval of expiring.
-fn tick_period(heartbeat: Duration) -> Duration {
+pub fn tick_period(heartbeat: Duration) -> Duration {
     heartbeat / 4
 }
 
@@ -107,28 +106,4 @@ pub async fn tick(
     let reaped = reap_expired(&mut tx, margin).await?;
     tx.commit().await?;
     Ok((clock, reaped))
-}
-
-/// Ticks four times per heartbeat interval; records in `db_reach` whether the database
-/// answered.
-pub async fn run_reaper(state: AppState) {
-    let heartbeat = state.config.heartbeat_interval();
-    let mut tick_timer = tokio::time::interval(tick_period(heartbeat));
-    tick_timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick_timer.tick().await;
-        let margin = state.config.lease_margin();
-        match tick(&state.db, heartbeat, state.config.lease_ttl(), margin).await {
-            Ok(_) => {
-                state.db_reach.reached();
-            }
-            Err(JobError::Database(err)) => {
-                state.db_reach.failed(&err);
-                tracing::warn!(error = %err, "lease reaper: database error; will retry");
-            }
-            Err(err) => {
-                tracing::warn!(error = %err, "lease reaper failed; will retry");
-            }
-        }
-    }
 }

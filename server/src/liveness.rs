@@ -1,8 +1,8 @@
 //! Heartbeats off the write path. A heartbeat is recorded here, in this replica's memory,
-//! and a task writes everything recorded once per flush interval: one statement for the
-//! agents and nodes seen, one for the leases of the jobs they said they run, in one
-//! transaction. At 50,000 agents that is two statements every interval instead of 5,000
-//! row writes a second.
+//! and a worker (`workers/heartbeat_flusher.rs`) writes everything recorded once per flush
+//! interval: one statement for the agents and nodes seen, one for the leases of the jobs
+//! they said they run, in one transaction. At 50,000 agents that is two statements every
+//! interval instead of 5,000 row writes a second.
 //!
 //! What this replica holds is only the last flush interval's news: losing the replica
 //! loses at most that much liveness, never a job or a result (claims, renewals through
@@ -15,8 +15,6 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use uuid::Uuid;
-
-use crate::AppState;
 
 /// The latest heartbeat of one agent that is not yet in the database.
 #[derive(Debug, Clone, PartialEq)]
@@ -185,42 +183,6 @@ async fn write(
         agents: n as u64,
         leases,
     })
-}
-
-/// Flushes this replica's heartbeats every flush interval until `stop` fires, then once
-/// more. A flush is never cut off halfway: `stop` is only looked at between flushes.
-pub async fn run_flusher(state: AppState, mut stop: tokio::sync::oneshot::Receiver<()>) {
-    // A connection of its own, so that a pool busy with uploads cannot hold back the
-    // writes that keep leases alive.
-    let db = crate::db::side_connection(&state.db);
-    let mut tick = tokio::time::interval(state.config.heartbeat_flush_interval());
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => flush_logged(&state, &db).await,
-            _ = &mut stop => break,
-        }
-    }
-    flush_logged(&state, &db).await;
-}
-
-/// One flush, its failure logged (what it held waits for the next).
-pub async fn flush_logged(state: &AppState, db: &sqlx::PgPool) {
-    let started = std::time::Instant::now();
-    match state.liveness.flush(db, state.config.lease_ttl()).await {
-        Ok(done) if done.agents > 0 => tracing::debug!(
-            agents = done.agents,
-            leases = done.leases,
-            took_ms = started.elapsed().as_millis() as u64,
-            "heartbeats flushed"
-        ),
-        Ok(_) => {}
-        Err(err) => tracing::warn!(
-            error = %err,
-            pending = state.liveness.pending(),
-            "flushing heartbeats failed; they are kept for the next flush"
-        ),
-    }
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ async fn main() -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     let state = AppState::new(config).await?;
     // The first-party plugins, enabled on a fresh database (docs/plugins.md).
-    heddle_server::plugins_bundled::register(&state).await?;
+    heddle_server::plugins_bundled::register(&state.db, &state.plugins).await?;
     heddle_server::serve(listener, state, shutdown_signal()).await
 }
 

@@ -1,7 +1,7 @@
-//! Prometheus metrics. Request counters live in memory per replica; fleet gauges (agents
-//! online, live jobs by state, the latest verdict and figures per node and test, heartbeat
-//! times, GPUs and RDMA ports from the facts, plugin errors) are read from Postgres at
-//! scrape time so every replica reports the same truth.
+//! Prometheus metrics: the registry every series is in, and its rendering. Request counters
+//! (counted by `http/metrics.rs`) and worker runs (by `workers/`) live in memory per
+//! replica; the fleet gauges are read from Postgres at scrape time (`fleet.rs`) so every
+//! replica reports the same truth.
 //!
 //! Names carry base units (`_seconds`, `_bytes_per_second`), counters end in `_total`, and
 //! per-node series are labelled the way dcgm-exporter labels its own — `Hostname`, `gpu`
@@ -9,13 +9,12 @@
 //! The body is OpenMetrics when the scraper asks for it, the Prometheus text format 0.0.4
 //! otherwise (docs/metrics.md).
 
-use std::sync::atomic::AtomicU64;
-use std::time::Instant;
+mod fleet;
 
-use axum::extract::{MatchedPath, Request, State};
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
 use axum::http::HeaderMap;
-use axum::middleware::Next;
-use axum::response::Response;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -23,18 +22,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::AppState;
-
 pub const OPENMETRICS_CONTENT_TYPE: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
 pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
-
-/// Job states that describe work in flight; finished jobs are history, kept by the API.
-const LIVE_JOB_STATES: [heddle_types::jobs::JobState; 3] = [
-    heddle_types::jobs::JobState::Queued,
-    heddle_types::jobs::JobState::Leased,
-    heddle_types::jobs::JobState::Running,
-];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
@@ -106,6 +96,11 @@ pub struct PluginLabels {
     pub plugin: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WorkerLabels {
+    pub worker: String,
+}
+
 type FloatGauge = Gauge<f64, AtomicU64>;
 
 pub struct Metrics {
@@ -125,6 +120,9 @@ pub struct Metrics {
     observed_jobs: Family<VerdictLabels, Gauge>,
     observed_socket_fallback: Family<HostLabels, Gauge>,
     regressions_open: Family<TestLabels, Gauge>,
+    worker_runs: Family<WorkerLabels, Counter>,
+    worker_errors: Family<WorkerLabels, Counter>,
+    worker_duration: Family<WorkerLabels, FloatGauge>,
     /// Scrapes clear and refill the per-node families; one at a time.
     render_lock: tokio::sync::Mutex<()>,
 }
@@ -161,6 +159,9 @@ impl Metrics {
             observed_jobs: Family::default(),
             observed_socket_fallback: Family::default(),
             regressions_open: Family::default(),
+            worker_runs: Family::default(),
+            worker_errors: Family::default(),
+            worker_duration: Family::default(),
             render_lock: tokio::sync::Mutex::new(()),
         };
         let bytes_per_second = || Unit::Other("bytes_per_second".into());
@@ -236,204 +237,90 @@ impl Metrics {
             "Open regressions of the node's test: figures that moved for the worse and stayed (docs/health.md, Regressions); 0 for every test the node has a verdict of",
             m.regressions_open.clone(),
         );
+        r.register(
+            "worker_runs",
+            "Runs of a background worker of this replica (workers/: lease_reaper, heartbeat_flusher, ...)",
+            m.worker_runs.clone(),
+        );
+        r.register(
+            "worker_errors",
+            "Runs of a background worker of this replica that failed",
+            m.worker_errors.clone(),
+        );
+        r.register_with_unit(
+            "worker_last_run_duration",
+            "How long the latest run of a background worker of this replica took",
+            Unit::Seconds,
+            m.worker_duration.clone(),
+        );
         Metrics { registry, ..m }
     }
 
-    /// Refreshes the database-derived gauges and renders them in the format the scraper
-    /// asked for; returns the content type and the body.
+    /// Gives a worker's series their first values, so they exist before its first run ends.
+    pub fn worker_started(&self, worker: &str) {
+        let labels = WorkerLabels {
+            worker: worker.into(),
+        };
+        let _ = self.worker_runs.get_or_create(&labels);
+        let _ = self.worker_errors.get_or_create(&labels);
+        let _ = self.worker_duration.get_or_create(&labels);
+    }
+
+    /// Counts and times one request by its route template (`http/metrics.rs`).
+    pub fn request_served(&self, method: String, route: String, status: u16, took: Duration) {
+        self.latency
+            .get_or_create(&RouteLabels {
+                route: route.clone(),
+            })
+            .observe(took.as_secs_f64());
+        self.requests
+            .get_or_create(&RequestLabels {
+                method,
+                route,
+                status,
+            })
+            .inc();
+    }
+
+    /// Counts one run of a worker.
+    pub fn worker_ran(&self, worker: &str, took: Duration, ok: bool) {
+        let labels = WorkerLabels {
+            worker: worker.into(),
+        };
+        self.worker_runs.get_or_create(&labels).inc();
+        if !ok {
+            self.worker_errors.get_or_create(&labels).inc();
+        }
+        self.worker_duration
+            .get_or_create(&labels)
+            .set(took.as_secs_f64());
+    }
+
+    /// Refreshes the fleet gauges (`fleet.rs`; agents count as online within 2.5
+    /// `heartbeat`s) and renders every series in the format the scraper asked for; returns
+    /// the content type and the body.
     pub async fn render(
         &self,
-        state: &AppState,
+        db: &sqlx::PgPool,
+        heartbeat: Duration,
         headers: &HeaderMap,
     ) -> Result<(&'static str, String), sqlx::Error> {
         let _one_at_a_time = self.render_lock.lock().await;
-        self.refresh(state).await?;
+        self.refresh(db, heartbeat).await?;
+        Ok(self.encode(headers))
+    }
+
+    /// Every series as they stand, in the format the scraper asked for; the content type
+    /// and the body.
+    pub fn encode(&self, headers: &HeaderMap) -> (&'static str, String) {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String");
-        Ok(if wants_openmetrics(headers) {
+        if wants_openmetrics(headers) {
             (OPENMETRICS_CONTENT_TYPE, out)
         } else {
             (TEXT_CONTENT_TYPE, openmetrics_to_text(&out))
-        })
-    }
-
-    async fn refresh(&self, state: &AppState) -> Result<(), sqlx::Error> {
-        let db = &state.db;
-        let online_within = state.config.heartbeat_interval().as_secs_f64() * 2.5;
-        let (online,): (i64,) = sqlx::query_as(
-            "SELECT count(*) FROM agents WHERE revoked_at IS NULL
-             AND last_heartbeat_at > now() - make_interval(secs => $1)",
-        )
-        .bind(online_within)
-        .fetch_one(db)
-        .await?;
-        self.agents_online.set(online);
-
-        let live: Vec<&str> = LIVE_JOB_STATES.iter().map(|s| s.as_str()).collect();
-        let rows: Vec<(String, i64)> =
-            sqlx::query_as("SELECT state, count(*) FROM jobs WHERE state = ANY($1) GROUP BY state")
-                .bind(&live)
-                .fetch_all(db)
-                .await?;
-        for st in live {
-            let n = rows.iter().find(|(s, _)| s == st).map_or(0, |(_, n)| *n);
-            self.jobs
-                .get_or_create(&StateLabels { state: st.into() })
-                .set(n);
         }
-
-        // Per-node families are rebuilt each scrape: a deleted node's series go.
-        self.verdicts.clear();
-        self.bandwidth.clear();
-        self.test_latency.clear();
-        self.socket_fallback.clear();
-        self.regressions_open.clear();
-        for l in crate::health::store::latest_lines(db).await? {
-            let verdict = l
-                .verdict
-                .parse::<heddle_types::health::Verdict>()
-                .unwrap_or(heddle_types::health::Verdict::Unknown);
-            let labels = TestLabels {
-                Hostname: l.hostname.clone(),
-                test: l.test.clone(),
-            };
-            self.verdicts.get_or_create(&labels).set(verdict.gauge());
-            // Zero until a regression opens (set below), so the series exists to alert on.
-            self.regressions_open.get_or_create(&labels).set(0);
-            if let Some(network) = &l.nccl_network {
-                let socket = network.eq_ignore_ascii_case("socket");
-                self.socket_fallback
-                    .get_or_create(&labels)
-                    .set(i64::from(socket));
-            }
-            match (l.metric.as_deref().and_then(base_unit), l.value) {
-                (Some(Figure::Bandwidth(figure)), Some(v)) => {
-                    self.bandwidth
-                        .get_or_create(&FigureLabels {
-                            Hostname: l.hostname,
-                            test: l.test,
-                            figure: figure.into(),
-                        })
-                        .set(v * 1e9);
-                }
-                (Some(Figure::Latency), Some(v)) => {
-                    self.test_latency.get_or_create(&labels).set(v * 1e-6);
-                }
-                _ => {}
-            }
-        }
-
-        self.heartbeat.clear();
-        let beats: Vec<(String, f64)> = sqlx::query_as(
-            "SELECT n.hostname, extract(epoch FROM max(a.last_heartbeat_at))::float8
-             FROM agents a JOIN nodes n ON n.id = a.node_id
-             WHERE a.revoked_at IS NULL AND a.last_heartbeat_at IS NOT NULL
-             GROUP BY n.hostname",
-        )
-        .fetch_all(db)
-        .await?;
-        for (host, at) in beats {
-            self.heartbeat
-                .get_or_create(&HostLabels { Hostname: host })
-                .set(at);
-        }
-
-        self.gpus.clear();
-        let gpus: Vec<(String, String, String, String)> = sqlx::query_as(
-            "SELECT n.hostname, coalesce(g->>'index', ''), coalesce(g->>'uuid', ''),
-                    coalesce(g->>'name', '')
-             FROM nodes n, jsonb_array_elements(coalesce(n.facts->'gpus', '[]')) g
-             WHERE jsonb_typeof(n.facts->'gpus') = 'array'",
-        )
-        .fetch_all(db)
-        .await?;
-        for (host, gpu, uuid, model) in gpus {
-            self.gpus
-                .get_or_create(&GpuLabels {
-                    Hostname: host,
-                    gpu,
-                    UUID: uuid,
-                    model_name: model,
-                })
-                .set(1);
-        }
-
-        self.rdma_ports.clear();
-        let ports: Vec<(String, String, String, String, bool)> = sqlx::query_as(
-            "SELECT n.hostname, coalesce(d->>'name', ''), coalesce(p->>'port', ''),
-                    coalesce(p->>'link_layer', ''), coalesce(p->>'state' = 'ACTIVE', false)
-             FROM nodes n,
-                  jsonb_array_elements(coalesce(n.facts->'rdma'->'devices', '[]')) d,
-                  jsonb_array_elements(coalesce(d->'ports', '[]')) p
-             WHERE jsonb_typeof(n.facts->'rdma'->'devices') = 'array'
-               AND jsonb_typeof(d->'ports') = 'array'",
-        )
-        .fetch_all(db)
-        .await?;
-        for (host, device, port, link_layer, active) in ports {
-            self.rdma_ports
-                .get_or_create(&PortLabels {
-                    Hostname: host,
-                    device,
-                    port,
-                    link_layer,
-                })
-                .set(i64::from(active));
-        }
-
-        self.plugin_errors.clear();
-        let errors: Vec<(String, i64)> = sqlx::query_as(
-            "SELECT p.name, count(r.node_id) FILTER (WHERE r.error IS NOT NULL)
-             FROM plugins p LEFT JOIN plugin_results r ON r.plugin_id = p.id
-             WHERE p.enabled GROUP BY p.name",
-        )
-        .fetch_all(db)
-        .await?;
-        for (plugin, n) in errors {
-            self.plugin_errors
-                .get_or_create(&PluginLabels { plugin })
-                .set(n);
-        }
-        self.observed_jobs.clear();
-        for (_, host, verdict, n) in crate::health::observed::recent_by_node(db).await? {
-            self.observed_jobs
-                .get_or_create(&VerdictLabels {
-                    Hostname: host,
-                    verdict,
-                })
-                .set(n);
-        }
-        self.observed_socket_fallback.clear();
-        for (host, n) in crate::health::observed::socket_fallbacks_by_node(db).await? {
-            self.observed_socket_fallback
-                .get_or_create(&HostLabels { Hostname: host })
-                .set(n);
-        }
-        for (_, host, test, n) in crate::health::regress::store::open_by_node(db).await? {
-            self.regressions_open
-                .get_or_create(&TestLabels {
-                    Hostname: host,
-                    test,
-                })
-                .set(n);
-        }
-        Ok(())
-    }
-}
-
-enum Figure {
-    Bandwidth(&'static str),
-    Latency,
-}
-
-/// What a verdict's metric (`busbw_gbs`, `algbw_gbs`, `time_us`) becomes in base units.
-fn base_unit(metric: &str) -> Option<Figure> {
-    match metric {
-        "busbw_gbs" => Some(Figure::Bandwidth("busbw")),
-        "algbw_gbs" => Some(Figure::Bandwidth("algbw")),
-        "time_us" => Some(Figure::Latency),
-        _ => None,
     }
 }
 
@@ -490,64 +377,6 @@ pub fn openmetrics_to_text(om: &str) -> String {
     out
 }
 
-/// Guards `/metrics` when `HEDDLE_METRICS_TOKEN` is set: the scrape must present it as a
-/// bearer token. (Per-node health series name every host and how it performs.)
-pub async fn require_token(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    use axum::response::IntoResponse;
-    let Some(expected) = state.config.metrics_token.as_deref() else {
-        return next.run(req).await;
-    };
-    let presented = req
-        .headers()
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            v.strip_prefix("Bearer ")
-                .or_else(|| v.strip_prefix("bearer "))
-        })
-        .map(str::trim);
-    // Compared as hashes, so the time taken says nothing about how much of it matched.
-    match presented {
-        Some(t) if crate::auth::sha256_hex(t) == crate::auth::sha256_hex(expected) => {
-            next.run(req).await
-        }
-        Some(_) => crate::error::ApiError::Unauthorized(
-            "wrong metrics token; scrape with the bearer token set in HEDDLE_METRICS_TOKEN".into(),
-        )
-        .into_response(),
-        None => crate::error::ApiError::Unauthorized(
-            "/metrics needs `Authorization: Bearer <HEDDLE_METRICS_TOKEN>`".into(),
-        )
-        .into_response(),
-    }
-}
-
-/// Middleware counting and timing every request by its route template (not the raw path,
-/// which would give one series per node id).
-pub async fn track(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
-    let method = req.method().to_string();
-    let start = Instant::now();
-    let response = next.run(req).await;
-    let m = &state.metrics;
-    m.latency
-        .get_or_create(&RouteLabels {
-            route: route.clone(),
-        })
-        .observe(start.elapsed().as_secs_f64());
-    m.requests
-        .get_or_create(&RequestLabels {
-            method,
-            route,
-            status: response.status().as_u16(),
-        })
-        .inc();
-    response
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -600,19 +429,5 @@ mod tests {
             !text.contains("# UNIT") && !text.contains("# EOF"),
             "{text}"
         );
-    }
-
-    #[test]
-    fn figures_become_base_units() {
-        assert!(matches!(
-            base_unit("busbw_gbs"),
-            Some(Figure::Bandwidth("busbw"))
-        ));
-        assert!(matches!(
-            base_unit("algbw_gbs"),
-            Some(Figure::Bandwidth("algbw"))
-        ));
-        assert!(matches!(base_unit("time_us"), Some(Figure::Latency)));
-        assert!(base_unit("wrong").is_none());
     }
 }

@@ -14,7 +14,8 @@ use heddle_plugin_host::bundled::FIRST_PARTY;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use crate::{AppState, db};
+use crate::db;
+use crate::plugins::PluginRuntime;
 
 /// `uploaded_by` of the versions registered here, and the audit actor.
 pub const BUNDLED_BY: &str = "heddle-server (bundled)";
@@ -32,20 +33,28 @@ pub enum Outcome {
 
 /// Registers every bundled plugin (see the module docs). Safe on several replicas at once:
 /// the plugin row's unique name serialises them.
-pub async fn register(state: &AppState) -> anyhow::Result<Vec<(&'static str, Outcome)>> {
+pub async fn register(
+    db: &sqlx::PgPool,
+    runtime: &PluginRuntime,
+) -> anyhow::Result<Vec<(&'static str, Outcome)>> {
     let mut out = Vec::new();
     for (name, bytes) in FIRST_PARTY {
-        let outcome = register_one(state, name, bytes).await?;
+        let outcome = register_one(db, runtime, name, bytes).await?;
         if outcome != Outcome::Unchanged {
             tracing::info!(plugin = name, ?outcome, "bundled plugin");
         }
         out.push((*name, outcome));
     }
-    state.plugins.wake.notify_waiters();
+    runtime.wake.notify_waiters();
     Ok(out)
 }
 
-async fn register_one(state: &AppState, name: &str, bytes: &[u8]) -> anyhow::Result<Outcome> {
+async fn register_one(
+    db: &sqlx::PgPool,
+    runtime: &PluginRuntime,
+    name: &str,
+    bytes: &[u8],
+) -> anyhow::Result<Outcome> {
     let sha = hex::encode(Sha256::digest(bytes));
     // (plugin id, sha256 and uploader of its active version)
     let existing: Option<(Uuid, Option<String>, Option<String>)> = sqlx::query_as(
@@ -53,7 +62,7 @@ async fn register_one(state: &AppState, name: &str, bytes: &[u8]) -> anyhow::Res
          LEFT JOIN plugin_versions v ON v.id = p.active_version_id WHERE p.name = $1",
     )
     .bind(name)
-    .fetch_optional(&state.db)
+    .fetch_optional(db)
     .await?;
     let upgrade = match &existing {
         None => false,
@@ -61,12 +70,11 @@ async fn register_one(state: &AppState, name: &str, bytes: &[u8]) -> anyhow::Res
         Some(_) => return Ok(Outcome::Unchanged),
     };
     // Only now pay for compiling: the component's own name, version and contract.
-    let info = state
-        .plugins
+    let info = runtime
         .validate(Arc::new(bytes.to_vec()))
         .await
         .map_err(|e| anyhow::anyhow!("bundled plugin {name} does not validate: {e}"))?;
-    let mut tx = state.db.begin().await?;
+    let mut tx = db.begin().await?;
     sqlx::query(
         "INSERT INTO plugin_blobs (sha256, bytes, size_bytes) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
     )

@@ -18,9 +18,11 @@ use crate::api::{
     agent, decommission, enroll, expectations, health, investigations, node_list, nodes, observed,
     plugins, regressions, rendezvous, run_kinds, runs, sweeps, tokens, verdicts,
 };
-use crate::error::ApiError;
-use crate::limits::{self, LongPolls};
-use crate::{AppState, dashboard, metrics};
+use crate::dashboard;
+use crate::http::error::ApiError;
+use crate::http::limits::{self, LongPolls};
+use crate::http::metrics;
+use crate::state::AppState;
 
 #[derive(OpenApi)]
 #[openapi(

@@ -14,7 +14,8 @@ use sha2::{Digest, Sha256};
 use sqlx::Connection;
 use uuid::Uuid;
 
-use crate::{AppState, Config};
+use crate::config::Config;
+use crate::state::AppState;
 
 fn admin_url() -> String {
     std::env::var("HEDDLE_TEST_DATABASE_URL").expect(
@@ -201,7 +202,7 @@ impl TestServer {
             .await
             .expect("starting the test server");
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(crate::serve(listener, state.clone(), async move {
+        let task = tokio::spawn(crate::app::serve(listener, state.clone(), async move {
             let _ = rx.await;
         }));
         TestServer {

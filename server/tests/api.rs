@@ -1036,14 +1036,14 @@ async fn first_start_creates_one_admin_token_and_prints_it() {
     let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
     // Two replicas starting together on an empty database: exactly one creates the token.
     let (a, b) = tokio::join!(
-        heddle_server::auth::bootstrap_admin(&pool, None),
-        heddle_server::auth::bootstrap_admin(&pool, None)
+        heddle_server::http::auth::bootstrap_admin(&pool, None),
+        heddle_server::http::auth::bootstrap_admin(&pool, None)
     );
     let printed: Vec<String> = [a.unwrap(), b.unwrap()].into_iter().flatten().collect();
     assert_eq!(printed.len(), 1, "one replica prints the token");
     assert!(printed[0].starts_with("hdl_"));
     assert_eq!(
-        heddle_server::auth::bootstrap_admin(&pool, None)
+        heddle_server::http::auth::bootstrap_admin(&pool, None)
             .await
             .unwrap(),
         None,

@@ -28,7 +28,7 @@ async fn enroll_with(api: &Api, token: &str, hostname: &str) -> (StatusCode, Val
 /// 42,859 was refused that way. A token used up for good is still refused, after the wait.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uses_held_by_another_replica_are_waited_for_not_refused() {
-    use heddle_server::api::token_uses::{BLOCK, WAIT_FOR_HELD};
+    use heddle_server::token_uses::{BLOCK, WAIT_FOR_HELD};
     let first = TestServer::start().await;
     let second = TestServer::start_on(&first.database_url(), |_| {}).await;
     let (a, b) = (Api::new(&first), Api::new(&second));
@@ -90,7 +90,7 @@ async fn uses_held_by_another_replica_are_waited_for_not_refused() {
 /// of them went to the row and queued on its lock, and each took a block of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crowd_on_one_replica_goes_to_the_row_once_per_block() {
-    use heddle_server::api::token_uses::BLOCK;
+    use heddle_server::token_uses::BLOCK;
     const CROWD: usize = 256;
     let server = TestServer::start().await;
     // The test's own connections: the server's may all be queued on the row.

@@ -299,7 +299,7 @@ async fn a_token_is_never_used_more_than_its_uses_under_a_race() {
 /// honoured from a held block past that second either.
 #[tokio::test]
 async fn a_fleet_token_is_taken_in_blocks_and_unused_uses_go_back() {
-    use heddle_server::api::token_uses::{BLOCK, HOLD};
+    use heddle_server::token_uses::{BLOCK, HOLD};
     let server = TestServer::start().await;
     let api = Api::new(&server);
     let (_, t) = api

@@ -798,11 +798,9 @@ async fn concurrent_advances_start_each_batch_once() {
         let tasks: Vec<_> = (0..8)
             .map(|_| {
                 let db = db.clone();
-                tokio::spawn(async move {
-                    heddle_server::health::investigate::advance_all(&db)
-                        .await
-                        .unwrap()
-                })
+                tokio::spawn(
+                    async move { heddle_server::investigate::advance_all(&db).await.unwrap() },
+                )
             })
             .collect();
         for t in tasks {
@@ -869,7 +867,7 @@ async fn a_pair_nobody_claims_fails_after_the_deadline() {
         "within the deadline it waits"
     );
     // The deadline passes.
-    let deadline = heddle_server::health::investigate::PAIR_CLAIM_DEADLINE.as_secs() as f64 + 1.0;
+    let deadline = heddle_server::investigate::PAIR_CLAIM_DEADLINE.as_secs() as f64 + 1.0;
     sqlx::query("UPDATE jobs SET created_at = created_at - make_interval(secs => $1) WHERE state = 'queued'")
         .bind(deadline)
         .execute(&server.state.db)

@@ -176,6 +176,24 @@ async fn metrics_use_base_units_dcgm_labels_and_pass_promtool() {
     ] {
         assert!(text.contains(want), "missing {want}:\n{text}");
     }
+    // Each background worker of the replica has its series from its start (docs/metrics.md).
+    for worker in [
+        "lease_reaper",
+        "heartbeat_flusher",
+        "plugin_reconciler",
+        "investigations",
+        "revocation_feed",
+        "token_returns",
+    ] {
+        for family in [
+            "heddle_worker_runs_total",
+            "heddle_worker_errors_total",
+            "heddle_worker_last_run_duration_seconds",
+        ] {
+            let series = format!(r#"{family}{{worker="{worker}"}} "#);
+            assert!(text.contains(&series), "missing {series}:\n{text}");
+        }
+    }
     // Finished jobs are history, not a gauge that grows forever.
     assert!(
         !text.contains(r#"heddle_jobs{state="succeeded"}"#),

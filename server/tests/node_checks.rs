@@ -207,7 +207,9 @@ async fn a_fresh_server_explains_the_seed_shapes() {
     let server = TestServer::start().await;
     let api = Api::new(&server);
     let admin = server.admin_token.clone();
-    plugins_bundled::register(&server.state).await.unwrap();
+    plugins_bundled::register(&server.state.db, &server.state.plugins)
+        .await
+        .unwrap();
     for (host, fixture, must) in [
         ("ndv4-node-3", "azure-ndv4", "UCX_NET_DEVICES"),
         ("llm-train-worker-3", "runai-roce-pod-2hca", "NCCL_IB_HCA"),

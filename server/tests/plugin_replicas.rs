@@ -65,10 +65,7 @@ async fn two_replicas_evaluate_each_node_once() {
     // Enabling wakes the first replica's own reconciler; both replicas also reconcile by hand
     // at the same time, so three loops race for the same stale nodes.
     upload_and_enable(&api, &first.admin_token, "dgx-affinity").await;
-    let (a, b) = tokio::join!(
-        heddle_server::plugins::reconcile(&first.state),
-        heddle_server::plugins::reconcile(&second.state),
-    );
+    let (a, b) = tokio::join!(reconcile(&first.state), reconcile(&second.state),);
     let (a, b) = (a.unwrap(), b.unwrap());
     let started = Instant::now();
     while count(&db, "SELECT count(*) FROM plugin_results").await < NODES as i64 {
@@ -108,18 +105,8 @@ async fn two_replicas_evaluate_each_node_once() {
         0
     );
     // Nothing is left for either replica.
-    assert_eq!(
-        heddle_server::plugins::reconcile(&second.state)
-            .await
-            .unwrap(),
-        0
-    );
-    assert_eq!(
-        heddle_server::plugins::reconcile(&first.state)
-            .await
-            .unwrap(),
-        0
-    );
+    assert_eq!(reconcile(&second.state).await.unwrap(), 0);
+    assert_eq!(reconcile(&first.state).await.unwrap(), 0);
     second.stop().await;
     first.stop().await;
 }
@@ -204,9 +191,7 @@ async fn nodes_due_are_flagged_evaluated_and_swept_when_the_flag_is_missed() {
     let fresh = "SELECT count(*) FROM plugin_results r JOIN nodes n ON n.id = r.node_id
                  WHERE r.facts_sha256 = n.facts_sha256";
     assert!(count(&db, DUE).await <= 1);
-    heddle_server::plugins::reconcile(&server.state)
-        .await
-        .unwrap();
+    reconcile(&server.state).await.unwrap();
     wait_for(&db, fresh, 20, "the changed node was not evaluated again").await;
     assert_eq!(count(&db, DUE).await, 0);
 
@@ -219,17 +204,10 @@ async fn nodes_due_are_flagged_evaluated_and_swept_when_the_flag_is_missed() {
         .execute(&db)
         .await
         .unwrap();
-    assert_eq!(
-        heddle_server::plugins::reconcile(&server.state)
-            .await
-            .unwrap(),
-        0
-    );
+    assert_eq!(reconcile(&server.state).await.unwrap(), 0);
     assert_eq!(count(&db, fresh).await, 19);
     assert_eq!(heddle_server::plugins::sweep(&db).await.unwrap(), 1);
-    heddle_server::plugins::reconcile(&server.state)
-        .await
-        .unwrap();
+    reconcile(&server.state).await.unwrap();
     wait_for(&db, fresh, 20, "the swept node was not evaluated").await;
     assert_eq!(heddle_server::plugins::sweep(&db).await.unwrap(), 0);
 
@@ -242,9 +220,7 @@ async fn nodes_due_are_flagged_evaluated_and_swept_when_the_flag_is_missed() {
         )
         .await;
     assert_eq!(s, StatusCode::OK, "{v}");
-    heddle_server::plugins::reconcile(&server.state)
-        .await
-        .unwrap();
+    reconcile(&server.state).await.unwrap();
     wait_for(
         &db,
         "SELECT count(*) FROM plugin_results",
@@ -284,7 +260,7 @@ async fn a_plugin_disabled_during_a_batch_leaves_its_nodes_due() {
         .await
         .unwrap();
     let state = server.state.clone();
-    let batch = tokio::spawn(async move { heddle_server::plugins::reconcile(&state).await });
+    let batch = tokio::spawn(async move { reconcile(&state).await });
     const WAITING: &str = "SELECT count(*) FROM pg_stat_activity
         WHERE datname = current_database() AND wait_event_type = 'Lock'";
     let started = Instant::now();
@@ -311,9 +287,7 @@ async fn a_plugin_disabled_during_a_batch_leaves_its_nodes_due() {
 
     // The batch left its nodes due, so a pass takes the disabled plugin's results away, long
     // before the sweep, which is a minute off. (Marked current, they kept them.)
-    heddle_server::plugins::reconcile(&server.state)
-        .await
-        .unwrap();
+    reconcile(&server.state).await.unwrap();
     let started = Instant::now();
     while count(&db, DISABLED_RESULTS).await > 0 {
         assert!(

@@ -140,9 +140,7 @@ async fn a_host_side_failure_keeps_the_nodes_recommendations() {
     let mut changed = facts;
     changed["host"]["kernel"] = json!("6.8.0-changed");
     put_facts(&api, &node.credential, changed).await;
-    let evaluated = heddle_server::plugins::reconcile(&second.state)
-        .await
-        .unwrap();
+    let evaluated = reconcile(&second.state).await.unwrap();
     assert_eq!(evaluated, 0, "the node must be left for a later try");
 
     // Nothing was recorded as the plugin's verdict and nothing was taken from the node.

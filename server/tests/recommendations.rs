@@ -37,7 +37,9 @@ async fn a_fresh_server_explains_the_first_party_recommendations() {
     let api = Api::new(&server);
     let admin = server.admin_token.clone();
 
-    let outcomes = plugins_bundled::register(&server.state).await.unwrap();
+    let outcomes = plugins_bundled::register(&server.state.db, &server.state.plugins)
+        .await
+        .unwrap();
     let names: Vec<_> = outcomes.iter().map(|(n, _)| *n).collect();
     assert_eq!(names, ["dgx-affinity", "azure-nd", "runai-roce"]);
     assert!(
@@ -46,7 +48,9 @@ async fn a_fresh_server_explains_the_first_party_recommendations() {
             .all(|(_, o)| matches!(o, Outcome::Registered { .. }))
     );
     // A second start (or a second replica) changes nothing.
-    let again = plugins_bundled::register(&server.state).await.unwrap();
+    let again = plugins_bundled::register(&server.state.db, &server.state.plugins)
+        .await
+        .unwrap();
     assert!(again.iter().all(|(_, o)| *o == Outcome::Unchanged));
     let (_, plugins) = api.get("/api/v1/plugins", &admin).await;
     assert_eq!(plugins.as_array().unwrap().len(), 3);
@@ -125,7 +129,9 @@ async fn an_admins_choice_survives_restarts_and_bundled_versions_follow_the_serv
     let server = TestServer::start().await;
     let api = Api::new(&server);
     let admin = server.admin_token.clone();
-    plugins_bundled::register(&server.state).await.unwrap();
+    plugins_bundled::register(&server.state.db, &server.state.plugins)
+        .await
+        .unwrap();
 
     // Disabled by an admin: a later start leaves it disabled.
     let (s, _) = api
@@ -169,7 +175,9 @@ async fn an_admins_choice_survives_restarts_and_bundled_versions_follow_the_serv
     .await
     .unwrap();
 
-    let outcomes = plugins_bundled::register(&server.state).await.unwrap();
+    let outcomes = plugins_bundled::register(&server.state.db, &server.state.plugins)
+        .await
+        .unwrap();
     assert_eq!(
         outcomes,
         [

@@ -13,11 +13,11 @@ use heddle_types::agent::*;
 use heddle_types::jobs::{Progress, ResultUpload};
 use uuid::Uuid;
 
-use crate::AppState;
-use crate::auth::AgentCaller;
 use crate::db;
-use crate::error::{ApiError, ApiResult, Json, Path};
+use crate::http::auth::AgentCaller;
+use crate::http::error::{ApiError, ApiResult, Json, Path};
 use crate::jobs::{self, results::Stored, results::Uploader};
+use crate::state::AppState;
 
 fn lease_secs(state: &AppState) -> f64 {
     state.config.lease_ttl().as_secs_f64()

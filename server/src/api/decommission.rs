@@ -13,10 +13,10 @@ use axum::http::StatusCode;
 use heddle_types::auth::Role;
 use uuid::Uuid;
 
-use crate::AppState;
-use crate::auth::Caller;
 use crate::db;
-use crate::error::{ApiError, ApiResult, Path};
+use crate::http::auth::Caller;
+use crate::http::error::{ApiError, ApiResult, Path};
+use crate::state::AppState;
 
 /// Remove a decommissioned node and what is only about it (admin).
 #[utoipa::path(delete, path = "/api/v1/nodes/{node}", tag = "nodes", security(("bearer" = [])),

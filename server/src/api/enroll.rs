@@ -14,11 +14,11 @@ use heddle_types::agent::{EnrollPending, EnrollRequest, EnrollResponse};
 use heddle_types::auth::{PendingEnrollment, Role};
 use uuid::Uuid;
 
-use super::token_uses::{self, TakenUse};
-use crate::AppState;
-use crate::auth::{self, Caller};
 use crate::db;
-use crate::error::{ApiError, ApiResult, Json, Path};
+use crate::http::auth::{self, Caller};
+use crate::http::error::{ApiError, ApiResult, Json, Path};
+use crate::state::AppState;
+use crate::token_uses::{self, TakenUse};
 
 /// Prefix of pending-enrollment tickets (secrets, like the other credentials).
 pub const TICKET_PREFIX: &str = "hdp_";
@@ -90,7 +90,8 @@ async fn check_token(tx: &mut Tx<'_>, secret: &str, hostname: &str) -> ApiResult
 /// Takes one use of the token for `hostname` (`token_uses.rs`), or says why it cannot be
 /// used: unknown, used up, revoked, expired or bound elsewhere.
 async fn take_use(state: &AppState, secret: &str, hostname: &str) -> ApiResult<TakenUse> {
-    if let Some(taken) = token_uses::take(state, secret, hostname).await? {
+    let sha = auth::sha256_hex(secret);
+    if let Some(taken) = token_uses::take(&state.db, &state.token_uses, &sha, hostname).await? {
         return Ok(taken);
     }
     let mut tx = state.db.begin().await?;
@@ -201,7 +202,7 @@ pub async fn enroll(
         Err(err) => Err(err.into()),
     };
     if enrolled.is_err() {
-        token_uses::give_back_one(&state, token.id).await;
+        token_uses::give_back_one(&state.db, &state.token_uses, token.id).await;
     }
     enrolled
 }

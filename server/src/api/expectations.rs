@@ -8,11 +8,11 @@ use heddle_types::health::{Expectation, ExpectationCreate};
 use serde::Deserialize;
 use uuid::Uuid;
 
-use crate::AppState;
-use crate::auth::Caller;
 use crate::db;
-use crate::error::{ApiError, ApiResult, Json, Path, Query};
 use crate::health::expectations::{self as table, ExpectationRow, OPERATOR_SELECT};
+use crate::http::auth::Caller;
+use crate::http::error::{ApiError, ApiResult, Json, Path, Query};
+use crate::state::AppState;
 
 const METRICS: [&str; 5] = [
     "busbw_gbs",

@@ -5,8 +5,8 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{SecondsFormat, Utc};
 
-use crate::AppState;
-use crate::error::{ApiResult, db_unreachable};
+use crate::http::error::{ApiResult, db_unreachable};
+use crate::state::AppState;
 
 /// Liveness: the process answers.
 #[utoipa::path(get, path = "/healthz", tag = "health", responses((status = 200, description = "alive")))]
@@ -94,6 +94,9 @@ pub async fn metrics(
     State(state): State<AppState>,
     headers: axum::http::HeaderMap,
 ) -> ApiResult<impl IntoResponse> {
-    let (content_type, body) = state.metrics.render(&state, &headers).await?;
+    let (content_type, body) = state
+        .metrics
+        .render(&state.db, state.config.heartbeat_interval(), &headers)
+        .await?;
     Ok(([(header::CONTENT_TYPE, content_type)], body))
 }

@@ -1,5 +1,5 @@
 //! Investigations ("which node is bad?") and the GPU×GPU matrix of a `p2p` result. The
-//! work is in `health::investigate`; these handlers check roles and shapes.
+//! work is in `investigate`; these handlers check roles and shapes.
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -8,10 +8,10 @@ use heddle_types::investigations::*;
 use serde::Deserialize;
 use uuid::Uuid;
 
-use crate::AppState;
-use crate::auth::Caller;
-use crate::error::{ApiError, ApiResult, Json, Path, Query};
-use crate::health::investigate::{self, THRESHOLDS};
+use crate::http::auth::Caller;
+use crate::http::error::{ApiError, ApiResult, Json, Path, Query};
+use crate::investigate::{self, THRESHOLDS};
+use crate::state::AppState;
 
 /// Test every pair of the given nodes with a two-node run and name the bad node or link.
 #[utoipa::path(post, path = "/api/v1/investigations", tag = "investigations", security(("bearer" = [])),

@@ -16,7 +16,6 @@ pub mod rendezvous;
 pub mod run_kinds;
 pub mod runs;
 pub mod sweeps;
-pub mod token_uses;
 pub mod tokens;
 pub mod verdicts;
 

@@ -16,11 +16,11 @@ use sqlx::postgres::PgArguments;
 use sqlx::query::QueryAs;
 
 use super::nodes::{NODE_SELECT, NodeRow};
-use crate::AppState;
 use crate::api::page::{self, Page};
-use crate::auth::Caller;
 use crate::db;
-use crate::error::{ApiError, ApiResult, Json, Query};
+use crate::http::auth::Caller;
+use crate::http::error::{ApiError, ApiResult, Json, Query};
+use crate::state::AppState;
 
 /// Longest free-text search (`q`) accepted.
 const MAX_QUERY_CHARS: usize = 200;

@@ -12,10 +12,10 @@ use heddle_types::nodes::*;
 use serde::Deserialize;
 use uuid::Uuid;
 
-use crate::AppState;
-use crate::auth::Caller;
 use crate::db;
-use crate::error::{ApiError, ApiResult, Json, Path, Query, duplicate_name};
+use crate::http::auth::Caller;
+use crate::http::error::{ApiError, ApiResult, Json, Path, Query, duplicate_name};
+use crate::state::AppState;
 use crate::{job_env, recommendations};
 
 #[derive(sqlx::FromRow)]

@@ -9,13 +9,13 @@ use heddle_types::observed::{
 };
 use uuid::Uuid;
 
-use crate::AppState;
 use crate::api::page::{self, Page};
-use crate::auth::{AgentCaller, Caller};
 use crate::db;
-use crate::error::{ApiError, ApiResult, Json, Path, Query};
 use crate::health::observed::judge_job;
+use crate::http::auth::{AgentCaller, Caller};
+use crate::http::error::{ApiError, ApiResult, Json, Path, Query};
 use crate::observed::store;
+use crate::state::AppState;
 
 /// Store the latest state of jobs observed on this agent's node. Idempotent: per process
 /// and communicator the highest `seq` is kept. Each job changed is judged before the answer.

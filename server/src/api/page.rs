@@ -10,7 +10,7 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use heddle_types::NEXT_CURSOR_HEADER;
 
-use crate::error::{ApiError, Json};
+use crate::http::error::{ApiError, Json};
 
 /// Cursor version, so a cursor of another shape is refused rather than misread.
 const PREFIX: &str = "c1:";

@@ -12,11 +12,11 @@ use heddle_types::plugins::*;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use crate::AppState;
-use crate::auth::Caller;
 use crate::db;
-use crate::error::{ApiError, ApiResult, Json, Path};
+use crate::http::auth::Caller;
+use crate::http::error::{ApiError, ApiResult, Json, Path};
 use crate::plugins::outcomes;
+use crate::state::AppState;
 
 /// The first 8 bytes of a WebAssembly component (magic, then component-model layer 1).
 /// Core modules have `01 00 00 00` after the magic and are refused: plugins are components.

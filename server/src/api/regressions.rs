@@ -7,12 +7,12 @@ use chrono::{DateTime, Utc};
 use heddle_types::auth::Role;
 use heddle_types::regress::{Regression, SeriesChart};
 
-use crate::AppState;
-use crate::auth::Caller;
 use crate::db;
-use crate::error::{ApiResult, Json, Query};
 use crate::health::regress::store::{self, Filter};
 use crate::health::regress::{SeriesKey, history};
+use crate::http::auth::Caller;
+use crate::http::error::{ApiResult, Json, Query};
+use crate::state::AppState;
 
 #[derive(Debug, Default, serde::Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]

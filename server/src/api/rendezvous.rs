@@ -11,9 +11,9 @@ use heddle_types::agent::RendezvousBlob;
 use serde::Deserialize;
 use uuid::Uuid;
 
-use crate::AppState;
-use crate::auth::AgentCaller;
-use crate::error::{ApiError, ApiResult, Json, Path, Query};
+use crate::http::auth::AgentCaller;
+use crate::http::error::{ApiError, ApiResult, Json, Path, Query};
+use crate::state::AppState;
 
 /// Agents may only meet in runs they take part in.
 async fn check_member(state: &AppState, agent: &AgentCaller, run: Uuid) -> ApiResult<()> {

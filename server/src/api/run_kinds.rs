@@ -4,8 +4,8 @@
 
 use heddle_types::params::{RunKind, catalogue};
 
-use crate::auth::Caller;
-use crate::error::Json;
+use crate::http::auth::Caller;
+use crate::http::error::Json;
 
 /// Every kind a run may have, and each kind's parameters.
 #[utoipa::path(get, path = "/api/v1/run-kinds", tag = "runs", security(("bearer" = [])),

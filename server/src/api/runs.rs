@@ -8,12 +8,12 @@ use heddle_types::jobs::*;
 use serde::Deserialize;
 use uuid::Uuid;
 
-use crate::AppState;
 use crate::api::page::{self, Page};
-use crate::auth::Caller;
 use crate::db;
-use crate::error::{ApiError, ApiResult, Json, Path, Query};
+use crate::http::auth::Caller;
+use crate::http::error::{ApiError, ApiResult, Json, Path, Query};
 use crate::jobs::{self, MAX_RUN_NODES, NewRun, load_run, validate_spec};
+use crate::state::AppState;
 
 /// Start a run: one job per node, ranked in the order given.
 #[utoipa::path(post, path = "/api/v1/runs", tag = "runs", security(("bearer" = [])), request_body = RunCreate,

@@ -17,11 +17,11 @@ use heddle_types::nodes::TuningProfile;
 use heddle_types::sweeps::*;
 use uuid::Uuid;
 
-use crate::AppState;
 use crate::api::nodes::{NewProfile, insert_profile};
-use crate::auth::Caller;
 use crate::db;
-use crate::error::{ApiError, ApiResult, Json, Path};
+use crate::http::auth::Caller;
+use crate::http::error::{ApiError, ApiResult, Json, Path};
+use crate::state::AppState;
 
 /// The cells of a sweep's rows, in the order they first appear, and each band's winner.
 pub fn tabulate(rows: &[ResultRow]) -> (Vec<SweepCell>, Vec<SweepWinner>) {

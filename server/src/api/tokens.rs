@@ -8,10 +8,10 @@ use heddle_types::auth::*;
 use serde::Deserialize;
 use uuid::Uuid;
 
-use crate::AppState;
-use crate::auth::{self, Caller};
 use crate::db;
-use crate::error::{ApiError, ApiResult, Json, Path, Query, duplicate_name};
+use crate::http::auth::{self, Caller};
+use crate::http::error::{ApiError, ApiResult, Json, Path, Query, duplicate_name};
+use crate::state::AppState;
 
 #[derive(sqlx::FromRow)]
 struct TokenRow {

@@ -12,12 +12,12 @@ use heddle_types::health::{
     FleetHealth, NodeHealth, PreflightRequest, PreflightResponse, Severity, Verdict,
 };
 
-use crate::AppState;
 use crate::api::page::{self, Page};
-use crate::auth::Caller;
 use crate::db;
-use crate::error::{ApiError, ApiResult, Json, Path, Query};
 use crate::health::{checks, preflight, store};
+use crate::http::auth::Caller;
+use crate::http::error::{ApiError, ApiResult, Json, Path, Query};
+use crate::state::AppState;
 
 /// The latest verdict of every test on a node.
 #[utoipa::path(get, path = "/api/v1/nodes/{node}/health", tag = "verdicts", security(("bearer" = [])),

@@ -38,7 +38,7 @@ pub async fn audit<'e>(
 }
 
 /// A name or id that matches nothing; a domain error that each caller's error type maps
-/// (to 404 in `error.rs`).
+/// (to 404 in `http/error.rs`).
 #[derive(Debug, thiserror::Error)]
 pub enum LookupError {
     #[error("no node with id or hostname {0:?}")]
@@ -123,7 +123,7 @@ pub fn health_age_bounds(
 }
 
 /// A name people typed (a site, token, plugin, profile) that [`check_name`] refuses; the
-/// input is at fault (422 in `error.rs`).
+/// input is at fault (422 in `http/error.rs`).
 #[derive(Debug, thiserror::Error)]
 #[error(
     "{what} {name:?} must be 1-64 characters of letters, digits, '-', '_' or '.', starting with a letter or digit"

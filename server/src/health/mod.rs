@@ -6,7 +6,6 @@
 pub mod checks;
 pub mod expectations;
 pub mod figures;
-pub mod investigate;
 pub mod observed;
 pub mod preflight;
 pub mod regress;
@@ -16,7 +15,7 @@ pub mod verdict;
 
 use uuid::Uuid;
 
-/// What judging or reading health can fail with; mapped to HTTP in `error.rs`.
+/// What judging or reading health can fail with; mapped to HTTP in `http/error.rs`.
 #[derive(Debug, thiserror::Error)]
 pub enum HealthError {
     #[error("no result {0}")]

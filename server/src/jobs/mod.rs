@@ -5,9 +5,9 @@
 //! `spec.rs` checks what a run may execute.
 //!
 //! Callers: the HTTP handlers in `api/` (runs, the agent protocol, agent revocation and
-//! enrollment), the lease reaper (`leases.rs`) and `health/` (pre-flight checks and
-//! investigations). Nothing here knows about HTTP: errors are [`JobError`], mapped to
-//! responses in `error.rs`.
+//! enrollment), the lease reaper (`leases.rs`), the heartbeat flush (`liveness.rs`),
+//! `health/` (pre-flight checks) and `investigate/`. Nothing here knows about HTTP: errors are [`JobError`], mapped to
+//! responses in `http/error.rs`.
 
 pub mod results;
 pub mod runs;
@@ -21,7 +21,7 @@ pub use state::{IllegalMove, Move};
 
 use uuid::Uuid;
 
-/// What a change to runs and jobs can fail with; mapped to HTTP in `error.rs`.
+/// What a change to runs and jobs can fail with; mapped to HTTP in `http/error.rs`.
 #[derive(Debug, thiserror::Error)]
 pub enum JobError {
     #[error("no run {0}")]

@@ -29,7 +29,7 @@ impl PluginRuntime {
     }
 
     /// The server's engine as configured (`HEDDLE_PLUGIN_*`).
-    pub fn from_config(config: &crate::Config) -> anyhow::Result<Self> {
+    pub fn from_config(config: &crate::config::Config) -> anyhow::Result<Self> {
         Self::with_options(
             config.plugin_limits(),
             config.plugin_cache_dir.clone(),

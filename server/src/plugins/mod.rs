@@ -1,7 +1,8 @@
 //! Plugins on the server, one module per job: [`engine_cache`] the engine and its one
 //! compile cache (upload validation, dry runs and the reconciler all go through it),
-//! [`reconciler`] the loop that keeps every node's plugin results current, [`outcomes`] the
-//! store of what each plugin said about each node. The recommendations and traits plugins
+//! [`reconciler`] what keeps every node's plugin results current (run by
+//! `workers/plugin_reconciler.rs`), [`outcomes`] the store of what each plugin said about
+//! each node. The recommendations and traits plugins
 //! produce are written and merged by `crate::recommendations`, the one place for them.
 
 pub mod engine_cache;
@@ -9,4 +10,4 @@ pub mod outcomes;
 pub mod reconciler;
 
 pub use engine_cache::PluginRuntime;
-pub use reconciler::{reconcile, run_reconciler, sweep};
+pub use reconciler::{SWEEP_EVERY, reconcile, sweep};

@@ -1,7 +1,7 @@
 //! Keeps what enabled plugins said about each node in step with its facts and the plugin set.
-//! A loop on every replica claims nodes whose results are missing or stale (facts changed,
-//! version changed, plugin disabled), evaluates them and writes their outcomes,
-//! recommendations and traits.
+//! A worker on every replica (`workers/plugin_reconciler.rs`) claims nodes whose results
+//! are missing or stale (facts changed, version changed, plugin disabled), evaluates them
+//! and writes their outcomes, recommendations and traits.
 //!
 //! Replicas divide the work: a batch is claimed with a transaction-scoped advisory lock per
 //! node (`pg_try_advisory_xact_lock`, skipping nodes another replica holds), re-checked as
@@ -27,7 +27,8 @@ use serde_json::Value;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use crate::AppState;
+use crate::job_env::JobEnvSeen;
+use crate::plugins::PluginRuntime;
 use crate::plugins::outcomes::{self, Enabled};
 use crate::recommendations::{self, PluginSay};
 
@@ -191,7 +192,8 @@ pub async fn sweep(db: &sqlx::PgPool) -> Result<u64, sqlx::Error> {
 /// cores, then every outcome written on `conn` in a few statements. A node's result is an
 /// error when a plugin could not be run on it for a reason of the host's.
 async fn evaluate_nodes(
-    state: &AppState,
+    db: &sqlx::PgPool,
+    runtime: &PluginRuntime,
     conn: &mut PgConnection,
     mark: i64,
     nodes: &[Uuid],
@@ -203,10 +205,10 @@ async fn evaluate_nodes(
             .await?;
     let seen: Vec<(Uuid, Option<String>)> =
         rows.iter().map(|(id, _, sha)| (*id, sha.clone())).collect();
-    let plugins = outcomes::enabled_plugins(&state.db).await?;
+    let plugins = outcomes::enabled_plugins(db).await?;
     let mut compiled = Vec::new();
     for p in &plugins {
-        compiled.push(state.plugins.plugin(&state.db, &p.sha256).await?);
+        compiled.push(runtime.plugin(db, &p.sha256).await?);
     }
     // Only plugins that compiled are run; the others' error is every node's outcome.
     let runnable: Vec<LoadedPlugin> = compiled
@@ -226,7 +228,7 @@ async fn evaluate_nodes(
         subjects.push((node, sha.unwrap_or_default(), checked.is_some()));
         facts.extend(checked);
     }
-    let mut evaluated = state.plugins.evaluate(runnable, facts).await.into_iter();
+    let mut evaluated = runtime.evaluate(runnable, facts).await.into_iter();
     let mut batch = Vec::with_capacity(subjects.len());
     for (node, sha, has_facts) in subjects {
         let mut results = Vec::new();
@@ -327,12 +329,18 @@ async fn store(
 }
 
 /// Claims and evaluates stale nodes until none is left for this replica; returns how many
-/// it evaluated.
-pub async fn reconcile(state: &AppState) -> anyhow::Result<usize> {
+/// it evaluated. The job environments of the nodes it evaluated are forgotten from
+/// `job_env_seen`; `hold` keeps each claimed batch locked that long first (tests).
+pub async fn reconcile(
+    db: &sqlx::PgPool,
+    runtime: &PluginRuntime,
+    job_env_seen: &JobEnvSeen,
+    hold: Duration,
+) -> anyhow::Result<usize> {
     let mut done = 0;
     let mut failed_here: Vec<Uuid> = Vec::new();
     loop {
-        let mut tx = state.db.begin().await?;
+        let mut tx = db.begin().await?;
         let Some(Claimed {
             mark,
             stale,
@@ -348,17 +356,17 @@ pub async fn reconcile(state: &AppState) -> anyhow::Result<usize> {
             tx.commit().await?;
             continue;
         }
-        if state.config.reconciler_hold_ms > 0 {
+        if !hold.is_zero() {
             tracing::info!(
                 nodes = stale.len(),
-                hold_ms = state.config.reconciler_hold_ms,
+                hold_ms = hold.as_millis() as u64,
                 "plugin reconciler holding a claimed batch (HEDDLE_RECONCILER_HOLD_MS)"
             );
-            tokio::time::sleep(Duration::from_millis(state.config.reconciler_hold_ms)).await;
+            tokio::time::sleep(hold).await;
         }
-        let verdicts = evaluate_nodes(state, &mut tx, mark, &stale).await?;
+        let verdicts = evaluate_nodes(db, runtime, &mut tx, mark, &stale).await?;
         tx.commit().await?;
-        state.job_env_seen.forget(&stale);
+        job_env_seen.forget(&stale);
         for (node, outcome) in verdicts {
             match outcome {
                 Ok(()) => done += 1,
@@ -368,23 +376,5 @@ pub async fn reconcile(state: &AppState) -> anyhow::Result<usize> {
                 }
             }
         }
-    }
-}
-
-pub async fn run_reconciler(state: AppState) {
-    let mut swept: Option<std::time::Instant> = None;
-    loop {
-        if swept.is_none_or(|t| t.elapsed() >= SWEEP_EVERY) {
-            match sweep(&state.db).await {
-                Ok(_) => swept = Some(std::time::Instant::now()),
-                Err(err) => {
-                    tracing::warn!(error = %err, "plugin staleness sweep failed; will retry")
-                }
-            }
-        }
-        if let Err(err) = reconcile(&state).await {
-            tracing::warn!(error = %format!("{err:#}"), "plugin reconciler failed; will retry");
-        }
-        let _ = tokio::time::timeout(Duration::from_secs(5), state.plugins.wake.notified()).await;
     }
 }

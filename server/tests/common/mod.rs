@@ -144,3 +144,9 @@ pub fn fixture_facts(name: &str) -> Value {
         .join(format!("{name}.json"));
     serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap()
 }
+
+/// One pass of the plugin reconciler on this replica's state, as its worker runs it.
+pub async fn reconcile(state: &heddle_server::AppState) -> anyhow::Result<usize> {
+    let hold = std::time::Duration::from_millis(state.config.reconciler_hold_ms);
+    heddle_server::plugins::reconcile(&state.db, &state.plugins, &state.job_env_seen, hold).await
+}

@@ -1,8 +1,9 @@
 //! HTTPS served by the server itself: the certificate and key from PEM files, reloaded when
 //! either file changes, and a listener that finishes TLS handshakes off the accept path.
 //!
-//! Reloading is by polling the files' metadata (modification time, size, inode), which also
-//! notices a Kubernetes secret volume swapping its symlinks. A replacement that cannot be
+//! Reloading is by polling the files' metadata (modification time, size, inode;
+//! `workers/tls_reload.rs`), which also notices a Kubernetes secret volume swapping its
+//! symlinks. A replacement that cannot be
 //! used (half written, key not matching the certificate) is logged and the previous
 //! certificate stays in service; the next change is tried again.
 
@@ -20,7 +21,7 @@ use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
-use crate::Config;
+use crate::config::Config;
 
 /// Handshakes in progress at once; beyond this the listener stops accepting until one ends.
 const MAX_HANDSHAKES: usize = 1024;
@@ -150,18 +151,6 @@ impl CertFiles {
 impl ResolvesServerCert for CertFiles {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         Some(self.current.read().expect("certificate lock").clone())
-    }
-}
-
-/// Checks the files every `interval` for as long as the server runs.
-pub async fn watch(files: Arc<CertFiles>, interval: Duration) {
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        let files = files.clone();
-        // Reading two small files; off the async threads all the same.
-        let _ = tokio::task::spawn_blocking(move || files.reload_if_changed()).await;
     }
 }
 

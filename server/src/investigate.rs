@@ -3,10 +3,11 @@
 //! analysis reads the GPU×GPU matrix of a `p2p` result.
 //!
 //! Everything is in Postgres (`investigations`, `investigation_pairs`): creating one stores
-//! its pairs with their batch and starts the first batch; every replica runs [`run_loop`],
-//! which locks one running investigation at a time with `FOR UPDATE SKIP LOCKED`, records
-//! the figures of finished pair runs and starts the next batch, so a batch is started by
-//! exactly one replica. The same loop starts investigations for multi-node nccl and rdma
+//! its pairs with their batch and starts the first batch; every replica runs the
+//! investigations worker (`workers/investigations.rs`), which locks one running
+//! investigation at a time with `FOR UPDATE SKIP LOCKED`, records the figures of finished
+//! pair runs and starts the next batch, so a batch is started by exactly one replica. The
+//! same worker starts investigations for multi-node nccl and rdma
 //! runs whose results got a warn or fail verdict.
 
 pub mod culprit;
@@ -16,7 +17,7 @@ pub mod schedule;
 mod advance;
 mod store;
 
-pub use advance::{PAIR_CLAIM_DEADLINE, advance_all, create, run_loop, trigger_from_verdicts};
+pub use advance::{PAIR_CLAIM_DEADLINE, advance_all, create, trigger_from_verdicts};
 pub use store::{list, load};
 
 use uuid::Uuid;
@@ -57,7 +58,7 @@ impl From<crate::jobs::JobError> for InvestigateError {
     }
 }
 
-/// What creating or reading investigations can fail with; mapped to HTTP in `error.rs`.
+/// What creating or reading investigations can fail with; mapped to HTTP in `http/error.rs`.
 #[derive(Debug, thiserror::Error)]
 pub enum InvestigateError {
     #[error("no investigation {0}")]

@@ -14,8 +14,8 @@ use tower_governor::GovernorError;
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::key_extractor::KeyExtractor;
 
-use crate::auth;
-use crate::error::ApiError;
+use crate::http::auth;
+use crate::http::error::ApiError;
 
 /// Who a request counts against: the SHA-256 of the credential it presents (agent
 /// credential, API token, dashboard session), else the peer's address.

@@ -198,9 +198,9 @@ impl From<crate::jobs::JobError> for ApiError {
     }
 }
 
-impl From<crate::health::investigate::InvestigateError> for ApiError {
-    fn from(err: crate::health::investigate::InvestigateError) -> Self {
-        use crate::health::investigate::InvestigateError as E;
+impl From<crate::investigate::InvestigateError> for ApiError {
+    fn from(err: crate::investigate::InvestigateError) -> Self {
+        use crate::investigate::InvestigateError as E;
         match err {
             E::NoSuchInvestigation(_) | E::NoSuchResult(_) | E::NoSuchNode(_) => {
                 ApiError::NotFound(err.to_string())
@@ -278,9 +278,9 @@ impl From<BytesRejection> for ApiError {
     }
 }
 
-impl From<crate::json::BodyRejection> for ApiError {
-    fn from(r: crate::json::BodyRejection) -> Self {
-        use crate::json::BodyRejection as R;
+impl From<crate::http::json::BodyRejection> for ApiError {
+    fn from(r: crate::http::json::BodyRejection) -> Self {
+        use crate::http::json::BodyRejection as R;
         match r {
             R::NotJson => ApiError::BadRequest(r.to_string()),
             R::TooDeep(_) => ApiError::Unprocessable(r.to_string()),
@@ -289,13 +289,13 @@ impl From<crate::json::BodyRejection> for ApiError {
         }
     }
 }
-impl IntoResponse for crate::json::BodyRejection {
+impl IntoResponse for crate::http::json::BodyRejection {
     fn into_response(self) -> Response {
         ApiError::from(self).into_response()
     }
 }
 
-pub use crate::json::Json;
+pub use crate::http::json::Json;
 
 #[derive(Debug, axum::extract::FromRequestParts)]
 #[from_request(via(axum::extract::Path), rejection(ApiError))]

@@ -11,8 +11,8 @@ use rand::RngCore;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use crate::AppState;
-use crate::error::ApiError;
+use crate::http::error::ApiError;
+use crate::state::AppState;
 
 /// Prefixes make leaked secrets recognisable (and greppable by secret scanners).
 pub const API_TOKEN_PREFIX: &str = "hdl_";

@@ -1,5 +1,6 @@
-//! The investigation loop every replica runs: start investigations for runs with warn or
-//! fail verdicts, record the figures of finished pair runs, start the next batch, finish.
+//! What the investigations worker every replica runs (`workers/investigations.rs`) does:
+//! start investigations for runs with warn or fail verdicts, record the figures of finished
+//! pair runs, start the next batch, finish.
 //! One investigation is advanced inside one transaction holding its row lock (taken with
 //! `SKIP LOCKED`), so a batch is started once however many replicas tick at the same time.
 
@@ -11,7 +12,6 @@ use uuid::Uuid;
 
 use super::store::{self, INV_SELECT, InvRow, NewInvestigation};
 use super::{AUTO_ACTOR, InvestigateError, MAX_NODES, THRESHOLDS};
-use crate::AppState;
 use crate::jobs::{self, JobError, NewRun};
 
 /// Attempts of a pair's jobs, as for a run started without `max_attempts`.
@@ -73,26 +73,6 @@ pub async fn create(
     tx.commit().await?;
     tracing::info!(investigation = %id, kind = %req.kind.as_str(), nodes = req.nodes.len(), "investigation started");
     Ok(id)
-}
-
-/// Ticks at most once a second, and four times per heartbeat interval when that is shorter.
-pub async fn run_loop(state: AppState) {
-    let period = (state.config.heartbeat_interval() / 4).min(Duration::from_secs(1));
-    let mut tick = tokio::time::interval(period);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        // Verdicts first: automatic investigations start from them.
-        if let Err(err) = crate::health::verdict::judge_pending(&state.db).await {
-            tracing::warn!(error = %err, "judging results without a verdict failed; will retry");
-        }
-        if let Err(err) = trigger_from_verdicts(&state.db).await {
-            tracing::warn!(error = %err, "investigations: starting automatic ones failed; will retry");
-        }
-        if let Err(err) = advance_all(&state.db).await {
-            tracing::warn!(error = %err, "investigations: advancing failed; will retry");
-        }
-    }
 }
 
 /// Advances every running investigation that no other replica holds right now. Returns

@@ -13,6 +13,8 @@
 //! two replicas enrolling 50,000 agents on two cores, 42 backends waited on that lock on
 //! average). A token with fewer uses left is taken one use at a time, exactly as counted. Nothing can be over-used: a use is counted before it is handed out;
 //! a replica that dies holding a block leaves at most that block counted and unused.
+//! `workers/token_returns.rs` gives back what is held past [`HOLD`], and all of it when the
+//! server stops.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,11 +22,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
+use sqlx::PgPool;
 use uuid::Uuid;
-
-use crate::AppState;
-use crate::auth;
-use crate::error::ApiResult;
 
 /// Uses taken at once from a token with at least [`BLOCK_FROM`] left.
 pub const BLOCK: i32 = 64;
@@ -184,21 +183,25 @@ impl TokenUses {
 /// the caller says why. The row's use is taken in a transaction of its own, committed
 /// without waiting for the WAL flush: the enrollment's own (synchronous) commit comes
 /// later in the WAL, so a credential that survives a crash has its use counted too.
-pub async fn take(state: &AppState, secret: &str, hostname: &str) -> ApiResult<Option<TakenUse>> {
-    let sha = auth::sha256_hex(secret);
-    if let Some(taken) = state.token_uses.take_held(&sha) {
+pub async fn take(
+    db: &PgPool,
+    held: &TokenUses,
+    sha: &str,
+    hostname: &str,
+) -> sqlx::Result<Option<TakenUse>> {
+    if let Some(taken) = held.take_held(sha) {
         return Ok(Some(taken));
     }
     {
-        let gate = state.token_uses.gate(&sha);
+        let gate = held.gate(sha);
         // A trip that takes longer than GATE_WAIT (the row locked by something else) does
         // not hold the others forever: past it they go to the row themselves.
         let _through = tokio::time::timeout(GATE_WAIT, gate.gate.lock()).await;
         // What the enrollment ahead brought back.
-        if let Some(taken) = state.token_uses.take_held(&sha) {
+        if let Some(taken) = held.take_held(sha) {
             return Ok(Some(taken));
         }
-        if let Some(taken) = take_from_row(state, &sha, hostname).await? {
+        if let Some(taken) = take_from_row(db, held, sha, hostname).await? {
             return Ok(Some(taken));
         }
     }
@@ -208,21 +211,21 @@ pub async fn take(state: &AppState, secret: &str, hostname: &str) -> ApiResult<O
     // row is asked again until that has had time to happen: a token used up for good is
     // refused after [`WAIT_FOR_HELD`] (blocks) or at once (a token never taken in blocks
     // and no trip of this replica under way).
-    let elsewhere = maybe_held_elsewhere(state, &sha).await?;
+    let elsewhere = maybe_held_elsewhere(db, sha).await?;
     let started = Instant::now();
     while started.elapsed() < WAIT_FOR_HELD {
-        let (back, trip) = state.token_uses.due(false, Some(&sha));
+        let (back, trip) = held.due(false, Some(sha));
         if !back.is_empty() {
-            return_uses(state, back).await;
+            return_uses(db, held, back).await;
             drop(trip);
         } else {
             drop(trip);
-            if !elsewhere && state.token_uses.lock().in_flight == 0 {
+            if !elsewhere && held.lock().in_flight == 0 {
                 return Ok(None);
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        if let Some(taken) = take_from_row(state, &sha, hostname).await? {
+        if let Some(taken) = take_from_row(db, held, sha, hostname).await? {
             return Ok(Some(taken));
         }
     }
@@ -235,21 +238,26 @@ pub const WAIT_FOR_HELD: Duration = Duration::from_millis(2 * HOLD.as_millis() a
 
 /// Whether another replica may hold uses of the token: it is live and large enough to be
 /// taken in blocks.
-async fn maybe_held_elsewhere(state: &AppState, sha: &str) -> ApiResult<bool> {
+async fn maybe_held_elsewhere(db: &PgPool, sha: &str) -> sqlx::Result<bool> {
     let blocks: Option<(bool,)> = sqlx::query_as(
         "SELECT node IS NULL AND max_uses >= $2 FROM enrollment_tokens
          WHERE token_sha256 = $1 AND revoked_at IS NULL AND expires_at > now()",
     )
     .bind(sha)
     .bind(BLOCK_FROM)
-    .fetch_optional(&state.db)
+    .fetch_optional(db)
     .await?;
     Ok(blocks.is_some_and(|(b,)| b))
 }
 
-async fn take_from_row(state: &AppState, sha: &str, hostname: &str) -> ApiResult<Option<TakenUse>> {
-    let _trip = state.token_uses.trip();
-    let mut tx = state.db.begin().await?;
+async fn take_from_row(
+    db: &PgPool,
+    held: &TokenUses,
+    sha: &str,
+    hostname: &str,
+) -> sqlx::Result<Option<TakenUse>> {
+    let _trip = held.trip();
+    let mut tx = db.begin().await?;
     sqlx::query("SET LOCAL synchronous_commit = off")
         .execute(&mut *tx)
         .await?;
@@ -278,61 +286,50 @@ async fn take_from_row(state: &AppState, sha: &str, hostname: &str) -> ApiResult
                 .bind(n)
                 .execute(&mut *tx)
                 .await?;
-            state.token_uses.row_trips.fetch_add(1, Ordering::Relaxed);
+            held.row_trips.fetch_add(1, Ordering::Relaxed);
             Some((id, node, n, expires_at))
         }
     };
     tx.commit().await?;
     Ok(taken.map(|(id, node, n, expires_at)| {
         if n > 1 {
-            state
-                .token_uses
-                .hold(sha.to_string(), id, n - 1, expires_at);
+            held.hold(sha.to_string(), id, n - 1, expires_at);
         }
         TakenUse { id, node }
     }))
 }
 
 /// Returns uses to their tokens' rows; what could not be returned is kept and tried again.
-/// The caller holds the trip ([`TokenUses::due`]) until this returns.
-async fn return_uses(state: &AppState, uses: Vec<(Uuid, i32)>) {
+/// The caller holds the trip ([`TokenUses::due`]) until this returns. Returns how many
+/// tokens' uses it kept.
+async fn return_uses(db: &PgPool, held: &TokenUses, uses: Vec<(Uuid, i32)>) -> usize {
     let mut failed = Vec::new();
     for (token_id, n) in uses {
         let given =
             sqlx::query("UPDATE enrollment_tokens SET uses = greatest(uses - $2, 0) WHERE id = $1")
                 .bind(token_id)
                 .bind(n)
-                .execute(&state.db)
+                .execute(db)
                 .await;
         if let Err(err) = given {
             tracing::warn!(%token_id, uses = n, error = %err, "enrollment token uses could not be given back yet; trying again");
             failed.push((token_id, n));
         }
     }
-    state.token_uses.lock().failed.append(&mut failed);
+    let kept = failed.len();
+    held.lock().failed.append(&mut failed);
+    kept
 }
 
 /// Returns the use an enrollment took when the enrollment failed after taking it.
-pub async fn give_back_one(state: &AppState, token_id: Uuid) {
-    let _trip = state.token_uses.trip();
-    return_uses(state, vec![(token_id, 1)]).await;
+pub async fn give_back_one(db: &PgPool, held: &TokenUses, token_id: Uuid) {
+    let _trip = held.trip();
+    return_uses(db, held, vec![(token_id, 1)]).await;
 }
 
-/// Returns what is due, the trip counted until it is done.
-async fn return_due(state: &AppState, all: bool) {
-    let (back, _trip) = state.token_uses.due(all, None);
-    return_uses(state, back).await;
-}
-
-/// Gives back the uses held past [`HOLD`], every half of it, until `stop` fires; then all.
-pub async fn run_returns(state: AppState, mut stop: tokio::sync::oneshot::Receiver<()>) {
-    let mut tick = tokio::time::interval(HOLD / 2);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => return_due(&state, false).await,
-            _ = &mut stop => break,
-        }
-    }
-    return_due(&state, true).await;
+/// Returns what is due (every held use with `all`), the trip counted until it is done;
+/// how many tokens' uses were kept for a later try.
+pub async fn return_due(db: &PgPool, held: &TokenUses, all: bool) -> usize {
+    let (back, _trip) = held.due(all, None);
+    return_uses(db, held, back).await
 }
