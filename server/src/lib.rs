@@ -11,6 +11,7 @@ pub mod dashboard;
 pub mod db;
 pub mod error;
 pub mod health;
+pub mod history;
 pub mod job_env;
 pub mod jobs;
 pub mod json;
@@ -57,8 +58,8 @@ pub struct AppState {
     pub token_uses: Arc<api::token_uses::TokenUses>,
 }
 
-/// Connects to Postgres and applies migrations (serialised across replicas by sqlx's
-/// advisory lock).
+/// Connects to Postgres, applies migrations (serialised across replicas by sqlx's advisory
+/// lock) and makes sure the history tables have their months ahead (`history::partitions`).
 pub async fn connect(config: &Config) -> anyhow::Result<sqlx::PgPool> {
     let pool = PgPoolOptions::new()
         .max_connections(config.db_max_connections)
@@ -70,6 +71,9 @@ pub async fn connect(config: &Config) -> anyhow::Result<sqlx::PgPool> {
         .run(&pool)
         .await
         .context("applying migrations")?;
+    history::partitions::ensure(&pool, config.history_keep())
+        .await
+        .context("creating the history tables' monthly partitions")?;
     Ok(pool)
 }
 
@@ -94,8 +98,8 @@ impl AppState {
 
 /// Serves the API on `listener` until `shutdown` resolves, then drains in-flight requests:
 /// HTTPS when the configuration names a certificate (reloaded while serving), plain HTTP
-/// otherwise. Also runs this replica's lease reaper, heartbeat flusher and plugin
-/// reconciler for as long as it serves, and flushes heartbeats once more when it stops.
+/// otherwise. Also runs this replica's lease reaper, heartbeat flusher, plugin reconciler
+/// and history maintenance for as long as it serves, and flushes heartbeats once more when it stops.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
@@ -119,6 +123,7 @@ pub async fn serve(
     let (stop_returns, returns_stop) = tokio::sync::oneshot::channel();
     let returns = tokio::spawn(api::token_uses::run_returns(state.clone(), returns_stop));
     let investigator = tokio::spawn(health::investigate::run_loop(state.clone()));
+    let history = tokio::spawn(history::retention::run_loop(state.clone()));
     let reload_interval = state.config.tls_reload_interval();
     let app = router::app(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
     let result = match tls {
@@ -155,6 +160,7 @@ pub async fn serve(
     reconciler.abort();
     revocations.abort();
     investigator.abort();
+    history.abort();
     // After the last request: what this replica heard from its agents reaches the database.
     let _ = stop_flusher.send(());
     // And the enrollment token uses it held go back to their tokens.

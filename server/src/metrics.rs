@@ -102,6 +102,11 @@ pub struct VerdictLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TableLabels {
+    pub table: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PluginLabels {
     pub plugin: String,
 }
@@ -125,6 +130,7 @@ pub struct Metrics {
     observed_jobs: Family<VerdictLabels, Gauge>,
     observed_socket_fallback: Family<HostLabels, Gauge>,
     regressions_open: Family<TestLabels, Gauge>,
+    history_dropped: Family<TableLabels, Counter>,
     /// Scrapes clear and refill the per-node families; one at a time.
     render_lock: tokio::sync::Mutex<()>,
 }
@@ -161,6 +167,7 @@ impl Metrics {
             observed_jobs: Family::default(),
             observed_socket_fallback: Family::default(),
             regressions_open: Family::default(),
+            history_dropped: Family::default(),
             render_lock: tokio::sync::Mutex::new(()),
         };
         let bytes_per_second = || Unit::Other("bytes_per_second".into());
@@ -236,7 +243,21 @@ impl Metrics {
             "Open regressions of the node's test: figures that moved for the worse and stayed (docs/health.md, Regressions); 0 for every test the node has a verdict of",
             m.regressions_open.clone(),
         );
+        r.register(
+            "history_partitions_dropped",
+            "Monthly partitions of history this replica dropped as expired (docs/health.md, History)",
+            m.history_dropped.clone(),
+        );
         Metrics { registry, ..m }
+    }
+
+    /// Counts a dropped partition of `table` (`history::retention`).
+    pub fn history_dropped(&self, table: &str) {
+        self.history_dropped
+            .get_or_create(&TableLabels {
+                table: table.into(),
+            })
+            .inc();
     }
 
     /// Refreshes the database-derived gauges and renders them in the format the scraper

@@ -1,0 +1,47 @@
+//! History at scale (docs/health.md, "History"): the tables that grow with every result
+//! (`results`, `result_rows`, `verdicts`, `series_points`) are partitioned by calendar month
+//! (UTC) of the result's arrival, and a series' daily rollups (`series_daily`) by their day,
+//! so that retention drops whole months instead of deleting rows.
+//!
+//! `partitions.rs` creates months ahead (at start-up and from the maintenance loop),
+//! `retention.rs` is that loop and drops expired months, `points.rs` writes a judged
+//! result's series points and rollups in its verdict's transaction, and `range.rs` reads a
+//! series over a time range: its points when the range is short, its rollups when long.
+//! Nothing here reads or judges figures; `health` does, through these functions.
+
+pub mod partitions;
+pub mod points;
+pub mod range;
+pub mod retention;
+
+pub use range::range;
+use uuid::Uuid;
+
+/// One series: a node's figure of one test, metric, size band (`health::figures::size_band`)
+/// and world size, and the GPU pair of a per-pair figure (`""` for the others).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, sqlx::FromRow)]
+pub struct SeriesKey {
+    pub node_id: Uuid,
+    pub test: String,
+    pub metric: String,
+    pub band: i32,
+    pub world_size: i32,
+    pub pair: String,
+}
+
+/// How long history is kept, in days; 0 keeps it forever.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Keep {
+    /// Results, their rows, verdicts and series points.
+    pub raw_days: u32,
+    /// Series' daily rollups.
+    pub rollup_days: u32,
+}
+
+impl Keep {
+    /// The defaults of `HEDDLE_HISTORY_KEEP_DAYS` and `HEDDLE_ROLLUP_KEEP_DAYS`.
+    pub const DEFAULT: Keep = Keep {
+        raw_days: 90,
+        rollup_days: 3 * 365,
+    };
+}
