@@ -78,6 +78,26 @@ SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY x), count(*) FROM (
 EXPLAIN (ANALYZE, BUFFERS, COSTS OFF)
 EXECUTE baseline(:'node', gen_random_uuid(), 1, 'nccl.all_reduce', 'busbw_gbs', :band, now(), 5);
 
+\echo '== on ingest: the fleet median of the GPU model (health/verdict.rs, fleet_from_db; reused for 30 s)'
+PREPARE fleet_median AS
+SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY x), count(*) FROM (
+    SELECT DISTINCT ON (v.node_id) (f->>'value')::float8 AS x
+    FROM verdicts v, jsonb_array_elements(v.figures) f
+    WHERE v.node_id <> $1 AND v.result_id <> $2 AND v.world_size = $3 AND f->>'test' = $4 AND f->>'metric' = $5
+      AND (f->>'band')::int = $6 AND v.received_at <= $7 AND v.received_at > $7 - make_interval(days => $8)
+      AND v.gpu_model IS NOT DISTINCT FROM $9
+    ORDER BY v.node_id, v.received_at DESC) s;
+EXPLAIN (ANALYZE, BUFFERS, COSTS OFF)
+EXECUTE fleet_median(:'node', gen_random_uuid(), 1, 'nccl.all_reduce', 'busbw_gbs', :band, now(), 30, 'NVIDIA H100 80GB HBM3');
+
+\echo '== every tick of every replica: results of the last day without a verdict (health/verdict.rs, judge_pending)'
+PREPARE pending AS
+SELECT r.id FROM results r LEFT JOIN verdicts v ON v.result_id = r.id AND v.received_at = r.received_at
+WHERE v.result_id IS NULL AND r.received_at > now() - interval '1 day'
+  AND r.received_at < now() - interval '5 seconds'
+ORDER BY r.received_at LIMIT 100;
+EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) EXECUTE pending;
+
 \echo '== timings, five runs each (ms)'
 \timing on
 EXECUTE chart_year(:'node', 'nccl.all_reduce', 'busbw_gbs', :band, 1, '', current_date - 365, current_date) \g /dev/null

@@ -372,10 +372,11 @@ async fn fleet_from_db(
 /// Judges results of the last day that have no verdict yet: those whose judgement failed
 /// when they were uploaded (the upload itself succeeded, so the agent will not retry). Skips
 /// the last few seconds, which the upload handlers are judging themselves. Returns how many
-/// were judged; safe on every replica at once (judging is idempotent).
+/// were judged; safe on every replica at once (judging is idempotent). A verdict is looked
+/// for in its result's month only.
 pub async fn judge_pending(db: &PgPool) -> Result<usize, HealthError> {
     let pending: Vec<(Uuid,)> = sqlx::query_as(
-        "SELECT r.id FROM results r LEFT JOIN verdicts v ON v.result_id = r.id
+        "SELECT r.id FROM results r LEFT JOIN verdicts v ON v.result_id = r.id AND v.received_at = r.received_at
          WHERE v.result_id IS NULL AND r.received_at > now() - interval '1 day'
            AND r.received_at < now() - interval '5 seconds'
          ORDER BY r.received_at LIMIT 100",
