@@ -247,10 +247,15 @@ ALTER TABLE series_daily ADD PRIMARY KEY (node_id, test, metric, band, world_siz
 ALTER TABLE series_daily ADD FOREIGN KEY (node_id) REFERENCES nodes(id) ON DELETE CASCADE;
 
 -- A result's rows, verdict and points go with it (node decommissioning deletes its jobs,
--- whose results go by their foreign key).
+-- whose results go by their foreign key). An UPDATE that moves a result to another month
+-- fires this too (Postgres moves it as a DELETE and an INSERT): the result is then still
+-- there, and so is what hangs on it.
 CREATE FUNCTION results_delete_dependents() RETURNS trigger
     LANGUAGE plpgsql AS $$
 BEGIN
+    IF EXISTS (SELECT 1 FROM results WHERE id = OLD.id) THEN
+        RETURN NULL;
+    END IF;
     DELETE FROM series_points WHERE result_id = OLD.id;
     DELETE FROM verdicts WHERE result_id = OLD.id;
     DELETE FROM result_rows WHERE result_id = OLD.id;

@@ -318,6 +318,21 @@ async fn retention_drops_an_expired_month_and_keeps_the_latest_verdict_and_open_
     ] {
         sqlx::query(sql).execute(&mut *tx).await.unwrap();
     }
+    // Moving a result to another month is not deleting it: what hangs on it moved along.
+    for (table, column, n) in [
+        ("results", "received_at", 12),
+        ("result_rows", "received_at", 24),
+        ("verdicts", "received_at", 12),
+        ("series_points", "t", 12),
+    ] {
+        let moved: i64 = sqlx::query_scalar(&format!(
+            "SELECT count(*) FROM {table} WHERE {column} < now() - interval '100 days'"
+        ))
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+        assert_eq!(moved, n, "{table}");
+    }
     tx.commit().await.unwrap();
     let month = first_of_month((Utc::now() - chrono::Duration::days(150)).date_naive(), 0);
     let mut gone = false;
