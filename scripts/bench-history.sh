@@ -57,6 +57,16 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# About 190 bytes a result row (its heap tuple and primary key entry), 300 with everything
+# else a result brings; refuse to fill the disk.
+need_gib=$(( nodes * days * rows / 1000 * 300 / 1000 / 1000 + 2 ))
+free_gib=$(df -BG --output=avail "$repo" | tail -n 1 | tr -dc 0-9)
+if (( free_gib < need_gib + 10 )); then
+    echo "about $need_gib GiB needed and $free_gib GiB free: leaving less than 10 GiB; use fewer --nodes, --days or --rows" >&2
+    exit 1
+fi
+echo "about $need_gib GiB for the database; $free_gib GiB free"
+
 step "database $db, migrated by heddle-server"
 psql -q "$admin_url" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db"
 start_server 0

@@ -6,7 +6,7 @@
 //! no DEFAULT partition: a row for a month without one fails its insert (its upload is
 //! answered 500 and retried by the agent) rather than landing where retention cannot drop
 //! it. The naming and bounds are the SQL function `history_ensure_partitions`
-//! (migrations/20261128090000_history_partitions.sql).
+//! (migrations/20261128120000_history_partitions.sql).
 
 use super::Keep;
 
