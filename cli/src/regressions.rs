@@ -255,6 +255,14 @@ fn pct(v: f64) -> String {
     format!("{:+.1} %", v * 100.0)
 }
 
+/// The TEST column: test and metric, and the GPU pair of a per-pair series.
+fn series(r: &Regression) -> String {
+    match &r.pair {
+        Some(pair) => format!("{} {} pair {pair}", r.test, r.metric),
+        None => format!("{} {}", r.test, r.metric),
+    }
+}
+
 /// `--since`: an RFC 3339 time, or an age before now.
 fn since(text: &str) -> anyhow::Result<String> {
     if let Ok(t) = chrono::DateTime::parse_from_rfc3339(text) {
@@ -309,7 +317,7 @@ pub async fn run(client: &Client, cmd: RegressionsCmd, json: bool) -> anyhow::Re
             .collect();
         t.add_row(vec![
             r.hostname.clone(),
-            format!("{} {}", r.test, r.metric),
+            series(r),
             format!("2^{}", r.size_band),
             r.t.format("%Y-%m-%d %H:%M").to_string(),
             format!("{:.2}", r.before),
@@ -328,4 +336,28 @@ pub async fn run(client: &Client, cmd: RegressionsCmd, json: bool) -> anyhow::Re
         println!("- {}", r.summary);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_test_column_names_the_pair_of_a_per_pair_series() {
+        let mut r: Regression = serde_json::from_value(serde_json::json!({
+            "id": "00000000-0000-0000-0000-000000000001",
+            "node_id": "00000000-0000-0000-0000-000000000002",
+            "hostname": "g1", "test": "p2p.d2d", "metric": "algbw_gbs", "size_band": 28,
+            "world_size": 1, "t": "2026-11-14T16:21:00Z", "before": 370.0, "after": 333.0,
+            "relative_change": -0.1, "ci_low": -0.11, "ci_high": -0.09, "points_before": 10,
+            "points_after": 10, "worse": true, "open": true, "facts_changes": [],
+            "fleet": {"compared": 1, "moved": 1, "moved_nodes": ["g1"], "moved_low": -0.1,
+                      "moved_high": -0.1, "shared": []},
+            "summary": "", "detected_at": "2026-11-14T16:21:00Z"
+        }))
+        .unwrap();
+        assert_eq!(series(&r), "p2p.d2d algbw_gbs");
+        r.pair = Some("0-1".into());
+        assert_eq!(series(&r), "p2p.d2d algbw_gbs pair 0-1");
+    }
 }

@@ -18,7 +18,9 @@ pub use range::range;
 use uuid::Uuid;
 
 /// One series: a node's figure of one test, metric, size band (`health::figures::size_band`)
-/// and world size, and the GPU pair of a per-pair figure (`""` for the others).
+/// and world size, and the GPU pair of a per-pair figure (`0-1`, see
+/// `heddle_types::health::pair_name`; `""` for a figure without one, as `series_points.pair`
+/// and `change_points.pair` store it).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, sqlx::FromRow)]
 pub struct SeriesKey {
     pub node_id: Uuid,

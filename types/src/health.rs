@@ -126,6 +126,27 @@ pub struct Figure {
     /// The message size the figure was measured at.
     pub size_bytes: i64,
     pub value: f64,
+    /// The copy a per-pair figure is of (`p2p`: `0-1` from GPU 0 to GPU 1, `host-0`,
+    /// `0-host`, `0-1 bidir` both ways at once; see [`pair_name`]). Such a figure is
+    /// followed for regressions only, never judged; absent from every other figure, whose
+    /// JSON stays as it was before pairs existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pair: Option<String>,
+}
+
+/// The name of the copy from `src` to `dst` (a GPU index or `host`) in a per-pair figure;
+/// both directions at once (`bidir`) name the pair once, lower end first.
+pub fn pair_name(src: &str, dst: &str, bidir: bool) -> String {
+    if !bidir {
+        return format!("{src}-{dst}");
+    }
+    let key = |s: &str| (s.parse::<u64>().unwrap_or(u64::MAX), s.to_string());
+    let (a, b) = if key(src) <= key(dst) {
+        (src, dst)
+    } else {
+        (dst, src)
+    };
+    format!("{a}-{b} bidir")
 }
 
 /// The verdict on one stored result.
@@ -363,5 +384,44 @@ mod tests {
             assert_eq!(serde_json::to_value(c).unwrap(), c.as_str());
         }
         assert!("ncc".parse::<PreflightCheck>().is_err());
+    }
+
+    /// Figures stored before pairs existed, and every figure without one, keep their JSON to
+    /// the byte; a pair is one more field, read back as it was written.
+    #[test]
+    fn a_figure_without_a_pair_serializes_as_before() {
+        let f = Figure {
+            test: "nccl.all_reduce".into(),
+            metric: "busbw_gbs".into(),
+            size_bytes: 8 << 30,
+            value: 345.5,
+            pair: None,
+        };
+        let before = r#"{"test":"nccl.all_reduce","metric":"busbw_gbs","size_bytes":8589934592,"value":345.5}"#;
+        assert_eq!(serde_json::to_string(&f).unwrap(), before);
+        assert_eq!(serde_json::from_str::<Figure>(before).unwrap(), f);
+        let paired = Figure {
+            test: "p2p.d2d".into(),
+            metric: "algbw_gbs".into(),
+            pair: Some("0-1".into()),
+            ..f
+        };
+        let text = serde_json::to_string(&paired).unwrap();
+        assert_eq!(
+            text,
+            r#"{"test":"p2p.d2d","metric":"algbw_gbs","size_bytes":8589934592,"value":345.5,"pair":"0-1"}"#
+        );
+        assert_eq!(serde_json::from_str::<Figure>(&text).unwrap(), paired);
+    }
+
+    #[test]
+    fn pair_names() {
+        assert_eq!(pair_name("0", "1", false), "0-1");
+        assert_eq!(pair_name("1", "0", false), "1-0");
+        assert_eq!(pair_name("host", "3", false), "host-3");
+        // Both directions at once are one pair, named from its lower GPU, 2 before 10.
+        assert_eq!(pair_name("1", "0", true), "0-1 bidir");
+        assert_eq!(pair_name("10", "2", true), "2-10 bidir");
+        assert_eq!(pair_name("2", "10", true), "2-10 bidir");
     }
 }

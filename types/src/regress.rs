@@ -1,6 +1,6 @@
 //! Regressions: a node's figure that moved to a new level and stayed there ("it was faster
 //! last month"). A *series* is one node's figure of one test, metric, size band and world
-//! size over time; [`detect`] finds its level shifts (PELT with a robust cost, confirmed by
+//! size (and GPU pair, for a p2p figure of one pair) over time; [`detect`] finds its level shifts (PELT with a robust cost, confirmed by
 //! a Hodges–Lehmann interval; docs/health.md, "Regressions"). The server runs it on every
 //! stored figure's series and ties each change to the node's facts and the fleet; `heddle
 //! regressions detect` runs it offline on JSON lines.
@@ -148,6 +148,10 @@ pub struct Regression {
     /// The power of two the figures' message size falls in.
     pub size_band: i32,
     pub world_size: i32,
+    /// The copy of a per-pair series (`p2p`: `0-1`, GPU 0 to GPU 1; see
+    /// [`crate::health::pair_name`]); absent for a series of a result's judged figure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pair: Option<String>,
     /// When the first result after the change was received.
     pub t: DateTime<Utc>,
     pub before: f64,
@@ -172,8 +176,13 @@ pub struct Regression {
 /// The sentence a regression is shown with.
 pub fn summary(r: &Regression) -> String {
     let pct = |v: f64| format!("{:+.1} %", v * 100.0);
+    let pair = r
+        .pair
+        .as_deref()
+        .map(|p| format!("pair {p}, "))
+        .unwrap_or_default();
     let mut s = format!(
-        "{} {} {} {} (band 2^{}, {} node{}): {:.2} → {:.2} ({}, 95 % CI {} to {}) from {}",
+        "{} {} {} {} ({pair}band 2^{}, {} node{}): {:.2} → {:.2} ({}, 95 % CI {} to {}) from {}",
         r.hostname,
         if r.worse {
             "regressed on"

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use heddle_types::health::Figure;
+use heddle_types::health::{Figure, pair_name};
 use heddle_types::jobs::ResultRow;
 
 /// What one result says, reduced to what verdicts compare.
@@ -28,6 +28,25 @@ fn param<'a>(params: &'a serde_json::Value, name: &str) -> Option<&'a str> {
         .filter(|s| !s.is_empty())
 }
 
+/// A row's finite value of `metric`.
+fn pick(metric: &str, r: &ResultRow) -> Option<f64> {
+    match metric {
+        "busbw_gbs" => r.busbw_gbs,
+        "algbw_gbs" => r.algbw_gbs,
+        _ => r.time_us,
+    }
+    .filter(|v| v.is_finite())
+}
+
+/// The size a headline figure is taken at: the largest measured, the smallest for latencies.
+fn headline_size(metric: &str, sizes: impl Iterator<Item = i64>) -> Option<i64> {
+    if lower_is_better(metric) {
+        sizes.min()
+    } else {
+        sizes.max()
+    }
+}
+
 /// The figure of `metric` at the largest size that has it (the mean of the rows there, e.g.
 /// nccl-tests' out-of-place and in-place rows), or at the smallest for latencies.
 fn headline<'a>(
@@ -36,19 +55,10 @@ fn headline<'a>(
     rows: impl Iterator<Item = &'a ResultRow>,
     min_of_rows: bool,
 ) -> Option<Figure> {
-    let pick = |r: &ResultRow| match metric {
-        "busbw_gbs" => r.busbw_gbs,
-        "algbw_gbs" => r.algbw_gbs,
-        _ => r.time_us,
-    };
     let with: Vec<(i64, f64)> = rows
-        .filter_map(|r| Some((r.size_bytes, pick(r).filter(|v| v.is_finite())?)))
+        .filter_map(|r| Some((r.size_bytes, pick(metric, r)?)))
         .collect();
-    let size = if lower_is_better(metric) {
-        with.iter().map(|w| w.0).min()?
-    } else {
-        with.iter().map(|w| w.0).max()?
-    };
+    let size = headline_size(metric, with.iter().map(|w| w.0))?;
     let at: Vec<f64> = with.iter().filter(|w| w.0 == size).map(|w| w.1).collect();
     let value = if min_of_rows {
         // The worst of several links measured at the same size (p2p pairs).
@@ -65,7 +75,94 @@ fn headline<'a>(
         metric: metric.to_string(),
         size_bytes: size,
         value,
+        pair: None,
     })
+}
+
+/// Rows of a result with several tests, by test (`ucx`: the perftest test in `op`; `p2p`:
+/// the copy kind in `labels.kind`), with the metric each is judged on.
+fn by_test<'a>(
+    kind: &str,
+    rows: &'a [ResultRow],
+) -> Vec<(String, &'static str, Vec<&'a ResultRow>)> {
+    let mut groups: BTreeMap<String, Vec<&ResultRow>> = BTreeMap::new();
+    for r in rows {
+        let sub = if kind == "ucx" {
+            r.op.clone()
+        } else {
+            r.labels.get("kind").cloned()
+        };
+        if let Some(sub) = sub.filter(|s| !s.is_empty()) {
+            groups.entry(sub).or_default().push(r);
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(sub, group)| {
+            let metric = if kind == "ucx" && sub.contains("_lat") {
+                "time_us"
+            } else {
+                "algbw_gbs"
+            };
+            (format!("{kind}.{sub}"), metric, group)
+        })
+        .collect()
+}
+
+/// One figure per copy of a `p2p` result (its `labels.src` → `labels.dst`, both ways at once
+/// for `mode` `bidir`), at the size its test's headline is taken at; repeats of a copy are
+/// averaged. These are what regressions follow per GPU pair: a degraded link between two
+/// GPUs is invisible in the worst pair's figure when another pair is slower still. They
+/// are never judged: the verdict stays on the worst pair. None for other kinds.
+pub fn pairs(kind: &str, rows: &[ResultRow]) -> Vec<Figure> {
+    if kind != "p2p" {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for (test, metric, group) in by_test(kind, rows) {
+        let Some(size) = headline_size(
+            metric,
+            group
+                .iter()
+                .filter(|r| pick(metric, r).is_some())
+                .map(|r| r.size_bytes),
+        ) else {
+            continue;
+        };
+        let mut copies: BTreeMap<String, (f64, u32)> = BTreeMap::new();
+        for r in group.iter().filter(|r| r.size_bytes == size) {
+            let (Some(src), Some(dst), Some(value)) = (
+                r.labels.get("src").filter(|s| !s.is_empty()),
+                r.labels.get("dst").filter(|s| !s.is_empty()),
+                pick(metric, r),
+            ) else {
+                continue;
+            };
+            let bidir = r.labels.get("mode").is_some_and(|m| m == "bidir");
+            let c = copies.entry(pair_name(src, dst, bidir)).or_default();
+            *c = (c.0 + value, c.1 + 1);
+        }
+        out.extend(copies.into_iter().map(|(pair, (sum, n))| Figure {
+            test: test.clone(),
+            metric: metric.to_string(),
+            size_bytes: size,
+            value: sum / f64::from(n),
+            pair: Some(pair),
+        }));
+    }
+    out
+}
+
+/// A figure as `verdicts.figures` stores it: the wire fields and its size band (what
+/// baselines, fleet medians and regressions compare on), and `pair` only when it has one,
+/// so figures without one are stored exactly as before pairs existed.
+pub fn stored(f: &Figure) -> serde_json::Value {
+    let mut v = serde_json::json!({"test": f.test, "metric": f.metric, "size_bytes": f.size_bytes,
+        "value": f.value, "band": size_band(f.size_bytes)});
+    if let Some(pair) = &f.pair {
+        v["pair"] = pair.as_str().into();
+    }
+    v
 }
 
 /// Test names are `<kind>.<test>`: `nccl.<op>` and `rdma_ab.<op>` from the run's params,
@@ -91,6 +188,7 @@ pub fn extract(kind: &str, params: &serde_json::Value, rows: &[ResultRow]) -> Ex
                     metric: SPEEDUP_METRIC.into(),
                     size_bytes,
                     value,
+                    pair: None,
                 });
             }
             test
@@ -111,29 +209,8 @@ pub fn extract(kind: &str, params: &serde_json::Value, rows: &[ResultRow]) -> Ex
         }
         "ucx" | "p2p" => {
             // Several tests in one result: one figure per test.
-            let mut groups: BTreeMap<String, Vec<&ResultRow>> = BTreeMap::new();
-            for r in rows {
-                let sub = if kind == "ucx" {
-                    r.op.clone()
-                } else {
-                    r.labels.get("kind").cloned()
-                };
-                if let Some(sub) = sub.filter(|s| !s.is_empty()) {
-                    groups.entry(sub).or_default().push(r);
-                }
-            }
-            for (sub, group) in groups {
-                let metric = if kind == "ucx" && sub.contains("_lat") {
-                    "time_us"
-                } else {
-                    "algbw_gbs"
-                };
-                figures.extend(headline(
-                    format!("{kind}.{sub}"),
-                    metric,
-                    group.into_iter(),
-                    kind == "p2p",
-                ));
+            for (test, metric, group) in by_test(kind, rows) {
+                figures.extend(headline(test, metric, group.into_iter(), kind == "p2p"));
             }
             kind.to_string()
         }
@@ -196,7 +273,8 @@ mod tests {
                 test: "nccl.all_gather".into(),
                 metric: "busbw_gbs".into(),
                 size_bytes: 1 << 33,
-                value: 345.0
+                value: 345.0,
+                pair: None,
             }]
         );
         assert_eq!(extract("nccl", &json!({}), &rows).test, "nccl.all_reduce");
@@ -277,11 +355,121 @@ mod tests {
                 test: "p2p.d2d".into(),
                 metric: "algbw_gbs".into(),
                 size_bytes: 1 << 28,
-                value: 120.0
+                value: 120.0,
+                pair: None,
             },
             "the worst pair"
         );
         assert_eq!(e.figures[1].test, "p2p.h2d");
+    }
+
+    fn copy(kind: &str, src: &str, dst: &str, size: i64, bw: f64) -> ResultRow {
+        let mut r = row(size, None, Some(bw), None);
+        r.labels = [("kind", kind), ("src", src), ("dst", dst)]
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .into();
+        r
+    }
+
+    #[test]
+    fn p2p_has_one_unjudged_figure_per_copy_at_the_headline_size() {
+        let mut bidir = [
+            copy("d2d", "0", "1", 1 << 28, 700.0),
+            copy("d2d", "1", "0", 1 << 28, 700.0),
+        ];
+        for r in &mut bidir {
+            r.labels.insert("mode".into(), "bidir".into());
+        }
+        let rows = [
+            copy("d2d", "0", "0", 1 << 28, 1300.0),
+            copy("d2d", "0", "1", 1 << 28, 370.0),
+            copy("d2d", "1", "0", 1 << 28, 330.0),
+            copy("d2d", "1", "1", 1 << 28, 1290.0),
+            // A smaller size is another band: not the headline's.
+            copy("d2d", "0", "1", 1 << 20, 90.0),
+            copy("d2d", "1", "0", 1 << 28, f64::NAN),
+            bidir[0].clone(),
+            bidir[1].clone(),
+            copy("h2d", "host", "0", 1 << 28, 52.0),
+            copy("h2d", "host", "1", 1 << 28, 51.0),
+            copy("d2h", "0", "host", 1 << 28, 53.0),
+            // No destination: no pair to name.
+            copy("d2h", "1", "", 1 << 28, 49.0),
+        ];
+        let pairs = pairs("p2p", &rows);
+        let got: Vec<(&str, &str, i64, f64)> = pairs
+            .iter()
+            .map(|f| {
+                assert_eq!(f.metric, "algbw_gbs");
+                (
+                    f.test.as_str(),
+                    f.pair.as_deref().unwrap(),
+                    f.size_bytes,
+                    f.value,
+                )
+            })
+            .collect();
+        let big = 1 << 28;
+        assert_eq!(
+            got,
+            vec![
+                ("p2p.d2d", "0-0", big, 1300.0),
+                ("p2p.d2d", "0-1", big, 370.0),
+                ("p2p.d2d", "0-1 bidir", big, 700.0),
+                ("p2p.d2d", "1-0", big, 330.0),
+                ("p2p.d2d", "1-1", big, 1290.0),
+                ("p2p.d2h", "0-host", big, 53.0),
+                ("p2p.h2d", "host-0", big, 52.0),
+                ("p2p.h2d", "host-1", big, 51.0),
+            ]
+        );
+        // The judged figures are what they were: the worst copy of each kind, no pair.
+        let e = extract("p2p", &json!({}), &rows);
+        let judged: Vec<(&str, f64, Option<&str>)> = e
+            .figures
+            .iter()
+            .map(|f| (f.test.as_str(), f.value, f.pair.as_deref()))
+            .collect();
+        assert_eq!(
+            judged,
+            vec![
+                ("p2p.d2d", 330.0, None),
+                ("p2p.d2h", 49.0, None),
+                ("p2p.h2d", 51.0, None)
+            ]
+        );
+        assert_eq!(e.test, "p2p");
+        // Other kinds have none, even with the same labels.
+        assert!(pairs_of_other_kinds_are_empty(&rows));
+    }
+
+    fn pairs_of_other_kinds_are_empty(rows: &[ResultRow]) -> bool {
+        ["nccl", "ucx", "memcpy", "rdma"]
+            .iter()
+            .all(|k| pairs(k, rows).is_empty())
+    }
+
+    #[test]
+    fn stored_figures_keep_their_json_and_add_a_pair_only_when_there_is_one() {
+        let mut f = Figure {
+            test: "p2p.d2d".into(),
+            metric: "algbw_gbs".into(),
+            size_bytes: 256 << 20,
+            value: 330.5,
+            pair: None,
+        };
+        // `verdicts.figures` as written before pairs existed.
+        assert_eq!(
+            stored(&f).to_string(),
+            r#"{"band":28,"metric":"algbw_gbs","size_bytes":268435456,"test":"p2p.d2d","value":330.5}"#
+        );
+        f.pair = Some("0-1".into());
+        assert_eq!(
+            stored(&f).to_string(),
+            r#"{"band":28,"metric":"algbw_gbs","pair":"0-1","size_bytes":268435456,"test":"p2p.d2d","value":330.5}"#
+        );
+        // Read back as the wire type (the band is the server's own).
+        assert_eq!(serde_json::from_value::<Figure>(stored(&f)).unwrap(), f);
     }
 
     #[test]

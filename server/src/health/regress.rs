@@ -101,6 +101,7 @@ async fn config(db: &PgPool, key: &SeriesKey) -> Result<Config, HealthError> {
         metric: regress::MIN_CHANGE_METRIC.into(),
         size_bytes: 1i64 << key.band.clamp(0, 62),
         value: 0.0,
+        pair: None,
     };
     found.retain(|e| {
         let mut as_test = e.clone();
@@ -191,7 +192,7 @@ pub async fn update_series(db: &PgPool, key: &SeriesKey) -> Result<usize, Health
     // Only this series' rows, locked in key order by the unique index's scan.
     sqlx::query(
         "DELETE FROM change_points WHERE node_id = $1 AND test = $2 AND metric = $3 AND size_band = $4
-           AND world_size = $5 AND t >= $7 AND t <> ALL($6)",
+           AND world_size = $5 AND pair = $8 AND t >= $7 AND t <> ALL($6)",
     )
     .bind(key.node_id)
     .bind(&key.test)
@@ -200,12 +201,13 @@ pub async fn update_series(db: &PgPool, key: &SeriesKey) -> Result<usize, Health
     .bind(key.world_size)
     .bind(&times)
     .bind(oldest)
+    .bind(&key.pair)
     .execute(&mut *tx)
     .await?;
     if !rows.is_empty() {
         sqlx::query(
             "UPDATE change_points SET latest = false WHERE node_id = $1 AND test = $2 AND metric = $3
-               AND size_band = $4 AND world_size = $5 AND t < $6 AND latest",
+               AND size_band = $4 AND world_size = $5 AND pair = $7 AND t < $6 AND latest",
         )
         .bind(key.node_id)
         .bind(&key.test)
@@ -213,6 +215,7 @@ pub async fn update_series(db: &PgPool, key: &SeriesKey) -> Result<usize, Health
         .bind(key.band)
         .bind(key.world_size)
         .bind(oldest)
+        .bind(&key.pair)
         .execute(&mut *tx)
         .await?;
     }
@@ -225,9 +228,9 @@ pub async fn update_series(db: &PgPool, key: &SeriesKey) -> Result<usize, Health
         })?;
         let (id, inserted): (Uuid, bool) = sqlx::query_as(
             "INSERT INTO change_points (id, node_id, test, metric, size_band, world_size, result_id, t, before, after,
-                 relative_change, ci_low, ci_high, points_before, points_after, worse, latest, facts_changes)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
-             ON CONFLICT (node_id, test, metric, size_band, world_size, t) DO UPDATE SET
+                 relative_change, ci_low, ci_high, points_before, points_after, worse, latest, facts_changes, pair)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
+             ON CONFLICT (node_id, test, metric, size_band, world_size, pair, t) DO UPDATE SET
                  result_id = EXCLUDED.result_id, before = EXCLUDED.before, after = EXCLUDED.after,
                  relative_change = EXCLUDED.relative_change, ci_low = EXCLUDED.ci_low, ci_high = EXCLUDED.ci_high,
                  points_before = EXCLUDED.points_before, points_after = EXCLUDED.points_after,
@@ -252,6 +255,7 @@ pub async fn update_series(db: &PgPool, key: &SeriesKey) -> Result<usize, Health
         .bind(worse)
         .bind(i + 1 == rows.len())
         .bind(facts)
+        .bind(&key.pair)
         .fetch_one(&mut *tx)
         .await?;
         // A new change joins (or starts) its cohort; one seen before keeps the fleet view it
@@ -266,7 +270,7 @@ pub async fn update_series(db: &PgPool, key: &SeriesKey) -> Result<usize, Health
     }
     if !rows.is_empty() {
         tracing::debug!(node = %key.node_id, test = %key.test, metric = %key.metric, band = key.band,
-            changes = rows.len(), "regressions detected again");
+            pair = %key.pair, changes = rows.len(), "regressions detected again");
     }
     Ok(rows.len())
 }

@@ -281,7 +281,8 @@ type MedianQuery<'q> =
     sqlx::query::QueryAs<'q, sqlx::Postgres, (Option<f64>, i64), sqlx::postgres::PgArguments>;
 
 /// Runs `sql`, a median (`percentile_cont(0.5)`, `count(*)`) over figures comparable with
-/// `f`. The baseline and the fleet median share what makes a figure comparable, bound here
+/// `f`, which are judged figures only: per-pair ones (`figures::pairs`) are followed by
+/// regressions and would pull a worst pair's median towards the better pairs. The baseline and the fleet median share what makes a figure comparable, bound here
 /// as the first parameters: $1 the node, $2 this result (left out), $3 the world size,
 /// $4 to $6 the figure's test, metric and size band, $7 when this result was received;
 /// `more` binds the rest.
@@ -317,7 +318,8 @@ async fn baseline(
             SELECT (f->>'value')::float8 AS x
             FROM verdicts v, jsonb_array_elements(v.figures) f
             WHERE v.node_id = $1 AND v.result_id <> $2 AND v.world_size = $3 AND f->>'test' = $4 AND f->>'metric' = $5
-              AND (f->>'band')::int = $6 AND v.received_at < $7 AND v.verdict IN ('pass', 'unknown')
+              AND (f->>'band')::int = $6 AND coalesce(f->>'pair', '') = ''
+              AND v.received_at < $7 AND v.verdict IN ('pass', 'unknown')
             ORDER BY v.received_at DESC LIMIT $8) s";
     comparable_median(db, sql, s, result_id, f, |q| q.bind(BASELINE_RESULTS)).await
 }
@@ -360,7 +362,8 @@ async fn fleet_from_db(
             SELECT DISTINCT ON (v.node_id) (f->>'value')::float8 AS x
             FROM verdicts v, jsonb_array_elements(v.figures) f
             WHERE v.node_id <> $1 AND v.result_id <> $2 AND v.world_size = $3 AND f->>'test' = $4 AND f->>'metric' = $5
-              AND (f->>'band')::int = $6 AND v.received_at <= $7 AND v.received_at > $7 - make_interval(days => $8)
+              AND (f->>'band')::int = $6 AND coalesce(f->>'pair', '') = ''
+              AND v.received_at <= $7 AND v.received_at > $7 - make_interval(days => $8)
               AND v.gpu_model IS NOT DISTINCT FROM $9
             ORDER BY v.node_id, v.received_at DESC) s";
     comparable_median(db, sql, s, result_id, f, |q| {
@@ -468,14 +471,10 @@ pub async fn judge_result(db: &PgPool, result_id: Uuid) -> Result<ResultVerdict,
         };
         reasons.extend(applied::reason(db, judged).await?);
     }
-    let stored_figures: Vec<serde_json::Value> = extracted
-        .figures
-        .iter()
-        .map(|f| {
-            serde_json::json!({"test": f.test, "metric": f.metric, "size_bytes": f.size_bytes, "value": f.value,
-                "band": size_band(f.size_bytes)})
-        })
-        .collect();
+    // The judged figures, then the per-pair ones regressions follow (`figures::pairs`).
+    let mut all_figures = extracted.figures.clone();
+    all_figures.extend(figures::pairs(&s.spec.kind, &rows));
+    let stored_figures: Vec<serde_json::Value> = all_figures.iter().map(figures::stored).collect();
     let headline = extracted.figures.first();
     let reasons_json = serde_json::to_value(&reasons).map_err(|source| HealthError::Decode {
         what: "reasons",
@@ -539,7 +538,7 @@ pub async fn judge_result(db: &PgPool, result_id: Uuid) -> Result<ResultVerdict,
         metric: headline.map(|f| f.metric.clone()),
         value: headline.map(|f| f.value),
         reasons,
-        figures: extracted.figures,
+        figures: all_figures,
         judged_at,
     })
 }

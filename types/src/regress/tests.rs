@@ -137,6 +137,55 @@ fn offline_detection_names_series_and_the_first_point_after() {
     assert!((found[0].relative_change - 0.1).abs() < 0.02);
 }
 
+/// A per-pair series says its pair wherever it is shown; every other change reads and
+/// serializes as before pairs existed.
+#[test]
+fn a_pair_is_named_in_the_summary_and_absent_otherwise() {
+    let mut r = super::Regression {
+        id: uuid::Uuid::nil(),
+        node_id: uuid::Uuid::nil(),
+        hostname: "g1".into(),
+        test: "p2p.d2d".into(),
+        metric: "algbw_gbs".into(),
+        size_band: 28,
+        world_size: 1,
+        pair: None,
+        t: "2026-11-14T16:21:00Z".parse().unwrap(),
+        before: 370.0,
+        after: 333.0,
+        relative_change: -0.1,
+        ci_low: -0.11,
+        ci_high: -0.09,
+        points_before: 14,
+        points_after: 14,
+        worse: true,
+        open: true,
+        facts_changes: vec![],
+        fleet: super::FleetView::default(),
+        summary: String::new(),
+        detected_at: "2026-11-14T16:21:00Z".parse().unwrap(),
+    };
+    assert_eq!(
+        super::summary(&r),
+        "g1 regressed on p2p.d2d algbw_gbs (band 2^28, 1 node): 370.00 → 333.00 (-10.0 %, 95 % CI \
+         -11.0 % to -9.0 %) from 2026-11-14 16:21 UTC; no facts changed on the node around it"
+    );
+    assert!(serde_json::to_value(&r).unwrap().get("pair").is_none());
+    r.pair = Some("0-1".into());
+    assert_eq!(
+        super::summary(&r),
+        "g1 regressed on p2p.d2d algbw_gbs (pair 0-1, band 2^28, 1 node): 370.00 → 333.00 \
+         (-10.0 %, 95 % CI -11.0 % to -9.0 %) from 2026-11-14 16:21 UTC; no facts changed on \
+         the node around it"
+    );
+    let json = serde_json::to_value(&r).unwrap();
+    assert_eq!(json["pair"], "0-1");
+    assert_eq!(
+        serde_json::from_value::<super::Regression>(json).unwrap(),
+        r
+    );
+}
+
 /// The quality figures of docs/health.md on a smaller sample: steps of 5 % and more are
 /// found, outliers stay silent, false alarms are rare.
 #[test]

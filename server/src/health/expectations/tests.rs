@@ -9,6 +9,7 @@ fn fig(test: &str, metric: &str, size: i64, value: f64) -> Figure {
         metric: metric.into(),
         size_bytes: size,
         value,
+        pair: None,
     }
 }
 

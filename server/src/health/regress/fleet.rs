@@ -26,6 +26,8 @@ struct Subject {
     metric: String,
     size_band: i32,
     world_size: i32,
+    /// A p2p pair's series compares with the same pair on other nodes; '' for the rest.
+    pair: String,
     t: DateTime<Utc>,
     worse: bool,
     facts_changes: sqlx::types::Json<Vec<FactChange>>,
@@ -40,12 +42,12 @@ struct Moved {
 }
 
 /// Refreshes the fleet view of change `id` and of the other changes the same way of its
-/// cohort (same series key, within [`FLEET_WINDOW_DAYS`]).
+/// cohort (same series key, GPU pair included, within [`FLEET_WINDOW_DAYS`]).
 pub async fn refresh_cohort(db: &PgPool, id: Uuid) -> Result<(), HealthError> {
     let cohort: Vec<(Uuid,)> = sqlx::query_as(
         "SELECT o.id FROM change_points c JOIN change_points o
            ON o.test = c.test AND o.metric = c.metric AND o.size_band = c.size_band AND o.world_size = c.world_size
-          AND o.worse = c.worse AND o.t BETWEEN c.t - make_interval(days => $2) AND c.t + make_interval(days => $2)
+          AND o.pair = c.pair AND o.worse = c.worse AND o.t BETWEEN c.t - make_interval(days => $2) AND c.t + make_interval(days => $2)
          WHERE c.id = $1 ORDER BY (o.id = $1) DESC, o.t DESC LIMIT $3",
     )
     .bind(id)
@@ -61,7 +63,7 @@ pub async fn refresh_cohort(db: &PgPool, id: Uuid) -> Result<(), HealthError> {
 
 async fn refresh(db: &PgPool, id: Uuid) -> Result<(), HealthError> {
     let Some(s): Option<Subject> = sqlx::query_as(
-        "SELECT node_id, test, metric, size_band, world_size, t, worse, facts_changes FROM change_points WHERE id = $1",
+        "SELECT node_id, test, metric, size_band, world_size, pair, t, worse, facts_changes FROM change_points WHERE id = $1",
     )
     .bind(id)
     .fetch_optional(db)
@@ -74,7 +76,7 @@ async fn refresh(db: &PgPool, id: Uuid) -> Result<(), HealthError> {
         "SELECT DISTINCT ON (c.node_id) c.node_id, n.hostname, c.relative_change, c.facts_changes
          FROM change_points c JOIN nodes n ON n.id = c.node_id
          WHERE c.test = $1 AND c.metric = $2 AND c.size_band = $3 AND c.world_size = $4 AND c.worse = $5
-           AND c.t BETWEEN $6 AND $7
+           AND c.t BETWEEN $6 AND $7 AND c.pair = $9
          ORDER BY c.node_id, abs(extract(epoch FROM c.t - $8))",
     )
     .bind(&s.test)
@@ -85,12 +87,13 @@ async fn refresh(db: &PgPool, id: Uuid) -> Result<(), HealthError> {
     .bind(s.t - window)
     .bind(s.t + window)
     .bind(s.t)
+    .bind(&s.pair)
     .fetch_all(db)
     .await?;
     // Nodes with comparable figures on both sides of the change.
     let peers: Vec<(Uuid,)> = sqlx::query_as(
         "SELECT node_id FROM series_points
-         WHERE world_size = $1 AND test = $2 AND metric = $3 AND band = $4
+         WHERE world_size = $1 AND test = $2 AND metric = $3 AND band = $4 AND pair = $8
            AND t BETWEEN $5 - make_interval(days => $6) AND $5 + make_interval(days => $6)
          GROUP BY node_id HAVING min(t) < $5 AND max(t) >= $5
          LIMIT $7",
@@ -102,6 +105,7 @@ async fn refresh(db: &PgPool, id: Uuid) -> Result<(), HealthError> {
     .bind(s.t)
     .bind(PEER_WINDOW_DAYS as i32)
     .bind(MAX_PEERS)
+    .bind(&s.pair)
     .fetch_all(db)
     .await?;
     let moved_ids: HashSet<Uuid> = moved.iter().map(|m| m.node_id).collect();
@@ -223,6 +227,7 @@ mod tests {
             metric: "busbw_gbs".into(),
             size_band: 33,
             world_size: 1,
+            pair: String::new(),
             t: Utc::now(),
             worse: true,
             facts_changes: sqlx::types::Json(vec![kernel.clone(), driver("550", "560")]),

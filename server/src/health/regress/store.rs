@@ -21,6 +21,7 @@ struct Row {
     metric: String,
     size_band: i32,
     world_size: i32,
+    pair: String,
     t: DateTime<Utc>,
     before: f64,
     after: f64,
@@ -46,6 +47,7 @@ impl From<Row> for Regression {
             metric: r.metric,
             size_band: r.size_band,
             world_size: r.world_size,
+            pair: Some(r.pair).filter(|p| !p.is_empty()),
             t: r.t,
             before: r.before,
             after: r.after,
@@ -82,7 +84,7 @@ pub struct Filter {
 /// Regressions newest first: open ones, or every change with `all`.
 pub async fn list(db: &PgPool, f: &Filter) -> Result<Vec<Regression>, HealthError> {
     let rows: Vec<Row> = sqlx::query_as(
-        "SELECT c.id, c.node_id, n.hostname, c.test, c.metric, c.size_band, c.world_size, c.t, c.before, c.after,
+        "SELECT c.id, c.node_id, n.hostname, c.test, c.metric, c.size_band, c.world_size, c.pair, c.t, c.before, c.after,
                 c.relative_change, c.ci_low, c.ci_high, c.points_before, c.points_after, c.worse, c.latest,
                 c.facts_changes, c.fleet, c.detected_at
          FROM change_points c JOIN nodes n ON n.id = c.node_id
@@ -132,7 +134,8 @@ pub async fn node_reasons(
         .collect())
 }
 
-/// Open regressions per node and test, for the fleet view and `/metrics`.
+/// Open regressions per node and test, for the fleet view and `/metrics`: a p2p test's
+/// counts every GPU pair's (the list names them).
 pub async fn open_by_node(db: &PgPool) -> Result<Vec<(Uuid, String, String, i64)>, sqlx::Error> {
     sqlx::query_as(
         "SELECT c.node_id, n.hostname, c.test, count(*) FROM change_points c JOIN nodes n ON n.id = c.node_id

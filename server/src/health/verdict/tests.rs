@@ -8,6 +8,7 @@ fn extracted(value: f64, wrong: i64) -> Extracted {
             metric: "busbw_gbs".into(),
             size_bytes: 1 << 33,
             value,
+            pair: None,
         }],
         wrong,
     }
@@ -123,6 +124,7 @@ fn latencies_fail_above_the_allowed() {
             metric: "time_us".into(),
             size_bytes: 2,
             value: 3.0,
+            pair: None,
         }],
         wrong: 0,
     };
