@@ -3,12 +3,14 @@
 # fleet, generated in SQL, then the reads that must stay fast and the drop of an expired
 # month, with a release heddle-server for the parts that go through it.
 #
-#   scripts/bench-history.sh [--nodes 10000] [--days 365] [--rows 30] [--keep]
+#   scripts/bench-history.sh [--nodes 10000] [--days 365] [--raw-days 365] [--rows 30] [--keep]
 #
 # 1. A database of its own (heddle_bench_history) on the Postgres of scripts/pg-ensure.sh;
 #    heddle-server applies the migrations.
 # 2. scripts/bench-history.sql generates nodes × days results (a night in eleven skipped)
-#    of `--rows` rows each, with their jobs, runs, verdicts, series points and rollups.
+#    of `--rows` rows each, with their jobs, runs, verdicts, series points and rollups; with
+#    --raw-days N only the last N days keep their full rows (as under retention), the
+#    rollups cover every day.
 # 3. scripts/bench-history-queries.sql: EXPLAIN ANALYZE and timings of a series' year chart,
 #    its month of points, the detector's read, the open regressions list and the fleet view.
 # 4. GET /api/v1/regressions and GET /api/v1/health through the server, five times each.
@@ -18,16 +20,18 @@
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
-nodes=10000 days=365 rows=30 keep=false
+nodes=10000 days=365 raw_days= rows=30 keep=false
 while [[ $# -gt 0 ]]; do
     case $1 in
         --nodes) nodes=$2; shift 2 ;;
         --days) days=$2; shift 2 ;;
+        --raw-days) raw_days=$2; shift 2 ;;
         --rows) rows=$2; shift 2 ;;
         --keep) keep=true; shift ;;
-        *) echo "usage: $0 [--nodes N] [--days N] [--rows N] [--keep]" >&2; exit 2 ;;
+        *) echo "usage: $0 [--nodes N] [--days N] [--raw-days N] [--rows N] [--keep]" >&2; exit 2 ;;
     esac
 done
+raw_days=${raw_days:-$days}
 server_bin=${CARGO_TARGET_DIR:-$HOME/.cache/heddle-target}/release/heddle-server
 [[ -x $server_bin ]] || { echo "$server_bin is missing: cargo build --release -p heddle-server" >&2; exit 1; }
 admin_url=$(scripts/pg-ensure.sh)
@@ -57,9 +61,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# About 190 bytes a result row (its heap tuple and primary key entry), 300 with everything
-# else a result brings; refuse to fill the disk.
-need_gib=$(( nodes * days * rows / 1000 * 300 / 1000 / 1000 + 2 ))
+# About 190 bytes a result row (its heap tuple and primary key entry), 1.6 KB a result (its
+# job, verdict, point and their indexes), 230 bytes a rollup; refuse to fill the disk.
+need_gib=$(( (nodes * raw_days * (rows * 190 + 1600) + nodes * days * 230) / 1000000000 + 1 ))
 free_gib=$(df -BG --output=avail "$repo" | tail -n 1 | tr -dc 0-9)
 if (( free_gib < need_gib + 10 )); then
     echo "about $need_gib GiB needed and $free_gib GiB free: leaving less than 10 GiB; use fewer --nodes, --days or --rows" >&2
@@ -72,9 +76,9 @@ psql -q "$admin_url" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DA
 start_server 0
 stop_server
 
-step "generate: $nodes nodes x $days nights x $rows rows"
+step "generate: $nodes nodes x $days nights (the last $raw_days with full rows) x $rows rows"
 start=$(date +%s)
-psql -q "$url" -v nodes="$nodes" -v days="$days" -v nrows="$rows" -f scripts/bench-history.sql
+psql -q "$url" -v nodes="$nodes" -v days="$days" -v raw_days="$raw_days" -v nrows="$rows" -f scripts/bench-history.sql
 echo "generated in $(( $(date +%s) - start )) s"
 
 node=$(psql -Atq "$url" -c "SELECT id FROM nodes ORDER BY hostname = 'bench-04242' DESC, hostname LIMIT 1")

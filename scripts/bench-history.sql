@@ -5,8 +5,10 @@
 -- its verdict, its series point and its day's rollup, as the server writes them. One node in
 -- fifty loses 7 % at a day of its own and has an open regression.
 --
--- Ids are time-ordered (kind, day, node) rather than random, so that the generation appends
--- to its indexes; the server's are random v4 ids. Variables: nodes, days, nrows.
+-- Only the last :raw_days days have their full rows (results, rows, verdicts, points, jobs,
+-- runs), as a database under retention does; the rollups cover every day. Ids are
+-- time-ordered (kind, day, node) rather than random, so that the generation appends to its
+-- indexes; the server's are random v4 ids. Variables: nodes, days, raw_days, nrows.
 
 \set ON_ERROR_STOP on
 SET synchronous_commit = off;
@@ -18,7 +20,8 @@ CREATE FUNCTION pg_temp.bench_id(kind int, a int, b int) RETURNS uuid
 
 -- The day the first night falls in: day d is :days - d days ago.
 CREATE TABLE pg_temp.bench_settings AS
-SELECT (date_trunc('day', now()) - make_interval(days => :days)) AS t0, :nodes::int AS nodes, :nrows::int AS nrows;
+SELECT (date_trunc('day', now()) - make_interval(days => :days)) AS t0, :nodes::int AS nodes, :nrows::int AS nrows,
+       greatest(:days - :raw_days, 0) AS raw_from;
 
 -- Node n's level and, for one node in fifty, the day it drops 7 %.
 CREATE FUNCTION pg_temp.bench_value(d int, n int) RETURNS double precision
@@ -39,11 +42,21 @@ BEGIN
            pg_temp.bench_value(d, n) AS v
     FROM generate_series(d0, d1 - 1) d, generate_series(0, s.nodes - 1) n
     WHERE (n * 7919 + d * 104729) % 11 <> 0;
+    -- The headline figure: busbw at the largest size.
+    CREATE TEMP TABLE fig ON COMMIT DROP AS
+    SELECT d, n, ts, v * (1 - exp(-((s.nrows - 1) / 2 + 1) / 3.0)) AS value, 20 + (s.nrows - 1) / 2 AS band FROM nd;
+
+    INSERT INTO series_daily (node_id, test, metric, band, world_size, pair, day, n, sum, min, max, median, recent)
+    SELECT pg_temp.bench_id(4, 0, n), 'nccl.all_reduce', 'busbw_gbs', band, 1, '', (ts AT TIME ZONE 'UTC')::date,
+           1, value, value, value, value, ARRAY[value]
+    FROM fig;
+    DELETE FROM nd WHERE d < s.raw_from;
+    DELETE FROM fig WHERE d < s.raw_from;
 
     INSERT INTO runs (id, label, spec, created_by, created_at)
     SELECT pg_temp.bench_id(3, d, b), 'nightly', '{"kind": "nccl", "params": {"op": "all_reduce"}}', 'bench',
            s.t0 + make_interval(days => d)
-    FROM generate_series(d0, d1 - 1) d, generate_series(0, (s.nodes - 1) / 1000) b;
+    FROM generate_series(greatest(d0, s.raw_from), d1 - 1) d, generate_series(0, (s.nodes - 1) / 1000) b;
 
     INSERT INTO jobs (id, run_id, node_id, rank, world_size, state, attempts, max_attempts, created_at,
                       started_at, finished_at)
@@ -65,10 +78,6 @@ BEGIN
            v * (1 - exp(-(q / 2 + 1) / 3.0)) * 8 / 14.0, v * (1 - exp(-(q / 2 + 1) / 3.0)), 0, ts
     FROM nd, generate_series(0, s.nrows - 1) q;
 
-    -- The headline figure: busbw at the largest size.
-    CREATE TEMP TABLE fig ON COMMIT DROP AS
-    SELECT d, n, ts, v * (1 - exp(-((s.nrows - 1) / 2 + 1) / 3.0)) AS value, 20 + (s.nrows - 1) / 2 AS band FROM nd;
-
     INSERT INTO verdicts (result_id, run_id, node_id, test, verdict, reasons, metric, value, judged_at, figures,
                           world_size, gpu_model, received_at)
     SELECT pg_temp.bench_id(1, d, n), pg_temp.bench_id(3, d, n / 1000), pg_temp.bench_id(4, 0, n), 'nccl.all_reduce',
@@ -81,12 +90,7 @@ BEGIN
     INSERT INTO series_points (node_id, test, metric, band, world_size, pair, t, value, result_id)
     SELECT pg_temp.bench_id(4, 0, n), 'nccl.all_reduce', 'busbw_gbs', band, 1, '', ts, value, pg_temp.bench_id(1, d, n)
     FROM fig;
-
-    INSERT INTO series_daily (node_id, test, metric, band, world_size, pair, day, n, sum, min, max, median, recent)
-    SELECT pg_temp.bench_id(4, 0, n), 'nccl.all_reduce', 'busbw_gbs', band, 1, '', (ts AT TIME ZONE 'UTC')::date,
-           1, value, value, value, value, ARRAY[value]
-    FROM fig;
-    RAISE NOTICE 'days % to %: % results in %', d0, d1 - 1, (SELECT count(*) FROM nd), clock_timestamp() - started;
+    RAISE NOTICE 'days % to %: % results with rows in %', d0, d1 - 1, (SELECT count(*) FROM nd), clock_timestamp() - started;
 END $$;
 
 \timing on
@@ -107,17 +111,20 @@ SELECT DISTINCT ON (node_id, test) node_id, test, result_id, run_id, verdict, re
        figures, world_size, gpu_model, received_at
 FROM verdicts WHERE received_at > now() - interval '3 days' ORDER BY node_id, test, judged_at DESC;
 
--- The regressed nodes' open change points, at their first night after the drop.
-INSERT INTO change_points (id, node_id, test, metric, size_band, world_size, result_id, t, before, after,
+-- The regressed nodes' open change points, at their first night after the drop (the
+-- rollups have every night; a change's result may be older than the full rows).
+INSERT INTO change_points (id, node_id, test, metric, size_band, world_size, pair, result_id, t, before, after,
                            relative_change, ci_low, ci_high, points_before, points_after, worse, latest)
-SELECT gen_random_uuid(), p.node_id, p.test, p.metric, p.band, 1, p.result_id, p.t,
-       p.value / 0.93, p.value, -0.07, -0.075, -0.065, 100, 100, true, true
-FROM generate_series(7, :nodes - 1, 50) n
-CROSS JOIN LATERAL (SELECT * FROM series_points
-                    WHERE node_id = pg_temp.bench_id(4, 0, n) AND test = 'nccl.all_reduce' AND metric = 'busbw_gbs'
-                      AND band = 20 + (:nrows - 1) / 2 AND world_size = 1 AND pair = ''
-                      AND t >= (SELECT t0 FROM pg_temp.bench_settings) + make_interval(days => 100 + n % 200)
-                    ORDER BY t LIMIT 1) p;
+SELECT gen_random_uuid(), r.node_id, r.test, r.metric, r.band, 1, '',
+       pg_temp.bench_id(1, r.day - (SELECT t0 FROM pg_temp.bench_settings)::date, g.k),
+       r.day + make_interval(mins => g.k % 1440, secs => g.k / 1440), r.median / 0.93, r.median,
+       -0.07, -0.075, -0.065, 100, 100, true, true
+FROM generate_series(7, :nodes - 1, 50) AS g(k)
+CROSS JOIN LATERAL (SELECT * FROM series_daily d
+                    WHERE d.node_id = pg_temp.bench_id(4, 0, g.k) AND d.test = 'nccl.all_reduce'
+                      AND d.metric = 'busbw_gbs' AND d.band = 20 + (:nrows - 1) / 2 AND d.world_size = 1 AND d.pair = ''
+                      AND d.day >= (SELECT t0 FROM pg_temp.bench_settings)::date + 100 + g.k % 200
+                    ORDER BY d.day LIMIT 1) r;
 
 \timing off
 ANALYZE;
