@@ -87,6 +87,23 @@ pub struct Config {
     )]
     pub job_below_expected_fraction: f64,
 
+    /// Days full history is kept: results with their rows, verdicts and series points.
+    /// Whole months are dropped once their last day is this old (docs/health.md, "History"),
+    /// so rows live this long and up to a month more. Each node's latest verdict per test,
+    /// change points and the daily rollups stay. 0 keeps everything.
+    #[arg(long, env = "HEDDLE_HISTORY_KEEP_DAYS", default_value_t = HistoryKeep::DEFAULT.raw_days)]
+    pub history_keep_days: u32,
+
+    /// Days series' daily rollups (what charts longer than 30 days read) are kept, by whole
+    /// months as above. 0 keeps them forever.
+    #[arg(long, env = "HEDDLE_ROLLUP_KEEP_DAYS", default_value_t = HistoryKeep::DEFAULT.rollup_days)]
+    pub rollup_keep_days: u32,
+
+    /// Seconds between runs of the history maintenance: monthly partitions created three
+    /// months ahead, expired months dropped.
+    #[arg(long, env = "HEDDLE_HISTORY_INTERVAL_S", default_value_t = 3600)]
+    pub history_interval_s: u64,
+
     /// How much an open regression (a figure that moved for the worse and stayed; docs/
     /// health.md, "Regressions") weighs in its node's health: `info` (listed only), `warn`
     /// or `fail`.
@@ -249,6 +266,17 @@ impl Config {
         }
     }
 
+    pub fn history_keep(&self) -> HistoryKeep {
+        HistoryKeep {
+            raw_days: self.history_keep_days,
+            rollup_days: self.rollup_keep_days,
+        }
+    }
+
+    pub fn history_interval(&self) -> Duration {
+        Duration::from_secs(self.history_interval_s.max(1))
+    }
+
     pub fn revocation_delay(&self) -> Duration {
         Duration::from_millis(self.revocation_delay_ms)
     }
@@ -278,6 +306,23 @@ impl Config {
     }
 }
 
+/// How long history is kept, in days; 0 keeps it forever.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HistoryKeep {
+    /// Results, their rows, verdicts and series points.
+    pub raw_days: u32,
+    /// Series' daily rollups.
+    pub rollup_days: u32,
+}
+
+impl HistoryKeep {
+    /// The defaults of `HEDDLE_HISTORY_KEEP_DAYS` and `HEDDLE_ROLLUP_KEEP_DAYS`.
+    pub const DEFAULT: HistoryKeep = HistoryKeep {
+        raw_days: 90,
+        rollup_days: 3 * 365,
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -297,6 +342,8 @@ mod tests {
             ("HEDDLE_HEARTBEAT_FLUSH_MS", "2000"),
             ("HEDDLE_REVOCATION_DELAY_MS", "2000"),
             ("HEDDLE_DB_MAX_CONNECTIONS", "20"),
+            ("HEDDLE_HISTORY_KEEP_DAYS", "90"),
+            ("HEDDLE_ROLLUP_KEEP_DAYS", "1095"),
         ] {
             let at = help
                 .find(&format!("[env: {env}="))

@@ -13,7 +13,7 @@
 //! - routes: `router`
 //! - entry: `http`, `api`, `dashboard`, `k8s_admission`, `workers`
 //! - state: `state`
-//! - domain: `jobs`, `health`, `investigate`, `plugins`, `plugins_bundled`,
+//! - domain: `jobs`, `health`, `history`, `investigate`, `plugins`, `plugins_bundled`,
 //!   `recommendations`, `runs_env`, `job_env`, `observed`, `leases`, `liveness`,
 //!   `credentials`, `token_uses`, `metrics`
 //! - storage: `db`
@@ -26,6 +26,7 @@ pub mod credentials;
 pub mod dashboard;
 pub mod db;
 pub mod health;
+pub mod history;
 pub mod http;
 pub mod investigate;
 pub mod job_env;

@@ -92,6 +92,11 @@ pub struct VerdictLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TableLabels {
+    pub table: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PluginLabels {
     pub plugin: String,
 }
@@ -123,6 +128,7 @@ pub struct Metrics {
     worker_runs: Family<WorkerLabels, Counter>,
     worker_errors: Family<WorkerLabels, Counter>,
     worker_duration: Family<WorkerLabels, FloatGauge>,
+    history_dropped: Family<TableLabels, Counter>,
     /// Scrapes clear and refill the per-node families; one at a time.
     render_lock: tokio::sync::Mutex<()>,
 }
@@ -162,6 +168,7 @@ impl Metrics {
             worker_runs: Family::default(),
             worker_errors: Family::default(),
             worker_duration: Family::default(),
+            history_dropped: Family::default(),
             render_lock: tokio::sync::Mutex::new(()),
         };
         let bytes_per_second = || Unit::Other("bytes_per_second".into());
@@ -253,6 +260,11 @@ impl Metrics {
             Unit::Seconds,
             m.worker_duration.clone(),
         );
+        r.register(
+            "history_partitions_dropped",
+            "Monthly partitions of history this replica dropped as expired (docs/health.md, History)",
+            m.history_dropped.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -294,6 +306,15 @@ impl Metrics {
         self.worker_duration
             .get_or_create(&labels)
             .set(took.as_secs_f64());
+    }
+
+    /// Counts a dropped partition of `table` (`history::retention`).
+    pub fn history_dropped(&self, table: &str) {
+        self.history_dropped
+            .get_or_create(&TableLabels {
+                table: table.into(),
+            })
+            .inc();
     }
 
     /// Refreshes the fleet gauges (`fleet.rs`; agents count as online within 2.5

@@ -43,6 +43,9 @@ pub async fn connect(config: &Config) -> anyhow::Result<sqlx::PgPool> {
         .run(&pool)
         .await
         .context("applying migrations")?;
+    crate::history::partitions::ensure(&pool, config.history_keep())
+        .await
+        .context("creating the history tables' monthly partitions")?;
     Ok(pool)
 }
 

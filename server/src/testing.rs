@@ -88,6 +88,21 @@ impl TestDb {
                 .await
                 .unwrap();
         }
+        // A template built on an earlier day may lack this month's partitions (and the past
+        // months rows can be moved back into), as a long-running server's database would
+        // without its maintenance loop.
+        {
+            let mut template_conn = sqlx::PgConnection::connect(&with_database(&admin, &template))
+                .await
+                .unwrap();
+            crate::history::partitions::ensure_in(
+                &mut template_conn,
+                crate::history::Keep::DEFAULT,
+            )
+            .await
+            .expect("creating the template's monthly partitions");
+            template_conn.close().await.ok();
+        }
         sqlx::query("SELECT pg_advisory_unlock(727274)")
             .execute(&mut conn)
             .await

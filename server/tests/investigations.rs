@@ -411,10 +411,11 @@ async fn a_fail_verdict_starts_one_that_names_the_degraded_link() {
     for _ in 0..300 {
         if server.get_run(run.id).await.state == "succeeded" && auto.is_none() {
             sqlx::query(
-                "INSERT INTO verdicts (result_id, run_id, node_id, test, verdict, reasons, metric, value)
-                 SELECT r.id, j.run_id, j.node_id, 'nccl.all_gather', 'fail', '[]', 'busbw_gbs', 55 FROM results r JOIN jobs j ON j.id = r.job_id
+                "INSERT INTO verdicts (result_id, run_id, node_id, test, verdict, reasons, metric, value, received_at)
+                 SELECT r.id, j.run_id, j.node_id, 'nccl.all_gather', 'fail', '[]', 'busbw_gbs', 55, r.received_at
+                 FROM results r JOIN jobs j ON j.id = r.job_id
                  WHERE j.run_id = $1
-                 ON CONFLICT (result_id) DO UPDATE SET verdict = 'fail'",
+                 ON CONFLICT (result_id, received_at) DO UPDATE SET verdict = 'fail'",
             )
             .bind(run.id)
             .execute(&server.state.db)
@@ -433,9 +434,10 @@ async fn a_fail_verdict_starts_one_that_names_the_degraded_link() {
             let inv = wait_done(&api, &token, id).await;
             // Pair runs judged "fail" too must not start investigations of their own.
             sqlx::query(
-                "INSERT INTO verdicts (result_id, run_id, node_id, test, verdict, metric, value)
-                 SELECT r.id, j.run_id, j.node_id, 'nccl.all_gather', 'fail', 'busbw_gbs', 1 FROM results r JOIN jobs j ON j.id = r.job_id
-                 WHERE j.run_id = ANY($1) ON CONFLICT (result_id) DO UPDATE SET verdict = 'fail'",
+                "INSERT INTO verdicts (result_id, run_id, node_id, test, verdict, metric, value, received_at)
+                 SELECT r.id, j.run_id, j.node_id, 'nccl.all_gather', 'fail', 'busbw_gbs', 1, r.received_at
+                 FROM results r JOIN jobs j ON j.id = r.job_id
+                 WHERE j.run_id = ANY($1) ON CONFLICT (result_id, received_at) DO UPDATE SET verdict = 'fail'",
             )
             .bind(&inv.runs)
             .execute(&server.state.db)

@@ -1,7 +1,7 @@
 //! Regressions end to end: agents of five nodes upload a daily NCCL result for four simulated
 //! weeks (each day's writes are moved one day into the past before the next day's, so the
-//! server sees weeks of history); half-way one node's driver is updated and its bandwidth
-//! drops 7 %, another node's kernel is updated with no effect, and a third has one bad day.
+//! server sees weeks of history: `a_day_earlier`); half-way one node's driver is updated and
+//! its bandwidth drops 7 %, another node's kernel is updated with no effect, and a third has one bad day.
 //! Exactly one regression must come out: the updated node's, tied to the driver change, with
 //! the fleet saying no node that did not upgrade moved. It shows in the node's health, in
 //! `GET /regressions` and in `/metrics`. Per-GPU-pair p2p series: `regressions/p2p.rs`.
@@ -20,6 +20,24 @@ const HOSTS: [&str; 5] = ["g1", "g2", "g3", "g4", "g5"];
 struct Agent {
     host: &'static str,
     credential: String,
+}
+
+/// Moves everything the server remembers of the simulated days one day further back: each
+/// result's arrival and its copies in its rows, verdict and series points, the facts
+/// history and the change points. (The daily rollups stay where they were made; these tests
+/// do not read them.)
+async fn a_day_earlier(server: &TestServer) {
+    for sql in [
+        "UPDATE results SET received_at = received_at - interval '1 day'",
+        "UPDATE result_rows SET received_at = received_at - interval '1 day'",
+        "UPDATE verdicts SET received_at = received_at - interval '1 day'",
+        "UPDATE latest_verdicts SET received_at = received_at - interval '1 day'",
+        "UPDATE series_points SET t = t - interval '1 day'",
+        "UPDATE node_facts_history SET collected_at = collected_at - interval '1 day'",
+        "UPDATE change_points SET t = t - interval '1 day'",
+    ] {
+        sqlx::query(sql).execute(&server.state.db).await.unwrap();
+    }
 }
 
 async fn call(
@@ -104,14 +122,7 @@ async fn a_driver_update_that_cost_seven_percent_is_one_regression_tied_to_it() 
         agents.push(Agent { host, credential });
     }
     for day in 0..DAYS {
-        // Yesterday is one day further back.
-        for sql in [
-            "UPDATE results SET received_at = received_at - interval '1 day'",
-            "UPDATE node_facts_history SET collected_at = collected_at - interval '1 day'",
-            "UPDATE change_points SET t = t - interval '1 day'",
-        ] {
-            sqlx::query(sql).execute(&server.state.db).await.unwrap();
-        }
+        a_day_earlier(&server).await;
         if day == CHANGE_DAY {
             for (i, driver, kernel) in [(0, "560.28.03", "6.8.0-45"), (4, "550.54.15", "6.8.0-49")]
             {

@@ -1,11 +1,11 @@
 //! Regressions: figures that moved to a new level and stayed (docs/health.md,
 //! "Regressions"). After a result is judged, each series its figures belong to (node, test,
-//! metric, size band, world size, and the GPU pair of a p2p figure that has one: what
-//! `verdicts.figures` holds) is read back, at most
-//! [`detect::MAX_POINTS`] newest points, and `heddle_types::regress::detect` runs on it: the
-//! work is that series' only. Its change points replace the series' stored ones, each with
-//! the node's facts and applied environment either side of it; `fleet.rs` then says how
-//! many comparable nodes moved the same way and what they share. `store.rs` reads them;
+//! metric, size band, world size, GPU pair: `history::SeriesKey`) is read back from
+//! `series_points`, at most [`detect::MAX_POINTS`] newest points, and
+//! `heddle_types::regress::detect` runs on it: the work is that series' only. Its change
+//! points replace the series' stored ones within the points read, each with the node's facts
+//! and applied environment either side of it; `fleet.rs` then says how many comparable nodes
+//! moved the same way and what they share. `store.rs` reads them;
 //! `history.rs` reads a series over time for its chart.
 
 pub mod fleet;
@@ -18,22 +18,10 @@ use heddle_types::regress::{self, Config, FactChange, detect, facts_diff};
 use sqlx::PgPool;
 use uuid::Uuid;
 
+pub use crate::history::SeriesKey;
+
 use super::HealthError;
 use super::expectations::{self, Context};
-
-/// One node's figure of one test, metric, size band and world size, and of one copy for a
-/// per-pair figure.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SeriesKey {
-    pub node_id: Uuid,
-    pub test: String,
-    pub metric: String,
-    pub band: i32,
-    pub world_size: i32,
-    /// The figure's `pair` (`0-1`, see `heddle_types::health::pair_name`); empty for a
-    /// figure without one, as `change_points.pair` stores it.
-    pub pair: String,
-}
 
 /// The facts compared around a change are those of the results this many points away on
 /// either side, so a change found a point or two off still straddles what caused it.
@@ -42,39 +30,23 @@ const FACTS_MARGIN: usize = 2;
 #[derive(sqlx::FromRow)]
 struct Point {
     result_id: Uuid,
-    job_id: Uuid,
     received_at: DateTime<Utc>,
     value: f64,
 }
 
-/// Detects again every series a judged result added to. Returns how many change points the
-/// series now have. Called after `verdict::judge_result`; safe to repeat.
+/// Detects again every series a judged result added to (a succeeded result's figures:
+/// its points). Returns how many change points the series now have. Called after
+/// `verdict::judge_result`; safe to repeat.
 pub async fn on_result(db: &PgPool, result_id: Uuid) -> Result<usize, HealthError> {
-    let row: Option<(Uuid, i32, serde_json::Value)> = sqlx::query_as(
-        "SELECT v.node_id, v.world_size, v.figures FROM verdicts v JOIN results r ON r.id = v.result_id
-         WHERE v.result_id = $1 AND r.outcome = 'succeeded'",
+    let keys: Vec<SeriesKey> = sqlx::query_as(
+        "SELECT DISTINCT node_id, test, metric, band, world_size, pair FROM series_points WHERE result_id = $1
+         ORDER BY test, metric, band, pair",
     )
     .bind(result_id)
-    .fetch_optional(db)
+    .fetch_all(db)
     .await?;
-    let Some((node_id, world_size, figures)) = row else {
-        return Ok(0);
-    };
-    let figures: Vec<Figure> =
-        serde_json::from_value(figures).map_err(|source| HealthError::Decode {
-            what: "verdict figures",
-            source,
-        })?;
     let mut found = 0;
-    for f in figures {
-        let key = SeriesKey {
-            node_id,
-            band: super::figures::size_band(f.size_bytes),
-            test: f.test,
-            metric: f.metric,
-            world_size,
-            pair: f.pair.unwrap_or_default(),
-        };
+    for key in keys {
         found += update_series(db, &key).await?;
     }
     Ok(found)
@@ -104,16 +76,22 @@ fn bind_key<'q, O>(
         .bind(&key.pair)
 }
 
-/// The series' newest points, at most what the detector reads.
+/// The series' newest points, oldest first.
 async fn points(db: &PgPool, key: &SeriesKey) -> Result<Vec<Point>, sqlx::Error> {
-    let sql = format!(
-        "SELECT r.id AS result_id, r.job_id, r.received_at, (f->>'value')::float8 AS value {SERIES_FIGURES}
-         ORDER BY r.received_at DESC, r.id DESC LIMIT $7"
-    );
-    let mut points: Vec<Point> = bind_key(sqlx::query_as(&sql), key)
-        .bind(detect::MAX_POINTS as i64)
-        .fetch_all(db)
-        .await?;
+    let mut points: Vec<Point> = sqlx::query_as(
+        "SELECT result_id, t AS received_at, value FROM series_points
+         WHERE node_id = $1 AND test = $2 AND metric = $3 AND band = $4 AND world_size = $5 AND pair = $6
+         ORDER BY t DESC, result_id DESC LIMIT $7",
+    )
+    .bind(key.node_id)
+    .bind(&key.test)
+    .bind(&key.metric)
+    .bind(key.band)
+    .bind(key.world_size)
+    .bind(&key.pair)
+    .bind(detect::MAX_POINTS as i64)
+    .fetch_all(db)
+    .await?;
     points.reverse();
     Ok(points)
 }
@@ -188,11 +166,13 @@ async fn node_changes(
         .bind(at)
         .fetch_optional(db)
     };
-    let env_of = |job: Uuid| {
+    let env_of = |p: &Point| {
         sqlx::query_as::<_, (Option<serde_json::Value>,)>(
-            "SELECT applied_env FROM jobs WHERE id = $1",
+            "SELECT j.applied_env FROM results r JOIN jobs j ON j.id = r.job_id
+             WHERE r.id = $1 AND r.received_at = $2",
         )
-        .bind(job)
+        .bind(p.result_id)
+        .bind(p.received_at)
         .fetch_optional(db)
     };
     let mut changes = Vec::new();
@@ -205,9 +185,7 @@ async fn node_changes(
             &facts_diff::fields(&b),
         ));
     }
-    if let (Some((Some(a),)), Some((Some(b),))) =
-        (env_of(before.job_id).await?, env_of(after.job_id).await?)
-    {
+    if let (Some((Some(a),)), Some((Some(b),))) = (env_of(before).await?, env_of(after).await?) {
         changes.extend(facts_diff::diff(
             &facts_diff::env_fields(&a),
             &facts_diff::env_fields(&b),
@@ -230,11 +208,17 @@ pub async fn update_series(db: &PgPool, key: &SeriesKey) -> Result<usize, Health
         rows.push((c, &points[c.index], facts_changes));
     }
     let times: Vec<DateTime<Utc>> = rows.iter().map(|r| r.1.received_at).collect();
+    // Changes are found again only among the points read: older ones (before the newest
+    // MAX_POINTS, or in months retention dropped) stay as they were found, and are no
+    // longer the latest when a newer one is found.
+    let Some(oldest) = points.first().map(|p| p.received_at) else {
+        return Ok(0);
+    };
     let mut tx = db.begin().await?;
     // Only this series' rows, locked in key order by the unique index's scan.
     sqlx::query(
         "DELETE FROM change_points WHERE node_id = $1 AND test = $2 AND metric = $3 AND size_band = $4
-           AND world_size = $5 AND pair = $7 AND t <> ALL($6)",
+           AND world_size = $5 AND pair = $8 AND t >= $7 AND t <> ALL($6)",
     )
     .bind(key.node_id)
     .bind(&key.test)
@@ -242,9 +226,25 @@ pub async fn update_series(db: &PgPool, key: &SeriesKey) -> Result<usize, Health
     .bind(key.band)
     .bind(key.world_size)
     .bind(&times)
+    .bind(oldest)
     .bind(&key.pair)
     .execute(&mut *tx)
     .await?;
+    if !rows.is_empty() {
+        sqlx::query(
+            "UPDATE change_points SET latest = false WHERE node_id = $1 AND test = $2 AND metric = $3
+               AND size_band = $4 AND world_size = $5 AND pair = $7 AND t < $6 AND latest",
+        )
+        .bind(key.node_id)
+        .bind(&key.test)
+        .bind(&key.metric)
+        .bind(key.band)
+        .bind(key.world_size)
+        .bind(oldest)
+        .bind(&key.pair)
+        .execute(&mut *tx)
+        .await?;
+    }
     let mut worse_ids = Vec::new();
     for (i, (c, first, facts_changes)) in rows.iter().enumerate() {
         let worse = regress::is_worse(&key.metric, c.relative_change);

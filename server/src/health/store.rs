@@ -1,5 +1,6 @@
 //! Reading stored verdicts: per result (for results pages), latest per node and test (node
-//! health, fleet summary, metrics, pre-flight).
+//! health, fleet summary and metrics read `latest_verdicts`, which outlives the month of
+//! the result it is about: docs/health.md, "History"; pre-flight reads recent verdicts).
 
 use std::collections::HashMap;
 
@@ -92,10 +93,11 @@ pub async fn for_results(
 
 /// The latest verdict of every test on a node, newest first.
 pub async fn node_tests(db: &PgPool, node_id: Uuid) -> Result<Vec<TestHealth>, HealthError> {
-    let rows: Vec<VerdictRow> = sqlx::query_as(&format!(
-        "SELECT * FROM (SELECT DISTINCT ON (v.test) v.* FROM ({SELECT} WHERE v.node_id = $1) v ORDER BY v.test, v.judged_at DESC) l
-         ORDER BY l.judged_at DESC"
-    ))
+    let rows: Vec<VerdictRow> = sqlx::query_as(
+        "SELECT v.result_id, v.run_id, v.node_id, v.test, v.verdict, v.reasons, v.metric, v.value, v.figures,
+                v.world_size, v.judged_at
+         FROM latest_verdicts v WHERE v.node_id = $1 ORDER BY v.judged_at DESC",
+    )
     .bind(node_id)
     .fetch_all(db)
     .await?;
@@ -140,10 +142,9 @@ pub struct LatestLine {
 
 pub async fn latest_lines(db: &PgPool) -> Result<Vec<LatestLine>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT DISTINCT ON (v.node_id, v.test) n.hostname, v.test, v.verdict, v.metric, v.value,
-                r.summary->>'nccl_network' AS nccl_network
-         FROM verdicts v JOIN nodes n ON n.id = v.node_id JOIN results r ON r.id = v.result_id
-         ORDER BY v.node_id, v.test, v.judged_at DESC",
+        "SELECT n.hostname, v.test, v.verdict, v.metric, v.value, r.summary->>'nccl_network' AS nccl_network
+         FROM latest_verdicts v JOIN nodes n ON n.id = v.node_id
+         LEFT JOIN results r ON r.id = v.result_id AND r.received_at = v.received_at",
     )
     .fetch_all(db)
     .await
@@ -167,11 +168,10 @@ pub async fn fleet(db: &PgPool, regression: Severity) -> Result<FleetHealth, Hea
         sqlx::query_as("SELECT id, hostname, gpu_model FROM nodes ORDER BY hostname")
             .fetch_all(db)
             .await?;
-    let latest: Vec<(Uuid, String, String, DateTime<Utc>)> = sqlx::query_as(
-        "SELECT DISTINCT ON (node_id, test) node_id, test, verdict, judged_at FROM verdicts ORDER BY node_id, test, judged_at DESC",
-    )
-    .fetch_all(db)
-    .await?;
+    let latest: Vec<(Uuid, String, String, DateTime<Utc>)> =
+        sqlx::query_as("SELECT node_id, test, verdict, judged_at FROM latest_verdicts")
+            .fetch_all(db)
+            .await?;
     // One pass over the verdicts, then one lookup per node (not a scan per node: a fleet
     // of 50,000 nodes has hundreds of thousands of latest verdicts).
     let mut by_node: HashMap<Uuid, Vec<&(Uuid, String, String, DateTime<Utc>)>> = HashMap::new();

@@ -316,11 +316,11 @@ async fn baseline(
 ) -> Result<Option<Median>, sqlx::Error> {
     let sql = "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY x), count(*) FROM (
             SELECT (f->>'value')::float8 AS x
-            FROM verdicts v JOIN results r ON r.id = v.result_id, jsonb_array_elements(v.figures) f
+            FROM verdicts v, jsonb_array_elements(v.figures) f
             WHERE v.node_id = $1 AND v.result_id <> $2 AND v.world_size = $3 AND f->>'test' = $4 AND f->>'metric' = $5
               AND (f->>'band')::int = $6 AND coalesce(f->>'pair', '') = ''
-              AND r.received_at < $7 AND v.verdict IN ('pass', 'unknown')
-            ORDER BY r.received_at DESC LIMIT $8) s";
+              AND v.received_at < $7 AND v.verdict IN ('pass', 'unknown')
+            ORDER BY v.received_at DESC LIMIT $8) s";
     comparable_median(db, sql, s, result_id, f, |q| q.bind(BASELINE_RESULTS)).await
 }
 
@@ -360,12 +360,12 @@ async fn fleet_from_db(
 ) -> Result<Option<Median>, sqlx::Error> {
     let sql = "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY x), count(*) FROM (
             SELECT DISTINCT ON (v.node_id) (f->>'value')::float8 AS x
-            FROM verdicts v JOIN results r ON r.id = v.result_id, jsonb_array_elements(v.figures) f
+            FROM verdicts v, jsonb_array_elements(v.figures) f
             WHERE v.node_id <> $1 AND v.result_id <> $2 AND v.world_size = $3 AND f->>'test' = $4 AND f->>'metric' = $5
               AND (f->>'band')::int = $6 AND coalesce(f->>'pair', '') = ''
-              AND r.received_at <= $7 AND r.received_at > $7 - make_interval(days => $8)
+              AND v.received_at <= $7 AND v.received_at > $7 - make_interval(days => $8)
               AND v.gpu_model IS NOT DISTINCT FROM $9
-            ORDER BY v.node_id, r.received_at DESC) s";
+            ORDER BY v.node_id, v.received_at DESC) s";
     comparable_median(db, sql, s, result_id, f, |q| {
         q.bind(FLEET_WINDOW_DAYS).bind(&s.gpu_model)
     })
@@ -375,10 +375,11 @@ async fn fleet_from_db(
 /// Judges results of the last day that have no verdict yet: those whose judgement failed
 /// when they were uploaded (the upload itself succeeded, so the agent will not retry). Skips
 /// the last few seconds, which the upload handlers are judging themselves. Returns how many
-/// were judged; safe on every replica at once (judging is idempotent).
+/// were judged; safe on every replica at once (judging is idempotent). A verdict is looked
+/// for in its result's month only.
 pub async fn judge_pending(db: &PgPool) -> Result<usize, HealthError> {
     let pending: Vec<(Uuid,)> = sqlx::query_as(
-        "SELECT r.id FROM results r LEFT JOIN verdicts v ON v.result_id = r.id
+        "SELECT r.id FROM results r LEFT JOIN verdicts v ON v.result_id = r.id AND v.received_at = r.received_at
          WHERE v.result_id IS NULL AND r.received_at > now() - interval '1 day'
            AND r.received_at < now() - interval '5 seconds'
          ORDER BY r.received_at LIMIT 100",
@@ -479,13 +480,30 @@ pub async fn judge_result(db: &PgPool, result_id: Uuid) -> Result<ResultVerdict,
         what: "reasons",
         source,
     })?;
+    let figures_json = serde_json::Value::Array(stored_figures);
+    // The verdict, the node's latest verdict of the test, and the result's series points
+    // with their rollups (`history::points`), together.
+    let mut tx = db.begin().await?;
     let (judged_at,): (DateTime<Utc>,) = sqlx::query_as(
-        "INSERT INTO verdicts (result_id, run_id, node_id, test, verdict, reasons, metric, value, judged_at, figures, world_size, gpu_model)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now(), $9, $10, $11)
-         ON CONFLICT (result_id) DO UPDATE SET test = EXCLUDED.test, verdict = EXCLUDED.verdict, reasons = EXCLUDED.reasons,
-            metric = EXCLUDED.metric, value = EXCLUDED.value, judged_at = now(), figures = EXCLUDED.figures,
-            world_size = EXCLUDED.world_size, gpu_model = EXCLUDED.gpu_model
-         RETURNING judged_at",
+        "WITH v AS (
+            INSERT INTO verdicts (result_id, run_id, node_id, test, verdict, reasons, metric, value, judged_at, figures,
+                                  world_size, gpu_model, received_at)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now(), $9, $10, $11, $12)
+            ON CONFLICT (result_id, received_at) DO UPDATE SET test = EXCLUDED.test, verdict = EXCLUDED.verdict,
+               reasons = EXCLUDED.reasons, metric = EXCLUDED.metric, value = EXCLUDED.value, judged_at = now(),
+               figures = EXCLUDED.figures, world_size = EXCLUDED.world_size, gpu_model = EXCLUDED.gpu_model
+            RETURNING *),
+         latest AS (
+            INSERT INTO latest_verdicts (node_id, test, result_id, run_id, verdict, reasons, metric, value, judged_at,
+                                         figures, world_size, gpu_model, received_at)
+            SELECT node_id, test, result_id, run_id, verdict, reasons, metric, value, judged_at, figures, world_size,
+                   gpu_model, received_at FROM v
+            ON CONFLICT (node_id, test) DO UPDATE SET result_id = EXCLUDED.result_id, run_id = EXCLUDED.run_id,
+               verdict = EXCLUDED.verdict, reasons = EXCLUDED.reasons, metric = EXCLUDED.metric, value = EXCLUDED.value,
+               judged_at = EXCLUDED.judged_at, figures = EXCLUDED.figures, world_size = EXCLUDED.world_size,
+               gpu_model = EXCLUDED.gpu_model, received_at = EXCLUDED.received_at
+            WHERE latest_verdicts.judged_at <= EXCLUDED.judged_at)
+         SELECT judged_at FROM v",
     )
     .bind(result_id)
     .bind(s.run_id)
@@ -495,11 +513,23 @@ pub async fn judge_result(db: &PgPool, result_id: Uuid) -> Result<ResultVerdict,
     .bind(&reasons_json)
     .bind(headline.map(|f| f.metric.clone()))
     .bind(headline.map(|f| f.value))
-    .bind(serde_json::Value::Array(stored_figures))
+    .bind(&figures_json)
     .bind(s.world_size)
     .bind(&s.gpu_model)
-    .fetch_one(db)
+    .bind(s.received_at)
+    .fetch_one(&mut *tx)
     .await?;
+    if s.outcome == "succeeded" {
+        let judged = crate::history::points::Judged {
+            node_id: s.node_id,
+            result_id,
+            received_at: s.received_at,
+            world_size: s.world_size,
+            figures: &figures_json,
+        };
+        crate::history::points::record(&mut tx, &judged).await?;
+    }
+    tx.commit().await?;
     tracing::debug!(%result_id, node = %s.hostname, test = %extracted.test, %verdict, "judged a result");
     Ok(ResultVerdict {
         result_id,

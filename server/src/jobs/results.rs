@@ -3,11 +3,19 @@
 //!
 //! A job belongs to whoever claimed it last: each claim gets a fresh `claim_id`, kept after
 //! the lease ends. A result is accepted only under the job's latest claim.
+//!
+//! `results` is partitioned by month of arrival (docs/health.md, "History"), so no unique
+//! index holds one result per job or per upload key: this transaction does, under the job's
+//! row lock and an advisory lock on the upload key.
 
 use heddle_types::jobs::{JobState, ResultUpload};
 use uuid::Uuid;
 
 use super::{JobError, store};
+
+/// First key of the advisory lock on an upload key (the second is the key's hash); distinct
+/// from the server's other advisory locks.
+const UPLOAD_KEY_LOCK: i32 = 727_277;
 
 /// Who uploads: the agent's id and its node.
 #[derive(Debug, Clone, Copy)]
@@ -45,6 +53,14 @@ pub async fn store_result(
     if job.node_id != by.node_id {
         return Err(JobError::OtherNode(id));
     }
+    // Two jobs' uploads naming one key take turns; one job's already do (its row lock).
+    sqlx::query!(
+        "SELECT pg_advisory_xact_lock($1, hashtext($2))",
+        UPLOAD_KEY_LOCK,
+        up.upload_key
+    )
+    .execute(&mut *tx)
+    .await?;
     let by_key = sqlx::query!(
         "SELECT id, job_id, agent_id FROM results WHERE upload_key = $1",
         up.upload_key
@@ -81,9 +97,9 @@ pub async fn store_result(
     }
     let outcome = up.outcome.job_state();
     let result_id = Uuid::new_v4();
-    sqlx::query!(
+    let received_at = sqlx::query_scalar!(
         "INSERT INTO results (id, job_id, upload_key, agent_id, outcome, reason, exit_code, stderr_tail, summary, started_at, finished_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING received_at",
         result_id,
         id,
         up.upload_key,
@@ -100,9 +116,9 @@ pub async fn store_result(
         up.started_at,
         up.finished_at,
     )
-    .execute(&mut *tx)
+    .fetch_one(&mut *tx)
     .await?;
-    insert_rows(&mut tx, result_id, up).await?;
+    insert_rows(&mut tx, result_id, received_at, up).await?;
     let current: JobState = job.state.parse().map_err(|message| JobError::Corrupt {
         what: "job state",
         message,
@@ -155,15 +171,17 @@ fn tail(s: &str, max: usize) -> &str {
     &s[start..]
 }
 
+/// Rows carry their result's arrival: the month they are kept in.
 async fn insert_rows(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
     result_id: Uuid,
+    received_at: chrono::DateTime<chrono::Utc>,
     up: &ResultUpload,
 ) -> Result<(), sqlx::Error> {
-    // Postgres caps a statement at 65535 bind parameters; 14 per row.
+    // Postgres caps a statement at 65535 bind parameters; 15 per row.
     for (chunk_no, chunk) in up.rows.chunks(4000).enumerate() {
         let mut qb = sqlx::QueryBuilder::<sqlx::Postgres>::new(
-            "INSERT INTO result_rows (result_id, seq, size_bytes, count, dtype, op, root, in_place, time_us, algbw_gbs, busbw_gbs, wrong, labels, extra) ",
+            "INSERT INTO result_rows (result_id, seq, size_bytes, count, dtype, op, root, in_place, time_us, algbw_gbs, busbw_gbs, wrong, labels, extra, received_at) ",
         );
         qb.push_values(chunk.iter().enumerate(), |mut b, (i, r)| {
             b.push_bind(result_id)
@@ -183,7 +201,8 @@ async fn insert_rows(
                     serde_json::json!({})
                 } else {
                     r.extra.clone()
-                });
+                })
+                .push_bind(received_at);
         });
         qb.build().execute(&mut **tx).await?;
     }

@@ -20,6 +20,7 @@
 //! (held heartbeats and token uses, its credential cache, its certificate).
 
 pub mod heartbeat_flusher;
+pub mod history;
 pub mod investigations;
 pub mod lease_reaper;
 pub mod plugin_reconciler;
@@ -103,6 +104,7 @@ pub fn start(state: &AppState, tls: Option<Arc<CertFiles>>) -> Workers {
     }
     workers.spawn(state, token_returns::TokenReturns::new(state));
     workers.spawn(state, investigations::Investigations::new(state));
+    workers.spawn(state, history::History::new(state));
     if let Some(files) = tls {
         workers.spawn(state, tls_reload::TlsReload::new(state, files));
     }

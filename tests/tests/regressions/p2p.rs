@@ -9,7 +9,7 @@ use heddle_server::testing::TestServer;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use super::{CHANGE_DAY, DAYS, call, noise};
+use super::{CHANGE_DAY, DAYS, a_day_earlier, call, noise};
 
 const GPUS: usize = 3;
 /// The node and the copy on it that slows down.
@@ -101,13 +101,7 @@ async fn a_pair_that_lost_ten_percent_is_one_regression_on_that_pair() {
     }
     let mut last_runs = Vec::new();
     for day in 0..DAYS {
-        for sql in [
-            "UPDATE results SET received_at = received_at - interval '1 day'",
-            "UPDATE node_facts_history SET collected_at = collected_at - interval '1 day'",
-            "UPDATE change_points SET t = t - interval '1 day'",
-        ] {
-            sqlx::query(sql).execute(&server.state.db).await.unwrap();
-        }
+        a_day_earlier(&server).await;
         last_runs.clear();
         for (n, (host, _)) in SLOWED.iter().enumerate() {
             let run = server

@@ -92,10 +92,10 @@ async fn refresh(db: &PgPool, id: Uuid) -> Result<(), HealthError> {
     .await?;
     // Nodes with comparable figures on both sides of the change.
     let peers: Vec<(Uuid,)> = sqlx::query_as(
-        "SELECT v.node_id FROM verdicts v JOIN results r ON r.id = v.result_id, jsonb_array_elements(v.figures) f
-         WHERE v.world_size = $1 AND f->>'test' = $2 AND f->>'metric' = $3 AND (f->>'band')::int = $4
-           AND coalesce(f->>'pair', '') = $8 AND r.outcome = 'succeeded' AND r.received_at BETWEEN $5 - make_interval(days => $6) AND $5 + make_interval(days => $6)
-         GROUP BY v.node_id HAVING min(r.received_at) < $5 AND max(r.received_at) >= $5
+        "SELECT node_id FROM series_points
+         WHERE world_size = $1 AND test = $2 AND metric = $3 AND band = $4 AND pair = $8
+           AND t BETWEEN $5 - make_interval(days => $6) AND $5 + make_interval(days => $6)
+         GROUP BY node_id HAVING min(t) < $5 AND max(t) >= $5
          LIMIT $7",
     )
     .bind(s.world_size)
