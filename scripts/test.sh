@@ -54,6 +54,9 @@ HEDDLE_PROFILE=dev scripts/fleet-test.sh --prepare
 # CI=true makes insta fail on a changed snapshot instead of writing a new one.
 export CI=${CI:-true}
 step "cargo test (workspace)"
+# The agent's observed-jobs test loads the NCCL profiler plugin and its driver as built
+# artifacts, which `cargo test` alone does not make.
+cargo build --locked -p heddle-nccl-profiler
 cargo test --workspace --locked --no-fail-fast "$@"
 step "cargo test (guest plugin workspace and template, native)"
 cargo test --locked --manifest-path plugins/Cargo.toml --workspace
