@@ -184,6 +184,7 @@ async fn metrics_use_base_units_dcgm_labels_and_pass_promtool() {
         "investigations",
         "revocation_feed",
         "token_returns",
+        "history",
     ] {
         for family in [
             "heddle_worker_runs_total",

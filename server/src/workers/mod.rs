@@ -14,6 +14,7 @@
 //! | [`revocation_feed`] | half `HEDDLE_REVOCATION_DELAY_MS` (off at 0) | dropped |
 //! | [`token_returns`] | half the hold of enrollment token uses | gives back all |
 //! | [`tls_reload`] | `HEDDLE_TLS_RELOAD_INTERVAL_S` (HTTPS only) | dropped |
+//! | [`history`] | `HEDDLE_HISTORY_INTERVAL_S` | dropped |
 //!
 //! Every worker runs on every replica: what one run does is safe to do on several at once,
 //! by row locks, `SKIP LOCKED` or advisory locks, or because its work is the replica's own
