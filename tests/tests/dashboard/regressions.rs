@@ -30,8 +30,15 @@ async fn seed(server: &TestServer, api: &Api) {
     }
     let gib8 = 8i64 << 30;
     for day in 0..DAYS {
+        // Everything the server remembers of the simulated days, one day further back: each
+        // result's arrival and its copies in its rows, verdict and series points (what the
+        // detector reads), the facts history and the change points.
         for sql in [
             "UPDATE results SET received_at = received_at - interval '1 day'",
+            "UPDATE result_rows SET received_at = received_at - interval '1 day'",
+            "UPDATE verdicts SET received_at = received_at - interval '1 day'",
+            "UPDATE latest_verdicts SET received_at = received_at - interval '1 day'",
+            "UPDATE series_points SET t = t - interval '1 day'",
             "UPDATE node_facts_history SET collected_at = collected_at - interval '1 day'",
             "UPDATE change_points SET t = t - interval '1 day'",
         ] {
