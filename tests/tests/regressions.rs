@@ -540,9 +540,9 @@ async fn a_long_series_is_thinned_to_the_charts_bound() {
               res AS (INSERT INTO results (id, job_id, upload_key, outcome, started_at, finished_at, received_at)
                       SELECT gen_random_uuid(), js.id, 'long-' || js.rank, 'succeeded', now(), now(),
                              now() - make_interval(hours => 2499 - js.rank)
-                      FROM js RETURNING id, job_id)
-         INSERT INTO verdicts (result_id, run_id, node_id, test, verdict, world_size, figures)
-         SELECT res.id, js.run_id, js.node_id, 'nccl.all_reduce', 'pass', 1,
+                      FROM js RETURNING id, job_id, received_at)
+         INSERT INTO verdicts (result_id, received_at, run_id, node_id, test, verdict, world_size, figures)
+         SELECT res.id, res.received_at, js.run_id, js.node_id, 'nccl.all_reduce', 'pass', 1,
                 jsonb_build_array(jsonb_build_object('test', 'nccl.all_reduce', 'metric', 'busbw_gbs',
                     'size_bytes', 8589934592, 'band', 33, 'value', js.rank))
          FROM res JOIN js ON js.id = res.job_id",
