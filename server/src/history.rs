@@ -31,6 +31,23 @@ pub struct SeriesKey {
     pub pair: String,
 }
 
+impl SeriesKey {
+    /// Binds the key as `$1` to `$6` in the order of `series_points`' index: node, test,
+    /// metric, band, world size, pair. Every read of one series takes its key this way; a
+    /// query's own parameters start at `$7`.
+    pub fn bind<'q, O>(
+        &'q self,
+        q: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
+    ) -> sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments> {
+        q.bind(self.node_id)
+            .bind(&self.test)
+            .bind(&self.metric)
+            .bind(self.band)
+            .bind(self.world_size)
+            .bind(&self.pair)
+    }
+}
+
 /// How long history is kept (`HEDDLE_HISTORY_KEEP_DAYS`, `HEDDLE_ROLLUP_KEEP_DAYS`); its
 /// home is the configuration, which the history layer reads.
 pub use crate::config::HistoryKeep as Keep;

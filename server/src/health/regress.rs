@@ -52,43 +52,24 @@ pub async fn on_result(db: &PgPool, result_id: Uuid) -> Result<usize, HealthErro
     Ok(found)
 }
 
-/// The figures of a series, the `FROM` and `WHERE` of every read of its points (the
-/// detector's below, the chart's in `history.rs`), bound by [`bind_key`]. A verdict's `test`
-/// is its figure's, or the kind when it has several (`p2p`, `ucx`), so `verdicts_node_idx`
-/// (node, test) narrows the read to this series' results. A figure without a pair is the
-/// series of pair `''`.
+/// The figures of a series in `verdicts`, the `FROM` and `WHERE` of the chart's read of its
+/// points (`history.rs`; the detector reads `series_points`), bound by [`SeriesKey::bind`].
+/// A verdict's `test` is its figure's, or the kind when it has several (`p2p`, `ucx`), so
+/// `verdicts_node_idx` (node, test) narrows the read to this series' results. A figure
+/// without a pair is the series of pair `''`.
 const SERIES_FIGURES: &str =
     "FROM verdicts v JOIN results r ON r.id = v.result_id, jsonb_array_elements(v.figures) f
-     WHERE v.node_id = $1 AND (v.test = $3 OR v.test = split_part($3, '.', 1))
-       AND v.world_size = $2 AND f->>'test' = $3 AND f->>'metric' = $4
-       AND (f->>'band')::int = $5 AND coalesce(f->>'pair', '') = $6 AND r.outcome = 'succeeded'";
-
-/// Binds `$1` to `$6` of [`SERIES_FIGURES`]; a query's own parameters start at `$7`.
-fn bind_key<'q, O>(
-    q: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
-    key: &'q SeriesKey,
-) -> sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments> {
-    q.bind(key.node_id)
-        .bind(key.world_size)
-        .bind(&key.test)
-        .bind(&key.metric)
-        .bind(key.band)
-        .bind(&key.pair)
-}
+     WHERE v.node_id = $1 AND (v.test = $2 OR v.test = split_part($2, '.', 1))
+       AND v.world_size = $5 AND f->>'test' = $2 AND f->>'metric' = $3
+       AND (f->>'band')::int = $4 AND coalesce(f->>'pair', '') = $6 AND r.outcome = 'succeeded'";
 
 /// The series' newest points, oldest first.
 async fn points(db: &PgPool, key: &SeriesKey) -> Result<Vec<Point>, sqlx::Error> {
-    let mut points: Vec<Point> = sqlx::query_as(
+    let mut points: Vec<Point> = key.bind(sqlx::query_as(
         "SELECT result_id, t AS received_at, value FROM series_points
          WHERE node_id = $1 AND test = $2 AND metric = $3 AND band = $4 AND world_size = $5 AND pair = $6
          ORDER BY t DESC, result_id DESC LIMIT $7",
-    )
-    .bind(key.node_id)
-    .bind(&key.test)
-    .bind(&key.metric)
-    .bind(key.band)
-    .bind(key.world_size)
-    .bind(&key.pair)
+    ))
     .bind(detect::MAX_POINTS as i64)
     .fetch_all(db)
     .await?;

@@ -44,19 +44,13 @@ pub async fn range(
     if reads_rollups(since, until) {
         return rollups(db, key, since.date_naive(), until.date_naive()).await;
     }
-    let mut points: Vec<Bucket> = sqlx::query_as(
+    let mut points: Vec<Bucket> = key.bind(sqlx::query_as(
         "SELECT t, 1::int8 AS n, value AS mean, value AS min, value AS max, value AS median, result_id
          FROM series_points
          WHERE node_id = $1 AND test = $2 AND metric = $3 AND band = $4 AND world_size = $5 AND pair = $6
            AND t >= $7 AND t < $8
          ORDER BY t DESC, result_id DESC LIMIT $9",
-    )
-    .bind(key.node_id)
-    .bind(&key.test)
-    .bind(&key.metric)
-    .bind(key.band)
-    .bind(key.world_size)
-    .bind(&key.pair)
+    ))
     .bind(since)
     .bind(until)
     .bind(MAX_RAW_POINTS)
@@ -73,19 +67,13 @@ pub async fn rollups(
     first: NaiveDate,
     last: NaiveDate,
 ) -> Result<Vec<Bucket>, sqlx::Error> {
-    sqlx::query_as(
+    key.bind(sqlx::query_as(
         "SELECT (day::timestamp AT TIME ZONE 'UTC') AS t, n, sum / n AS mean, min, max, median, NULL::uuid AS result_id
          FROM series_daily
          WHERE node_id = $1 AND test = $2 AND metric = $3 AND band = $4 AND world_size = $5 AND pair = $6
            AND day >= $7 AND day <= $8
          ORDER BY day",
-    )
-    .bind(key.node_id)
-    .bind(&key.test)
-    .bind(&key.metric)
-    .bind(key.band)
-    .bind(key.world_size)
-    .bind(&key.pair)
+    ))
     .bind(first)
     .bind(last)
     .fetch_all(db)

@@ -8,7 +8,7 @@ use heddle_types::regress::{ChartPoint, FactsMarker, MAX_CHART_POINTS, SeriesCha
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use super::{SERIES_FIGURES, SeriesKey, bind_key, store};
+use super::{SERIES_FIGURES, SeriesKey, store};
 use crate::health::HealthError;
 
 /// Facts snapshots read for markers at most; a node keeps `HEDDLE_FACTS_HISTORY_KEEP`
@@ -58,7 +58,8 @@ pub async fn chart(
          WHERE (newest - 1) % greatest(1, ceil(total::float8 / $9))::bigint = 0
          ORDER BY t, result_id"
     );
-    let rows: Vec<Row> = bind_key(sqlx::query_as(&sql), key)
+    let rows: Vec<Row> = key
+        .bind(sqlx::query_as(&sql))
         .bind(since)
         .bind(until)
         .bind(MAX_CHART_POINTS as i64)
@@ -117,7 +118,7 @@ fn no_such_series(key: &SeriesKey) -> HealthError {
 /// Whether the series has any point at all, whatever the range.
 async fn exists(db: &PgPool, key: &SeriesKey) -> Result<bool, sqlx::Error> {
     let sql = format!("SELECT EXISTS (SELECT 1 {SERIES_FIGURES})");
-    let (found,): (bool,) = bind_key(sqlx::query_as(&sql), key).fetch_one(db).await?;
+    let (found,): (bool,) = key.bind(sqlx::query_as(&sql)).fetch_one(db).await?;
     Ok(found)
 }
 

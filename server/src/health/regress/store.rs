@@ -125,13 +125,8 @@ pub async fn of_series(
            AND c.pair = $6 AND ($7::timestamptz IS NULL OR c.t >= $7) AND c.t <= $8
          ORDER BY c.t, c.id LIMIT $9"
     );
-    let rows: Vec<Row> = sqlx::query_as(&sql)
-        .bind(key.node_id)
-        .bind(&key.test)
-        .bind(&key.metric)
-        .bind(key.band)
-        .bind(key.world_size)
-        .bind(&key.pair)
+    let rows: Vec<Row> = key
+        .bind(sqlx::query_as(&sql))
         .bind(since)
         .bind(until)
         .bind(MAX_LIMIT)
