@@ -3,7 +3,7 @@
 # fleet, generated in SQL, then the reads that must stay fast and the drop of an expired
 # month, with a release heddle-server for the parts that go through it.
 #
-#   scripts/bench-history.sh [--nodes 10000] [--days 365] [--raw-days 365] [--rows 30] [--keep]
+#   scripts/bench-history.sh [--nodes 10000] [--days 365] [--raw-days 365] [--rows 30] [--keep] [--reuse]
 #
 # 1. A database of its own (heddle_bench_history) on the Postgres of scripts/pg-ensure.sh;
 #    heddle-server applies the migrations.
@@ -13,14 +13,16 @@
 #    rollups cover every day.
 # 3. scripts/bench-history-queries.sql: EXPLAIN ANALYZE and timings of a series' year chart,
 #    its month of points, the detector's read, the open regressions list and the fleet view.
-# 4. GET /api/v1/regressions and GET /api/v1/health through the server, five times each.
+# 4. Through the server, five times each: the series' year chart (a day a point) and month
+#    chart (a result a point), GET /api/v1/regressions and GET /api/v1/health.
 # 5. The server again, keeping just less than the oldest month: its retention loop detaches
 #    and drops that month of every raw table, and logs how long each took.
-# The database is dropped at the end unless --keep. Needs $CARGO_TARGET_DIR/release/heddle-server.
+# The database is dropped at the end unless --keep; --reuse skips steps 1 and 2 and reads the
+# database a run with --keep left (its generation takes most of the time). Needs $CARGO_TARGET_DIR/release/heddle-server.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
-nodes=10000 days=365 raw_days= rows=30 keep=false
+nodes=10000 days=365 raw_days= rows=30 keep=false reuse=false
 while [[ $# -gt 0 ]]; do
     case $1 in
         --nodes) nodes=$2; shift 2 ;;
@@ -28,7 +30,8 @@ while [[ $# -gt 0 ]]; do
         --raw-days) raw_days=$2; shift 2 ;;
         --rows) rows=$2; shift 2 ;;
         --keep) keep=true; shift ;;
-        *) echo "usage: $0 [--nodes N] [--days N] [--raw-days N] [--rows N] [--keep]" >&2; exit 2 ;;
+        --reuse) reuse=true; keep=true; shift ;;
+        *) echo "usage: $0 [--nodes N] [--days N] [--raw-days N] [--rows N] [--keep] [--reuse]" >&2; exit 2 ;;
     esac
 done
 raw_days=${raw_days:-$days}
@@ -61,34 +64,40 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# About 190 bytes a result row (its heap tuple and primary key entry), 1.6 KB a result (its
-# job, verdict, point and their indexes), 230 bytes a rollup; refuse to fill the disk.
-need_gib=$(( (nodes * raw_days * (rows * 190 + 1600) + nodes * days * 230) / 1000000000 + 1 ))
-free_gib=$(df -BG --output=avail "$repo" | tail -n 1 | tr -dc 0-9)
-if (( free_gib < need_gib + 10 )); then
-    echo "about $need_gib GiB needed and $free_gib GiB free: leaving less than 10 GiB; use fewer --nodes, --days or --rows" >&2
-    exit 1
+if [[ $reuse == false ]]; then
+    # About 190 bytes a result row (its heap tuple and primary key entry), 1.6 KB a result (its
+    # job, verdict, point and their indexes), 230 bytes a rollup; refuse to fill the disk.
+    need_gib=$(( (nodes * raw_days * (rows * 190 + 1600) + nodes * days * 230) / 1000000000 + 1 ))
+    free_gib=$(df -BG --output=avail "$repo" | tail -n 1 | tr -dc 0-9)
+    if (( free_gib < need_gib + 10 )); then
+        echo "about $need_gib GiB needed and $free_gib GiB free: leaving less than 10 GiB; use fewer --nodes, --days or --rows" >&2
+        exit 1
+    fi
+    echo "about $need_gib GiB for the database; $free_gib GiB free"
+
+    step "database $db, migrated by heddle-server"
+    psql -q "$admin_url" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db"
+    start_server 0
+    stop_server
+
+    step "generate: $nodes nodes x $days nights (the last $raw_days with full rows) x $rows rows"
+    start=$(date +%s)
+    psql -q "$url" -v nodes="$nodes" -v days="$days" -v raw_days="$raw_days" -v nrows="$rows" -f scripts/bench-history.sql
+    echo "generated in $(( $(date +%s) - start )) s"
+
 fi
-echo "about $need_gib GiB for the database; $free_gib GiB free"
-
-step "database $db, migrated by heddle-server"
-psql -q "$admin_url" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db"
-start_server 0
-stop_server
-
-step "generate: $nodes nodes x $days nights (the last $raw_days with full rows) x $rows rows"
-start=$(date +%s)
-psql -q "$url" -v nodes="$nodes" -v days="$days" -v raw_days="$raw_days" -v nrows="$rows" -f scripts/bench-history.sql
-echo "generated in $(( $(date +%s) - start )) s"
 
 node=$(psql -Atq "$url" -c "SELECT id FROM nodes ORDER BY hostname = 'bench-04242' DESC, hostname LIMIT 1")
 band=$(( 20 + (rows - 1) / 2 ))
 step "reads (node $node, band $band)"
 psql -q "$url" -v node="$node" -v band="$band" -f scripts/bench-history-queries.sql
 
-step "through the server: GET /api/v1/regressions and GET /api/v1/health (seconds)"
+step "through the server: a series' year and month charts, GET /api/v1/regressions and GET /api/v1/health (seconds)"
 start_server 0
-for path in "/api/v1/regressions?limit=1000" /api/v1/health; do
+series="/api/v1/regressions/series?node=$node&test=nccl.all_reduce&metric=busbw_gbs&band=$band&world_size=1"
+year_ago=$(date -u -d '365 days ago' +%Y-%m-%dT%H:%M:%SZ)
+month_ago=$(date -u -d '30 days ago' +%Y-%m-%dT%H:%M:%SZ)
+for path in "$series&since=$year_ago" "$series&since=$month_ago" "/api/v1/regressions?limit=1000" /api/v1/health; do
     for _ in 1 2 3 4 5; do
         curl -sf -o /dev/null -w "$path %{time_total}\n" -H "authorization: Bearer $token" "http://127.0.0.1:$port$path"
     done

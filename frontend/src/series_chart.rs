@@ -86,7 +86,8 @@ pub fn SeriesChartView(chart: SeriesChart) -> impl IntoView {
             c.before * (1.0 + c.ci_high),
         ]
     });
-    let (lo, hi, step) = value_range(chart.points.iter().map(|p| p.value).chain(levels));
+    let extremes = chart.points.iter().flat_map(|p| [p.min, p.max]).flatten();
+    let (lo, hi, step) = value_range(chart.points.iter().map(|p| p.value).chain(extremes).chain(levels));
     // A little room either side so the first and last dots are not on the frame.
     let span = (last - first).num_milliseconds().max(3_600_000);
     let s = Scale {
@@ -136,8 +137,21 @@ pub fn SeriesChartView(chart: SeriesChart) -> impl IntoView {
         .points
         .iter()
         .map(|p| {
-            let tip = format!("{}: {:.2} {}", p.t.format("%Y-%m-%d %H:%M UTC"), p.value, chart.metric);
-            view! { <circle class="point" cx=s.x(p.t) cy=s.y(p.value) r="3"><title>{tip}</title></circle> }
+            let (x, y) = (s.x(p.t), s.y(p.value));
+            match (p.n, p.min, p.max) {
+                // A day: its median, and its lowest to highest figure as a line through it.
+                (Some(n), Some(min), Some(max)) => {
+                    let tip = format!("{}: median {:.2} of {n} (lowest {min:.2}, highest {max:.2}) {}",
+                        p.t.format("%Y-%m-%d"), p.value, chart.metric);
+                    view! { <g class="day"><title>{tip}</title>
+                        <line class="spread" x1=x x2=x y1=s.y(min) y2=s.y(max)/>
+                        <circle class="point" cx=x cy=y r="3"/></g> }.into_any()
+                }
+                _ => {
+                    let tip = format!("{}: {:.2} {}", p.t.format("%Y-%m-%d %H:%M UTC"), p.value, chart.metric);
+                    view! { <circle class="point" cx=x cy=y r="3"><title>{tip}</title></circle> }.into_any()
+                }
+            }
         })
         .collect_view();
     // Each change's levels run from the change before it (or the first figure) to the one

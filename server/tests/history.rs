@@ -379,11 +379,14 @@ async fn retention_drops_an_expired_month_and_keeps_the_latest_verdict_and_open_
     let year = history::range(
         db,
         &key,
-        Utc::now() - chrono::Duration::days(365),
+        Some(Utc::now() - chrono::Duration::days(365)),
         Utc::now(),
+        1000,
     )
     .await
     .unwrap();
+    assert_eq!(year.resolution, history::range::Resolution::Days);
+    let year = year.buckets;
     assert_eq!(year.len(), 1, "{year:?}");
     assert_eq!(year[0].n, 12);
 
@@ -517,11 +520,14 @@ async fn rollups_equal_the_aggregates_of_their_points() {
                 let long = history::range(
                     &db,
                     &key("nccl.all_reduce", metric),
-                    at(yesterday, 0) - chrono::Duration::days(40),
+                    Some(at(yesterday, 0) - chrono::Duration::days(40)),
                     until,
+                    1000,
                 )
                 .await
                 .unwrap();
+                assert_eq!(long.resolution, history::range::Resolution::Days);
+                let long = long.buckets;
                 assert_eq!(long.len(), 2, "{long:?}");
                 for (day, bucket) in [yesterday, yesterday.succ_opt().unwrap()]
                     .into_iter()
@@ -552,11 +558,15 @@ async fn rollups_equal_the_aggregates_of_their_points() {
                 let short = history::range(
                     &db,
                     &key("nccl.all_reduce", metric),
-                    at(yesterday, 0),
+                    Some(at(yesterday, 0)),
                     until,
+                    1000,
                 )
                 .await
                 .unwrap();
+                assert_eq!(short.resolution, history::range::Resolution::Points);
+                assert_eq!((short.total, short.stride), (73, 1));
+                let short = short.buckets;
                 assert_eq!(short.len(), 73);
                 assert!(short.iter().all(|b| b.n == 1 && b.result_id.is_some()));
                 assert_eq!(short[5].mean, if f > 0.0 { 250.0 } else { 1e6 / 250.0 });

@@ -19,7 +19,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-pub use chart::{ChartPoint, FactsMarker, MAX_CHART_POINTS, SeriesChart};
+pub use chart::{ChartPoint, FactsMarker, MAX_CHART_POINTS, RAW_MAX_DAYS, Resolution, SeriesChart};
 pub use detect::{Change, Config, detect};
 
 /// The expectation metric that sets the smallest change reported for a test (a fraction,

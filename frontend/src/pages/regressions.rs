@@ -5,7 +5,7 @@
 //! the time axis (`series_chart.rs`), what changed around each change and the fleet's view.
 
 use chrono::{NaiveDate, Utc};
-use heddle_types::regress::{self, ChartPoint, Regression, SeriesChart};
+use heddle_types::regress::{self, ChartPoint, RAW_MAX_DAYS, Regression, Resolution, SeriesChart};
 use leptos::prelude::*;
 use leptos_router::NavigateOptions;
 use leptos_router::hooks::{use_navigate, use_query_map};
@@ -276,7 +276,7 @@ fn range_links(base: &str, since: &str) -> Vec<(String, String, bool)> {
         format!("/regressions/series?{base}"),
         since.is_empty(),
     )];
-    for days in [7, 30, 90] {
+    for days in [7, 30, 90, 365] {
         let from = (now - chrono::Duration::days(days))
             .format("%Y-%m-%dT00:00:00Z")
             .to_string();
@@ -300,8 +300,13 @@ fn series_body(c: SeriesChart, ranges: Vec<(String, String, bool)>) -> impl Into
         world_size: c.world_size,
     }
     .text();
+    let days = c.resolution == Resolution::Days;
+    let what = if days { "days" } else { "figures" };
     let thinned = (c.stride > 1).then(|| {
-        view! { <p class="muted" id="series-thinned">{format!("{} of {} figures drawn (every {}th).", c.points.len(), c.total_points, c.stride)}</p> }
+        view! { <p class="muted" id="series-thinned">{format!("{} of {} {what} drawn (every {}th).", c.points.len(), c.total_points, c.stride)}</p> }
+    });
+    let daily = days.then(|| {
+        view! { <p class="muted" id="series-daily">{format!("A range over {RAW_MAX_DAYS} days: one point a day, the median of its figures (the line through it spans the day's lowest to highest).")}</p> }
     });
     let range = ranges
         .into_iter()
@@ -320,7 +325,7 @@ fn series_body(c: SeriesChart, ranges: Vec<(String, String, bool)>) -> impl Into
         .map(change_block)
         .collect_view();
     let no_changes = c.change_points.is_empty();
-    let recent = recent_table(c.points.iter().rev().take(20).cloned().collect());
+    let recent = recent_table(c.points.iter().rev().take(20).cloned().collect(), c.resolution);
     view! {
         <div class="title-row">
             <h1 id="series-title">{title}</h1>
@@ -328,6 +333,7 @@ fn series_body(c: SeriesChart, ranges: Vec<(String, String, bool)>) -> impl Into
         </div>
         <p class="filters">"Range: "{range}<a href=format!("/regressions?node={}", c.node_id)>"this node's regressions"</a></p>
         <SeriesChartView chart=c.clone()/>
+        {daily}
         {thinned}
         <h2>"Facts changes on the node"</h2>
         {if no_markers {
@@ -358,11 +364,22 @@ fn change_block(r: &Regression) -> impl IntoView + use<> {
     }
 }
 
-fn recent_table(points: Vec<ChartPoint>) -> impl IntoView {
+fn recent_table(points: Vec<ChartPoint>, resolution: Resolution) -> impl IntoView {
     let rows = points
         .into_iter()
-        .map(|p| view! { <tr><td class="mono small">{when(Some(p.t))}</td><td class="num">{format!("{:.2}", p.value)}</td>
-            <td><a href=format!("/runs/{}", p.run_id)>"run"</a></td></tr> })
+        .map(|p| {
+            let what = match (p.run_id, p.n) {
+                (Some(run), _) => view! { <a href=format!("/runs/{run}")>"run"</a> }.into_any(),
+                (None, Some(n)) => {
+                    let range = format!("{n} figures, {:.2} to {:.2}", p.min.unwrap_or(p.value), p.max.unwrap_or(p.value));
+                    view! { <span class="muted small">{range}</span> }.into_any()
+                }
+                (None, None) => view! { <span class="muted small">"run no longer kept"</span> }.into_any(),
+            };
+            let t = if resolution == Resolution::Days { p.t.format("%Y-%m-%d").to_string() } else { when(Some(p.t)) };
+            view! { <tr><td class="mono small">{t}</td><td class="num">{format!("{:.2}", p.value)}</td><td>{what}</td></tr> }
+        })
         .collect_view();
-    view! { <table class="grid" id="series-points"><thead><tr><th>"Received"</th><th>"Value"</th><th></th></tr></thead><tbody>{rows}</tbody></table> }
+    let head = if resolution == Resolution::Days { ("Day", "Median") } else { ("Received", "Value") };
+    view! { <table class="grid" id="series-points"><thead><tr><th>{head.0}</th><th>{head.1}</th><th></th></tr></thead><tbody>{rows}</tbody></table> }
 }

@@ -1,20 +1,16 @@
 //! A series over a time range, for charts: its points when the range is at most
 //! [`RAW_MAX_DAYS`] long, its daily rollups when longer (a year of a nightly series is 365
-//! rows of `series_daily` read through its primary key, whatever the fleet's size).
+//! rows of `series_daily` read through its primary key, whatever the fleet's size). Either
+//! way at most a bound of them is answered, thinned evenly from the newest.
 
-use chrono::{DateTime, Duration, NaiveDate, Utc};
+use chrono::{DateTime, NaiveDate, Utc};
+pub use heddle_types::regress::{RAW_MAX_DAYS, Resolution};
 use uuid::Uuid;
 
 use super::SeriesKey;
 
-/// Ranges longer than this many days are read from the daily rollups.
-pub const RAW_MAX_DAYS: i64 = 30;
-
-/// At most this many points are answered for a raw range (its newest).
-pub const MAX_RAW_POINTS: i64 = 10_000;
-
-/// A point of the series (`n` = 1, every level its value, `result_id` set) or a day of it
-/// (`t` is the day's 00:00 UTC).
+/// A point of the series (`n` = 1, every level its value, `result_id` set, and `run_id`
+/// while its verdict is kept) or a day of it (`t` is the day's 00:00 UTC).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, sqlx::FromRow)]
 pub struct Bucket {
     pub t: DateTime<Utc>,
@@ -25,39 +21,131 @@ pub struct Bucket {
     /// The day's median (of its 64 newest points), or the point's value.
     pub median: f64,
     pub result_id: Option<Uuid>,
+    pub run_id: Option<Uuid>,
+}
+
+/// A range of a series as read: its buckets, oldest first, every `stride`-th of the `total`
+/// the range holds counted back from the newest (so the latest is always there).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Range {
+    pub resolution: Resolution,
+    pub buckets: Vec<Bucket>,
+    pub total: i64,
+    pub stride: i64,
 }
 
 /// Whether a range of `since..until` is read from the rollups.
 pub fn reads_rollups(since: DateTime<Utc>, until: DateTime<Utc>) -> bool {
-    until - since > Duration::days(RAW_MAX_DAYS)
+    until - since > chrono::Duration::days(RAW_MAX_DAYS)
 }
 
-/// The series `key` from `since` (inclusive) to `until` (exclusive), oldest first: raw points
-/// for short ranges, whole UTC days of rollups (those `since` and `until` fall in included)
-/// for long ones.
+/// Every how many of `total` buckets one is kept so that at most `max` are.
+pub fn stride(total: i64, max: usize) -> i64 {
+    (total.max(0) as u64).div_ceil(max.max(1) as u64).max(1) as i64
+}
+
+/// The series `key` from `since` (no `since`: from its first day) to `until`, both included,
+/// at most `max` buckets: its points for a range of at most [`RAW_MAX_DAYS`] days, whole
+/// UTC days of rollups (those `since` and `until` fall in included) for longer ones, and
+/// for a short range whose points retention has dropped.
 pub async fn range(
     db: &sqlx::PgPool,
     key: &SeriesKey,
-    since: DateTime<Utc>,
+    since: Option<DateTime<Utc>>,
     until: DateTime<Utc>,
-) -> Result<Vec<Bucket>, sqlx::Error> {
-    if reads_rollups(since, until) {
-        return rollups(db, key, since.date_naive(), until.date_naive()).await;
+    max: usize,
+) -> Result<Range, sqlx::Error> {
+    let from = match since {
+        Some(since) => Some(since),
+        None => first_day(db, key).await?,
+    };
+    if let Some(from) = from
+        && reads_rollups(from, until)
+    {
+        let days = rollups(db, key, from.date_naive(), until.date_naive()).await?;
+        return Ok(thin(Resolution::Days, days, max));
     }
-    let mut points: Vec<Bucket> = key.bind(sqlx::query_as(
-        "SELECT t, 1::int8 AS n, value AS mean, value AS min, value AS max, value AS median, result_id
-         FROM series_points
-         WHERE node_id = $1 AND test = $2 AND metric = $3 AND band = $4 AND world_size = $5 AND pair = $6
-           AND t >= $7 AND t < $8
-         ORDER BY t DESC, result_id DESC LIMIT $9",
-    ))
-    .bind(since)
-    .bind(until)
-    .bind(MAX_RAW_POINTS)
-    .fetch_all(db)
-    .await?;
-    points.reverse();
-    Ok(points)
+    #[derive(sqlx::FromRow)]
+    struct Row {
+        #[sqlx(flatten)]
+        bucket: Bucket,
+        total: i64,
+    }
+    let rows: Vec<Row> = key
+        .bind(sqlx::query_as(
+            "SELECT t, n, mean, min, max, median, result_id, run_id, total FROM (
+                 SELECT p.t, 1::int8 AS n, p.value AS mean, p.value AS min, p.value AS max, p.value AS median,
+                        p.result_id, v.run_id,
+                        row_number() OVER (ORDER BY p.t DESC, p.result_id DESC) AS newest, count(*) OVER () AS total
+                 FROM series_points p
+                 LEFT JOIN verdicts v ON v.result_id = p.result_id AND v.received_at = p.t
+                 WHERE p.node_id = $1 AND p.test = $2 AND p.metric = $3 AND p.band = $4 AND p.world_size = $5
+                   AND p.pair = $6 AND ($7::timestamptz IS NULL OR p.t >= $7) AND p.t <= $8
+             ) s
+             WHERE (newest - 1) % greatest(1, ceil(total::float8 / $9))::bigint = 0
+             ORDER BY t, result_id",
+        ))
+        .bind(since)
+        .bind(until)
+        .bind(max.max(1) as i64)
+        .fetch_all(db)
+        .await?;
+    let total = rows.first().map_or(0, |r| r.total);
+    if total == 0
+        && let Some(from) = from
+    {
+        // Figures past their retention: the days they were rolled up into remain.
+        let days = rollups(db, key, from.date_naive(), until.date_naive()).await?;
+        if !days.is_empty() {
+            return Ok(thin(Resolution::Days, days, max));
+        }
+    }
+    Ok(Range {
+        resolution: Resolution::Points,
+        buckets: rows.into_iter().map(|r| r.bucket).collect(),
+        total,
+        stride: stride(total, max),
+    })
+}
+
+/// Keeps every `stride`-th of `all` (oldest first) counted back from the newest.
+fn thin(resolution: Resolution, all: Vec<Bucket>, max: usize) -> Range {
+    let total = all.len() as i64;
+    let stride = stride(total, max);
+    let last = all.len().saturating_sub(1);
+    let buckets = all
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| (last - i) as i64 % stride == 0)
+        .map(|(_, b)| b)
+        .collect();
+    Range {
+        resolution,
+        buckets,
+        total,
+        stride,
+    }
+}
+
+/// The first day the series has a rollup of (rollups outlive points, and every point has
+/// one), through `series_daily`'s primary key.
+async fn first_day(
+    db: &sqlx::PgPool,
+    key: &SeriesKey,
+) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
+    let (first,): (Option<DateTime<Utc>>,) = key
+        .bind(sqlx::query_as(
+            "SELECT (min(day)::timestamp AT TIME ZONE 'UTC') FROM series_daily
+             WHERE node_id = $1 AND test = $2 AND metric = $3 AND band = $4 AND world_size = $5 AND pair = $6",
+        ))
+        .fetch_one(db)
+        .await?;
+    Ok(first)
+}
+
+/// Whether the series has a point or a rollup at all, whatever the range.
+pub async fn exists(db: &sqlx::PgPool, key: &SeriesKey) -> Result<bool, sqlx::Error> {
+    Ok(first_day(db, key).await?.is_some())
 }
 
 /// The series' days from `first` to `last` (both included), oldest first.
@@ -68,7 +156,8 @@ pub async fn rollups(
     last: NaiveDate,
 ) -> Result<Vec<Bucket>, sqlx::Error> {
     key.bind(sqlx::query_as(
-        "SELECT (day::timestamp AT TIME ZONE 'UTC') AS t, n, sum / n AS mean, min, max, median, NULL::uuid AS result_id
+        "SELECT (day::timestamp AT TIME ZONE 'UTC') AS t, n, sum / n AS mean, min, max, median,
+                NULL::uuid AS result_id, NULL::uuid AS run_id
          FROM series_daily
          WHERE node_id = $1 AND test = $2 AND metric = $3 AND band = $4 AND world_size = $5 AND pair = $6
            AND day >= $7 AND day <= $8
@@ -78,4 +167,45 @@ pub async fn rollups(
     .bind(last)
     .fetch_all(db)
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stride_keeps_at_most_the_bound() {
+        assert_eq!(stride(0, 1000), 1);
+        assert_eq!(stride(1, 1000), 1);
+        assert_eq!(stride(1000, 1000), 1);
+        assert_eq!(stride(1001, 1000), 2);
+        for total in [999, 1000, 1001, 2999, 3000, 3001, 100_000] {
+            let kept = (total as u64).div_ceil(stride(total, 1000) as u64);
+            assert!(kept <= 1000, "{total}: {kept}");
+        }
+    }
+
+    #[test]
+    fn thinning_keeps_the_newest_and_every_strideth_before_it() {
+        let day = |i: i64| Bucket {
+            t: DateTime::<Utc>::UNIX_EPOCH + chrono::Duration::days(i),
+            n: 1,
+            mean: i as f64,
+            min: i as f64,
+            max: i as f64,
+            median: i as f64,
+            result_id: None,
+            run_id: None,
+        };
+        let r = thin(Resolution::Days, (0..1095).map(day).collect(), 1000);
+        assert_eq!((r.total, r.stride), (1095, 2));
+        assert_eq!(r.buckets.len(), 548);
+        assert_eq!(r.buckets.last().unwrap().mean, 1094.0);
+        assert_eq!(r.buckets[0].mean, 0.0);
+        assert!(r.buckets.windows(2).all(|w| w[1].mean - w[0].mean == 2.0));
+        let r = thin(Resolution::Days, (0..365).map(day).collect(), 1000);
+        assert_eq!((r.total, r.stride, r.buckets.len()), (365, 1, 365));
+        let r = thin(Resolution::Days, Vec::new(), 1000);
+        assert_eq!((r.total, r.stride, r.buckets.len()), (0, 1, 0));
+    }
 }

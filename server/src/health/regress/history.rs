@@ -4,30 +4,27 @@
 //! it returns is bounded by [`MAX_CHART_POINTS`] however long the range.
 
 use chrono::{DateTime, Utc};
-use heddle_types::regress::{ChartPoint, FactsMarker, MAX_CHART_POINTS, SeriesChart, facts_diff};
+use heddle_types::regress::{
+    ChartPoint, FactsMarker, MAX_CHART_POINTS, Resolution, SeriesChart, facts_diff,
+};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use super::{SERIES_FIGURES, SeriesKey, store};
+use super::{SeriesKey, store};
 use crate::health::HealthError;
+use crate::history;
 
 /// Facts snapshots read for markers at most; a node keeps `HEDDLE_FACTS_HISTORY_KEEP`
 /// (default 100) anyway.
 const MAX_SNAPSHOTS: i64 = 1000;
 
-#[derive(sqlx::FromRow)]
-struct Row {
-    t: DateTime<Utc>,
-    value: f64,
-    result_id: Uuid,
-    run_id: Uuid,
-    total: i64,
-}
-
-/// The chart of `key` within `[since, until]` (no `since`: from the series' first point).
-/// More than [`MAX_CHART_POINTS`] points in the range are thinned to every `stride`-th,
-/// counted back from the newest so the latest result is always drawn; levels and change
-/// points come from the detector's stored changes, which saw every point.
+/// The chart of `key` within `[since, until]` (no `since`: from the series' first day),
+/// read through [`history::range`]: a result's figure per point for a range of at most
+/// [`heddle_types::regress::RAW_MAX_DAYS`] days, a day per point (its median, count and
+/// extremes, from the rollups) for longer ones. More than [`MAX_CHART_POINTS`] in the range
+/// are thinned to every `stride`-th, counted back from the newest so the latest is always
+/// drawn; levels and change points come from the detector's stored changes, which saw every
+/// point.
 pub async fn chart(
     db: &PgPool,
     key: &SeriesKey,
@@ -48,27 +45,11 @@ pub async fn chart(
     let Some((hostname,)) = hostname else {
         return Err(no_such_series(key));
     };
-    let sql = format!(
-        "SELECT t, value, result_id, run_id, total FROM (
-             SELECT r.received_at AS t, (f->>'value')::float8 AS value, r.id AS result_id, v.run_id,
-                    row_number() OVER (ORDER BY r.received_at DESC, r.id DESC) AS newest, count(*) OVER () AS total
-             {SERIES_FIGURES}
-               AND ($7::timestamptz IS NULL OR r.received_at >= $7) AND r.received_at <= $8
-         ) s
-         WHERE (newest - 1) % greatest(1, ceil(total::float8 / $9))::bigint = 0
-         ORDER BY t, result_id"
-    );
-    let rows: Vec<Row> = key
-        .bind(sqlx::query_as(&sql))
-        .bind(since)
-        .bind(until)
-        .bind(MAX_CHART_POINTS as i64)
-        .fetch_all(db)
-        .await?;
-    let total = rows.first().map_or(0, |r| r.total);
-    if total == 0 && !exists(db, key).await? {
+    let range = history::range(db, key, since, until, MAX_CHART_POINTS).await?;
+    if range.total == 0 && !history::range::exists(db, key).await? {
         return Err(no_such_series(key));
     }
+    let days = range.resolution == Resolution::Days;
     Ok(SeriesChart {
         node_id: key.node_id,
         hostname,
@@ -79,28 +60,25 @@ pub async fn chart(
         pair: Some(key.pair.clone()).filter(|p| !p.is_empty()),
         since,
         until,
-        stride: stride(total),
-        total_points: total,
-        points: rows
+        resolution: range.resolution,
+        stride: range.stride,
+        total_points: range.total,
+        points: range
+            .buckets
             .into_iter()
-            .map(|r| ChartPoint {
-                t: r.t,
-                value: r.value,
-                result_id: r.result_id,
-                run_id: r.run_id,
+            .map(|b| ChartPoint {
+                t: b.t,
+                value: b.median,
+                result_id: b.result_id,
+                run_id: b.run_id,
+                n: days.then_some(b.n),
+                min: days.then_some(b.min),
+                max: days.then_some(b.max),
             })
             .collect(),
         change_points: store::of_series(db, key, since, until).await?,
         facts_markers: facts_markers(db, key.node_id, since, until).await?,
     })
-}
-
-/// Every how many points one is drawn when the range holds `total`: what the query's
-/// `greatest(1, ceil(total / MAX_CHART_POINTS))` computes.
-fn stride(total: i64) -> i64 {
-    (total.max(0) as u64)
-        .div_ceil(MAX_CHART_POINTS as u64)
-        .max(1) as i64
 }
 
 fn no_such_series(key: &SeriesKey) -> HealthError {
@@ -113,13 +91,6 @@ fn no_such_series(key: &SeriesKey) -> HealthError {
         "the node has no figures of {} {}{pair} in band 2^{} with world size {}",
         key.test, key.metric, key.band, key.world_size
     ))
-}
-
-/// Whether the series has any point at all, whatever the range.
-async fn exists(db: &PgPool, key: &SeriesKey) -> Result<bool, sqlx::Error> {
-    let sql = format!("SELECT EXISTS (SELECT 1 {SERIES_FIGURES})");
-    let (found,): (bool,) = key.bind(sqlx::query_as(&sql)).fetch_one(db).await?;
-    Ok(found)
 }
 
 /// The node's facts changes within the range: each snapshot against the one before it (the
@@ -158,21 +129,4 @@ async fn facts_markers(
         }
     }
     Ok(markers)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_stride_keeps_at_most_the_bound() {
-        assert_eq!(stride(0), 1);
-        assert_eq!(stride(1), 1);
-        assert_eq!(stride(MAX_CHART_POINTS as i64), 1);
-        assert_eq!(stride(MAX_CHART_POINTS as i64 + 1), 2);
-        for total in [999, 1000, 1001, 2999, 3000, 3001, 100_000] {
-            let kept = (total as u64).div_ceil(stride(total) as u64);
-            assert!(kept <= MAX_CHART_POINTS as u64, "{total}: {kept}");
-        }
-    }
 }
