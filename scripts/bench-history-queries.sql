@@ -18,19 +18,22 @@ EXECUTE chart_year(:'node', 'nccl.all_reduce', 'busbw_gbs', :band, 1, '', curren
 
 \echo '== one series over 30 days: its points, thinned to 1000, with their runs (history/range.rs, range)'
 PREPARE chart_month AS
-SELECT t, n, mean, min, max, median, result_id, run_id, total FROM (
-    SELECT p.t, 1::int8 AS n, p.value AS mean, p.value AS min, p.value AS max, p.value AS median,
-           p.result_id, v.run_id,
+SELECT s.t, 1::int8 AS n, s.value AS mean, s.value AS min, s.value AS max, s.value AS median,
+       s.result_id, v.run_id, s.total
+FROM (
+    SELECT p.t, p.value, p.result_id,
            row_number() OVER (ORDER BY p.t DESC, p.result_id DESC) AS newest, count(*) OVER () AS total
-    FROM series_points p
-    LEFT JOIN verdicts v ON v.result_id = p.result_id AND v.received_at = p.t
-    WHERE p.node_id = $1 AND p.test = $2 AND p.metric = $3 AND p.band = $4 AND p.world_size = $5
-      AND p.pair = $6 AND ($7::timestamptz IS NULL OR p.t >= $7) AND p.t <= $8
+    FROM (SELECT t, value, result_id FROM series_points
+          WHERE node_id = $1 AND test = $2 AND metric = $3 AND band = $4 AND world_size = $5
+            AND pair = $6 AND ($7::timestamptz IS NULL OR t >= $7) AND t <= $8
+          ORDER BY t DESC, result_id DESC LIMIT $10) p
 ) s
-WHERE (newest - 1) % greatest(1, ceil(total::float8 / $9))::bigint = 0
-ORDER BY t, result_id;
+LEFT JOIN LATERAL (SELECT run_id FROM verdicts v
+                   WHERE v.result_id = s.result_id AND v.received_at = s.t) v ON true
+WHERE (s.newest - 1) % greatest(1, ceil(s.total::float8 / $9))::bigint = 0
+ORDER BY s.t, s.result_id;
 EXPLAIN (ANALYZE, BUFFERS, COSTS OFF)
-EXECUTE chart_month(:'node', 'nccl.all_reduce', 'busbw_gbs', :band, 1, '', now() - interval '30 days', now(), 1000);
+EXECUTE chart_month(:'node', 'nccl.all_reduce', 'busbw_gbs', :band, 1, '', now() - interval '30 days', now(), 1000, 100000);
 
 \echo '== the detector: a series newest 512 points (health/regress.rs, points)'
 PREPARE detector AS
@@ -112,11 +115,11 @@ EXECUTE chart_year(:'node', 'nccl.all_reduce', 'busbw_gbs', :band, 1, '', curren
 EXECUTE chart_year(:'node', 'nccl.all_reduce', 'busbw_gbs', :band, 1, '', current_date - 365, current_date) \g /dev/null
 EXECUTE chart_year(:'node', 'nccl.all_reduce', 'busbw_gbs', :band, 1, '', current_date - 365, current_date) \g /dev/null
 EXECUTE chart_year(:'node', 'nccl.all_reduce', 'busbw_gbs', :band, 1, '', current_date - 365, current_date) \g /dev/null
-EXECUTE chart_month(:'node', 'nccl.all_reduce', 'busbw_gbs', :band, 1, '', now() - interval '30 days', now(), 1000) \g /dev/null
-EXECUTE chart_month(:'node', 'nccl.all_reduce', 'busbw_gbs', :band, 1, '', now() - interval '30 days', now(), 1000) \g /dev/null
-EXECUTE chart_month(:'node', 'nccl.all_reduce', 'busbw_gbs', :band, 1, '', now() - interval '30 days', now(), 1000) \g /dev/null
-EXECUTE chart_month(:'node', 'nccl.all_reduce', 'busbw_gbs', :band, 1, '', now() - interval '30 days', now(), 1000) \g /dev/null
-EXECUTE chart_month(:'node', 'nccl.all_reduce', 'busbw_gbs', :band, 1, '', now() - interval '30 days', now(), 1000) \g /dev/null
+EXECUTE chart_month(:'node', 'nccl.all_reduce', 'busbw_gbs', :band, 1, '', now() - interval '30 days', now(), 1000, 100000) \g /dev/null
+EXECUTE chart_month(:'node', 'nccl.all_reduce', 'busbw_gbs', :band, 1, '', now() - interval '30 days', now(), 1000, 100000) \g /dev/null
+EXECUTE chart_month(:'node', 'nccl.all_reduce', 'busbw_gbs', :band, 1, '', now() - interval '30 days', now(), 1000, 100000) \g /dev/null
+EXECUTE chart_month(:'node', 'nccl.all_reduce', 'busbw_gbs', :band, 1, '', now() - interval '30 days', now(), 1000, 100000) \g /dev/null
+EXECUTE chart_month(:'node', 'nccl.all_reduce', 'busbw_gbs', :band, 1, '', now() - interval '30 days', now(), 1000, 100000) \g /dev/null
 EXECUTE regressions(false, NULL, NULL, NULL, 1000) \g /dev/null
 EXECUTE regressions(false, NULL, NULL, NULL, 1000) \g /dev/null
 EXECUTE regressions(false, NULL, NULL, NULL, 1000) \g /dev/null

@@ -17,7 +17,8 @@
 #    chart (a result a point), GET /api/v1/regressions and GET /api/v1/health.
 # 5. The server again, keeping just less than the oldest month: its retention loop detaches
 #    and drops that month of every raw table, and logs how long each took.
-# The database is dropped at the end unless --keep; --reuse skips steps 1 and 2 and reads the
+# HEDDLE_SERVER_BIN names another heddle-server binary. The database is dropped at the end
+# unless --keep; --reuse skips steps 1 and 2 and reads the
 # database a run with --keep left (its generation takes most of the time). Needs $CARGO_TARGET_DIR/release/heddle-server.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -35,7 +36,7 @@ while [[ $# -gt 0 ]]; do
     esac
 done
 raw_days=${raw_days:-$days}
-server_bin=${CARGO_TARGET_DIR:-$HOME/.cache/heddle-target}/release/heddle-server
+server_bin=${HEDDLE_SERVER_BIN:-${CARGO_TARGET_DIR:-$HOME/.cache/heddle-target}/release/heddle-server}
 [[ -x $server_bin ]] || { echo "$server_bin is missing: cargo build --release -p heddle-server" >&2; exit 1; }
 admin_url=$(scripts/pg-ensure.sh)
 db=heddle_bench_history

@@ -9,6 +9,11 @@ use uuid::Uuid;
 
 use super::SeriesKey;
 
+/// A raw range reads at most this many points (its newest) before thinning them: a series
+/// holds a few a day, so 30 days of it are far fewer; the bound keeps the read's plan an
+/// ordered index scan that stops, whatever a hostile or runaway series holds.
+pub const MAX_RAW_POINTS: i64 = 100_000;
+
 /// A point of the series (`n` = 1, every level its value, `result_id` set, and `run_id`
 /// while its verdict is kept) or a day of it (`t` is the day's 00:00 UTC).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, sqlx::FromRow)]
@@ -45,7 +50,8 @@ pub fn stride(total: i64, max: usize) -> i64 {
 }
 
 /// The series `key` from `since` (no `since`: from its first day) to `until`, both included,
-/// at most `max` buckets: its points for a range of at most [`RAW_MAX_DAYS`] days, whole
+/// at most `max` buckets (thinned evenly; the run of a point is looked up only for the points
+/// kept): its points for a range of at most [`RAW_MAX_DAYS`] days, whole
 /// UTC days of rollups (those `since` and `until` fall in included) for longer ones, and
 /// for a short range whose points retention has dropped.
 pub async fn range(
@@ -73,21 +79,25 @@ pub async fn range(
     }
     let rows: Vec<Row> = key
         .bind(sqlx::query_as(
-            "SELECT t, n, mean, min, max, median, result_id, run_id, total FROM (
-                 SELECT p.t, 1::int8 AS n, p.value AS mean, p.value AS min, p.value AS max, p.value AS median,
-                        p.result_id, v.run_id,
+            "SELECT s.t, 1::int8 AS n, s.value AS mean, s.value AS min, s.value AS max, s.value AS median,
+                    s.result_id, v.run_id, s.total
+             FROM (
+                 SELECT p.t, p.value, p.result_id,
                         row_number() OVER (ORDER BY p.t DESC, p.result_id DESC) AS newest, count(*) OVER () AS total
-                 FROM series_points p
-                 LEFT JOIN verdicts v ON v.result_id = p.result_id AND v.received_at = p.t
-                 WHERE p.node_id = $1 AND p.test = $2 AND p.metric = $3 AND p.band = $4 AND p.world_size = $5
-                   AND p.pair = $6 AND ($7::timestamptz IS NULL OR p.t >= $7) AND p.t <= $8
+                 FROM (SELECT t, value, result_id FROM series_points
+                       WHERE node_id = $1 AND test = $2 AND metric = $3 AND band = $4 AND world_size = $5
+                         AND pair = $6 AND ($7::timestamptz IS NULL OR t >= $7) AND t <= $8
+                       ORDER BY t DESC, result_id DESC LIMIT $10) p
              ) s
-             WHERE (newest - 1) % greatest(1, ceil(total::float8 / $9))::bigint = 0
-             ORDER BY t, result_id",
+             LEFT JOIN LATERAL (SELECT run_id FROM verdicts v
+                                WHERE v.result_id = s.result_id AND v.received_at = s.t) v ON true
+             WHERE (s.newest - 1) % greatest(1, ceil(s.total::float8 / $9))::bigint = 0
+             ORDER BY s.t, s.result_id",
         ))
         .bind(since)
         .bind(until)
         .bind(max.max(1) as i64)
+        .bind(MAX_RAW_POINTS)
         .fetch_all(db)
         .await?;
     let total = rows.first().map_or(0, |r| r.total);
