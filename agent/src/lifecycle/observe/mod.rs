@@ -19,7 +19,7 @@ use heddle_types::observed::{
 };
 
 use crate::client::ClientError;
-use crate::lifecycle::{Agent, Backoff, LifecycleError};
+use super::{Agent, Backoff, LifecycleError};
 use ingest::JobSpool;
 use outbox::Outbox;
 
