@@ -72,7 +72,10 @@ mod tests {
 
     #[test]
     fn a_pair_splits_at_its_first_equals() {
-        assert_eq!(pair("NCCL_ALGO=Ring"), Ok(("NCCL_ALGO".into(), "Ring".into())));
+        assert_eq!(
+            pair("NCCL_ALGO=Ring"),
+            Ok(("NCCL_ALGO".into(), "Ring".into()))
+        );
         assert_eq!(pair("grid=a=b"), Ok(("grid".into(), "a=b".into())));
         assert_eq!(pair("EMPTY="), Ok(("EMPTY".into(), String::new())));
         // A value is the server's to judge: JSON over lines, or a control character.
@@ -82,7 +85,10 @@ mod tests {
 
     #[test]
     fn a_pair_without_equals_or_name_is_refused() {
-        assert_eq!(pair("NCCL_ALGO"), Err(r#""NCCL_ALGO" is not KEY=VALUE"#.into()));
+        assert_eq!(
+            pair("NCCL_ALGO"),
+            Err(r#""NCCL_ALGO" is not KEY=VALUE"#.into())
+        );
         assert_eq!(pair(""), Err(r#""" is not KEY=VALUE"#.into()));
         assert_eq!(pair("=Ring"), Err(r#""=Ring": no name before '='"#.into()));
         assert_eq!(pair("="), Err(r#""=": no name before '='"#.into()));
@@ -90,7 +96,14 @@ mod tests {
 
     #[test]
     fn control_characters_in_a_name_are_refused() {
-        for s in ["A\nB=1", "A\rB=1", "\0=1", "A\u{1b}[2J=1", "A\u{7f}=1", "A\u{85}=1"] {
+        for s in [
+            "A\nB=1",
+            "A\rB=1",
+            "\0=1",
+            "A\u{1b}[2J=1",
+            "A\u{7f}=1",
+            "A\u{85}=1",
+        ] {
             assert_eq!(split(s), Err(Refused::ControlInName), "{s:?}");
             assert!(pair(s).unwrap_err().contains("control character"), "{s:?}");
         }
@@ -126,7 +139,15 @@ mod tests {
             lines("export =1"),
             Err(r#"line 1: no name before '=', got "=1""#.into())
         );
-        assert!(lines("A=1\nB\u{0}C=2").unwrap_err().starts_with("line 2: a control character"));
-        assert!(lines("export").unwrap_err().starts_with("line 1: expected NAME=value"));
+        assert!(
+            lines("A=1\nB\u{0}C=2")
+                .unwrap_err()
+                .starts_with("line 2: a control character")
+        );
+        assert!(
+            lines("export")
+                .unwrap_err()
+                .starts_with("line 1: expected NAME=value")
+        );
     }
 }

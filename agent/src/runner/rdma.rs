@@ -24,8 +24,8 @@ use heddle_types::params::{KindParams, RdmaParams};
 
 use super::{RunError, Sink};
 
-pub use heddle_types::params::PERFTESTS as TESTS;
 pub use super::child_env::RDMA_SYSFS_ENV as SYSFS_ENV;
+pub use heddle_types::params::PERFTESTS as TESTS;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Params {

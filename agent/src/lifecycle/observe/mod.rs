@@ -18,8 +18,8 @@ use heddle_types::observed::{
     MAX_OBSERVATIONS_PER_UPLOAD, Observation, ObservationSource, ObservationUpload,
 };
 
-use crate::client::ClientError;
 use super::{Agent, Backoff, LifecycleError};
+use crate::client::ClientError;
 use ingest::JobSpool;
 use outbox::Outbox;
 

@@ -72,7 +72,10 @@ pub fn probe_nccl(wanted: Option<PathBuf>, shimmed: bool) -> Probe {
     }
     let library = match wanted {
         Some(path) if !path.is_file() => {
-            return Probe::Unavailable(format!("{NCCL_LIBRARY_ENV}={} is not a file", path.display()));
+            return Probe::Unavailable(format!(
+                "{NCCL_LIBRARY_ENV}={} is not a file",
+                path.display()
+            ));
         }
         Some(path) => path,
         None if cudarc_finds => return Probe::Ready,
