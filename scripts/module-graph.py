@@ -21,10 +21,16 @@ one layer may use each other; the circle check still applies). A top-level modul
 layer names is reported, so a new module gets a place.
 
     scripts/module-graph.py [crate/src] [--top] [--dot]
+    scripts/module-graph.py --workspace
 
 `--top` folds modules into the crate's top-level ones (`api`, `jobs`, `health`, ...);
 `--dot` prints Graphviz instead of a list. The circles, the upward imports and their counts
 go to stderr. Exits 1 when there is a circle, an upward import or a module without a layer.
+
+`--workspace` checks every crate of the repository instead (each folder with a `Cargo.toml`
+and a `src/`: the root workspace's members, the dashboard's and the plugins' own
+workspaces) for circles only, printing each crate's count and its circles; it exits 1 when
+any crate has one.
 """
 
 import os
@@ -235,11 +241,39 @@ def circles(edges):
     return out
 
 
+def crate_sources(root):
+    """The `src/` folder of every crate under `root`, in path order; build output, installed
+    packages and hidden folders are left out."""
+    found = []
+    for here, dirs, files in os.walk(root):
+        dirs[:] = sorted(
+            d for d in dirs if not d.startswith(".") and d not in ("target", "node_modules", "src")
+        )
+        if "Cargo.toml" in files and os.path.isdir(os.path.join(here, "src")):
+            found.append(os.path.join(here, "src"))
+    return found
+
+
+def workspace(root):
+    """Circles of every crate under `root`; the exit status."""
+    total = 0
+    for src in crate_sources(root):
+        found = circles(graph(src))
+        total += len(found)
+        print(f"{os.path.relpath(os.path.dirname(src), root)}: {len(found)} circle(s)")
+        for c in found:
+            print("  circle: " + " <-> ".join(name(m) for m in c))
+    print(f"{total} circle(s) in all")
+    return 1 if total else 0
+
+
 def name(m):
     return "::".join(m) or "crate"
 
 
 def main():
+    if "--workspace" in sys.argv:
+        sys.exit(workspace(os.path.normpath(os.path.join(os.path.dirname(__file__), ".."))))
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     src = args[0] if args else os.path.join(os.path.dirname(__file__), "..", "server", "src")
     edges = graph(src)

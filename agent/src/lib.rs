@@ -10,7 +10,6 @@ pub mod host_conf;
 #[cfg(test)]
 mod hostile_props;
 pub mod lifecycle;
-pub mod observe;
 pub mod runner;
 pub mod slurm;
 pub mod spool;

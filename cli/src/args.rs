@@ -4,11 +4,10 @@ mod hostlist;
 
 pub use hostlist::{MAX_NODES, NodeList, expand as hostlist};
 
-/// `KEY=VALUE`, as `--env` and `--param` take it.
+/// `KEY=VALUE`, as `--env` and `--param` take it (`heddle_types::env_input`, the dashboard's
+/// parser too).
 pub fn key_value(s: &str) -> Result<(String, String), String> {
-    s.split_once('=')
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .ok_or_else(|| format!("{s:?} is not KEY=VALUE"))
+    heddle_types::env_input::pair(s)
 }
 
 /// A duration flag the API takes in whole seconds: `3600`, `90s`, `30m`, `1h`, `2d`.

@@ -1,11 +1,14 @@
 //! The environment a run's tests get on each node: the node's effective environment
 //! (`recommendations::effective`, what `heddle env NODE` exports), with the run's own `env`
-//! on top, each variable with its
-//! source. Heddle's own tests then run the way jobs will.
+//! on top, each variable with its source. Heddle's own tests then run the way jobs will.
+//!
+//! The rule is applied here only: [`layer`] fixes each job's environment when the run is
+//! created (stored as the job's `applied_env`), and [`job_spec`] hands it out in the spec a
+//! claim returns.
 
 use std::collections::BTreeMap;
 
-use heddle_types::jobs::{EnvVar, RUN_ENV_SOURCE};
+use heddle_types::jobs::{EnvVar, JobSpec, RUN_ENV_SOURCE};
 use heddle_types::nodes::Recommendation;
 use uuid::Uuid;
 
@@ -39,6 +42,16 @@ pub fn layer(node: &[Recommendation], run: &BTreeMap<String, String>) -> Vec<Env
         );
     }
     out.into_values().collect()
+}
+
+/// The spec a job of the run is handed: the run's, with the job's applied environment (what
+/// [`layer`] gave it when the run was created) in place of the run's own `env`. A job stored
+/// without one runs the run's spec as it is.
+pub fn job_spec(mut run: JobSpec, applied: Option<Vec<EnvVar>>) -> JobSpec {
+    if let Some(env) = applied {
+        run.env = env.into_iter().map(|v| (v.name, v.value)).collect();
+    }
+    run
 }
 
 /// Refuses an environment too large for one test (`env_policy::MAX_ENV_VARS`,
@@ -87,6 +100,32 @@ mod tests {
             reason: String::new(),
             source: source.into(),
         }
+    }
+
+    #[test]
+    fn a_job_gets_its_applied_environment_in_place_of_the_runs() {
+        let run = JobSpec {
+            kind: "nccl".into(),
+            params: serde_json::json!({"op": "all_reduce"}),
+            env: BTreeMap::from([("NCCL_ALGO".to_string(), "Ring".to_string())]),
+            timeout_s: Some(60),
+            stall_s: None,
+        };
+        let applied = layer(&[rec("NCCL_IB_HCA", "mlx5_0", "tuning:site-a")], &run.env);
+        let spec = job_spec(run.clone(), Some(applied));
+        assert_eq!(
+            spec.env,
+            BTreeMap::from([
+                ("NCCL_ALGO".to_string(), "Ring".to_string()),
+                ("NCCL_IB_HCA".to_string(), "mlx5_0".to_string()),
+            ])
+        );
+        assert_eq!((spec.kind.as_str(), spec.timeout_s), ("nccl", Some(60)));
+        assert_eq!(spec.params, run.params);
+        // Kept empty: the job gets no variable, not the run's.
+        assert!(job_spec(run.clone(), Some(Vec::new())).env.is_empty());
+        // Stored without one: the run's spec as it is.
+        assert_eq!(job_spec(run.clone(), None), run);
     }
 
     #[test]

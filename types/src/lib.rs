@@ -10,6 +10,7 @@ pub mod auth;
 pub mod collective;
 pub mod conditions;
 pub mod duration;
+pub mod env_input;
 pub mod env_policy;
 pub mod error;
 pub mod facts;

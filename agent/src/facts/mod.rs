@@ -71,7 +71,7 @@ impl Default for CollectOptions {
             nvml_library: None,
             verbs_library: verbs::DEFAULT_LIBRARY.into(),
             // The same library the NCCL runner would load.
-            nccl_library: std::env::var(crate::runner::nccl::loader::LIBRARY_ENV)
+            nccl_library: std::env::var(crate::runner::child_env::NCCL_LIBRARY_ENV)
                 .ok()
                 .filter(|p| !p.is_empty())
                 .unwrap_or_else(|| software::DEFAULT_NCCL_LIBRARY.into()),

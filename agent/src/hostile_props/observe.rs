@@ -5,7 +5,7 @@ use heddle_types::observe::{MAX_BANDS_PER_COMM, MAX_COMMS, MAX_SPOOL_FILE_LEN};
 use proptest::prelude::*;
 
 use super::{amplified, any_bytes, bounded, config, lines_of, mutated, seeds, timed};
-use crate::observe::inspector::parse_log;
+use crate::lifecycle::observe::inspector::parse_log;
 
 const WORDS: &[&str] = &[
     r#"{"header":{"id":""#,

@@ -94,7 +94,7 @@ fn refusal(lease: &JobLease) -> Option<String> {
     }
     // Again here, with what the agent itself passes on, so an environment too large to
     // `execve` is refused with its sources rather than failing every test with E2BIG.
-    let inherited = crate::runner::environ::inherited();
+    let inherited = crate::runner::child_env::inherited();
     let own: Vec<(String, String)> = inherited
         .iter()
         .filter(|(k, _)| !lease.spec.env.contains_key(&*k.to_string_lossy()))

@@ -8,7 +8,9 @@
 //!   first drain, so results from before a restart go out first; results the disk
 //!   refused are held in memory (`held`) and uploaded from there;
 //! - `report`: heartbeats (which also renew leases and carry cancellations) and facts;
-//! - `job`: claims, runs, renews and spools.
+//! - `job`: claims, runs, renews and spools;
+//! - `observe`: reads what the NCCL profiler plugin and NCCL Inspector wrote about the
+//!   node's jobs and uploads it.
 //!
 //! A network error never ends the agent: each loop retries with [`Backoff`]. Only a
 //! refused credential (401) does, with exit status 3, because retrying cannot fix it.
@@ -18,6 +20,7 @@ pub mod facts_link;
 mod held;
 mod job;
 pub mod node_env;
+pub mod observe;
 mod report;
 pub mod state;
 mod upload;
@@ -115,7 +118,7 @@ pub struct RunArgs {
     pub job_timeout: Duration,
     /// Observed jobs: the profiler spool and NCCL Inspector's logs.
     #[command(flatten)]
-    pub observe: crate::observe::ObserveArgs,
+    pub observe: observe::ObserveArgs,
 }
 
 fn profiler_path(s: &str) -> Result<String, String> {
@@ -402,7 +405,7 @@ pub async fn run(args: RunArgs) -> Result<(), LifecycleError> {
         r = report::facts_loop(agent.clone()) => r.map(|_| ()),
         r = node_env::node_env_loop(agent.clone()) => r.map(|_| ()),
         r = job::claim_loop(agent.clone(), drained_rx) => r.map(|_| ()),
-        r = crate::observe::run(agent.clone(), args.observe.clone(), state.path().join("observations")) => r.map(|_| ()),
+        r = observe::run(agent.clone(), args.observe.clone(), state.path().join("observations")) => r.map(|_| ()),
         Some(err) = fatal_rx.recv() => Err(err),
         signal = shutdown_signal() => {
             tracing::info!(signal, "shutting down; running jobs are abandoned and will be requeued");

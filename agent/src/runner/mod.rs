@@ -8,8 +8,8 @@
 //! runner decodes through the same type). The parent side (spawn, timeout, kill, stderr tail) lives in
 //! [`supervise`] and knows nothing about kinds.
 
+pub mod child_env;
 pub mod env;
-pub mod environ;
 pub mod fail;
 pub mod gpu_busy;
 pub mod memcpy;

@@ -17,16 +17,15 @@ use heddle_types::jobs::ResultRow;
 use heddle_types::transport::PerftestEvidence;
 use serde_json::{Map, Value, json};
 
-use super::environ;
+use super::child_env;
 use super::nccl::rendezvous::Rendezvous;
 use super::protocol::{ChildEvent, ChildInput};
 use heddle_types::params::{KindParams, RdmaParams};
 
 use super::{RunError, Sink};
 
+pub use super::child_env::RDMA_SYSFS_ENV as SYSFS_ENV;
 pub use heddle_types::params::PERFTESTS as TESTS;
-/// Where the kernel lists RDMA devices; tests point it elsewhere.
-pub const SYSFS_ENV: &str = "HEDDLE_RDMA_SYSFS";
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Params {
@@ -299,7 +298,7 @@ pub fn row(test: &str, r: &PerfRow) -> ResultRow {
 }
 
 fn run_tool(test: &str, args: &[String], host: Option<&str>) -> Result<String, RunError> {
-    let mut cmd = environ::command(test);
+    let mut cmd = child_env::command(test);
     cmd.args(args).stdin(Stdio::null());
     if let Some(h) = host {
         cmd.arg(h);
@@ -342,7 +341,7 @@ pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
         (1, _) => {
             // Server first; perftest's client retries its TCP connect briefly, so a short
             // head start is enough.
-            let mut server = environ::command(&params.test)
+            let mut server = child_env::command(&params.test)
                 .args(&args)
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
@@ -358,7 +357,7 @@ pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
                 message: "a two-node rdma job needs the server rendezvous, but the agent passed none to the test process".into(),
             })?;
             if rank == 0 {
-                let server = environ::command(&params.test)
+                let server = child_env::command(&params.test)
                     .args(&args)
                     .stdout(Stdio::piped())
                     .stderr(Stdio::piped())

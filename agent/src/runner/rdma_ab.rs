@@ -17,7 +17,7 @@ use heddle_types::jobs::ResultRow;
 use heddle_types::rdma_ab::{AbComparison, KIND, LEG_LABEL, Leg};
 use serde_json::{Map, Value, json};
 
-use super::environ;
+use super::child_env;
 use super::nccl::{Params as NcclParams, loader};
 use super::protocol::{ChildEvent, ChildInput};
 use super::{RunError, Sink};
@@ -49,7 +49,7 @@ pub fn run_leg(
     index: usize,
     out: &mut Sink<'_>,
 ) -> Result<LegRun, RunError> {
-    let mut cmd = environ::command(exe);
+    let mut cmd = child_env::command(exe);
     cmd.arg("child")
         .envs(leg.env(input.world_size))
         .stdin(Stdio::piped())

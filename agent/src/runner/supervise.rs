@@ -10,7 +10,7 @@
 //! The child leads its own process group, so a stop kills whatever it started too (an
 //! `mpirun`, a `ib_write_bw`...), and it gets `SIGKILL` if the agent dies, so a crashed
 //! agent leaves no orphan holding a GPU or a port. It starts from a cleared environment
-//! (see [`environ`]): the agent's secrets never reach it.
+//! (see [`child_env`]): the agent's secrets never reach it.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ffi::OsString;
@@ -25,7 +25,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::environ;
+use super::child_env;
 use super::protocol::{ChildEvent, ChildInput};
 pub use super::stall::{HUNG_KEY, Hang, StallLimit};
 use super::stall::{Pace, Plan, stage};
@@ -43,7 +43,7 @@ pub struct ChildSpec {
     pub args: Vec<OsString>,
     pub input: ChildInput,
     /// The job's variables, already checked against the policy. The child gets these on
-    /// top of what [`environ::inherited`] keeps of the agent's environment, and nothing
+    /// top of what [`child_env::inherited`] keeps of the agent's environment, and nothing
     /// else of it.
     pub env: BTreeMap<String, String>,
     pub timeout: Option<Duration>,
@@ -452,7 +452,7 @@ fn spawn(spec: &ChildSpec, workdir: &std::path::Path) -> std::io::Result<tokio::
     let mut cmd = tokio::process::Command::new(&spec.program);
     cmd.args(&spec.args)
         .env_clear()
-        .envs(environ::inherited())
+        .envs(child_env::inherited())
         .envs(&spec.env)
         .env("HOME", workdir)
         .env("TMPDIR", workdir)

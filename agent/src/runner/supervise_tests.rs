@@ -42,7 +42,7 @@ async fn the_child_gets_a_cleared_environment_plus_the_job_env() {
                 || name == "PWD"
                 || name == "SHLVL"
                 || name == "_"
-                || crate::runner::environ::passes(name),
+                || crate::runner::child_env::passes(name),
             "{name} reached the child"
         );
     }

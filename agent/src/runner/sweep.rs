@@ -11,7 +11,7 @@ use heddle_types::jobs::ResultRow;
 use heddle_types::params::{KindParams, SweepParams};
 use serde_json::{Map, Value, json};
 
-use super::environ;
+use super::child_env;
 use super::nccl::Params as NcclParams;
 use super::protocol::{ChildEvent, ChildInput};
 use super::{RunError, Sink};
@@ -72,7 +72,7 @@ pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
     let args = bench_args(&params);
     let mut cells_summary = Vec::new();
     for (i, cell) in grid.iter().enumerate() {
-        let o = environ::command(&exe).args(&args).envs(cell).output()?;
+        let o = child_env::command(&exe).args(&args).envs(cell).output()?;
         let stdout = String::from_utf8_lossy(&o.stdout);
         let v: Value = serde_json::from_str(stdout.trim()).map_err(|e| RunError::Failed {
             code: 1,

@@ -16,7 +16,7 @@ use heddle_types::jobs::ResultRow;
 use heddle_types::transport::UcxEvidence;
 use serde_json::{Map, Value, json};
 
-use super::environ;
+use super::child_env;
 use super::nccl::rendezvous::Rendezvous;
 use super::protocol::{ChildEvent, ChildInput};
 use super::ucx_parse::{self, PerfResult};
@@ -89,7 +89,7 @@ fn free_port() -> std::io::Result<u16> {
 /// UCX logs the lanes it selects for an endpoint at `info`; the run's own
 /// `UCX_LOG_LEVEL` wins when it has one (then the lanes may go unrecorded).
 fn perftest_command() -> Command {
-    let mut cmd = environ::command("ucx_perftest");
+    let mut cmd = child_env::command("ucx_perftest");
     if std::env::var_os("UCX_LOG_LEVEL").is_none() {
         cmd.env("UCX_LOG_LEVEL", "info");
     }
@@ -267,12 +267,12 @@ pub fn run(input: &ChildInput, out: &mut Sink<'_>) -> Result<(), RunError> {
         "mode".into(),
         if world == 1 { "loopback" } else { "two-node" }.into(),
     );
-    if let Ok(o) = environ::command("ucx_info").arg("-v").output()
+    if let Ok(o) = child_env::command("ucx_info").arg("-v").output()
         && let Some(v) = ucx_parse::parse_version(&String::from_utf8_lossy(&o.stdout))
     {
         summary.insert("ucx_version".into(), v.into());
     }
-    if let Ok(o) = environ::command("ucx_info").arg("-d").output() {
+    if let Ok(o) = child_env::command("ucx_info").arg("-d").output() {
         let tl = ucx_parse::parse_info_devices(&String::from_utf8_lossy(&o.stdout));
         let names: Vec<String> = tl
             .iter()

@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 
+use heddle_types::env_input;
 use heddle_types::jobs::{Run, RunCreate};
 use heddle_types::nodes::NodeSummary;
 use heddle_types::params::{ParamType, RunKind, RunKindParam};
@@ -13,7 +14,6 @@ use leptos::prelude::*;
 use leptos_router::hooks::use_navigate;
 use serde_json::{Map, Value};
 
-use super::runs::parse_env;
 use crate::api::{self, ApiError, Load};
 use crate::ui::{error_line, loaded, size};
 
@@ -69,7 +69,9 @@ pub fn field_value(ty: ParamType, text: &str) -> Value {
         ParamType::EnvGrid => {
             let mut grid = Map::new();
             for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
-                let (name, vals) = line.split_once('=').unwrap_or((line, ""));
+                // A line that is no pair goes as a name without values, which the server
+                // refuses by name beside the parameter.
+                let (name, vals) = env_input::split(line).unwrap_or((line, ""));
                 let vals = vals.split(',').map(str::trim).filter(|s| !s.is_empty());
                 grid.insert(
                     name.trim().into(),
@@ -293,7 +295,7 @@ pub fn LaunchForm() -> impl IntoView {
         } else {
             params_now()
         };
-        let env_v = match parse_env(&env.get_untracked()) {
+        let env_v = match env_input::lines(&env.get_untracked()) {
             Ok(v) => v,
             Err(e) => return error.set(Some(format!("env: {e}"))),
         };

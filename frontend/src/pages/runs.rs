@@ -1,8 +1,6 @@
 //! Runs: the launch form (`launch.rs`) and the recent runs. A run starts one job per chosen
 //! node, ranked in the order the nodes were ticked.
 
-use std::collections::BTreeMap;
-
 use heddle_types::auth::Role;
 use heddle_types::jobs::Run;
 use leptos::prelude::*;
@@ -11,25 +9,6 @@ use super::launch::LaunchForm;
 use crate::api;
 use crate::session::use_session;
 use crate::ui::{ago, loaded};
-
-/// `NAME=value` lines into a map; blank lines and `#` comments are skipped, and a leading
-/// `export ` is accepted so a copied export block can be pasted as is.
-pub fn parse_env(text: &str) -> Result<BTreeMap<String, String>, String> {
-    let mut out = BTreeMap::new();
-    for (i, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let line = line.strip_prefix("export ").unwrap_or(line);
-        let Some((k, v)) = line.split_once('=') else {
-            return Err(format!("line {}: expected NAME=value, got {line:?}", i + 1));
-        };
-        let v = v.trim().trim_matches('\'').trim_matches('"');
-        out.insert(k.trim().to_string(), v.to_string());
-    }
-    Ok(out)
-}
 
 pub fn state_badge(state: &str) -> impl IntoView + use<> {
     let class = match state {

@@ -16,8 +16,6 @@ use wasmtime::component::{HasData, Linker, Resource, ResourceTable};
 use wasmtime_wasi::p2::bindings::clocks::monotonic_clock;
 use wasmtime_wasi::p2::{DynPollable, Pollable, subscribe};
 
-use crate::sandbox::State;
-
 /// The trap raised when a guest asks to wait past its deadline.
 #[derive(Debug, thiserror::Error)]
 #[error("plugin asked to wait {wait:?} on a clock with {remaining:?} left before its deadline")]
@@ -26,9 +24,13 @@ pub struct WaitDenied {
     pub remaining: Duration,
 }
 
-/// Replaces the monotonic clock `wasmtime_wasi` linked (the linker must allow shadowing).
-pub fn add_to_linker(linker: &mut Linker<State>) -> wasmtime::Result<()> {
-    monotonic_clock::add_to_linker::<State, GuardedClocks>(linker, |s| s.clock())
+/// Replaces the monotonic clock `wasmtime_wasi` linked (the linker must allow shadowing);
+/// `view` gives a store's [`GuardedClock`].
+pub fn add_to_linker<T: Send + 'static>(
+    linker: &mut Linker<T>,
+    view: fn(&mut T) -> GuardedClock<'_>,
+) -> wasmtime::Result<()> {
+    monotonic_clock::add_to_linker::<T, GuardedClocks>(linker, view)
 }
 
 struct GuardedClocks;

@@ -219,7 +219,7 @@ impl PluginHost {
         // Clock waits are host code that no fuel or epoch reaches: replaced by ones that end
         // before the call's deadline.
         linker.allow_shadowing(true);
-        clock::add_to_linker(&mut linker).map_err(internal)?;
+        clock::add_to_linker(&mut linker, State::clock).map_err(internal)?;
         linker.allow_shadowing(false);
         v01::Detector::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s)
             .map_err(internal)?;

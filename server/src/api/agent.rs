@@ -222,7 +222,7 @@ pub async fn claim(State(state): State<AppState>, agent: AgentCaller) -> ApiResu
             job_id: r.id,
             claim_id: r.claim_id,
             run_id: r.run_id,
-            spec: r.spec.0,
+            spec: r.spec,
             rank: r.rank,
             world_size: r.world_size,
             attempt: r.attempts,

@@ -10,7 +10,7 @@
 //! longer matches it.
 
 use chrono::{DateTime, Utc};
-use heddle_types::jobs::{JobSpec, JobState, Progress};
+use heddle_types::jobs::{EnvVar, JobSpec, JobState, Progress};
 use sqlx::PgConnection;
 use sqlx::types::Json as SqlJson;
 use uuid::Uuid;
@@ -43,9 +43,23 @@ pub struct Lease {
     pub world_size: i32,
     pub attempts: i32,
     pub lease_expires_at: DateTime<Utc>,
-    /// The run's spec with the job's own environment in place of the run's.
-    pub spec: SqlJson<JobSpec>,
+    /// The run's spec with the job's own environment in place of the run's
+    /// (`runs_env::job_spec`).
+    pub spec: JobSpec,
+}
+
+/// The claimed row as stored: the run's spec and the job's applied environment apart.
+struct Claimed {
+    id: Uuid,
+    claim_id: Uuid,
+    run_id: Uuid,
+    rank: i32,
+    world_size: i32,
+    attempts: i32,
+    lease_expires_at: DateTime<Utc>,
     state: String,
+    spec: SqlJson<JobSpec>,
+    applied_env: Option<SqlJson<Vec<EnvVar>>>,
 }
 
 /// [`Move::Claim`]: the oldest queued job of `node` (not asked to stop) becomes leased to
@@ -57,8 +71,8 @@ pub async fn claim(
     agent: Uuid,
     lease_secs: f64,
 ) -> Result<Option<Lease>, JobError> {
-    let lease = sqlx::query_as!(
-        Lease,
+    let claimed = sqlx::query_as!(
+        Claimed,
         r#"WITH next AS (
              SELECT id FROM jobs WHERE node_id = $1 AND state = 'queued' AND NOT cancel_requested
              ORDER BY created_at, rank LIMIT 1 FOR UPDATE SKIP LOCKED)
@@ -67,10 +81,8 @@ pub async fn claim(
                 claim_id = $4, claim_agent_id = $2
          FROM next, runs r WHERE j.id = next.id AND r.id = j.run_id
          RETURNING j.id, j.claim_id AS "claim_id!", j.run_id, j.rank, j.world_size, j.attempts,
-             j.lease_expires_at AS "lease_expires_at!", j.state,
-             CASE WHEN j.applied_env IS NULL THEN r.spec ELSE jsonb_set(r.spec, '{env}', COALESCE(
-                 (SELECT jsonb_object_agg(e->>'name', e->>'value') FROM jsonb_array_elements(j.applied_env) e),
-                 '{}'::jsonb)) END AS "spec!: SqlJson<JobSpec>""#,
+             j.lease_expires_at AS "lease_expires_at!", j.state, r.spec AS "spec!: SqlJson<JobSpec>",
+             j.applied_env AS "applied_env?: SqlJson<Vec<EnvVar>>""#,
         node,
         agent,
         lease_secs,
@@ -78,10 +90,20 @@ pub async fn claim(
     )
     .fetch_optional(db)
     .await?;
-    if let Some(l) = &lease {
-        moved(Move::Claim, Some(JobState::Queued), &l.state)?;
-    }
-    Ok(lease)
+    let Some(c) = claimed else {
+        return Ok(None);
+    };
+    moved(Move::Claim, Some(JobState::Queued), &c.state)?;
+    Ok(Some(Lease {
+        id: c.id,
+        claim_id: c.claim_id,
+        run_id: c.run_id,
+        rank: c.rank,
+        world_size: c.world_size,
+        attempts: c.attempts,
+        lease_expires_at: c.lease_expires_at,
+        spec: crate::runs_env::job_spec(c.spec.0, c.applied_env.map(|e| e.0)),
+    }))
 }
 
 /// [`Move::Heartbeat`], for a batch of heartbeats (`liveness.rs` flushes them): each named

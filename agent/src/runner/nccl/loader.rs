@@ -18,8 +18,8 @@
 use std::ffi::{CStr, OsString};
 use std::path::{Path, PathBuf};
 
-/// Path of the `libnccl.so.2` to use instead of the loader's search.
-pub const LIBRARY_ENV: &str = "HEDDLE_NCCL_LIBRARY";
+use crate::runner::child_env::{self, NCCL_LIBRARY_ENV};
+
 /// Set in the re-run process, so a shim that still does not load cannot loop.
 pub const SHIMMED_ENV: &str = "HEDDLE_NCCL_SHIM";
 
@@ -51,7 +51,7 @@ pub fn probe() -> Probe {
         Ok(_) => {}
     }
     probe_nccl(
-        std::env::var_os(LIBRARY_ENV).map(PathBuf::from),
+        std::env::var_os(NCCL_LIBRARY_ENV).map(PathBuf::from),
         std::env::var_os(SHIMMED_ENV).is_some(),
     )
 }
@@ -72,7 +72,10 @@ pub fn probe_nccl(wanted: Option<PathBuf>, shimmed: bool) -> Probe {
     }
     let library = match wanted {
         Some(path) if !path.is_file() => {
-            return Probe::Unavailable(format!("{LIBRARY_ENV}={} is not a file", path.display()));
+            return Probe::Unavailable(format!(
+                "{NCCL_LIBRARY_ENV}={} is not a file",
+                path.display()
+            ));
         }
         Some(path) => path,
         None if cudarc_finds => return Probe::Ready,
@@ -80,7 +83,7 @@ pub fn probe_nccl(wanted: Option<PathBuf>, shimmed: bool) -> Probe {
             Ok(path) => path,
             Err(why) => {
                 return Probe::Unavailable(format!(
-                    "libnccl.so.2 not found: {why} (install the NCCL runtime, or set {LIBRARY_ENV} to its path)"
+                    "libnccl.so.2 not found: {why} (install the NCCL runtime, or set {NCCL_LIBRARY_ENV} to its path)"
                 ));
             }
         },
@@ -155,7 +158,7 @@ pub fn shim_dir(library: &Path) -> std::io::Result<ShimDir> {
 /// Runs this same command again with `dir` first in `LD_LIBRARY_PATH`, feeding `stdin`
 /// when given (the test child already consumed its own, which carried its input), and
 /// returns its exit status; `dir` is removed afterwards. The re-run gets a cleared
-/// environment plus what [`environ::inherited`](crate::runner::environ::inherited) keeps.
+/// environment plus what [`child_env::inherited`] keeps.
 pub fn rerun_with_shim(dir: ShimDir, stdin: Option<&[u8]>) -> std::io::Result<i32> {
     use std::io::Write;
     use std::process::Stdio;
@@ -165,7 +168,7 @@ pub fn rerun_with_shim(dir: ShimDir, stdin: Option<&[u8]>) -> std::io::Result<i3
         path.push(":");
         path.push(old);
     }
-    let mut cmd = crate::runner::environ::command(exe);
+    let mut cmd = child_env::command(exe);
     cmd.args(std::env::args_os().skip(1))
         .env("LD_LIBRARY_PATH", path)
         .env(SHIMMED_ENV, dir.path());

@@ -29,9 +29,15 @@ pub const BASE: &[&str] = &[
     "LC_ALL",
     "LC_CTYPE",
     "TZ",
-    super::nccl::loader::LIBRARY_ENV,
-    super::rdma::SYSFS_ENV,
+    NCCL_LIBRARY_ENV,
+    RDMA_SYSFS_ENV,
 ];
+
+/// Path of the `libnccl.so.2` to use instead of the loader's search (`nccl::loader`).
+pub const NCCL_LIBRARY_ENV: &str = "HEDDLE_NCCL_LIBRARY";
+
+/// Where the kernel lists RDMA devices, for the `rdma` kind; tests point it elsewhere.
+pub const RDMA_SYSFS_ENV: &str = "HEDDLE_RDMA_SYSFS";
 
 /// `PATH` when the parent has none.
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";

@@ -18,8 +18,8 @@ use heddle_types::observed::{
     MAX_OBSERVATIONS_PER_UPLOAD, Observation, ObservationSource, ObservationUpload,
 };
 
+use super::{Agent, Backoff, LifecycleError};
 use crate::client::ClientError;
-use crate::lifecycle::{Agent, Backoff, LifecycleError};
 use ingest::JobSpool;
 use outbox::Outbox;
 
