@@ -20,11 +20,12 @@ use serde_json::{Map, Value, json};
 use super::environ;
 use super::nccl::rendezvous::Rendezvous;
 use super::protocol::{ChildEvent, ChildInput};
-use heddle_types::params::{KindParams, RdmaParams};
+use heddle_types::kinds::rdma::RdmaParams;
+use heddle_types::params::KindParams;
 
 use super::{RunError, Sink};
 
-pub use heddle_types::params::PERFTESTS as TESTS;
+pub use heddle_types::kinds::rdma::PERFTESTS as TESTS;
 /// Where the kernel lists RDMA devices; tests point it elsewhere.
 pub const SYSFS_ENV: &str = "HEDDLE_RDMA_SYSFS";
 
