@@ -7,7 +7,7 @@ use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
 use uuid::Uuid;
 
-use super::runs::state_badge;
+use crate::pages::runs::state_badge;
 use crate::api;
 use crate::ui::{ago, loaded, opt_num};
 
