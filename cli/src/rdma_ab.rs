@@ -1,7 +1,7 @@
 //! The two tables of an `rdma_ab` result side by side, and the ratio per size band.
 
 use heddle_types::jobs::JobResult;
-use heddle_types::rdma_ab::AbComparison;
+use heddle_types::kinds::rdma_ab::AbComparison;
 use heddle_types::sweeps::Band;
 
 use crate::table;

@@ -238,12 +238,12 @@ pub fn print_result(r: &JobResult) {
             .map_or_else(String::new, |s| format!(": {s}"))
     );
     if let Some(kind) = r.summary.get("kind").and_then(|k| k.as_str())
-        && let Some(path) = heddle_types::transport::path_line(kind, &r.summary)
+        && let Some(path) = heddle_types::kinds::path_line(kind, &r.summary)
     {
         println!("path: {path}");
     }
     crate::health::print_verdict(r.verdict.as_ref());
-    if r.summary.get("kind").and_then(|k| k.as_str()) == Some(heddle_types::rdma_ab::KIND) {
+    if r.summary.get("kind").and_then(|k| k.as_str()) == Some(heddle_types::kinds::rdma_ab::KIND) {
         println!("{}", crate::rdma_ab::render(r));
         return;
     }

@@ -79,10 +79,10 @@ fn Shell() -> impl IntoView {
                 <Route path=path!("/jobs/:id") view=pages::jobs::JobPage/>
                 <Route path=path!("/investigations") view=pages::investigations::Investigations/>
                 <Route path=path!("/investigations/:id") view=pages::investigations::InvestigationPage/>
-                <Route path=path!("/p2p") view=pages::p2p::P2pRuns/>
-                <Route path=path!("/p2p/:id") view=pages::p2p::P2pPage/>
-                <Route path=path!("/sweeps") view=pages::sweeps::Sweeps/>
-                <Route path=path!("/sweeps/:id") view=pages::sweeps::SweepPage/>
+                <Route path=path!("/p2p") view=pages::kinds::p2p::P2pRuns/>
+                <Route path=path!("/p2p/:id") view=pages::kinds::p2p::P2pPage/>
+                <Route path=path!("/sweeps") view=pages::kinds::sweep::Sweeps/>
+                <Route path=path!("/sweeps/:id") view=pages::kinds::sweep::SweepPage/>
                 <Route path=path!("/health") view=pages::health::Health/>
                 <Route path=path!("/regressions") view=pages::regressions::Regressions/>
                 <Route path=path!("/regressions/series") view=pages::regressions::SeriesPage/>

@@ -52,7 +52,7 @@ fn body(key: &str, rdma_scale: f64) -> Value {
     }
     let parsed: Vec<heddle_types::jobs::ResultRow> =
         serde_json::from_value(Value::Array(rows.clone())).unwrap();
-    let comparison = heddle_types::rdma_ab::AbComparison::from_rows(&parsed);
+    let comparison = heddle_types::kinds::rdma_ab::AbComparison::from_rows(&parsed);
     let summary = json!({
         "kind": "rdma_ab", "collective": "all_reduce", "nranks": 16,
         "legs": {
@@ -159,7 +159,7 @@ async fn rdma_that_does_not_help_fails_where_the_facts_say_it_should() {
     let reason = &r["verdict"]["reasons"][0];
     assert_eq!(
         reason["expected"],
-        heddle_types::rdma_ab::MIN_SPEEDUP,
+        heddle_types::kinds::rdma_ab::MIN_SPEEDUP,
         "{reason}"
     );
     assert!(

@@ -2,7 +2,8 @@
 //! `exit_code` (default 1, 1..=255), so failure reporting can be tested end to end.
 
 use super::protocol::ChildInput;
-use heddle_types::params::{FailParams, KindParams};
+use heddle_types::kinds::fail::FailParams;
+use heddle_types::params::KindParams;
 
 use super::{RunError, Sink};
 

@@ -10,7 +10,8 @@ use std::time::Instant;
 use heddle_types::jobs::ResultRow;
 
 use super::protocol::{ChildEvent, ChildInput};
-use heddle_types::params::{KindParams, MemcpyParams};
+use heddle_types::kinds::memcpy::MemcpyParams;
+use heddle_types::params::KindParams;
 
 use super::{RunError, Sink};
 

@@ -3,9 +3,9 @@
 //! agent down, and the job's environment (`NCCL_*`, `UCX_*`...) reaches that test only.
 //!
 //! A job kind is one module exposing `run(&ChildInput, &mut Emitter) -> Result<(), RunError>`
-//! and one line in [`KINDS`], plus its parameter type in `heddle_types::params` (the
-//! server checks a run's params with it and the dashboard builds its form from it; the
-//! runner decodes through the same type). The parent side (spawn, timeout, kill, stderr tail) lives in
+//! and one line in [`KINDS`], named as the kind's module in `heddle_types::kinds` that holds
+//! its parameter type (the server checks a run's params with it and the dashboard builds
+//! its form from it; the runner decodes through the same type). The parent side (spawn, timeout, kill, stderr tail) lives in
 //! [`supervise`] and knows nothing about kinds.
 
 pub mod child_env;
@@ -182,12 +182,12 @@ mod tests {
         // what it lists: a kind added here must get its parameter type there.
         for k in KINDS {
             assert!(
-                heddle_types::params::find_kind(k.name).is_some(),
-                "kind {} has no parameter type in heddle_types::params::KINDS",
+                heddle_types::kinds::find_kind(k.name).is_some(),
+                "kind {} has no module in heddle_types::kinds::KINDS",
                 k.name
             );
         }
-        for c in heddle_types::params::KINDS {
+        for c in heddle_types::kinds::KINDS {
             assert!(
                 find(c.name).is_some(),
                 "catalogue kind {} has no runner",

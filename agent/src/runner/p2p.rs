@@ -19,7 +19,8 @@ use heddle_types::jobs::ResultRow;
 use serde_json::{Map, Value, json};
 
 use super::protocol::{ChildEvent, ChildInput};
-use heddle_types::params::{KindParams, P2pParams};
+use heddle_types::kinds::p2p::P2pParams;
+use heddle_types::params::KindParams;
 
 use super::{RunError, Sink};
 

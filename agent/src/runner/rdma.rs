@@ -20,12 +20,13 @@ use serde_json::{Map, Value, json};
 use super::child_env;
 use super::nccl::rendezvous::Rendezvous;
 use super::protocol::{ChildEvent, ChildInput};
-use heddle_types::params::{KindParams, RdmaParams};
+use heddle_types::kinds::rdma::RdmaParams;
+use heddle_types::params::KindParams;
 
 use super::{RunError, Sink};
 
 pub use super::child_env::RDMA_SYSFS_ENV as SYSFS_ENV;
-pub use heddle_types::params::PERFTESTS as TESTS;
+pub use heddle_types::kinds::rdma::PERFTESTS as TESTS;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Params {

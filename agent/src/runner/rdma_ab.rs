@@ -5,7 +5,7 @@
 //! kind `nccl` with the leg's variables on top of the job's; its rows come back labelled
 //! `leg=rdma` / `leg=socket`, its summary (with NCCL's transport evidence) under
 //! `legs.<leg>`. On one node both legs also turn off peer access and shared memory so the
-//! ranks' traffic crosses the network (`heddle_types::rdma_ab::Leg::env`).
+//! ranks' traffic crosses the network (`heddle_types::kinds::rdma_ab::Leg::env`).
 //!
 //! Params: those of `nccl`; the run needs at least two ranks (two nodes, or `gpus` ≥ 2).
 
@@ -14,7 +14,7 @@ use std::path::Path;
 use std::process::Stdio;
 
 use heddle_types::jobs::ResultRow;
-use heddle_types::rdma_ab::{AbComparison, KIND, LEG_LABEL, Leg};
+use heddle_types::kinds::rdma_ab::{AbComparison, KIND, LEG_LABEL, Leg};
 use serde_json::{Map, Value, json};
 
 use super::child_env;

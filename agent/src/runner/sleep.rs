@@ -5,7 +5,8 @@
 use std::time::{Duration, Instant};
 
 use super::protocol::{ChildEvent, ChildInput};
-use heddle_types::params::{KindParams, SleepParams};
+use heddle_types::kinds::sleep::SleepParams;
+use heddle_types::params::KindParams;
 
 use super::{RunError, Sink};
 

@@ -5,10 +5,11 @@
 //! ends itself through bench's stall watch and is recorded as `hung`; the grid goes on.
 //!
 //! Params: those of `nccl` (one node only), plus `grid`: an object mapping `NCCL_*`
-//! names to lists of values; at most 64 cells (`heddle_types::params::SweepParams`).
+//! names to lists of values; at most 64 cells (`heddle_types::kinds::sweep::SweepParams`).
 
 use heddle_types::jobs::ResultRow;
-use heddle_types::params::{KindParams, SweepParams};
+use heddle_types::kinds::sweep::SweepParams;
+use heddle_types::params::KindParams;
 use serde_json::{Map, Value, json};
 
 use super::child_env;

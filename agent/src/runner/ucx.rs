@@ -20,12 +20,13 @@ use super::child_env;
 use super::nccl::rendezvous::Rendezvous;
 use super::protocol::{ChildEvent, ChildInput};
 use super::ucx_parse::{self, PerfResult};
-use heddle_types::params::{KindParams, UcxParams};
+use heddle_types::kinds::ucx::UcxParams;
+use heddle_types::params::KindParams;
 
 use super::{RunError, Sink};
 
 /// UCP tests ucx_perftest runs between two processes (the UCT ones need a device name).
-pub use heddle_types::params::UCX_TESTS as TESTS;
+pub use heddle_types::kinds::ucx::UCX_TESTS as TESTS;
 const STEP_TIMEOUT: Duration = Duration::from_secs(120);
 const RENDEZVOUS_NAME: &str = "ucx-server";
 

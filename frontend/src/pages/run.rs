@@ -172,7 +172,7 @@ fn transport_block(summary: serde_json::Value, verdict: Option<ResultVerdict>) -
         .get("kind")
         .and_then(|k| k.as_str())
         .unwrap_or_default();
-    let path = heddle_types::transport::path_line(kind, &summary);
+    let path = heddle_types::kinds::path_line(kind, &summary);
     let findings = verdict
         .map(|v| v.reasons)
         .unwrap_or_default()
@@ -224,7 +224,7 @@ fn series_of(label: &str, results: &[JobResult], dashed: bool) -> Vec<Series> {
         .iter()
         .filter(|r| r.rows.iter().any(|row| row.busbw_gbs.is_some()))
         .flat_map(|r| {
-            super::run_ab::series(label, r, dashed).unwrap_or_else(|| {
+            super::kinds::rdma_ab::series(label, r, dashed).unwrap_or_else(|| {
                 vec![Series {
                     name: format!("{label} {}", r.hostname),
                     points: r
@@ -320,7 +320,7 @@ fn result_block(r: JobResult) -> impl IntoView {
             {r.reason.clone().map(|x| view! { <p class="error">{x}</p> })}
             {super::health::verdict_block(r.verdict.clone())}
             {transport_block(r.summary.clone(), r.verdict.clone())}
-            {super::run_ab::tables(&r)}
+            {super::kinds::rdma_ab::tables(&r)}
             {(!r.summary.is_null()).then(|| view! { <p class="mono small">{r.summary.to_string()}</p> })}
             {has_rows.then(|| view! {
                 <table class="grid nccl" id="nccl-table"><thead><tr><th>"size"</th><th>"count"</th><th>"type"</th><th>"redop"</th><th>"root"</th>

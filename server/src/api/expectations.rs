@@ -18,7 +18,7 @@ const METRICS: [&str; 5] = [
     "busbw_gbs",
     "algbw_gbs",
     "time_us",
-    heddle_types::rdma_ab::SPEEDUP_METRIC,
+    heddle_types::kinds::rdma_ab::SPEEDUP_METRIC,
     heddle_types::regress::MIN_CHANGE_METRIC,
 ];
 

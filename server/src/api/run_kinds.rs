@@ -1,8 +1,9 @@
 //! The run-kinds catalogue: every job kind with its parameters (type, default, unit,
 //! range, allowed values, help), generated from the parameter types in
-//! `heddle_types::params`. The dashboard's launcher builds its form from it.
+//! `heddle_types::kinds`. The dashboard's launcher builds its form from it.
 
-use heddle_types::params::{RunKind, catalogue};
+use heddle_types::kinds::catalogue;
+use heddle_types::params::RunKind;
 
 use crate::http::auth::Caller;
 use crate::http::error::Json;

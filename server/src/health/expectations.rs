@@ -8,7 +8,7 @@
 //! where its reference comes from and the fraction taken of it.
 
 use heddle_types::health::{Expectation, Figure, Severity};
-use heddle_types::rdma_ab;
+use heddle_types::kinds::rdma_ab;
 use heddle_types::transport;
 use uuid::Uuid;
 

@@ -1,10 +1,10 @@
-//! What a result is judged on: its test name(s) and headline figures, from the run's kind
-//! and params and the result's rows. Pure, so every rule is unit-tested here.
+//! What a result is judged on: its test name(s) and headline figures, which each kind's
+//! module in `heddle_types::kinds` takes from the run's params and the result's rows, and
+//! how the server stores them. Pure, so every rule is unit-tested here.
 
-use std::collections::BTreeMap;
-
-use heddle_types::health::{Figure, pair_name};
+use heddle_types::health::Figure;
 use heddle_types::jobs::ResultRow;
+pub use heddle_types::kinds::lower_is_better;
 
 /// What one result says, reduced to what verdicts compare.
 #[derive(Debug, Clone, PartialEq)]
@@ -16,141 +16,10 @@ pub struct Extracted {
     pub wrong: i64,
 }
 
-/// Lower is better for latencies, higher for bandwidths.
-pub fn lower_is_better(metric: &str) -> bool {
-    metric.ends_with("_us")
-}
-
-fn param<'a>(params: &'a serde_json::Value, name: &str) -> Option<&'a str> {
-    params
-        .get(name)
-        .and_then(serde_json::Value::as_str)
-        .filter(|s| !s.is_empty())
-}
-
-/// A row's finite value of `metric`.
-fn pick(metric: &str, r: &ResultRow) -> Option<f64> {
-    match metric {
-        "busbw_gbs" => r.busbw_gbs,
-        "algbw_gbs" => r.algbw_gbs,
-        _ => r.time_us,
-    }
-    .filter(|v| v.is_finite())
-}
-
-/// The size a headline figure is taken at: the largest measured, the smallest for latencies.
-fn headline_size(metric: &str, sizes: impl Iterator<Item = i64>) -> Option<i64> {
-    if lower_is_better(metric) {
-        sizes.min()
-    } else {
-        sizes.max()
-    }
-}
-
-/// The figure of `metric` at the largest size that has it (the mean of the rows there, e.g.
-/// nccl-tests' out-of-place and in-place rows), or at the smallest for latencies.
-fn headline<'a>(
-    test: String,
-    metric: &str,
-    rows: impl Iterator<Item = &'a ResultRow>,
-    min_of_rows: bool,
-) -> Option<Figure> {
-    let with: Vec<(i64, f64)> = rows
-        .filter_map(|r| Some((r.size_bytes, pick(metric, r)?)))
-        .collect();
-    let size = headline_size(metric, with.iter().map(|w| w.0))?;
-    let at: Vec<f64> = with.iter().filter(|w| w.0 == size).map(|w| w.1).collect();
-    let value = if min_of_rows {
-        // The worst of several links measured at the same size (p2p pairs).
-        if lower_is_better(metric) {
-            at.iter().copied().fold(f64::MIN, f64::max)
-        } else {
-            at.iter().copied().fold(f64::MAX, f64::min)
-        }
-    } else {
-        at.iter().sum::<f64>() / at.len() as f64
-    };
-    Some(Figure {
-        test,
-        metric: metric.to_string(),
-        size_bytes: size,
-        value,
-        pair: None,
-    })
-}
-
-/// Rows of a result with several tests, by test (`ucx`: the perftest test in `op`; `p2p`:
-/// the copy kind in `labels.kind`), with the metric each is judged on.
-fn by_test<'a>(
-    kind: &str,
-    rows: &'a [ResultRow],
-) -> Vec<(String, &'static str, Vec<&'a ResultRow>)> {
-    let mut groups: BTreeMap<String, Vec<&ResultRow>> = BTreeMap::new();
-    for r in rows {
-        let sub = if kind == "ucx" {
-            r.op.clone()
-        } else {
-            r.labels.get("kind").cloned()
-        };
-        if let Some(sub) = sub.filter(|s| !s.is_empty()) {
-            groups.entry(sub).or_default().push(r);
-        }
-    }
-    groups
-        .into_iter()
-        .map(|(sub, group)| {
-            let metric = if kind == "ucx" && sub.contains("_lat") {
-                "time_us"
-            } else {
-                "algbw_gbs"
-            };
-            (format!("{kind}.{sub}"), metric, group)
-        })
-        .collect()
-}
-
-/// One figure per copy of a `p2p` result (its `labels.src` → `labels.dst`, both ways at once
-/// for `mode` `bidir`), at the size its test's headline is taken at; repeats of a copy are
-/// averaged. These are what regressions follow per GPU pair: a degraded link between two
-/// GPUs is invisible in the worst pair's figure when another pair is slower still. They
-/// are never judged: the verdict stays on the worst pair. None for other kinds.
+/// One figure per GPU pair of a result (`p2p`'s copies), followed by regressions and never
+/// judged; none for other kinds.
 pub fn pairs(kind: &str, rows: &[ResultRow]) -> Vec<Figure> {
-    if kind != "p2p" {
-        return Vec::new();
-    }
-    let mut out = Vec::new();
-    for (test, metric, group) in by_test(kind, rows) {
-        let Some(size) = headline_size(
-            metric,
-            group
-                .iter()
-                .filter(|r| pick(metric, r).is_some())
-                .map(|r| r.size_bytes),
-        ) else {
-            continue;
-        };
-        let mut copies: BTreeMap<String, (f64, u32)> = BTreeMap::new();
-        for r in group.iter().filter(|r| r.size_bytes == size) {
-            let (Some(src), Some(dst), Some(value)) = (
-                r.labels.get("src").filter(|s| !s.is_empty()),
-                r.labels.get("dst").filter(|s| !s.is_empty()),
-                pick(metric, r),
-            ) else {
-                continue;
-            };
-            let bidir = r.labels.get("mode").is_some_and(|m| m == "bidir");
-            let c = copies.entry(pair_name(src, dst, bidir)).or_default();
-            *c = (c.0 + value, c.1 + 1);
-        }
-        out.extend(copies.into_iter().map(|(pair, (sum, n))| Figure {
-            test: test.clone(),
-            metric: metric.to_string(),
-            size_bytes: size,
-            value: sum / f64::from(n),
-            pair: Some(pair),
-        }));
-    }
-    out
+    heddle_types::kinds::pairs(kind, rows)
 }
 
 /// A figure as `verdicts.figures` stores it: the wire fields and its size band (what
@@ -165,68 +34,15 @@ pub fn stored(f: &Figure) -> serde_json::Value {
     v
 }
 
-/// Test names are `<kind>.<test>`: `nccl.<op>` and `rdma_ab.<op>` from the run's params,
-/// `rdma.<perftest>`,
-/// `ucx.<perftest test>` per test in the rows, `p2p.<d2d|h2d|d2h>` per copy kind in the
-/// rows' labels, and the bare kind otherwise (`memcpy`).
+/// Test names are `<kind>.<test>` (`nccl.<op>`, `rdma.<perftest>`, `ucx.<test>` and
+/// `p2p.<d2d|h2d|d2h>` per test in the rows, the bare kind otherwise), as the kind's module
+/// says.
 pub fn extract(kind: &str, params: &serde_json::Value, rows: &[ResultRow]) -> Extracted {
     let wrong = rows.iter().filter_map(|r| r.wrong).filter(|w| *w > 0).sum();
-    let mut figures = Vec::new();
-    let test = match kind {
-        "nccl" => {
-            let test = format!("nccl.{}", param(params, "op").unwrap_or("all_reduce"));
-            figures.extend(headline(test.clone(), "busbw_gbs", rows.iter(), false));
-            test
-        }
-        // RDMA against sockets: judged on the ratio of the legs in the large band.
-        "rdma_ab" => {
-            use heddle_types::rdma_ab::{AbComparison, SPEEDUP_METRIC};
-            let test = format!("rdma_ab.{}", param(params, "op").unwrap_or("all_reduce"));
-            if let Some((size_bytes, value)) = AbComparison::from_rows(rows).speedup() {
-                figures.push(Figure {
-                    test: test.clone(),
-                    metric: SPEEDUP_METRIC.into(),
-                    size_bytes,
-                    value,
-                    pair: None,
-                });
-            }
-            test
-        }
-        // A tuning sweep's cells are not comparable with each other or with plain runs:
-        // only its validation counts.
-        "sweep" => format!("sweep.{}", param(params, "op").unwrap_or("all_reduce")),
-        "rdma" => {
-            let name = param(params, "test").unwrap_or("ib_write_bw");
-            let test = format!("rdma.{name}");
-            let metric = if name.ends_with("_lat") {
-                "time_us"
-            } else {
-                "algbw_gbs"
-            };
-            figures.extend(headline(test.clone(), metric, rows.iter(), false));
-            test
-        }
-        "ucx" | "p2p" => {
-            // Several tests in one result: one figure per test.
-            for (test, metric, group) in by_test(kind, rows) {
-                figures.extend(headline(test, metric, group.into_iter(), kind == "p2p"));
-            }
-            kind.to_string()
-        }
-        "memcpy" => {
-            figures.extend(headline("memcpy".into(), "algbw_gbs", rows.iter(), false));
-            "memcpy".into()
-        }
-        other => other.to_string(),
-    };
-    let test = match figures.as_slice() {
-        [one] => one.test.clone(),
-        _ => test,
-    };
+    let judged = heddle_types::kinds::judged(kind, params, rows);
     Extracted {
-        test,
-        figures,
+        test: judged.test,
+        figures: judged.figures,
         wrong,
     }
 }

@@ -1,13 +1,12 @@
 //! Transport reasons of a verdict: which path a test's bytes took, read from the evidence
 //! the agent put in the result's summary (`nccl_evidence`, `ucx_evidence`) and judged
-//! against the node's facts by the shared rules of `heddle_types::transport` (the same
-//! ones `heddle-agent check nccl-log` applies). Rules: docs/health.md, "Transport".
+//! against the node's facts by each kind's module in `heddle_types::kinds`, with the
+//! shared rules of `heddle_types::transport` (the same ones `heddle-agent check nccl-log`
+//! applies). Rules: docs/health.md, "Transport".
 
 use heddle_types::facts::NodeFacts;
 use heddle_types::health::{Reason, Severity, Verdict};
-use heddle_types::transport::{
-    self, Finding, Level, NcclEvidence, UcxEvidence, classify_nccl, classify_ucx,
-};
+use heddle_types::transport::{self, Finding, Level, NcclEvidence};
 use serde_json::Value;
 
 /// The node's facts as the shared rules read them; `None` when there are none or they
@@ -27,21 +26,11 @@ fn evidence<T: serde::de::DeserializeOwned>(summary: &Value, key: &str) -> Optio
     serde_json::from_value(summary.get(key)?.clone()).ok()
 }
 
-/// What the evidence of a succeeded result of `kind` says. Kinds that record no transport
-/// (memcpy, p2p, sweep cells) have nothing to say.
+/// What the evidence of a succeeded result of `kind` says, by the kind's module in
+/// `heddle_types::kinds`. Kinds that record no transport (memcpy, p2p, sweep cells) have
+/// nothing to say.
 pub fn findings(kind: &str, summary: &Value, facts: Option<&NodeFacts>) -> Vec<Finding> {
-    match kind {
-        "nccl" => {
-            let ev: Option<NcclEvidence> = evidence(summary, "nccl_evidence");
-            classify_nccl(ev.as_ref(), facts)
-        }
-        "ucx" => {
-            let ev: Option<UcxEvidence> = evidence(summary, "ucx_evidence");
-            classify_ucx(ev.as_ref(), facts)
-        }
-        heddle_types::rdma_ab::KIND => heddle_types::rdma_ab::classify(summary, facts),
-        _ => Vec::new(),
-    }
+    heddle_types::kinds::findings(kind, summary, facts)
 }
 
 /// The summed rate of the HCA ports an NCCL result's network channels used.
@@ -129,7 +118,7 @@ mod tests {
         let (v, _) = merge(Verdict::Pass, pass(), findings("nccl", &summary, None));
         assert_eq!(v, Verdict::Pass);
         assert!(
-            transport::path_line("nccl", &summary)
+            heddle_types::kinds::path_line("nccl", &summary)
                 .unwrap()
                 .starts_with("network Socket")
         );

@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use heddle_types::health::{Expectation, Figure, Reason, ResultVerdict, Severity, Verdict};
 use heddle_types::jobs::{JobSpec, ResultRow};
-use heddle_types::rdma_ab;
+use heddle_types::kinds::rdma_ab;
 use sqlx::PgPool;
 use uuid::Uuid;
 

@@ -112,8 +112,8 @@ impl From<anyhow::Error> for ApiError {
 }
 
 /// A variable, value or text the environment policy refuses: the input is at fault.
-impl From<heddle_types::params::SpecParamsError> for ApiError {
-    fn from(err: heddle_types::params::SpecParamsError) -> Self {
+impl From<heddle_types::kinds::SpecParamsError> for ApiError {
+    fn from(err: heddle_types::kinds::SpecParamsError) -> Self {
         ApiError::Unprocessable(err.to_string())
     }
 }

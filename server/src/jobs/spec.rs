@@ -6,7 +6,7 @@ use heddle_types::jobs::JobSpec;
 use super::JobError;
 
 /// Checks a job spec: the kind is one the agents run and its params decode through the
-/// kind's type in `heddle_types::params` (the error names the parameter at fault); the
+/// kind's type in `heddle_types::kinds` (the error names the parameter at fault); the
 /// collective name is put in the one spelling that results, verdicts and expectations use
 /// (`allreduce` becomes `all_reduce`). A sweep grid's variables pass the env policy there.
 pub fn validate_spec(spec: &mut JobSpec) -> Result<(), JobError> {
@@ -18,7 +18,7 @@ pub fn validate_spec(spec: &mut JobSpec) -> Result<(), JobError> {
             rule.describe()
         )));
     }
-    heddle_types::params::check_params(&spec.kind, &mut spec.params)
+    heddle_types::kinds::check_params(&spec.kind, &mut spec.params)
         .map_err(|e| JobError::Invalid(e.to_string()))?;
     crate::db::check_env(&spec.env, "the run's env")?;
     if spec.timeout_s == Some(0) {

@@ -1,18 +1,10 @@
-//! Typed job parameters and the run-kinds catalogue.
+//! How a kind's parameters are described, decoded and checked.
 //!
-//! Every job kind the agent runs has one parameter struct here (`kinds.rs`), with serde
+//! Every job kind has one parameter struct in its module under [`crate::kinds`], with serde
 //! defaults and `deny_unknown_fields`, and one [`KindParams`] impl that documents each
-//! parameter (type, unit, range, allowed values, help). The server decodes a run's
-//! `params` through it before any job exists, the agent's runners decode through the same
-//! struct, and the dashboard builds its launcher form from [`catalogue`]. Adding a kind is
-//! one struct with its impl in `kinds.rs` (or a file of its own) and one line in [`KINDS`] (plus its runner on
-//! the agent).
-
-mod kinds;
-mod nccl;
-
-pub use kinds::*;
-pub use nccl::*;
+//! parameter (type, unit, range, allowed values, help). This module is the machinery they
+//! share and knows no kind: decoding that names the parameter at fault, the checks of the
+//! documented ranges and choices, and the catalogue's wire shapes ([`RunKind`]).
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -142,7 +134,7 @@ impl ParamError {
             message: message.into(),
         }
     }
-    fn whole(message: impl Into<String>) -> ParamError {
+    pub(crate) fn whole(message: impl Into<String>) -> ParamError {
         ParamError {
             param: None,
             message: message.into(),
@@ -236,91 +228,6 @@ fn check_documented<T: Serialize>(docs: &[ParamDoc], typed: &T) -> Result<(), Pa
     Ok(())
 }
 
-/// One kind of the catalogue: its documentation and its decoder.
-#[derive(Clone, Copy)]
-pub struct KindEntry {
-    pub name: &'static str,
-    pub description: &'static str,
-    pub params: &'static [ParamDoc],
-    /// Decodes `params` and encodes the typed value again (defaults filled in).
-    pub decode: fn(&Value) -> Result<Value, ParamError>,
-    pub defaults: fn() -> Value,
-}
-
-const fn entry<T: KindParams>() -> KindEntry {
-    KindEntry {
-        name: T::KIND,
-        description: T::DESCRIPTION,
-        params: T::PARAMS,
-        decode: decode_as::<T>,
-        defaults: T::defaults,
-    }
-}
-
-fn decode_as<T: KindParams>(params: &Value) -> Result<Value, ParamError> {
-    let typed = T::decode(params)?;
-    serde_json::to_value(&typed).map_err(|e| ParamError::whole(e.to_string()))
-}
-
-/// Every kind a run may have, in the order the launcher lists them.
-pub const KINDS: &[KindEntry] = &[
-    entry::<NcclParams>(),
-    entry::<SweepParams>(),
-    entry::<RdmaAbParams>(),
-    entry::<P2pParams>(),
-    entry::<RdmaParams>(),
-    entry::<UcxParams>(),
-    entry::<MemcpyParams>(),
-    entry::<EnvParams>(),
-    entry::<SleepParams>(),
-    entry::<FailParams>(),
-];
-
-pub fn find_kind(kind: &str) -> Option<&'static KindEntry> {
-    KINDS.iter().find(|k| k.name == kind)
-}
-
-/// Why a job spec's kind or params were refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SpecParamsError {
-    UnknownKind(String),
-    Param(ParamError),
-}
-
-impl std::fmt::Display for SpecParamsError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            SpecParamsError::UnknownKind(kind) => {
-                let known: Vec<&str> = KINDS.iter().map(|k| k.name).collect();
-                write!(f, "unknown kind {kind:?} (one of {})", known.join(", "))
-            }
-            SpecParamsError::Param(e) => write!(f, "{e}"),
-        }
-    }
-}
-
-impl std::error::Error for SpecParamsError {}
-
-/// Checks a job's params against its kind. The collective (`op`) is rewritten in its one
-/// canonical spelling (`allreduce` → `all_reduce`); the rest is kept as given, so what a
-/// run stores is what its creator sent.
-pub fn check_params(kind: &str, params: &mut Value) -> Result<(), SpecParamsError> {
-    let entry = find_kind(kind).ok_or_else(|| SpecParamsError::UnknownKind(kind.into()))?;
-    (entry.decode)(params).map_err(SpecParamsError::Param)?;
-    if let Some(normalize) = entry
-        .params
-        .iter()
-        .find(|d| d.name == "op")
-        .and_then(|d| d.normalize)
-        && let Some(Value::String(op)) = params.get_mut("op")
-    {
-        *op = normalize(op)
-            .map_err(|m| SpecParamsError::Param(ParamError::new("op", m)))?
-            .to_string();
-    }
-    Ok(())
-}
-
 /// A kind as the catalogue endpoint describes it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -353,35 +260,3 @@ pub struct RunKindParam {
     pub choices: Vec<String>,
     pub help: String,
 }
-
-/// The catalogue, generated from the parameter types: defaults are what `{}` decodes to.
-pub fn catalogue() -> Vec<RunKind> {
-    KINDS
-        .iter()
-        .map(|k| {
-            let defaults = (k.defaults)();
-            RunKind {
-                name: k.name.into(),
-                description: k.description.into(),
-                params: k
-                    .params
-                    .iter()
-                    .map(|p| RunKindParam {
-                        name: p.name.into(),
-                        ty: p.ty,
-                        required: p.required,
-                        default: defaults.get(p.name).filter(|v| !v.is_null()).cloned(),
-                        unit: p.unit.map(Into::into),
-                        min: p.min,
-                        max: p.max,
-                        choices: p.choices.iter().map(|c| (*c).into()).collect(),
-                        help: p.help.into(),
-                    })
-                    .collect(),
-            }
-        })
-        .collect()
-}
-
-#[cfg(test)]
-mod tests;

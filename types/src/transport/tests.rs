@@ -203,18 +203,3 @@ fn ports_nccl_used_come_from_the_channel_indexes() {
     };
     assert_eq!(nccl_used_ports(&other, &ib_node()), None);
 }
-
-#[test]
-fn the_path_line_of_a_perftest_names_its_port() {
-    let s = json!({"perftest_evidence": {"device": "mlx5_0", "port": 1, "link_layer": "Ethernet",
-        "transport": "IB", "mtu": 4096, "gid_index": 3}});
-    assert_eq!(
-        path_line("rdma", &s).unwrap(),
-        "perftest on mlx5_0 port 1 (link Ethernet, transport IB, MTU 4096, GID index 3)"
-    );
-    assert_eq!(
-        path_line("rdma", &json!({"perftest_evidence": {}})).unwrap(),
-        "perftest on an unreported device port ?"
-    );
-    assert_eq!(path_line("rdma", &json!({})), None);
-}

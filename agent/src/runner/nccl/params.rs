@@ -3,13 +3,14 @@
 
 use std::time::Duration;
 
-use heddle_types::params::{self as wire, KindParams};
+use heddle_types::kinds::nccl as wire;
+use heddle_types::params::KindParams;
 use serde_json::Value;
 
 use super::spec::{self, Collective, Dtype, RedOp, Sweep};
 use crate::runner::RunError;
 
-pub use heddle_types::params::{MAX_BUDGET, parse_budget};
+pub use heddle_types::kinds::nccl::{MAX_BUDGET, parse_budget};
 
 pub const MAX_BYTES_LIMIT: u64 = wire::NCCL_MAX_BYTES;
 const MAX_ITERS: u64 = wire::NCCL_MAX_ITERS;

@@ -195,7 +195,7 @@ impl Dtype {
 impl FromStr for Dtype {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let name = heddle_types::params::canonical_dtype(s)?;
+        let name = heddle_types::kinds::nccl::canonical_dtype(s)?;
         Ok(Dtype::ALL
             .into_iter()
             .find(|d| d.name() == name)
@@ -229,7 +229,7 @@ impl RedOp {
 impl FromStr for RedOp {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let name = heddle_types::params::canonical_redop(s)?;
+        let name = heddle_types::kinds::nccl::canonical_redop(s)?;
         Ok(RedOp::ALL
             .into_iter()
             .find(|o| o.name() == name)

@@ -7,8 +7,8 @@ use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
 use uuid::Uuid;
 
-use super::runs::state_badge;
 use crate::api;
+use crate::pages::runs::state_badge;
 use crate::ui::{ago, loaded, opt_num};
 
 /// A list of the runs of one kind, each linking to `{base}/{id}`.

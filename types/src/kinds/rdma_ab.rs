@@ -1,14 +1,19 @@
 //! `rdma_ab`: one NCCL collective over the same sizes twice, once with the node's own
 //! environment (the RDMA leg) and once forced onto TCP sockets (the socket leg), and the
 //! ratio of the two per size band. The one home of what the legs are, how they compare and
-//! what makes the comparison conclusive: the agent's runner, the server's verdict, the CLI
-//! and the dashboard all read it from here. Rules and thresholds: docs/health.md, "RDMA
+//! what makes the comparison conclusive, its parameters (`nccl`'s) and what its results
+//! are judged on: the agent's runner, the server's verdict, the CLI and the dashboard all
+//! read it from here. Rules and thresholds: docs/health.md, "RDMA
 //! against sockets".
 
 use serde::{Deserialize, Serialize};
 
+use super::nccl::{NCCL_DOCS, NcclParams, NcclSummary};
+use super::{Judged, TestKind, lenient};
 use crate::facts::NodeFacts;
+use crate::health::Figure;
 use crate::jobs::ResultRow;
+use crate::params::{KindParams, ParamDoc, ParamError};
 use crate::sweeps::Band;
 use crate::transport::{self, Finding, Level, NcclEvidence};
 
@@ -30,6 +35,24 @@ pub const RDMA_NOT_HELPING: &str = "rdma-not-helping";
 /// The comparison says nothing: the node has no ACTIVE IB/RoCE port, a leg did not take
 /// the path it was meant to, or no size reached the large band.
 pub const RDMA_AB_INCONCLUSIVE: &str = "rdma-ab-inconclusive";
+
+/// `rdma_ab`: the `nccl` measurement twice, with the node's environment and forced to
+/// sockets; the same parameters as `nccl`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct RdmaAbParams(pub NcclParams);
+
+impl KindParams for RdmaAbParams {
+    const KIND: &'static str = KIND;
+    const DESCRIPTION: &'static str = "The same NCCL sweep with the node's environment and \
+        forced to sockets (NCCL_IB_DISABLE=1): both tables and the ratio per size band. Needs \
+        two ranks or more (several nodes, or gpus ≥ 2).";
+    const PARAMS: &'static [ParamDoc] = NCCL_DOCS;
+
+    fn check(&self) -> Result<(), ParamError> {
+        self.0.check()
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -179,10 +202,72 @@ impl AbComparison {
     }
 }
 
-/// A leg's NCCL evidence in an `rdma_ab` result's summary (`legs.<leg>.nccl_evidence`).
-pub fn leg_evidence(summary: &serde_json::Value, leg: Leg) -> Option<NcclEvidence> {
-    let v = summary.pointer(&format!("/legs/{}/nccl_evidence", leg.as_str()))?;
-    serde_json::from_value(v.clone()).ok()
+impl TestKind for RdmaAbParams {
+    type Summary = RdmaAbSummary;
+
+    /// Judged on the ratio of the legs in the large band.
+    fn judged(&self, rows: &[ResultRow]) -> Judged {
+        let test = format!("{KIND}.{}", self.0.op);
+        let figures = AbComparison::from_rows(rows)
+            .speedup()
+            .map(|(size_bytes, value)| Figure {
+                test: test.clone(),
+                metric: SPEEDUP_METRIC.into(),
+                size_bytes,
+                value,
+                pair: None,
+            });
+        Judged {
+            test,
+            figures: figures.into_iter().collect(),
+        }
+    }
+
+    /// Both legs' paths: `rdma leg: network IB ... | socket leg: network Socket ...`.
+    fn path_line(summary: &RdmaAbSummary) -> Option<String> {
+        let legs: Vec<String> = Leg::ALL
+            .iter()
+            .filter_map(|leg| {
+                let line = super::nccl::path_line(summary.leg_evidence(*leg)?);
+                Some(format!("{leg} leg: {line}"))
+            })
+            .collect();
+        (!legs.is_empty()).then(|| legs.join(" | "))
+    }
+
+    fn findings(summary: &RdmaAbSummary, facts: Option<&NodeFacts>) -> Vec<Finding> {
+        classify_summary(summary, facts)
+    }
+}
+
+/// What readers take from an `rdma_ab` result's summary: each leg's (`legs.<leg>`) and
+/// the comparison.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct RdmaAbSummary {
+    #[serde(default, deserialize_with = "lenient")]
+    pub legs: Option<Legs>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub comparison: Option<AbComparison>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Legs {
+    #[serde(default, deserialize_with = "lenient")]
+    pub rdma: Option<NcclSummary>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub socket: Option<NcclSummary>,
+}
+
+impl RdmaAbSummary {
+    /// A leg's NCCL evidence (`legs.<leg>.nccl_evidence`).
+    pub fn leg_evidence(&self, leg: Leg) -> Option<&NcclEvidence> {
+        let legs = self.legs.as_ref()?;
+        let l = match leg {
+            Leg::Rdma => legs.rdma.as_ref(),
+            Leg::Socket => legs.socket.as_ref(),
+        };
+        l?.nccl_evidence.as_ref()
+    }
 }
 
 fn inconclusive(evidence: Option<String>, reason: String) -> Finding {
@@ -201,15 +286,19 @@ fn inconclusive(evidence: Option<String>, reason: String) -> Finding {
 /// (warn, never a silent pass). Whether the RDMA leg was fast enough is the verdict's
 /// expectation on [`SPEEDUP_METRIC`].
 pub fn classify(summary: &serde_json::Value, facts: Option<&NodeFacts>) -> Vec<Finding> {
-    let rdma = leg_evidence(summary, Leg::Rdma);
-    let mut out: Vec<Finding> = transport::classify_nccl(rdma.as_ref(), facts)
+    classify_summary(&super::summary(summary), facts)
+}
+
+fn classify_summary(summary: &RdmaAbSummary, facts: Option<&NodeFacts>) -> Vec<Finding> {
+    let rdma = summary.leg_evidence(Leg::Rdma);
+    let mut out: Vec<Finding> = transport::classify_nccl(rdma, facts)
         .into_iter()
         .map(|mut f| {
             f.reason = format!("RDMA leg: {}", f.reason);
             f
         })
         .collect();
-    if let Some(ev) = &rdma
+    if let Some(ev) = rdma
         && ev.channel_lines > 0
         && ev.net_connections() == 0
     {
@@ -220,8 +309,7 @@ pub fn classify(summary: &serde_json::Value, facts: Option<&NodeFacts>) -> Vec<F
                 .into(),
         ));
     }
-    let socket = leg_evidence(summary, Leg::Socket);
-    match &socket {
+    match summary.leg_evidence(Leg::Socket) {
         None => out.push(inconclusive(
             None,
             "the socket leg recorded no NCCL transport evidence".into(),
@@ -244,10 +332,8 @@ pub fn classify(summary: &serde_json::Value, facts: Option<&NodeFacts>) -> Vec<F
             }
         }
     }
-    let comparison: Option<AbComparison> = summary
-        .get("comparison")
-        .and_then(|c| serde_json::from_value(c.clone()).ok());
-    if comparison
+    if summary
+        .comparison
         .as_ref()
         .and_then(AbComparison::speedup)
         .is_none()

@@ -1,6 +1,9 @@
 use serde_json::json;
 
+use super::nccl::{NcclParams, parse_budget};
+use super::sweep::SweepParams;
 use super::*;
+use crate::params::ParamType;
 
 /// A value every required parameter accepts, for kinds that cannot decode `{}`.
 fn required_example(doc: &ParamDoc) -> Value {

@@ -3,7 +3,7 @@
 //! reads the large band; docs/health.md, "RDMA against sockets").
 
 use heddle_types::jobs::JobResult;
-use heddle_types::rdma_ab::{AbComparison, KIND, Leg};
+use heddle_types::kinds::rdma_ab::{AbComparison, KIND, Leg};
 use heddle_types::sweeps::Band;
 use leptos::prelude::*;
 

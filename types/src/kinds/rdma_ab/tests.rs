@@ -225,11 +225,11 @@ fn a_missing_rdma_log_is_transport_unknown() {
 #[test]
 fn the_path_line_names_both_legs() {
     let s = summary(ib_leg(), socket_leg(), &rows());
-    let line = transport::path_line(KIND, &s).unwrap();
+    let line = crate::kinds::path_line(KIND, &s).unwrap();
     assert!(
         line.starts_with("rdma leg: network IB over mlx5_0:1/RoCE"),
         "{line}"
     );
     assert!(line.contains(" | socket leg: network Socket"), "{line}");
-    assert_eq!(transport::path_line(KIND, &json!({})), None);
+    assert_eq!(crate::kinds::path_line(KIND, &json!({})), None);
 }

@@ -1,15 +1,19 @@
-//! The `nccl` and `sweep` kinds' parameters, and the NCCL names they accept.
+//! `nccl`: nccl-tests' measurement from the agent itself. Its parameters and the NCCL
+//! names they accept (shared by `sweep` and `rdma_ab`), its headline (bus bandwidth at the
+//! largest size) and the path NCCL's log says it took.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
-use super::ParamType::{Boolean, Duration as Dur, EnvGrid, Integer, String as Str};
-use super::{KindParams, ParamDoc, ParamError};
+use super::headline::headline;
+use super::{Judged, TestKind, lenient};
 use crate::collective::{COLLECTIVES, canonical_collective};
-use crate::env_policy;
+use crate::facts::NodeFacts;
+use crate::jobs::ResultRow;
+use crate::params::ParamType::{Boolean, Duration as Dur, Integer, String as Str};
+use crate::params::{KindParams, ParamDoc, ParamError};
+use crate::transport::{Finding, NcclEvidence, classify_nccl};
 
 pub const NCCL_MAX_BYTES: u64 = 16 << 30;
 pub const NCCL_MAX_ITERS: u64 = 100_000;
@@ -114,7 +118,7 @@ impl Default for NcclParams {
     }
 }
 
-const NCCL_DOCS: &[ParamDoc] = &[
+pub(super) const NCCL_DOCS: &[ParamDoc] = &[
     ParamDoc::new("op", Str, "Collective to measure.")
         .choices(&COLLECTIVES)
         .normalize(canonical_collective),
@@ -193,160 +197,73 @@ impl KindParams for NcclParams {
     }
 }
 
-/// `rdma_ab`: the `nccl` measurement twice, with the node's environment and forced to
-/// sockets; the same parameters as `nccl`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct RdmaAbParams(pub NcclParams);
+impl TestKind for NcclParams {
+    type Summary = NcclSummary;
 
-impl KindParams for RdmaAbParams {
-    const KIND: &'static str = crate::rdma_ab::KIND;
-    const DESCRIPTION: &'static str = "The same NCCL sweep with the node's environment and \
-        forced to sockets (NCCL_IB_DISABLE=1): both tables and the ratio per size band. Needs \
-        two ranks or more (several nodes, or gpus ≥ 2).";
-    const PARAMS: &'static [ParamDoc] = NCCL_DOCS;
-
-    fn check(&self) -> Result<(), ParamError> {
-        self.0.check()
-    }
-}
-
-/// One value of a sweep's grid: text, or a number (written as given).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum GridValue {
-    Number(serde_json::Number),
-    Text(String),
-}
-
-impl GridValue {
-    pub fn text(&self) -> String {
-        match self {
-            GridValue::Number(n) => n.to_string(),
-            GridValue::Text(t) => t.clone(),
-        }
-    }
-}
-
-pub const SWEEP_MAX_CELLS: usize = 64;
-
-/// `sweep`: `nccl`'s parameters plus a grid of NCCL variables, one measurement per cell.
-#[derive(Debug, Clone, PartialEq, Serialize, Default)]
-pub struct SweepParams {
-    #[serde(flatten)]
-    pub nccl: NcclParams,
-    pub grid: BTreeMap<String, Vec<GridValue>>,
-}
-
-impl<'de> Deserialize<'de> for SweepParams {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let mut obj = serde_json::Map::deserialize(d)?;
-        let grid = obj.remove("grid").unwrap_or(Value::Null);
-        let nccl = NcclParams::decode(&Value::Object(obj)).map_err(serde::de::Error::custom)?;
-        let grid = match grid {
-            Value::Null => BTreeMap::new(),
-            g => serde_json::from_value(g)
-                .map_err(|e| serde::de::Error::custom(format!("params.grid: {e}")))?,
-        };
-        Ok(SweepParams { nccl, grid })
-    }
-}
-
-impl SweepParams {
-    /// The cells of the grid, in a stable order (names sorted, values as given).
-    pub fn cells(&self) -> Result<Vec<BTreeMap<String, String>>, ParamError> {
-        let err = |m: String| ParamError::new("grid", m);
-        if self.grid.is_empty() {
-            return Err(err(
-                "must be a non-empty object of NCCL_* name → list of values".into(),
-            ));
-        }
-        let mut out = vec![BTreeMap::new()];
-        for (name, values) in &self.grid {
-            let upper = name
-                .bytes()
-                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
-            if !name.starts_with("NCCL_") || !upper {
-                return Err(err(format!("key {name:?} is not an NCCL_* variable name")));
-            }
-            env_policy::check_name(name).map_err(|e| err(format!("key refused: {e}")))?;
-            if values.is_empty() {
-                return Err(err(format!("{name} must be a non-empty list")));
-            }
-            let values: Vec<String> = values.iter().map(GridValue::text).collect();
-            for v in &values {
-                env_policy::check_value(name, v).map_err(|e| err(format!("value refused: {e}")))?;
-            }
-            out = out
+    fn judged(&self, rows: &[ResultRow]) -> Judged {
+        let test = format!("nccl.{}", self.op);
+        Judged {
+            figures: headline(test.clone(), "busbw_gbs", rows.iter(), false)
                 .into_iter()
-                .flat_map(|cell| {
-                    values.iter().map(move |v| {
-                        let mut c = cell.clone();
-                        c.insert(name.clone(), v.clone());
-                        c
-                    })
-                })
-                .collect();
-            if out.len() > SWEEP_MAX_CELLS {
-                return Err(err(format!("has more than {SWEEP_MAX_CELLS} cells")));
-            }
+                .collect(),
+            test,
         }
-        Ok(out)
+    }
+
+    fn path_line(summary: &NcclSummary) -> Option<String> {
+        summary.nccl_evidence.as_ref().map(path_line)
+    }
+
+    fn findings(summary: &NcclSummary, facts: Option<&NodeFacts>) -> Vec<Finding> {
+        classify_nccl(summary.nccl_evidence.as_ref(), facts)
     }
 }
 
-const fn sweep_docs() -> [ParamDoc; NCCL_DOCS.len() + 1] {
-    let mut out = [ParamDoc::new(
-        "grid",
-        EnvGrid,
-        "NCCL variables to sweep, each with its values (e.g. NCCL_ALGO: Ring, Tree); at most 64 cells.",
+/// What readers take from an `nccl` result's summary (an `rdma_ab` leg's too).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct NcclSummary {
+    /// What NCCL's INFO log said about the path ([`crate::transport`]).
+    #[serde(default, deserialize_with = "lenient")]
+    pub nccl_evidence: Option<NcclEvidence>,
+}
+
+/// The path NCCL's log says a measurement took: `network IB over mlx5_0:1/IB (GPUDirect
+/// RDMA); channels: NET/IB 12, P2P 24`.
+pub fn path_line(ev: &NcclEvidence) -> String {
+    let devices: Vec<String> = ev
+        .devices
+        .iter()
+        .map(|d| {
+            format!(
+                "{}:{}/{}",
+                d.name,
+                d.port.map_or("?".into(), |p| p.to_string()),
+                d.link_layer.as_deref().unwrap_or("?")
+            )
+        })
+        .collect();
+    let gdr = match ev.gdr {
+        Some(true) => " (GPUDirect RDMA)",
+        Some(false) => " (no GPUDirect RDMA)",
+        None => "",
+    };
+    let conns: Vec<String> = ev
+        .transports
+        .iter()
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect();
+    format!(
+        "network {}{}{gdr}; channels: {}",
+        ev.network.as_deref().unwrap_or("unknown"),
+        if devices.is_empty() {
+            String::new()
+        } else {
+            format!(" over {}", devices.join(" "))
+        },
+        if conns.is_empty() {
+            "none logged".into()
+        } else {
+            conns.join(", ")
+        }
     )
-    .required(); NCCL_DOCS.len() + 1];
-    let mut i = 0;
-    while i < NCCL_DOCS.len() {
-        out[i] = NCCL_DOCS[i];
-        i += 1;
-    }
-    out
-}
-
-const SWEEP_DOCS: [ParamDoc; NCCL_DOCS.len() + 1] = sweep_docs();
-
-impl KindParams for SweepParams {
-    const KIND: &'static str = "sweep";
-    const DESCRIPTION: &'static str =
-        "The nccl measurement over a grid of NCCL variables, one cell at a time, on one node.";
-    const PARAMS: &'static [ParamDoc] = &SWEEP_DOCS;
-
-    /// `nccl`'s defaults; the grid has none.
-    fn defaults() -> Value {
-        serde_json::to_value(NcclParams::default()).unwrap_or(Value::Null)
-    }
-
-    fn decode(params: &Value) -> Result<Self, ParamError> {
-        let mut obj = match params {
-            Value::Null => serde_json::Map::new(),
-            Value::Object(o) => o.clone(),
-            other => {
-                return Err(ParamError {
-                    param: None,
-                    message: format!("must be an object, got {other}"),
-                });
-            }
-        };
-        let grid = obj.remove("grid").unwrap_or(Value::Null);
-        let nccl = NcclParams::decode(&Value::Object(obj))?;
-        let grid: BTreeMap<String, Vec<GridValue>> = match grid {
-            Value::Null => BTreeMap::new(),
-            g => serde_json::from_value(g).map_err(|e| {
-                ParamError::new(
-                    "grid",
-                    format!("{e} (expected NCCL_* name → list of values)"),
-                )
-            })?,
-        };
-        let typed = SweepParams { nccl, grid };
-        typed.cells()?;
-        Ok(typed)
-    }
 }

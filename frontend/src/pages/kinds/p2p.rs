@@ -7,7 +7,7 @@ use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
 use uuid::Uuid;
 
-use super::sweeps::kind_runs_table;
+use super::sweep::kind_runs_table;
 use crate::api::{self, ApiError};
 use crate::matrix::{AnalysisView, MatrixHeatmap};
 use crate::ui::{error_line, loaded};
