@@ -295,8 +295,9 @@ pub async fn upload_result(
         node_id: agent.node_id,
     };
     match jobs::results::store_result(&state.db, by, id, &up).await? {
-        Stored::New(result_id) => {
-            judge(&state, result_id).await;
+        Stored::New(new) => {
+            let result_id =
+                crate::health::verdict::upload::judge_upload(&state.db, new, &up).await?;
             Ok((
                 StatusCode::CREATED,
                 Json(UploadAccepted {
@@ -326,7 +327,7 @@ pub async fn upload_result(
     }
 }
 
-/// Judges a stored result (docs/health.md). After the result's transaction: the result is
+/// Judges a result stored before whose judgement failed (docs/health.md): the result is
 /// the agent's data and is kept whatever happens here; a failed judgement is logged and
 /// made again by the next upload retry or pre-flight.
 async fn judge(state: &AppState, result_id: Uuid) {

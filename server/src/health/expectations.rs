@@ -358,8 +358,18 @@ pub async fn from_plugins(
     db: &sqlx::PgPool,
     node_id: Uuid,
 ) -> Result<Vec<Expectation>, sqlx::Error> {
+    Ok(from_plugin_outputs(
+        crate::plugins::outcomes::expectations(db, node_id).await?,
+    ))
+}
+
+/// Plugins' expectations as judging uses them: a value that is not a positive number is
+/// ignored, the source names the plugin.
+pub fn from_plugin_outputs(
+    outputs: Vec<(String, heddle_types::plugins::Expectation)>,
+) -> Vec<Expectation> {
     let mut out = Vec::new();
-    for (plugin, e) in crate::plugins::outcomes::expectations(db, node_id).await? {
+    for (plugin, e) in outputs {
         if !(e.value.is_finite() && e.value > 0.0) {
             tracing::debug!(%plugin, test = %e.test, value = e.value, "ignoring an expectation a plugin returned");
             continue;
@@ -380,7 +390,7 @@ pub async fn from_plugins(
             created_at: None,
         });
     }
-    Ok(out)
+    out
 }
 
 #[derive(sqlx::FromRow)]

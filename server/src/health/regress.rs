@@ -13,7 +13,7 @@ pub mod history;
 pub mod store;
 
 use chrono::{DateTime, Utc};
-use heddle_types::health::Figure;
+use heddle_types::health::{Expectation, Figure};
 use heddle_types::regress::{self, Config, FactChange, detect, facts_diff};
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -27,11 +27,12 @@ use super::expectations::{self, Context};
 /// either side, so a change found a point or two off still straddles what caused it.
 const FACTS_MARGIN: usize = 2;
 
-#[derive(sqlx::FromRow)]
-struct Point {
-    result_id: Uuid,
-    received_at: DateTime<Utc>,
-    value: f64,
+/// A point of a series: a result's figure.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct Point {
+    pub result_id: Uuid,
+    pub received_at: DateTime<Utc>,
+    pub value: f64,
 }
 
 /// Detects again every series a judged result added to (a succeeded result's figures:
@@ -83,12 +84,11 @@ async fn points(db: &PgPool, key: &SeriesKey) -> Result<Vec<Point>, sqlx::Error>
 async fn config(db: &PgPool, key: &SeriesKey) -> Result<Config, HealthError> {
     let kind = key.test.split('.').next().unwrap_or(&key.test).to_string();
     let tests = vec![key.test.clone(), kind];
-    let mut found: Vec<_> = expectations::from_operators(db, &tests)
-        .await?
-        .into_iter()
-        .filter(|e| e.metric == regress::MIN_CHANGE_METRIC)
-        .collect();
-    if found.is_empty() {
+    let operator = expectations::from_operators(db, &tests).await?;
+    if !operator
+        .iter()
+        .any(|e| e.metric == regress::MIN_CHANGE_METRIC)
+    {
         return Ok(Config::default());
     }
     let (hostname, gpu_model): (String, Option<String>) =
@@ -96,9 +96,31 @@ async fn config(db: &PgPool, key: &SeriesKey) -> Result<Config, HealthError> {
             .bind(key.node_id)
             .fetch_one(db)
             .await?;
+    Ok(config_from(key, &operator, &hostname, gpu_model))
+}
+
+/// [`config`] from operator expectations already read (those of other tests are passed
+/// over) and the node's hostname and GPU model.
+pub(crate) fn config_from(
+    key: &SeriesKey,
+    operator: &[Expectation],
+    hostname: &str,
+    gpu_model: Option<String>,
+) -> Config {
+    let kind = key.test.split('.').next().unwrap_or(&key.test);
+    let mut found: Vec<_> = operator
+        .iter()
+        .filter(|e| {
+            e.metric == regress::MIN_CHANGE_METRIC && (e.test == key.test || e.test == kind)
+        })
+        .cloned()
+        .collect();
+    if found.is_empty() {
+        return Config::default();
+    }
     let ctx = Context {
         node_id: key.node_id,
-        hostname,
+        hostname: hostname.to_string(),
         gpu_model,
         world_size: key.world_size,
         ..Context::default()
@@ -123,50 +145,53 @@ async fn config(db: &PgPool, key: &SeriesKey) -> Result<Config, HealthError> {
             std::cmp::Reverse(e.created_at),
         )
     });
-    Ok(Config {
+    Config {
         min_effect: found
             .first()
             .map_or(detect::DEFAULT_MIN_EFFECT, |e| e.value),
         ..Config::default()
-    })
+    }
 }
 
 /// What differs on the node between two of its results: the compared facts fields as of
 /// each result's arrival (the facts history), and the environment each test ran with.
 async fn node_changes(
-    db: &PgPool,
+    db: &mut sqlx::PgConnection,
     node_id: Uuid,
     before: &Point,
     after: &Point,
 ) -> Result<Vec<FactChange>, sqlx::Error> {
-    let facts_at = |at: DateTime<Utc>| {
-        sqlx::query_as::<_, (serde_json::Value,)>(
-            "SELECT facts FROM node_facts_history WHERE node_id = $1 AND collected_at <= $2 ORDER BY id DESC LIMIT 1",
-        )
-        .bind(node_id)
-        .bind(at)
-        .fetch_optional(db)
-    };
-    let env_of = |p: &Point| {
-        sqlx::query_as::<_, (Option<serde_json::Value>,)>(
-            "SELECT j.applied_env FROM results r JOIN jobs j ON j.id = r.job_id
-             WHERE r.id = $1 AND r.received_at = $2",
-        )
-        .bind(p.result_id)
-        .bind(p.received_at)
-        .fetch_optional(db)
-    };
+    const FACTS_AT: &str = "SELECT facts FROM node_facts_history WHERE node_id = $1 AND collected_at <= $2 ORDER BY id DESC LIMIT 1";
+    const ENV_OF: &str = "SELECT j.applied_env FROM results r JOIN jobs j ON j.id = r.job_id
+             WHERE r.id = $1 AND r.received_at = $2";
+    let mut facts = Vec::with_capacity(2);
+    for at in [before.received_at, after.received_at] {
+        facts.push(
+            sqlx::query_as::<_, (serde_json::Value,)>(FACTS_AT)
+                .bind(node_id)
+                .bind(at)
+                .fetch_optional(&mut *db)
+                .await?,
+        );
+    }
+    let mut envs = Vec::with_capacity(2);
+    for p in [before, after] {
+        envs.push(
+            sqlx::query_as::<_, (Option<serde_json::Value>,)>(ENV_OF)
+                .bind(p.result_id)
+                .bind(p.received_at)
+                .fetch_optional(&mut *db)
+                .await?,
+        );
+    }
     let mut changes = Vec::new();
-    if let (Some((a,)), Some((b,))) = (
-        facts_at(before.received_at).await?,
-        facts_at(after.received_at).await?,
-    ) {
+    if let [Some((a,)), Some((b,))] = &facts[..] {
         changes.extend(facts_diff::diff(
-            &facts_diff::fields(&a),
-            &facts_diff::fields(&b),
+            &facts_diff::fields(a),
+            &facts_diff::fields(b),
         ));
     }
-    if let (Some((Some(a),)), Some((Some(b),))) = (env_of(before).await?, env_of(after).await?) {
+    if let [Some((Some(a),)), Some((Some(b),))] = &envs[..] {
         changes.extend(facts_diff::diff(
             &facts_diff::env_fields(&a),
             &facts_diff::env_fields(&b),
@@ -178,14 +203,43 @@ async fn node_changes(
 /// Detects one series again and replaces its stored change points. Returns how many it has.
 pub async fn update_series(db: &PgPool, key: &SeriesKey) -> Result<usize, HealthError> {
     let points = points(db, key).await?;
+    if points.is_empty() {
+        return Ok(0);
+    }
     let cfg = config(db, key).await?;
+    let mut tx = db.begin().await?;
+    let (found, worse) = detect_and_store(&mut tx, key, &points, &cfg).await?;
+    tx.commit().await?;
+    refresh_cohorts(db, worse).await?;
+    Ok(found)
+}
+
+/// Refreshes the cohorts of new worse change points ([`detect_and_store`]'s second
+/// answer), after their transaction has committed.
+pub(crate) async fn refresh_cohorts(db: &PgPool, worse: Vec<Uuid>) -> Result<(), HealthError> {
+    for id in worse {
+        fleet::refresh_cohort(db, id).await?;
+    }
+    Ok(())
+}
+
+/// Runs the detector on a series' newest `points` (oldest first, not empty) and replaces
+/// its stored change points within them, through `conn` (the caller's transaction).
+/// Returns how many it has, and the new worse ones, whose cohorts
+/// [`refresh_cohorts`] refreshes once the transaction has committed.
+pub(crate) async fn detect_and_store(
+    conn: &mut sqlx::PgConnection,
+    key: &SeriesKey,
+    points: &[Point],
+    cfg: &Config,
+) -> Result<(usize, Vec<Uuid>), HealthError> {
     let values: Vec<f64> = points.iter().map(|p| p.value).collect();
-    let changes = detect(&values, &cfg);
+    let changes = detect(&values, cfg);
     let mut rows = Vec::with_capacity(changes.len());
     for c in &changes {
         let before = &points[c.index.saturating_sub(1 + FACTS_MARGIN)];
         let after = &points[(c.index + FACTS_MARGIN).min(points.len() - 1)];
-        let facts_changes = node_changes(db, key.node_id, before, after).await?;
+        let facts_changes = node_changes(&mut *conn, key.node_id, before, after).await?;
         rows.push((c, &points[c.index], facts_changes));
     }
     let times: Vec<DateTime<Utc>> = rows.iter().map(|r| r.1.received_at).collect();
@@ -193,9 +247,8 @@ pub async fn update_series(db: &PgPool, key: &SeriesKey) -> Result<usize, Health
     // MAX_POINTS, or in months retention dropped) stay as they were found, and are no
     // longer the latest when a newer one is found.
     let Some(oldest) = points.first().map(|p| p.received_at) else {
-        return Ok(0);
+        return Ok((0, Vec::new()));
     };
-    let mut tx = db.begin().await?;
     // Only this series' rows, locked in key order by the unique index's scan.
     sqlx::query(
         "DELETE FROM change_points WHERE node_id = $1 AND test = $2 AND metric = $3 AND size_band = $4
@@ -209,7 +262,7 @@ pub async fn update_series(db: &PgPool, key: &SeriesKey) -> Result<usize, Health
     .bind(&times)
     .bind(oldest)
     .bind(&key.pair)
-    .execute(&mut *tx)
+    .execute(&mut *conn)
     .await?;
     if !rows.is_empty() {
         sqlx::query(
@@ -223,7 +276,7 @@ pub async fn update_series(db: &PgPool, key: &SeriesKey) -> Result<usize, Health
         .bind(key.world_size)
         .bind(oldest)
         .bind(&key.pair)
-        .execute(&mut *tx)
+        .execute(&mut *conn)
         .await?;
     }
     let mut worse_ids = Vec::new();
@@ -263,7 +316,7 @@ pub async fn update_series(db: &PgPool, key: &SeriesKey) -> Result<usize, Health
         .bind(i + 1 == rows.len())
         .bind(facts)
         .bind(&key.pair)
-        .fetch_one(&mut *tx)
+        .fetch_one(&mut *conn)
         .await?;
         // A new change joins (or starts) its cohort; one seen before keeps the fleet view it
         // got then, updated when another node's change joins.
@@ -271,13 +324,9 @@ pub async fn update_series(db: &PgPool, key: &SeriesKey) -> Result<usize, Health
             worse_ids.push(id);
         }
     }
-    tx.commit().await?;
-    for id in worse_ids {
-        fleet::refresh_cohort(db, id).await?;
-    }
     if !rows.is_empty() {
         tracing::debug!(node = %key.node_id, test = %key.test, metric = %key.metric, band = key.band,
             pair = %key.pair, changes = rows.len(), "regressions detected again");
     }
-    Ok(rows.len())
+    Ok((rows.len(), worse_ids))
 }

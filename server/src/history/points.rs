@@ -41,28 +41,7 @@ pub async fn record(conn: &mut sqlx::PgConnection, j: &Judged<'_>) -> Result<(),
     .fetch_all(&mut *conn)
     .await?;
     if replaced.is_empty() {
-        sqlx::query(&format!(
-            "WITH p AS (
-                INSERT INTO series_points (node_id, test, metric, band, world_size, pair, t, value, result_id)
-                SELECT $1, test, metric, band, $3, pair, $2, value, $5 FROM ({FIGURES}) f
-                RETURNING test, metric, band, pair, value)
-             INSERT INTO series_daily AS d (node_id, test, metric, band, world_size, pair, day, n, sum, min, max, median, recent)
-             SELECT $1, test, metric, band, $3, pair, ($2::timestamptz AT TIME ZONE 'UTC')::date, count(*), sum(value),
-                    min(value), max(value), series_median(series_recent(array_agg(value))), series_recent(array_agg(value))
-             FROM p GROUP BY test, metric, band, pair
-             ON CONFLICT (node_id, test, metric, band, world_size, pair, day) DO UPDATE SET
-                 n = d.n + EXCLUDED.n, sum = d.sum + EXCLUDED.sum, min = least(d.min, EXCLUDED.min),
-                 max = greatest(d.max, EXCLUDED.max), recent = series_recent(d.recent || EXCLUDED.recent),
-                 median = series_median(series_recent(d.recent || EXCLUDED.recent))"
-        ))
-        .bind(j.node_id)
-        .bind(j.received_at)
-        .bind(j.world_size)
-        .bind(j.figures)
-        .bind(j.result_id)
-        .execute(&mut *conn)
-        .await?;
-        return Ok(());
+        return record_first(conn, j).await;
     }
     sqlx::query(&format!(
         "INSERT INTO series_points (node_id, test, metric, band, world_size, pair, t, value, result_id)
@@ -82,6 +61,36 @@ pub async fn record(conn: &mut sqlx::PgConnection, j: &Judged<'_>) -> Result<(),
     for (node_id, day) in days {
         roll_up_day(conn, node_id, day).await?;
     }
+    Ok(())
+}
+
+/// Records the points of a result judged for the first time, in the transaction that
+/// stored it (it has no points to replace), and adds them to the rollups: one statement.
+pub async fn record_first(
+    conn: &mut sqlx::PgConnection,
+    j: &Judged<'_>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(&format!(
+        "WITH p AS (
+            INSERT INTO series_points (node_id, test, metric, band, world_size, pair, t, value, result_id)
+            SELECT $1, test, metric, band, $3, pair, $2, value, $5 FROM ({FIGURES}) f
+            RETURNING test, metric, band, pair, value)
+         INSERT INTO series_daily AS d (node_id, test, metric, band, world_size, pair, day, n, sum, min, max, median, recent)
+         SELECT $1, test, metric, band, $3, pair, ($2::timestamptz AT TIME ZONE 'UTC')::date, count(*), sum(value),
+                min(value), max(value), series_median(series_recent(array_agg(value))), series_recent(array_agg(value))
+         FROM p GROUP BY test, metric, band, pair
+         ON CONFLICT (node_id, test, metric, band, world_size, pair, day) DO UPDATE SET
+             n = d.n + EXCLUDED.n, sum = d.sum + EXCLUDED.sum, min = least(d.min, EXCLUDED.min),
+             max = greatest(d.max, EXCLUDED.max), recent = series_recent(d.recent || EXCLUDED.recent),
+             median = series_median(series_recent(d.recent || EXCLUDED.recent))"
+    ))
+    .bind(j.node_id)
+    .bind(j.received_at)
+    .bind(j.world_size)
+    .bind(j.figures)
+    .bind(j.result_id)
+    .execute(&mut *conn)
+    .await?;
     Ok(())
 }
 

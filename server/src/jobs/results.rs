@@ -1,5 +1,5 @@
 //! A claim's result: stored once (idempotent on its upload key) with its measured rows,
-//! and the job ended by it, in one transaction.
+//! and the job ended by it, in one transaction, which its verdict then joins.
 //!
 //! A job belongs to whoever claimed it last: each claim gets a fresh `claim_id`, kept after
 //! the lease ends. A result is accepted only under the job's latest claim.
@@ -8,7 +8,8 @@
 //! index holds one result per job or per upload key: this transaction does, under the job's
 //! row lock and an advisory lock on the upload key.
 
-use heddle_types::jobs::{JobState, ResultUpload};
+use chrono::{DateTime, Utc};
+use heddle_types::jobs::{JobSpec, JobState, ResultRow, ResultUpload};
 use uuid::Uuid;
 
 use super::{JobError, store};
@@ -25,15 +26,50 @@ pub struct Uploader {
 }
 
 /// What became of an upload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stored {
-    /// Stored now; its job has ended.
-    New(Uuid),
+    /// Stored now, its job ended by it, in a transaction not yet committed: judging it
+    /// (`health::verdict::judge_upload`) continues in that transaction and commits it.
+    New(NewResult),
     /// A retry of an upload stored before; nothing was stored again.
     Again(Uuid),
 }
 
-/// Stores `up` as the result of job `id` from `by`, and ends the job by it.
+/// A result stored in `tx` and what its judgement needs that the upload does not hold (read
+/// with the job's row lock, so judging reads none of it again).
+pub struct NewResult {
+    pub tx: sqlx::Transaction<'static, sqlx::Postgres>,
+    pub result_id: Uuid,
+    /// The result's arrival (`results.received_at`): the month it is kept in.
+    pub received_at: DateTime<Utc>,
+    /// How `results.outcome` names its outcome.
+    pub outcome: &'static str,
+    pub job: JobContext,
+}
+
+/// The job a result ends, its run's spec and its node as they are stored. The node and run
+/// are `None` where their rows are gone.
+#[derive(Debug, Clone)]
+pub struct JobContext {
+    pub run_id: Uuid,
+    pub node_id: Uuid,
+    pub world_size: i32,
+    pub spec: Option<JobSpec>,
+    pub node: Option<NodeContext>,
+}
+
+/// A node as judging reads it.
+#[derive(Debug, Clone)]
+pub struct NodeContext {
+    pub hostname: String,
+    pub gpu_model: Option<String>,
+    pub gpu_count: i32,
+    pub facts: Option<serde_json::Value>,
+}
+
+/// Stores `up` as the result of job `id` from `by`, and ends the job by it, in three
+/// statements: the job's row lock (with the upload key's lock and what judging needs of the
+/// job, its run and node), the result with its rows (`unnest` of one array per column),
+/// the job's end (`store::finish`). The transaction is left open for the verdict.
 pub async fn store_result(
     db: &sqlx::PgPool,
     by: Uploader,
@@ -42,10 +78,21 @@ pub async fn store_result(
 ) -> Result<Stored, JobError> {
     let mut tx = db.begin().await?;
     // The job row lock serialises concurrent uploads for one job (retries racing on two
-    // replicas included).
+    // replicas included); then two jobs' uploads naming one key take turns (the advisory
+    // lock is taken after the row lock: the materialised CTE locks first). The reads that
+    // must see what those locks protect come in the next statement, whose snapshot is
+    // taken after both.
     let job = sqlx::query!(
-        "SELECT node_id, state, claim_id, claim_agent_id FROM jobs WHERE id = $1 FOR UPDATE",
-        id
+        r#"WITH j AS MATERIALIZED (
+             SELECT id, node_id, run_id, world_size, state, claim_id, claim_agent_id FROM jobs WHERE id = $1 FOR UPDATE)
+         SELECT j.node_id AS "node_id!", j.run_id AS "run_id!", j.world_size AS "world_size!", j.state AS "state!",
+                j.claim_id AS "claim_id?", j.claim_agent_id AS "claim_agent_id?", ru.spec AS "spec?",
+                n.hostname AS "hostname?", n.gpu_model AS "gpu_model?", n.gpu_count AS "gpu_count?",
+                n.facts AS "facts?", pg_advisory_xact_lock($2, hashtext($3))::text AS "locked?"
+         FROM j LEFT JOIN runs ru ON ru.id = j.run_id LEFT JOIN nodes n ON n.id = j.node_id"#,
+        id,
+        UPLOAD_KEY_LOCK,
+        up.upload_key
     )
     .fetch_optional(&mut *tx)
     .await?
@@ -53,53 +100,39 @@ pub async fn store_result(
     if job.node_id != by.node_id {
         return Err(JobError::OtherNode(id));
     }
-    // Two jobs' uploads naming one key take turns; one job's already do (its row lock).
-    sqlx::query!(
-        "SELECT pg_advisory_xact_lock($1, hashtext($2))",
-        UPLOAD_KEY_LOCK,
-        up.upload_key
-    )
-    .execute(&mut *tx)
-    .await?;
-    let by_key = sqlx::query!(
-        "SELECT id, job_id, agent_id FROM results WHERE upload_key = $1",
-        up.upload_key
-    )
-    .fetch_optional(&mut *tx)
-    .await?;
-    match by_key {
-        // A retry of a stored upload: answered whatever became of the claim since.
-        Some(r) if r.job_id == id && r.agent_id == Some(by.agent_id) => {
-            return Ok(Stored::Again(r.id));
-        }
-        Some(_) => {
-            return Err(JobError::Conflict(format!(
-                "upload key {:?} was used for another job or by another agent",
-                up.upload_key
-            )));
-        }
-        None => {}
-    }
-    check_claim(
+    let claim = check_claim(
         id,
         job.claim_id,
         job.claim_agent_id,
         by.agent_id,
         up.claim_id,
-    )?;
-    let by_job = sqlx::query_scalar!("SELECT id FROM results WHERE job_id = $1", id)
-        .fetch_optional(&mut *tx)
-        .await?;
-    if by_job.is_some() {
-        return Err(JobError::Conflict(format!(
-            "job {id} already has a result from another upload"
-        )));
-    }
+    );
     let outcome = up.outcome.job_state();
     let result_id = Uuid::new_v4();
-    let received_at = sqlx::query_scalar!(
-        "INSERT INTO results (id, job_id, upload_key, agent_id, outcome, reason, exit_code, stderr_tail, summary, started_at, finished_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING received_at",
+    let rows = Columns::of(&up.rows);
+    // Looked up by key and by job, and stored only when neither finds one and the claim
+    // holds: all under the locks above.
+    let stored = sqlx::query!(
+        r#"WITH by_key AS (SELECT id, job_id, agent_id FROM results WHERE upload_key = $3 LIMIT 1),
+             by_job AS (SELECT id FROM results WHERE job_id = $2 LIMIT 1),
+             r AS (
+               INSERT INTO results (id, job_id, upload_key, agent_id, outcome, reason, exit_code, stderr_tail, summary,
+                                    started_at, finished_at)
+               SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11
+               WHERE $12 AND NOT EXISTS (SELECT FROM by_key) AND NOT EXISTS (SELECT FROM by_job)
+               RETURNING received_at),
+             rows AS (
+               INSERT INTO result_rows (result_id, seq, size_bytes, count, dtype, op, root, in_place, time_us, algbw_gbs,
+                                        busbw_gbs, wrong, labels, extra, received_at)
+               SELECT $1, (u.n - 1)::int, u.size_bytes, u.count, u.dtype, u.op, u.root, u.in_place, u.time_us, u.algbw_gbs,
+                      u.busbw_gbs, u.wrong, u.labels, u.extra, r.received_at
+               FROM r, unnest($13::int8[], $14::int8[], $15::text[], $16::text[], $17::int4[], $18::bool[], $19::float8[],
+                              $20::float8[], $21::float8[], $22::int8[], $23::jsonb[], $24::jsonb[])
+                       WITH ORDINALITY AS u(size_bytes, count, dtype, op, root, in_place, time_us, algbw_gbs, busbw_gbs,
+                                            wrong, labels, extra, n))
+         SELECT (SELECT received_at FROM r) AS received_at, (SELECT id FROM by_key) AS key_result,
+                (SELECT job_id FROM by_key) AS key_job, (SELECT agent_id FROM by_key) AS key_agent,
+                (SELECT id FROM by_job) AS job_result"#,
         result_id,
         id,
         up.upload_key,
@@ -115,10 +148,45 @@ pub async fn store_result(
         },
         up.started_at,
         up.finished_at,
+        claim.is_ok(),
+        &rows.size_bytes as _,
+        &rows.count as _,
+        &rows.dtype as _,
+        &rows.op as _,
+        &rows.root as _,
+        &rows.in_place as _,
+        &rows.time_us as _,
+        &rows.algbw_gbs as _,
+        &rows.busbw_gbs as _,
+        &rows.wrong as _,
+        &rows.labels as _,
+        &rows.extra as _,
     )
     .fetch_one(&mut *tx)
     .await?;
-    insert_rows(&mut tx, result_id, received_at, up).await?;
+    match (stored.key_result, stored.key_job) {
+        // A retry of a stored upload: answered whatever became of the claim since.
+        (Some(r), Some(job_id)) if job_id == id && stored.key_agent == Some(by.agent_id) => {
+            return Ok(Stored::Again(r));
+        }
+        (Some(_), _) => {
+            return Err(JobError::Conflict(format!(
+                "upload key {:?} was used for another job or by another agent",
+                up.upload_key
+            )));
+        }
+        (None, _) => {}
+    }
+    claim?;
+    if stored.job_result.is_some() {
+        return Err(JobError::Conflict(format!(
+            "job {id} already has a result from another upload"
+        )));
+    }
+    let received_at = stored.received_at.ok_or(JobError::Corrupt {
+        what: "result",
+        message: "the result was not stored".into(),
+    })?;
     let current: JobState = job.state.parse().map_err(|message| JobError::Corrupt {
         what: "job state",
         message,
@@ -132,8 +200,37 @@ pub async fn store_result(
         up.reason.as_deref(),
     )
     .await?;
-    tx.commit().await?;
-    Ok(Stored::New(result_id))
+    let spec = job
+        .spec
+        .map(serde_json::from_value::<JobSpec>)
+        .transpose()
+        .map_err(|e| JobError::Corrupt {
+            what: "run spec",
+            message: e.to_string(),
+        });
+    let node = match (job.hostname, job.gpu_count) {
+        (Some(hostname), Some(gpu_count)) => Some(NodeContext {
+            hostname,
+            gpu_model: job.gpu_model,
+            gpu_count,
+            facts: job.facts,
+        }),
+        _ => None,
+    };
+    Ok(Stored::New(NewResult {
+        tx,
+        result_id,
+        received_at,
+        outcome: outcome.as_str(),
+        job: JobContext {
+            run_id: job.run_id,
+            node_id: job.node_id,
+            world_size: job.world_size,
+            // A spec that does not decode fails its judgement, not the upload.
+            spec: spec.ok().flatten(),
+            node,
+        },
+    }))
 }
 
 /// A new result is stored only from the agent that made the job's latest claim, and under
@@ -171,42 +268,69 @@ fn tail(s: &str, max: usize) -> &str {
     &s[start..]
 }
 
-/// Rows carry their result's arrival: the month they are kept in.
-async fn insert_rows(
-    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-    result_id: Uuid,
-    received_at: chrono::DateTime<chrono::Utc>,
-    up: &ResultUpload,
-) -> Result<(), sqlx::Error> {
-    // Postgres caps a statement at 65535 bind parameters; 15 per row.
-    for (chunk_no, chunk) in up.rows.chunks(4000).enumerate() {
-        let mut qb = sqlx::QueryBuilder::<sqlx::Postgres>::new(
-            "INSERT INTO result_rows (result_id, seq, size_bytes, count, dtype, op, root, in_place, time_us, algbw_gbs, busbw_gbs, wrong, labels, extra, received_at) ",
-        );
-        qb.push_values(chunk.iter().enumerate(), |mut b, (i, r)| {
-            b.push_bind(result_id)
-                .push_bind(i32::try_from(chunk_no * 4000 + i).unwrap_or(i32::MAX))
-                .push_bind(r.size_bytes)
-                .push_bind(r.count)
-                .push_bind(&r.dtype)
-                .push_bind(&r.op)
-                .push_bind(r.root)
-                .push_bind(r.in_place)
-                .push_bind(r.time_us.filter(|v| v.is_finite()))
-                .push_bind(r.algbw_gbs.filter(|v| v.is_finite()))
-                .push_bind(r.busbw_gbs.filter(|v| v.is_finite()))
-                .push_bind(r.wrong)
-                .push_bind(sqlx::types::Json(&r.labels))
-                .push_bind(if r.extra.is_null() {
-                    serde_json::json!({})
-                } else {
-                    r.extra.clone()
+/// The rows of an upload as one array per column, for `unnest`: one statement stores any
+/// number of them. Figures that are not finite are stored as NULL.
+struct Columns {
+    size_bytes: Vec<i64>,
+    count: Vec<Option<i64>>,
+    dtype: Vec<Option<String>>,
+    op: Vec<Option<String>>,
+    root: Vec<Option<i32>>,
+    in_place: Vec<Option<bool>>,
+    time_us: Vec<Option<f64>>,
+    algbw_gbs: Vec<Option<f64>>,
+    busbw_gbs: Vec<Option<f64>>,
+    wrong: Vec<Option<i64>>,
+    labels: Vec<serde_json::Value>,
+    extra: Vec<serde_json::Value>,
+}
+
+impl Columns {
+    fn of(rows: &[ResultRow]) -> Columns {
+        let finite = |v: Option<f64>| v.filter(|v| v.is_finite());
+        Columns {
+            size_bytes: rows.iter().map(|r| r.size_bytes).collect(),
+            count: rows.iter().map(|r| r.count).collect(),
+            dtype: rows.iter().map(|r| r.dtype.clone()).collect(),
+            op: rows.iter().map(|r| r.op.clone()).collect(),
+            root: rows.iter().map(|r| r.root).collect(),
+            in_place: rows.iter().map(|r| r.in_place).collect(),
+            time_us: rows.iter().map(|r| finite(r.time_us)).collect(),
+            algbw_gbs: rows.iter().map(|r| finite(r.algbw_gbs)).collect(),
+            busbw_gbs: rows.iter().map(|r| finite(r.busbw_gbs)).collect(),
+            wrong: rows.iter().map(|r| r.wrong).collect(),
+            labels: rows
+                .iter()
+                .map(|r| serde_json::to_value(&r.labels).unwrap_or_default())
+                .collect(),
+            extra: rows
+                .iter()
+                .map(|r| {
+                    if r.extra.is_null() {
+                        serde_json::json!({})
+                    } else {
+                        r.extra.clone()
+                    }
                 })
-                .push_bind(received_at);
-        });
-        qb.build().execute(&mut **tx).await?;
+                .collect(),
+        }
     }
-    Ok(())
+}
+
+/// A stored row as judging reads it back: what `result_rows` keeps of the judged columns
+/// (non-finite figures are NULL there), the others left at their defaults.
+pub fn as_stored(r: &ResultRow) -> ResultRow {
+    let finite = |v: Option<f64>| v.filter(|v| v.is_finite());
+    ResultRow {
+        size_bytes: r.size_bytes,
+        op: r.op.clone(),
+        time_us: finite(r.time_us),
+        algbw_gbs: finite(r.algbw_gbs),
+        busbw_gbs: finite(r.busbw_gbs),
+        wrong: r.wrong,
+        labels: r.labels.clone(),
+        ..Default::default()
+    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,6 @@ use chrono::{DateTime, Utc};
 use heddle_plugin_host::{HostError, Report};
 use heddle_types::plugins::{Detection, Expectation, PluginOutcome};
 use serde_json::Value;
-use sqlx::types::Json;
 use uuid::Uuid;
 
 pub use crate::db::plugins::Enabled;
@@ -197,7 +196,7 @@ pub async fn expectations(
     db: &sqlx::PgPool,
     node: Uuid,
 ) -> Result<Vec<(String, Expectation)>, sqlx::Error> {
-    let rows: Vec<(String, Json<Vec<Value>>)> = sqlx::query_as(
+    let rows: Vec<(String, Value)> = sqlx::query_as(
         "SELECT p.name, pr.output->'expectations' FROM plugin_results pr JOIN plugins p ON p.id = pr.plugin_id
          WHERE pr.node_id = $1 AND p.enabled AND jsonb_typeof(pr.output->'expectations') = 'array'
          ORDER BY p.name",
@@ -205,9 +204,15 @@ pub async fn expectations(
     .bind(node)
     .fetch_all(db)
     .await?;
+    Ok(decode_expectations(rows))
+}
+
+/// Each plugin's `expectations` array (by plugin name), decoded entry by entry.
+pub fn decode_expectations(rows: Vec<(String, Value)>) -> Vec<(String, Expectation)> {
     let mut out = Vec::new();
     for (plugin, list) in rows {
-        for entry in list.0 {
+        let Value::Array(list) = list else { continue };
+        for entry in list {
             match serde_json::from_value::<Expectation>(entry) {
                 Ok(e) => out.push((plugin.clone(), e)),
                 Err(e) => {
@@ -216,5 +221,5 @@ pub async fn expectations(
             }
         }
     }
-    Ok(out)
+    out
 }

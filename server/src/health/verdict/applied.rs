@@ -6,7 +6,6 @@
 use heddle_types::health::{Reason, Severity};
 use heddle_types::jobs::EnvVar;
 use heddle_types::regress::facts_diff;
-use sqlx::PgPool;
 use uuid::Uuid;
 
 /// The verdict reason's code and basis.
@@ -27,13 +26,16 @@ pub struct Judged<'a> {
 
 /// The reason for a judged result, or `None` when no rank ran with anything set and
 /// nothing changed since the node's last pass (there is nothing to quote).
-pub async fn reason(db: &PgPool, j: Judged<'_>) -> Result<Option<Reason>, sqlx::Error> {
+pub async fn reason(
+    db: &mut sqlx::PgConnection,
+    j: Judged<'_>,
+) -> Result<Option<Reason>, sqlx::Error> {
     let ranks: Vec<(String, EnvJson)> = sqlx::query_as(
         "SELECT n.hostname, j.applied_env FROM jobs j JOIN nodes n ON n.id = j.node_id
          WHERE j.run_id = $1 ORDER BY j.rank",
     )
     .bind(j.run)
-    .fetch_all(db)
+    .fetch_all(&mut *db)
     .await?;
     if ranks.iter().all(|(_, e)| e.is_none()) {
         return Ok(None);

@@ -18,7 +18,10 @@ pub fn stage(summary: &serde_json::Value) -> Option<&str> {
 }
 
 /// The must-agree variables on which the ranks of run `run` were given different values.
-pub async fn rank_splits(db: &sqlx::PgPool, run: Uuid) -> Result<Vec<Split>, sqlx::Error> {
+pub async fn rank_splits(
+    db: &mut sqlx::PgConnection,
+    run: Uuid,
+) -> Result<Vec<Split>, sqlx::Error> {
     let jobs: Vec<(String, Option<sqlx::types::Json<Vec<EnvVar>>>)> = sqlx::query_as(
         "SELECT n.hostname, j.applied_env FROM jobs j JOIN nodes n ON n.id = j.node_id
          WHERE j.run_id = $1 ORDER BY j.rank",
