@@ -87,7 +87,14 @@ pub fn SeriesChartView(chart: SeriesChart) -> impl IntoView {
         ]
     });
     let extremes = chart.points.iter().flat_map(|p| [p.min, p.max]).flatten();
-    let (lo, hi, step) = value_range(chart.points.iter().map(|p| p.value).chain(extremes).chain(levels));
+    let (lo, hi, step) = value_range(
+        chart
+            .points
+            .iter()
+            .map(|p| p.value)
+            .chain(extremes)
+            .chain(levels),
+    );
     // A little room either side so the first and last dots are not on the frame.
     let span = (last - first).num_milliseconds().max(3_600_000);
     let s = Scale {
@@ -141,15 +148,26 @@ pub fn SeriesChartView(chart: SeriesChart) -> impl IntoView {
             match (p.n, p.min, p.max) {
                 // A day: its median, and its lowest to highest figure as a line through it.
                 (Some(n), Some(min), Some(max)) => {
-                    let tip = format!("{}: median {:.2} of {n} (lowest {min:.2}, highest {max:.2}) {}",
-                        p.t.format("%Y-%m-%d"), p.value, chart.metric);
+                    let tip = format!(
+                        "{}: median {:.2} of {n} (lowest {min:.2}, highest {max:.2}) {}",
+                        p.t.format("%Y-%m-%d"),
+                        p.value,
+                        chart.metric
+                    );
                     view! { <g class="day"><title>{tip}</title>
-                        <line class="spread" x1=x x2=x y1=s.y(min) y2=s.y(max)/>
-                        <circle class="point" cx=x cy=y r="3"/></g> }.into_any()
+                    <line class="spread" x1=x x2=x y1=s.y(min) y2=s.y(max)/>
+                    <circle class="point" cx=x cy=y r="3"/></g> }
+                    .into_any()
                 }
                 _ => {
-                    let tip = format!("{}: {:.2} {}", p.t.format("%Y-%m-%d %H:%M UTC"), p.value, chart.metric);
-                    view! { <circle class="point" cx=x cy=y r="3"><title>{tip}</title></circle> }.into_any()
+                    let tip = format!(
+                        "{}: {:.2} {}",
+                        p.t.format("%Y-%m-%d %H:%M UTC"),
+                        p.value,
+                        chart.metric
+                    );
+                    view! { <circle class="point" cx=x cy=y r="3"><title>{tip}</title></circle> }
+                        .into_any()
                 }
             }
         })

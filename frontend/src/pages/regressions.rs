@@ -325,7 +325,10 @@ fn series_body(c: SeriesChart, ranges: Vec<(String, String, bool)>) -> impl Into
         .map(change_block)
         .collect_view();
     let no_changes = c.change_points.is_empty();
-    let recent = recent_table(c.points.iter().rev().take(20).cloned().collect(), c.resolution);
+    let recent = recent_table(
+        c.points.iter().rev().take(20).cloned().collect(),
+        c.resolution,
+    );
     view! {
         <div class="title-row">
             <h1 id="series-title">{title}</h1>
@@ -380,6 +383,10 @@ fn recent_table(points: Vec<ChartPoint>, resolution: Resolution) -> impl IntoVie
             view! { <tr><td class="mono small">{t}</td><td class="num">{format!("{:.2}", p.value)}</td><td>{what}</td></tr> }
         })
         .collect_view();
-    let head = if resolution == Resolution::Days { ("Day", "Median") } else { ("Received", "Value") };
+    let head = if resolution == Resolution::Days {
+        ("Day", "Median")
+    } else {
+        ("Received", "Value")
+    };
     view! { <table class="grid" id="series-points"><thead><tr><th>{head.0}</th><th>{head.1}</th><th></th></tr></thead><tbody>{rows}</tbody></table> }
 }
