@@ -297,7 +297,7 @@ pub async fn upload_result(
     match jobs::results::store_result(&state.db, by, id, &up).await? {
         Stored::New(new) => {
             let result_id =
-                crate::health::verdict::upload::judge_upload(&state.db, new, &up).await?;
+                crate::health::verdict::upload::judge_upload(&state.db, *new, &up).await?;
             Ok((
                 StatusCode::CREATED,
                 Json(UploadAccepted {

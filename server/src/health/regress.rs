@@ -53,17 +53,6 @@ pub async fn on_result(db: &PgPool, result_id: Uuid) -> Result<usize, HealthErro
     Ok(found)
 }
 
-/// The figures of a series in `verdicts`, the `FROM` and `WHERE` of the chart's read of its
-/// points (`history.rs`; the detector reads `series_points`), bound by [`SeriesKey::bind`].
-/// A verdict's `test` is its figure's, or the kind when it has several (`p2p`, `ucx`), so
-/// `verdicts_node_idx` (node, test) narrows the read to this series' results. A figure
-/// without a pair is the series of pair `''`.
-const SERIES_FIGURES: &str =
-    "FROM verdicts v JOIN results r ON r.id = v.result_id, jsonb_array_elements(v.figures) f
-     WHERE v.node_id = $1 AND (v.test = $2 OR v.test = split_part($2, '.', 1))
-       AND v.world_size = $5 AND f->>'test' = $2 AND f->>'metric' = $3
-       AND (f->>'band')::int = $4 AND coalesce(f->>'pair', '') = $6 AND r.outcome = 'succeeded'";
-
 /// The series' newest points, oldest first.
 async fn points(db: &PgPool, key: &SeriesKey) -> Result<Vec<Point>, sqlx::Error> {
     let mut points: Vec<Point> = key.bind(sqlx::query_as(
@@ -193,8 +182,8 @@ async fn node_changes(
     }
     if let [Some((Some(a),)), Some((Some(b),))] = &envs[..] {
         changes.extend(facts_diff::diff(
-            &facts_diff::env_fields(&a),
-            &facts_diff::env_fields(&b),
+            &facts_diff::env_fields(a),
+            &facts_diff::env_fields(b),
         ));
     }
     Ok(changes)

@@ -29,7 +29,7 @@ pub struct Uploader {
 pub enum Stored {
     /// Stored now, its job ended by it, in a transaction not yet committed: judging it
     /// (`health::verdict::judge_upload`) continues in that transaction and commits it.
-    New(NewResult),
+    New(Box<NewResult>),
     /// A retry of an upload stored before; nothing was stored again.
     Again(Uuid),
 }
@@ -217,7 +217,7 @@ pub async fn store_result(
         }),
         _ => None,
     };
-    Ok(Stored::New(NewResult {
+    Ok(Stored::New(Box::new(NewResult {
         tx,
         result_id,
         received_at,
@@ -230,7 +230,7 @@ pub async fn store_result(
             spec: spec.ok().flatten(),
             node,
         },
-    }))
+    })))
 }
 
 /// A new result is stored only from the agent that made the job's latest claim, and under
