@@ -151,7 +151,10 @@ async fn a_job_that_fell_to_sockets_on_an_ib_node_fails_it() {
 
     let job: ObservedJobSummary = eventually("an observed job that failed", &agent, || async {
         let jobs: Vec<ObservedJobSummary> = api.get(&format!("/jobs?node={HOST}")).await?;
-        jobs.into_iter().find(|j| j.verdict == Verdict::Fail)
+        // Both ranks' processes: under load the agent may upload the first before the
+        // second has written its file.
+        jobs.into_iter()
+            .find(|j| j.verdict == Verdict::Fail && j.processes == 2)
     })
     .await;
     assert_eq!(job.job_key, "slurm:4242.0");
