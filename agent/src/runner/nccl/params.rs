@@ -39,26 +39,10 @@ pub struct Params {
 }
 
 impl Default for Params {
+    /// The wire type's defaults (`heddle_types::kinds::nccl`), which own them.
     fn default() -> Self {
-        Params {
-            coll: Collective::AllReduce,
-            dtype: Dtype::Float,
-            redop: RedOp::Sum,
-            root: 0,
-            sweep: Sweep {
-                min_bytes: 8,
-                max_bytes: 128 << 20,
-                factor: 2,
-                step_bytes: None,
-            },
-            warmup: 5,
-            iters: 20,
-            gpus: 1,
-            check: true,
-            graph: None,
-            budget: None,
-            every_size: false,
-        }
+        Params::from_wire(&wire::NcclParams::default())
+            .expect("the nccl kind's default parameters are valid")
     }
 }
 
@@ -188,6 +172,25 @@ mod tests {
     fn params_defaults_and_errors() {
         let p = Params::from_json(&json!({})).unwrap();
         assert_eq!(p, Params::default());
+        assert_eq!(
+            (
+                p.coll,
+                p.dtype,
+                p.redop,
+                p.sweep.min_bytes,
+                p.sweep.max_bytes,
+                p.sweep.factor
+            ),
+            (
+                Collective::AllReduce,
+                Dtype::Float,
+                RedOp::Sum,
+                8,
+                128 << 20,
+                2
+            )
+        );
+        assert_eq!((p.warmup, p.iters, p.gpus, p.check), (5, 20, 1, true));
         let p = Params::from_json(&json!({
             "op": "reduce_scatter", "dtype": "bf16", "redop": "max", "min_bytes": 1024,
             "max_bytes": 1 << 30, "factor": 4, "warmup": 1, "iters": 3, "gpus": 8, "check": false
