@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use heddle_types::jobs::{JobResult, JobState, Outcome, Run};
+use heddle_types::kinds::RunParams;
 
 use crate::client::Client;
 use crate::exit::Exit;
@@ -135,13 +136,15 @@ fn progress_line(run: &Run) -> (f64, String) {
 
 /// Cells of a sweep's grid: the product of the lengths of its value lists.
 fn sweep_cells(run: &Run) -> Option<u64> {
-    if run.spec.kind != "sweep" {
+    let Ok(RunParams::Sweep(sweep)) = run.spec.params.typed() else {
         return None;
-    }
-    let grid = run.spec.params.get("grid")?.as_object()?;
-    grid.values()
-        .map(|v| v.as_array().map(|a| a.len() as u64))
-        .try_fold(1u64, |acc, n| Some(acc.saturating_mul(n?)))
+    };
+    Some(
+        sweep
+            .grid
+            .values()
+            .fold(1u64, |acc, v| acc.saturating_mul(v.len() as u64)),
+    )
 }
 
 pub fn print_run(run: &Run) {
@@ -289,13 +292,7 @@ mod tests {
         Run {
             id: uuid::Uuid::nil(),
             label: None,
-            spec: JobSpec {
-                kind: kind.into(),
-                params,
-                env: Default::default(),
-                timeout_s: None,
-                stall_s: None,
-            },
+            spec: JobSpec::new(kind, params),
             state: heddle_types::jobs::RunState::Running,
             created_by: "t".into(),
             created_at: now,

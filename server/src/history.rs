@@ -46,6 +46,19 @@ impl SeriesKey {
             .bind(self.world_size)
             .bind(&self.pair)
     }
+
+    /// [`SeriesKey::bind`] for a statement that returns no rows.
+    pub fn bind_statement<'q>(
+        &'q self,
+        q: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+        q.bind(self.node_id)
+            .bind(&self.test)
+            .bind(&self.metric)
+            .bind(self.band)
+            .bind(self.world_size)
+            .bind(&self.pair)
+    }
 }
 
 /// How long history is kept (`HEDDLE_HISTORY_KEEP_DAYS`, `HEDDLE_ROLLUP_KEEP_DAYS`); its

@@ -105,11 +105,9 @@ mod tests {
     #[test]
     fn a_job_gets_its_applied_environment_in_place_of_the_runs() {
         let run = JobSpec {
-            kind: "nccl".into(),
-            params: serde_json::json!({"op": "all_reduce"}),
             env: BTreeMap::from([("NCCL_ALGO".to_string(), "Ring".to_string())]),
             timeout_s: Some(60),
-            stall_s: None,
+            ..JobSpec::new("nccl", serde_json::json!({"op": "all_reduce"}))
         };
         let applied = layer(&[rec("NCCL_IB_HCA", "mlx5_0", "tuning:site-a")], &run.env);
         let spec = job_spec(run.clone(), Some(applied));

@@ -4,6 +4,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::kinds::Params;
+
 /// Life cycle of one job (the part of a run that one agent executes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -170,26 +172,65 @@ impl std::fmt::Display for RunState {
 }
 
 /// What to run. `kind` is a string (`nccl`, `rdma`, `ucx`, `p2p`, `sweep`, ...) so new test
-/// types need no schema change; `params` is interpreted by the agent's runner for that kind.
+/// types need no schema change; `params` are decoded by the kind's type in
+/// [`crate::kinds`] when the spec is read, and written back as they were given.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields)]
+#[serde(from = "WireSpec")]
 pub struct JobSpec {
     pub kind: String,
-    #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(value_type = Object))]
-    pub params: serde_json::Value,
+    pub params: Params,
     /// Environment applied to the test's child process (NCCL_*, UCX_*...).
-    #[serde(default)]
     pub env: BTreeMap<String, String>,
     /// Wall-clock limit for the test on the agent.
-    #[serde(default)]
     pub timeout_s: Option<u32>,
     /// Seconds without a row or progress event, beyond the slowest step the test
     /// declared, after which the agent stops it as `hung` (the agent's
     /// `--stall-limit` when unset; set here, it also watches kinds that declare no plan).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub stall_s: Option<u32>,
+}
+
+impl JobSpec {
+    /// A spec of `kind` with `params` as given, no env and no limits.
+    pub fn new(kind: impl Into<String>, params: serde_json::Value) -> JobSpec {
+        let kind = kind.into();
+        JobSpec {
+            params: Params::new(&kind, params),
+            kind,
+            env: BTreeMap::new(),
+            timeout_s: None,
+            stall_s: None,
+        }
+    }
+}
+
+/// A job spec as it is written: what [`JobSpec`] is read from.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireSpec {
+    kind: String,
+    #[serde(default)]
+    params: serde_json::Value,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    #[serde(default)]
+    timeout_s: Option<u32>,
+    #[serde(default)]
+    stall_s: Option<u32>,
+}
+
+impl From<WireSpec> for JobSpec {
+    fn from(w: WireSpec) -> JobSpec {
+        JobSpec {
+            params: Params::new(&w.kind, w.params),
+            kind: w.kind,
+            env: w.env,
+            timeout_s: w.timeout_s,
+            stall_s: w.stall_s,
+        }
+    }
 }
 
 /// Request to start a run on one or more nodes.
@@ -231,7 +272,7 @@ impl RunCreate {
     pub fn spec(&self) -> JobSpec {
         JobSpec {
             kind: self.kind.clone(),
-            params: self.params.clone(),
+            params: Params::new(&self.kind, self.params.clone()),
             env: self.env.clone(),
             timeout_s: self.timeout_s,
             stall_s: self.stall_s,
@@ -303,41 +344,7 @@ pub struct Progress {
     pub message: String,
 }
 
-/// One measured row: one message size of a sweep, one cell of a tuning grid, ...
-/// The columns mirror nccl-tests; perftest/UCX figures that have no column go in `extra`.
-/// `Default` is a row of size 0 with nothing measured: the base for a row that carries
-/// only some columns (what a reader of stored rows selected).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields)]
-pub struct ResultRow {
-    pub size_bytes: i64,
-    #[serde(default)]
-    pub count: Option<i64>,
-    #[serde(default)]
-    pub dtype: Option<String>,
-    #[serde(default)]
-    pub op: Option<String>,
-    #[serde(default)]
-    pub root: Option<i32>,
-    #[serde(default)]
-    pub in_place: Option<bool>,
-    #[serde(default)]
-    pub time_us: Option<f64>,
-    #[serde(default)]
-    pub algbw_gbs: Option<f64>,
-    #[serde(default)]
-    pub busbw_gbs: Option<f64>,
-    /// Elements that failed validation.
-    #[serde(default)]
-    pub wrong: Option<i64>,
-    /// Which cell of a sweep this row belongs to, e.g. `NCCL_ALGO=Ring`.
-    #[serde(default)]
-    pub labels: BTreeMap<String, String>,
-    #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
-    pub extra: serde_json::Value,
-}
+pub use crate::rows::ResultRow;
 
 /// Final outcome an agent reports for a job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

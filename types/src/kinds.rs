@@ -5,10 +5,14 @@
 //! form), what readers take from its results' summaries, the test names and headline
 //! figures a verdict judges, the one line on the path its bytes took (`heddle runs show`,
 //! the run page) and what its transport evidence says. The server checks a run's params
-//! and judges its results through [`KINDS`], the agent's runner for a kind decodes the same
+//! and judges its results through this module, the agent's runner for a kind decodes the same
 //! params type, and the dashboard builds its launcher form from [`catalogue`].
 //!
-//! Adding a kind is one module here with its [`TestKind`] impl and one line in [`KINDS`],
+//! A job spec carries its params typed by its kind ([`RunParams`], in [`Params`] beside the
+//! JSON they came as), and a result's summary is read by its kind once ([`RunSummary`]).
+//!
+//! Adding a kind is one module here with its [`TestKind`] impl and one line in the list of
+//! kinds below (which makes [`KINDS`], [`RunParams`] and [`RunSummary`]),
 //! its runner `agent/src/runner/<kind>.rs` (one line in the agent's runner table), and
 //! optionally its page `frontend/src/pages/kinds/<kind>.rs`.
 
@@ -20,11 +24,14 @@ pub mod nccl;
 pub mod p2p;
 pub mod rdma;
 pub mod rdma_ab;
+#[macro_use]
+mod run_params;
 pub mod sleep;
 pub mod sweep;
 pub mod ucx;
 
 pub use headline::lower_is_better;
+pub use run_params::Params;
 
 use serde::Deserialize;
 use serde::de::{DeserializeOwned, Deserializer};
@@ -32,8 +39,8 @@ use serde_json::Value;
 
 use crate::facts::NodeFacts;
 use crate::health::Figure;
-use crate::jobs::ResultRow;
 use crate::params::{KindParams, ParamDoc, ParamError, RunKind, RunKindParam};
+use crate::rows::ResultRow;
 use crate::transport::Finding;
 
 /// What a result is judged on: the verdict's test and the figures it compares.
@@ -49,7 +56,7 @@ pub struct Judged {
 pub trait TestKind: KindParams {
     /// What readers take from a result's summary. Every field is optional and read on its
     /// own ([`lenient`]): a field that does not decode is absent, the others stay.
-    type Summary: DeserializeOwned + Default;
+    type Summary: DeserializeOwned + Default + std::fmt::Debug + Clone;
 
     /// Test names are `<kind>.<test>`; the figures are those a verdict judges.
     fn judged(&self, rows: &[ResultRow]) -> Judged;
@@ -96,8 +103,6 @@ pub struct KindEntry {
     pub defaults: fn() -> Value,
     judged: fn(&Value, &[ResultRow]) -> Option<Judged>,
     pairs: fn(&[ResultRow]) -> Vec<Figure>,
-    path_line: fn(&Value) -> Option<String>,
-    findings: fn(&Value, Option<&NodeFacts>) -> Vec<Finding>,
 }
 
 const fn entry<T: TestKind>() -> KindEntry {
@@ -109,17 +114,7 @@ const fn entry<T: TestKind>() -> KindEntry {
         defaults: T::defaults,
         judged: judged_as::<T>,
         pairs: T::pairs,
-        path_line: path_line_as::<T>,
-        findings: findings_as::<T>,
     }
-}
-
-fn path_line_as<T: TestKind>(s: &Value) -> Option<String> {
-    T::path_line(&summary(s))
-}
-
-fn findings_as<T: TestKind>(s: &Value, facts: Option<&NodeFacts>) -> Vec<Finding> {
-    T::findings(&summary(s), facts)
 }
 
 fn decode_as<T: KindParams>(params: &Value) -> Result<Value, ParamError> {
@@ -138,19 +133,19 @@ fn judged_as<T: TestKind>(params: &Value, rows: &[ResultRow]) -> Option<Judged> 
     Some(typed.judged(rows))
 }
 
-/// Every kind a run may have, in the order the launcher lists them.
-pub const KINDS: &[KindEntry] = &[
-    entry::<nccl::NcclParams>(),
-    entry::<sweep::SweepParams>(),
-    entry::<rdma_ab::RdmaAbParams>(),
-    entry::<p2p::P2pParams>(),
-    entry::<rdma::RdmaParams>(),
-    entry::<ucx::UcxParams>(),
-    entry::<memcpy::MemcpyParams>(),
-    entry::<env::EnvParams>(),
-    entry::<sleep::SleepParams>(),
-    entry::<fail::FailParams>(),
-];
+// The list of kinds, in the order the launcher lists them: one line per kind.
+kinds! {
+    Nccl(nccl::NcclParams),
+    Sweep(sweep::SweepParams),
+    RdmaAb(rdma_ab::RdmaAbParams),
+    P2p(p2p::P2pParams),
+    Rdma(rdma::RdmaParams),
+    Ucx(ucx::UcxParams),
+    Memcpy(memcpy::MemcpyParams),
+    Env(env::EnvParams),
+    Sleep(sleep::SleepParams),
+    Fail(fail::FailParams),
+}
 
 pub fn find_kind(kind: &str) -> Option<&'static KindEntry> {
     KINDS.iter().find(|k| k.name == kind)
@@ -158,13 +153,8 @@ pub fn find_kind(kind: &str) -> Option<&'static KindEntry> {
 
 /// What a result of `kind` is judged on, from its run's params and its rows. A kind this
 /// build does not know, or params that do not decode, give the kind's name and no figure.
-pub fn judged(kind: &str, params: &Value, rows: &[ResultRow]) -> Judged {
-    let mut judged = find_kind(kind)
-        .and_then(|k| (k.judged)(params, rows))
-        .unwrap_or_else(|| Judged {
-            test: kind.to_string(),
-            figures: Vec::new(),
-        });
+pub fn judged(kind: &str, params: &Params, rows: &[ResultRow]) -> Judged {
+    let mut judged = params.judged(kind, rows);
     if let [one] = judged.figures.as_slice() {
         judged.test = one.test.clone();
     }
@@ -180,12 +170,12 @@ pub fn pairs(kind: &str, rows: &[ResultRow]) -> Vec<Figure> {
 /// the evidence in a result's summary: `network IB over mlx5_0:1/IB (GPUDirect RDMA);
 /// channels: NET/IB 12, P2P 24`.
 pub fn path_line(kind: &str, summary: &Value) -> Option<String> {
-    (find_kind(kind)?.path_line)(summary)
+    RunSummary::read(kind, summary).path_line()
 }
 
 /// What the evidence of a succeeded result of `kind` says against the node's facts.
 pub fn findings(kind: &str, summary: &Value, facts: Option<&NodeFacts>) -> Vec<Finding> {
-    find_kind(kind).map_or_else(Vec::new, |k| (k.findings)(summary, facts))
+    RunSummary::read(kind, summary).findings(facts)
 }
 
 /// Why a job spec's kind or params were refused.
@@ -212,21 +202,22 @@ impl std::error::Error for SpecParamsError {}
 /// Checks a job's params against its kind. The collective (`op`) is rewritten in its one
 /// canonical spelling (`allreduce` → `all_reduce`); the rest is kept as given, so what a
 /// run stores is what its creator sent.
-pub fn check_params(kind: &str, params: &mut Value) -> Result<(), SpecParamsError> {
+pub fn check_params(kind: &str, params: &Params) -> Result<Params, SpecParamsError> {
     let entry = find_kind(kind).ok_or_else(|| SpecParamsError::UnknownKind(kind.into()))?;
-    (entry.decode)(params).map_err(SpecParamsError::Param)?;
+    params.typed().map_err(Clone::clone)?;
+    let mut raw = params.raw().clone();
     if let Some(normalize) = entry
         .params
         .iter()
         .find(|d| d.name == "op")
         .and_then(|d| d.normalize)
-        && let Some(Value::String(op)) = params.get_mut("op")
+        && let Some(Value::String(op)) = raw.get_mut("op")
     {
         *op = normalize(op)
             .map_err(|m| SpecParamsError::Param(ParamError::new("op", m)))?
             .to_string();
     }
-    Ok(())
+    Ok(Params::new(kind, raw))
 }
 
 /// The catalogue, generated from the parameter types: defaults are what `{}` decodes to.

@@ -29,6 +29,7 @@ pub mod params;
 pub mod plugins;
 pub mod recommend;
 pub mod regress;
+pub mod rows;
 pub mod sweeps;
 pub mod transport;
 

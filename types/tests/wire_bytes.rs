@@ -7,6 +7,7 @@
 //! encoding it again must give the same bytes.
 
 use heddle_types::jobs::{JobSpec, ResultUpload};
+use heddle_types::kinds::SpecParamsError;
 
 /// A job spec per kind: params as their creator gave them (partly, wholly or not at all).
 const SPECS: &[(&str, &str)] = &[
@@ -156,6 +157,15 @@ fn every_kinds_spec_keeps_its_bytes() {
         assert_eq!(&again, json, "{kind}");
         let back: JobSpec = serde_json::from_str(&again).unwrap();
         assert_eq!(back, spec, "{kind}");
+        // Read once, typed by its kind; a kind this build does not know is kept, untyped.
+        match spec.params.typed() {
+            Ok(typed) => assert_eq!(typed.kind(), spec.kind, "{kind}"),
+            Err(e) => assert_eq!(
+                e,
+                &SpecParamsError::UnknownKind(spec.kind.clone()),
+                "{kind}"
+            ),
+        }
     }
 }
 

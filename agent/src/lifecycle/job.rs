@@ -9,6 +9,7 @@ use chrono::Utc;
 use heddle_types::agent::{JobLease, LeaseRenew};
 use heddle_types::env_policy;
 use heddle_types::jobs::Progress;
+use heddle_types::kinds::SpecParamsError;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use uuid::Uuid;
 
@@ -85,10 +86,15 @@ fn rendezvous_access(agent: &Agent) -> Option<RendezvousAccess> {
     })
 }
 
-/// Why the job may not run at all: a variable of its env (or a sweep cell's) that the
-/// policy refuses. The server refuses such jobs too; this holds for a job that reached the
-/// database some other way.
+/// Why the job may not run at all: params its kind's type refuses (decoded when the lease
+/// was read), or a variable of its env (or a sweep cell's) that the policy refuses. The
+/// server refuses such jobs too; this holds for a job that reached the database some other
+/// way, or a server whose limits differ from this agent's. A kind this agent does not know
+/// is not refused here: it fails as unsupported.
 fn refusal(lease: &JobLease) -> Option<String> {
+    if let Err(SpecParamsError::Param(e)) = lease.spec.params.typed() {
+        return Some(format!("the job's params are refused: {e}"));
+    }
     if let Err(e) = env_policy::check_env(&lease.spec.env) {
         return Some(format!("the job's environment is refused: {e}"));
     }
@@ -149,7 +155,7 @@ async fn run_job(
             args: vec!["child".into()],
             input: ChildInput {
                 kind: lease.spec.kind.clone(),
-                params: lease.spec.params.clone(),
+                params: lease.spec.params.raw().clone(),
                 job_id,
                 run_id: lease.run_id,
                 rank: lease.rank,
@@ -393,6 +399,26 @@ fn sanitize(mut p: Progress) -> Progress {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn lease(spec: &str) -> JobLease {
+        serde_json::from_value(serde_json::json!({
+            "job_id": Uuid::nil(), "claim_id": Uuid::nil(), "run_id": Uuid::nil(),
+            "spec": serde_json::from_str::<serde_json::Value>(spec).unwrap(),
+            "rank": 0, "world_size": 1, "attempt": 1,
+            "lease_expires_at": "2026-11-28T00:00:00Z",
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_lease_whose_params_its_kind_refuses_is_refused_before_anything_runs() {
+        let bad = lease(r#"{"kind":"nccl","params":{"gpus":"all"}}"#);
+        let why = refusal(&bad).unwrap();
+        assert!(why.contains("params.gpus"), "{why}");
+        assert!(refusal(&lease(r#"{"kind":"nccl","params":{"gpus":2}}"#)).is_none());
+        // A kind this agent does not know is read, and fails as unsupported instead.
+        assert!(refusal(&lease(r#"{"kind":"from-the-future","params":{"x":1}}"#)).is_none());
+    }
 
     #[test]
     fn renewal_cadence() {

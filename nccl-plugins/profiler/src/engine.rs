@@ -231,8 +231,26 @@ fn set_up(logger: Option<abi::Logger>) -> Result<&'static State, String> {
         config,
     };
     let _ = STATE.set(state);
-    writer::register_exit_handler();
+    register_exit_handler();
     STATE.get().ok_or_else(|| "state not kept".to_string())
+}
+
+/// Registers (once) a last write when the process exits; `-z nodelete` keeps the handler
+/// mapped even after NCCL unloads the plugin.
+fn register_exit_handler() {
+    extern "C" fn at_exit() {
+        let _ = std::panic::catch_unwind(|| {
+            let Some(state) = active() else {
+                return;
+            };
+            // After the last finalize the final file is written already.
+            if !all_finalized(state) {
+                let _ = writer::write_from_nccl(state, false);
+            }
+        });
+    }
+    // SAFETY: registers a function that never unwinds (it catches panics).
+    unsafe { libc::atexit(at_exit) };
 }
 
 /// Facts that may appear after the first communicator: the environment plugin's hash.

@@ -24,6 +24,7 @@ mod identity;
 mod log;
 pub mod names;
 mod slots;
+mod source;
 mod spool;
 mod writer;
 

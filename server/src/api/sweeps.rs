@@ -13,6 +13,8 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use heddle_types::auth::Role;
 use heddle_types::jobs::{JobSpec, ResultRow};
+use heddle_types::kinds::RunParams;
+use heddle_types::kinds::nccl::NcclParams;
 use heddle_types::nodes::TuningProfile;
 use heddle_types::sweeps::*;
 use uuid::Uuid;
@@ -177,12 +179,15 @@ async fn load(db: &sqlx::PgPool, id: Uuid) -> ApiResult<Loaded> {
         })
         .collect();
     let (cells, winners) = tabulate(&rows);
-    let collective = spec
-        .params
-        .get("op")
-        .and_then(|v| v.as_str())
-        .unwrap_or("all_reduce")
-        .to_string();
+    // A stored sweep whose params today's limits refuse still names its collective.
+    let collective = match spec.params.typed() {
+        Ok(RunParams::Sweep(sweep)) => sweep.nccl.op.clone(),
+        _ => spec
+            .params
+            .get("op")
+            .and_then(|v| v.as_str())
+            .map_or_else(|| NcclParams::default().op, str::to_string),
+    };
     Ok(Loaded {
         table: SweepTable {
             run_id: id,

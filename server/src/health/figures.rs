@@ -4,6 +4,7 @@
 
 use heddle_types::health::Figure;
 use heddle_types::jobs::ResultRow;
+use heddle_types::kinds::Params;
 pub use heddle_types::kinds::lower_is_better;
 
 /// What one result says, reduced to what verdicts compare.
@@ -37,7 +38,7 @@ pub fn stored(f: &Figure) -> serde_json::Value {
 /// Test names are `<kind>.<test>` (`nccl.<op>`, `rdma.<perftest>`, `ucx.<test>` and
 /// `p2p.<d2d|h2d|d2h>` per test in the rows, the bare kind otherwise), as the kind's module
 /// says.
-pub fn extract(kind: &str, params: &serde_json::Value, rows: &[ResultRow]) -> Extracted {
+pub fn extract(kind: &str, params: &Params, rows: &[ResultRow]) -> Extracted {
     let wrong = rows.iter().filter_map(|r| r.wrong).filter(|w| *w > 0).sum();
     let judged = heddle_types::kinds::judged(kind, params, rows);
     Extracted {
@@ -60,6 +61,11 @@ pub fn size_band(size_bytes: i64) -> i32 {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// [`super::extract`] with the run's params as JSON.
+    fn extract(kind: &str, params: &serde_json::Value, rows: &[ResultRow]) -> Extracted {
+        super::extract(kind, &Params::new(kind, params.clone()), rows)
+    }
 
     fn row(size: i64, busbw: Option<f64>, algbw: Option<f64>, time: Option<f64>) -> ResultRow {
         ResultRow {

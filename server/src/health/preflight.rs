@@ -46,11 +46,8 @@ pub fn check_spec(check: PreflightCheck) -> JobSpec {
         PreflightCheck::P2p => serde_json::json!({}),
     };
     JobSpec {
-        kind: check.as_str().into(),
-        params,
-        env: Default::default(),
         timeout_s: Some(300),
-        stall_s: None,
+        ..JobSpec::new(check.as_str(), params)
     }
 }
 

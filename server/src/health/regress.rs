@@ -239,32 +239,20 @@ pub(crate) async fn detect_and_store(
         return Ok((0, Vec::new()));
     };
     // Only this series' rows, locked in key order by the unique index's scan.
-    sqlx::query(
+    key.bind_statement(sqlx::query(
         "DELETE FROM change_points WHERE node_id = $1 AND test = $2 AND metric = $3 AND size_band = $4
-           AND world_size = $5 AND pair = $8 AND t >= $7 AND t <> ALL($6)",
-    )
-    .bind(key.node_id)
-    .bind(&key.test)
-    .bind(&key.metric)
-    .bind(key.band)
-    .bind(key.world_size)
+           AND world_size = $5 AND pair = $6 AND t >= $8 AND t <> ALL($7)",
+    ))
     .bind(&times)
     .bind(oldest)
-    .bind(&key.pair)
     .execute(&mut *conn)
     .await?;
     if !rows.is_empty() {
-        sqlx::query(
+        key.bind_statement(sqlx::query(
             "UPDATE change_points SET latest = false WHERE node_id = $1 AND test = $2 AND metric = $3
-               AND size_band = $4 AND world_size = $5 AND pair = $7 AND t < $6 AND latest",
-        )
-        .bind(key.node_id)
-        .bind(&key.test)
-        .bind(&key.metric)
-        .bind(key.band)
-        .bind(key.world_size)
+               AND size_band = $4 AND world_size = $5 AND pair = $6 AND t < $7 AND latest",
+        ))
         .bind(oldest)
-        .bind(&key.pair)
         .execute(&mut *conn)
         .await?;
     }
@@ -275,9 +263,9 @@ pub(crate) async fn detect_and_store(
             what: "facts changes",
             source,
         })?;
-        let (id, inserted): (Uuid, bool) = sqlx::query_as(
-            "INSERT INTO change_points (id, node_id, test, metric, size_band, world_size, result_id, t, before, after,
-                 relative_change, ci_low, ci_high, points_before, points_after, worse, latest, facts_changes, pair)
+        let (id, inserted): (Uuid, bool) = key.bind(sqlx::query_as(
+            "INSERT INTO change_points (node_id, test, metric, size_band, world_size, pair, id, result_id, t, before,
+                 after, relative_change, ci_low, ci_high, points_before, points_after, worse, latest, facts_changes)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
              ON CONFLICT (node_id, test, metric, size_band, world_size, pair, t) DO UPDATE SET
                  result_id = EXCLUDED.result_id, before = EXCLUDED.before, after = EXCLUDED.after,
@@ -285,13 +273,8 @@ pub(crate) async fn detect_and_store(
                  points_before = EXCLUDED.points_before, points_after = EXCLUDED.points_after,
                  worse = EXCLUDED.worse, latest = EXCLUDED.latest, facts_changes = EXCLUDED.facts_changes
              RETURNING id, (xmax = 0) AS inserted",
-        )
+        ))
         .bind(Uuid::new_v4())
-        .bind(key.node_id)
-        .bind(&key.test)
-        .bind(&key.metric)
-        .bind(key.band)
-        .bind(key.world_size)
         .bind(first.result_id)
         .bind(first.received_at)
         .bind(c.before)
@@ -304,7 +287,6 @@ pub(crate) async fn detect_and_store(
         .bind(worse)
         .bind(i + 1 == rows.len())
         .bind(facts)
-        .bind(&key.pair)
         .fetch_one(&mut *conn)
         .await?;
         // A new change joins (or starts) its cohort; one seen before keeps the fleet view it

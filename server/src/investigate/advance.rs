@@ -45,11 +45,9 @@ pub async fn create(
         .filter(|k| *k <= 4096)
         .ok_or_else(|| InvestigateError::Invalid("batch_size must be between 0 and 4096".into()))?;
     let mut spec = JobSpec {
-        kind: req.kind.as_str().to_string(),
-        params: req.params.clone(),
         env: req.env.clone(),
         timeout_s: req.timeout_s,
-        stall_s: None,
+        ..JobSpec::new(req.kind.as_str(), req.params.clone())
     };
     jobs::validate_spec(&mut spec)?;
     let mut tx = db.begin().await?;

@@ -48,11 +48,9 @@ impl InvRow {
     /// What every pair's run executes.
     pub fn spec(&self) -> JobSpec {
         JobSpec {
-            kind: self.kind.clone(),
-            params: self.params.clone(),
             env: self.env.0.clone(),
             timeout_s: self.timeout_s.and_then(|t| u32::try_from(t).ok()),
-            stall_s: None,
+            ..JobSpec::new(self.kind.clone(), self.params.clone())
         }
     }
 }
@@ -93,7 +91,10 @@ pub(super) async fn insert(
     )
     .bind(id)
     .bind(&new.spec.kind)
-    .bind(if new.spec.params.is_null() { serde_json::json!({}) } else { new.spec.params.clone() })
+    .bind(match new.spec.params.raw() {
+        serde_json::Value::Null => serde_json::json!({}),
+        given => given.clone(),
+    })
     .bind(Json(&new.spec.env))
     .bind(new.spec.timeout_s.map(|t| i32::try_from(t).unwrap_or(i32::MAX)))
     .bind(new.batch_size)

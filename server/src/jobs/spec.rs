@@ -18,7 +18,7 @@ pub fn validate_spec(spec: &mut JobSpec) -> Result<(), JobError> {
             rule.describe()
         )));
     }
-    heddle_types::kinds::check_params(&spec.kind, &mut spec.params)
+    spec.params = heddle_types::kinds::check_params(&spec.kind, &spec.params)
         .map_err(|e| JobError::Invalid(e.to_string()))?;
     crate::db::check_env(&spec.env, "the run's env")?;
     if spec.timeout_s == Some(0) {
@@ -33,13 +33,7 @@ mod tests {
 
     #[test]
     fn specs_are_checked() {
-        let spec = |kind: &str, params: serde_json::Value| JobSpec {
-            kind: kind.into(),
-            params,
-            env: Default::default(),
-            timeout_s: None,
-            stall_s: None,
-        };
+        let spec = JobSpec::new;
         assert!(validate_spec(&mut spec("nccl", serde_json::json!({}))).is_ok());
         assert!(validate_spec(&mut spec("", serde_json::json!({}))).is_err());
         assert!(validate_spec(&mut spec("a b", serde_json::json!({}))).is_err());

@@ -3,8 +3,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::{Judged, TestKind};
-use crate::jobs::ResultRow;
 use crate::params::{KindParams, ParamDoc};
+use crate::rows::ResultRow;
 
 /// `env`: takes no parameters.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]

@@ -3,9 +3,9 @@
 use serde::{Deserialize, Serialize};
 
 use super::{Judged, TestKind};
-use crate::jobs::ResultRow;
 use crate::params::ParamType::{Integer, String as Str};
 use crate::params::{KindParams, ParamDoc};
+use crate::rows::ResultRow;
 
 /// `fail`: fails on purpose, to try failure reporting end to end.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

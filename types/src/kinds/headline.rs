@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use crate::health::Figure;
-use crate::jobs::ResultRow;
+use crate::rows::ResultRow;
 
 /// Lower is better for latencies, higher for bandwidths.
 pub fn lower_is_better(metric: &str) -> bool {

@@ -5,9 +5,9 @@ use serde::{Deserialize, Serialize};
 
 use super::headline::headline;
 use super::{Judged, TestKind};
-use crate::jobs::ResultRow;
 use crate::params::ParamType::{Integer, Number};
 use crate::params::{KindParams, ParamDoc, ParamError};
+use crate::rows::ResultRow;
 
 const GIB: f64 = (1u64 << 30) as f64;
 

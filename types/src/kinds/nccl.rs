@@ -10,9 +10,9 @@ use super::headline::headline;
 use super::{Judged, TestKind, lenient};
 use crate::collective::{COLLECTIVES, canonical_collective};
 use crate::facts::NodeFacts;
-use crate::jobs::ResultRow;
 use crate::params::ParamType::{Boolean, Duration as Dur, Integer, String as Str};
 use crate::params::{KindParams, ParamDoc, ParamError};
+use crate::rows::ResultRow;
 use crate::transport::{Finding, NcclEvidence, classify_nccl};
 
 pub const NCCL_MAX_BYTES: u64 = 16 << 30;

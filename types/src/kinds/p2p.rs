@@ -9,9 +9,9 @@ use serde::{Deserialize, Serialize};
 use super::headline::{by_test, headline, headline_size, pick};
 use super::{Judged, TestKind};
 use crate::health::{Figure, pair_name};
-use crate::jobs::ResultRow;
 use crate::params::ParamType::{Boolean, Integer, IntegerList};
 use crate::params::{KindParams, ParamDoc, ParamError};
+use crate::rows::ResultRow;
 
 const GIB: f64 = (1u64 << 30) as f64;
 

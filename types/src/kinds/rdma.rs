@@ -6,9 +6,9 @@ use serde::{Deserialize, Serialize};
 
 use super::headline::headline;
 use super::{Judged, TestKind, lenient};
-use crate::jobs::ResultRow;
 use crate::params::ParamType::{Boolean, Integer, String as Str};
 use crate::params::{KindParams, ParamDoc, ParamError};
+use crate::rows::ResultRow;
 use crate::transport::PerftestEvidence;
 
 const GIB: f64 = (1u64 << 30) as f64;

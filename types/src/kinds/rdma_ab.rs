@@ -12,8 +12,8 @@ use super::nccl::{NCCL_DOCS, NcclParams, NcclSummary};
 use super::{Judged, TestKind, lenient};
 use crate::facts::NodeFacts;
 use crate::health::Figure;
-use crate::jobs::ResultRow;
 use crate::params::{KindParams, ParamDoc, ParamError};
+use crate::rows::ResultRow;
 use crate::sweeps::Band;
 use crate::transport::{self, Finding, Level, NcclEvidence};
 

@@ -3,9 +3,9 @@
 use serde::{Deserialize, Serialize};
 
 use super::{Judged, TestKind};
-use crate::jobs::ResultRow;
 use crate::params::ParamType::Number;
 use crate::params::{KindParams, ParamDoc};
+use crate::rows::ResultRow;
 
 /// `sleep`: waits, reporting progress; exercises cancellation and leases without hardware.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -10,9 +10,9 @@ use serde_json::Value;
 use super::nccl::{NCCL_DOCS, NcclParams};
 use super::{Judged, TestKind};
 use crate::env_policy;
-use crate::jobs::ResultRow;
 use crate::params::ParamType::EnvGrid;
 use crate::params::{KindParams, ParamDoc, ParamError};
+use crate::rows::ResultRow;
 
 /// One value of a sweep's grid: text, or a number (written as given).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -130,16 +130,16 @@ fn hostile_and_unknown_params_are_named() {
         ("env", json!({"anything": 1}), "anything"),
     ];
     for (kind, mut params, name) in cases {
-        let err = check_params(kind, &mut params).unwrap_err();
+        let err = check(kind, &mut params).unwrap_err();
         let text = err.to_string();
         assert!(text.contains(name), "{kind} {params}: {text}");
         if let SpecParamsError::Param(p) = &err {
             assert_eq!(p.param.as_deref(), Some(name), "{kind}: {text}");
         }
     }
-    let err = check_params("nccl", &mut json!([1])).unwrap_err();
+    let err = check("nccl", &mut json!([1])).unwrap_err();
     assert!(err.to_string().contains("object"), "{err}");
-    let err = check_params("warp-drive", &mut json!({})).unwrap_err();
+    let err = check("warp-drive", &mut json!({})).unwrap_err();
     assert!(matches!(err, SpecParamsError::UnknownKind(_)));
     assert!(
         err.to_string().contains("nccl") && err.to_string().contains("sleep"),
@@ -150,19 +150,19 @@ fn hostile_and_unknown_params_are_named() {
 #[test]
 fn collective_aliases_are_canonicalised_and_the_rest_kept() {
     let mut p = json!({"op": "allreduce", "dtype": "bf16", "min_bytes": 1024});
-    check_params("nccl", &mut p).unwrap();
+    check("nccl", &mut p).unwrap();
     assert_eq!(
         p,
         json!({"op": "all_reduce", "dtype": "bf16", "min_bytes": 1024})
     );
     let mut p = json!({"op": "All-Gather", "grid": {"NCCL_PROTO": ["LL", 4]}});
-    check_params("sweep", &mut p).unwrap();
+    check("sweep", &mut p).unwrap();
     assert_eq!(p["op"], "all_gather");
     let mut p = json!({"tests": ["tag_bw"]});
-    check_params("ucx", &mut p).unwrap();
+    check("ucx", &mut p).unwrap();
     assert_eq!(p, json!({"tests": ["tag_bw"]}));
     let mut p = Value::Null;
-    check_params("nccl", &mut p).unwrap();
+    check("nccl", &mut p).unwrap();
     assert_eq!(p, Value::Null);
 }
 
@@ -226,4 +226,11 @@ fn the_catalogue_describes_every_param() {
     }
     let back: Vec<RunKind> = serde_json::from_value(serde_json::to_value(&cat).unwrap()).unwrap();
     assert_eq!(back, cat);
+}
+
+/// [`check_params`] on a JSON value, rewriting it as a run would store it.
+fn check(kind: &str, params: &mut Value) -> Result<(), SpecParamsError> {
+    let checked = check_params(kind, &Params::new(kind, params.clone()))?;
+    *params = checked.raw().clone();
+    Ok(())
 }

@@ -6,9 +6,9 @@ use serde::{Deserialize, Serialize};
 use super::headline::{by_test, headline};
 use super::{Judged, TestKind, lenient};
 use crate::facts::NodeFacts;
-use crate::jobs::ResultRow;
 use crate::params::ParamType::{Integer, IntegerList, String as Str, StringList};
 use crate::params::{KindParams, ParamDoc, ParamError};
+use crate::rows::ResultRow;
 use crate::transport::{Finding, UcxEvidence, classify_ucx};
 
 const GIB: f64 = (1u64 << 30) as f64;

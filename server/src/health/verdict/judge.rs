@@ -82,7 +82,7 @@ pub(crate) async fn judge(
         gpu_model: s.gpu_model.clone(),
         gpus: gpus_used(s),
         world_size: s.world_size,
-        params: s.spec.params.clone(),
+        params: s.spec.params.raw().clone(),
         facts: s.facts.clone(),
         nccl_ports: transport::nccl_ports(&s.summary, node_facts.as_ref()),
         perftest_port: transport::perftest_port(&s.summary),
