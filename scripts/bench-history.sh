@@ -3,7 +3,7 @@
 # fleet, generated in SQL, then the reads that must stay fast and the drop of an expired
 # month, with a release heddle-server for the parts that go through it.
 #
-#   scripts/bench-history.sh [--nodes 10000] [--days 365] [--raw-days 365] [--rows 30] [--keep] [--reuse]
+#   scripts/bench-history.sh [--nodes 10000] [--days 365] [--raw-days 365] [--rows 30] [--keep] [--reuse] [--generate-only]
 #
 # 1. A database of its own (heddle_bench_history) on the Postgres of scripts/pg-ensure.sh;
 #    heddle-server applies the migrations.
@@ -19,11 +19,12 @@
 #    and drops that month of every raw table, and logs how long each took.
 # HEDDLE_SERVER_BIN names another heddle-server binary. The database is dropped at the end
 # unless --keep; --reuse skips steps 1 and 2 and reads the
-# database a run with --keep left (its generation takes most of the time). Needs $CARGO_TARGET_DIR/release/heddle-server.
+# database a run with --keep left (its generation takes most of the time); --generate-only
+# stops after step 2 and keeps the database (to read it later, on a quiet machine). Needs $CARGO_TARGET_DIR/release/heddle-server.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
-nodes=10000 days=365 raw_days= rows=30 keep=false reuse=false
+nodes=10000 days=365 raw_days= rows=30 keep=false reuse=false generate_only=false
 while [[ $# -gt 0 ]]; do
     case $1 in
         --nodes) nodes=$2; shift 2 ;;
@@ -32,7 +33,8 @@ while [[ $# -gt 0 ]]; do
         --rows) rows=$2; shift 2 ;;
         --keep) keep=true; shift ;;
         --reuse) reuse=true; keep=true; shift ;;
-        *) echo "usage: $0 [--nodes N] [--days N] [--raw-days N] [--rows N] [--keep] [--reuse]" >&2; exit 2 ;;
+        --generate-only) generate_only=true; keep=true; shift ;;
+        *) echo "usage: $0 [--nodes N] [--days N] [--raw-days N] [--rows N] [--keep] [--reuse] [--generate-only]" >&2; exit 2 ;;
     esac
 done
 raw_days=${raw_days:-$days}
@@ -85,6 +87,10 @@ if [[ $reuse == false ]]; then
     start=$(date +%s)
     psql -q "$url" -v nodes="$nodes" -v days="$days" -v raw_days="$raw_days" -v nrows="$rows" -f scripts/bench-history.sql
     echo "generated in $(( $(date +%s) - start )) s"
+    if [[ $generate_only == true ]]; then
+        echo "kept $db; read it with: $0 --reuse --rows $rows"
+        exit 0
+    fi
 
 fi
 

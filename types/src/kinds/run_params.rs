@@ -61,6 +61,8 @@ macro_rules! kinds {
 
         /// What readers take from a result's summary, by the result's kind: decoded once,
         /// then asked for its path line and its transport findings.
+        // One is read per result and dropped: the size of its largest variant costs nothing.
+        #[allow(clippy::large_enum_variant)]
         #[derive(Debug, Clone)]
         pub enum RunSummary {
             $($variant(<$ty as $crate::kinds::TestKind>::Summary),)*
