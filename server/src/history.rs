@@ -31,6 +31,18 @@ pub struct SeriesKey {
     pub pair: String,
 }
 
+/// The key's six binds in index order, for both kinds of sqlx query (they share no trait).
+macro_rules! bind_key {
+    ($q:expr, $key:expr) => {
+        $q.bind($key.node_id)
+            .bind(&$key.test)
+            .bind(&$key.metric)
+            .bind($key.band)
+            .bind($key.world_size)
+            .bind(&$key.pair)
+    };
+}
+
 impl SeriesKey {
     /// Binds the key as `$1` to `$6` in the order of `series_points`' index: node, test,
     /// metric, band, world size, pair. Every read of one series takes its key this way; a
@@ -39,12 +51,7 @@ impl SeriesKey {
         &'q self,
         q: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
     ) -> sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments> {
-        q.bind(self.node_id)
-            .bind(&self.test)
-            .bind(&self.metric)
-            .bind(self.band)
-            .bind(self.world_size)
-            .bind(&self.pair)
+        bind_key!(q, self)
     }
 
     /// [`SeriesKey::bind`] for a statement that returns no rows.
@@ -52,12 +59,7 @@ impl SeriesKey {
         &'q self,
         q: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
     ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
-        q.bind(self.node_id)
-            .bind(&self.test)
-            .bind(&self.metric)
-            .bind(self.band)
-            .bind(self.world_size)
-            .bind(&self.pair)
+        bind_key!(q, self)
     }
 }
 

@@ -98,8 +98,6 @@ pub struct KindEntry {
     pub name: &'static str,
     pub description: &'static str,
     pub params: &'static [ParamDoc],
-    /// Decodes `params` and encodes the typed value again (defaults filled in).
-    pub decode: fn(&Value) -> Result<Value, ParamError>,
     pub defaults: fn() -> Value,
     judged: fn(&Value, &[ResultRow]) -> Option<Judged>,
     pairs: fn(&[ResultRow]) -> Vec<Figure>,
@@ -110,16 +108,10 @@ const fn entry<T: TestKind>() -> KindEntry {
         name: T::KIND,
         description: T::DESCRIPTION,
         params: T::PARAMS,
-        decode: decode_as::<T>,
         defaults: T::defaults,
         judged: judged_as::<T>,
         pairs: T::pairs,
     }
-}
-
-fn decode_as<T: KindParams>(params: &Value) -> Result<Value, ParamError> {
-    let typed = T::decode(params)?;
-    serde_json::to_value(&typed).map_err(|e| ParamError::whole(e.to_string()))
 }
 
 /// A stored run's params as its results are judged: by their types, not by today's limits
