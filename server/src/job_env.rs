@@ -15,6 +15,7 @@ use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
 use heddle_types::agent::NodeJobEnv;
+use heddle_types::health::{Reason, Severity};
 use heddle_types::must_agree::{self, LeftOut};
 use heddle_types::nccl_conf::{self, Entry};
 use sqlx::PgConnection;
@@ -52,6 +53,30 @@ pub async fn job_env(conn: &mut PgConnection, node: Uuid) -> sqlx::Result<Comput
     }
     entries.retain(|e| !left_out.iter().any(|l| l.name == e.name));
     Ok(Computed { entries, left_out })
+}
+
+/// What the node's health says of its job environment: a warning coded
+/// `env-splits-communicator` for each must-agree variable its file leaves out, naming the
+/// nodes that differ (docs/jobs.md). Computed when read, as the node's checks are, so a
+/// profile written on a peer shows on this node at once.
+pub async fn health_reasons(db: &sqlx::PgPool, node: Uuid) -> sqlx::Result<Vec<Reason>> {
+    let mut conn = db.acquire().await?;
+    let Computed { left_out, .. } = job_env(&mut conn, node).await?;
+    Ok(left_out.into_iter().map(left_out_reason).collect())
+}
+
+fn left_out_reason(l: LeftOut) -> Reason {
+    Reason {
+        severity: Severity::Warn,
+        message: l.message,
+        metric: None,
+        observed: None,
+        expected: None,
+        basis: "environment".into(),
+        code: Some(l.code),
+        evidence: (!l.differing_nodes.is_empty())
+            .then(|| format!("differs on: {}", l.differing_nodes.join(" "))),
+    }
 }
 
 /// Largest site whose members' environments are compared; beyond it, must-agree variables

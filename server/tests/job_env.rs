@@ -26,6 +26,22 @@ async fn heartbeat(api: &Api, agent: &FakeAgent) -> Value {
     body
 }
 
+/// The node's health reasons coded `env-splits-communicator`, and its verdict.
+async fn split_reasons(api: &Api, admin: &str, node: &str) -> (Vec<Value>, String) {
+    let (status, body) = api
+        .get(&format!("/api/v1/nodes/{node}/health"), admin)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let reasons = body["reasons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["code"] == "env-splits-communicator")
+        .cloned()
+        .collect();
+    (reasons, body["verdict"].as_str().unwrap().to_string())
+}
+
 async fn agent_env(api: &Api, agent: &FakeAgent) -> NodeJobEnv {
     let (status, body) = api.get("/api/v1/agent/env", &agent.credential).await;
     assert_eq!(status, StatusCode::OK, "{body}");
@@ -68,6 +84,21 @@ async fn the_heartbeat_names_the_job_env_version_and_follows_its_changes() {
         "{:?}",
         env.left_out
     );
+    // The node's health warns of it, the other node's does not.
+    let (reasons, verdict) = split_reasons(&api, &admin, "env-node-1").await;
+    assert_eq!(
+        (reasons.len(), verdict.as_str()),
+        (1, "warn"),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("NCCL_ALGO=Ring is left out"),
+        "{reasons:?}"
+    );
+    assert!(split_reasons(&api, &admin, "env-node-2").await.0.is_empty());
     assert_eq!(
         env.job_env_sha256,
         nccl_conf::job_env_sha256(&env.entries).unwrap()
@@ -147,6 +178,10 @@ async fn the_heartbeat_names_the_job_env_version_and_follows_its_changes() {
             env.entries
         );
     }
+    for node in ["env-node-1", "env-node-2"] {
+        let (reasons, _) = split_reasons(&api, &admin, node).await;
+        assert!(reasons.is_empty(), "{node}: {reasons:?}");
+    }
     // ... and left out of every node's file once one node's value differs, the other
     // node's version following on its next heartbeat.
     let (status, body) = api
@@ -176,6 +211,17 @@ async fn the_heartbeat_names_the_job_env_version_and_follows_its_changes() {
             heartbeat(&api, a).await["job_env_sha256"],
             env.job_env_sha256
         );
+    }
+    // Each node's health names the other as the one that differs.
+    for (node, peer) in [("env-node-1", "env-node-2"), ("env-node-2", "env-node-1")] {
+        let (reasons, verdict) = split_reasons(&api, &admin, node).await;
+        assert_eq!(
+            (reasons.len(), verdict.as_str()),
+            (1, "warn"),
+            "{reasons:?}"
+        );
+        assert_eq!(reasons[0]["severity"], "warn");
+        assert_eq!(reasons[0]["evidence"], format!("differs on: {peer}"));
     }
 }
 

@@ -313,7 +313,17 @@ async fn dashboard_end_to_end_in_chromium() {
     type_into(&c, "#fleet-search", "dgx15").await;
     wait_text(&c, "#fleet-count", "1 of 4 nodes").await;
 
-    // Node page: facts, heatmap, recommendations, export block, history.
+    // Node page: facts, heatmap, recommendations, export block, the jobs' environment with
+    // what the rank-agreement rule left out of it (a node profile's NCCL_ALGO on a node
+    // without a site), history.
+    let algo = api
+        .call(
+            reqwest::Method::POST,
+            "/api/v1/tuning-profiles",
+            &admin,
+            Some(json!({"name": "dgx15-algo", "node": "dgx15", "env": {"NCCL_ALGO": "Ring"}})),
+        )
+        .await;
     click(&c, "#fleet-table tbody a").await;
     wait_text(&c, "#node-title", "dgx15").await;
     let heat = wait_text(&c, "#topology", "NV2").await;
@@ -331,6 +341,15 @@ async fn dashboard_end_to_end_in_chromium() {
     assert_eq!(nv, "NV2");
     wait_text(&c, "#recommendations", "plugin:").await;
     wait_text(&c, "#env-block", "export ").await;
+    wait_text(&c, "#job-env", "reach every NCCL job").await;
+    wait_text(&c, "#job-env-left-out", "NCCL_ALGO=Ring is left out").await;
+    api.call(
+        reqwest::Method::DELETE,
+        &format!("/api/v1/tuning-profiles/{}", algo["id"].as_str().unwrap()),
+        &admin,
+        None,
+    )
+    .await;
     wait_text(&c, "#hcas", "mlx5_0").await;
     wait_text(&c, "#history", "8").await;
     shots.take(&c, "04-node").await;

@@ -1,7 +1,9 @@
 //! One node: facts, the topology heatmap, the recommended environment with the reasons and
-//! sources behind each variable, its open regressions (each linking to its series), what
-//! every plugin said, and the history of its facts.
+//! sources behind each variable, what its NCCL jobs get and what was left out of that, its
+//! open regressions (each linking to its series), what every plugin said, and the history
+//! of its facts.
 
+use heddle_types::agent::NodeJobEnv;
 use heddle_types::facts::NodeFacts;
 use heddle_types::health::Verdict;
 use heddle_types::node_checks::NodeCheck;
@@ -40,6 +42,13 @@ fn NodeView(id: String) -> impl IntoView {
             async move { api::get_text(&format!("/nodes/{k}/env")).await }
         })
     };
+    let (job_env, _) = {
+        let k = key.clone();
+        api::load(move || {
+            let k = k.clone();
+            async move { api::get::<NodeJobEnv>(&format!("/nodes/{k}/job-env")).await }
+        })
+    };
     let (outcomes, _) = {
         let k = key.clone();
         api::load(move || {
@@ -56,6 +65,8 @@ fn NodeView(id: String) -> impl IntoView {
             {loaded(node, "the node", |n: NodeDetail| view! { <NodeBody node=n/> })}
             <h2>"Environment export"</h2>
             {loaded(env, "the environment", |text: String| view! { <EnvBlock text=text/> })}
+            <h2>"Jobs' environment"</h2>
+            {loaded(job_env, "the jobs' environment", job_env_view)}
             <h2>"Plugins on this node"</h2>
             {loaded(outcomes, "plugin outcomes", plugin_table)}
             <h2>"Fact history"</h2>
@@ -184,6 +195,24 @@ fn EnvBlock(text: String) -> impl IntoView {
             {(!has_exports).then(|| view! { <p class="muted">"Nothing to export yet."</p> })}
             <pre id="env-block">{text}</pre>
         </div>
+    }
+}
+
+/// What every NCCL job on the node gets through Heddle's environment plugin, and what the
+/// rank-agreement rule left out of it (docs/jobs.md).
+fn job_env_view(env: NodeJobEnv) -> impl IntoView {
+    let left = env
+        .left_out
+        .iter()
+        .map(|l| view! { <li class="warn"><span class="mono">{l.code.clone()}</span>" "{l.message.clone()}</li> })
+        .collect_view();
+    let version: String = env.job_env_sha256.chars().take(12).collect();
+    view! {
+        <p id="job-env">{format!(
+            "{} variable(s) reach every NCCL job on this node through Heddle's environment plugin (version {version}).",
+            env.entries.len()
+        )}</p>
+        {(!env.left_out.is_empty()).then(|| view! { <ul class="reasons" id="job-env-left-out">{left}</ul> })}
     }
 }
 

@@ -45,9 +45,12 @@ pub async fn node_health(
         state.config.regression_severity(),
     )
     .await?;
+    // So does a job environment that leaves out a value the node's ranks would disagree on.
+    let job_env = crate::job_env::health_reasons(&state.db, node_id).await?;
     let mut reasons = checks::reasons(&checks);
     reasons.extend(jobs.iter().cloned());
     reasons.extend(regressions.iter().cloned());
+    reasons.extend(job_env.iter().cloned());
     Ok(Json(NodeHealth {
         node_id,
         hostname,
@@ -64,7 +67,8 @@ pub async fn node_health(
                     Severity::Fail => Some(Verdict::Fail),
                     Severity::Warn => Some(Verdict::Warn),
                     Severity::Info => None,
-                })),
+                }))
+                .chain(job_env.iter().map(|_| Verdict::Warn)),
         ),
         tests,
         reasons,
