@@ -9,6 +9,7 @@
 #   bash scripts/device-e2e.sh .carry            # the end-to-end run (target: under 4 min)
 #   bash scripts/device-e2e.sh .carry --bench    # nccl-tests against heddle-agent bench
 #   bash scripts/device-e2e.sh .carry --dry      # no GPU: Postgres, server, CLI, agents
+#   bash scripts/device-e2e.sh .carry --boundary # no GPU: the API's attacks replayed (docs/security.md)
 #       --bin-dir DIR   binaries from DIR instead of .carry/bin.tar.xz
 #
 # Logs, the report and (with --bench) the comparison go to $OUT (a tarball of the logs,
@@ -22,6 +23,7 @@ while (($#)); do
     case "$1" in
         --bench) mode=bench ;;
         --dry) mode=dry ;;
+        --boundary) mode=boundary ;;
         --bin-dir) bin_dir=$(cd "$2" && pwd); shift ;;
         -h | --help) sed -n '2,16p' "$0"; exit 0 ;;
         -*) echo "device-e2e: unknown option $1" >&2; exit 2 ;;
@@ -29,7 +31,7 @@ while (($#)); do
     esac
     shift
 done
-[[ -n "$carry" ]] || { echo "usage: bash scripts/device-e2e.sh .carry [--bench|--dry] [--bin-dir DIR]" >&2; exit 2; }
+[[ -n "$carry" ]] || { echo "usage: bash scripts/device-e2e.sh .carry [--bench|--dry|--boundary] [--bin-dir DIR]" >&2; exit 2; }
 
 out=${OUT:-$PWD/device-e2e-out}
 mkdir -p "$out"
@@ -77,6 +79,14 @@ end "$node0 (CUDA_VISIBLE_DEVICES=0), $node1 (CUDA_VISIBLE_DEVICES=1)"
 if [[ $mode == bench ]]; then
     source "$repo/scripts/device/bench.sh"
     bench_compare "$carry/nccl-tests"
+    finish
+fi
+if [[ $mode == boundary ]]; then
+    begin "boundary"
+    python3 "$repo/scripts/device/boundary.py" "$HEDDLE_URL" "$HEDDLE_TOKEN" "$node0" "$bin/heddle" "$work" \
+        >"$out/boundary.txt" 2>&1 || surprise "a breach: see boundary.txt"
+    grep '^BREACH' "$out/boundary.txt" | while read -r line; do say "  $line"; done
+    end "$(grep "^boundary:" "$out/boundary.txt" || echo "no summary") ($out/boundary.txt)"
     finish
 fi
 if [[ $mode == dry ]]; then
@@ -150,5 +160,8 @@ end "$dash_line"
 begin "5 pytorch with plugins"
 torch_job "$carry/nccl-plugins"
 end "$torch_line"
+
+# From `heddle runs start` to the end of `heddle runs watch` (every verdict stored).
+say "runs start to verdict: $(awk '{printf "%s %ss; ", $1, $2}' "$runs/wall.txt" 2>/dev/null)"
 
 finish

@@ -284,6 +284,43 @@ async fn bootstrap_listeners_profiles_and_hidden_text_are_refused() {
             assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {b}");
         }
     }
+    // The same in the free text people attach: a run's and an investigation's label, a
+    // node's traits; and a label long enough to fill a screen.
+    for hidden in ["nightly\u{202E}1 kcab", "a\u{2028}b", "rack\u{200B}3"] {
+        let (s, b) = api
+            .post(
+                "/api/v1/runs",
+                &admin,
+                json!({"kind": "nccl", "nodes": ["env-second"], "label": hidden}),
+            )
+            .await;
+        refused("run label", s, &b, "label");
+        let (s, b) = api
+            .post(
+                "/api/v1/investigations",
+                &admin,
+                json!({"kind": "nccl", "nodes": ["env-second"], "label": hidden}),
+            )
+            .await;
+        refused("investigation label", s, &b, "label");
+        let (s, b) = api
+            .call(
+                Method::PUT,
+                "/api/v1/nodes/env-second/recommendations",
+                Some(&admin),
+                Some(json!({"source": "manual", "items": [], "traits": {"rack": hidden}})),
+            )
+            .await;
+        refused("trait value", s, &b, "trait");
+    }
+    let (s, b) = api
+        .post(
+            "/api/v1/runs",
+            &admin,
+            json!({"kind": "nccl", "nodes": ["env-second"], "label": "x".repeat(10_000)}),
+        )
+        .await;
+    refused("a long run label", s, &b, "longer than 200");
     // Enough variables to make every test on the node fail to start: refused, saying where
     // they came from.
     let many: serde_json::Map<String, serde_json::Value> = (0..300)
@@ -331,4 +368,38 @@ async fn bootstrap_listeners_profiles_and_hidden_text_are_refused() {
     refused("run under a big profile", s, &b, "run: 100");
     let (_, runs) = api.get("/api/v1/runs", &admin).await;
     assert_eq!(runs.as_array().map(Vec::len), Some(0), "{runs}");
+    // An agent's version is shown beside its node: a hostile agent's is refused at
+    // enrollment and on heartbeats, and the node is not created.
+    let token = server.enrollment_token().await;
+    let (s, b) = api
+        .call(
+            Method::POST,
+            "/api/v1/agent/enroll",
+            None,
+            Some(json!({"enroll_token": token, "hostname": "env-third", "agent_version": "1.0\u{202E}0.9"})),
+        )
+        .await;
+    refused("agent_version at enrollment", s, &b, "agent_version");
+    let (s, _) = api.get("/api/v1/nodes/env-third", &admin).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    let agent = enroll(&api, &server, "env-fourth").await;
+    let (s, b) = api
+        .call(
+            Method::POST,
+            "/api/v1/agent/heartbeat",
+            Some(&agent.credential),
+            Some(json!({"agent_version": "x".repeat(5000)})),
+        )
+        .await;
+    refused("agent_version on a heartbeat", s, &b, "agent_version");
+    // Any language is still a label.
+    let (s, b) = api
+        .post(
+            "/api/v1/runs",
+            &admin,
+            json!({"kind": "sleep", "params": {"seconds": 0.1}, "nodes": ["env-second"], "label": "nächtlich — 夜間 µs"}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{b}");
+    assert_eq!(b["label"], "nächtlich — 夜間 µs");
 }

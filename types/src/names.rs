@@ -57,9 +57,41 @@ impl Rule {
     }
 }
 
+/// Longest label (of a run, an investigation) or trait (a key or a value), in characters.
+pub const MAX_LABEL_CHARS: usize = 200;
+
+/// Free text people attach and others read (a run's or investigation's label, a node's
+/// traits): any language, but at most [`MAX_LABEL_CHARS`] characters and nothing that
+/// reads differently from what it is (control, invisible or direction-changing characters:
+/// `env_policy::is_hidden`). `Err` says what is wrong, for a 422.
+pub fn check_label(what: &str, text: &str) -> Result<(), String> {
+    if text.chars().count() > MAX_LABEL_CHARS {
+        return Err(format!(
+            "{what} is longer than {MAX_LABEL_CHARS} characters"
+        ));
+    }
+    if text.chars().any(crate::env_policy::is_hidden) {
+        return Err(format!(
+            "{what} holds a control character or an invisible or direction-changing one \
+             (newline, U+202E, U+200B, ...): it would read differently from what it is"
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn labels() {
+        assert!(check_label("label", "nightly — rack 3, naïve µs, 夜間").is_ok());
+        assert!(check_label("label", &"é".repeat(200)).is_ok());
+        assert!(check_label("label", &"é".repeat(201)).is_err());
+        for bad in ["a\u{202E}b", "a\u{2028}b", "a\u{200B}b", "a\nb", "a\u{0}b"] {
+            assert!(check_label("label", bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn rules() {

@@ -39,6 +39,16 @@ fn refuse_while_unreachable(state: &AppState) -> ApiResult<()> {
     }
 }
 
+/// An agent's version is shown beside its node: free text, under the label rule.
+pub fn check_agent_version(version: Option<&str>) -> ApiResult<()> {
+    match version {
+        Some(v) => {
+            heddle_types::names::check_label("agent_version", v).map_err(ApiError::Unprocessable)
+        }
+        None => Ok(()),
+    }
+}
+
 /// Heartbeat: marks the agent alive, renews the leases of its running jobs and says which
 /// of them to stop. Only reads: the liveness and the renewals are written in this replica's
 /// next batch (`liveness.rs`).
@@ -50,6 +60,7 @@ pub async fn heartbeat(
     Json(req): Json<HeartbeatRequest>,
 ) -> ApiResult<Json<HeartbeatResponse>> {
     refuse_while_unreachable(&state)?;
+    check_agent_version(req.agent_version.as_deref())?;
     if req.running_jobs.len() > 1024 {
         return Err(ApiError::Unprocessable(
             "running_jobs lists more than 1024 jobs".into(),

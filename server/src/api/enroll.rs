@@ -190,6 +190,7 @@ pub async fn enroll(
 ) -> ApiResult<Response> {
     let hostname = req.hostname.trim();
     check_hostname(hostname)?;
+    super::agent::check_agent_version(req.agent_version.as_deref())?;
     if let Some(ticket) = &req.pending_ticket {
         let tx = state.db.begin().await?;
         return collect(tx, &state, hostname, ticket).await;

@@ -238,6 +238,11 @@ pub async fn put_recommendations(
         env_policy::check_var(&item.name, &item.value)?;
         env_policy::check_text("reason", &item.name, &item.reason)?;
     }
+    for (key, value) in &req.traits {
+        heddle_types::names::check_label("a trait's key", key).map_err(ApiError::Unprocessable)?;
+        heddle_types::names::check_label("a trait's value", value)
+            .map_err(ApiError::Unprocessable)?;
+    }
     let mut tx = state.db.begin().await?;
     let id = db::resolve_node(&mut *tx, &key).await?;
     recommendations::replace_source(&mut tx, id, &req).await?;

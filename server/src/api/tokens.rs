@@ -241,6 +241,10 @@ pub async fn create_enrollment_token(
             "max_uses must be between 1 and 1000000".into(),
         ));
     }
+    if let Some(name) = &req.name {
+        heddle_types::names::check_label("the token's name", name)
+            .map_err(ApiError::Unprocessable)?;
+    }
     if let Some(node) = &req.node {
         super::enroll::check_hostname(node)?;
         if max_uses != 1 {

@@ -27,6 +27,10 @@ pub async fn create(
     actor: &str,
     req: &InvestigationCreate,
 ) -> Result<Uuid, InvestigateError> {
+    if let Some(label) = &req.label {
+        heddle_types::names::check_label("the investigation's label", label)
+            .map_err(InvestigateError::Invalid)?;
+    }
     if req.nodes.len() < 2 || req.nodes.len() > MAX_NODES {
         return Err(InvestigateError::Invalid(format!(
             "nodes must list 2 to {MAX_NODES} nodes"
