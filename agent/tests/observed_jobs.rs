@@ -52,6 +52,7 @@ fn write_job_spool(dir: &Path) -> Vec<String> {
     (0..2)
         .map(|rank| {
             let child = std::process::Command::new(&drive)
+                .env("HEDDLE_PROFILER_KERNEL", "1")
                 .env("SLURM_JOB_ID", "4242")
                 .env("SLURM_STEP_ID", "0")
                 .args([

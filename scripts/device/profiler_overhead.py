@@ -110,6 +110,7 @@ def run_rank(rank, world, args, results):
                     once()
                 torch.cuda.synchronize()
                 batches.append((time.perf_counter() - t0) / n)
+            mean = sum(batches) / len(batches)
             batches.sort()
             per_op = batches[len(batches) // 2]
             # nccl-tests' convention: all_gather moves size x world bytes in total.
@@ -125,6 +126,9 @@ def run_rank(rank, world, args, results):
                     "batches": args.batches,
                     "us_per_op": per_op * 1e6,
                     "us_per_op_min": batches[0] * 1e6,
+                    # The mean over every batch: what a setting on for part of the time
+                    # (the plugin's sampled kernel events) costs over a long run.
+                    "us_per_op_mean": mean * 1e6,
                     "algbw_GBps": algbw,
                     "busbw_GBps": algbw * factor,
                 }

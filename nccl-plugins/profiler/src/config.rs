@@ -8,6 +8,11 @@ use crate::abi::event;
 pub const DEFAULT_SPOOL: &str = "/var/spool/heddle/jobs";
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(5);
 pub const DEFAULT_SLOTS: usize = 4096;
+/// The share of each interval with kernel channel events on. NCCL's kernel profiling
+/// costs a job about 10 µs per small operation on 2× H200 (docs/benchmarks.md, "NCCL
+/// profiler plugin"); a tenth of the time keeps GPU times for every band a job uses for
+/// more than a few intervals at a tenth of that cost.
+pub const DEFAULT_KERNEL_SHARE: f64 = 0.1;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -18,12 +23,29 @@ pub struct Config {
     pub interval: Duration,
     /// `HEDDLE_PROFILER_SLOTS`: operations in flight at once before timing is dropped.
     pub slots: usize,
-    /// `HEDDLE_PROFILER_KERNEL=0` turns off kernel channel events (GPU execution times).
-    pub kernel: bool,
+    /// `HEDDLE_PROFILER_KERNEL`: the share of each interval with kernel channel events
+    /// (GPU execution times) on, from its start: `0` never, `1` always, a fraction in
+    /// between (default [`DEFAULT_KERNEL_SHARE`]).
+    pub kernel: f64,
     /// `HEDDLE_PROFILER_NET=0` turns off network plugin events (which network was used).
     pub net: bool,
     /// `HEDDLE_PROFILER_DISABLE=1`: load, record nothing.
     pub disabled: bool,
+}
+
+/// `0`/`off` is 0, `1`/`on` is 1, a number from 0 to 1 is itself; anything else is the
+/// default.
+fn share(value: Option<String>, default: f64) -> f64 {
+    match value.as_deref().map(str::trim) {
+        Some("false" | "off" | "no") => 0.0,
+        Some("true" | "on" | "yes") => 1.0,
+        Some(v) => v
+            .parse::<f64>()
+            .ok()
+            .filter(|x| (0.0..=1.0).contains(x))
+            .unwrap_or(default),
+        None => default,
+    }
 }
 
 fn flag(value: Option<String>, default: bool) -> bool {
@@ -52,7 +74,7 @@ impl Config {
                 .and_then(|v| v.trim().parse().ok())
                 .filter(|&n: &usize| n > 0)
                 .unwrap_or(DEFAULT_SLOTS),
-            kernel: flag(get("HEDDLE_PROFILER_KERNEL"), true),
+            kernel: share(get("HEDDLE_PROFILER_KERNEL"), DEFAULT_KERNEL_SHARE),
             net: flag(get("HEDDLE_PROFILER_NET"), true),
             disabled: flag(get("HEDDLE_PROFILER_DISABLE"), false),
         }
@@ -62,12 +84,24 @@ impl Config {
         Config::from_vars(|n| std::env::var(n).ok())
     }
 
-    /// The events the plugin asks NCCL for. Collectives and point-to-point operations
-    /// always; kernel channels for GPU times; network plugin events (which bring proxy
-    /// operation and step events with them) for the network.
+    /// How long kernel channel events stay on at the start of each interval, when they
+    /// are on for part of it only.
+    pub fn kernel_window(&self) -> Option<Duration> {
+        (self.kernel > 0.0 && self.kernel < 1.0).then(|| self.interval.mul_f64(self.kernel))
+    }
+
+    /// The events the plugin asks NCCL for at the start of an interval. Collectives and
+    /// point-to-point operations always; kernel channels for GPU times (unless never);
+    /// network plugin events (which bring proxy operation and step events with them) for
+    /// the network.
     pub fn activation_mask(&self) -> u64 {
+        self.mask_with_kernel(self.kernel > 0.0)
+    }
+
+    /// The events the plugin asks NCCL for, with kernel channels or without.
+    pub fn mask_with_kernel(&self, kernel: bool) -> u64 {
         let mut mask = event::COLL | event::P2P;
-        if self.kernel {
+        if kernel {
             mask |= event::KERNEL_CH;
         }
         if self.net {
@@ -86,8 +120,11 @@ mod tests {
         let c = Config::from_vars(|_| None);
         assert_eq!(c.spool, PathBuf::from(DEFAULT_SPOOL));
         assert_eq!(c.interval, DEFAULT_INTERVAL);
-        assert!(c.kernel && c.net && !c.disabled);
+        assert!(c.net && !c.disabled);
+        assert_eq!(c.kernel, DEFAULT_KERNEL_SHARE);
+        assert_eq!(c.kernel_window(), Some(Duration::from_millis(500)));
         assert_eq!(c.activation_mask(), 0b1100_1110);
+        assert_eq!(c.mask_with_kernel(false), 0b1100_1110 & !event::KERNEL_CH);
         let c = Config::from_vars(|n| {
             Some(
                 match n {
@@ -102,7 +139,37 @@ mod tests {
         });
         assert_eq!(c.interval, Duration::from_millis(50));
         assert_eq!(c.slots, DEFAULT_SLOTS);
-        assert!(!c.kernel && c.net);
+        assert!(c.kernel == 0.0 && c.net);
+        assert_eq!(c.kernel_window(), None);
         assert_eq!(c.activation_mask() & event::KERNEL_CH, 0);
+    }
+
+    #[test]
+    fn kernel_share() {
+        let with =
+            |v: &str| Config::from_vars(|n| (n == "HEDDLE_PROFILER_KERNEL").then(|| v.to_string()));
+        for (v, want) in [
+            ("0", 0.0),
+            ("off", 0.0),
+            ("1", 1.0),
+            (" on ", 1.0),
+            ("0.25", 0.25),
+            ("2", 0.1),
+            ("-1", 0.1),
+            ("NaN", 0.1),
+            ("x", 0.1),
+        ] {
+            assert_eq!(with(v).kernel, want, "{v:?}");
+        }
+        assert_eq!(
+            with("1").kernel_window(),
+            None,
+            "always on: nothing to switch"
+        );
+        assert_eq!(
+            with("0.25").kernel_window(),
+            Some(Duration::from_millis(1250))
+        );
+        assert_ne!(with("1").activation_mask() & event::KERNEL_CH, 0);
     }
 }

@@ -51,6 +51,9 @@ pub struct State {
     pub dropped_comms: AtomicU64,
     /// NCCL's activation mask (a global of libnccl), to turn events off when disabling.
     mask: AtomicPtr<c_int>,
+    /// Whether the mask asks for kernel channel events now (they are on for part of each
+    /// interval: `Config::kernel`).
+    kernel_on: AtomicBool,
     pub identity: JobIdentity,
     pub nccl_version: Mutex<Option<String>>,
     pub env_applied: Mutex<Option<String>>,
@@ -95,6 +98,35 @@ pub fn disable(reason: &str) {
         }
     }
     log::info(&format!("heddle profiler off for this process: {reason}"));
+}
+
+impl State {
+    /// The events to ask NCCL for now.
+    fn current_mask(&self) -> u64 {
+        self.config.mask_with_kernel(self.kernel_on.load(Relaxed))
+    }
+
+    /// Turns kernel channel events on or off for every communicator of the process (the
+    /// writer does, at the start of each interval and at the end of its kernel window).
+    /// NCCL reads the mask once per group of operations, so an operation started while it
+    /// changes may expect channel events that never come (finished untimed when stale) or
+    /// get some it did not expect (ignored once it is done): one measurement lost, no more.
+    pub fn set_kernel_events(&self, on: bool) {
+        if self.kernel_on.swap(on, Relaxed) == on {
+            return;
+        }
+        let mask = self.mask.load(Relaxed);
+        if mask.is_null() || active().is_none() {
+            return;
+        }
+        // SAFETY: NCCL's own global, which it reads atomically; set at `init`.
+        unsafe { NcclMask::store(mask, self.current_mask()) };
+        // A `disable` between the check and the store must win: ask for nothing again.
+        if active().is_none() {
+            // SAFETY: as above.
+            unsafe { NcclMask::store(mask, 0) };
+        }
+    }
 }
 
 /// NCCL's mask is a plain `int` that NCCL loads atomically; store to it the same way.
@@ -148,7 +180,7 @@ pub fn init(
     if !mask.is_null() {
         state.mask.store(mask, Relaxed);
         // SAFETY: as above.
-        unsafe { NcclMask::store(mask, state.config.activation_mask()) };
+        unsafe { NcclMask::store(mask, state.current_mask()) };
     }
     state.live.fetch_add(1, AcqRel);
     let index = state.registered.fetch_add(1, AcqRel);
@@ -192,12 +224,13 @@ pub fn init(
     }
     if first {
         log::info(&format!(
-            "heddle profiler {}: writing {}/{} every {:?} (events 0x{:x}, {} slots)",
+            "heddle profiler {}: writing {}/{} every {:?} (events 0x{:x}, kernel channels {:.0} % of the time, {} slots)",
             env!("CARGO_PKG_VERSION"),
             state.config.spool.display(),
             state.spool.file_name(),
             state.config.interval,
             state.config.activation_mask(),
+            state.config.kernel * 100.0,
             state.pool.len()
         ));
     }
@@ -220,6 +253,7 @@ fn set_up(logger: Option<abi::Logger>) -> Result<&'static State, String> {
         dropped_events: AtomicU64::new(0),
         dropped_comms: AtomicU64::new(0),
         mask: AtomicPtr::new(std::ptr::null_mut()),
+        kernel_on: AtomicBool::new(config.kernel > 0.0),
         nccl_version: Mutex::new(crate::identity::nccl_version(
             logger.map_or(std::ptr::null(), |l| l as *const c_void),
         )),
@@ -341,7 +375,7 @@ pub unsafe fn start_task(ctx: usize, task: &Task) -> usize {
     } else {
         NO_ALGO
     };
-    let kernels = if state.config.kernel {
+    let kernels = if state.kernel_on.load(Relaxed) {
         task.n_channels as u32
     } else {
         0

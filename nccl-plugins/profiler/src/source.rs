@@ -82,4 +82,12 @@ impl writer::Source for State {
     fn write_failed(&self, e: &io::Error) {
         engine::disable(&format!("cannot write its spool file: {e}"));
     }
+
+    fn sample_window(&self) -> Option<Duration> {
+        self.config.kernel_window()
+    }
+
+    fn set_sampling(&self, on: bool) {
+        self.set_kernel_events(on);
+    }
 }

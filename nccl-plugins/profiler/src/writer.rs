@@ -38,6 +38,11 @@ pub trait Source: Sync + 'static {
     fn tick(&self) -> bool;
     /// A periodic write failed; the thread stops after this.
     fn write_failed(&self, e: &io::Error);
+    /// How long at the start of each interval something is sampled (kernel channel events),
+    /// when only part of each interval is.
+    fn sample_window(&self) -> Option<Duration>;
+    /// Sampling on (at the start of an interval) or off (at the end of its window).
+    fn set_sampling(&self, on: bool);
 }
 
 /// Writes the file once (serialised with every other write of this process).
@@ -100,22 +105,27 @@ pub fn ensure_running<S: Source>(source: &'static S) -> io::Result<()> {
     Ok(())
 }
 
+/// Each interval: the sampling window from its start (when there is one), then the rest
+/// of the interval without, then the write, and sampling on again for the next.
 fn run<S: Source>(source: &'static S, signal: &(Mutex<bool>, Condvar)) {
-    let (stopped, cond) = signal;
-    let mut guard = stopped.lock().unwrap_or_else(|e| e.into_inner());
+    let window = source.sample_window();
+    if window.is_some() {
+        source.set_sampling(true);
+    }
     loop {
-        // Checked before each wait: a stop may come before the first one.
-        if *guard {
+        let rest = match window {
+            Some(w) => {
+                if !wait(signal, w) {
+                    return;
+                }
+                source.set_sampling(false);
+                source.interval().saturating_sub(w)
+            }
+            None => source.interval(),
+        };
+        if !wait(signal, rest) {
             return;
         }
-        let (g, _) = cond
-            .wait_timeout(guard, source.interval())
-            .unwrap_or_else(|e| e.into_inner());
-        guard = g;
-        if *guard {
-            return;
-        }
-        drop(guard);
         if !source.tick() {
             return;
         }
@@ -123,7 +133,30 @@ fn run<S: Source>(source: &'static S, signal: &(Mutex<bool>, Condvar)) {
             source.write_failed(&e);
             return;
         }
-        guard = stopped.lock().unwrap_or_else(|e| e.into_inner());
+        if window.is_some() {
+            source.set_sampling(true);
+        }
+    }
+}
+
+/// Waits `d` unless stopped first (also before the wait: a stop may come before it);
+/// false when stopped.
+fn wait(signal: &(Mutex<bool>, Condvar), d: Duration) -> bool {
+    let (stopped, cond) = signal;
+    let deadline = Instant::now() + d;
+    let mut guard = stopped.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        if *guard {
+            return false;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return true;
+        }
+        guard = cond
+            .wait_timeout(guard, left)
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
     }
 }
 

@@ -455,3 +455,66 @@ fn records_the_hash_the_environment_plugin_applied() {
         );
     }
 }
+
+/// The default: kernel channel events (and NCCL's cost for them) only for the first share
+/// of each interval. Operations run while the plugin asks for them have GPU times; those
+/// run while it does not have none; the mask goes back and forth on its own.
+#[test]
+fn kernel_channel_events_are_on_for_their_share_of_each_interval() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool = dir.path().to_str().unwrap().to_string();
+    in_child(
+        "kernel_channel_events_are_on_for_their_share_of_each_interval",
+        &[
+            ("HEDDLE_PROFILER_SPOOL", &spool),
+            ("HEDDLE_PROFILER_INTERVAL_S", "0.2"),
+            ("HEDDLE_PROFILER_KERNEL", "0.5"),
+        ],
+        || {
+            let host = load();
+            let (c, _) = host.init(0x5, None, 1, 2, 0);
+            let kernel_on = || host.mask() & event::KERNEL_CH != 0;
+            assert!(kernel_on(), "on from the start of the first interval");
+            // Operations of 1 MiB while on, of 1 KiB while off; one whose mask changed
+            // while it ran is not counted as either.
+            let (mut on, mut off, mut unsure) = (0u64, 0u64, 0u64);
+            let (mut flips, mut was) = (0, true);
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while (on < 20 || off < 20 || flips < 3) && std::time::Instant::now() < deadline {
+                let before = kernel_on();
+                if before != was {
+                    flips += 1;
+                    was = before;
+                }
+                let count = if before { 262_144 } else { 256 };
+                ok(host.op(
+                    c,
+                    &op("AllReduce", count, "ncclFloat32", "RING", 1000),
+                    None,
+                ));
+                match (before, kernel_on() == before) {
+                    (true, true) => on += 1,
+                    (false, true) => off += 1,
+                    _ => unsure += 1,
+                }
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            assert!(flips >= 3, "the mask changed {flips} times in 20 s");
+            host.finalize(c);
+            let f = spool_file(&spool_env());
+            let r = rows(comm(&f, &format!("{:016x}", 0x5)));
+            let timed = |band: u32| r.get(&("AllReduce".into(), band)).map_or(0, |x| x.2);
+            let big = timed(20);
+            assert!(
+                (on..=on + unsure).contains(&big),
+                "1 MiB operations run with kernel events: {on} (+{unsure} unsure), timed {big}"
+            );
+            assert!(
+                timed(10) <= unsure,
+                "1 KiB operations run without kernel events: {off}, timed {}",
+                timed(10)
+            );
+            assert!(on >= 20 && off >= 20, "on {on}, off {off}");
+        },
+    );
+}

@@ -53,6 +53,9 @@ pub fn in_child(test: &str, env: &[(&str, &str)], body: impl FnOnce()) {
     let out = Command::new(std::env::current_exe().unwrap())
         .args([test, "--exact", "--nocapture", "--test-threads=1"])
         .env(CHILD, "1")
+        // Kernel channel events on all the time, so every operation's GPU time is there
+        // to count (a test of the sampled default sets its own share).
+        .env("HEDDLE_PROFILER_KERNEL", "1")
         .envs(env.iter().copied())
         .output()
         .unwrap();
