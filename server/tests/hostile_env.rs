@@ -403,3 +403,33 @@ async fn bootstrap_listeners_profiles_and_hidden_text_are_refused() {
     assert_eq!(s, StatusCode::CREATED, "{b}");
     assert_eq!(b["label"], "nächtlich — 夜間 µs");
 }
+
+/// The label rule is for what people type: the server's own labels (an investigation's
+/// pair runs are named by both host names, up to 253 bytes each) are not refused by it.
+#[tokio::test]
+async fn long_host_names_still_make_investigation_pairs() {
+    let server = TestServer::start().await;
+    let api = Api::new(&server);
+    let admin = server.admin_token.clone();
+    let hosts: Vec<String> = ["a", "b"]
+        .iter()
+        .map(|s| format!("{s}{}", "x".repeat(149)))
+        .collect();
+    for h in &hosts {
+        enroll(&api, &server, h).await;
+    }
+    let (s, b) = api
+        .post(
+            "/api/v1/investigations",
+            &admin,
+            json!({"kind": "nccl", "nodes": hosts}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{b}");
+    let (_, runs) = api.get("/api/v1/runs", &admin).await;
+    let label = runs[0]["label"].as_str().unwrap();
+    assert!(
+        label.chars().count() > heddle_types::names::MAX_LABEL_CHARS,
+        "{label}"
+    );
+}

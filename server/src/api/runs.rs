@@ -31,6 +31,12 @@ pub async fn create_run(
             "nodes must list 1 to {MAX_RUN_NODES} nodes"
         )));
     }
+    // People's labels are checked here; the server's own (an investigation's pair, named by
+    // two host names of up to 253 bytes each) go to `insert_run` as they are.
+    if let Some(label) = &req.label {
+        heddle_types::names::check_label("the run's label", label)
+            .map_err(ApiError::Unprocessable)?;
+    }
     let max_attempts = req.max_attempts.unwrap_or(3);
     if !(1..=100).contains(&max_attempts) {
         return Err(ApiError::Unprocessable(

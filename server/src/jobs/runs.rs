@@ -111,9 +111,6 @@ pub async fn insert_run(
     new: &NewRun<'_>,
 ) -> Result<Uuid, JobError> {
     let NewRun { spec, nodes, .. } = *new;
-    if let Some(label) = new.label {
-        heddle_types::names::check_label("the run's label", label).map_err(JobError::Invalid)?;
-    }
     let applied: Vec<serde_json::Value> = agreed_env(tx, spec, nodes, new.recommended_env)
         .await?
         .into_iter()
