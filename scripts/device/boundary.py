@@ -74,7 +74,7 @@ def runs_count():
     return len(doc) if status == 200 and isinstance(doc, list) else -1
 
 
-profiles = f"/api/v1/tuning-profiles"
+profiles = "/api/v1/tuning-profiles"
 recs = f"/api/v1/nodes/{NODE}/recommendations"
 runs_before = runs_count()
 

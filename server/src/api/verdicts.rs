@@ -47,29 +47,35 @@ pub async fn node_health(
     .await?;
     // So does a job environment that leaves out a value the node's ranks would disagree on.
     let job_env = crate::job_env::health_reasons(&state.db, node_id).await?;
+    let verdict = Verdict::combine(
+        tests
+            .iter()
+            .map(|t| t.verdict)
+            .chain(checks::verdicts(&checks))
+            .chain(jobs.iter().map(|r| match r.severity {
+                Severity::Fail => Verdict::Fail,
+                _ => Verdict::Warn,
+            }))
+            // Regressions and the job environment count at their reasons' severity.
+            .chain(
+                regressions
+                    .iter()
+                    .chain(&job_env)
+                    .filter_map(|r| match r.severity {
+                        Severity::Fail => Some(Verdict::Fail),
+                        Severity::Warn => Some(Verdict::Warn),
+                        Severity::Info => None,
+                    }),
+            ),
+    );
     let mut reasons = checks::reasons(&checks);
-    reasons.extend(jobs.iter().cloned());
-    reasons.extend(regressions.iter().cloned());
-    reasons.extend(job_env.iter().cloned());
+    reasons.extend(jobs);
+    reasons.extend(regressions);
+    reasons.extend(job_env);
     Ok(Json(NodeHealth {
         node_id,
         hostname,
-        verdict: Verdict::combine(
-            tests
-                .iter()
-                .map(|t| t.verdict)
-                .chain(checks::verdicts(&checks))
-                .chain(jobs.iter().map(|r| match r.severity {
-                    Severity::Fail => Verdict::Fail,
-                    _ => Verdict::Warn,
-                }))
-                .chain(regressions.iter().filter_map(|r| match r.severity {
-                    Severity::Fail => Some(Verdict::Fail),
-                    Severity::Warn => Some(Verdict::Warn),
-                    Severity::Info => None,
-                }))
-                .chain(job_env.iter().map(|_| Verdict::Warn)),
-        ),
+        verdict,
         tests,
         reasons,
     }))
