@@ -44,9 +44,17 @@ pub struct Config {
     #[arg(long, env = "HEDDLE_DATABASE_URL")]
     pub database_url: String,
 
-    /// Largest number of Postgres connections this replica opens.
+    /// Largest number of Postgres connections this replica opens for everything but the
+    /// agents' hot requests.
     #[arg(long, env = "HEDDLE_DB_MAX_CONNECTIONS", default_value_t = 20)]
     pub db_max_connections: u32,
+
+    /// Postgres connections kept apart for agents' heartbeats, claims and lease renewals
+    /// (and their credential look-ups), so that they never wait for a connection behind
+    /// result uploads, pages or reports. Each is a short statement outside any
+    /// transaction; this many of them run at once.
+    #[arg(long, env = "HEDDLE_DB_AGENT_CONNECTIONS", default_value_t = 8)]
+    pub db_agent_connections: u32,
 
     /// Seconds between agent heartbeats. A job whose agent stops heartbeating is requeued
     /// (or failed after its last attempt) within two of these intervals.

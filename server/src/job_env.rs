@@ -7,8 +7,12 @@
 //! Its version (`nccl_conf::job_env_sha256`) rides on every heartbeat answer, which is
 //! answered from memory, so the version is stored in `nodes.job_env_sha256` and cached per
 //! replica. Writers of recommendations, tuning profiles or a node's site set the column to
-//! NULL in their transaction ([`mark_changed`]); the next read computes it under the node's
-//! row lock ([`current`]), so a value computed before a write can never be stored after it.
+//! NULL in their transaction ([`mark_changed`]); the versions worker computes the unknown
+//! ones in batches under their rows' locks ([`refresh_due`]), so a value computed before a
+//! write can never be stored after it. A heartbeat never computes one: until it is stored,
+//! the heartbeat carries none and the agent keeps its file (a fleet's first heartbeats
+//! computing 1,000 environments a second, each in a transaction of its own, were what
+//! slowed every agent request at 10,000 agents: docs/benchmarks.md).
 
 use std::collections::HashMap;
 use std::sync::RwLock;
@@ -23,6 +27,9 @@ use uuid::Uuid;
 
 pub use crate::db::job_env_version::{Changed, mark_changed};
 
+mod versions;
+pub use versions::{REFRESH_BATCH, refresh_due};
+
 /// A node's job environment: what its file carries, in name order, and what the
 /// rank-agreement rule left out.
 pub struct Computed {
@@ -32,7 +39,34 @@ pub struct Computed {
 
 /// The node's job environment.
 pub async fn job_env(conn: &mut PgConnection, node: Uuid) -> sqlx::Result<Computed> {
-    let recs = crate::recommendations::effective(conn, node).await?;
+    let mut by_node = job_envs(conn, &[node]).await?;
+    Ok(by_node.remove(&node).unwrap_or(Computed {
+        entries: Vec::new(),
+        left_out: Vec::new(),
+    }))
+}
+
+/// The job environments of `nodes`: their environments read in two queries whatever their
+/// number (`recommendations::explain_many`), then the rank-agreement rule for each node
+/// that has a must-agree variable.
+pub async fn job_envs(
+    conn: &mut PgConnection,
+    nodes: &[Uuid],
+) -> sqlx::Result<HashMap<Uuid, Computed>> {
+    let envs = crate::recommendations::explain_many(conn, nodes, None).await?;
+    let mut out = HashMap::with_capacity(envs.len());
+    for (node, recs) in envs {
+        out.insert(node, agreed(conn, node, recs).await?);
+    }
+    Ok(out)
+}
+
+/// One node's environment as its file may carry it.
+async fn agreed(
+    conn: &mut PgConnection,
+    node: Uuid,
+    recs: Vec<heddle_types::recommend::ExplainedVar>,
+) -> sqlx::Result<Computed> {
     let mut entries = Vec::with_capacity(recs.len());
     for r in recs {
         let ok = nccl_conf::check_node_entry(&r.name, &r.value)
@@ -160,6 +194,35 @@ async fn rank_disagreed(
 /// version (under the node's row lock, so a concurrent write either waits for this or is
 /// seen by it). `None`: no such node.
 pub async fn current(db: &sqlx::PgPool, node: Uuid) -> sqlx::Result<Option<NodeJobEnv>> {
+    // Almost always the stored version is the one computed now (the versions worker keeps
+    // it so): computed outside a transaction, nothing locked and nothing written.
+    {
+        let mut conn = db.acquire().await?;
+        let stored: Option<(String, Option<String>)> =
+            sqlx::query_as("SELECT hostname, job_env_sha256 FROM nodes WHERE id = $1")
+                .bind(node)
+                .fetch_optional(&mut *conn)
+                .await?;
+        let Some((hostname, Some(stored))) = stored else {
+            return current_locked(db, node).await;
+        };
+        let Computed { entries, left_out } = job_env(&mut conn, node).await?;
+        let sha = nccl_conf::job_env_sha256(&entries)
+            .map_err(|e| sqlx::Error::Protocol(format!("job environment of node {node}: {e}")))?;
+        if sha == stored {
+            return Ok(Some(NodeJobEnv {
+                node: hostname,
+                job_env_sha256: sha,
+                entries,
+                left_out,
+            }));
+        }
+    }
+    current_locked(db, node).await
+}
+
+/// [`current`] under the node's row lock, storing the version it computes.
+async fn current_locked(db: &sqlx::PgPool, node: Uuid) -> sqlx::Result<Option<NodeJobEnv>> {
     let mut tx = db.begin().await?;
     let stored: Option<(String, Option<String>)> =
         sqlx::query_as("SELECT hostname, job_env_sha256 FROM nodes WHERE id = $1 FOR UPDATE")
@@ -199,6 +262,9 @@ const SEEN_MAX: usize = 500_000;
 #[derive(Default)]
 pub struct JobEnvSeen {
     by_node: RwLock<HashMap<Uuid, (String, Instant)>>,
+    /// Wakes the versions worker (`workers/job_env_versions.rs`): a heartbeat found a node
+    /// whose version is not stored, or a write here made some unknown.
+    pub due: tokio::sync::Notify,
 }
 
 impl JobEnvSeen {
@@ -219,9 +285,14 @@ impl JobEnvSeen {
 
     /// After a write committed here: its nodes are read again on their next heartbeat.
     pub fn forget(&self, nodes: &[Uuid]) {
-        let mut by_node = self.by_node.write().unwrap_or_else(|e| e.into_inner());
-        for n in nodes {
-            by_node.remove(n);
+        {
+            let mut by_node = self.by_node.write().unwrap_or_else(|e| e.into_inner());
+            for n in nodes {
+                by_node.remove(n);
+            }
+        }
+        if !nodes.is_empty() {
+            self.due.notify_one();
         }
     }
 }

@@ -10,6 +10,9 @@
 //! otherwise (docs/metrics.md).
 
 mod fleet;
+mod pools;
+
+pub use pools::PoolMetrics;
 
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
@@ -129,6 +132,8 @@ pub struct Metrics {
     worker_errors: Family<WorkerLabels, Counter>,
     worker_duration: Family<WorkerLabels, FloatGauge>,
     history_dropped: Family<TableLabels, Counter>,
+    /// The Postgres pools: connections and waits.
+    pub pools: PoolMetrics,
     /// Scrapes clear and refill the per-node families; one at a time.
     render_lock: tokio::sync::Mutex<()>,
 }
@@ -169,6 +174,7 @@ impl Metrics {
             worker_errors: Family::default(),
             worker_duration: Family::default(),
             history_dropped: Family::default(),
+            pools: PoolMetrics::new(&mut registry),
             render_lock: tokio::sync::Mutex::new(()),
         };
         let bytes_per_second = || Unit::Other("bytes_per_second".into());
@@ -327,6 +333,7 @@ impl Metrics {
         headers: &HeaderMap,
     ) -> Result<(&'static str, String), sqlx::Error> {
         let _one_at_a_time = self.render_lock.lock().await;
+        self.pools.sample();
         self.refresh(db, heartbeat).await?;
         Ok(self.encode(headers))
     }

@@ -13,6 +13,9 @@ use crate::{credentials, db, job_env, liveness, metrics, plugins, token_uses};
 #[derive(Clone)]
 pub struct AppState {
     pub db: sqlx::PgPool,
+    /// Connections for the agents' hot requests only: heartbeats, claims, renewals and the
+    /// credential look-ups in front of them (`HEDDLE_DB_AGENT_CONNECTIONS`).
+    pub agent_db: sqlx::PgPool,
     pub config: Arc<Config>,
     pub metrics: Arc<metrics::Metrics>,
     pub plugins: Arc<plugins::PluginRuntime>,
@@ -52,15 +55,24 @@ pub async fn connect(config: &Config) -> anyhow::Result<sqlx::PgPool> {
 impl AppState {
     pub async fn new(config: Config) -> anyhow::Result<Self> {
         let db = connect(&config).await?;
+        let agent_db = PgPoolOptions::new()
+            .max_connections(config.db_agent_connections.max(1))
+            .acquire_timeout(std::time::Duration::from_secs(5))
+            .connect_lazy_with((*db.connect_options()).clone());
+        let metrics = Arc::new(metrics::Metrics::new());
+        metrics
+            .pools
+            .watch(vec![("main", db.clone()), ("agent", agent_db.clone())]);
         let plugins = Arc::new(plugins::PluginRuntime::from_config(&config)?);
         Ok(AppState {
             db,
+            agent_db,
             credentials: Arc::new(credentials::CredentialCache::new(config.revocation_delay())),
             facts_seen: Arc::default(),
             job_env_seen: Arc::default(),
             token_uses: Arc::default(),
             config: Arc::new(config),
-            metrics: Arc::new(metrics::Metrics::new()),
+            metrics,
             plugins,
             db_reach: Arc::default(),
             liveness: Arc::default(),

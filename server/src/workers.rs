@@ -10,6 +10,7 @@
 //! | [`lease_reaper`] | a quarter heartbeat | dropped |
 //! | [`heartbeat_flusher`] | `HEDDLE_HEARTBEAT_FLUSH_MS` | flushes once more |
 //! | [`plugin_reconciler`] | 5 s after the last run, or when woken | dropped |
+//! | [`job_env_versions`] | 5 s after the last run, or when woken | dropped |
 //! | [`investigations`] | a quarter heartbeat, at most 1 s | dropped |
 //! | [`revocation_feed`] | half `HEDDLE_REVOCATION_DELAY_MS` (off at 0) | dropped |
 //! | [`token_returns`] | half the hold of enrollment token uses | gives back all |
@@ -23,6 +24,7 @@
 pub mod heartbeat_flusher;
 pub mod history;
 pub mod investigations;
+pub mod job_env_versions;
 pub mod lease_reaper;
 pub mod plugin_reconciler;
 pub mod revocation_feed;
@@ -100,6 +102,7 @@ pub fn start(state: &AppState, tls: Option<Arc<CertFiles>>) -> Workers {
     workers.spawn(state, lease_reaper::LeaseReaper::new(state));
     workers.spawn(state, heartbeat_flusher::HeartbeatFlusher::new(state));
     workers.spawn(state, plugin_reconciler::PluginReconciler::new(state));
+    workers.spawn(state, job_env_versions::JobEnvVersions::new(state));
     if let Some(feed) = revocation_feed::RevocationFeed::new(state) {
         workers.spawn(state, feed);
     }

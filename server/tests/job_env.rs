@@ -13,7 +13,7 @@ use heddle_types::nccl_conf;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-async fn heartbeat(api: &Api, agent: &FakeAgent) -> Value {
+async fn heartbeat_once(api: &Api, agent: &FakeAgent) -> Value {
     let (status, body) = api
         .call(
             Method::POST,
@@ -24,6 +24,24 @@ async fn heartbeat(api: &Api, agent: &FakeAgent) -> Value {
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     body
+}
+
+/// A heartbeat that carries a job environment version: a heartbeat never computes one, so
+/// after a change it carries none until the versions worker has stored it (woken by the
+/// write, well within a second here).
+async fn heartbeat(api: &Api, agent: &FakeAgent) -> Value {
+    let started = std::time::Instant::now();
+    loop {
+        let body = heartbeat_once(api, agent).await;
+        if !body["job_env_sha256"].is_null() {
+            return body;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "no job environment version on heartbeats for 10 s: {body}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }
 
 /// The node's health reasons coded `env-splits-communicator`, and its verdict.
@@ -253,4 +271,76 @@ async fn a_stored_row_a_conf_file_cannot_carry_is_left_out() {
         heartbeat(&api, &agent).await["job_env_sha256"],
         env.job_env_sha256
     );
+}
+
+#[tokio::test]
+async fn unknown_versions_are_computed_in_batches_not_by_heartbeats() {
+    let server = TestServer::start().await;
+    let api = Api::new(&server);
+    let mut agents = Vec::new();
+    for i in 0..3 {
+        agents.push(enroll(&api, &server, &format!("env-batch-{i}")).await);
+    }
+    let ids: Vec<String> = agents.iter().map(|a| a.node_id.clone()).collect();
+    // Every version is known once the worker has run; then made unknown around the API.
+    for a in &agents {
+        heartbeat(&api, a).await;
+    }
+    let db = &server.state.db;
+    let null_them = || async {
+        sqlx::query("UPDATE nodes SET job_env_sha256 = NULL WHERE id = ANY($1::uuid[])")
+            .bind(&ids)
+            .execute(db)
+            .await
+            .unwrap();
+    };
+    null_them().await;
+    let stored = || async {
+        let (n,): (i64,) = sqlx::query_as(
+            "SELECT count(*) FROM nodes WHERE id = ANY($1::uuid[]) AND job_env_sha256 IS NOT NULL",
+        )
+        .bind(&ids)
+        .fetch_one(db)
+        .await
+        .unwrap();
+        n
+    };
+    // Batches of two: three nodes take two batches, then there is nothing to do. The
+    // worker shares the rows by SKIP LOCKED, so together they store each once.
+    let first = heddle_server::job_env::refresh_due(db, 2)
+        .await
+        .unwrap()
+        .len();
+    assert!(first <= 2, "a batch of two stored {first}");
+    let mut done = first;
+    let started = std::time::Instant::now();
+    while stored().await < 3 {
+        done += heddle_server::job_env::refresh_due(db, 2)
+            .await
+            .unwrap()
+            .len();
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    }
+    assert!(done <= 3, "{done}");
+    assert!(
+        heddle_server::job_env::refresh_due(db, 2)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // What the batch stored is what the node's own computation gives.
+    for a in &agents {
+        let env = agent_env(&api, a).await;
+        assert_eq!(
+            env.job_env_sha256,
+            nccl_conf::job_env_sha256(&env.entries).unwrap()
+        );
+        let (sha,): (Option<String>,) =
+            sqlx::query_as("SELECT job_env_sha256 FROM nodes WHERE id = $1::uuid")
+                .bind(&a.node_id)
+                .fetch_one(db)
+                .await
+                .unwrap();
+        assert_eq!(sha.as_deref(), Some(env.job_env_sha256.as_str()));
+    }
 }

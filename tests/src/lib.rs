@@ -2,6 +2,7 @@
 //! server binary as a child process and reading its resource use from /proc; the
 //! Docker fleet of the fleet test lives in [`fleet`].
 
+pub mod compare;
 pub mod fleet;
 pub mod fleet_ops;
 pub mod probe;

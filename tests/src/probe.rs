@@ -67,8 +67,10 @@ pub fn machine_ticks() -> (u64, u64) {
 
 /// Samples `pg_stat_activity` for the client backends of one database every `every`
 /// until dropped; [`Activity::means`] is the mean count per "state/wait event", followed
-/// for active backends by the first `query_chars` characters of their statement
-/// ("active/cpu" is a backend running with no wait event).
+/// for active backends, and for those idle inside a transaction, by the first
+/// `query_chars` characters of their statement (for an idle one, the last it ran: what
+/// its transaction did before the client went off to do something else; "active/cpu" is
+/// a backend running with no wait event).
 pub struct Activity {
     sums: Arc<Mutex<(BTreeMap<String, u64>, u64)>>,
     task: tokio::task::JoinHandle<()>,
@@ -87,7 +89,7 @@ impl Activity {
             loop {
                 let rows: Result<Vec<(String, i64)>, _> = sqlx::query_as(
                     "SELECT coalesce(state, '?') || '/' || coalesce(wait_event_type || ':' || wait_event, 'cpu')
-                            || CASE WHEN state = 'active' THEN ' ' || left(regexp_replace(query, '[[:space:]]+', ' ', 'g'), $1) ELSE '' END,
+                            || CASE WHEN state IN ('active', 'idle in transaction') THEN ' ' || left(regexp_replace(query, '[[:space:]]+', ' ', 'g'), $1) ELSE '' END,
                             count(*)
                      FROM pg_stat_activity
                      WHERE datname = current_database() AND backend_type = 'client backend'

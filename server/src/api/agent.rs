@@ -98,20 +98,16 @@ pub async fn heartbeat(
     .bind(agent.node_id)
     .bind(&req.running_jobs)
     .bind(agent.agent_id)
-    .fetch_one(&state.db)
+    .fetch_one(&mut *state.metrics.pools.acquire("agent", &state.agent_db).await?)
     .await?;
     if let Some(stored) = &stored_sha {
         state.facts_seen.set(agent.node_id, stored);
     }
-    // Changed since last computed: computed now, once, by whichever replica reads it first.
-    let env_sha = match env_sha {
-        Some(sha) => Some(sha),
-        None => crate::job_env::current(&state.db, agent.node_id)
-            .await?
-            .map(|env| env.job_env_sha256),
-    };
-    if let Some(sha) = &env_sha {
-        state.job_env_seen.set(agent.node_id, sha);
+    // Changed since last computed: the versions worker computes it, and until then the
+    // answer carries none (the agent keeps its file).
+    match &env_sha {
+        Some(sha) => state.job_env_seen.set(agent.node_id, sha),
+        None => state.job_env_seen.due.notify_one(),
     }
     let cancel_jobs: Vec<Uuid> = req
         .running_jobs
@@ -224,7 +220,11 @@ pub async fn put_facts(
     responses((status = 200, body = JobLease), (status = 204, description = "nothing queued")))]
 pub async fn claim(State(state): State<AppState>, agent: AgentCaller) -> ApiResult<Response> {
     refuse_while_unreachable(&state)?;
-    let mut conn = state.db.acquire().await?;
+    let mut conn = state
+        .metrics
+        .pools
+        .acquire("agent", &state.agent_db)
+        .await?;
     let row =
         jobs::store::claim(&mut conn, agent.node_id, agent.agent_id, lease_secs(&state)).await?;
     Ok(match row {
@@ -262,7 +262,11 @@ pub async fn renew(
         ));
     }
     refuse_while_unreachable(&state)?;
-    let mut conn = state.db.acquire().await?;
+    let mut conn = state
+        .metrics
+        .pools
+        .acquire("agent", &state.agent_db)
+        .await?;
     let (lease_expires_at, cancel) = jobs::store::renew(
         &mut conn,
         id,
@@ -305,7 +309,8 @@ pub async fn upload_result(
         agent_id: agent.agent_id,
         node_id: agent.node_id,
     };
-    match jobs::results::store_result(&state.db, by, id, &up).await? {
+    let tx = state.metrics.pools.begin("main", &state.db).await?;
+    match jobs::results::store_result(tx, by, id, &up).await? {
         Stored::New(new) => {
             let result_id =
                 crate::health::verdict::upload::judge_upload(&state.db, *new, &up).await?;

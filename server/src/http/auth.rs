@@ -247,7 +247,13 @@ impl FromRequestParts<AppState> for AgentCaller {
             "SELECT id, node_id, revoked_at IS NOT NULL FROM agents WHERE credential_sha256 = $1",
         )
         .bind(hex::encode(sha))
-        .fetch_optional(&state.db)
+        .fetch_optional(
+            &mut *state
+                .metrics
+                .pools
+                .acquire("agent", &state.agent_db)
+                .await?,
+        )
         .await?;
         match row {
             None => Err(ApiError::Unauthorized(

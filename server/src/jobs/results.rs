@@ -69,14 +69,14 @@ pub struct NodeContext {
 /// Stores `up` as the result of job `id` from `by`, and ends the job by it, in three
 /// statements: the job's row lock (with the upload key's lock and what judging needs of the
 /// job, its run and node), the result with its rows (`unnest` of one array per column),
-/// the job's end (`store::finish`). The transaction is left open for the verdict.
+/// the job's end (`store::finish`), in `tx`, a transaction begun by the caller. The
+/// transaction is left open for the verdict.
 pub async fn store_result(
-    db: &sqlx::PgPool,
+    mut tx: sqlx::Transaction<'static, sqlx::Postgres>,
     by: Uploader,
     id: Uuid,
     up: &ResultUpload,
 ) -> Result<Stored, JobError> {
-    let mut tx = db.begin().await?;
     // The job row lock serialises concurrent uploads for one job (retries racing on two
     // replicas included); then two jobs' uploads naming one key take turns (the advisory
     // lock is taken after the row lock: the materialised CTE locks first). The reads that

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use futures::StreamExt;
+use heddle_e2e::compare;
 use heddle_e2e::probe::{Activity, CpuWindow, postmaster_pid};
 use heddle_e2e::{ServerProcess, free_port, rss_kib};
 use heddle_server::testing::TestDb;
@@ -55,6 +56,15 @@ struct Args {
     /// Print one JSON line instead of the table.
     #[arg(long)]
     json: bool,
+    /// A stored report (`--json`) or `scripts/bench-protocol.sh`'s file of them: print
+    /// each figure's ratio to the baseline's case of the same agents and replicas (in the
+    /// JSON, under "compare").
+    #[arg(long, value_name = "BASELINE.json")]
+    compare: Option<std::path::PathBuf>,
+    /// With --compare: exit 3 when a latency is more than 1.5 times the baseline's or
+    /// there are errors the baseline did not have.
+    #[arg(long, requires = "compare")]
+    fail_if_worse: bool,
 }
 
 const ADMIN: &str = "hdl_loadgen-admin-token-000000000000000000000000000";
@@ -67,6 +77,8 @@ struct Samples(
     BTreeMap<&'static str, Vec<f64>>,
     u64,
     BTreeMap<&'static str, Vec<f64>>,
+    /// Failures by request kind and what came back ("heartbeat 503", "result timeout").
+    BTreeMap<String, u64>,
 );
 
 impl Samples {
@@ -75,6 +87,11 @@ impl Samples {
         if !ok {
             self.1 += 1;
         }
+    }
+
+    /// A failed request's kind and answer, kept beside its count.
+    fn failed(&mut self, kind: &'static str, what: &str) {
+        *self.3.entry(format!("{kind} {what}")).or_default() += 1;
     }
 
     /// `due` and `sent` are when the request was due and when it went out.
@@ -99,6 +116,58 @@ fn loadavg() -> f64 {
         .ok()
         .and_then(|s| s.split_whitespace().next()?.parse().ok())
         .unwrap_or(f64::NAN)
+}
+
+/// From a server's `/metrics` text: the mean and count of each agent route's time and of
+/// each pool's connection waits (`{"route /api/v1/agent/heartbeat": {"count", "mean_ms"}}`).
+fn server_means(text: &str) -> serde_json::Value {
+    let mut sums: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+    for line in text.lines() {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let Ok(value) = value.parse::<f64>() else {
+            continue;
+        };
+        let (name, labels) = series.split_once('{').unwrap_or((series, ""));
+        let key = match name {
+            "heddle_http_request_duration_seconds_sum"
+            | "heddle_http_request_duration_seconds_count"
+                if labels.contains("/api/v1/agent/") =>
+            {
+                format!("route {}", labels.split('"').nth(1).unwrap_or(""))
+            }
+            "heddle_db_pool_acquire_seconds_sum" | "heddle_db_pool_acquire_seconds_count" => {
+                format!("pool wait {}", labels.split('"').nth(1).unwrap_or(""))
+            }
+            _ => continue,
+        };
+        let e = sums.entry(key).or_default();
+        if name.ends_with("_sum") {
+            e.0 += value;
+        } else {
+            e.1 += value;
+        }
+    }
+    sums.into_iter()
+        .map(|(k, (sum, n))| {
+            (
+                k,
+                json!({"count": n, "mean_ms": if n > 0.0 { sum / n * 1e3 } else { f64::NAN }}),
+            )
+        })
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
+/// What a failed request got: its status, or the kind of transport error.
+fn answer_of(r: &Result<reqwest::Response, reqwest::Error>) -> String {
+    match r {
+        Ok(r) => r.status().as_u16().to_string(),
+        Err(e) if e.is_timeout() => "timeout".into(),
+        Err(e) if e.is_connect() => "connect error".into(),
+        Err(_) => "transport error".into(),
+    }
 }
 
 fn pct(sorted: &[f64], p: f64) -> f64 {
@@ -201,20 +270,25 @@ async fn main() -> anyhow::Result<()> {
     let setup_backends = setup_activity.means();
     drop(setup_activity);
 
-    // The plugins evaluate every new node after its first facts; the steady state starts
-    // when they have, so it measures a fleet at rest rather than the tail of its arrival.
+    // The plugins evaluate every new node after its first facts, and the servers compute
+    // each node's job environment version after them; the steady state starts when both
+    // are done, so it measures a fleet at rest rather than the tail of its arrival.
     let settle = Instant::now();
     let pool = sqlx::PgPool::connect(&db.url).await?;
     loop {
-        let (due,): (i64,) = sqlx::query_as("SELECT count(*) FROM plugins_due_nodes")
-            .fetch_one(&pool)
-            .await?;
+        // The plugins' results, and the job environment versions they change (computed by
+        // the servers' versions worker).
+        let (due,): (i64,) = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM plugins_due_nodes) + (SELECT count(*) FROM nodes WHERE job_env_sha256 IS NULL)",
+        )
+        .fetch_one(&pool)
+        .await?;
         if due == 0 {
             break;
         }
         anyhow::ensure!(
             settle.elapsed() < Duration::from_secs(args.settle_timeout_s),
-            "{due} nodes still await their plugins after {} s",
+            "{due} nodes still await their plugins or job environment versions after {} s",
             args.settle_timeout_s
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
@@ -267,29 +341,39 @@ async fn main() -> anyhow::Result<()> {
                 // A slot per request: one agent's slow claim does not hold up others' heartbeats.
                 let slot = slots.acquire().await.expect("never closed");
                 let sent = Instant::now();
-                let ok = match client
+                let answer = client
                     .post(&hb_url)
                     .header(reqwest::header::AUTHORIZATION, &bearer)
                     .header(reqwest::header::CONTENT_TYPE, "application/json")
                     .body(hb_body.clone())
                     .send()
-                    .await
+                    .await;
+                let ok = answer.as_ref().is_ok_and(|r| r.status().is_success());
                 {
-                    Ok(r) => r.status().is_success(),
-                    Err(_) => false,
-                };
-                steady.lock().unwrap().add_timed("heartbeat", t, sent, ok);
+                    let mut steady = steady.lock().unwrap();
+                    steady.add_timed("heartbeat", t, sent, ok);
+                    if !ok {
+                        steady.failed("heartbeat", &answer_of(&answer));
+                    }
+                }
                 drop(slot);
                 if !job_done {
                     let t = Instant::now();
                     let slot = slots.acquire().await.expect("never closed");
                     let sent = Instant::now();
                     let r = client.post(format!("{}/api/v1/agent/jobs/claim", agent.base)).bearer_auth(&agent.credential).send().await;
+                    let what = answer_of(&r);
                     let lease: Option<serde_json::Value> = match r {
                         Ok(r) if r.status() == 200 => r.json().await.ok(),
                         _ => None,
                     };
-                    steady.lock().unwrap().add_timed("claim", t, sent, lease.is_some());
+                    {
+                        let mut steady = steady.lock().unwrap();
+                        steady.add_timed("claim", t, sent, lease.is_some());
+                        if lease.is_none() {
+                            steady.failed("claim", &what);
+                        }
+                    }
                     drop(slot);
                     if let Some(lease) = lease {
                         let rows: Vec<_> = (0..16).map(|k| json!({"size_bytes": 8i64 << k, "time_us": 10.0 + k as f64, "algbw_gbs": 1.0, "busbw_gbs": 1.0, "wrong": 0})).collect();
@@ -298,14 +382,18 @@ async fn main() -> anyhow::Result<()> {
                         let t = Instant::now();
                         let _slot = slots.acquire().await.expect("never closed");
                         let sent = Instant::now();
-                        let ok = client
+                        let answer = client
                             .post(format!("{}/api/v1/agent/jobs/{}/result", agent.base, lease["job_id"].as_str().unwrap()))
                             .bearer_auth(&agent.credential)
                             .json(&body)
                             .send()
-                            .await
-                            .is_ok_and(|r| r.status().is_success());
-                        steady.lock().unwrap().add_timed("result", t, sent, ok);
+                            .await;
+                        let ok = answer.as_ref().is_ok_and(|r| r.status().is_success());
+                        let mut steady = steady.lock().unwrap();
+                        steady.add_timed("result", t, sent, ok);
+                        if !ok {
+                            steady.failed("result", &answer_of(&answer));
+                        }
                     }
                     job_done = true;
                 }
@@ -333,6 +421,19 @@ async fn main() -> anyhow::Result<()> {
     for t in tasks {
         t.await?;
     }
+    // The servers' own view (their /metrics): time per agent route and waits per pool,
+    // since start; set-up included.
+    let mut server_side = Vec::new();
+    for s in &servers {
+        let text = http
+            .get(format!("{}/metrics", s.url))
+            .bearer_auth(ADMIN)
+            .send()
+            .await?
+            .text()
+            .await?;
+        server_side.push(server_means(&text));
+    }
 
     let setup_samples = samples.lock().unwrap();
     let steady = steady.lock().unwrap();
@@ -344,6 +445,8 @@ async fn main() -> anyhow::Result<()> {
     report.insert("steady_s".into(), json!(elapsed));
     report.insert("requests_per_s".into(), json!(total as f64 / elapsed));
     report.insert("errors".into(), json!(steady.1 + setup_samples.1));
+    report.insert("failures".into(), json!(steady.3));
+    report.insert("server_side".into(), json!(server_side));
     report.insert("server_cpu_percent".into(), json!(cpu));
     // Who used the machine in the steady state: Postgres, the generator, all cores busy.
     report.insert("cpu_percent".into(), cpu_parts);
@@ -378,6 +481,21 @@ async fn main() -> anyhow::Result<()> {
         "latency_from_sent".into(),
         serde_json::Value::Object(sent.clone()),
     );
+    let compared = match &args.compare {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| anyhow::anyhow!("reading the baseline {}: {e}", path.display()))?;
+            let baseline: serde_json::Value = serde_json::from_str(&text)
+                .map_err(|e| anyhow::anyhow!("the baseline {} is not JSON: {e}", path.display()))?;
+            let now = serde_json::Value::Object(report.clone());
+            let then = compare::pick(&baseline, &now)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            let c = compare::compare(then, &now);
+            report.insert("compare".into(), c.to_json());
+            Some(c)
+        }
+        None => None,
+    };
     if args.json {
         println!("{}", serde_json::Value::Object(report));
     } else {
@@ -400,6 +518,9 @@ async fn main() -> anyhow::Result<()> {
                 .map(|k| (*k as f64 / 1024.0 * 10.0).round() / 10.0)
                 .collect::<Vec<_>>()
         );
+        if !steady.3.is_empty() {
+            println!("failed requests: {:?}", steady.3);
+        }
         println!(
             "{:<17} {:>8} {:>9} {:>9} {:>9}",
             "request", "count", "p50 ms", "p99 ms", "max ms"
@@ -443,6 +564,15 @@ async fn main() -> anyhow::Result<()> {
             loadavg()
         );
     }
+    if let Some(c) = &compared
+        && !args.json
+    {
+        c.print();
+    }
     drop(servers);
+    if args.fail_if_worse && compared.is_some_and(|c| c.worse() > 0) {
+        eprintln!("heddle-loadgen: worse than the baseline (see \"compare\")");
+        std::process::exit(3);
+    }
     Ok(())
 }
