@@ -180,7 +180,7 @@ pub fn check_name(name: &str) -> Result<(), String> {
 
 fn check_gbps(at: &str, gbps: Option<f64>, errors: &mut ErrorList) {
     if let Some(g) = gbps
-        && !(g.is_finite() && g > 0.0 && g <= MAX_GBPS)
+        && (g.is_nan() || g <= 0.0 || g > MAX_GBPS)
     {
         errors.push(format!(
             "{at}.gbps: {g} is not a rate in (0, {MAX_GBPS}] Gbit/s"
@@ -376,8 +376,10 @@ mod tests {
     fn sizes_are_bounded_before_anything_else() {
         let big = vec![b' '; MAX_FILE_BYTES + 1];
         assert!(Fabric::from_json(&big).unwrap_err().0[0].contains("more than"));
-        let mut f = Fabric::default();
-        f.nodes = (0..MAX_NODES + 1).map(|_| Node::default()).collect();
+        let f = Fabric {
+            nodes: (0..MAX_NODES + 1).map(|_| Node::default()).collect(),
+            ..Fabric::default()
+        };
         let e = f.check().unwrap_err();
         assert_eq!(e.0.len(), 1, "{e}");
         let mut errors = ErrorList::default();

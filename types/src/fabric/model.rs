@@ -72,7 +72,7 @@ impl std::str::FromStr for Fault {
                 let f: f64 = v
                     .parse()
                     .map_err(|_| format!("{s:?}: p={v} is not a number"))?;
-                if !(f > 0.0 && f <= 1.0) {
+                if f.is_nan() || f <= 0.0 || f > 1.0 {
                     return Err(format!("{s:?}: p= is a probability in (0, 1]"));
                 }
                 fault.probability = f;

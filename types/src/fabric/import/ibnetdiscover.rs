@@ -327,8 +327,9 @@ fn build(devs: &[Dev], by_guid: &HashMap<String, usize>) -> Result<Fabric, Error
                 (j, p.peer_port, i, p.port)
             };
             if let Some(first) = seen.get(&key) {
-                if first.is_some() && p.rate.is_some() && first != &p.rate {
-                    let (a, b) = (first.as_ref().unwrap(), p.rate.as_ref().unwrap());
+                if let (Some(a), Some(b)) = (first, &p.rate)
+                    && a != b
+                {
                     fabric.notes.push(Note {
                         subject: names[&i].clone(),
                         message: format!(
@@ -476,14 +477,13 @@ fn check_ends(
             "{nic}: the CA says port {} of {}, which says it goes to {} port {}",
             p.peer_port, devs[sw].guid, q.peer, q.peer_port
         ),
-        Some(q) if q.rate.is_some() && p.rate.is_some() && q.rate != p.rate => format!(
-            "{nic}: the CA's end says {}x{}, the switch's end {}x{}",
-            p.rate.as_ref().unwrap().0,
-            p.rate.as_ref().unwrap().1,
-            q.rate.as_ref().unwrap().0,
-            q.rate.as_ref().unwrap().1
-        ),
-        Some(_) => return,
+        Some(q) => match (&p.rate, &q.rate) {
+            (Some(a), Some(b)) if a != b => format!(
+                "{nic}: the CA's end says {}x{}, the switch's end {}x{}",
+                a.0, a.1, b.0, b.1
+            ),
+            _ => return,
+        },
     };
     notes.push(Note {
         subject: host.to_string(),
