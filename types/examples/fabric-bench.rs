@@ -67,6 +67,14 @@ fn scenarios(n: usize) -> Vec<(&'static str, Vec<String>)> {
             "2 spine",
             vec!["spine:spine-r1-0".into(), "spine:spine-r5-0".into()],
         ),
+        ("~nic", vec![format!("nic:{}/mlx5_2:p=0.33", node(12))]),
+        ("~node", vec![format!("node:{}:p=0.33", node(41))]),
+        ("~leaf", vec!["leaf:leaf-su3-r1:p=0.33".into()]),
+        (
+            "~uplink",
+            vec!["uplink:leaf-su5-r0~spine-r0-0:p=0.33".into()],
+        ),
+        ("~spine", vec!["spine:spine-r3-0:p=0.33".into()]),
     ]
 }
 
@@ -93,14 +101,19 @@ fn main() {
         });
         let ix = Index::new(&fabric);
         let suspects: Vec<String> = (0..SUSPECTS).map(|i| node_name(i, n)).collect();
-        for group in ["single", "two"] {
+        for group in ["single", "two", "intermittent, p = 1/3"] {
             let mut sums: [(&str, Sum); 3] = [
                 ("planner", Sum::default()),
                 ("all pairs", Sum::default()),
                 ("pairs, then re-pair", Sum::default()),
             ];
             for (i, (kind, list)) in scenarios(n).into_iter().enumerate() {
-                if (group == "two") != kind.starts_with('2') {
+                let of = match kind.chars().next() {
+                    Some('2') => "two",
+                    Some('~') => "intermittent, p = 1/3",
+                    _ => "single",
+                };
+                if of != group {
                     continue;
                 }
                 let faults: Vec<Fault> = list.iter().map(|f| f.parse().unwrap()).collect();
