@@ -1,8 +1,6 @@
 //! Argument parsers shared by the subcommands.
 
-mod hostlist;
-
-pub use hostlist::{MAX_NODES, NodeList, expand as hostlist};
+pub use heddle_types::hostlist::{MAX_NODES, NodeList, expand as hostlist};
 
 /// `KEY=VALUE`, as `--env` and `--param` take it (`heddle_types::env_input`, the dashboard's
 /// parser too).

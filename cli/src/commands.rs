@@ -197,6 +197,16 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     {
         return crate::regressions::offline(cmd, cli.json);
     }
+    let cli = match cli.command {
+        Command::Investigate(cmd) => match crate::investigate::offline(cmd, cli.json) {
+            Ok(done) => return done,
+            Err(cmd) => Cli {
+                command: Command::Investigate(cmd),
+                ..cli
+            },
+        },
+        _ => cli,
+    };
     let saved = config::load();
     let server = cli
         .server

@@ -49,6 +49,34 @@ pub enum InvestigateCmd {
         #[arg(long)]
         watch: bool,
     },
+    /// Run the fabric planner offline against an oracle process that answers its tests
+    /// (one JSON object a line on its stdin and stdout; docs/fabric.md), e.g.
+    /// `heddle-fabric-oracle serve --topology fabric.json --fault nic:n0042/mlx5_3`.
+    Simulate {
+        /// The fabric, a Heddle fabric file (`heddle-fabric-oracle topology` writes one).
+        #[arg(long)]
+        topology: std::path::PathBuf,
+        /// The suspect nodes, in Slurm's hostlist syntax.
+        #[arg(long)]
+        suspects: String,
+        /// The oracle's command line, run with `sh -c`.
+        #[arg(long)]
+        oracle: String,
+        /// Observed jobs to start from: a JSON array of {nodes, rail, busbw_gbs | error}.
+        #[arg(long)]
+        evidence: Option<std::path::PathBuf>,
+        /// The most nodes one round may take (0: no limit).
+        #[arg(long, default_value_t = 0)]
+        max_nodes: usize,
+        #[arg(long, default_value_t = 20)]
+        max_rounds: u32,
+        /// Only the suspects, never other nodes, as known-good partners.
+        #[arg(long)]
+        suspects_only: bool,
+        /// Seed of the planner's shuffles (the same seed plans the same tests).
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
     /// Recent investigations.
     Ls {
         /// running, done or failed
@@ -59,8 +87,54 @@ pub enum InvestigateCmd {
     },
 }
 
+/// `simulate` needs no server: run it before a client is made.
+pub fn offline(
+    cmd: InvestigateCmd,
+    json: bool,
+) -> Result<anyhow::Result<ExitCode>, InvestigateCmd> {
+    let (topology, suspects, oracle, evidence, max_nodes, max_rounds, suspects_only, seed) =
+        match cmd {
+            InvestigateCmd::Simulate {
+                topology,
+                suspects,
+                oracle,
+                evidence,
+                max_nodes,
+                max_rounds,
+                suspects_only,
+                seed,
+            } => (
+                topology,
+                suspects,
+                oracle,
+                evidence,
+                max_nodes,
+                max_rounds,
+                suspects_only,
+                seed,
+            ),
+            other => return Err(other),
+        };
+    let config = heddle_types::fabric::plan::Config {
+        max_nodes,
+        max_rounds,
+        use_others: !suspects_only,
+        seed,
+        ..Default::default()
+    };
+    let args = crate::simulate::Args {
+        topology: &topology,
+        suspects: &suspects,
+        oracle: &oracle,
+        evidence: evidence.as_deref(),
+        config,
+    };
+    Ok(crate::simulate::run(args, json))
+}
+
 pub async fn run(client: &Client, cmd: InvestigateCmd, json: bool) -> anyhow::Result<ExitCode> {
     match cmd {
+        InvestigateCmd::Simulate { .. } => unreachable!("answered offline"),
         InvestigateCmd::Start {
             nodes,
             kind,

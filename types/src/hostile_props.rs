@@ -1,11 +1,13 @@
 //! Property tests of the parsers in this crate that read what someone else wrote: the
 //! node env file and NCCL conf files (`nccl_conf`), the profiler's spool files (`observe`),
-//! and the env policy every value passes (`env_policy`). Arbitrary bytes and mutations of
+//! the env policy every value passes (`env_policy`), and the fabric's readers (the Heddle
+//! fabric file, `topology.conf`, `ibnetdiscover` output). Arbitrary bytes and mutations of
 //! real inputs must give an answer — never a panic — and what a writer produces must read
 //! back equal.
 
 use proptest::prelude::*;
 
+use crate::fabric::{self, import};
 use crate::{env_policy, nccl_conf, observe};
 
 const CONF: &str = "# written by heddle-agent; do not edit\n# node gpu-1\nNCCL_IB_HCA==mlx5_0:1,mlx5_1:1\nNCCL_SOCKET_IFNAME=eth0\nUCX_NET_DEVICES=mlx5_0:1\nNCCL_PROFILER_PLUGIN=/usr/lib/heddle/libnccl-profiler-heddle.so\n";
@@ -44,7 +46,40 @@ fn entry() -> impl Strategy<Value = nccl_conf::Entry> {
         .prop_map(|(name, value)| nccl_conf::Entry { name, value })
 }
 
+const IBNET: &str = include_str!("../tests/fixtures/fabric/ibnetdiscover-rdma-core-manual.txt");
+const TOPOLOGY: &str = "SwitchName=s0 Nodes=dev[0-5]\nSwitchName=s1 Nodes=dev[6-11]\nSwitchName=s3 Switches=s[0-1] LinkSpeed=100\n";
+const FABRIC: &str = r#"{"nodes": [{"name": "n0001", "nics": [{"name": "mlx5_0", "rail": 0, "leaf": "leaf-su0-r0", "gbps": 400}]}], "switches": [{"name": "leaf-su0-r0", "tier": "leaf"}, {"name": "spine-00", "tier": "spine"}], "links": [{"a": "leaf-su0-r0", "b": "spine-00", "gbps": 400}]}"#;
+
 proptest! {
+    #[test]
+    fn fabric_readers_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..2048)) {
+        let text = String::from_utf8_lossy(&bytes);
+        let _ = import::slurm_topology(&text);
+        let _ = import::ibnetdiscover(&text);
+        let _ = fabric::Fabric::from_json(&bytes);
+    }
+
+    #[test]
+    fn fabric_mutations_are_read_or_refused(
+        ib in mutated(IBNET.as_bytes().to_vec()),
+        topo in mutated(TOPOLOGY.as_bytes().to_vec()),
+        file in mutated(FABRIC.as_bytes().to_vec()),
+    ) {
+        // Whatever an importer accepts is a fabric that passes its own checks, and reads
+        // back from its JSON unchanged.
+        for f in [import::ibnetdiscover(&String::from_utf8_lossy(&ib)), import::slurm_topology(&String::from_utf8_lossy(&topo))]
+            .into_iter()
+            .flatten()
+        {
+            prop_assert!(f.check().is_ok());
+            let again = fabric::Fabric::from_json(&serde_json::to_vec(&f).unwrap()).unwrap();
+            prop_assert_eq!(again, f);
+        }
+        if let Ok(f) = fabric::Fabric::from_json(&file) {
+            let _ = fabric::index::Index::new(&f);
+        }
+    }
+
     #[test]
     fn conf_parse_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..2048)) {
         if let Ok(entries) = nccl_conf::parse(&bytes) {
@@ -99,6 +134,9 @@ proptest! {
 
 #[test]
 fn the_samples_are_valid() {
+    assert_eq!(import::ibnetdiscover(IBNET).unwrap().nodes.len(), 4);
+    assert_eq!(import::slurm_topology(TOPOLOGY).unwrap().nodes.len(), 12);
+    fabric::Fabric::from_json(FABRIC.as_bytes()).unwrap();
     assert_eq!(nccl_conf::parse(CONF.as_bytes()).unwrap().len(), 4);
     observe::SpoolFile::parse(&spool_sample()).unwrap();
 }

@@ -1,13 +1,14 @@
-//! Slurm's hostlist syntax for `--nodes`: `gpu-node-[01-16,20]`, several bracket groups
-//! (`rack[1-2]-n[1-4]`), lists (`a,b[1-2]`). Names keep their order (ranks follow it) and
-//! the zero padding of each range's first number; nothing is sorted or deduplicated.
+//! Slurm's hostlist syntax, as the CLI's `--nodes` and Slurm's own files (`topology.conf`)
+//! write it: `gpu-node-[01-16,20]`, several bracket groups (`rack[1-2]-n[1-4]`), lists
+//! (`a,b[1-2]`). Names keep their order (ranks follow it) and the zero padding of each
+//! range's first number; nothing is sorted or deduplicated.
 
 /// The most names one `--nodes` may expand to: the API's own limit on a pre-flight, and
 /// far beyond any run's. Checked before anything is expanded, so `[1-99999999]` costs
-/// nothing.
+/// nothing. Readers of whole fabrics pass their own bound to [`expand_at_most`].
 pub const MAX_NODES: usize = 4096;
 
-use heddle_types::names::HOSTNAME;
+use crate::names::HOSTNAME;
 
 /// Longest number in a range: 18 digits always fit in a `u64`.
 const MAX_DIGITS: usize = 18;
@@ -22,8 +23,14 @@ enum Part {
     Group(Vec<String>),
 }
 
-/// Expands a hostlist expression into names.
+/// Expands a hostlist expression into at most [`MAX_NODES`] names.
 pub fn expand(s: &str) -> Result<NodeList, String> {
+    expand_at_most(s, MAX_NODES)
+}
+
+/// Expands a hostlist expression into at most `max` names; more is an error, found before
+/// anything past the bound is made.
+pub fn expand_at_most(s: &str, max: usize) -> Result<NodeList, String> {
     let mut names = Vec::new();
     for item in split_top_level(s)? {
         let item = item.trim();
@@ -35,9 +42,8 @@ pub fn expand(s: &str) -> Result<NodeList, String> {
         if item.chars().any(|c| c.is_whitespace() || c.is_control()) {
             return Err(format!("{item:?}: a node name has no spaces"));
         }
-        let parts = parse_item(item, MAX_NODES - names.len()).map_err(|e| {
-            e.unwrap_or_else(|| format!("{s:?} expands to more than {MAX_NODES} names"))
-        })?;
+        let parts = parse_item(item, max - names.len(), max)
+            .map_err(|e| e.unwrap_or_else(|| format!("{s:?} expands to more than {max} names")))?;
         let mut expanded = vec![String::new()];
         for p in &parts {
             expanded = match p {
@@ -83,7 +89,7 @@ fn split_top_level(s: &str) -> Result<Vec<&str>, String> {
 /// times is refused at its second group rather than after it was all parsed, and the
 /// longest name it makes is checked against the host name rule, so that no name is longer
 /// than a node's may be.
-fn parse_item(item: &str, room: usize) -> Result<Vec<Part>, Option<String>> {
+fn parse_item(item: &str, room: usize, max: usize) -> Result<Vec<Part>, Option<String>> {
     let mut parts = Vec::new();
     let mut rest = item;
     let (mut count, mut longest) = (1usize, 0usize);
@@ -91,7 +97,7 @@ fn parse_item(item: &str, room: usize) -> Result<Vec<Part>, Option<String>> {
         match rest.find('[') {
             Some(0) => {
                 let end = rest.find(']').expect("brackets were checked");
-                let group = parse_group(item, &rest[1..end])?;
+                let group = parse_group(item, &rest[1..end], max)?;
                 count = count.saturating_mul(group.len());
                 if count > room {
                     return Err(None);
@@ -127,7 +133,7 @@ fn parse_item(item: &str, room: usize) -> Result<Vec<Part>, Option<String>> {
 }
 
 /// `01-16,20`: the numbers of one bracket group, each padded to its range's first number.
-fn parse_group(item: &str, group: &str) -> Result<Vec<String>, String> {
+fn parse_group(item: &str, group: &str, max: usize) -> Result<Vec<String>, String> {
     let mut out = Vec::new();
     for range in group.split(',') {
         let (lo, hi) = range.split_once('-').unwrap_or((range, range));
@@ -146,9 +152,9 @@ fn parse_group(item: &str, group: &str) -> Result<Vec<String>, String> {
             return Err(format!("{item:?}: the range {range} runs backwards"));
         }
         let len = b - a + 1;
-        if len > (MAX_NODES - out.len()) as u64 {
+        if len > (max - out.len()) as u64 {
             return Err(format!(
-                "{item:?}: [{group}] expands to more than {MAX_NODES} names"
+                "{item:?}: [{group}] expands to more than {max} names"
             ));
         }
         let width = lo.len();
@@ -225,6 +231,24 @@ mod tests {
             let err = expand(bad).unwrap_err();
             assert!(err.contains(want), "{bad:?}: {err}");
         }
+    }
+
+    #[test]
+    fn readers_of_whole_fabrics_set_their_own_bound() {
+        assert_eq!(
+            expand_at_most("n[00001-10000]", 20_000).unwrap().0.len(),
+            10_000
+        );
+        assert!(
+            expand("n[00001-10000]")
+                .unwrap_err()
+                .contains("more than 4096")
+        );
+        assert!(
+            expand_at_most("a,b,c", 2)
+                .unwrap_err()
+                .contains("more than 2")
+        );
     }
 
     #[test]
