@@ -17,11 +17,12 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use heddle_plugin_host::{HostConfig, Limits, PluginHost};
 use heddle_types::env_policy;
 use heddle_types::nccl_conf;
+use heddle_types::slurm as slurm_notes;
 
 use crate::detect::{self, DetectOutput};
 use crate::exec;
@@ -34,8 +35,13 @@ pub struct SlurmArgs {
 
 #[derive(Debug, clap::Subcommand)]
 pub enum SlurmCommand {
-    /// Print `export NAME=value` lines for the task this runs in (slurm.conf `TaskProlog`).
+    /// Print `export NAME=value` lines for the task this runs in (slurm.conf `TaskProlog`),
+    /// and the pre-flight's notes for the job as `print` lines.
     TaskProlog(TaskPrologArgs),
+    /// Mark what the NCCL profiler plugin recorded of the job (`SLURM_JOB_ID`) on this node
+    /// as final, so a cancelled job is not left running at the server (slurm.conf `Epilog`,
+    /// as root). Always exits 0.
+    Epilog(epilog::EpilogArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -54,10 +60,18 @@ pub struct TaskPrologArgs {
     /// Print the node's values only, without the rank's own.
     #[arg(long)]
     pub node_only: bool,
+    /// Where `heddle slurm prolog` leaves the job's notes; the task with local rank 0
+    /// prints them into the job's output.
+    #[arg(long, env = "HEDDLE_SLURM_DIR", default_value = slurm_notes::DEFAULT_DIR)]
+    pub notes_dir: PathBuf,
 }
 
 pub fn command(args: SlurmArgs) -> anyhow::Result<()> {
     match args.command {
+        SlurmCommand::Epilog(a) => {
+            epilog::command(&a);
+            Ok(())
+        }
         SlurmCommand::TaskProlog(a) => {
             // A panic would exit non-zero, and Slurm would kill the task for it.
             let out = std::panic::catch_unwind(|| task_prolog(&a)).unwrap_or_else(|_| Prolog {
@@ -93,12 +107,42 @@ fn task_prolog(args: &TaskPrologArgs) -> Prolog {
     let mut out = prolog(&node_env, rank, &task_env);
     messages.append(&mut out.messages);
     out.messages = messages;
+    // Once per node and step: the task of local rank 0.
+    if task_env.get("SLURM_LOCALID").is_none_or(|l| l.trim() == "0") {
+        out.stdout
+            .push_str(&notes(&args.notes_dir, &task_env, &mut out.messages));
+    }
     out
+}
+
+/// The pre-flight's notes for the task's job as `print` lines; a line that is not one
+/// printable line is dropped, whoever wrote it.
+fn notes(dir: &Path, task_env: &BTreeMap<String, String>, messages: &mut Vec<String>) -> String {
+    let Some(job) = task_env
+        .get("SLURM_JOB_ID")
+        .and_then(|j| slurm_notes::job_id(j))
+    else {
+        return String::new();
+    };
+    let path = dir.join(slurm_notes::notes_file(job));
+    let bytes = match read_bounded(&path, slurm_notes::MAX_NOTES_FILE_LEN) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return String::new(),
+        Err(e) => {
+            messages.push(format!("cannot read {} ({e})", path.display()));
+            return String::new();
+        }
+    };
+    String::from_utf8_lossy(&bytes)
+        .lines()
+        .filter(|l| slurm_notes::printable(l))
+        .map(|l| format!("print {l}\n"))
+        .collect()
 }
 
 /// The node's values; a missing or refused file gives none, with a message.
 pub fn read_env_file(path: &std::path::Path, messages: &mut Vec<String>) -> Vec<nccl_conf::Entry> {
-    let bytes = match read_bounded(path) {
+    let bytes = match read_bounded(path, nccl_conf::MAX_CONF_FILE_LEN) {
         Ok(b) => b,
         Err(e) => {
             messages.push(format!(
@@ -120,10 +164,10 @@ pub fn read_env_file(path: &std::path::Path, messages: &mut Vec<String>) -> Vec<
     }
 }
 
-/// At most one byte more than `nccl_conf::parse` accepts, from a regular file only: the
-/// path may come from the task's environment, and a FIFO or `/dev/zero` must not hold the
-/// task up.
-fn read_bounded(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
+/// At most one byte more than `max` (what `nccl_conf::parse` accepts, for the env file),
+/// from a regular file only: the path may come from the task's environment, and a FIFO or
+/// `/dev/zero` must not hold the task up.
+fn read_bounded(path: &std::path::Path, max: usize) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new()
@@ -134,7 +178,7 @@ fn read_bounded(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
         return Err(std::io::Error::other("not a regular file"));
     }
     let mut bytes = Vec::new();
-    file.take(nccl_conf::MAX_CONF_FILE_LEN as u64 + 1)
+    file.take(max as u64 + 1)
         .read_to_end(&mut bytes)?;
     Ok(bytes)
 }
@@ -272,5 +316,6 @@ fn check(name: &str, value: &str) -> Result<(), String> {
     }
 }
 
+pub mod epilog;
 #[cfg(test)]
 mod tests;

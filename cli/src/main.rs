@@ -18,6 +18,7 @@ mod progress;
 mod rdma_ab;
 mod regressions;
 mod runs;
+mod slurm;
 mod sweeps;
 mod table;
 mod tokens;

@@ -1,10 +1,12 @@
 //! Helpers shared by the end-to-end tests and the load generator: starting the real
 //! server binary as a child process and reading its resource use from /proc; the
-//! Docker fleet of the fleet test lives in [`fleet`].
+//! Docker fleet of the fleet test lives in [`fleet`], the Slurm cluster of the Slurm test
+//! in [`slurm`].
 
 pub mod fleet;
 pub mod fleet_ops;
 pub mod probe;
+pub mod slurm;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
