@@ -160,8 +160,9 @@ async fn ask(
     let refused = |e: String| ("refused", e);
     let nodes = match std::env::var("SLURMD_NODENAME") {
         Ok(n) if !n.trim().is_empty() => vec![n.trim().to_string()],
-        _ => crate::args::nodes(job_nodes().map_err(|e| refused(e.0))?)
-            .map_err(|e| refused(e.0))?,
+        _ => {
+            crate::args::nodes(job_nodes().map_err(|e| refused(e.0))?).map_err(|e| refused(e.0))?
+        }
     };
     let client = client.map_err(|e| refused(format!("{e:#}")))?;
     let request = PreflightRequest {
@@ -276,7 +277,10 @@ fn count(dir: &Path, name: &str) {
         f.write_all(out.as_bytes())
     };
     if let Err(e) = add() {
-        eprintln!("heddle slurm prolog: cannot count in {}: {e}", dir.display());
+        eprintln!(
+            "heddle slurm prolog: cannot count in {}: {e}",
+            dir.display()
+        );
     }
 }
 

@@ -5,6 +5,7 @@
 //! stops every daemon with its process group. Debian 12's packages, which `scripts/setup.sh
 //! --test` installs: `slurmctld slurmd slurm-client munge`.
 
+use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -85,7 +86,11 @@ pub struct Slurm {
 
 fn short_hostname() -> String {
     let h = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    h.trim().split('.').next().unwrap_or("localhost").to_string()
+    h.trim()
+        .split('.')
+        .next()
+        .unwrap_or("localhost")
+        .to_string()
 }
 
 fn user_name() -> String {
@@ -154,7 +159,9 @@ impl Slurm {
             ],
             &munge.join("munged.out"),
         )?];
-        wait_until("munged's socket", Duration::from_secs(10), || socket.exists())?;
+        wait_until("munged's socket", Duration::from_secs(10), || {
+            socket.exists()
+        })?;
 
         let host = short_hostname();
         let user = user_name();
@@ -397,6 +404,84 @@ impl Drop for Slurm {
             drop(d);
         }
     }
+}
+
+/// The installed copy of one of `deploy/slurm/`'s hooks (in `deploy`), its `conf=` line pointed at
+/// `conf` (the one setting a site changes there).
+pub fn install_hook(deploy: &Path, dir: &Path, name: &str, conf: &Path) -> PathBuf {
+    let text = std::fs::read_to_string(deploy.join(name)).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("conf="))
+        .unwrap_or_else(|| panic!("deploy/slurm/{name} has no conf= line"))
+        .to_string();
+    let path = dir.join(name);
+    std::fs::write(
+        &path,
+        text.replace(&line, &format!("conf={}", conf.display())),
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+/// A command's stdout and stderr, for assertions and their messages.
+pub fn text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// `NAME=value` of the variables Heddle sets, as each task printed them: (node, local
+/// rank) → variables. Tasks print `T <node> <localid> <env line>`.
+pub fn task_vars(output: &str) -> BTreeMap<(String, String), BTreeMap<String, String>> {
+    let mut out: BTreeMap<(String, String), BTreeMap<String, String>> = BTreeMap::new();
+    for l in output.lines() {
+        let mut parts = l.splitn(4, ' ');
+        let (Some("T"), Some(node), Some(local), Some(var)) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        let entry = out.entry((node.into(), local.into())).or_default();
+        if let Some((k, v)) = var.split_once('=') {
+            entry.insert(k.into(), v.into());
+        }
+    }
+    out
+}
+
+/// A task command that prints Heddle's variables (and a line when it has none).
+pub const PRINT_VARS: &str = "echo \"T $SLURMD_NODENAME $SLURM_LOCALID ran=yes\"; \
+    env | grep -E '^(NCCL_|UCX_|HEDDLE_LOCAL_RANK_|HEDDLE_SLURM_EXPORTED|CUDA_DEVICE_ORDER|LD_PRELOAD)' \
+    | sed \"s/^/T $SLURMD_NODENAME $SLURM_LOCALID /\"";
+
+/// The variables `heddle-agent slurm task-prolog` exports for local rank `local` on the
+/// sysfs at `root` with the node env file `env_file`, run directly (outside Slurm): what
+/// every such task must have received.
+pub fn expected_exports(
+    agent: &Path,
+    root: &Path,
+    env_file: &Path,
+    local: &str,
+) -> BTreeMap<String, String> {
+    let out = Command::new(agent)
+        .args(["slurm", "task-prolog", "--root"])
+        .arg(root)
+        .arg("--nccl-env-file")
+        .arg(env_file)
+        .env_clear()
+        .env("SLURM_LOCALID", local)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.strip_prefix("export "))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 /// Polls `ready` every 100 ms until it holds or `within` passes.

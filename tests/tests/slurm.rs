@@ -22,7 +22,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use heddle_e2e::slurm::{Hooks, Slurm, missing, wait_until};
+use heddle_e2e::admin_api::AdminApi;
+use heddle_e2e::slurm::{
+    Hooks, PRINT_VARS, Slurm, expected_exports, install_hook, missing, task_vars, text, wait_until,
+};
 use heddle_e2e::{ServerProcess, free_port, sibling_binary};
 use heddle_server::testing::TestDb;
 use serde_json::{Value, json};
@@ -33,7 +36,10 @@ const NODES: [&str; 3] = ["hn-1", "hn-2", "hn-3"];
 const FIXTURE: &str = "agent/tests/fixtures/dgx1";
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().into()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .into()
 }
 
 fn built(name: &str) -> PathBuf {
@@ -53,139 +59,6 @@ impl Drop for Agent {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
-    }
-}
-
-/// The installed copy of one of `deploy/slurm/`'s hooks, its `conf=` line pointed at
-/// `conf` (the one setting a site changes there).
-fn install_hook(dir: &Path, name: &str, conf: &Path) -> PathBuf {
-    let text = std::fs::read_to_string(repo().join("deploy/slurm").join(name)).unwrap();
-    let line = text
-        .lines()
-        .find(|l| l.starts_with("conf="))
-        .unwrap_or_else(|| panic!("deploy/slurm/{name} has no conf= line"))
-        .to_string();
-    let path = dir.join(name);
-    std::fs::write(&path, text.replace(&line, &format!("conf={}", conf.display()))).unwrap();
-    std::fs::set_permissions(
-        &path,
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
-    path
-}
-
-fn text(out: &std::process::Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-/// `NAME=value` of the variables Heddle sets, as each task printed them: (node, local
-/// rank) → variables. Tasks print `T <node> <localid> <env line>`.
-fn task_vars(output: &str) -> BTreeMap<(String, String), BTreeMap<String, String>> {
-    let mut out: BTreeMap<(String, String), BTreeMap<String, String>> = BTreeMap::new();
-    for l in output.lines() {
-        let mut parts = l.splitn(4, ' ');
-        let (Some("T"), Some(node), Some(local), Some(var)) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
-            continue;
-        };
-        let entry = out.entry((node.into(), local.into())).or_default();
-        if let Some((k, v)) = var.split_once('=') {
-            entry.insert(k.into(), v.into());
-        }
-    }
-    out
-}
-
-/// A task command that prints Heddle's variables (and a line when it has none).
-const PRINT_VARS: &str = "echo \"T $SLURMD_NODENAME $SLURM_LOCALID ran=yes\"; \
-    env | grep -E '^(NCCL_|UCX_|HEDDLE_LOCAL_RANK_|CUDA_DEVICE_ORDER|LD_PRELOAD)' \
-    | sed \"s/^/T $SLURMD_NODENAME $SLURM_LOCALID /\"";
-
-/// What `heddle-agent slurm task-prolog` prints for local rank `local` on `node`, run
-/// directly (outside Slurm): the lines every such task must have received.
-fn expected_exports(agent: &Path, env_file: &Path, local: &str) -> BTreeMap<String, String> {
-    let out = Command::new(agent)
-        .args(["slurm", "task-prolog", "--root"])
-        .arg(repo().join(FIXTURE))
-        .arg("--nccl-env-file")
-        .arg(env_file)
-        .env_clear()
-        .env("SLURM_LOCALID", local)
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.strip_prefix("export "))
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
-
-struct Api {
-    url: String,
-    http: reqwest::Client,
-}
-
-impl Api {
-    async fn call(&self, method: reqwest::Method, path: &str, bearer: &str, body: Value) -> Value {
-        let mut req = self
-            .http
-            .request(method, format!("{}{path}", self.url))
-            .json(&body);
-        if !bearer.is_empty() {
-            req = req.bearer_auth(bearer);
-        }
-        let resp = req.send().await.unwrap();
-        let status = resp.status();
-        let text = resp.text().await.unwrap_or_default();
-        assert!(status.is_success(), "{path}: {status} {text}");
-        serde_json::from_str(&text).unwrap_or(Value::Null)
-    }
-
-    async fn post(&self, path: &str, bearer: &str, body: Value) -> Value {
-        self.call(reqwest::Method::POST, path, bearer, body).await
-    }
-
-    async fn enrollment_token(&self, node: Option<&str>) -> String {
-        let v = self
-            .post("/api/v1/enrollment-tokens", ADMIN, json!({"node": node}))
-            .await;
-        v["token"].as_str().unwrap().to_string()
-    }
-
-    /// Enrolls `host` by the agent protocol and uploads memcpy results of `history`
-    /// (GB/s), each judged on arrival: what the node's verdict is made of.
-    async fn node_with_history(&self, host: &str, history: &[f64]) {
-        let token = self.enrollment_token(None).await;
-        let enrolled = self
-            .post(
-                "/api/v1/agent/enroll",
-                "",
-                json!({"enroll_token": token, "hostname": host}),
-            )
-            .await;
-        let cred = enrolled["credential"].as_str().unwrap().to_string();
-        for (i, gbs) in history.iter().enumerate() {
-            self.post(
-                "/api/v1/runs",
-                ADMIN,
-                json!({"kind": "memcpy", "nodes": [host]}),
-            )
-            .await;
-            let lease = self.post("/api/v1/agent/jobs/claim", &cred, json!({})).await;
-            let job = lease["job_id"].as_str().expect("the memcpy job").to_string();
-            let body = json!({"upload_key": format!("{host}-{i}"), "outcome": "succeeded",
-                "rows": [{"size_bytes": 64 << 20, "op": "memcpy", "algbw_gbs": gbs, "wrong": 0}],
-                "started_at": "2026-01-01T00:00:00Z", "finished_at": "2026-01-01T00:00:01Z"});
-            self.post(&format!("/api/v1/agent/jobs/{job}/result"), &cred, body)
-                .await;
-        }
     }
 }
 
@@ -235,10 +108,7 @@ async fn heddle_under_a_real_slurm() {
     let server = ServerProcess::start(&db.url, free_port(), ADMIN, 2, &[])
         .await
         .unwrap();
-    let api = Api {
-        url: server.url.clone(),
-        http: reqwest::Client::new(),
-    };
+    let api = AdminApi::new(&server.url, ADMIN);
     api.post(
         "/api/v1/expectations",
         ADMIN,
@@ -246,7 +116,8 @@ async fn heddle_under_a_real_slurm() {
     )
     .await;
     api.node_with_history("hn-1", &[8.0]).await;
-    api.node_with_history("hn-2", &[15.0, 15.0, 15.0, 12.0]).await;
+    api.node_with_history("hn-2", &[15.0, 15.0, 15.0, 12.0])
+        .await;
     api.node_with_history("hn-3", &[12.0]).await;
     let viewer = api
         .post(
@@ -356,9 +227,24 @@ async fn heddle_under_a_real_slurm() {
     )
     .unwrap();
     let hooks = Hooks {
-        prolog: install_hook(dir, "heddle-prolog", &prolog_conf),
-        task_prolog: install_hook(dir, "heddle-task-prolog", &task_conf),
-        epilog: install_hook(dir, "heddle-epilog", &epilog_conf),
+        prolog: install_hook(
+            &repo().join("deploy/slurm"),
+            dir,
+            "heddle-prolog",
+            &prolog_conf,
+        ),
+        task_prolog: install_hook(
+            &repo().join("deploy/slurm"),
+            dir,
+            "heddle-task-prolog",
+            &task_conf,
+        ),
+        epilog: install_hook(
+            &repo().join("deploy/slurm"),
+            dir,
+            "heddle-epilog",
+            &epilog_conf,
+        ),
     };
     let slurm = Slurm::start(dir, &NODES, &hooks).unwrap_or_else(|e| panic!("{e:#}"));
     eprintln!("slurm up after {:?}", started.elapsed());
@@ -375,32 +261,59 @@ async fn heddle_under_a_real_slurm() {
             let got = seen
                 .get(&(n.to_string(), local.to_string()))
                 .unwrap_or_else(|| panic!("no task {n}/{local}: {srun_text}"));
-            let want = expected_exports(&agent_bin, &env_file, local);
+            let want = expected_exports(&agent_bin, &fixture, &env_file, local);
             assert!(want.contains_key("NCCL_IB_HCA") && want.contains_key("HEDDLE_LOCAL_RANK_GPU"));
             for (k, v) in &want {
                 assert_eq!(got.get(k), Some(v), "{n} local {local}: {k}\n{srun_text}");
             }
             rank_gpus.insert((n, local), got["HEDDLE_LOCAL_RANK_GPU"].clone());
         }
-        assert_ne!(rank_gpus[&(n, "0")], rank_gpus[&(n, "1")], "each rank its own GPU");
+        assert_ne!(
+            rank_gpus[&(n, "0")],
+            rank_gpus[&(n, "1")],
+            "each rank its own GPU"
+        );
     }
     // The pre-flight's WARN and FAIL (not drained: --drain is off) reach the job's output once per node.
-    assert!(srun_text.contains("heddle: pre-flight memcpy WARN on hn-2"), "{srun_text}");
-    assert!(srun_text.contains("FAIL on hn-1") && srun_text.contains("left in service"), "{srun_text}");
+    assert!(
+        srun_text.contains("heddle: pre-flight memcpy WARN on hn-2"),
+        "{srun_text}"
+    );
+    assert!(
+        srun_text.contains("FAIL on hn-1") && srun_text.contains("left in service"),
+        "{srun_text}"
+    );
 
     // The same through sbatch, and the job's own --export wins.
     let job = slurm.sbatch(
-        &["-N2", "-w", "hn-[1-2]", "--export=ALL,NCCL_IB_HCA=from-the-job"],
-        &format!("#!/bin/sh\nsrun -N2 -n4 sh -c '{}'\n", PRINT_VARS.replace('\'', "'\\''")),
+        &[
+            "-N2",
+            "--ntasks-per-node=2",
+            "-w",
+            "hn-[1-2]",
+            "--export=ALL,NCCL_IB_HCA=from-the-job",
+        ],
+        &format!(
+            "#!/bin/sh\nsrun -N2 -n4 sh -c '{}'\n",
+            PRINT_VARS.replace('\'', "'\\''")
+        ),
     );
-    assert_eq!(slurm.wait_job(&job, Duration::from_secs(120)), "COMPLETED");
-    let batch_text = std::fs::read_to_string(slurm.output_path(&job)).unwrap();
+    let state = slurm.wait_job(&job, Duration::from_secs(120));
+    let batch_text = std::fs::read_to_string(slurm.output_path(&job)).unwrap_or_default();
+    assert_eq!(state, "COMPLETED", "{batch_text}");
     let seen = task_vars(&batch_text);
     for n in ["hn-1", "hn-2"] {
         for local in ["0", "1"] {
-            let got = &seen[&(n.to_string(), local.to_string())];
-            assert_eq!(got["NCCL_IB_HCA"], "from-the-job", "{batch_text}");
-            assert_eq!(got["HEDDLE_LOCAL_RANK_GPU"], rank_gpus[&(n, local)], "{batch_text}");
+            let got = seen
+                .get(&(n.to_string(), local.to_string()))
+                .unwrap_or_else(|| panic!("no task {n}/{local}: {batch_text}"));
+            let hca = got.get("NCCL_IB_HCA").map(String::as_str);
+            assert_eq!(hca, Some("from-the-job"), "{batch_text}");
+            assert_eq!(
+                got.get("HEDDLE_LOCAL_RANK_GPU"),
+                Some(&rank_gpus[&(n, local)]),
+                "{batch_text}"
+            );
         }
     }
 
@@ -409,34 +322,68 @@ async fn heddle_under_a_real_slurm() {
     std::fs::write(&hostile, "NCCL_NET_PLUGIN=/tmp/evil.so\nNCCL_ALGO=Ring\n").unwrap();
     write_task_conf(&agent_bin, 60, Some(&hostile));
     let t = text(&slurm.srun(&["-N1", "-n1", "-w", "hn-3", "sh", "-c", PRINT_VARS]));
-    assert!(t.contains("T hn-3 0 NCCL_ALGO=Ring") && !t.contains("NCCL_NET_PLUGIN"), "{t}");
-    std::fs::write(&hostile, "NCCL_ALGO=Ring\nNCCL_PROTO=Simple\rexport LD_PRELOAD=/tmp/x.so\n").unwrap();
+    assert!(
+        t.contains("T hn-3 0 NCCL_ALGO=Ring") && !t.contains("NCCL_NET_PLUGIN"),
+        "{t}"
+    );
+    std::fs::write(
+        &hostile,
+        "NCCL_ALGO=Ring\nNCCL_PROTO=Simple\rexport LD_PRELOAD=/tmp/x.so\n",
+    )
+    .unwrap();
     let t = text(&slurm.srun(&["-N1", "-n1", "-w", "hn-3", "sh", "-c", PRINT_VARS]));
     assert!(t.contains("T hn-3 0 ran=yes"), "{t}");
-    assert!(!t.contains("NCCL_ALGO") && !t.contains("LD_PRELOAD") && !t.contains("NCCL_PROTO"), "{t}");
+    assert!(
+        !t.contains("NCCL_ALGO") && !t.contains("LD_PRELOAD") && !t.contains("NCCL_PROTO"),
+        "{t}"
+    );
 
     // A task prolog that fails, or hangs past its timeout, after printing a line: the task
     // starts with stock settings, and its output says why.
     let fake = dir.join("fake-agent");
     for (body, timeout_s, says) in [
-        ("echo export NCCL_ALGO=half-done; exit 3", 60, "the task prolog failed (exit 3)"),
-        ("echo export NCCL_ALGO=half-done; sleep 30", 1, "the task prolog took more than 1 s"),
+        (
+            "echo export NCCL_ALGO=half-done; exit 3",
+            60,
+            "the task prolog failed (exit 3)",
+        ),
+        (
+            "echo export NCCL_ALGO=half-done; sleep 30",
+            1,
+            "the task prolog took more than 1 s",
+        ),
     ] {
         std::fs::write(&fake, format!("#!/bin/sh\n{body}\n")).unwrap();
-        std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
         write_task_conf(&fake, timeout_s, None);
         let begun = Instant::now();
         let t = text(&slurm.srun(&["-N1", "-n1", "-w", "hn-3", "sh", "-c", PRINT_VARS]));
-        assert!(t.contains("T hn-3 0 ran=yes") && !t.contains("NCCL_ALGO"), "{t}");
-        assert!(t.contains(&format!("heddle: {says}; the task runs with stock settings")), "{t}");
-        assert!(begun.elapsed() < Duration::from_secs(20), "{:?}", begun.elapsed());
+        assert!(
+            t.contains("T hn-3 0 ran=yes") && !t.contains("NCCL_ALGO"),
+            "{t}"
+        );
+        assert!(
+            t.contains(&format!(
+                "heddle: {says}; the task runs with stock settings"
+            )),
+            "{t}"
+        );
+        assert!(
+            begun.elapsed() < Duration::from_secs(20),
+            "{:?}",
+            begun.elapsed()
+        );
     }
     write_task_conf(&agent_bin, 60, None);
 
     // --- Pre-flight with draining on: the job lands on hn-[1-2], hn-1 FAILs, is drained
     // with Heddle's reason, and Slurm requeues the job, which runs on hn-2 and hn-3.
     write_prolog_conf(&server.url, true);
-    let job = slurm.sbatch(&["-N2"], "#!/bin/sh\nsrun -N2 sh -c 'echo \"ran on $SLURMD_NODENAME\"'\n");
+    let job = slurm.sbatch(
+        &["-N2"],
+        "#!/bin/sh\nsrun -N2 sh -c 'echo \"ran on $SLURMD_NODENAME\"'\n",
+    );
     wait_until("the job requeued", Duration::from_secs(60), || {
         slurm.job_field(&job, "Restarts").is_some_and(|r| r != "0")
     })
@@ -444,15 +391,31 @@ async fn heddle_under_a_real_slurm() {
     let state = slurm.node_field("hn-1", "State").unwrap_or_default();
     assert!(state.contains("DRAIN"), "{state}");
     let reason = slurm.node_field("hn-1", "Reason").unwrap_or_default();
-    assert!(reason.starts_with("heddle: ") && reason.contains("below"), "{reason}");
+    assert!(
+        reason.starts_with("heddle: ") && reason.contains("below"),
+        "{reason}"
+    );
     // Slurm holds a requeued job back for a while (BeginTime); an operator may let it go.
-    let _ = slurm.cmd("scontrol").args(["update", &format!("jobid={job}"), "StartTime=now"]).output();
-    assert_eq!(slurm.wait_job(&job, Duration::from_secs(120)), "COMPLETED");
-    assert_eq!(slurm.job_field(&job, "NodeList").as_deref(), Some("hn-[2-3]"));
-    let t = std::fs::read_to_string(slurm.output_path(&job)).unwrap();
-    assert!(t.contains("ran on hn-2") && t.contains("ran on hn-3") && !t.contains("ran on hn-1"), "{t}");
+    let _ = slurm
+        .cmd("scontrol")
+        .args(["update", &format!("jobid={job}"), "StartTime=now"])
+        .output();
+    let state = slurm.wait_job(&job, Duration::from_secs(120));
+    let t = std::fs::read_to_string(slurm.output_path(&job)).unwrap_or_default();
+    assert_eq!(state, "COMPLETED", "{t}");
+    assert_eq!(
+        slurm.job_field(&job, "NodeList").as_deref(),
+        Some("hn-[2-3]")
+    );
+    assert!(
+        t.contains("ran on hn-2") && t.contains("ran on hn-3") && !t.contains("ran on hn-1"),
+        "{t}"
+    );
     assert!(t.contains("heddle: pre-flight memcpy WARN on hn-2"), "{t}");
-    let _ = slurm.cmd("scontrol").args(["update", "nodename=hn-1", "state=resume"]).output();
+    let _ = slurm
+        .cmd("scontrol")
+        .args(["update", "nodename=hn-1", "state=resume"])
+        .output();
 
     // A server that accepts connections and never answers: the job waits the prolog's 2 s,
     // starts unchecked, says so, and the node counts it.
@@ -462,8 +425,16 @@ async fn heddle_under_a_real_slurm() {
     let t = text(&slurm.srun(&["-N1", "-n1", "-w", "hn-3", "sh", "-c", PRINT_VARS]));
     let waited = begun.elapsed();
     assert!(t.contains("T hn-3 0 ran=yes"), "{t}");
-    assert!(t.contains("pre-flight did not run (the server did not answer within 2s); the job starts unchecked"), "{t}");
-    assert!(waited >= Duration::from_secs(2) && waited < Duration::from_secs(30), "{waited:?}");
+    assert!(
+        t.contains(
+            "pre-flight did not run (the server did not answer within 2s); the job starts unchecked"
+        ),
+        "{t}"
+    );
+    assert!(
+        waited >= Duration::from_secs(2) && waited < Duration::from_secs(30),
+        "{waited:?}"
+    );
     let counts = std::fs::read_to_string(node_dir("hn-3", "slurm").join("prolog-counts")).unwrap();
     assert!(counts.lines().any(|l| l == "unreachable 1"), "{counts}");
     drop(silent);
@@ -479,7 +450,7 @@ async fn heddle_under_a_real_slurm() {
         plugin.display(),
         dir.display()
     );
-    let job = slurm.sbatch(&["-N2", "-w", "hn-[2-3]"], &script);
+    let job = slurm.sbatch(&["-N2", "--ntasks-per-node=2", "-w", "hn-[2-3]"], &script);
     let joined = |want_finished: bool| {
         let url = server.url.clone();
         let job = job.clone();
@@ -498,13 +469,20 @@ async fn heddle_under_a_real_slurm() {
     };
     let running = joined(false);
     tokio::task::spawn_blocking(move || {
-        wait_until("the step observed on both nodes", Duration::from_secs(90), running)
+        wait_until(
+            "the step observed on both nodes",
+            Duration::from_secs(90),
+            running,
+        )
     })
     .await
     .unwrap()
     .unwrap_or_else(|e| panic!("{e}{}", slurm.logs()));
     let (_, table, _) = heddle(&server.url, &["jobs", "ls", "--slurm-job", &job]);
-    assert!(table.contains(&format!("slurm:{job}.0")) && table.contains("hn-2,hn-3"), "{table}");
+    assert!(
+        table.contains(&format!("slurm:{job}.0")) && table.contains("hn-2,hn-3"),
+        "{table}"
+    );
     let out = slurm.cmd("scancel").arg(&job).output().unwrap();
     assert!(out.status.success(), "{}", text(&out));
     let done = joined(true);
@@ -515,6 +493,30 @@ async fn heddle_under_a_real_slurm() {
     .unwrap()
     .unwrap_or_else(|e| panic!("{e}{}", slurm.logs()));
 
+    // What the prolog costs a job's start on a node that passes (this build's CLI).
+    let mut took: Vec<Duration> = (0..5)
+        .map(|_| {
+            let begun = Instant::now();
+            let out = Command::new(&heddle_bin)
+                .args(["slurm", "prolog", "--check", "memcpy", "--dir"])
+                .arg(dir.join("prolog-timing"))
+                .env_clear()
+                .env("HEDDLE_URL", &server.url)
+                .env("HEDDLE_TOKEN", &viewer)
+                .env("HEDDLE_CONFIG", "/nonexistent")
+                .env("SLURMD_NODENAME", "hn-3")
+                .env("SLURM_JOB_ID", "1")
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", text(&out));
+            begun.elapsed()
+        })
+        .collect();
+    took.sort();
+    eprintln!(
+        "heddle slurm prolog on a passing node: median {:?} of 5",
+        took[2]
+    );
     eprintln!("the Slurm test took {:?}", started.elapsed());
     drop(slurm);
     drop(agents);

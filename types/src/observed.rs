@@ -371,7 +371,13 @@ mod tests {
         let j = &joined[0];
         assert_eq!(j.nodes, ["n1", "n2"]);
         assert_eq!(j.ids, [rows[1].id, rows[0].id]);
-        assert_eq!((j.processes, j.finished, j.verdict), (4, false, Verdict::Warn));
-        assert_eq!((joined[1].processes, joined[2].job_key.as_str()), (1, "slurm:9.1"));
+        assert_eq!(
+            (j.processes, j.finished, j.verdict),
+            (4, false, Verdict::Warn)
+        );
+        assert_eq!(
+            (joined[1].processes, joined[2].job_key.as_str()),
+            (1, "slurm:9.1")
+        );
     }
 }

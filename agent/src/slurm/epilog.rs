@@ -19,7 +19,11 @@ use crate::lifecycle::observe::ingest::{self, JobSpool};
 pub struct EpilogArgs {
     /// The job spool the NCCL profiler plugin writes and the agent reads (`run
     /// --job-spool`).
-    #[arg(long, env = "HEDDLE_JOB_SPOOL", default_value = "/var/spool/heddle/jobs")]
+    #[arg(
+        long,
+        env = "HEDDLE_JOB_SPOOL",
+        default_value = "/var/spool/heddle/jobs"
+    )]
     pub job_spool: PathBuf,
     /// Where `heddle slurm prolog` leaves the job's notes.
     #[arg(long, env = "HEDDLE_SLURM_DIR", default_value = slurm_notes::DEFAULT_DIR)]
@@ -153,9 +157,11 @@ mod tests {
         let target: SpoolFile = serde_json::from_slice(&std::fs::read(&secret).unwrap()).unwrap();
         assert!(!target.is_final);
         assert!(
-            std::fs::read_dir(&dir)
+            std::fs::read_dir(&dir).unwrap().all(|e| !e
                 .unwrap()
-                .all(|e| !e.unwrap().file_name().to_string_lossy().starts_with('.'))
+                .file_name()
+                .to_string_lossy()
+                .starts_with('.'))
         );
     }
 }
