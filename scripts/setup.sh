@@ -6,7 +6,8 @@
 #                                # PostgreSQL, curl, the wasm targets, wasm-bindgen-cli
 #   scripts/setup.sh --test      # and what the tests need (scripts/test.sh): Docker,
 #                                # Chromium and chromedriver, debootstrap, rdma-core, UCX and
-#                                # perftest, promtool, kubectl, the manifest validators
+#                                # perftest, promtool, Slurm and munge, kubectl, the
+#                                # manifest validators
 #   scripts/setup.sh --only rust # only the rustup targets and wasm-bindgen-cli (no apt)
 #
 # Needs Debian 12 (apt-get) and rustup; runs apt-get through sudo unless it is root.
@@ -56,6 +57,7 @@ if [[ $mode != rust ]]; then
             chromium chromium-driver           # dashboard tests in a real browser
             debootstrap debian-archive-keyring # local Docker base image, checked
             prometheus                         # promtool, for the alert rules and /metrics
+            slurmctld slurmd slurm-client munge # a real Slurm for tests/tests/slurm.rs
         )
         command -v docker >/dev/null || packages+=(docker.io)
     fi
@@ -74,6 +76,11 @@ if [[ $mode != rust ]]; then
     # Debian's prometheus package starts a Prometheus server on :9090; only promtool is wanted.
     if [[ " ${missing[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null; then
         $sudo systemctl disable --now prometheus >/dev/null 2>&1 || true
+    fi
+    # Nor are Debian's Slurm and munge services: the Slurm test starts daemons of its own,
+    # with their own configuration, key and ports.
+    if [[ " ${missing[*]} " == *" slurmd "* ]] && command -v systemctl >/dev/null; then
+        $sudo systemctl disable --now slurmctld slurmd munge >/dev/null 2>&1 || true
     fi
     if [[ $mode == test ]] && ! docker info >/dev/null 2>&1; then
         $sudo systemctl start docker >/dev/null 2>&1 || $sudo service docker start >/dev/null 2>&1 || true

@@ -17,11 +17,12 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use heddle_plugin_host::{HostConfig, Limits, PluginHost};
 use heddle_types::env_policy;
 use heddle_types::nccl_conf;
+use heddle_types::slurm as slurm_notes;
 
 use crate::detect::{self, DetectOutput};
 use crate::exec;
@@ -34,8 +35,13 @@ pub struct SlurmArgs {
 
 #[derive(Debug, clap::Subcommand)]
 pub enum SlurmCommand {
-    /// Print `export NAME=value` lines for the task this runs in (slurm.conf `TaskProlog`).
+    /// Print `export NAME=value` lines for the task this runs in (slurm.conf `TaskProlog`),
+    /// and the pre-flight's notes for the job as `print` lines.
     TaskProlog(TaskPrologArgs),
+    /// Mark what the NCCL profiler plugin recorded of the job (`SLURM_JOB_ID`) on this node
+    /// as final, so a cancelled job is not left running at the server (slurm.conf `Epilog`,
+    /// as root). Always exits 0.
+    Epilog(epilog::EpilogArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -54,31 +60,74 @@ pub struct TaskPrologArgs {
     /// Print the node's values only, without the rank's own.
     #[arg(long)]
     pub node_only: bool,
+    /// Where `heddle slurm prolog` leaves the job's notes; the task with local rank 0
+    /// prints them into the job's output.
+    #[arg(long, env = "HEDDLE_SLURM_DIR", default_value = slurm_notes::DEFAULT_DIR)]
+    pub notes_dir: PathBuf,
 }
 
 pub fn command(args: SlurmArgs) -> anyhow::Result<()> {
     match args.command {
+        SlurmCommand::Epilog(a) => {
+            epilog::command(&a);
+            Ok(())
+        }
         SlurmCommand::TaskProlog(a) => {
             // A panic would exit non-zero, and Slurm would kill the task for it.
             let out = std::panic::catch_unwind(|| task_prolog(&a)).unwrap_or_else(|_| Prolog {
-                stdout: String::new(),
                 messages: vec!["internal error; the task gets no values from Heddle".into()],
+                ..Prolog::default()
             });
             let mut err = std::io::stderr().lock();
             for m in &out.messages {
                 let _ = writeln!(err, "heddle-agent task-prolog: {m}");
             }
-            let _ = std::io::stdout().lock().write_all(out.stdout.as_bytes());
+            let mut stdout = std::io::stdout().lock();
+            let _ = stdout.write_all(out.stdout.as_bytes());
+            let _ = stdout.write_all(out.exported.as_bytes());
             Ok(())
         }
     }
 }
 
-/// What the prolog prints: stdout for Slurm, messages for stderr.
+/// What the prolog prints: stdout for Slurm (`stdout`, then `exported`), messages for
+/// stderr.
 #[derive(Debug, Default, PartialEq)]
 pub struct Prolog {
     pub stdout: String,
+    /// The line that names what was exported ([`EXPORTED_VAR`]), or unsets it.
+    pub exported: String,
     pub messages: Vec<String>,
+}
+
+/// Names the variables the task prolog exported, each as `NAME:TAG` with a hash of the
+/// value. A job step's tasks inherit the batch script's environment, and the batch script
+/// got the task prolog's values of the first node's local rank 0: a variable that still
+/// holds what Heddle gave it there is Heddle's, not the job's, and is computed again for
+/// each task (or unset where this task gets no value). One the job changed since keeps the
+/// job's value.
+pub const EXPORTED_VAR: &str = "HEDDLE_SLURM_EXPORTED";
+
+/// FNV-1a of the value: enough to tell a value Heddle set from one the job set since.
+fn value_tag(v: &str) -> String {
+    let h = v.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
+    format!("{h:08x}")
+}
+
+/// The variables of `task_env` that still hold what a Heddle task prolog exported.
+fn inherited(task_env: &BTreeMap<String, String>) -> std::collections::BTreeSet<String> {
+    let Some(list) = task_env.get(EXPORTED_VAR) else {
+        return Default::default();
+    };
+    list.split(',')
+        .filter_map(|e| {
+            let (name, tag) = e.split_once(':')?;
+            let now = task_env.get(name)?;
+            (value_tag(now) == tag).then(|| name.to_string())
+        })
+        .collect()
 }
 
 fn task_prolog(args: &TaskPrologArgs) -> Prolog {
@@ -93,12 +142,45 @@ fn task_prolog(args: &TaskPrologArgs) -> Prolog {
     let mut out = prolog(&node_env, rank, &task_env);
     messages.append(&mut out.messages);
     out.messages = messages;
+    // Once per node and step: the task of local rank 0.
+    if task_env
+        .get("SLURM_LOCALID")
+        .is_none_or(|l| l.trim() == "0")
+    {
+        out.stdout
+            .push_str(&notes(&args.notes_dir, &task_env, &mut out.messages));
+    }
     out
+}
+
+/// The pre-flight's notes for the task's job as `print` lines; a line that is not one
+/// printable line is dropped, whoever wrote it.
+fn notes(dir: &Path, task_env: &BTreeMap<String, String>, messages: &mut Vec<String>) -> String {
+    let Some(job) = task_env
+        .get("SLURM_JOB_ID")
+        .and_then(|j| slurm_notes::job_id(j))
+    else {
+        return String::new();
+    };
+    let path = dir.join(slurm_notes::notes_file(job));
+    let bytes = match read_bounded(&path, slurm_notes::MAX_NOTES_FILE_LEN) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return String::new(),
+        Err(e) => {
+            messages.push(format!("cannot read {} ({e})", path.display()));
+            return String::new();
+        }
+    };
+    String::from_utf8_lossy(&bytes)
+        .lines()
+        .filter(|l| slurm_notes::printable(l))
+        .map(|l| format!("print {l}\n"))
+        .collect()
 }
 
 /// The node's values; a missing or refused file gives none, with a message.
 pub fn read_env_file(path: &std::path::Path, messages: &mut Vec<String>) -> Vec<nccl_conf::Entry> {
-    let bytes = match read_bounded(path) {
+    let bytes = match read_bounded(path, nccl_conf::MAX_CONF_FILE_LEN) {
         Ok(b) => b,
         Err(e) => {
             messages.push(format!(
@@ -120,10 +202,10 @@ pub fn read_env_file(path: &std::path::Path, messages: &mut Vec<String>) -> Vec<
     }
 }
 
-/// At most one byte more than `nccl_conf::parse` accepts, from a regular file only: the
-/// path may come from the task's environment, and a FIFO or `/dev/zero` must not hold the
-/// task up.
-fn read_bounded(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
+/// At most one byte more than `max` (what `nccl_conf::parse` accepts, for the env file),
+/// from a regular file only: the path may come from the task's environment, and a FIFO or
+/// `/dev/zero` must not hold the task up.
+fn read_bounded(path: &std::path::Path, max: usize) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new()
@@ -134,8 +216,7 @@ fn read_bounded(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
         return Err(std::io::Error::other("not a regular file"));
     }
     let mut bytes = Vec::new();
-    file.take(nccl_conf::MAX_CONF_FILE_LEN as u64 + 1)
-        .read_to_end(&mut bytes)?;
+    file.take(max as u64 + 1).read_to_end(&mut bytes)?;
     Ok(bytes)
 }
 
@@ -185,9 +266,17 @@ pub fn prolog(
         .iter()
         .map(|e| (e.name.clone(), e.value.clone()))
         .collect();
+    // What an enclosing step's task prolog exported is not the job's own: it is computed
+    // again for this task.
+    let heddles = inherited(task_env);
+    let own: BTreeMap<String, String> = task_env
+        .iter()
+        .filter(|(k, _)| !heddles.contains(*k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     let mut vars = node.clone();
     if let Some(rank) = rank {
-        match rank_plan(rank, &node, task_env) {
+        match rank_plan(rank, &node, &own) {
             Ok(Some(plan)) => {
                 vars = plan.env;
                 if !plan.cpus.is_empty() {
@@ -202,8 +291,9 @@ pub fn prolog(
         }
     }
     let mut stdout = String::new();
+    let mut exported = Vec::new();
     for (name, value) in &vars {
-        if task_env.contains_key(name) {
+        if own.contains_key(name) {
             continue;
         }
         match check(name, value) {
@@ -213,11 +303,31 @@ pub fn prolog(
                 stdout.push('=');
                 stdout.push_str(value);
                 stdout.push('\n');
+                exported.push(format!("{name}:{}", value_tag(value)));
             }
             Err(why) => messages.push(format!("{name} is not set: {why}")),
         }
     }
-    Prolog { stdout, messages }
+    for name in &heddles {
+        if !exported
+            .iter()
+            .any(|e| e.split(':').next() == Some(name.as_str()))
+        {
+            stdout.push_str(&format!("unset {name}\n"));
+        }
+    }
+    let exported = if !exported.is_empty() {
+        format!("export {EXPORTED_VAR}={}\n", exported.join(","))
+    } else if task_env.contains_key(EXPORTED_VAR) {
+        format!("unset {EXPORTED_VAR}\n")
+    } else {
+        String::new()
+    };
+    Prolog {
+        stdout,
+        exported,
+        messages,
+    }
 }
 
 /// The rank plan of `exec`, with the node's values from the env file. Slurm names the
@@ -272,5 +382,6 @@ fn check(name: &str, value: &str) -> Result<(), String> {
     }
 }
 
+pub mod epilog;
 #[cfg(test)]
 mod tests;

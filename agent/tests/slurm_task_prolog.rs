@@ -39,8 +39,27 @@ fn a_task_on_gpu6_gets_exactly_these_lines() {
     );
     eprintln!("task-prolog took {:?} (debug build)", started.elapsed());
     assert_eq!(code, 0);
+    // Last, the line that names what was exported (for a step inside a batch job).
+    let (stdout, marker) = stdout.trim_end().rsplit_once('\n').unwrap();
+    let names: Vec<&str> = marker
+        .strip_prefix("export HEDDLE_SLURM_EXPORTED=")
+        .unwrap_or_else(|| panic!("{marker}"))
+        .split(',')
+        .map(|e| e.split(':').next().unwrap())
+        .collect();
+    let exported: Vec<&str> = stdout
+        .lines()
+        .map(|l| {
+            l.strip_prefix("export ")
+                .unwrap()
+                .split('=')
+                .next()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(names, exported);
     assert_eq!(
-        stdout,
+        format!("{stdout}\n"),
         "export CUDA_DEVICE_ORDER=PCI_BUS_ID\n\
          export HEDDLE_LOCAL_RANK_CPUS=20-39,60-79\n\
          export HEDDLE_LOCAL_RANK_GPU=6\n\

@@ -68,7 +68,9 @@ pub enum Command {
     /// decide (3 to 6: it could not ask; see `heddle --help`).
     Preflight {
         /// Node ids or hostnames, in Slurm's hostlist syntax: `gpu-node-[01-16,20],login1`.
-        #[arg(long, required = true, value_parser = crate::args::hostlist)]
+        /// Default: the nodes of the Slurm job this runs in (`SLURM_JOB_NODELIST`, else
+        /// `SLURM_NODELIST`), as in a batch script or a `PrologSlurmctld`.
+        #[arg(long, value_parser = crate::args::hostlist)]
         nodes: Vec<NodeList>,
         /// Verdicts older than this are stale: 3600, 90s, 30m, 1h, 2d (server default 1h).
         #[arg(long, value_parser = crate::args::seconds)]
@@ -89,6 +91,9 @@ pub enum Command {
     /// offline detector.
     #[command(subcommand)]
     Regressions(crate::regressions::RegressionsCmd),
+    /// Slurm hooks: `slurm prolog`, pre-flight as a Slurm `Prolog` (docs/jobs.md).
+    #[command(subcommand)]
+    Slurm(crate::slurm::SlurmCmd),
     /// Print a shell completion script: `source <(heddle completions bash)`, or save it
     /// where the shell loads completions from (`heddle completions zsh > ~/.zfunc/_heddle`).
     Completions { shell: clap_complete::Shell },
@@ -196,6 +201,23 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         && let Command::Regressions(cmd) = cli.command
     {
         return crate::regressions::offline(cmd, cli.json);
+    }
+    if matches!(cli.command, Command::Slurm(_))
+        && let Command::Slurm(cmd) = cli.command
+    {
+        // A Slurm hook answers with its own exit codes whatever the configuration says:
+        // a failed prolog drains the node.
+        let saved = config::load();
+        let server = cli
+            .server
+            .clone()
+            .or(saved.server.clone())
+            .unwrap_or_else(|| "http://127.0.0.1:8080".into());
+        let token = cli.token.clone().or(saved.token.clone());
+        let client = saved
+            .tls(&cli.tls, &server)
+            .and_then(|tls| Client::new(&server, token, &tls).map_err(anyhow::Error::from));
+        return Ok(crate::slurm::run(cmd, client).await);
     }
     let cli = match cli.command {
         Command::Investigate(cmd) => match crate::investigate::offline(cmd, cli.json) {
@@ -423,6 +445,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             check,
             wait,
         } => {
+            let nodes = if nodes.is_empty() {
+                crate::slurm::job_nodes()?
+            } else {
+                nodes
+            };
             let request = PreflightRequest {
                 nodes: crate::args::nodes(nodes)?,
                 max_age_s: max_age,
@@ -434,7 +461,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Health { node } => return crate::health::health(&client, node, json).await,
         Command::Expectations(cmd) => crate::health::expectations(&client, cmd, json).await?,
         Command::Regressions(cmd) => return crate::regressions::run(&client, cmd, json).await,
-        Command::Completions { .. } => unreachable!("answered above"),
+        Command::Completions { .. } | Command::Slurm(_) => unreachable!("answered above"),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::Subcommand;
-use heddle_types::observed::{ObservedJob, ObservedJobSummary};
+use heddle_types::observed::{ObservedJob, ObservedJobSummary, join_nodes};
 
 use crate::client::{Client, query};
 use crate::exit::Exit;
@@ -17,6 +17,10 @@ pub enum JobsCmd {
         /// Only jobs on this node (id or hostname).
         #[arg(long)]
         node: Option<String>,
+        /// Only this Slurm job (`SLURM_JOB_ID`): one row per job step, its nodes' ranks
+        /// joined (`--json`: the joined steps, with each node's row id).
+        #[arg(long)]
+        slurm_job: Option<String>,
         /// Jobs to list (most recent first); `--all` for every page.
         #[arg(long, default_value_t = 50)]
         limit: u32,
@@ -48,11 +52,20 @@ fn human_band(band: u32) -> String {
 
 pub async fn run(client: &Client, cmd: JobsCmd, json: bool) -> anyhow::Result<ExitCode> {
     match cmd {
-        JobsCmd::Ls { node, limit, all } => {
+        JobsCmd::Ls {
+            node,
+            slurm_job,
+            limit,
+            all,
+        } => {
+            let filters = [("node", &node), ("slurm_job", &slurm_job)];
+            // A Slurm job is joined from all of its rows, however many pages they take.
+            let all = all || slurm_job.is_some();
             let path = if all {
-                format!("/api/v1/jobs{}", query(&[("node", &node)]))
+                format!("/api/v1/jobs{}", query(&filters))
             } else {
-                let q = query(&[("node", &node), ("limit", &Some(limit.to_string()))]);
+                let limit = Some(limit.to_string());
+                let q = query(&[filters[0], filters[1], ("limit", &limit)]);
                 format!("/api/v1/jobs{q}")
             };
             let jobs: Vec<ObservedJobSummary> = if all {
@@ -60,6 +73,10 @@ pub async fn run(client: &Client, cmd: JobsCmd, json: bool) -> anyhow::Result<Ex
             } else {
                 client.get(&path).await?
             };
+            if slurm_job.is_some() {
+                print_joined(&jobs, json)?;
+                return Ok(ExitCode::SUCCESS);
+            }
             if json {
                 print_json(&jobs)?;
             } else {
@@ -98,6 +115,31 @@ pub async fn run(client: &Client, cmd: JobsCmd, json: bool) -> anyhow::Result<Ex
             Ok(Exit::of_verdict(job.summary.verdict).into())
         }
     }
+}
+
+/// One row per job step: its nodes and their processes together.
+fn print_joined(jobs: &[ObservedJobSummary], json: bool) -> anyhow::Result<()> {
+    let joined = join_nodes(jobs);
+    if json {
+        return print_json(&joined);
+    }
+    let mut t = table::new(&["JOB", "NODES", "PROCS", "DONE", "VERDICT", "IDS"]);
+    for j in &joined {
+        t.add_row(vec![
+            j.job_key.clone(),
+            j.nodes.join(","),
+            j.processes.to_string(),
+            if j.finished { "yes" } else { "no" }.into(),
+            j.verdict.to_string(),
+            j.ids
+                .iter()
+                .map(|i| i.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+        ]);
+    }
+    println!("{t}");
+    Ok(())
 }
 
 fn print_job(job: &ObservedJob) {

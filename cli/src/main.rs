@@ -19,6 +19,7 @@ mod rdma_ab;
 mod regressions;
 mod runs;
 mod simulate;
+mod slurm;
 mod sweeps;
 mod table;
 mod tokens;

@@ -1,18 +1,26 @@
 //! Helpers shared by the end-to-end tests and the load generator: starting the real
 //! server binary as a child process and reading its resource use from /proc; the
-//! Docker fleet of the fleet test lives in [`fleet`].
+//! Docker fleet of the fleet test lives in [`fleet`], the Slurm cluster of the Slurm test
+//! in [`slurm`].
 
+pub mod admin_api;
 pub mod compare;
 pub mod fleet;
 pub mod fleet_ops;
 pub mod probe;
+pub mod slurm;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-/// The `heddle-server` binary built next to the running executable (same profile).
+/// The `heddle-server` binary built next to the running executable (same profile), or in
+/// `HEDDLE_E2E_BIN_DIR` when set (binaries built elsewhere, or kept apart from a target
+/// directory that other checkouts build into).
 pub fn sibling_binary(name: &str) -> PathBuf {
+    if let Some(dir) = std::env::var_os("HEDDLE_E2E_BIN_DIR") {
+        return PathBuf::from(dir).join(name);
+    }
     let exe = std::env::current_exe().expect("current exe");
     let mut dir = exe.parent().expect("exe dir").to_path_buf();
     // Test executables live in target/<profile>/deps.

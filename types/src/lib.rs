@@ -32,6 +32,7 @@ pub mod plugins;
 pub mod recommend;
 pub mod regress;
 pub mod rows;
+pub mod slurm;
 pub mod sweeps;
 pub mod transport;
 

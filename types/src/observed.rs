@@ -204,6 +204,71 @@ impl Observation {
     }
 }
 
+/// One job across the nodes it ran on: the per-node rows of `GET /api/v1/jobs` that share a
+/// job key (a Slurm job step is one key on every node), as `heddle jobs ls --slurm-job`
+/// shows them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JoinedJob {
+    pub job_key: String,
+    pub slurm_job_id: Option<String>,
+    /// Host names, in order.
+    pub nodes: Vec<String>,
+    /// Processes on all nodes together (each rank is one process).
+    pub processes: u32,
+    /// Every node's processes have finished with NCCL.
+    pub finished: bool,
+    /// The nodes' verdicts combined ([`Verdict::combine`]).
+    pub verdict: Verdict,
+    /// The per-node rows (`GET /api/v1/jobs/{id}`), in the order of `nodes`.
+    pub ids: Vec<Uuid>,
+}
+
+/// Joins per-node rows by job key and uid (another user's job of the same id is another
+/// job), keeping the order in which each key first appears.
+pub fn join_nodes(rows: &[ObservedJobSummary]) -> Vec<JoinedJob> {
+    let mut out: Vec<(u32, JoinedJob, Vec<Verdict>)> = Vec::new();
+    for r in rows {
+        let at = match out
+            .iter()
+            .position(|(uid, j, _)| *uid == r.uid && j.job_key == r.job_key)
+        {
+            Some(i) => i,
+            None => {
+                out.push((
+                    r.uid,
+                    JoinedJob {
+                        job_key: r.job_key.clone(),
+                        slurm_job_id: r.slurm_job_id.clone(),
+                        nodes: Vec::new(),
+                        processes: 0,
+                        finished: true,
+                        verdict: Verdict::Unknown,
+                        ids: Vec::new(),
+                    },
+                    Vec::new(),
+                ));
+                out.len() - 1
+            }
+        };
+        let (_, j, verdicts) = &mut out[at];
+        j.nodes.push(r.hostname.clone());
+        j.ids.push(r.id);
+        j.processes = j.processes.saturating_add(r.processes);
+        j.finished &= r.finished;
+        verdicts.push(r.verdict);
+    }
+    out.into_iter()
+        .map(|(_, mut j, verdicts)| {
+            let mut order: Vec<usize> = (0..j.nodes.len()).collect();
+            order.sort_by(|a, b| j.nodes[*a].cmp(&j.nodes[*b]));
+            j.ids = order.iter().map(|i| j.ids[*i]).collect();
+            j.nodes = order.iter().map(|i| j.nodes[*i].clone()).collect();
+            j.verdict = Verdict::combine(verdicts);
+            j
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -269,5 +334,50 @@ mod tests {
         );
         assert_eq!(dominant_net(&[n("IB", 900), n("Socket", 10)]), Some("IB"));
         assert!(is_socket("Socket") && !is_socket("IB"));
+    }
+
+    #[test]
+    fn a_job_step_on_two_nodes_is_one_job() {
+        let row = |host: &str, key: &str, uid: u32, procs: u32, finished: bool, verdict| {
+            ObservedJobSummary {
+                id: Uuid::new_v4(),
+                node_id: Uuid::new_v4(),
+                hostname: host.into(),
+                job_key: key.into(),
+                source: ObservationSource::Profiler,
+                uid,
+                slurm_job_id: Some("9".into()),
+                k8s_namespace: None,
+                k8s_pod: None,
+                comm: None,
+                processes: procs,
+                communicators: 1,
+                finished,
+                env_applied: None,
+                first_seen_at: Utc::now(),
+                last_seen_at: Utc::now(),
+                verdict,
+                reasons: vec![],
+            }
+        };
+        let rows = [
+            row("n2", "slurm:9.0", 0, 2, true, Verdict::Pass),
+            row("n1", "slurm:9.0", 0, 2, false, Verdict::Warn),
+            row("n1", "slurm:9.0", 1000, 1, true, Verdict::Pass),
+            row("n1", "slurm:9.1", 0, 1, true, Verdict::Pass),
+        ];
+        let joined = join_nodes(&rows);
+        assert_eq!(joined.len(), 3);
+        let j = &joined[0];
+        assert_eq!(j.nodes, ["n1", "n2"]);
+        assert_eq!(j.ids, [rows[1].id, rows[0].id]);
+        assert_eq!(
+            (j.processes, j.finished, j.verdict),
+            (4, false, Verdict::Warn)
+        );
+        assert_eq!(
+            (joined[1].processes, joined[2].job_key.as_str()),
+            (1, "slurm:9.1")
+        );
     }
 }

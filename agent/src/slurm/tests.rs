@@ -138,3 +138,48 @@ fn values_slurm_cannot_carry_are_refused_not_printed() {
     assert!(read_env_file(&f, &mut messages).is_empty());
     assert!(messages[0].contains("is refused whole"));
 }
+
+/// The lines a TaskProlog printed, applied to `env` as slurmstepd applies them.
+fn apply(env: &mut BTreeMap<String, String>, out: &Prolog) {
+    for line in out.stdout.lines().chain(out.exported.lines()) {
+        if let Some((k, v)) = line.strip_prefix("export ").and_then(|l| l.split_once('=')) {
+            env.insert(k.into(), v.into());
+        } else if let Some(k) = line.strip_prefix("unset ") {
+            env.remove(k);
+        }
+    }
+}
+
+#[test]
+fn a_step_inside_a_batch_job_gets_its_own_rank_values_not_the_batch_scripts() {
+    // The batch script's task prolog ran as local rank 0; its values are in the
+    // environment every step's task inherits, and the job changed one of them since.
+    let mut batch = env(&[("SLURM_LOCALID", "0")]);
+    let first = prolog(&node_env(), Some(rank_input("dgx1")), &batch);
+    apply(&mut batch, &first);
+    assert!(first.exported.starts_with("export HEDDLE_SLURM_EXPORTED="));
+    batch.insert("UCX_RNDV_THRESH".into(), "65536".into());
+    // A step's task of local rank 5, and one that gets no rank values.
+    let mut task = batch.clone();
+    task.insert("SLURM_LOCALID".into(), "5".into());
+    let out = prolog(&node_env(), Some(rank_input("dgx1")), &task);
+    apply(&mut task, &out);
+    assert_eq!(task["HEDDLE_LOCAL_RANK_GPU"], "5");
+    assert_eq!(task["UCX_NET_DEVICES"], "mlx5_2:1");
+    assert_eq!(task["UCX_RNDV_THRESH"], "65536", "the job's own value wins");
+    let mut bare = batch.clone();
+    let out = prolog(&node_env(), None, &bare);
+    apply(&mut bare, &out);
+    assert!(!bare.contains_key("HEDDLE_LOCAL_RANK_GPU"), "{out:?}");
+    assert_eq!(
+        bare["UCX_NET_DEVICES"],
+        "mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1"
+    );
+    // A claim on a value the job set itself changes nothing.
+    let mine = env(&[
+        ("NCCL_IB_HCA", "mine"),
+        (EXPORTED_VAR, "NCCL_IB_HCA:00000000"),
+    ]);
+    let out = prolog(&node_env(), None, &mine);
+    assert!(!out.stdout.contains("NCCL_IB_HCA"), "{}", out.stdout);
+}

@@ -54,6 +54,8 @@ pub async fn upload_observations(
 pub struct JobFilter {
     /// Only jobs observed on this node (id or hostname).
     node: Option<String>,
+    /// Only the job steps of this Slurm job (`SLURM_JOB_ID`), on every node they ran on.
+    slurm_job: Option<String>,
     /// Jobs per page (1 to 1000, default 50).
     limit: Option<i64>,
     /// Where the next page starts: the `x-next-cursor` of the previous page.
@@ -82,7 +84,7 @@ pub async fn list_jobs(
         None => None,
     };
     let limit = super::limit(f.limit, 50);
-    let rows = store::list(&state.db, node, after, limit).await?;
+    let rows = store::list(&state.db, node, f.slurm_job.as_deref(), after, limit).await?;
     Ok(Page::of(rows, limit, store::list_key))
 }
 

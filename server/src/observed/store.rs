@@ -351,15 +351,17 @@ pub fn parse_list_key(key: &str) -> Option<(DateTime<Utc>, Uuid)> {
 }
 
 /// Observed jobs, most recently seen first: `limit + 1` of them (for [`crate::api::page`]),
-/// after `after`, of one node when given.
+/// after `after`, of one node and of one Slurm job when given.
 pub async fn list(
     db: &PgPool,
     node: Option<Uuid>,
+    slurm_job: Option<&str>,
     after: Option<(DateTime<Utc>, Uuid)>,
     limit: i64,
 ) -> Result<Vec<ObservedJobSummary>, ObservedError> {
     let rows: Vec<SummaryRow> = sqlx::query_as(&format!(
         "{SUMMARY} WHERE ($1::uuid IS NULL OR j.node_id = $1)
+           AND ($5::text IS NULL OR j.slurm_job_id = $5)
            AND ($2::timestamptz IS NULL OR (j.last_seen_at, j.id) < ($2, $3))
          GROUP BY j.id, n.hostname ORDER BY j.last_seen_at DESC, j.id DESC LIMIT $4"
     ))
@@ -367,6 +369,7 @@ pub async fn list(
     .bind(after.map(|a| a.0))
     .bind(after.map(|a| a.1))
     .bind(limit + 1)
+    .bind(slurm_job)
     .fetch_all(db)
     .await?;
     Ok(rows.into_iter().map(SummaryRow::into_summary).collect())

@@ -319,6 +319,44 @@ impl JobSpool {
         }
     }
 
+    /// Writes `bytes` over the entry `name` atomically (a private temporary file renamed
+    /// over it), owned by `uid`, so that the owner rule still holds for what it says: the
+    /// Slurm epilog's final copy of a killed job's file.
+    pub fn replace_as(&self, name: &OsStr, bytes: &[u8], uid: u32) -> std::io::Result<()> {
+        let tmp = CString::new(format!(".heddle-final-{}", std::process::id()))
+            .map_err(std::io::Error::other)?;
+        let target = CString::new(name.as_bytes()).map_err(std::io::Error::other)?;
+        let dir = self.dir.as_raw_fd();
+        // SAFETY: valid C strings and an open directory descriptor. A leftover of a crashed
+        // run is removed first (root may remove any entry of the sticky directory).
+        let fd = unsafe {
+            libc::unlinkat(dir, tmp.as_ptr(), 0);
+            libc::openat(
+                dir,
+                tmp.as_ptr(),
+                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                0o600,
+            )
+        };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: fd was just opened and is owned by nothing else.
+        let file = unsafe { File::from_raw_fd(fd) };
+        let written = write_owned(file, bytes, uid).and_then(|()| {
+            // SAFETY: both names are valid C strings relative to the open directory.
+            if unsafe { libc::renameat(dir, tmp.as_ptr(), dir, target.as_ptr()) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+        if written.is_err() {
+            // SAFETY: as above.
+            unsafe { libc::unlinkat(dir, tmp.as_ptr(), 0) };
+        }
+        written
+    }
+
     /// Reads what changed since the last scan, within the bounds. Files named `.…` (a
     /// writer's temporary file) or not ending in `.json` are not looked at.
     pub fn scan(&mut self, now: SystemTime) -> ScanReport {
@@ -386,6 +424,17 @@ impl JobSpool {
         }
         report
     }
+}
+
+/// Writes `bytes` to `file`, gives it to `uid` and makes it durable.
+fn write_owned(mut file: File, bytes: &[u8], uid: u32) -> std::io::Result<()> {
+    use std::io::Write;
+    file.write_all(bytes)?;
+    // SAFETY: the descriptor is open; a gid of -1 leaves the group as it is.
+    if unsafe { libc::fchown(file.as_raw_fd(), uid, u32::MAX) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    file.sync_all()
 }
 
 #[cfg(test)]

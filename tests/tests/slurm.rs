@@ -1,0 +1,523 @@
+//! Heddle under a real Slurm (Debian 12's slurmctld and slurmd, `scripts/setup.sh --test`):
+//! three node names on this machine, a `heddle-server` on Postgres, one `heddle-agent` per
+//! node name, and the hooks of `deploy/slurm/` as slurm.conf names them. What must hold:
+//!
+//! - every task started by `srun` or `sbatch` gets its node's values and its local rank's
+//!   (`TaskProlog`); the job's own `--export` wins; refused values and files with hidden
+//!   characters never reach a task; a task prolog that fails or hangs lets the task start
+//!   with stock settings and says so in the job's output;
+//! - the `Prolog`'s pre-flight drains a FAIL node with Heddle's reason and Slurm requeues
+//!   the job onto the others; a WARN is a line in the job's output; a server that does not
+//!   answer holds a job up only for the prolog's timeout, and is counted;
+//! - a job step whose ranks run NCCL's profiler plugin (driven through its C ABI by
+//!   `heddle-profiler-drive`) on two nodes is one job for `heddle jobs ls --slurm-job`, and
+//!   cancelling it with `scancel` marks it finished (`Epilog`).
+//!
+//! Skipped, saying so, where the Slurm or munge packages are not installed. Needs
+//! `HEDDLE_TEST_DATABASE_URL` and the workspace's binaries built (`cargo build`, and
+//! `cargo build -p heddle-nccl-profiler` for the plugin library).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use heddle_e2e::admin_api::AdminApi;
+use heddle_e2e::slurm::{
+    Hooks, PRINT_VARS, Slurm, expected_exports, install_hook, missing, task_vars, text, wait_until,
+};
+use heddle_e2e::{ServerProcess, free_port, sibling_binary};
+use heddle_server::testing::TestDb;
+use serde_json::{Value, json};
+
+const ADMIN: &str = "hdl_slurm-e2e-admin-token-0123456789abcdefghijklmnop";
+const NODES: [&str; 3] = ["hn-1", "hn-2", "hn-3"];
+/// What the rank values are computed from: a DGX-1's sysfs (8 GPUs, 4 HCAs).
+const FIXTURE: &str = "agent/tests/fixtures/dgx1";
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .into()
+}
+
+fn built(name: &str) -> PathBuf {
+    let p = sibling_binary(name);
+    assert!(
+        p.is_file(),
+        "{} is not built: `cargo build --workspace` and `cargo build -p heddle-nccl-profiler` first",
+        p.display()
+    );
+    p
+}
+
+/// A `heddle-agent run` for one Slurm node name; killed when dropped.
+struct Agent(Child);
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `heddle ARGS` against the server, as the admin.
+fn heddle(url: &str, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(built("heddle"))
+        .args(args)
+        .env_clear()
+        .env("HEDDLE_URL", url)
+        .env("HEDDLE_TOKEN", ADMIN)
+        .env("HOME", "/nonexistent")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heddle_under_a_real_slurm() {
+    let lacking = missing();
+    if !lacking.is_empty() {
+        eprintln!(
+            "SKIPPED: Slurm and munge are not installed (no {}); `scripts/setup.sh --test` \
+             installs them (apt-get install slurmctld slurmd slurm-client munge)",
+            lacking.join(", ")
+        );
+        return;
+    }
+    let started = Instant::now();
+    let (agent_bin, drive, plugin) = (
+        built("heddle-agent"),
+        built("heddle-profiler-drive"),
+        built("libheddle_nccl_profiler.so"),
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let fixture = repo().join(FIXTURE);
+    let heddle_bin = built("heddle");
+
+    // The server, and each node's verdict for the prolog's pre-flight (memcpy against an
+    // operator expectation of 10 GB/s): hn-1 fails it, hn-2 clears it but fell 20 % below
+    // its own baseline (WARN), hn-3 passes.
+    let db = TestDb::create().await;
+    let server = ServerProcess::start(&db.url, free_port(), ADMIN, 2, &[])
+        .await
+        .unwrap();
+    let api = AdminApi::new(&server.url, ADMIN);
+    api.post(
+        "/api/v1/expectations",
+        ADMIN,
+        json!({"test": "memcpy", "metric": "algbw_gbs", "value": 10.0, "source": "site acceptance"}),
+    )
+    .await;
+    api.node_with_history("hn-1", &[8.0]).await;
+    api.node_with_history("hn-2", &[15.0, 15.0, 15.0, 12.0])
+        .await;
+    api.node_with_history("hn-3", &[12.0]).await;
+    let viewer = api
+        .post(
+            "/api/v1/tokens",
+            ADMIN,
+            json!({"name": "slurm-prolog", "role": "viewer"}),
+        )
+        .await["token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // One agent per node name, each re-enrolled by a token bound to its node, on the dgx1
+    // sysfs, with its own node env file, job spool and Slurm notes directory.
+    let node_dir = |n: &str, what: &str| dir.join(format!("{what}-{n}"));
+    let mut agents = Vec::new();
+    for n in NODES {
+        std::fs::create_dir_all(node_dir(n, "job")).unwrap();
+        let token = api.enrollment_token(Some(n)).await;
+        let log = std::fs::File::create(dir.join(format!("agent-{n}.log"))).unwrap();
+        agents.push(Agent(
+            Command::new(&agent_bin)
+                .arg("run")
+                .args(["--server", &server.url, "--enroll-token", &token])
+                .arg("--state-dir")
+                .arg(node_dir(n, "state"))
+                .args(["--hostname", n, "--claim-interval", "200ms"])
+                .arg("--facts-root")
+                .arg(&fixture)
+                .arg("--nccl-env-file")
+                .arg(node_dir(n, "job").join("nccl.env"))
+                .arg("--job-spool")
+                .arg(node_dir(n, "spool"))
+                .args(["--job-spool-interval", "200ms"])
+                .env("HEDDLE_LOG", "info")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .unwrap(),
+        ));
+    }
+    for n in NODES {
+        let env_file = node_dir(n, "job").join("nccl.env");
+        wait_until(
+            &format!("{n}'s node env file"),
+            Duration::from_secs(60),
+            || std::fs::read_to_string(&env_file).is_ok_and(|t| t.contains("NCCL_IB_HCA=")),
+        )
+        .unwrap_or_else(|e| {
+            panic!(
+                "{e}: {}",
+                std::fs::read_to_string(dir.join(format!("agent-{n}.log"))).unwrap_or_default()
+            )
+        });
+    }
+
+    // The hooks, as deploy/slurm/ ships them; their settings (the binaries under test among
+    // them) in the conf files they read.
+    let task_conf = dir.join("slurm-task.conf");
+    let prolog_conf = dir.join("slurm-prolog.conf");
+    let epilog_conf = dir.join("slurm-epilog.conf");
+    let write_task_conf = |agent: &Path, timeout_s: u32, env_file: Option<&Path>| {
+        let env_file = env_file.map_or_else(
+            || format!("{}/job-$SLURMD_NODENAME/nccl.env", dir.display()),
+            |p| p.display().to_string(),
+        );
+        std::fs::write(
+            &task_conf,
+            format!(
+                "agent={}\ntimeout_s={timeout_s}\nHEDDLE_NCCL_ENV_FILE={env_file}\n\
+                 HEDDLE_FACTS_ROOT={}; export HEDDLE_FACTS_ROOT\n\
+                 HEDDLE_SLURM_DIR={}/slurm-$SLURMD_NODENAME; export HEDDLE_SLURM_DIR\n",
+                agent.display(),
+                fixture.display(),
+                dir.display()
+            ),
+        )
+        .unwrap();
+    };
+    let write_prolog_conf = |url: &str, drain: bool| {
+        std::fs::write(
+            &prolog_conf,
+            format!(
+                "heddle={}\nHEDDLE_URL={url}\nHEDDLE_TOKEN={viewer}\nHEDDLE_SLURM_DRAIN={drain}\n\
+                 HEDDLE_SLURM_PREFLIGHT_CHECK=memcpy\nHEDDLE_SLURM_PREFLIGHT_TIMEOUT=2s\n\
+                 HEDDLE_SLURM_DIR={}/slurm-$SLURMD_NODENAME\n",
+                heddle_bin.display(),
+                dir.display()
+            ),
+        )
+        .unwrap();
+    };
+    // A debug build of the agent compiles the plugins in each task: seconds, not the
+    // release build's milliseconds.
+    write_task_conf(&agent_bin, 60, None);
+    write_prolog_conf(&server.url, false);
+    std::fs::write(
+        &epilog_conf,
+        format!(
+            "agent={}\nHEDDLE_JOB_SPOOL={}/spool-$SLURMD_NODENAME\n\
+             HEDDLE_SLURM_DIR={}/slurm-$SLURMD_NODENAME\n",
+            agent_bin.display(),
+            dir.display(),
+            dir.display()
+        ),
+    )
+    .unwrap();
+    let hooks = Hooks {
+        prolog: install_hook(
+            &repo().join("deploy/slurm"),
+            dir,
+            "heddle-prolog",
+            &prolog_conf,
+        ),
+        task_prolog: install_hook(
+            &repo().join("deploy/slurm"),
+            dir,
+            "heddle-task-prolog",
+            &task_conf,
+        ),
+        epilog: install_hook(
+            &repo().join("deploy/slurm"),
+            dir,
+            "heddle-epilog",
+            &epilog_conf,
+        ),
+    };
+    let slurm = Slurm::start(dir, &NODES, &hooks).unwrap_or_else(|e| panic!("{e:#}"));
+    eprintln!("slurm up after {:?}", started.elapsed());
+
+    // --- Environment: srun across two nodes, two tasks each.
+    let out = slurm.srun(&["-N2", "-n4", "-w", "hn-[1-2]", "sh", "-c", PRINT_VARS]);
+    let srun_text = text(&out);
+    assert!(out.status.success(), "{srun_text}{}", slurm.logs());
+    let seen = task_vars(&srun_text);
+    let mut rank_gpus = BTreeMap::new();
+    for n in ["hn-1", "hn-2"] {
+        let env_file = node_dir(n, "job").join("nccl.env");
+        for local in ["0", "1"] {
+            let got = seen
+                .get(&(n.to_string(), local.to_string()))
+                .unwrap_or_else(|| panic!("no task {n}/{local}: {srun_text}"));
+            let want = expected_exports(&agent_bin, &fixture, &env_file, local);
+            assert!(want.contains_key("NCCL_IB_HCA") && want.contains_key("HEDDLE_LOCAL_RANK_GPU"));
+            for (k, v) in &want {
+                assert_eq!(got.get(k), Some(v), "{n} local {local}: {k}\n{srun_text}");
+            }
+            rank_gpus.insert((n, local), got["HEDDLE_LOCAL_RANK_GPU"].clone());
+        }
+        assert_ne!(
+            rank_gpus[&(n, "0")],
+            rank_gpus[&(n, "1")],
+            "each rank its own GPU"
+        );
+    }
+    // The pre-flight's WARN and FAIL (not drained: --drain is off) reach the job's output once per node.
+    assert!(
+        srun_text.contains("heddle: pre-flight memcpy WARN on hn-2"),
+        "{srun_text}"
+    );
+    assert!(
+        srun_text.contains("FAIL on hn-1") && srun_text.contains("left in service"),
+        "{srun_text}"
+    );
+
+    // The same through sbatch, and the job's own --export wins.
+    let job = slurm.sbatch(
+        &[
+            "-N2",
+            "--ntasks-per-node=2",
+            "-w",
+            "hn-[1-2]",
+            "--export=ALL,NCCL_IB_HCA=from-the-job",
+        ],
+        &format!(
+            "#!/bin/sh\nsrun -N2 -n4 sh -c '{}'\n",
+            PRINT_VARS.replace('\'', "'\\''")
+        ),
+    );
+    let state = slurm.wait_job(&job, Duration::from_secs(120));
+    let batch_text = std::fs::read_to_string(slurm.output_path(&job)).unwrap_or_default();
+    assert_eq!(state, "COMPLETED", "{batch_text}");
+    let seen = task_vars(&batch_text);
+    for n in ["hn-1", "hn-2"] {
+        for local in ["0", "1"] {
+            let got = seen
+                .get(&(n.to_string(), local.to_string()))
+                .unwrap_or_else(|| panic!("no task {n}/{local}: {batch_text}"));
+            let hca = got.get("NCCL_IB_HCA").map(String::as_str);
+            assert_eq!(hca, Some("from-the-job"), "{batch_text}");
+            assert_eq!(
+                got.get("HEDDLE_LOCAL_RANK_GPU"),
+                Some(&rank_gpus[&(n, local)]),
+                "{batch_text}"
+            );
+        }
+    }
+
+    // A node env file with a value the policy refuses, and one with a hidden character.
+    let hostile = dir.join("hostile.env");
+    std::fs::write(&hostile, "NCCL_NET_PLUGIN=/tmp/evil.so\nNCCL_ALGO=Ring\n").unwrap();
+    write_task_conf(&agent_bin, 60, Some(&hostile));
+    let t = text(&slurm.srun(&["-N1", "-n1", "-w", "hn-3", "sh", "-c", PRINT_VARS]));
+    assert!(
+        t.contains("T hn-3 0 NCCL_ALGO=Ring") && !t.contains("NCCL_NET_PLUGIN"),
+        "{t}"
+    );
+    std::fs::write(
+        &hostile,
+        "NCCL_ALGO=Ring\nNCCL_PROTO=Simple\rexport LD_PRELOAD=/tmp/x.so\n",
+    )
+    .unwrap();
+    let t = text(&slurm.srun(&["-N1", "-n1", "-w", "hn-3", "sh", "-c", PRINT_VARS]));
+    assert!(t.contains("T hn-3 0 ran=yes"), "{t}");
+    assert!(
+        !t.contains("NCCL_ALGO") && !t.contains("LD_PRELOAD") && !t.contains("NCCL_PROTO"),
+        "{t}"
+    );
+
+    // A task prolog that fails, or hangs past its timeout, after printing a line: the task
+    // starts with stock settings, and its output says why.
+    let fake = dir.join("fake-agent");
+    for (body, timeout_s, says) in [
+        (
+            "echo export NCCL_ALGO=half-done; exit 3",
+            60,
+            "the task prolog failed (exit 3)",
+        ),
+        (
+            "echo export NCCL_ALGO=half-done; sleep 30",
+            1,
+            "the task prolog took more than 1 s",
+        ),
+    ] {
+        std::fs::write(&fake, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        write_task_conf(&fake, timeout_s, None);
+        let begun = Instant::now();
+        let t = text(&slurm.srun(&["-N1", "-n1", "-w", "hn-3", "sh", "-c", PRINT_VARS]));
+        assert!(
+            t.contains("T hn-3 0 ran=yes") && !t.contains("NCCL_ALGO"),
+            "{t}"
+        );
+        assert!(
+            t.contains(&format!(
+                "heddle: {says}; the task runs with stock settings"
+            )),
+            "{t}"
+        );
+        assert!(
+            begun.elapsed() < Duration::from_secs(20),
+            "{:?}",
+            begun.elapsed()
+        );
+    }
+    write_task_conf(&agent_bin, 60, None);
+
+    // --- Pre-flight with draining on: the job lands on hn-[1-2], hn-1 FAILs, is drained
+    // with Heddle's reason, and Slurm requeues the job, which runs on hn-2 and hn-3.
+    write_prolog_conf(&server.url, true);
+    let job = slurm.sbatch(
+        &["-N2"],
+        "#!/bin/sh\nsrun -N2 sh -c 'echo \"ran on $SLURMD_NODENAME\"'\n",
+    );
+    wait_until("the job requeued", Duration::from_secs(60), || {
+        slurm.job_field(&job, "Restarts").is_some_and(|r| r != "0")
+    })
+    .unwrap_or_else(|e| panic!("{e}{}", slurm.logs()));
+    let state = slurm.node_field("hn-1", "State").unwrap_or_default();
+    assert!(state.contains("DRAIN"), "{state}");
+    let reason = slurm.node_field("hn-1", "Reason").unwrap_or_default();
+    assert!(
+        reason.starts_with("heddle: ") && reason.contains("below"),
+        "{reason}"
+    );
+    // Slurm holds a requeued job back for a while (BeginTime); an operator may let it go.
+    let _ = slurm
+        .cmd("scontrol")
+        .args(["update", &format!("jobid={job}"), "StartTime=now"])
+        .output();
+    let state = slurm.wait_job(&job, Duration::from_secs(120));
+    let t = std::fs::read_to_string(slurm.output_path(&job)).unwrap_or_default();
+    assert_eq!(state, "COMPLETED", "{t}");
+    assert_eq!(
+        slurm.job_field(&job, "NodeList").as_deref(),
+        Some("hn-[2-3]")
+    );
+    assert!(
+        t.contains("ran on hn-2") && t.contains("ran on hn-3") && !t.contains("ran on hn-1"),
+        "{t}"
+    );
+    assert!(t.contains("heddle: pre-flight memcpy WARN on hn-2"), "{t}");
+    let _ = slurm
+        .cmd("scontrol")
+        .args(["update", "nodename=hn-1", "state=resume"])
+        .output();
+
+    // A server that accepts connections and never answers: the job waits the prolog's 2 s,
+    // starts unchecked, says so, and the node counts it.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    write_prolog_conf(&format!("http://{}", silent.local_addr().unwrap()), true);
+    let begun = Instant::now();
+    let t = text(&slurm.srun(&["-N1", "-n1", "-w", "hn-3", "sh", "-c", PRINT_VARS]));
+    let waited = begun.elapsed();
+    assert!(t.contains("T hn-3 0 ran=yes"), "{t}");
+    assert!(
+        t.contains(
+            "pre-flight did not run (the server did not answer within 2s); the job starts unchecked"
+        ),
+        "{t}"
+    );
+    assert!(
+        waited >= Duration::from_secs(2) && waited < Duration::from_secs(30),
+        "{waited:?}"
+    );
+    let counts = std::fs::read_to_string(node_dir("hn-3", "slurm").join("prolog-counts")).unwrap();
+    assert!(counts.lines().any(|l| l == "unreachable 1"), "{counts}");
+    drop(silent);
+    write_prolog_conf(&server.url, false);
+
+    // --- Observation: a job step of four ranks on two nodes runs the profiler plugin and
+    // leaves without finalizing NCCL; the batch job then waits until cancelled.
+    let script = format!(
+        "#!/bin/sh\nsrun -N2 -n4 sh -c 'exec {} --lib {} --spool {}/spool-$SLURMD_NODENAME \
+         --interval 0.2 --comm-nranks 4 --nnodes 2 --rank $SLURM_PROCID --comm-id 5107d0b5e55 \
+         --op AllReduce:1048576:20 --net IB --no-finalize'\nsleep 600\n",
+        drive.display(),
+        plugin.display(),
+        dir.display()
+    );
+    let job = slurm.sbatch(&["-N2", "--ntasks-per-node=2", "-w", "hn-[2-3]"], &script);
+    let joined = |want_finished: bool| {
+        let url = server.url.clone();
+        let job = job.clone();
+        move || {
+            let (code, out, _) = heddle(&url, &["jobs", "ls", "--slurm-job", &job, "--json"]);
+            let v: Value = serde_json::from_str(&out).unwrap_or(Value::Null);
+            code == 0
+                && v.as_array().is_some_and(|a| {
+                    a.iter().any(|j| {
+                        j["job_key"] == format!("slurm:{job}.0")
+                            && j["processes"] == 4
+                            && j["finished"] == want_finished
+                    })
+                })
+        }
+    };
+    let running = joined(false);
+    tokio::task::spawn_blocking(move || {
+        wait_until(
+            "the step observed on both nodes",
+            Duration::from_secs(90),
+            running,
+        )
+    })
+    .await
+    .unwrap()
+    .unwrap_or_else(|e| panic!("{e}{}", slurm.logs()));
+    let (_, table, _) = heddle(&server.url, &["jobs", "ls", "--slurm-job", &job]);
+    assert!(
+        table.contains(&format!("slurm:{job}.0")) && table.contains("hn-2,hn-3"),
+        "{table}"
+    );
+    let out = slurm.cmd("scancel").arg(&job).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let done = joined(true);
+    tokio::task::spawn_blocking(move || {
+        wait_until("the cancelled step finished", Duration::from_secs(60), done)
+    })
+    .await
+    .unwrap()
+    .unwrap_or_else(|e| panic!("{e}{}", slurm.logs()));
+
+    // What the prolog costs a job's start on a node that passes (this build's CLI).
+    let mut took: Vec<Duration> = (0..5)
+        .map(|_| {
+            let begun = Instant::now();
+            let out = Command::new(&heddle_bin)
+                .args(["slurm", "prolog", "--check", "memcpy", "--dir"])
+                .arg(dir.join("prolog-timing"))
+                .env_clear()
+                .env("HEDDLE_URL", &server.url)
+                .env("HEDDLE_TOKEN", &viewer)
+                .env("HEDDLE_CONFIG", "/nonexistent")
+                .env("SLURMD_NODENAME", "hn-3")
+                .env("SLURM_JOB_ID", "1")
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", text(&out));
+            begun.elapsed()
+        })
+        .collect();
+    took.sort();
+    eprintln!(
+        "heddle slurm prolog on a passing node: median {:?} of 5",
+        took[2]
+    );
+    eprintln!("the Slurm test took {:?}", started.elapsed());
+    drop(slurm);
+    drop(agents);
+}
