@@ -162,11 +162,13 @@ async fn upload(agent: &Agent, outbox: &mut Outbox) -> Result<(), ClientError> {
             return Ok(());
         }
         let (names, observations): (Vec<String>, Vec<Observation>) = batch.into_iter().unzip();
+        // Read apart from the call: the lock must not be held while it waits.
+        let clock = *agent.clock.lock().expect("clock lock");
         match agent
             .client
             .upload_observations(&ObservationUpload {
                 observations,
-                clock: *agent.clock.lock().expect("clock lock"),
+                clock,
             })
             .await
         {
