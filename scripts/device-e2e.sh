@@ -10,6 +10,7 @@
 #   bash scripts/device-e2e.sh .carry --bench    # nccl-tests against heddle-agent bench
 #   bash scripts/device-e2e.sh .carry --dry      # no GPU: Postgres, server, CLI, agents
 #   bash scripts/device-e2e.sh .carry --boundary # no GPU: the API's attacks replayed (docs/security.md)
+#   bash scripts/device-e2e.sh .carry --hang     # PyTorch jobs that hang or straggle, named live (scripts/device/hang.sh)
 #       --bin-dir DIR   binaries from DIR instead of .carry/bin.tar.xz
 #
 # Logs, the report and (with --bench) the comparison go to $OUT (a tarball of the logs,
@@ -24,6 +25,7 @@ while (($#)); do
         --bench) mode=bench ;;
         --dry) mode=dry ;;
         --boundary) mode=boundary ;;
+        --hang) mode=hang ;;
         --bin-dir) bin_dir=$(cd "$2" && pwd); shift ;;
         -h | --help) sed -n '2,16p' "$0"; exit 0 ;;
         -*) echo "device-e2e: unknown option $1" >&2; exit 2 ;;
@@ -31,7 +33,7 @@ while (($#)); do
     esac
     shift
 done
-[[ -n "$carry" ]] || { echo "usage: bash scripts/device-e2e.sh .carry [--bench|--dry|--boundary] [--bin-dir DIR]" >&2; exit 2; }
+[[ -n "$carry" ]] || { echo "usage: bash scripts/device-e2e.sh .carry [--bench|--dry|--boundary|--hang] [--bin-dir DIR]" >&2; exit 2; }
 
 out=${OUT:-$PWD/device-e2e-out}
 mkdir -p "$out"
@@ -47,6 +49,14 @@ surprises=() notes=() pids=()
 # shellcheck source=scripts/device/lib.sh
 source "$repo/scripts/device/lib.sh"
 trap cleanup EXIT
+if [[ $mode == hang ]]; then
+    # As an admin sets a node up (docs/jobs.md): the profiler's default spool, the node env
+    # file at the environment plugin's default path, naming the profiler.
+    job_spool=/var/spool/heddle/jobs
+    install -d -m 755 /var/lib/heddle-agent
+    agent0_env=(HEDDLE_NCCL_ENV_FILE=/var/lib/heddle-agent/nccl.env
+        HEDDLE_NCCL_PROFILER_PLUGIN=/opt/heddle/lib/libnccl-profiler-heddle.so)
+fi
 
 # --- set-up ------------------------------------------------------------------------------
 begin "unpack"
@@ -87,6 +97,11 @@ if [[ $mode == boundary ]]; then
         >"$out/boundary.txt" 2>&1 || surprise "a breach: see boundary.txt"
     grep '^BREACH' "$out/boundary.txt" | while read -r line; do say "  $line"; done
     end "$(grep "^boundary:" "$out/boundary.txt" || echo "no summary") ($out/boundary.txt)"
+    finish
+fi
+if [[ $mode == hang ]]; then
+    source "$repo/scripts/device/hang.sh"
+    hang_checks "$carry/nccl-plugins"
     finish
 fi
 if [[ $mode == dry ]]; then

@@ -205,6 +205,9 @@ pub(crate) struct Agent {
     pub facts_sha: Mutex<Option<String>>,
     /// The job environment version the last heartbeat named (`node_env.rs` follows it).
     pub job_env_wanted: watch::Sender<Option<String>>,
+    /// The node's clock offset to the server's, from the last heartbeat that carried the
+    /// server's time (uploaded with observations).
+    pub clock: Mutex<Option<heddle_types::observed::ClockOffset>>,
     fatal: mpsc::UnboundedSender<LifecycleError>,
 }
 
@@ -394,6 +397,7 @@ pub async fn run(args: RunArgs) -> Result<(), LifecycleError> {
         facts_wake: Notify::new(),
         facts_sha: Mutex::new(None),
         job_env_wanted: watch::channel(None).0,
+        clock: Mutex::new(None),
         fatal: fatal_tx,
     });
     tracing::info!(servers = ?args.servers, max_parallel = args.max_parallel, "agent running");

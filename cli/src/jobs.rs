@@ -3,7 +3,9 @@
 use std::process::ExitCode;
 
 use clap::Subcommand;
-use heddle_types::observed::{ObservedJob, ObservedJobSummary, join_nodes};
+use heddle_types::observed::{
+    ObservedJob, ObservedJobSummary, RankRow, band_label as human_band, join_nodes, progress_rank,
+};
 
 use crate::client::{Client, query};
 use crate::exit::Exit;
@@ -41,15 +43,6 @@ fn who(j: &ObservedJobSummary) -> String {
     s
 }
 
-fn human_band(band: u32) -> String {
-    match band {
-        30.. => format!("{} GiB", 1u64 << (band - 30)),
-        20.. => format!("{} MiB", 1u64 << (band - 20)),
-        10.. => format!("{} KiB", 1u64 << (band - 10)),
-        _ => format!("{} B", 1u64 << band),
-    }
-}
-
 pub async fn run(client: &Client, cmd: JobsCmd, json: bool) -> anyhow::Result<ExitCode> {
     match cmd {
         JobsCmd::Ls {
@@ -68,11 +61,13 @@ pub async fn run(client: &Client, cmd: JobsCmd, json: bool) -> anyhow::Result<Ex
                 let q = query(&[filters[0], filters[1], ("limit", &limit)]);
                 format!("/api/v1/jobs{q}")
             };
-            let jobs: Vec<ObservedJobSummary> = if all {
+            let mut jobs: Vec<ObservedJobSummary> = if all {
                 client.get_all(&path).await?
             } else {
                 client.get(&path).await?
             };
+            // Hung jobs first, then straggling ones, each still most recently seen first.
+            jobs.sort_by_key(|j| std::cmp::Reverse(progress_rank(&j.reasons)));
             if slurm_job.is_some() {
                 print_joined(&jobs, json)?;
                 return Ok(ExitCode::SUCCESS);
@@ -81,11 +76,17 @@ pub async fn run(client: &Client, cmd: JobsCmd, json: bool) -> anyhow::Result<Ex
                 print_json(&jobs)?;
             } else {
                 let mut t = table::new(&[
-                    "ID", "NODE", "JOB", "UID", "PROCS", "COMMS", "DONE", "VERDICT", "SEEN",
+                    "", "ID", "NODE", "JOB", "UID", "PROCS", "COMMS", "DONE", "VERDICT", "SEEN",
                     "REASON",
                 ]);
                 for j in &jobs {
                     t.add_row(vec![
+                        match progress_rank(&j.reasons) {
+                            2 => "HUNG",
+                            1 => "SLOW",
+                            _ => "",
+                        }
+                        .into(),
                         j.id.to_string(),
                         j.hostname.clone(),
                         who(j),
@@ -142,6 +143,58 @@ fn print_joined(jobs: &[ObservedJobSummary], json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The per-rank table of `jobs show`: every rank of the job's communicators on every node.
+fn print_ranks(ranks: &[RankRow]) {
+    if ranks.is_empty() {
+        return;
+    }
+    let mut t = table::new(&[
+        "COMM",
+        "RANK",
+        "NODE",
+        "STARTED",
+        "DONE",
+        "IN FLIGHT",
+        "SINCE",
+        "LATE ms",
+        "SEEN",
+        "",
+    ]);
+    for r in ranks {
+        t.add_row(vec![
+            r.comm_hash.chars().take(8).collect(),
+            r.rank.to_string(),
+            r.hostname.clone(),
+            format!("#{}", r.coll_started),
+            format!("#{}", r.coll_done),
+            r.in_flight
+                .as_ref()
+                .map(|f| {
+                    format!(
+                        "{} #{}{} {}",
+                        f.func,
+                        f.seq,
+                        if f.p2p { " (p2p)" } else { "" },
+                        human_band(heddle_types::observed::band_of(f.bytes))
+                    )
+                })
+                .unwrap_or_else(|| "-".into()),
+            format!("{:.0} s", r.quiet_s),
+            r.lateness_ms
+                .map(|l| format!("{l:.0}"))
+                .unwrap_or_else(|| "-".into()),
+            if r.finalized {
+                "finalized".into()
+            } else {
+                format!("{:.0} s ago", r.silent_s)
+            },
+            if r.culprit { "<- culprit" } else { "" }.into(),
+        ]);
+    }
+    table::right(&mut t, &[1, 3, 4, 6, 7]);
+    println!("\nranks:\n{t}");
+}
+
 fn print_job(job: &ObservedJob) {
     let s = &job.summary;
     println!(
@@ -171,19 +224,30 @@ fn print_job(job: &ObservedJob) {
             c.local_ranks,
             c.transport.as_deref().unwrap_or("-")
         );
-        let mut t = table::new(&["FUNCTION", "SIZE", "OPS", "ALGBW GB/s", "BUSBW GB/s"]);
+        let mut t = table::new(&[
+            "FUNCTION",
+            "SIZE",
+            "OPS",
+            "GPU-TIMED",
+            "ALGBW GB/s",
+            "BUSBW GB/s",
+            "NOTE",
+        ]);
         for b in &c.bands {
             t.add_row(vec![
                 b.func.clone(),
                 human_band(b.size_band),
                 b.ops.to_string(),
+                b.gpu_timed_ops.to_string(),
                 table::float(b.algbw_gbs, 2),
                 table::float(b.busbw_gbs, 2),
+                b.note.clone().unwrap_or_default(),
             ]);
         }
-        table::right(&mut t, &[2, 3, 4]);
+        table::right(&mut t, &[2, 3, 4, 5]);
         println!("{t}");
     }
+    print_ranks(&job.ranks);
 }
 
 #[cfg(test)]

@@ -141,16 +141,18 @@ start_server() {
 # The agents share the machine, so one job spool: agent 0 reads it (the PyTorch job's
 # observations land on its node), agent 1 reads none. Each agent's pid is in agent_pid[i].
 job_spool="$work/job-spool"
+# More of agent 0's environment (VAR=value words); device-e2e.sh --hang sets it.
+agent0_env=()
 declare -a agent_pid
 start_agent() { # INDEX ENROLL_TOKEN
-    local i=$1 name spool=off
+    local i=$1 name spool=off extra=()
     name=$([[ $1 == 0 ]] && echo "$node0" || echo "$node1")
-    [[ $1 == 0 ]] && spool=$job_spool
+    [[ $1 == 0 ]] && spool=$job_spool && extra=("${agent0_env[@]}")
     mkdir -p "$work/agent$i"
     env -u HEDDLE_TOKEN -u HEDDLE_CONFIG HEDDLE_URL="$HEDDLE_URL" HEDDLE_ENROLL_TOKEN="$2" \
         HEDDLE_STATE_DIR="$work/agent$i" HEDDLE_HOSTNAME="$name" CUDA_VISIBLE_DEVICES="$i" \
         HEDDLE_JOB_SPOOL="$spool" HEDDLE_JOB_SPOOL_INTERVAL=1s \
-        HEDDLE_CLAIM_INTERVAL=500ms setsid "$bin/heddle-agent" run >"$logs/agent$i.log" 2>&1 </dev/null &
+        HEDDLE_CLAIM_INTERVAL=500ms "${extra[@]}" setsid "$bin/heddle-agent" run >"$logs/agent$i.log" 2>&1 </dev/null &
     pids+=($!)
     agent_pid[i]=$!
 }

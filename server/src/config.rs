@@ -95,6 +95,23 @@ pub struct Config {
     )]
     pub job_below_expected_fraction: f64,
 
+    /// Seconds in which no rank of an observed job started an operation while some wait in
+    /// a collective, before the job is hung (`job-hung`). With the profiler's prompt write
+    /// (3 s) and the agent's rescan (1 s), a hung job is named within about 20 s of its
+    /// last progress by default.
+    #[arg(long, env = "HEDDLE_JOB_HUNG_S", default_value_t = 15.0)]
+    pub job_hung_s: f64,
+
+    /// Seconds without a report from a rank of a running observed job before it counts as
+    /// gone (`job-rank-silent`, or a culprit of `job-hung`).
+    #[arg(long, env = "HEDDLE_JOB_SILENT_S", default_value_t = 30.0)]
+    pub job_silent_s: f64,
+
+    /// Median lateness (ms after the first rank) of the rank last at most collectives
+    /// before it is a straggler (`job-straggler`).
+    #[arg(long, env = "HEDDLE_JOB_STRAGGLER_MS", default_value_t = 50.0)]
+    pub job_straggler_ms: f64,
+
     /// Days full history is kept: results with their rows, verdicts and series points.
     /// Whole months are dropped once their last day is this old (docs/health.md, "History"),
     /// so rows live this long and up to a month more. Each node's latest verdict per test,

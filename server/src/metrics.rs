@@ -105,6 +105,22 @@ pub struct PluginLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[allow(non_snake_case)]
+pub struct ProgressLabels {
+    /// The job key and owner, as `heddle jobs ls` shows them.
+    pub job: String,
+    /// `hung` or `straggler`.
+    pub state: String,
+    /// A node the job runs on (one where a culprit rank is, when there is one).
+    pub Hostname: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WorkerLabels {
     pub worker: String,
 }
@@ -127,6 +143,7 @@ pub struct Metrics {
     plugin_errors: Family<PluginLabels, Gauge>,
     observed_jobs: Family<VerdictLabels, Gauge>,
     observed_socket_fallback: Family<HostLabels, Gauge>,
+    observed_progress: Family<ProgressLabels, Gauge>,
     regressions_open: Family<TestLabels, Gauge>,
     worker_runs: Family<WorkerLabels, Counter>,
     worker_errors: Family<WorkerLabels, Counter>,
@@ -134,6 +151,7 @@ pub struct Metrics {
     history_dropped: Family<TableLabels, Counter>,
     /// The Postgres pools: connections and waits.
     pub pools: PoolMetrics,
+    observed_refused: Family<ReasonLabels, Counter>,
     /// Scrapes clear and refill the per-node families; one at a time.
     render_lock: tokio::sync::Mutex<()>,
 }
@@ -169,6 +187,8 @@ impl Metrics {
             plugin_errors: Family::default(),
             observed_jobs: Family::default(),
             observed_socket_fallback: Family::default(),
+            observed_progress: Family::default(),
+            observed_refused: Family::default(),
             regressions_open: Family::default(),
             worker_runs: Family::default(),
             worker_errors: Family::default(),
@@ -246,6 +266,16 @@ impl Metrics {
             m.observed_socket_fallback.clone(),
         );
         r.register(
+            "observed_job_progress",
+            "1 for an observed job judged hung (job-hung) or straggling (job-straggler) across its nodes within the last 2 minutes, by job and state",
+            m.observed_progress.clone(),
+        );
+        r.register(
+            "observed_refused",
+            "Observed-job communicator rows this replica refused, by reason (too-many-rows: the job holds as many as the server keeps per job)",
+            m.observed_refused.clone(),
+        );
+        r.register(
             "regressions_open",
             "Open regressions of the node's test: figures that moved for the worse and stayed (docs/health.md, Regressions); 0 for every test the node has a verdict of",
             m.regressions_open.clone(),
@@ -312,6 +342,15 @@ impl Metrics {
         self.worker_duration
             .get_or_create(&labels)
             .set(took.as_secs_f64());
+    }
+
+    /// Counts observed-job rows the server refused, by why (`observed::store`).
+    pub fn observed_refused(&self, reason: &str, n: u64) {
+        self.observed_refused
+            .get_or_create(&ReasonLabels {
+                reason: reason.into(),
+            })
+            .inc_by(n);
     }
 
     /// Counts a dropped partition of `table` (`history::retention`).

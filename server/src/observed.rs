@@ -1,8 +1,10 @@
 //! Observed jobs: what agents read from NCCL's profiler plugin (Heddle's, or NCCL
 //! Inspector) about the jobs that ran on their nodes. `store.rs` keeps the latest `seq` per
-//! node, process and communicator and the node's most recently seen jobs; the verdict on
+//! node, process and communicator and the node's most recently seen jobs, `ranks.rs` a
+//! job's ranks across nodes; the verdict on
 //! each job is `health::observed`. Never sees HTTP: its errors are [`ObservedError`].
 
+pub mod ranks;
 pub mod store;
 
 use uuid::Uuid;

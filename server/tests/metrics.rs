@@ -158,6 +158,24 @@ async fn metrics_use_base_units_dcgm_labels_and_pass_promtool() {
         .await;
     assert_eq!(s, StatusCode::OK, "{body}");
 
+    // Rank 0 of a two-rank job has waited 30 s in its 41st all-reduce; rank 1 never
+    // reported: hung.
+    let now = chrono::Utc::now().timestamp_nanos_opt().unwrap() as u64;
+    let waited = now - 30_000_000_000;
+    let hung = json!({"observations": [{"source": "profiler", "file": {
+        "format": 1, "seq": 1, "final": false, "written_at": chrono::Utc::now(),
+        "plugin_version": "0.2.0",
+        "job": {"pid": 8, "uid": 1000, "start_ticks": 1, "slurm_job_id": "43"},
+        "comms": [{"comm_hash": "cd", "nranks": 2, "nnodes": 2, "rank": 0, "ops": [],
+                   "progress": {"clock": "realtime", "now_ns": now, "coll_started": 41,
+                       "coll_done": 40, "p2p_started": 0, "p2p_done": 0, "last_start_ns": waited,
+                       "in_flight": {"seq": 41, "func": "AllReduce", "bytes": 1024, "started_ns": waited},
+                       "completion": "proxy"}}]}}]});
+    let (s, body) = api
+        .post("/api/v1/agent/observations", &agent.credential, hung)
+        .await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+
     let (ct, text) = scrape(&api, None).await;
     assert_eq!(ct, "text/plain; version=0.0.4; charset=utf-8");
     for want in [
@@ -170,6 +188,7 @@ async fn metrics_use_base_units_dcgm_labels_and_pass_promtool() {
         r#"heddle_plugin_errors{plugin="runai-roce"} 0"#,
         r#"heddle_observed_jobs{Hostname="dgx15",verdict="fail"} 1"#,
         r#"heddle_observed_job_socket_fallback{Hostname="dgx15"} 1"#,
+        r#"heddle_observed_job_progress{job="slurm:43 (uid 1000)",state="hung",Hostname="dgx15"} 1"#,
         r#"heddle_node_gpu_info{Hostname="dgx15",gpu="0",UUID="GPU-3f2e6b1c-0000-1111-2222-333344445555",model_name="Tesla V100-SXM2-32GB"} 1"#,
         r#"heddle_node_rdma_port_active{Hostname="dgx15",device="mlx5_0",port="1",link_layer="InfiniBand"} 1"#,
         r#"heddle_node_rdma_port_active{Hostname="dgx15",device="mlx5_1",port="1",link_layer="InfiniBand"} 0"#,

@@ -63,6 +63,7 @@ fn file(slurm: &str, uid: u32, seq: u64, net: &str) -> SpoolFile {
             proxy_ops: 0,
             dropped_events: 0,
             finalized_at: None,
+            progress: None,
         }],
         dropped_events: 0,
         dropped_comms: 0,

@@ -73,6 +73,10 @@ pub struct HeartbeatResponse {
     /// /api/v1/agent/env` and rewrites the file. Absent from servers that predate it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_env_sha256: Option<String>,
+    /// The server's clock when it answered, in ns since the Unix epoch: the agent's
+    /// measure of its node's clock offset (`observed::ClockOffset`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_time_ns: Option<i64>,
 }
 
 /// A node's job environment as the agent writes it to the node env file

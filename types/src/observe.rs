@@ -13,6 +13,9 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+pub mod progress;
+pub use progress::{Completion, InFlight, Progress};
+
 /// Version of the spool file layout; the agent refuses others.
 pub const SPOOL_FORMAT: u32 = 1;
 /// Largest spool file the agent reads. The plugin drops whole communicators (counted in
@@ -111,14 +114,15 @@ pub struct OpBand {
 
 impl OpBand {
     /// The bytes and nanoseconds a bandwidth is computed from: the operations whose GPU
-    /// execution was timed (`exec_*`, from NCCL's kernel events) where there are any, since
-    /// `time_ns` (start to stop event) covers only the launch on the host; otherwise all
-    /// operations over `time_ns` (inputs that carry only that, such as NCCL Inspector's).
+    /// execution was timed (`exec_*`: NCCL's kernel events, or NCCL Inspector's own
+    /// execution time). `(0, 0)` when none was: `time_ns` (start to stop event) covers
+    /// only the launch on the host, so bytes over it are no bandwidth at all (a 128 MiB
+    /// all-reduce over sockets "ran" at thousands of GB/s by it).
     pub fn timed(&self) -> (u64, u64) {
         if self.exec_ops > 0 && self.exec_ns > 0 {
             (self.exec_bytes, self.exec_ns)
         } else {
-            (self.bytes, self.time_ns)
+            (0, 0)
         }
     }
 }
@@ -147,6 +151,9 @@ pub struct CommObservation {
     pub dropped_events: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finalized_at: Option<DateTime<Utc>>,
+    /// How far this rank got (plugins from 0.2 on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<Progress>,
 }
 
 /// One process's spool file.
@@ -269,6 +276,9 @@ impl SpoolFile {
             for n in &c.net {
                 check_text("net", &n.net)?;
             }
+            if let Some(p) = &c.progress {
+                p.check()?;
+            }
         }
         Ok(())
     }
@@ -331,6 +341,7 @@ mod tests {
                 proxy_ops: 0,
                 dropped_events: 0,
                 finalized_at: None,
+                progress: None,
             }],
             dropped_events: 0,
             dropped_comms: 0,

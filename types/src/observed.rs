@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::health::{Reason, Verdict};
-use crate::observe::{JobIdentity, NetUse, SpoolFile};
+use crate::observe::{InFlight, JobIdentity, NetUse, OpBand, SpoolFile};
 
 /// Most observations in one upload.
 pub const MAX_OBSERVATIONS_PER_UPLOAD: usize = 64;
@@ -53,6 +53,21 @@ pub struct Observation {
 #[serde(deny_unknown_fields)]
 pub struct ObservationUpload {
     pub observations: Vec<Observation>,
+    /// How far the node's clock is from the server's, as the agent measured it on its
+    /// last heartbeat: the progress times in the files are compared across nodes with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock: Option<ClockOffset>,
+}
+
+/// The server's clock minus the node's, from one heartbeat's round trip: the server's
+/// time in its answer against the middle of the agent's send and receive. Accurate to
+/// within half the round trip (`error_ns`) plus how far the node's clock drifts until the
+/// next heartbeat.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ClockOffset {
+    pub offset_ns: i64,
+    pub error_ns: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -62,6 +77,10 @@ pub struct ObservationsAccepted {
     pub stored: u32,
     /// Communicators the server already held at this `seq` or a later one.
     pub unchanged: u32,
+    /// Communicators refused because their job holds as many rows as the server keeps
+    /// per job (counted in `/metrics`).
+    #[serde(default)]
+    pub refused: u32,
 }
 
 /// One function in one size band of a communicator, with its bandwidths.
@@ -73,11 +92,67 @@ pub struct BandFigure {
     pub size_band: u32,
     pub ops: u64,
     pub bytes: u64,
+    /// Host launch time (start to stop event): never a bandwidth.
     pub time_ns: u64,
-    /// GB/s as nccl-tests computes it (see [`bandwidths`]); none for point-to-point or
-    /// when no time was recorded.
+    /// Operations whose execution on the GPU was timed: the bandwidths are theirs.
+    #[serde(default)]
+    pub gpu_timed_ops: u64,
+    /// GB/s as nccl-tests computes it (see [`bandwidths`]) from the GPU-timed operations;
+    /// none for point-to-point, when no operation was timed on the GPU, or when the
+    /// figure would exceed its path's limit ([`path_limit_gbs`]; `note` says which).
     pub algbw_gbs: Option<f64>,
     pub busbw_gbs: Option<f64>,
+    /// Why a collective's band has no bandwidth, for people.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+impl BandFigure {
+    /// The figure of `band` (summed over a communicator's local ranks) on a communicator of
+    /// `nranks` whose path carries at most `limit_gbs` ([`path_limit_gbs`]).
+    pub fn of(band: &OpBand, nranks: u32, limit_gbs: f64) -> BandFigure {
+        let (timed_bytes, timed_ns) = band.timed();
+        let mut bw = bandwidths(&band.func, nranks, timed_bytes, timed_ns);
+        let p2p =
+            crate::collective::canonical_collective(&band.func).map_or(true, |c| c == "sendrecv");
+        let note = match bw {
+            _ if p2p => None,
+            None => Some("no operation in this band was timed on the GPU".to_string()),
+            Some((_, bus)) if bus > limit_gbs => {
+                bw = None;
+                Some(format!(
+                    "{bus:.0} GB/s would exceed the path's limit of {limit_gbs:.0} GB/s: \
+                     not a measurement"
+                ))
+            }
+            Some(_) => None,
+        };
+        BandFigure {
+            func: band.func.clone(),
+            size_band: band.size_band,
+            ops: band.ops,
+            bytes: band.bytes,
+            time_ns: band.time_ns,
+            gpu_timed_ops: if timed_ns > 0 { band.exec_ops } else { 0 },
+            algbw_gbs: bw.map(|b| b.0),
+            busbw_gbs: bw.map(|b| b.1),
+            note,
+        }
+    }
+}
+
+/// The most bus bandwidth (GB/s) a communicator's path can carry, so that no figure above
+/// it is shown or judged; generous on purpose (the fastest hardware shipping, not the
+/// node's): a communicator within one node (`nnodes` ≤ 1 or no network): 1,000 (NVLink 5
+/// carries 900 GB/s per direction per GPU); over NCCL's socket transport: 100 (one
+/// 800 Gb/s NIC, which NCCL's CPU-copied sockets come nowhere near); over another network
+/// (`IB`, a net plugin): 800 (eight 800 Gb/s NICs, the most a node carries).
+pub fn path_limit_gbs(transport: Option<&str>, nnodes: u32) -> f64 {
+    match transport {
+        Some(t) if nnodes > 1 && is_socket(t) => 100.0,
+        Some(_) if nnodes > 1 => 800.0,
+        _ => 1000.0,
+    }
 }
 
 /// A communicator of an observed job, merged over the processes of the job on the node.
@@ -137,6 +212,47 @@ pub struct ObservedJob {
     #[serde(flatten)]
     pub summary: ObservedJobSummary,
     pub comms: Vec<ObservedComm>,
+    /// Every rank of the job's communicators on every node where the job runs under the
+    /// same key and owner, as last judged (culprits marked).
+    #[serde(default)]
+    pub ranks: Vec<RankRow>,
+}
+
+/// One rank of one communicator of an observed job, joined across nodes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RankRow {
+    pub comm_hash: String,
+    pub rank: u32,
+    pub hostname: String,
+    /// Collectives started and known complete.
+    pub coll_started: u64,
+    pub coll_done: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_flight: Option<InFlight>,
+    /// Seconds since its last operation started, when judged.
+    pub quiet_s: f64,
+    /// Median lateness at the collectives every rank reported, ms after the first rank.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lateness_ms: Option<f64>,
+    /// Seconds since the server last had a report of it.
+    pub silent_s: f64,
+    pub finalized: bool,
+    /// Named by a `job-hung`, `job-straggler` or `job-rank-silent` reason.
+    pub culprit: bool,
+}
+
+/// Whether a job's reasons say it is hung (`job-hung`) or straggling (`job-straggler`):
+/// 2, 1 or 0, so that lists put hung jobs first.
+pub fn progress_rank(reasons: &[Reason]) -> u8 {
+    let has = |code: &str| reasons.iter().any(|r| r.code.as_deref() == Some(code));
+    if has("job-hung") {
+        2
+    } else if has("job-straggler") || has("job-rank-silent") {
+        1
+    } else {
+        0
+    }
 }
 
 /// The job a process belongs to on its node: the scheduler's job (and step) when the
@@ -179,6 +295,23 @@ pub fn bandwidths(func: &str, nranks: u32, bytes: u64, time_ns: u64) -> Option<(
     // bytes per ns is GB/s.
     let algbw = bytes as f64 * traffic_factor(coll, nranks) / time_ns as f64;
     Some((algbw, algbw * crate::collective::bus_factor(coll, nranks)))
+}
+
+/// The size band of an operation of `bytes`: floor(log2(bytes)), 0 for 0 or 1 byte (as
+/// the profiler plugin bands them).
+pub fn band_of(bytes: u64) -> u32 {
+    bytes.checked_ilog2().unwrap_or(0)
+}
+
+/// A size band as people read it: the smallest size in it (`32 MiB` for band 25).
+pub fn band_label(band: u32) -> String {
+    let band = band.min(63);
+    match band {
+        30.. => format!("{} GiB", 1u64 << (band - 30)),
+        20.. => format!("{} MiB", 1u64 << (band - 20)),
+        10.. => format!("{} KiB", 1u64 << (band - 10)),
+        _ => format!("{} B", 1u64 << band),
+    }
 }
 
 /// The network that carried most of a communicator's proxy bytes, spelled as NCCL's net
@@ -317,6 +450,54 @@ mod tests {
         assert!(bandwidths("Send", 2, 1 << 30, 1).is_none());
         assert!(bandwidths("AllReduce", 8, 1 << 30, 0).is_none());
         assert!(bandwidths("Mystery", 8, 1 << 30, 1).is_none());
+    }
+
+    fn band(exec_ops: u64, exec_ns: u64) -> OpBand {
+        OpBand {
+            func: "AllReduce".into(),
+            size_band: 27,
+            ops: 10,
+            bytes: 10 << 27,
+            // Host launch time only: 10 × 128 MiB "in" 100 µs.
+            time_ns: 100_000,
+            exec_ops,
+            exec_bytes: exec_ops << 27,
+            exec_ns,
+            algos: Default::default(),
+            protos: Default::default(),
+            max_channels: 0,
+        }
+    }
+
+    #[test]
+    fn a_band_without_gpu_time_has_no_bandwidth() {
+        let limit = path_limit_gbs(Some("Socket"), 2);
+        let f = BandFigure::of(&band(0, 0), 2, limit);
+        assert_eq!((f.algbw_gbs, f.busbw_gbs, f.gpu_timed_ops), (None, None, 0));
+        assert!(f.note.unwrap().contains("timed on the GPU"));
+        // Two operations timed on the GPU, 2 × 128 MiB in 180 ms: 1.49 GB/s.
+        let f = BandFigure::of(&band(2, 180_000_000), 2, limit);
+        assert!((f.algbw_gbs.unwrap() - 1.491).abs() < 0.01, "{f:?}");
+        assert_eq!((f.gpu_timed_ops, f.note), (2, None));
+    }
+
+    #[test]
+    fn no_figure_above_the_path_limit_is_given() {
+        // 2 × 128 MiB in 20 µs of "GPU time" over sockets: 13,422 GB/s, not a measurement.
+        let f = BandFigure::of(&band(2, 20_000), 2, path_limit_gbs(Some("Socket"), 2));
+        assert_eq!((f.algbw_gbs, f.busbw_gbs), (None, None));
+        assert!(f.note.unwrap().contains("limit of 100 GB/s"));
+        // The same within one node is still above NVLink's 900 GB/s.
+        let f = BandFigure::of(&band(2, 20_000), 2, path_limit_gbs(None, 1));
+        assert_eq!(f.busbw_gbs, None);
+        // 2 × 128 MiB in 1 ms within a node: 268 GB/s, shown.
+        let f = BandFigure::of(&band(2, 1_000_000), 2, path_limit_gbs(None, 1));
+        assert!(f.busbw_gbs.is_some());
+        assert_eq!(path_limit_gbs(Some("IB"), 4), 800.0);
+        // Point-to-point has no bandwidth and needs no note.
+        let mut p2p = band(2, 1_000_000);
+        p2p.func = "Send".into();
+        assert_eq!(BandFigure::of(&p2p, 2, 100.0).note, None);
     }
 
     #[test]

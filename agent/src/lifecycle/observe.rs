@@ -84,10 +84,32 @@ impl Sources {
     }
 }
 
+/// How long an operation may be in flight in a file just read before the spool is read
+/// again after [`STALLED_RESCAN`] rather than the interval: the profiler plugin writes a
+/// stalled job's file at once, and its next writes should reach the server as promptly.
+const STALLED_AFTER: Duration = Duration::from_secs(3);
+const STALLED_RESCAN: Duration = Duration::from_secs(1);
+
+/// Whether a file shows an operation in flight for longer than [`STALLED_AFTER`] at `now`.
+fn looks_stalled(file: &heddle_types::observe::SpoolFile, now: SystemTime) -> bool {
+    let now_ns = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    file.comms.iter().any(|c| {
+        c.progress.as_ref().is_some_and(|p| {
+            p.in_flight.as_ref().is_some_and(|f| {
+                now_ns.saturating_sub(f.started_ns) >= STALLED_AFTER.as_nanos() as u64
+            })
+        })
+    })
+}
+
 /// Reads every source into the outbox. A job spool file leaves the spool only once its
-/// content is durable in the outbox (final, or stale).
-fn collect(sources: &mut Sources, outbox: &mut Outbox) {
+/// content is durable in the outbox (final, or stale). True when a file read looks
+/// stalled ([`looks_stalled`]).
+fn collect(sources: &mut Sources, outbox: &mut Outbox) -> bool {
     let now = SystemTime::now();
+    let mut stalled = false;
     if let Some(spool) = &mut sources.spool {
         let report = spool.scan(now);
         if report.deferred > 0 {
@@ -97,6 +119,7 @@ fn collect(sources: &mut Sources, outbox: &mut Outbox) {
             );
         }
         for ing in report.ingested {
+            stalled |= !ing.file.is_final && looks_stalled(&ing.file, now);
             let obs = Observation {
                 source: ObservationSource::Profiler,
                 file: ing.file,
@@ -128,6 +151,7 @@ fn collect(sources: &mut Sources, outbox: &mut Outbox) {
             }
         }
     }
+    stalled
 }
 
 /// Uploads the outbox in batches; returns when it is empty or the server is unreachable.
@@ -138,9 +162,14 @@ async fn upload(agent: &Agent, outbox: &mut Outbox) -> Result<(), ClientError> {
             return Ok(());
         }
         let (names, observations): (Vec<String>, Vec<Observation>) = batch.into_iter().unzip();
+        // Read apart from the call: the lock must not be held while it waits.
+        let clock = *agent.clock.lock().expect("clock lock");
         match agent
             .client
-            .upload_observations(&ObservationUpload { observations })
+            .upload_observations(&ObservationUpload {
+                observations,
+                clock,
+            })
             .await
         {
             Ok(accepted) => {
@@ -183,7 +212,9 @@ pub(crate) async fn run(
     loop {
         let mut delay = args.job_spool_interval;
         if let Some(outbox) = &mut outbox {
-            collect(&mut sources, outbox);
+            if collect(&mut sources, outbox) {
+                delay = delay.min(STALLED_RESCAN);
+            }
             match upload(&agent, outbox).await {
                 Ok(()) => backoff.reset(),
                 Err(ClientError::Unauthorized { message }) => return Err(agent.revoked(message)),

@@ -21,8 +21,14 @@ pub(super) async fn heartbeat_loop(agent: Arc<Agent>) -> Result<Infallible, Life
             facts_sha256: agent.facts_sha.lock().expect("facts lock").clone(),
             running_jobs: agent.running_jobs(),
         };
+        let sent = wall_ns();
         let delay = match agent.client.heartbeat(&req).await {
             Ok(resp) => {
+                if let Some(server) = resp.server_time_ns {
+                    let got = wall_ns();
+                    *agent.clock.lock().expect("clock lock") =
+                        Some(clock_offset(sent, got, server));
+                }
                 if let Some(since) = down_since.take() {
                     tracing::info!(server = agent.client.current_server(), down_for = ?since.elapsed(), "server reachable again");
                     // Spooled results and claims need not wait out their own backoff.
@@ -62,6 +68,22 @@ pub(super) async fn heartbeat_loop(agent: Arc<Agent>) -> Result<Infallible, Life
         };
         touch_alive(&agent.identity_path);
         tokio::time::sleep(delay).await;
+    }
+}
+
+/// The wall clock in ns since the Unix epoch.
+fn wall_ns() -> i64 {
+    chrono::Utc::now().timestamp_nanos_opt().unwrap_or(0)
+}
+
+/// The server's clock minus this node's, from a round trip sent at `sent` and answered at
+/// `got` (node clock) with the server's `server` time: the answer was made somewhere in
+/// between, so the middle is off by at most half the round trip.
+fn clock_offset(sent: i64, got: i64, server: i64) -> heddle_types::observed::ClockOffset {
+    let mid = sent + (got - sent) / 2;
+    heddle_types::observed::ClockOffset {
+        offset_ns: server - mid,
+        error_ns: ((got - sent).max(0) / 2) as u64,
     }
 }
 
@@ -123,5 +145,15 @@ pub(super) async fn facts_loop(agent: Arc<Agent>) -> Result<Infallible, Lifecycl
             () = tokio::time::sleep(agent.cfg.facts_interval) => refused_sha = None,
             () = agent.facts_wake.notified() => force = true,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn clock_offset_is_the_middle_of_the_round_trip() {
+        // Sent at 1,000, answered at 1,400 (node clock); the server said 10,300.
+        let c = super::clock_offset(1_000, 1_400, 10_300);
+        assert_eq!((c.offset_ns, c.error_ns), (9_100, 200));
     }
 }

@@ -62,6 +62,7 @@ pub struct Comm {
     finalized_ms: AtomicI64,
     /// Name of a network type other than IB and Socket (the net plugin NCCL loaded).
     pub other_net_name: OnceLock<String>,
+    pub progress: crate::progress::Tracker,
 }
 
 impl Comm {
@@ -79,6 +80,7 @@ impl Comm {
             dropped_rows: AtomicU64::new(0),
             finalized_ms: AtomicI64::new(0),
             other_net_name: OnceLock::new(),
+            progress: Default::default(),
         }
     }
 
@@ -219,6 +221,7 @@ impl Comm {
             finalized_at: (finalized_ms != 0)
                 .then(|| chrono::DateTime::from_timestamp_millis(finalized_ms))
                 .flatten(),
+            progress: None,
         }
     }
 

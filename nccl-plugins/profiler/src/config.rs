@@ -8,6 +8,10 @@ use crate::abi::event;
 pub const DEFAULT_SPOOL: &str = "/var/spool/heddle/jobs";
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(5);
 pub const DEFAULT_SLOTS: usize = 4096;
+/// How long an operation may be in flight (or, without a completion signal, the
+/// communicator quiet after starting one) before the file is written at once rather than
+/// at the next interval: what the server's hang verdict waits on.
+pub const DEFAULT_STALL: Duration = Duration::from_secs(3);
 /// The share of each interval with kernel channel events on. NCCL's kernel profiling
 /// costs a job about 10 µs per small operation on 2× H200 (docs/benchmarks.md, "NCCL
 /// profiler plugin"); a tenth of the time keeps GPU times for every band a job uses for
@@ -31,6 +35,9 @@ pub struct Config {
     pub net: bool,
     /// `HEDDLE_PROFILER_DISABLE=1`: load, record nothing.
     pub disabled: bool,
+    /// `HEDDLE_PROFILER_STALL_S`: seconds in flight before a prompt write (0.1 to 3600,
+    /// default [`DEFAULT_STALL`]).
+    pub stall: Duration,
 }
 
 /// `0`/`off` is 0, `1`/`on` is 1, a number from 0 to 1 is itself; anything else is the
@@ -77,11 +84,22 @@ impl Config {
             kernel: share(get("HEDDLE_PROFILER_KERNEL"), DEFAULT_KERNEL_SHARE),
             net: flag(get("HEDDLE_PROFILER_NET"), true),
             disabled: flag(get("HEDDLE_PROFILER_DISABLE"), false),
+            stall: get("HEDDLE_PROFILER_STALL_S")
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .filter(|s| s.is_finite())
+                .map(|s| Duration::from_secs_f64(s.clamp(0.1, 3600.0)))
+                .unwrap_or(DEFAULT_STALL),
         }
     }
 
     pub fn from_env() -> Config {
         Config::from_vars(|n| std::env::var(n).ok())
+    }
+
+    /// Whether kernel channel events are on all the time (completion is then known for
+    /// every operation).
+    pub fn kernel_always(&self) -> bool {
+        self.kernel >= 1.0
     }
 
     /// How long kernel channel events stay on at the start of each interval, when they
@@ -139,6 +157,9 @@ mod tests {
         });
         assert_eq!(c.interval, Duration::from_millis(50));
         assert_eq!(c.slots, DEFAULT_SLOTS);
+        assert_eq!(c.stall, DEFAULT_STALL);
+        let stall = Config::from_vars(|n| (n == "HEDDLE_PROFILER_STALL_S").then(|| "0.5".into()));
+        assert_eq!(stall.stall, Duration::from_millis(500));
         assert!(c.kernel == 0.0 && c.net);
         assert_eq!(c.kernel_window(), None);
         assert_eq!(c.activation_mask() & event::KERNEL_CH, 0);

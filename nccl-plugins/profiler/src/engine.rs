@@ -345,6 +345,8 @@ fn comm_of(state: &State, ctx: usize) -> Option<(u32, &Comm)> {
 /// A collective or point-to-point operation, read from NCCL's descriptor.
 pub struct Task {
     pub coll: bool,
+    /// NCCL's `seqNumber` of a collective.
+    pub seq_number: Option<u64>,
     pub func: *const c_char,
     pub count: usize,
     pub datatype: *const c_char,
@@ -365,6 +367,10 @@ pub unsafe fn start_task(ctx: usize, task: &Task) -> usize {
     // SAFETY: the caller's promise.
     let (func, datatype) = unsafe { (func_id(bytes(task.func)), bytes(task.datatype)) };
     let total = (task.count as u64).saturating_mul(datatype_size(datatype));
+    let now = now_ns();
+    let op = comm
+        .progress
+        .start(!task.coll, func, total, task.seq_number, now);
     let Some(row) = comm.row_for(func, size_band(total)) else {
         comm.dropped_rows.fetch_add(1, Relaxed);
         return 0;
@@ -385,7 +391,8 @@ pub unsafe fn start_task(ctx: usize, task: &Task) -> usize {
         row,
         bytes: total,
         meta: algo as u32 | (proto as u32) << 8 | (task.n_channels as u32) << 16,
-        start_ns: now_ns(),
+        start_ns: now,
+        op: op as u32,
         refs: 1 + kernels,
     };
     match state.pool.claim(&start) {
@@ -441,6 +448,13 @@ pub fn stop(handle: usize) {
     let Some((generation, kind, index)) = slots::decode(handle) else {
         return;
     };
+    if kind == Kind::Proxy {
+        if let Some(comm) = state.comms.get(index & 0xffff).and_then(OnceLock::get) {
+            let op = (index & PROXY_NO_OP == 0).then(|| comm.progress.op_of(generation));
+            comm.progress.proxy_stopped(op, now_ns());
+        }
+        return;
+    }
     if kind == Kind::Task {
         match state.pool.live(generation, index) {
             Some(slot) => slot.stop_ns.store(now_ns(), Relaxed),
@@ -465,6 +479,11 @@ pub fn finish(state: &State, slot: &Slot, complete: bool) {
     let (start, stop) = (slot.start_ns.load(Relaxed), slot.stop_ns.load(Relaxed));
     let (g0, g1) = (slot.gpu_start.load(Relaxed), slot.gpu_stop.load(Relaxed));
     let exec_ns = (complete && g0 != u64::MAX && g1 > g0 && g1 - g0 < MAX_EXEC_NS).then(|| g1 - g0);
+    if exec_ns.is_some() {
+        // Its last kernel channel stopped on the GPU: it is complete.
+        let op = comm.progress.op_of(slot.op.load(Relaxed));
+        comm.progress.completed(op);
+    }
     comm.add(
         slot.row.load(Relaxed),
         &Done {
@@ -514,12 +533,27 @@ pub unsafe fn net_event(ctx: usize, id: i64, data: *const c_void) {
     comm.add_net(net_type as u64, sent);
 }
 
-/// A proxy operation started for this communicator.
-pub fn proxy_op(ctx: usize) {
-    if let Some(state) = active()
-        && let Some((_, comm)) = comm_of(state, ctx)
-    {
-        comm.proxy_ops.fetch_add(1, Relaxed);
+/// Set in a proxy handle's index when its operation is not known.
+const PROXY_NO_OP: usize = 1 << 22;
+
+/// A proxy operation started for this communicator (`parent`: its operation's handle,
+/// `pid`: the process that created it). Its handle names the communicator and the
+/// operation, so that its stop completes the operation (`progress.rs`).
+pub fn proxy_op(ctx: usize, parent: usize, pid: i32) -> usize {
+    let Some(state) = active() else { return 0 };
+    let Some((index, comm)) = comm_of(state, ctx) else {
+        return 0;
+    };
+    comm.proxy_ops.fetch_add(1, Relaxed);
+    // Another process's operation (PXN): its parent is that process's handle.
+    let op = (pid as u32 == state.identity.pid)
+        .then(|| state.pool.op_of(parent))
+        .flatten();
+    comm.progress
+        .proxy_started(op.map(|low| comm.progress.op_of(low)));
+    match op {
+        Some(low) => slots::handle(low, Kind::Proxy, index as usize),
+        None => slots::handle(0, Kind::Proxy, index as usize | PROXY_NO_OP),
     }
 }
 

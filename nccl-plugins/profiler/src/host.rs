@@ -81,6 +81,8 @@ pub struct Host {
     mask: &'static c_int,
     /// Send events whatever the mask says (to drive a plugin that turned itself off).
     pub ignore_mask: bool,
+    /// NCCL's `seqNumber` of the next collective.
+    seq: std::sync::atomic::AtomicU64,
 }
 
 // The simulated GPU timer, per thread (a shared counter would make the benchmark measure
@@ -110,6 +112,7 @@ impl Host {
             table: unsafe { &*table },
             mask: Box::leak(Box::new(0)),
             ignore_mask: false,
+            seq: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -205,12 +208,26 @@ impl Host {
 
     /// Runs a prepared operation (no allocation here but `rcs` growing).
     pub fn run(&self, comm: Comm, p: &Prepared, net: Option<&Net>, rcs: &mut Vec<c_int>) {
+        self.play(comm, p, net, rcs, false)
+    }
+
+    /// An operation that never finishes, as a hung collective looks to NCCL's profiler
+    /// interface: its start and stop (the launch), its kernel channels started on the GPU
+    /// and never stopped, its proxy operations posted and never done.
+    pub fn run_stuck(&self, comm: Comm, p: &Prepared, net: Option<&Net>, rcs: &mut Vec<c_int>) {
+        self.play(comm, p, net, rcs, true)
+    }
+
+    fn play(&self, comm: Comm, p: &Prepared, net: Option<&Net>, rcs: &mut Vec<c_int>, stuck: bool) {
         let op = &p.op;
         let type_ = p.descr.type_;
         if !self.wants(type_ | event::KERNEL_CH | event::NET_PLUGIN | event::PROXY_OP) {
             return;
         }
         let mut d = p.descr;
+        if type_ == event::COLL {
+            d.u.coll.seq_number = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         let task = self.start(comm, &mut d, rcs);
         let t0 = GPU_CLOCK.with(|c| {
             let t = c.get();
@@ -236,9 +253,9 @@ impl Host {
                 && let Some(net) = net
                 && self.wants(event::NET_PLUGIN)
             {
-                self.proxy_traffic(comm, net, per_channel, rcs);
+                self.proxy_traffic(comm, task, net, per_channel, rcs, !stuck);
             }
-            if kernel {
+            if kernel && !stuck {
                 let mut args = StateArgs {
                     p_timer: t0 + op.exec_ns,
                 };
@@ -258,9 +275,20 @@ impl Host {
 
     /// A proxy operation and its network events for `bytes` sent by one channel: IB as
     /// 512 KiB RDMA writes plus a receive (no length), sockets as a send and a receive.
-    fn proxy_traffic(&self, comm: Comm, net: &Net, bytes: usize, rcs: &mut Vec<c_int>) {
+    /// `task` is the operation's handle, the proxy operation's parent as NCCL names it;
+    /// `done`: the proxy operation stops (else it stays in flight).
+    fn proxy_traffic(
+        &self,
+        comm: Comm,
+        task: *mut c_void,
+        net: &Net,
+        bytes: usize,
+        rcs: &mut Vec<c_int>,
+        done: bool,
+    ) {
         let mut p: EventDescrV5 = unsafe { std::mem::zeroed() };
         p.type_ = event::PROXY_OP;
+        p.parent_obj = task;
         // SAFETY: getpid cannot fail.
         p.u.proxy_op.pid = unsafe { libc::getpid() };
         p.u.proxy_op.is_send = 1;
@@ -322,7 +350,9 @@ impl Host {
             Net::Other(t) => net_event(((*t as i64) << 16) | 1, std::ptr::null_mut(), rcs),
             Net::Silent => {}
         }
-        self.stop(ph, rcs);
+        if done {
+            self.stop(ph, rcs);
+        }
     }
 }
 

@@ -23,6 +23,7 @@ pub mod host;
 mod identity;
 mod log;
 pub mod names;
+mod progress;
 mod slots;
 mod source;
 mod spool;
@@ -98,7 +99,7 @@ enum Start {
     Task(Task),
     KernelCh { parent: usize, gpu_start: u64 },
     Net { id: i64, data: *const c_void },
-    ProxyOp,
+    ProxyOp { parent: usize, pid: i32 },
 }
 
 fn start(context: *mut c_void, handle: *mut *mut c_void, ev: Option<Start>) -> NcclResult {
@@ -119,10 +120,7 @@ fn start(context: *mut c_void, handle: *mut *mut c_void, ev: Option<Start>) -> N
                 unsafe { engine::net_event(ctx, id, data) };
                 0
             }
-            Start::ProxyOp => {
-                engine::proxy_op(ctx);
-                0
-            }
+            Start::ProxyOp { parent, pid } => engine::proxy_op(ctx, parent, pid),
         };
         // SAFETY: as above.
         unsafe { *handle = h as *mut c_void };
@@ -156,6 +154,7 @@ unsafe fn read_v5(d: &EventDescrV5) -> Option<Start> {
         Some(match d.type_ {
             event::COLL => Start::Task(Task {
                 coll: true,
+                seq_number: Some(d.u.coll.seq_number),
                 func: d.u.coll.func,
                 count: d.u.coll.count,
                 datatype: d.u.coll.datatype,
@@ -165,6 +164,7 @@ unsafe fn read_v5(d: &EventDescrV5) -> Option<Start> {
             }),
             event::P2P => Start::Task(Task {
                 coll: false,
+                seq_number: None,
                 func: d.u.p2p.func,
                 count: d.u.p2p.count,
                 datatype: d.u.p2p.datatype,
@@ -180,7 +180,10 @@ unsafe fn read_v5(d: &EventDescrV5) -> Option<Start> {
                 id: d.u.net_plugin.id,
                 data: d.u.net_plugin.data,
             },
-            event::PROXY_OP => Start::ProxyOp,
+            event::PROXY_OP => Start::ProxyOp {
+                parent: d.parent_obj as usize,
+                pid: d.u.proxy_op.pid,
+            },
             _ => return None,
         })
     }
@@ -202,6 +205,7 @@ unsafe extern "C" fn start_event_v4(
             match type_ {
                 event::COLL => Some(Start::Task(Task {
                     coll: true,
+                    seq_number: Some(d.u.coll.seq_number),
                     func: d.u.coll.func,
                     count: d.u.coll.count,
                     datatype: d.u.coll.datatype,
@@ -211,6 +215,7 @@ unsafe extern "C" fn start_event_v4(
                 })),
                 event::P2P => Some(Start::Task(Task {
                     coll: false,
+                    seq_number: None,
                     func: d.u.p2p.func,
                     count: d.u.p2p.count,
                     datatype: d.u.p2p.datatype,
@@ -226,7 +231,10 @@ unsafe extern "C" fn start_event_v4(
                     id: d.u.net_plugin.id,
                     data: d.u.net_plugin.data,
                 }),
-                event::PROXY_OP => Some(Start::ProxyOp),
+                event::PROXY_OP => Some(Start::ProxyOp {
+                    parent: d.parent_obj as usize,
+                    pid: d.u.proxy_op.pid,
+                }),
                 _ => None,
             }
         }

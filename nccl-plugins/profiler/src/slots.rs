@@ -22,6 +22,9 @@ const FINALIZING: u32 = u32::MAX;
 pub enum Kind {
     Task = 1,
     KernelCh = 2,
+    /// A proxy operation: the index is its communicator's, the generation the low 32 bits
+    /// of its operation's index (no slot).
+    Proxy = 3,
 }
 
 /// One cache line each, so threads finishing neighbouring operations do not share lines.
@@ -32,6 +35,9 @@ pub struct Slot {
     state: AtomicU64,
     pub comm: AtomicU32,
     pub row: AtomicU32,
+    /// The low 32 bits of the operation's index on its communicator (`progress.rs`); kept
+    /// after the slot is freed, until it is taken again.
+    pub op: AtomicU32,
     pub bytes: AtomicU64,
     /// algo | proto << 8 | channels << 16.
     pub meta: AtomicU32,
@@ -73,6 +79,7 @@ pub struct Start {
     pub bytes: u64,
     pub meta: u32,
     pub start_ns: u64,
+    pub op: u32,
     /// References: 1 for the operation's stop event, plus one per kernel channel expected.
     pub refs: u32,
 }
@@ -99,6 +106,7 @@ pub fn decode(h: usize) -> Option<(u32, Kind, usize)> {
     let kind = match (h >> 28) & 0xf {
         1 => Kind::Task,
         2 => Kind::KernelCh,
+        3 => Kind::Proxy,
         _ => return None,
     };
     if (h >> 24) & 0xf != 0 {
@@ -143,6 +151,7 @@ impl Pool {
             }
             slot.comm.store(start.comm, Relaxed);
             slot.row.store(start.row, Relaxed);
+            slot.op.store(start.op, Relaxed);
             slot.bytes.store(start.bytes, Relaxed);
             slot.meta.store(start.meta, Relaxed);
             slot.start_ns.store(start.start_ns, Relaxed);
@@ -163,6 +172,27 @@ impl Pool {
         let s = slot.state.load(Acquire);
         let refs = refs_of(s);
         (gen_of(s) == generation && refs != 0 && refs < CLAIMING).then_some(slot)
+    }
+
+    /// The operation (low 32 bits of its index) of a task handle, while its slot is live or
+    /// freed and not yet taken again: NCCL starts an operation's proxy operations after its
+    /// stop event may have freed the slot, naming the operation's handle as their parent.
+    pub fn op_of(&self, h: usize) -> Option<u32> {
+        let (generation, Kind::Task, index) = decode(h)? else {
+            return None;
+        };
+        let slot = self.slots.get(index)?;
+        let s = slot.state.load(Acquire);
+        let ours = match refs_of(s) {
+            0 => gen_of(s) == generation.wrapping_add(1).max(1),
+            r => gen_of(s) == generation && r < CLAIMING,
+        };
+        if !ours {
+            return None;
+        }
+        let op = slot.op.load(Relaxed);
+        std::sync::atomic::fence(Acquire);
+        (slot.state.load(Relaxed) == s).then_some(op)
     }
 
     /// Drops one reference. When it was the last, `finish` gets the slot exclusively
@@ -247,6 +277,7 @@ mod tests {
             bytes: 8,
             meta: 0,
             start_ns: 100,
+            op: 7,
             refs,
         }
     }
@@ -280,6 +311,22 @@ mod tests {
         assert_eq!(finished, 1);
         assert_eq!(pool.in_use(), 2);
         assert!(pool.claim(&start(1)).is_none(), "full pool refuses");
+    }
+
+    #[test]
+    fn an_operation_is_known_by_its_handle_until_the_slot_is_taken_again() {
+        let pool = Pool::new(1);
+        let h = pool.claim(&start(1)).unwrap();
+        assert_eq!(pool.op_of(h), Some(7));
+        let (g, _, i) = decode(h).unwrap();
+        pool.release(g, i, |_| ());
+        assert_eq!(pool.op_of(h), Some(7), "freed, not reused");
+        let mut next = start(1);
+        next.op = 8;
+        let h2 = pool.claim(&next).unwrap();
+        assert_eq!(pool.op_of(h), None, "taken again");
+        assert_eq!(pool.op_of(h2), Some(8));
+        assert_eq!(pool.op_of(handle(0, Kind::KernelCh, 0)), None);
     }
 
     #[test]

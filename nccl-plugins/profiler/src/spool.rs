@@ -184,6 +184,7 @@ mod tests {
             proxy_ops: 0,
             dropped_events: 0,
             finalized_at: None,
+            progress: None,
         };
         let file = SpoolFile {
             format: SPOOL_FORMAT,

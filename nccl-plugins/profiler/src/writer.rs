@@ -38,6 +38,9 @@ pub trait Source: Sync + 'static {
     fn tick(&self) -> bool;
     /// A periodic write failed; the thread stops after this.
     fn write_failed(&self, e: &io::Error);
+    /// Something has looked stalled for longer than the stall limit since the last write
+    /// (asked every [`POLL`]): the file is written now, not at the end of the interval.
+    fn urgent(&self) -> bool;
     /// How long at the start of each interval something is sampled (kernel channel events),
     /// when only part of each interval is.
     fn sample_window(&self) -> Option<Duration>;
@@ -69,6 +72,9 @@ pub fn write_from_nccl<S: Source>(source: &S, is_final: bool) -> io::Result<()> 
         }
     }
 }
+
+/// How often the thread asks whether something stalled.
+pub const POLL: Duration = Duration::from_millis(250);
 
 /// How long NCCL's threads wait for the writer.
 const WAIT: Duration = Duration::from_secs(2);
@@ -115,7 +121,7 @@ fn run<S: Source>(source: &'static S, signal: &(Mutex<bool>, Condvar)) {
     loop {
         let rest = match window {
             Some(w) => {
-                if !wait(signal, w) {
+                if !watch(source, signal, w) {
                     return;
                 }
                 source.set_sampling(false);
@@ -123,7 +129,7 @@ fn run<S: Source>(source: &'static S, signal: &(Mutex<bool>, Condvar)) {
             }
             None => source.interval(),
         };
-        if !wait(signal, rest) {
+        if !watch(source, signal, rest) {
             return;
         }
         if !source.tick() {
@@ -135,6 +141,27 @@ fn run<S: Source>(source: &'static S, signal: &(Mutex<bool>, Condvar)) {
         }
         if window.is_some() {
             source.set_sampling(true);
+        }
+    }
+}
+
+/// Waits `d` as `wait` does, writing the file whenever something stalled meanwhile; false
+/// when stopped or a write failed.
+fn watch<S: Source>(source: &S, signal: &(Mutex<bool>, Condvar), d: Duration) -> bool {
+    let deadline = Instant::now() + d;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if !wait(signal, left.min(POLL)) {
+            return false;
+        }
+        if source.urgent()
+            && let Err(e) = write(source, false)
+        {
+            source.write_failed(&e);
+            return false;
+        }
+        if left <= POLL {
+            return true;
         }
     }
 }

@@ -83,6 +83,7 @@ pub async fn heartbeat(
             send_facts,
             cancel_jobs: vec![],
             job_env_sha256: Some(job_env_sha256),
+            server_time_ns: chrono::Utc::now().timestamp_nanos_opt(),
         }));
     }
     // Of the jobs named, those still leased to this agent (their leases are renewed, a
@@ -128,6 +129,7 @@ pub async fn heartbeat(
         send_facts,
         cancel_jobs,
         job_env_sha256: env_sha,
+        server_time_ns: chrono::Utc::now().timestamp_nanos_opt(),
     }))
 }
 

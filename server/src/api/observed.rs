@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use crate::api::page::{self, Page};
 use crate::db;
-use crate::health::observed::judge_job;
+use crate::health::observed::{judge_job, judge_ranks, ranks::Limits};
 use crate::http::auth::{AgentCaller, Caller};
 use crate::http::error::{ApiError, ApiResult, Json, Path, Query};
 use crate::observed::store;
@@ -34,6 +34,17 @@ pub async fn upload_observations(
         state.config.observed_jobs_keep,
     )
     .await?;
+    if stored.refused > 0 {
+        state
+            .metrics
+            .observed_refused("too-many-rows", u64::from(stored.refused));
+    }
+    let limits = Limits {
+        hung_s: state.config.job_hung_s,
+        silent_s: state.config.job_silent_s,
+        straggler_ms: state.config.job_straggler_ms,
+        ..Limits::default()
+    };
     // The observations are stored whatever happens here; a failed judgement is logged and
     // made again by the job's next upload.
     for job_id in &stored.jobs {
@@ -42,10 +53,14 @@ pub async fn upload_observations(
         {
             tracing::warn!(%job_id, error = %err, "judging an observed job failed");
         }
+        if let Err(err) = judge_ranks(&state.db, *job_id, &limits).await {
+            tracing::warn!(%job_id, error = %err, "judging an observed job's ranks failed");
+        }
     }
     Ok(Json(ObservationsAccepted {
         stored: stored.stored,
         unchanged: stored.unchanged,
+        refused: stored.refused,
     }))
 }
 

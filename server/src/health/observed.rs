@@ -11,16 +11,21 @@
 //!   node count by more than `HEDDLE_JOB_BELOW_EXPECTED_FRACTION`.
 //! - `job-env-missing` (warn): a process of the job ran without Heddle's environment
 //!   plugin on a node that has recommendations.
+//! - `job-unjudged` (info): no rule had anything to judge, and why (what expectation was
+//!   missing for which communicator, and the figure it would have been held to), so an
+//!   `unknown` verdict always says why.
 
 use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Duration, Utc};
 use heddle_types::health::{Reason, Severity, Verdict};
-use heddle_types::observed::{LARGE_BAND, ObservedComm, is_socket};
+use heddle_types::observed::{LARGE_BAND, ObservedComm, band_label, is_socket, path_limit_gbs};
 use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::observed::store;
+
+pub mod ranks;
 
 /// Observed jobs seen within this long count in their node's health.
 pub const NODE_HEALTH_WINDOW_HOURS: i64 = 24;
@@ -48,7 +53,13 @@ pub fn decide(
 ) -> (Verdict, Vec<Reason>) {
     let mut reasons = Vec::new();
     let mut judged = false;
+    // Per communicator, what no rule could judge it on: the `job-unjudged` reason.
+    let mut unjudged: Vec<String> = Vec::new();
     for c in comms {
+        let mut missing: Vec<String> = Vec::new();
+        if c.nnodes > 1 && !c.net.is_empty() && node.active_rdma_ports.is_empty() {
+            missing.push("no ACTIVE RDMA port on this node to hold its transport to".into());
+        }
         if c.nnodes > 1 && !c.net.is_empty() && !node.active_rdma_ports.is_empty() {
             judged = true;
             if c.transport.as_deref().is_some_and(is_socket) {
@@ -78,9 +89,10 @@ pub fn decide(
         // Per collective, the large-message bands together.
         // Each band's bus bandwidth is from what was timed in it; together they weigh by
         // bytes (total bytes over the summed time each band's bytes took).
+        let limit = path_limit_gbs(c.transport.as_deref(), c.nnodes);
         let mut large: BTreeMap<&str, (f64, f64)> = BTreeMap::new();
         for b in c.bands.iter().filter(|b| b.size_band >= LARGE_BAND) {
-            let Some(bw) = b.busbw_gbs.filter(|bw| *bw > 0.0) else {
+            let Some(bw) = b.busbw_gbs.filter(|bw| *bw > 0.0 && *bw <= limit) else {
                 continue;
             };
             let e = large.entry(b.func.as_str()).or_default();
@@ -97,6 +109,12 @@ pub fn decide(
             };
             let test = format!("nccl.{coll}");
             let Some(&expected) = node.baselines.get(&(test.clone(), c.nnodes)) else {
+                missing.push(format!(
+                    "no passing {test} test on {} node{} here within {BASELINE_WINDOW_DAYS} days \
+                     to compare its {func} with",
+                    c.nnodes,
+                    if c.nnodes == 1 { "" } else { "s" }
+                ));
                 continue;
             };
             judged = true;
@@ -117,6 +135,29 @@ pub fn decide(
                     evidence: None,
                 });
             }
+        }
+        if !c
+            .bands
+            .iter()
+            .any(|b| b.size_band >= LARGE_BAND && b.busbw_gbs.is_some_and(|bw| bw <= limit))
+        {
+            missing.push(format!(
+                "no GPU-timed collective of {} or more to judge its bandwidth on",
+                band_label(LARGE_BAND)
+            ));
+        }
+        if !missing.is_empty() {
+            unjudged.push(format!(
+                "communicator {} ({} rank{} on {} node{} over {}): {}; {}",
+                c.comm_hash,
+                c.nranks,
+                if c.nranks == 1 { "" } else { "s" },
+                c.nnodes,
+                if c.nnodes == 1 { "" } else { "s" },
+                c.transport.as_deref().unwrap_or("no network"),
+                missing.join("; "),
+                best_figure(c, limit)
+            ));
         }
     }
     if node.has_recommendations {
@@ -143,7 +184,47 @@ pub fn decide(
         _ if judged => Verdict::Pass,
         _ => Verdict::Unknown,
     };
+    if verdict == Verdict::Unknown {
+        if !node.has_recommendations {
+            unjudged.push(
+                "no recommendations on this node, so Heddle's environment is not expected".into(),
+            );
+        }
+        if comms.is_empty() {
+            unjudged.insert(0, "no communicator reported yet".into());
+        }
+        reasons.push(Reason {
+            severity: Severity::Info,
+            message: format!("nothing to judge the job on: {}", unjudged.join(". ")),
+            metric: None,
+            observed: None,
+            expected: None,
+            basis: "expectation".into(),
+            code: Some("job-unjudged".into()),
+            evidence: None,
+        });
+    }
     (verdict, reasons)
+}
+
+/// The figure a communicator would have been judged on, for the `job-unjudged` reason:
+/// the largest band with a bus bandwidth within its path's limit, else that none was
+/// timed on the GPU.
+fn best_figure(c: &ObservedComm, limit: f64) -> String {
+    match c
+        .bands
+        .iter()
+        .filter_map(|b| Some((b, b.busbw_gbs.filter(|bw| *bw <= limit)?)))
+        .max_by_key(|(b, _)| b.size_band)
+    {
+        Some((b, bw)) => format!(
+            "{} reached {bw:.1} GB/s bus bandwidth at {}",
+            b.func,
+            band_label(b.size_band)
+        ),
+        None if c.bands.is_empty() => "no operations yet".into(),
+        None => "no band was timed on the GPU".into(),
+    }
 }
 
 /// What [`decide`] needs from the node.
@@ -207,6 +288,93 @@ pub async fn judge_job(
     Ok((verdict, reasons))
 }
 
+/// Moves a rank's progress times from its node's clock to the server's.
+fn shift(p: &mut heddle_types::observe::Progress, offset_ns: i64) {
+    let by = |t: u64| {
+        if t == 0 {
+            0
+        } else {
+            t.saturating_add_signed(offset_ns)
+        }
+    };
+    p.now_ns = by(p.now_ns);
+    p.last_start_ns = by(p.last_start_ns);
+    p.proxy_last_stop_ns = by(p.proxy_last_stop_ns);
+    if let Some(f) = &mut p.in_flight {
+        f.started_ns = by(f.started_ns);
+    }
+    for a in &mut p.arrivals {
+        a[1] = by(a[1]);
+    }
+}
+
+/// Judges the ranks of job `job_id` together with the same job's ranks on every other
+/// node (`observed::ranks`: one key, one owner) and stores the verdict: hung, straggling,
+/// a rank gone silent, or pass when every communicator reported progress and none is.
+pub async fn judge_ranks(
+    db: &PgPool,
+    job_id: Uuid,
+    limits: &ranks::Limits,
+) -> Result<Verdict, super::HealthError> {
+    use heddle_types::observed::RankRow;
+
+    let Some((group, rows)) = crate::observed::ranks::group_ranks(db, job_id).await? else {
+        return Ok(Verdict::Unknown);
+    };
+    let now_ns = Utc::now().timestamp_nanos_opt().unwrap_or(0).max(0) as u64;
+    // Per communicator, each rank's newest report (the rows come newest first per rank).
+    let mut comms: BTreeMap<&str, (u32, Vec<ranks::RankSample>)> = BTreeMap::new();
+    for r in &rows {
+        let e = comms
+            .entry(r.comm_hash.as_str())
+            .or_insert_with(|| (u32::try_from(r.nranks).unwrap_or(0), Vec::new()));
+        let rank = u32::try_from(r.rank).unwrap_or(u32::MAX);
+        if e.1.last().is_some_and(|s| s.rank == rank) {
+            continue;
+        }
+        let mut progress = r.progress.0.clone();
+        shift(&mut progress, r.clock_offset_ns);
+        e.1.push(ranks::RankSample {
+            node: r.hostname.clone(),
+            rank,
+            progress,
+            finalized: r.finalized,
+            silent_s: r.silent_s,
+        });
+    }
+    let mut reasons = Vec::new();
+    let mut table = Vec::new();
+    for (comm, (nranks, samples)) in &comms {
+        let (rs, views) = ranks::judge(comm, *nranks, samples, now_ns, limits);
+        reasons.extend(rs);
+        for (s, v) in samples.iter().zip(views) {
+            let p = &s.progress;
+            table.push(RankRow {
+                comm_hash: comm.to_string(),
+                rank: s.rank,
+                hostname: s.node.clone(),
+                coll_started: p.coll_started,
+                coll_done: p.coll_done,
+                in_flight: p.in_flight.clone(),
+                quiet_s: now_ns.saturating_sub(p.last_start_ns) as f64 / 1e9,
+                lateness_ms: v.lateness_ms,
+                silent_s: s.silent_s,
+                finalized: s.finalized,
+                culprit: v.culprit,
+            });
+        }
+    }
+    reasons.sort_by_key(|r| std::cmp::Reverse(r.severity));
+    let verdict = match reasons.first().map(|r| r.severity) {
+        Some(Severity::Fail) => Verdict::Fail,
+        Some(Severity::Warn) => Verdict::Warn,
+        _ if !comms.is_empty() => Verdict::Pass,
+        _ => Verdict::Unknown,
+    };
+    crate::observed::ranks::set_progress_verdict(db, &group, verdict, &reasons, &table).await?;
+    Ok(verdict)
+}
+
 /// The reasons of a node's observed jobs seen within [`NODE_HEALTH_WINDOW_HOURS`] that
 /// warn or fail, each naming its job, worst first.
 pub async fn node_reasons(db: &PgPool, node_id: Uuid) -> Result<Vec<Reason>, super::HealthError> {
@@ -260,127 +428,23 @@ pub async fn socket_fallbacks_by_node(db: &PgPool) -> Result<Vec<(String, i64)>,
     .await
 }
 
-#[cfg(test)]
-mod tests {
-    use heddle_types::observe::NetUse;
-    use heddle_types::observed::BandFigure;
-
-    use super::*;
-
-    fn comm(nnodes: u32, net: &[(&str, u64)], busbw_time_ns: u64) -> ObservedComm {
-        let net: Vec<NetUse> = net
-            .iter()
-            .map(|(n, b)| NetUse {
-                net: (*n).into(),
-                ops: 1,
-                bytes: *b,
-                inferred: false,
-            })
-            .collect();
-        ObservedComm {
-            comm_hash: "c1".into(),
-            name: None,
-            nranks: 16,
-            nnodes,
-            local_ranks: 8,
-            transport: heddle_types::observed::dominant_net(&net).map(str::to_string),
-            net,
-            bands: vec![BandFigure {
-                func: "AllReduce".into(),
-                size_band: 30,
-                ops: 1,
-                bytes: 1 << 30,
-                time_ns: busbw_time_ns,
-                algbw_gbs: heddle_types::observed::bandwidths(
-                    "AllReduce",
-                    16,
-                    1 << 30,
-                    busbw_time_ns,
-                )
-                .map(|b| b.0),
-                busbw_gbs: heddle_types::observed::bandwidths(
-                    "AllReduce",
-                    16,
-                    1 << 30,
-                    busbw_time_ns,
-                )
-                .map(|b| b.1),
-            }],
-            finalized: false,
-            seq: 1,
-            written_at: Utc::now(),
-        }
-    }
-
-    fn ib_node() -> NodeContext {
-        NodeContext {
-            active_rdma_ports: vec!["mlx5_0/1 (InfiniBand)".into()],
-            has_recommendations: false,
-            baselines: HashMap::new(),
-        }
-    }
-
-    #[test]
-    fn sockets_on_an_ib_node_fail() {
-        let (v, r) = decide(
-            &[comm(2, &[("Socket", 1 << 30)], 1)],
-            false,
-            &ib_node(),
-            0.25,
-        );
-        assert_eq!(v, Verdict::Fail);
-        assert_eq!(r[0].code.as_deref(), Some("job-socket-fallback"));
-        assert!(r[0].message.contains("mlx5_0/1"), "{}", r[0].message);
-        // Over IB: pass.
-        let (v, r) = decide(&[comm(2, &[("IB", 1 << 30)], 1)], false, &ib_node(), 0.25);
-        assert_eq!((v, r.len()), (Verdict::Pass, 0));
-        // One node: sockets say nothing about the network.
-        let (v, _) = decide(
-            &[comm(1, &[("Socket", 1 << 30)], 1)],
-            false,
-            &ib_node(),
-            0.25,
-        );
-        assert_eq!(v, Verdict::Unknown);
-        // No ACTIVE RDMA port: sockets are all there is.
-        let (v, _) = decide(
-            &[comm(2, &[("Socket", 1 << 30)], 1)],
-            false,
-            &NodeContext::default(),
-            0.25,
-        );
-        assert_eq!(v, Verdict::Unknown);
-    }
-
-    #[test]
-    fn large_message_busbw_below_the_node_test_warns() {
-        let mut node = ib_node();
-        node.baselines.insert(("nccl.all_reduce".into(), 2), 100.0);
-        // 1 GiB in 10 ms on 16 ranks: algbw 107.4, busbw 201 GB/s: above.
-        let (v, _) = decide(&[comm(2, &[("IB", 1)], 10_000_000)], false, &node, 0.25);
-        assert_eq!(v, Verdict::Pass);
-        // In 40 ms: busbw 50 GB/s, 50 % below 100.
-        let (v, r) = decide(&[comm(2, &[("IB", 1)], 40_000_000)], false, &node, 0.25);
-        assert_eq!(v, Verdict::Warn);
-        assert_eq!(r[0].code.as_deref(), Some("job-below-expected"));
-        assert_eq!(r[0].expected, Some(100.0));
-        assert!((r[0].observed.unwrap() - 50.3).abs() < 0.1);
-        // Within a looser fraction: fine.
-        let (v, _) = decide(&[comm(2, &[("IB", 1)], 40_000_000)], false, &node, 0.6);
-        assert_eq!(v, Verdict::Pass);
-        // A baseline of another node count is not compared.
-        let (v, _) = decide(&[comm(4, &[], 40_000_000)], false, &node, 0.25);
-        assert_eq!(v, Verdict::Unknown);
-    }
-
-    #[test]
-    fn env_missing_warns_only_where_there_are_recommendations() {
-        let mut node = NodeContext::default();
-        assert_eq!(decide(&[], true, &node, 0.25).0, Verdict::Unknown);
-        node.has_recommendations = true;
-        let (v, r) = decide(&[], true, &node, 0.25);
-        assert_eq!(v, Verdict::Warn);
-        assert_eq!(r[0].code.as_deref(), Some("job-env-missing"));
-        assert_eq!(decide(&[], false, &node, 0.25).0, Verdict::Pass);
-    }
+/// Observed jobs judged hung or straggling across their nodes within the last 2 minutes
+/// (a job that stopped uploading drops out): (job and owner, `hung` or `straggler`, a node
+/// of a culprit rank, else of the job), for `/metrics`.
+pub async fn progress_flags(db: &PgPool) -> Result<Vec<(String, String, String)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT p.job_key || ' (uid ' || p.uid || ')',
+                CASE WHEN p.reasons @> '[{\"code\": \"job-hung\"}]' THEN 'hung' ELSE 'straggler' END,
+                coalesce((SELECT r->>'hostname' FROM jsonb_array_elements(p.ranks) r
+                          ORDER BY (r->>'culprit')::boolean DESC LIMIT 1), '')
+         FROM observed_progress p
+         WHERE p.judged_at > now() - interval '2 minutes' AND p.verdict IN ('warn', 'fail')
+           AND (p.reasons @> '[{\"code\": \"job-hung\"}]' OR p.reasons @> '[{\"code\": \"job-straggler\"}]')
+         ORDER BY 1 LIMIT 1000",
+    )
+    .fetch_all(db)
+    .await
 }
+
+#[cfg(test)]
+mod tests;

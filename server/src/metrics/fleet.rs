@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use super::{
-    FigureLabels, GpuLabels, HostLabels, Metrics, PluginLabels, PortLabels, StateLabels,
-    TestLabels, VerdictLabels,
+    FigureLabels, GpuLabels, HostLabels, Metrics, PluginLabels, PortLabels, ProgressLabels,
+    StateLabels, TestLabels, VerdictLabels,
 };
 
 /// Job states that describe work in flight; finished jobs are history, kept by the API.
@@ -172,6 +172,16 @@ impl Metrics {
             self.observed_socket_fallback
                 .get_or_create(&HostLabels { Hostname: host })
                 .set(n);
+        }
+        self.observed_progress.clear();
+        for (job, state, host) in crate::health::observed::progress_flags(db).await? {
+            self.observed_progress
+                .get_or_create(&ProgressLabels {
+                    job,
+                    state,
+                    Hostname: host,
+                })
+                .set(1);
         }
         for (_, host, test, n) in crate::health::regress::store::open_by_node(db).await? {
             self.regressions_open

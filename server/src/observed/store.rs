@@ -11,7 +11,7 @@ use heddle_types::health::{Reason, Verdict};
 use heddle_types::observe::{NetUse, OpBand};
 use heddle_types::observed::{
     BandFigure, MAX_OBSERVATIONS_PER_UPLOAD, ObservationSource, ObservationUpload, ObservedComm,
-    ObservedJob, ObservedJobSummary, bandwidths, dominant_net, job_key,
+    ObservedJob, ObservedJobSummary, RankRow, dominant_net, job_key, path_limit_gbs,
 };
 use sqlx::PgPool;
 use sqlx::types::Json;
@@ -19,11 +19,24 @@ use uuid::Uuid;
 
 use super::ObservedError;
 
+/// Most communicator rows (process × communicator) one job may hold across its nodes (by
+/// job key and owner, see [`GROUP_FILTER`]): an upload's rows beyond it are refused and
+/// counted, so that one job's files cannot grow the server's work on it without bound.
+pub const MAX_ROWS_PER_JOB: i64 = 4096;
+
+/// The rows of one job across nodes: the same job key and owner, and for a job known only
+/// by its process (`pid:` keys, which another node may reuse) the same node. `$1` job
+/// key, `$2` uid, `$3` node.
+pub const GROUP_FILTER: &str =
+    "j.job_key = $1 AND j.uid = $2 AND (j.job_key NOT LIKE 'pid:%' OR j.node_id = $3)";
+
 /// What an upload changed.
 #[derive(Debug, Default)]
 pub struct Stored {
     pub stored: u32,
     pub unchanged: u32,
+    /// Communicators refused because their job holds [`MAX_ROWS_PER_JOB`] rows.
+    pub refused: u32,
     /// Jobs with a communicator stored or brought forward: the ones to judge again.
     pub jobs: Vec<Uuid>,
 }
@@ -92,6 +105,23 @@ pub async fn store(
         .fetch_one(&mut *tx)
         .await?;
         added |= inserted;
+        // The job's rows on every node, less this process's own (which it replaces).
+        let (held,): (i64,) = sqlx::query_as(&format!(
+            "SELECT count(*) FROM observed_comms c JOIN observed_jobs j ON j.id = c.job_id
+             WHERE {GROUP_FILTER} AND NOT (c.job_id = $4 AND c.pid = $5 AND c.start_ticks = $6)"
+        ))
+        .bind(job_key(j))
+        .bind(i64::from(j.uid))
+        .bind(node_id)
+        .bind(job_id)
+        .bind(i64::from(j.pid))
+        .bind(j.start_ticks as i64)
+        .fetch_one(&mut *tx)
+        .await?;
+        if held + f.comms.len() as i64 > MAX_ROWS_PER_JOB {
+            out.refused += f.comms.len() as u32;
+            continue;
+        }
         let comms: Vec<serde_json::Value> = f
             .comms
             .iter()
@@ -100,20 +130,23 @@ pub async fn store(
                     "comm_hash": c.comm_hash, "name": c.name, "nranks": c.nranks,
                     "nnodes": c.nnodes, "rank": c.rank, "ops": c.ops, "net": c.net,
                     "finalized": c.finalized_at.is_some() || f.is_final,
+                    "progress": c.progress,
                 })
             })
             .collect();
         let done = sqlx::query(
             "INSERT INTO observed_comms (job_id, pid, start_ticks, comm_hash, seq, is_final, written_at, env_applied,
-                                         name, nranks, nnodes, rank, ops, net, finalized)
-             SELECT $1, $2, $3, c.comm_hash, $4, $5, $6, $7, c.name, c.nranks, c.nnodes, c.rank, c.ops, c.net, c.finalized
+                                         name, nranks, nnodes, rank, ops, net, finalized, progress, clock_offset_ns)
+             SELECT $1, $2, $3, c.comm_hash, $4, $5, $6, $7, c.name, c.nranks, c.nnodes, c.rank, c.ops, c.net, c.finalized,
+                    nullif(c.progress, 'null'::jsonb), $9
              FROM jsonb_to_recordset($8) AS c(comm_hash text, name text, nranks int, nnodes int, rank int,
-                                              ops jsonb, net jsonb, finalized boolean)
+                                              ops jsonb, net jsonb, finalized boolean, progress jsonb)
              ON CONFLICT (job_id, pid, start_ticks, comm_hash) DO UPDATE SET
                  seq = EXCLUDED.seq, is_final = EXCLUDED.is_final, written_at = EXCLUDED.written_at,
                  env_applied = EXCLUDED.env_applied, name = EXCLUDED.name, nranks = EXCLUDED.nranks,
                  nnodes = EXCLUDED.nnodes, rank = EXCLUDED.rank, ops = EXCLUDED.ops, net = EXCLUDED.net,
-                 finalized = EXCLUDED.finalized
+                 finalized = EXCLUDED.finalized, progress = EXCLUDED.progress,
+                 clock_offset_ns = EXCLUDED.clock_offset_ns, received_at = now()
              WHERE observed_comms.seq < EXCLUDED.seq",
         )
         .bind(job_id)
@@ -124,6 +157,7 @@ pub async fn store(
         .bind(f.written_at)
         .bind(&f.env_applied)
         .bind(serde_json::Value::Array(comms))
+        .bind(upload.clock.map_or(0, |c| c.offset_ns))
         .execute(&mut *tx)
         .await?;
         let stored = u32::try_from(done.rows_affected()).unwrap_or(u32::MAX);
@@ -156,6 +190,15 @@ async fn prune(
     .bind(i64::from(keep.max(1)))
     .execute(&mut **tx)
     .await?;
+    if done.rows_affected() > 0 {
+        // Verdicts across nodes of jobs no node holds any more.
+        sqlx::query(
+            "DELETE FROM observed_progress p WHERE NOT EXISTS (
+                 SELECT 1 FROM observed_jobs j WHERE j.job_key = p.job_key AND j.uid = p.uid)",
+        )
+        .execute(&mut **tx)
+        .await?;
+    }
     Ok(done.rows_affected())
 }
 
@@ -205,18 +248,36 @@ pub fn merge(rows: &[CommRow]) -> Vec<ObservedComm> {
         .into_values()
         .map(|rs| {
             let first = rs[0];
-            // (ops, bytes, timed bytes, timed ns): bandwidth from what was timed on the GPU.
-            let mut bands: BTreeMap<(String, u32), (u64, u64, u64, u64)> = BTreeMap::new();
+            // Summed over the node's ranks; bandwidth from what was timed on the GPU.
+            let mut bands: BTreeMap<(String, u32), OpBand> = BTreeMap::new();
             let mut nets: BTreeMap<String, (u64, u64)> = BTreeMap::new();
             let mut inferred_nets: std::collections::BTreeSet<String> = Default::default();
             for r in &rs {
                 for b in r.ops.iter() {
-                    let e = bands.entry((b.func.clone(), b.size_band)).or_default();
-                    e.0 = e.0.saturating_add(b.ops);
-                    e.1 = e.1.saturating_add(b.bytes);
+                    let e = bands
+                        .entry((b.func.clone(), b.size_band))
+                        .or_insert_with(|| OpBand {
+                            func: b.func.clone(),
+                            size_band: b.size_band,
+                            ops: 0,
+                            bytes: 0,
+                            time_ns: 0,
+                            exec_ops: 0,
+                            exec_bytes: 0,
+                            exec_ns: 0,
+                            algos: Default::default(),
+                            protos: Default::default(),
+                            max_channels: 0,
+                        });
+                    e.ops = e.ops.saturating_add(b.ops);
+                    e.bytes = e.bytes.saturating_add(b.bytes);
+                    e.time_ns = e.time_ns.saturating_add(b.time_ns);
                     let (tb, tn) = b.timed();
-                    e.2 = e.2.saturating_add(tb);
-                    e.3 = e.3.saturating_add(tn);
+                    if tn > 0 {
+                        e.exec_ops = e.exec_ops.saturating_add(b.exec_ops);
+                        e.exec_bytes = e.exec_bytes.saturating_add(tb);
+                        e.exec_ns = e.exec_ns.saturating_add(tn);
+                    }
                 }
                 for n in r.net.iter() {
                     if n.inferred {
@@ -240,28 +301,20 @@ pub fn merge(rows: &[CommRow]) -> Vec<ObservedComm> {
                     }
                 })
                 .collect();
+            let nnodes = count(first.nnodes);
+            let transport = dominant_net(&net).map(str::to_string);
+            let limit = path_limit_gbs(transport.as_deref(), nnodes);
             ObservedComm {
                 comm_hash: first.comm_hash.clone(),
                 name: first.name.clone(),
                 nranks,
-                nnodes: count(first.nnodes),
+                nnodes,
                 local_ranks: u32::try_from(rs.len()).unwrap_or(u32::MAX),
-                transport: dominant_net(&net).map(str::to_string),
+                transport,
                 net,
                 bands: bands
-                    .into_iter()
-                    .map(|((func, size_band), (ops, bytes, timed_bytes, time_ns))| {
-                        let bw = bandwidths(&func, nranks, timed_bytes, time_ns);
-                        BandFigure {
-                            func,
-                            size_band,
-                            ops,
-                            bytes,
-                            time_ns,
-                            algbw_gbs: bw.map(|b| b.0),
-                            busbw_gbs: bw.map(|b| b.1),
-                        }
-                    })
+                    .values()
+                    .map(|b| BandFigure::of(b, nranks, limit))
                     .collect(),
                 finalized: rs.iter().all(|r| r.finalized),
                 seq: rs.iter().map(|r| r.seq).max().unwrap_or(0).max(0) as u64,
@@ -291,6 +344,8 @@ struct SummaryRow {
     communicators: i64,
     finished: bool,
     env_applied: Option<String>,
+    progress_verdict: Option<String>,
+    progress_reasons: Option<Json<Vec<Reason>>>,
 }
 
 const SUMMARY: &str = "SELECT j.id, j.node_id, n.hostname, j.job_key, j.source, j.uid, j.slurm_job_id, j.k8s_namespace,
@@ -298,11 +353,32 @@ const SUMMARY: &str = "SELECT j.id, j.node_id, n.hostname, j.job_key, j.source, 
         count(DISTINCT c.pid::text || ':' || c.start_ticks::text) AS processes,
         count(DISTINCT c.comm_hash) AS communicators,
         coalesce(bool_and(c.is_final), false) AS finished,
-        CASE WHEN bool_or(c.env_applied IS NULL) THEN NULL ELSE min(c.env_applied) END AS env_applied
-    FROM observed_jobs j JOIN nodes n ON n.id = j.node_id LEFT JOIN observed_comms c ON c.job_id = j.id";
+        CASE WHEN bool_or(c.env_applied IS NULL) THEN NULL ELSE min(c.env_applied) END AS env_applied,
+        p.verdict AS progress_verdict, p.reasons AS progress_reasons
+    FROM observed_jobs j JOIN nodes n ON n.id = j.node_id LEFT JOIN observed_comms c ON c.job_id = j.id
+    LEFT JOIN observed_progress p ON p.job_key = j.job_key AND p.uid = j.uid
+        AND p.scope = CASE WHEN j.job_key LIKE 'pid:%' THEN j.node_id ELSE '00000000-0000-0000-0000-000000000000'::uuid END";
+
+/// What [`SUMMARY`] groups by.
+const GROUP: &str = "GROUP BY j.id, n.hostname, p.job_key, p.uid, p.scope";
 
 impl SummaryRow {
     fn into_summary(self) -> ObservedJobSummary {
+        // The table's CHECK admits only the four names.
+        let own: Verdict = self.verdict.parse().unwrap_or(Verdict::Unknown);
+        let across: Option<Verdict> = self.progress_verdict.and_then(|v| v.parse().ok());
+        // Hung or straggling across nodes outranks what the node's own rules said.
+        let (verdict, mut reasons) = match across {
+            Some(v @ (Verdict::Fail | Verdict::Warn)) if own != Verdict::Fail => {
+                (v, self.progress_reasons.map(|r| r.0).unwrap_or_default())
+            }
+            Some(Verdict::Fail | Verdict::Warn) => {
+                (own, self.progress_reasons.map(|r| r.0).unwrap_or_default())
+            }
+            _ => (own, Vec::new()),
+        };
+        reasons.extend(self.reasons.0);
+        reasons.sort_by_key(|r| std::cmp::Reverse(r.severity));
         ObservedJobSummary {
             id: self.id,
             node_id: self.node_id,
@@ -324,9 +400,8 @@ impl SummaryRow {
             env_applied: self.env_applied,
             first_seen_at: self.first_seen_at,
             last_seen_at: self.last_seen_at,
-            // The table's CHECK admits only the four names.
-            verdict: self.verdict.parse().unwrap_or(Verdict::Unknown),
-            reasons: self.reasons.0,
+            verdict,
+            reasons,
         }
     }
 }
@@ -363,7 +438,7 @@ pub async fn list(
         "{SUMMARY} WHERE ($1::uuid IS NULL OR j.node_id = $1)
            AND ($5::text IS NULL OR j.slurm_job_id = $5)
            AND ($2::timestamptz IS NULL OR (j.last_seen_at, j.id) < ($2, $3))
-         GROUP BY j.id, n.hostname ORDER BY j.last_seen_at DESC, j.id DESC LIMIT $4"
+         {GROUP} ORDER BY j.last_seen_at DESC, j.id DESC LIMIT $4"
     ))
     .bind(node)
     .bind(after.map(|a| a.0))
@@ -376,12 +451,10 @@ pub async fn list(
 }
 
 pub async fn summary(db: &PgPool, id: Uuid) -> Result<ObservedJobSummary, ObservedError> {
-    let row: Option<SummaryRow> = sqlx::query_as(&format!(
-        "{SUMMARY} WHERE j.id = $1 GROUP BY j.id, n.hostname"
-    ))
-    .bind(id)
-    .fetch_optional(db)
-    .await?;
+    let row: Option<SummaryRow> = sqlx::query_as(&format!("{SUMMARY} WHERE j.id = $1 {GROUP}"))
+        .bind(id)
+        .fetch_optional(db)
+        .await?;
     row.map(SummaryRow::into_summary)
         .ok_or(ObservedError::NoSuchJob(id))
 }
@@ -389,7 +462,19 @@ pub async fn summary(db: &PgPool, id: Uuid) -> Result<ObservedJobSummary, Observ
 pub async fn get(db: &PgPool, id: Uuid) -> Result<ObservedJob, ObservedError> {
     let summary = summary(db, id).await?;
     let comms = merge(&comm_rows(db, id).await?);
-    Ok(ObservedJob { summary, comms })
+    let ranks: Option<(Json<Vec<RankRow>>,)> = sqlx::query_as(
+        "SELECT p.ranks FROM observed_jobs j JOIN observed_progress p ON p.job_key = j.job_key AND p.uid = j.uid
+             AND p.scope = CASE WHEN j.job_key LIKE 'pid:%' THEN j.node_id ELSE '00000000-0000-0000-0000-000000000000'::uuid END
+         WHERE j.id = $1",
+    )
+    .bind(id)
+    .fetch_optional(db)
+    .await?;
+    Ok(ObservedJob {
+        summary,
+        comms,
+        ranks: ranks.map(|r| r.0.0).unwrap_or_default(),
+    })
 }
 
 pub async fn set_verdict(
@@ -413,7 +498,9 @@ pub async fn set_verdict(
 mod tests {
     use super::*;
 
-    fn row(rank: i32, net: &[(&str, u64)], time_ns: u64) -> CommRow {
+    /// A rank's row: ten 256 MiB all-reduces launched in 50 µs each, `exec_ns` of them
+    /// timed on the GPU.
+    fn row(rank: i32, net: &[(&str, u64)], exec_ns: u64) -> CommRow {
         CommRow {
             pid: 100 + i64::from(rank),
             start_ticks: 1,
@@ -431,13 +518,13 @@ mod tests {
                 size_band: 28,
                 ops: 10,
                 bytes: 10 << 28,
-                time_ns,
+                time_ns: 500_000,
                 algos: Default::default(),
                 protos: Default::default(),
                 max_channels: 0,
-                exec_ops: 0,
-                exec_bytes: 0,
-                exec_ns: 0,
+                exec_ops: if exec_ns > 0 { 10 } else { 0 },
+                exec_bytes: if exec_ns > 0 { 10 << 28 } else { 0 },
+                exec_ns,
             }]),
             net: Json(
                 net.iter()
@@ -456,8 +543,8 @@ mod tests {
     #[test]
     fn ranks_of_a_node_merge_into_one_communicator() {
         let merged = merge(&[
-            row(0, &[("Socket", 100), ("IB", 1)], 10_000_000),
-            row(1, &[("Socket", 50)], 30_000_000),
+            row(0, &[("Socket", 100), ("IB", 1)], 1_000_000_000),
+            row(1, &[("Socket", 50)], 3_000_000_000),
         ]);
         assert_eq!(merged.len(), 1);
         let c = &merged[0];
@@ -465,13 +552,37 @@ mod tests {
         assert_eq!(c.transport.as_deref(), Some("Socket"));
         assert_eq!(c.bands.len(), 1);
         let b = &c.bands[0];
-        assert_eq!((b.ops, b.bytes, b.time_ns), (20, 20 << 28, 40_000_000));
-        // The mean: 2 × 2.5 GiB in 40 ms.
+        assert_eq!((b.ops, b.bytes, b.time_ns), (20, 20 << 28, 1_000_000));
+        // The mean of the GPU times: 2 × 2.5 GiB in 4 s.
         assert!(
-            (b.algbw_gbs.unwrap() - 134.2).abs() < 0.1,
+            (b.algbw_gbs.unwrap() - 1.342).abs() < 0.01,
             "{:?}",
             b.algbw_gbs
         );
+        assert_eq!(b.gpu_timed_ops, 20);
+    }
+
+    #[test]
+    fn host_launch_time_is_never_a_bandwidth() {
+        // Nothing timed on the GPU: 20 × 256 MiB over 1 ms of launches would read as
+        // 5,369 GB/s over sockets.
+        let merged = merge(&[row(0, &[("Socket", 1)], 0), row(1, &[("Socket", 1)], 0)]);
+        let b = &merged[0].bands[0];
+        assert_eq!((b.algbw_gbs, b.busbw_gbs), (None, None), "{b:?}");
+        assert!(b.note.as_deref().unwrap().contains("GPU"), "{b:?}");
+        // One rank timed on the GPU: its operations alone give the figure.
+        let merged = merge(&[
+            row(0, &[("Socket", 1)], 2_000_000_000),
+            row(1, &[("Socket", 1)], 0),
+        ]);
+        let b = &merged[0].bands[0];
+        assert!((b.algbw_gbs.unwrap() - 1.342).abs() < 0.01, "{b:?}");
+        assert_eq!(b.gpu_timed_ops, 10);
+        // GPU times that no socket could carry: no figure, and said why.
+        let merged = merge(&[row(0, &[("Socket", 1)], 1_000)]);
+        let b = &merged[0].bands[0];
+        assert_eq!(b.busbw_gbs, None, "{b:?}");
+        assert!(b.note.as_deref().unwrap().contains("limit"), "{b:?}");
     }
 
     #[test]

@@ -55,6 +55,7 @@ pub(crate) fn sample(uid: u32, pid: u32, seq: u64) -> SpoolFile {
             proxy_ops: 0,
             dropped_events: 0,
             finalized_at: None,
+            progress: None,
         }],
         dropped_events: 0,
         dropped_comms: 0,

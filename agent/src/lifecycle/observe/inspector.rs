@@ -139,6 +139,7 @@ pub fn parse_log(text: &[u8], uid: u32) -> Result<SpoolFile, Refusal> {
             proxy_ops: 0,
             dropped_events: 0,
             finalized_at: None,
+            progress: None,
         })
         .collect();
     comms.sort_by(|a, b| a.comm_hash.cmp(&b.comm_hash));

@@ -75,6 +75,24 @@ struct Args {
     /// Exit without finalizing the communicator (as jobs that never destroy it do).
     #[arg(long)]
     no_finalize: bool,
+    /// When the first operation starts, in ms since the Unix epoch (several processes
+    /// given the same start run the same schedule, as ranks of one job do). Default: now.
+    #[arg(long)]
+    start_at_ms: Option<u64>,
+    /// Operation i starts at the start + i × this (0: one after another at once).
+    #[arg(long, default_value_t = 0)]
+    period_ms: u64,
+    /// Every operation starts this much later than the schedule says (a straggling rank).
+    #[arg(long, default_value_t = 0)]
+    late_ms: u64,
+    /// The last operation never finishes: launched, its kernel channels and proxy
+    /// operations started and never stopped (a hung collective).
+    #[arg(long)]
+    hang_last: bool,
+    /// Seconds to stay alive after the operations, before finalizing (or exiting), while
+    /// the plugin's writer goes on writing (an idle or hung rank).
+    #[arg(long, default_value_t = 0.0)]
+    linger_s: f64,
     /// Measure: run this many start+stop pairs (per thread) and print ns per pair as JSON.
     #[arg(long)]
     bench: Option<u64>,
@@ -172,14 +190,35 @@ fn run(args: Args) -> Result<(), String> {
         args.rank,
     );
     let mut failures = (rc != 0) as usize;
+    let now_ms = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64)
+    };
+    let start = args.start_at_ms.unwrap_or_else(now_ms);
+    let total: u64 = ops.iter().map(|(_, n)| n).sum();
+    let mut i = 0u64;
     for (op, count) in &ops {
+        let prepared = Prepared::new(op);
         for _ in 0..*count {
-            failures += host
-                .op(comm, op, net.as_ref())
-                .iter()
-                .filter(|&&rc| rc != 0)
-                .count();
+            let at = start + i * args.period_ms + args.late_ms;
+            if let Some(wait) = at.checked_sub(now_ms()).filter(|w| *w > 0) {
+                std::thread::sleep(std::time::Duration::from_millis(wait));
+            }
+            i += 1;
+            let mut rcs = Vec::new();
+            if args.hang_last && i == total {
+                host.run_stuck(comm, &prepared, net.as_ref(), &mut rcs);
+            } else {
+                host.run(comm, &prepared, net.as_ref(), &mut rcs);
+            }
+            failures += rcs.iter().filter(|&&rc| rc != 0).count();
         }
+    }
+    if args.linger_s > 0.0 {
+        std::thread::sleep(std::time::Duration::from_secs_f64(
+            args.linger_s.min(3600.0),
+        ));
     }
     if !args.no_finalize {
         failures += (host.finalize(comm) != 0) as usize;
