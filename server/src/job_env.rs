@@ -262,6 +262,9 @@ const SEEN_MAX: usize = 500_000;
 #[derive(Default)]
 pub struct JobEnvSeen {
     by_node: RwLock<HashMap<Uuid, (String, Instant)>>,
+    /// Counts [`JobEnvSeen::forget`]s, so that versions computed before one are not put
+    /// back after it ([`JobEnvSeen::set_computed`]).
+    forgets: std::sync::atomic::AtomicU64,
     /// Wakes the versions worker (`workers/job_env_versions.rs`): a heartbeat found a node
     /// whose version is not stored, or a write here made some unknown.
     pub due: tokio::sync::Notify,
@@ -283,10 +286,35 @@ impl JobEnvSeen {
         by_node.insert(node, (sha.to_string(), Instant::now()));
     }
 
+    /// How many forgets so far: read before computing versions to give to
+    /// [`JobEnvSeen::set_computed`].
+    pub fn forgets(&self) -> u64 {
+        self.forgets.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Versions computed since `forgets` was read, kept only if nothing was forgotten
+    /// meanwhile: a write that committed during the computation may have made them stale
+    /// (the database has them as NULL again then, and heartbeats read that).
+    pub fn set_computed(&self, forgets: u64, versions: &[(Uuid, String)]) {
+        let mut by_node = self.by_node.write().unwrap_or_else(|e| e.into_inner());
+        if self.forgets() != forgets {
+            return;
+        }
+        if by_node.len() + versions.len() >= SEEN_MAX {
+            by_node.clear();
+        }
+        let now = Instant::now();
+        for (node, sha) in versions {
+            by_node.insert(*node, (sha.clone(), now));
+        }
+    }
+
     /// After a write committed here: its nodes are read again on their next heartbeat.
     pub fn forget(&self, nodes: &[Uuid]) {
         {
             let mut by_node = self.by_node.write().unwrap_or_else(|e| e.into_inner());
+            self.forgets
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             for n in nodes {
                 by_node.remove(n);
             }
@@ -311,5 +339,18 @@ mod tests {
         seen.forget(&[a]);
         assert_eq!(seen.get(a), None);
         assert_eq!(seen.get(b).as_deref(), Some("y"));
+    }
+
+    #[test]
+    fn versions_computed_before_a_forget_are_not_put_back() {
+        let seen = JobEnvSeen::default();
+        let a = Uuid::new_v4();
+        let before = seen.forgets();
+        // A write lands while the batch computes: what it computed may be stale.
+        seen.forget(&[a]);
+        seen.set_computed(before, &[(a, "stale".into())]);
+        assert_eq!(seen.get(a), None);
+        seen.set_computed(seen.forgets(), &[(a, "fresh".into())]);
+        assert_eq!(seen.get(a).as_deref(), Some("fresh"));
     }
 }

@@ -39,11 +39,12 @@ pub async fn mark_changed(
                 .await?
         }
     };
-    sqlx::query(
-        "UPDATE nodes SET job_env_sha256 = NULL WHERE id = ANY($1) AND job_env_sha256 IS NOT NULL",
-    )
-    .bind(&nodes)
-    .execute(&mut *conn)
-    .await?;
+    // Every row, NULL ones included: a row already NULL may be under a computation
+    // (`job_env::refresh_due` holds it) that read the environment before this write; the
+    // UPDATE waits for it and makes the version unknown again after it.
+    sqlx::query("UPDATE nodes SET job_env_sha256 = NULL WHERE id = ANY($1)")
+        .bind(&nodes)
+        .execute(&mut *conn)
+        .await?;
     Ok(nodes)
 }

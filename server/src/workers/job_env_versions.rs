@@ -49,13 +49,13 @@ impl Worker for JobEnvVersions {
     async fn run(&mut self) -> anyhow::Result<()> {
         let started = Instant::now();
         loop {
+            let forgets = self.seen.forgets();
             let stored = job_env::refresh_due(&self.db, job_env::REFRESH_BATCH)
                 .await
                 .context("computing unknown job environment versions")?;
-            // This replica's heartbeats answer them from memory from now on.
-            for (node, sha) in &stored {
-                self.seen.set(*node, sha);
-            }
+            // This replica's heartbeats answer them from memory from now on, unless a write
+            // here came in between (its nodes are NULL again in the database).
+            self.seen.set_computed(forgets, &stored);
             if (stored.len() as i64) < job_env::REFRESH_BATCH || started.elapsed() > RUN_FOR {
                 return Ok(());
             }
