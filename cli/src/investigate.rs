@@ -92,29 +92,19 @@ pub fn offline(
     cmd: InvestigateCmd,
     json: bool,
 ) -> Result<anyhow::Result<ExitCode>, InvestigateCmd> {
-    let (topology, suspects, oracle, evidence, max_nodes, max_rounds, suspects_only, seed) =
-        match cmd {
-            InvestigateCmd::Simulate {
-                topology,
-                suspects,
-                oracle,
-                evidence,
-                max_nodes,
-                max_rounds,
-                suspects_only,
-                seed,
-            } => (
-                topology,
-                suspects,
-                oracle,
-                evidence,
-                max_nodes,
-                max_rounds,
-                suspects_only,
-                seed,
-            ),
-            other => return Err(other),
-        };
+    let InvestigateCmd::Simulate {
+        topology,
+        suspects,
+        oracle,
+        evidence,
+        max_nodes,
+        max_rounds,
+        suspects_only,
+        seed,
+    } = cmd
+    else {
+        return Err(cmd);
+    };
     let config = heddle_types::fabric::plan::Config {
         max_nodes,
         max_rounds,
