@@ -163,6 +163,90 @@ fn parse_group(item: &str, group: &str, max: usize) -> Result<Vec<String>, Strin
     Ok(out)
 }
 
+/// The shortest hostlist this module writes for `names`, in their order: runs of names
+/// that differ only in a trailing number counting up by one become ranges
+/// (`n01,n02,n03,n07` → `n[01-03,07]`). [`expand_at_most`] gives the same names back, in
+/// the same order (duplicates included).
+pub fn compress<S: AsRef<str>>(names: &[S]) -> String {
+    /// One name pattern being built: a prefix and its ranges (first number's text, last number).
+    struct Run<'a> {
+        prefix: &'a str,
+        ranges: Vec<(&'a str, u64)>,
+    }
+    fn write(out: &mut String, run: Run<'_>) {
+        if !out.is_empty() {
+            out.push(',');
+        }
+        out.push_str(run.prefix);
+        if run.ranges.is_empty() {
+            return;
+        }
+        if let [(lo, hi)] = run.ranges[..]
+            && lo.parse::<u64>() == Ok(hi)
+        {
+            out.push_str(lo);
+            return;
+        }
+        out.push('[');
+        for (i, (lo, hi)) in run.ranges.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(lo);
+            if lo.parse::<u64>() != Ok(*hi) {
+                out.push_str(&format!("-{hi:0width$}", width = lo.len()));
+            }
+        }
+        out.push(']');
+    }
+    let mut out = String::new();
+    let mut run: Option<Run<'_>> = None;
+    for name in names {
+        let name = name.as_ref();
+        let digits = name.len() - name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+        let digits = if digits > MAX_DIGITS { 0 } else { digits };
+        let (prefix, number) = name.split_at(name.len() - digits);
+        let Ok(n) = number.parse::<u64>() else {
+            if let Some(r) = run.take() {
+                write(&mut out, r);
+            }
+            write(
+                &mut out,
+                Run {
+                    prefix: name,
+                    ranges: Vec::new(),
+                },
+            );
+            continue;
+        };
+        match &mut run {
+            Some(r) if r.prefix == prefix => {
+                let last = r.ranges.last_mut().expect("a run has a range");
+                let follows = last.1.checked_add(1) == Some(n)
+                    && format!("{n:0width$}", width = last.0.len()) == number;
+                if follows {
+                    last.1 = n;
+                } else {
+                    r.ranges.push((number, n));
+                }
+            }
+            _ => {
+                if let Some(r) = run.take() {
+                    write(&mut out, r);
+                }
+                run = Some(Run {
+                    prefix,
+                    ranges: vec![(number, n)],
+                });
+            }
+        }
+    }
+    if let Some(r) = run {
+        write(&mut out, r);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -206,6 +290,31 @@ mod tests {
             names("a[1-2].dc,b[9-10].dc"),
             ["a1.dc", "a2.dc", "b9.dc", "b10.dc"]
         );
+    }
+
+    #[test]
+    fn compressed_lists_are_short_and_read_back() {
+        for (names, want) in [
+            (&["n01", "n02", "n03", "n07"][..], "n[01-03,07]"),
+            (&["n9", "n10", "n11"], "n[9-11]"),
+            (&["n1", "n02"], "n[1,02]"),
+            (&["gpu-0412"], "gpu-0412"),
+            (&["login", "n1", "n2", "m1", "n3"], "login,n[1-2],m1,n3"),
+            (&["n1", "n1"], "n[1,1]"),
+            (
+                &["rack1-n01", "rack1-n02", "rack2-n01"],
+                "rack1-n[01-02],rack2-n01",
+            ),
+            (&["3", "4"], "[3-4]"),
+            (&[], ""),
+        ] {
+            assert_eq!(compress(names), want, "{names:?}");
+            if !names.is_empty() {
+                assert_eq!(super::expand(want).unwrap().0, names, "{want}");
+            }
+        }
+        let long = format!("n{}", "1".repeat(30));
+        assert_eq!(compress(&[long.clone()]), long);
     }
 
     #[test]
@@ -328,6 +437,11 @@ mod tests {
         #[test]
         fn plain_lists_read_back_as_written(names in proptest::collection::vec("[a-z][a-z0-9.-]{0,30}", 1..50)) {
             prop_assert_eq!(expand(&names.join(",")).unwrap().0, names);
+        }
+
+        #[test]
+        fn compressed_lists_expand_to_the_same_names(names in proptest::collection::vec("[a-c]{1,2}[0-9]{0,3}", 1..60)) {
+            prop_assert_eq!(expand_at_most(&compress(&names), 1000).unwrap().0, names);
         }
 
         #[test]
