@@ -4,7 +4,8 @@
 //! hand. [`index`] makes it something a planner can walk (numbered components, each test's
 //! path); [`plan`] chooses the tests of an investigation and judges their results;
 //! [`sim`] is the line protocol it speaks to a test oracle, and [`model`] and [`generate`]
-//! the oracle's fabric and fat trees to run it on (docs/fabric.md).
+//! the oracle's fabric and fat trees to run it on (docs/fabric.md); [`stored`] the shapes
+//! of the fabric the server keeps.
 //!
 //! Pure functions only: no I/O, so the server, the CLI and the dashboard read it alike.
 
@@ -18,6 +19,7 @@ pub mod index;
 pub mod model;
 pub mod plan;
 pub mod sim;
+pub mod stored;
 
 /// The largest Heddle fabric file read, in bytes (10,000 nodes with 8 NICs each are ~8 MB).
 pub const MAX_FILE_BYTES: usize = 64 << 20;
