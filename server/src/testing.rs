@@ -6,6 +6,7 @@
 //! (`scripts/pg-ensure.sh` prints one).
 
 pub mod private_pg;
+pub mod spool;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
