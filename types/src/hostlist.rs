@@ -314,7 +314,7 @@ mod tests {
             }
         }
         let long = format!("n{}", "1".repeat(30));
-        assert_eq!(compress(&[long.clone()]), long);
+        assert_eq!(compress(std::slice::from_ref(&long)), long);
     }
 
     #[test]
