@@ -4,6 +4,7 @@ pub mod agent;
 pub mod decommission;
 pub mod enroll;
 pub mod expectations;
+pub mod fabric;
 pub mod health;
 pub mod investigations;
 pub mod node_list;

@@ -154,6 +154,11 @@ pub struct Config {
     #[arg(long, env = "HEDDLE_MAX_PLUGIN_BYTES", default_value_t = heddle_plugin_host::Limits::default().max_component_bytes)]
     pub max_plugin_bytes: usize,
 
+    /// Largest fabric import (`PUT /api/v1/fabric`: a topology file as a JSON string), in
+    /// bytes. A Heddle fabric file of 10,000 nodes with 8 NICs each is about 8 MB.
+    #[arg(long, env = "HEDDLE_MAX_FABRIC_BYTES", default_value_t = 64 << 20)]
+    pub max_fabric_bytes: usize,
+
     /// Fuel (about one unit per WebAssembly instruction) each plugin call may burn.
     #[arg(long, env = "HEDDLE_PLUGIN_FUEL", default_value_t = 500_000_000)]
     pub plugin_fuel: u64,

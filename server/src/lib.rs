@@ -14,7 +14,7 @@
 //! - entry: `http`, `api`, `dashboard`, `k8s_admission`, `workers`
 //! - state: `state`
 //! - domain: `jobs`, `health`, `history`, `investigate`, `plugins`, `plugins_bundled`,
-//!   `recommendations`, `runs_env`, `job_env`, `observed`, `leases`, `liveness`,
+//!   `recommendations`, `runs_env`, `job_env`, `observed`, `fabric`, `leases`, `liveness`,
 //!   `credentials`, `token_uses`, `metrics`
 //! - storage: `db`
 //! - configuration: `config`
@@ -25,6 +25,7 @@ pub mod config;
 pub mod credentials;
 pub mod dashboard;
 pub mod db;
+pub mod fabric;
 pub mod health;
 pub mod history;
 pub mod http;

@@ -15,8 +15,8 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::api::{
-    agent, decommission, enroll, expectations, health, investigations, node_list, nodes, observed,
-    plugins, regressions, rendezvous, run_kinds, runs, sweeps, tokens, verdicts,
+    agent, decommission, enroll, expectations, fabric, health, investigations, node_list, nodes,
+    observed, plugins, regressions, rendezvous, run_kinds, runs, sweeps, tokens, verdicts,
 };
 use crate::dashboard;
 use crate::http::error::ApiError;
@@ -38,6 +38,7 @@ use crate::state::AppState;
         (name = "health", description = "Liveness and readiness (no auth), metrics (HEDDLE_METRICS_TOKEN when set)"),
         (name = "investigations", description = "Which node is bad? Pairwise runs, node and GPU matrices, culprits"),
         (name = "verdicts", description = "Is this normal? Verdicts, expectations, node and fleet health, pre-flight"),
+        (name = "fabric", description = "The site's fabric: nodes, NICs, switches and links, imported from a topology file"),
     )
 )]
 struct ApiDoc;
@@ -94,6 +95,12 @@ fn api(state: &AppState) -> OpenApiRouter<AppState> {
             OpenApiRouter::new()
                 .routes(routes!(plugins::upload))
                 .layer(DefaultBodyLimit::max(config.max_plugin_bytes)),
+        )
+        .merge(
+            // A whole site's topology file: read and checked before it replaces the stored one.
+            OpenApiRouter::new()
+                .routes(routes!(fabric::get_fabric, fabric::import_fabric))
+                .layer(DefaultBodyLimit::max(config.max_fabric_bytes)),
         )
         .layer(timeout!(config.upload_timeout(), "HEDDLE_UPLOAD_TIMEOUT_S"));
     let long_polls = OpenApiRouter::new()

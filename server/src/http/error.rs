@@ -169,6 +169,18 @@ impl From<crate::observed::ObservedError> for ApiError {
     }
 }
 
+impl From<crate::fabric::FabricError> for ApiError {
+    fn from(err: crate::fabric::FabricError) -> Self {
+        use crate::fabric::FabricError as E;
+        match err {
+            invalid @ E::Invalid { .. } => ApiError::Unprocessable(invalid.to_string()),
+            E::NoneYet => ApiError::NotFound(err.to_string()),
+            E::Database(e) => e.into(),
+            other @ (E::Decode(_) | E::Reader(_)) => ApiError::Internal(other.into()),
+        }
+    }
+}
+
 impl From<crate::db::LookupError> for ApiError {
     fn from(err: crate::db::LookupError) -> Self {
         use crate::db::LookupError as E;
