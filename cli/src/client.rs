@@ -145,6 +145,18 @@ impl Client {
         decode(resp).await
     }
 
+    /// PUTs `body`, one of the request types of `heddle_types`, as JSON: the resource's
+    /// new content.
+    pub async fn put<B: Serialize + ?Sized, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<T, ClientError> {
+        let body = serde_json::to_value(body).map_err(ClientError::Encode)?;
+        let resp = self.send(Method::PUT, path, Some(Body::Json(body))).await?;
+        decode(resp).await
+    }
+
     /// POSTs without a body: an action on the resource at `path` (cancel, disable...).
     pub async fn post_empty<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
         let resp = self.send(Method::POST, path, None).await?;

@@ -61,6 +61,10 @@ pub enum Command {
     /// Which node (or link) is bad? Pairwise runs, the node matrix and the culprit.
     #[command(subcommand)]
     Investigate(crate::investigate::InvestigateCmd),
+    /// The site's fabric: import it from Slurm's topology.conf, ibnetdiscover or a Heddle
+    /// fabric file, and show its switches and nodes.
+    #[command(subcommand)]
+    Fabric(crate::fabric::FabricCmd),
     /// Jobs the NCCL profiler plugin observed on the nodes: bandwidth, transport, verdict.
     #[command(subcommand)]
     Jobs(crate::jobs::JobsCmd),
@@ -439,6 +443,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Agents(cmd) => crate::agents::run(&client, cmd, json, &server).await?,
         Command::Investigate(cmd) => return crate::investigate::run(&client, cmd, json).await,
         Command::Jobs(cmd) => return crate::jobs::run(&client, cmd, json).await,
+        Command::Fabric(cmd) => crate::fabric::run(&client, cmd, json).await?,
         Command::Preflight {
             nodes,
             max_age,

@@ -9,6 +9,7 @@ mod commands;
 mod config;
 mod exit;
 mod explain;
+mod fabric;
 mod health;
 mod investigate;
 mod jobs;
