@@ -33,6 +33,19 @@ pub enum JobsCmd {
     /// One job: its communicators, bandwidth per size, transport and verdict. Exit code 0
     /// pass, 1 fail, 2 warn, 7 unknown.
     Show { id: uuid::Uuid },
+    /// Follow one job live: its verdict, reasons and per-rank table again every
+    /// `--interval` seconds (the screen redrawn on a terminal), until the job has finished
+    /// or `--until` says otherwise. Exit code as `show`, from the last answer.
+    Watch {
+        id: uuid::Uuid,
+        /// Seconds between reads (1 to 3600).
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=3600))]
+        interval: u64,
+        /// Stop at the first answer whose verdict is no longer `pass` or `unknown` (a hung
+        /// or straggling job, say) instead of waiting for the job to finish.
+        #[arg(long)]
+        until_flagged: bool,
+    },
 }
 
 fn who(j: &ObservedJobSummary) -> String {
@@ -115,6 +128,52 @@ pub async fn run(client: &Client, cmd: JobsCmd, json: bool) -> anyhow::Result<Ex
             }
             Ok(Exit::of_verdict(job.summary.verdict).into())
         }
+        JobsCmd::Watch {
+            id,
+            interval,
+            until_flagged,
+        } => watch(client, id, interval, until_flagged, json).await,
+    }
+}
+
+/// `jobs watch`: the job again every `interval` seconds until it has finished (or, with
+/// `until_flagged`, until its verdict is WARN or FAIL). On a terminal each answer replaces
+/// the last; otherwise (and with `--json`, one object a line) they follow each other, so a
+/// log keeps the whole story.
+async fn watch(
+    client: &Client,
+    id: uuid::Uuid,
+    interval: u64,
+    until_flagged: bool,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    use std::io::IsTerminal;
+    let redraw = !json && std::io::stdout().is_terminal();
+    loop {
+        let job: ObservedJob = client.get(&format!("/api/v1/jobs/{id}")).await?;
+        if json {
+            println!("{}", serde_json::to_string(&job)?);
+        } else {
+            if redraw {
+                // Clear the screen and go home.
+                print!("\x1b[2J\x1b[H");
+            }
+            println!(
+                "{} (every {interval} s; Ctrl-C to stop)\n",
+                chrono::Utc::now().format("%H:%M:%S UTC")
+            );
+            print_job(&job);
+            println!();
+        }
+        let verdict = job.summary.verdict;
+        let flagged = matches!(
+            verdict,
+            heddle_types::health::Verdict::Warn | heddle_types::health::Verdict::Fail
+        );
+        if job.summary.finished || (until_flagged && flagged) {
+            return Ok(Exit::of_verdict(verdict).into());
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(interval)).await;
     }
 }
 

@@ -515,3 +515,72 @@ async fn regressions_page_in_chromium() {
     regressions::regressions_page(&c, &server, &api, &shots).await;
     c.close().await.unwrap();
 }
+
+/// A hung job, played over the agent protocol by two nodes (rank 0 on `lane-a` waiting 20 s
+/// in collective #41, rank 1 on `lane-b` stopped after #40): its page shows every rank as a
+/// lane, the culprit marked with its node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hung_job_page_marks_the_culprit_in_chromium() {
+    use heddle_server::testing::spool::{rank_file, upload};
+    let dist = dashboard_dist();
+    let server = TestServer::start_with(|c| c.dashboard_dir = Some(dist.clone())).await;
+    let api = Api {
+        base: server.url.clone(),
+        http: reqwest::Client::new(),
+    };
+    let a = enroll(&api, &server, "lane-a", None).await;
+    let b = enroll(&api, &server, "lane-b", None).await;
+    let post = |cred: String, body: Value| {
+        let api = &api;
+        async move {
+            api.call(
+                reqwest::Method::POST,
+                "/api/v1/agent/observations",
+                &cred,
+                Some(body),
+            )
+            .await
+        }
+    };
+    post(a, upload(&[rank_file("31", 1000, 100, 0, 41, false, 20)])).await;
+    post(b, upload(&[rank_file("31", 1000, 200, 1, 40, true, 21)])).await;
+    let jobs = api
+        .call(
+            reqwest::Method::GET,
+            "/api/v1/jobs?node=lane-a",
+            &server.admin_token,
+            None,
+        )
+        .await;
+    let id = jobs[0]["id"].as_str().unwrap().to_string();
+
+    let shots = Shots(Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard-screenshots"));
+    std::fs::create_dir_all(&shots.0).unwrap();
+    let (_driver, c) = browser().await;
+    c.goto(&server.url).await.unwrap();
+    type_into(&c, "#token", &server.admin_token).await;
+    click(&c, ".signin button[type=submit]").await;
+    wait_text(&c, "#who", "(admin)").await;
+    c.goto(&format!("{}/jobs/{id}", server.url)).await.unwrap();
+    wait_text(&c, "#job-reasons", "job-hung").await;
+    wait_text(&c, "#job-ranks", "rank 1 · lane-b").await;
+    let culprit = c
+        .find(Locator::Css("#job-ranks .lane.culprit"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        culprit.contains("lane-b") && culprit.contains("culprit"),
+        "{culprit}"
+    );
+    let lanes = c
+        .find_all(Locator::Css("#job-ranks .lane"))
+        .await
+        .unwrap()
+        .len();
+    assert_eq!(lanes, 2, "one lane a rank");
+    shots.take(&c, "13-job-hung").await;
+    c.close().await.unwrap();
+}

@@ -1,10 +1,11 @@
 //! Observed jobs: what the NCCL profiler plugin saw of real work on a node. The node page
-//! lists them (`ObservedJobs`); a job's page shows its verdict, communicators and a
+//! lists them (`ObservedJobs`); a job's page shows its verdict, its ranks as lanes (how far
+//! each got, what it is in and for how long, the culprit marked), its communicators and a
 //! bandwidth-by-size chart beside the node's own latest test of each collective (dashed).
 
 use heddle_types::health::NodeHealth;
 use heddle_types::jobs::JobResult;
-use heddle_types::observed::{ObservedJob, ObservedJobSummary};
+use heddle_types::observed::{ObservedJob, ObservedJobSummary, RankRow, band_label, band_of};
 use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
 use uuid::Uuid;
@@ -154,9 +155,67 @@ fn job_body(l: Loaded) -> impl IntoView {
         <p><a href=format!("/nodes/{}", s.node_id)>{format!("Node {}", s.hostname)}</a>
             {format!(" · {} processes · env {}", s.processes, s.env_applied.clone().unwrap_or_else(|| "not applied".into()))}</p>
         <ul id="job-reasons">{reasons}</ul>
+        {rank_lanes(l.job.ranks)}
         <h2>"Bus bandwidth by size"</h2>
         <p class="muted">"Dashed: the node's latest test of the same collective."</p>
         <BusBwChart series=series/>
         {comms}
     }
+}
+
+/// The job's ranks as lanes, one a rank of each communicator across every node: the bar is
+/// how many collectives the rank has completed of the most any rank started, the text what
+/// it is in and for how long, how late it arrives and when it last reported. Culprits (a
+/// rank the others wait for, a straggler) are marked.
+fn rank_lanes(ranks: Vec<RankRow>) -> impl IntoView {
+    if ranks.is_empty() {
+        return ().into_any();
+    }
+    let most = ranks
+        .iter()
+        .map(|r| r.coll_started)
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    let lanes = ranks
+        .into_iter()
+        .map(|r| {
+            let share = (r.coll_done as f64 / most as f64 * 100.0).clamp(0.0, 100.0);
+            let doing = match &r.in_flight {
+                Some(f) => format!(
+                    "in {} #{}{} ({}) for {:.0} s",
+                    f.func,
+                    f.seq,
+                    if f.p2p { " p2p" } else { "" },
+                    band_label(band_of(f.bytes)),
+                    r.quiet_s
+                ),
+                None => format!("idle {:.0} s", r.quiet_s),
+            };
+            let late = r
+                .lateness_ms
+                .map(|l| format!(" · {l:.0} ms late"))
+                .unwrap_or_default();
+            let seen = if r.finalized {
+                "finalized".to_string()
+            } else {
+                format!("seen {:.0} s ago", r.silent_s)
+            };
+            let class = if r.culprit { "lane culprit" } else { "lane" };
+            view! {
+                <div class=class>
+                    <span class="lane-who mono">{format!("{} rank {} · {}", &r.comm_hash[..r.comm_hash.len().min(8)], r.rank, r.hostname)}</span>
+                    <span class="lane-bar"><span class="lane-done" style=format!("width: {share:.1}%")></span></span>
+                    <span class="lane-what">{format!("done #{} of #{} started · {doing}{late} · {seen}", r.coll_done, r.coll_started)}</span>
+                    {r.culprit.then(|| view! { <span class="badge bad">"culprit"</span> })}
+                </div>
+            }
+        })
+        .collect_view();
+    view! {
+        <h2>"Ranks"</h2>
+        <p class="muted">"One lane a rank, on every node: the bar is the collectives it completed, of the most any rank started."</p>
+        <div id="job-ranks" class="lanes">{lanes}</div>
+    }
+    .into_any()
 }
