@@ -72,7 +72,7 @@ hang_scenario() { # NAME FAULT
             say "  $name: $(cut -f2,3 <<<"$line") $(secs "$fault_at" "$flag_at") s after the fault: $(cut -f4 <<<"$line")"
             t 30 "$bin/heddle" jobs show "$id" >"$logs/hang-$name-show.txt" 2>&1
             sed -n '/^ranks:/,$p' "$logs/hang-$name-show.txt" | while read -r l; do say "    $l"; done
-            [[ $fault == sleep || $fault == pause || $fault == none ]] && break
+            break
         fi
         [[ $fault == sigstop ]] && ((i == 45)) && kill -CONT "$rank1"
         kill -0 "$job" 2>/dev/null || break

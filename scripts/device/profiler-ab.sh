@@ -22,7 +22,10 @@ trap 'rm -rf "$spool"' EXIT
 # the median batch; us_per_op_mean, the mean over all batches, for settings that are on
 # for part of the time: run long batches then, e.g. AB_ARGS="--sizes 1M --batches 40 --scale 50").
 read -r -a args <<<"${AB_ARGS:---sizes 8,1M,1G --batches 7 --scale 2}"
-args+=(--pin-cpus 0-7:16-23)
+# AB_PIN: each local rank's cores (':'-separated); AB_ONE_GPU=1 puts both ranks on GPU 0 as
+# two NCCL hosts (over sockets), for a machine with one GPU.
+args+=(--pin-cpus "${AB_PIN:-0-7:16-23}")
+[[ ${AB_ONE_GPU:-0} == 1 ]] && args+=(--one-gpu)
 export AB_FIELD=${AB_FIELD:-us_per_op}
 
 one() { # NAME [ENV...]

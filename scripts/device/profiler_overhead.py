@@ -67,9 +67,14 @@ def run_rank(rank, world, args, results):
     import torch.distributed as dist
 
     local = int(os.environ.get("LOCAL_RANK", rank))
+    if args.one_gpu:
+        # Every rank on GPU 0, each its own NCCL host: a two-"node" job over sockets.
+        os.environ["NCCL_HOSTID"] = f"ab-host-{rank}"
     if args.pin_cpus:
         groups = args.pin_cpus.split(":")
         os.sched_setaffinity(0, parse_cpus(groups[local % len(groups)]))
+    if args.one_gpu:
+        local = 0
     torch.cuda.set_device(local)
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", str(args.port))
@@ -163,6 +168,8 @@ def main():
                    help="timed batches per size and collective; the median batch is reported")
     p.add_argument("--pin-cpus", help="cores per local rank, ':'-separated, e.g. 0-7:64-71 "
                    "(small-message latency varies widely between unpinned processes)")
+    p.add_argument("--one-gpu", action="store_true",
+                   help="every rank on GPU 0 with its own NCCL_HOSTID (a two-node job over sockets)")
     p.add_argument("--port", type=int, default=29533, help="rendezvous port when starting its own processes")
     p.add_argument("--no-destroy", dest="destroy", action="store_false",
                    help="exit without destroy_process_group (the plugin then writes at exit, not at finalize)")
