@@ -8,8 +8,8 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, ExitCode, Stdio};
 
 use anyhow::{Context, bail};
 use heddle_types::fabric::index::Index;
-use heddle_types::fabric::plan::{Config, Observation, Planner};
-use heddle_types::fabric::sim::{self, Answer, Done, MAX_LINE_BYTES, RoundRequest, RoundResults};
+use heddle_types::fabric::plan::{self, Config, Observation, Planner};
+use heddle_types::fabric::sim::{Answer, Done, MAX_LINE_BYTES, RoundRequest, RoundResults};
 use heddle_types::fabric::{self, Fabric};
 
 use crate::exit::Exit;
@@ -38,7 +38,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     }
     let mut oracle = Oracle::start(args.oracle)?;
-    let answer = sim::run(&mut planner, &mut |req| {
+    let answer = plan::run(&mut planner, &mut |req| {
         oracle.ask(req).map_err(|e| format!("{e:#}"))
     })
     .map_err(anyhow::Error::msg)?;

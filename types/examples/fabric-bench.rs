@@ -7,7 +7,7 @@
 use heddle_types::fabric::generate::{FatTree, fat_tree, node_name};
 use heddle_types::fabric::index::{Index, Kind};
 use heddle_types::fabric::model::{Fault, Model, Rng, tally};
-use heddle_types::fabric::plan::{Config, Planner, SLOW_FRACTION};
+use heddle_types::fabric::plan::{self, Config, Planner, SLOW_FRACTION};
 use heddle_types::fabric::sim::{self, Blame, RoundRequest, TEST_BYTES, TestSpec};
 
 const SUSPECTS: usize = 512;
@@ -173,7 +173,7 @@ fn planner(
         },
     )
     .unwrap();
-    let a = sim::run(&mut p, &mut |req| Ok(model.answer(req))).unwrap();
+    let a = plan::run(&mut p, &mut |req| Ok(model.answer(req))).unwrap();
     (
         a.rounds,
         a.tests as u64,

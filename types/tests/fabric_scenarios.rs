@@ -6,8 +6,8 @@
 use heddle_types::fabric::generate::{FatTree, fat_tree, node_name};
 use heddle_types::fabric::index::Index;
 use heddle_types::fabric::model::{Fault, Model, tally};
-use heddle_types::fabric::plan::{Config, Planner};
-use heddle_types::fabric::sim::{self, Answer};
+use heddle_types::fabric::plan::{self, Config, Planner};
+use heddle_types::fabric::sim::Answer;
 
 const NODES: usize = 1000;
 
@@ -28,7 +28,7 @@ fn run(ix: &Index, faults: &[Fault], seed: u64) -> Answer {
         ..Config::default()
     };
     let mut planner = Planner::new(ix, &suspects, cfg).unwrap();
-    sim::run(&mut planner, &mut |req| Ok(model.answer(req))).unwrap()
+    plan::run(&mut planner, &mut |req| Ok(model.answer(req))).unwrap()
 }
 
 fn faults(list: &[&str]) -> Vec<Fault> {

@@ -461,6 +461,18 @@ impl<'a> Planner<'a> {
     }
 }
 
+/// Runs a planner to its end against `oracle`, one round at a time.
+pub fn run(
+    planner: &mut Planner,
+    oracle: &mut dyn FnMut(&RoundRequest) -> Result<RoundResults, String>,
+) -> Result<Answer, String> {
+    while let Some(request) = planner.next_round() {
+        let results = oracle(&request)?;
+        planner.record(&results)?;
+    }
+    Ok(planner.answer())
+}
+
 #[cfg(test)]
 #[path = "plan/tests.rs"]
 mod tests;

@@ -12,7 +12,6 @@
 use serde::{Deserialize, Serialize};
 
 use super::index::Kind;
-use super::plan::Planner;
 
 /// The only kind of test the planner asks for.
 pub const ALL_REDUCE: &str = "all_reduce";
@@ -95,18 +94,6 @@ pub struct Answer {
     pub notes: Vec<String>,
     /// The slowest round's planning, in milliseconds.
     pub max_planning_ms: f64,
-}
-
-/// Runs a planner to its end against `oracle`, one round at a time.
-pub fn run(
-    planner: &mut Planner,
-    oracle: &mut dyn FnMut(&RoundRequest) -> Result<RoundResults, String>,
-) -> Result<Answer, String> {
-    while let Some(request) = planner.next_round() {
-        let results = oracle(&request)?;
-        planner.record(&results)?;
-    }
-    Ok(planner.answer())
 }
 
 #[cfg(test)]

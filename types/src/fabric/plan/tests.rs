@@ -20,7 +20,7 @@ fn run(ix: &Index, faults: &[&str], cfg: Config) -> sim::Answer {
     let faults: Vec<Fault> = faults.iter().map(|f| f.parse().unwrap()).collect();
     let mut model = Model::new(ix, &faults, 7).unwrap();
     let mut planner = Planner::new(ix, &suspects(64, 64), cfg).unwrap();
-    sim::run(&mut planner, &mut |req| Ok(model.answer(req))).unwrap()
+    super::run(&mut planner, &mut |req| Ok(model.answer(req))).unwrap()
 }
 
 fn ids(a: &sim::Answer) -> Vec<&str> {
