@@ -3,7 +3,10 @@
 //! 127.0.0.1 on a port of its own), configured in a private directory. No systemd and no
 //! cgroups (`proctrack/linuxproc`, `task/none`). Dropping it cancels what still runs and
 //! stops every daemon with its process group. Debian 12's packages, which `scripts/setup.sh
-//! --test` installs: `slurmctld slurmd slurm-client munge`.
+//! --test` installs: `slurmctld slurmd slurm-client munge`. `topology` is the fabric its
+//! `topology.conf` describes.
+
+pub mod topology;
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
@@ -124,8 +127,14 @@ fn spawn(name: &str, program: &str, args: &[&str], log: &Path) -> anyhow::Result
 impl Slurm {
     /// Starts munged, slurmctld and one slurmd per name in `nodes`, under `dir` (made
     /// 0711: munged insists that every directory above its socket be searchable by all;
-    /// what is private beneath it stays 0700), and waits until every node is idle.
-    pub fn start(dir: &Path, nodes: &[&str], hooks: &Hooks) -> anyhow::Result<Slurm> {
+    /// what is private beneath it stays 0700), and waits until every node is idle. With a
+    /// `topology`, it is `topology.conf` beside `slurm.conf`, read by `topology/tree`.
+    pub fn start(
+        dir: &Path,
+        nodes: &[&str],
+        hooks: &Hooks,
+        topology: Option<&str>,
+    ) -> anyhow::Result<Slurm> {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))?;
         let sub = |name: &str, mode: u32| -> anyhow::Result<PathBuf> {
             let p = dir.join(name);
@@ -216,6 +225,10 @@ impl Slurm {
             "PartitionName={partition} Nodes={} Default=YES MaxTime=INFINITE State=UP\n",
             nodes.join(",")
         ));
+        if let Some(text) = topology {
+            std::fs::write(dir.join("topology.conf"), text)?;
+            conf.push_str("TopologyPlugin=topology/tree\n");
+        }
         let conf_path = dir.join("slurm.conf");
         std::fs::write(&conf_path, conf)?;
         let conf_arg = conf_path.to_str().unwrap().to_string();

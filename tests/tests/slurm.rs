@@ -12,6 +12,9 @@
 //! - a job step whose ranks run NCCL's profiler plugin (driven through its C ABI by
 //!   `heddle-profiler-drive`) on two nodes is one job for `heddle jobs ls --slurm-job`, and
 //!   cancelling it with `scancel` marks it finished (`Epilog`).
+//! - the cluster's `topology.conf` (`topology/tree`), imported with `heddle fabric import
+//!   --slurm-topology`, is the tree `scontrol show topology` prints: the same switches,
+//!   levels, child switches and nodes.
 //!
 //! Skipped, saying so, where the Slurm or munge packages are not installed. Needs
 //! `HEDDLE_TEST_DATABASE_URL` and the workspace's binaries built (`cargo build`, and
@@ -24,7 +27,8 @@ use std::time::{Duration, Instant};
 
 use heddle_e2e::admin_api::AdminApi;
 use heddle_e2e::slurm::{
-    Hooks, PRINT_VARS, Slurm, expected_exports, install_hook, missing, task_vars, text, wait_until,
+    Hooks, PRINT_VARS, Slurm, expected_exports, install_hook, missing, task_vars, text, topology,
+    wait_until,
 };
 use heddle_e2e::{ServerProcess, free_port, sibling_binary};
 use heddle_server::testing::TestDb;
@@ -246,8 +250,37 @@ async fn heddle_under_a_real_slurm() {
             &epilog_conf,
         ),
     };
-    let slurm = Slurm::start(dir, &NODES, &hooks).unwrap_or_else(|e| panic!("{e:#}"));
+    let slurm = Slurm::start(dir, &NODES, &hooks, Some(&topology::topology_conf(&NODES)))
+        .unwrap_or_else(|e| panic!("{e:#}"));
     eprintln!("slurm up after {:?}", started.elapsed());
+
+    // --- The fabric: the cluster's topology.conf through `heddle fabric import`, read back
+    // as Slurm itself reads the same file.
+    let topology_file = dir.join("topology.conf");
+    let (code, out, err) = heddle(
+        &server.url,
+        &[
+            "fabric",
+            "import",
+            "--slurm-topology",
+            topology_file.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = heddle(&server.url, &["fabric", "show", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let stored: heddle_types::fabric::stored::StoredFabric =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let ours = topology::from_tree(&heddle_types::fabric::stored::tree(&stored.fabric));
+    let out = slurm
+        .cmd("scontrol")
+        .args(["show", "topology"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let slurms = topology::parse_scontrol(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(ours, slurms, "{}", text(&out));
+    assert_eq!(slurms.len(), 3, "{}", text(&out));
 
     // --- Environment: srun across two nodes, two tasks each.
     let out = slurm.srun(&["-N2", "-n4", "-w", "hn-[1-2]", "sh", "-c", PRINT_VARS]);
@@ -402,7 +435,7 @@ async fn heddle_under_a_real_slurm() {
         .output();
     let state = slurm.wait_job(&job, Duration::from_secs(120));
     let t = std::fs::read_to_string(slurm.output_path(&job)).unwrap_or_default();
-    assert_eq!(state, "COMPLETED", "{t}");
+    assert_eq!(state, "COMPLETED", "{t}{}", slurm.logs());
     assert_eq!(
         slurm.job_field(&job, "NodeList").as_deref(),
         Some("hn-[2-3]")
