@@ -13,8 +13,9 @@
 #   e  the ranks given different NCCL_ALGO by the job itself
 # For each: the verdict and reasons `heddle jobs ls` shows, polled every second from the
 # fault, the first time a job-hung / job-straggler reason appeared, and `heddle jobs show`.
-# HEDDLE_HANG_SCENARIOS picks some of them by letter ("a b c"; all five by default), so a
-# machine whose commands are time-limited can run them in two goes.
+# HEDDLE_HANG_SCENARIOS picks some of them by letter, in the order given ("a b c"; all five
+# by default), so a machine whose commands are time-limited can run them in two goes;
+# HEDDLE_HANG_STEPS sets the jobs' steps (400).
 
 hang_libdir=/opt/heddle/lib
 
@@ -54,8 +55,9 @@ hang_scenario() { # NAME FAULT
         CUDA_VISIBLE_DEVICES=0 setsid python3 -m torch.distributed.run --standalone --nproc_per_node 2 \
         "$repo/scripts/device/hang_job.py" >"$logs/hang-$name.log" 2>&1 &
     local job=$!
-    # The fault's moment: rank 1 reaches step 10 (where b and d sleep, a is stopped).
-    for i in $(seq 1 1200); do
+    # The fault's moment: rank 1 reaches step 10 (where b and d sleep, a is stopped); for e
+    # it is the start (the ranks disagree from their first collective).
+    [[ $fault == algo ]] || for i in $(seq 1 1200); do
         grep -q "rank 1 fault point" "$logs/hang-$name.log" && break
         kill -0 "$job" 2>/dev/null || break
         sleep 0.1
@@ -99,11 +101,11 @@ hang_checks() { # PLUGIN_DIR
     end "plugins in $hang_libdir, node env file $(sha256sum /var/lib/heddle-agent/nccl.env | cut -c1-12)"
     hang_lines=()
     local s
-    for s in "a sigstop" "b sleep" "c slow" "d pause" "e algo"; do
-        [[ " ${HEDDLE_HANG_SCENARIOS:-a b c d e} " == *" ${s% *} "* ]] || continue
-        begin "hang ${s% *}"
-        # shellcheck disable=SC2086
-        hang_scenario $s
+    local -A faults=([a]=sigstop [b]=sleep [c]=slow [d]=pause [e]=algo)
+    for s in ${HEDDLE_HANG_SCENARIOS:-a b c d e}; do
+        [[ -n "${faults[$s]:-}" ]] || { surprise "no hang scenario $s (a to e)"; continue; }
+        begin "hang $s"
+        hang_scenario "$s" "${faults[$s]}"
         end "${hang_lines[-1]}"
     done
     grep -h "PROFILER/Plugin\|ENV/Plugin: Using" "$logs"/hang-*.log | sort | uniq -c | head -5 | while read -r l; do say "  $l"; done
