@@ -12,9 +12,9 @@
 //! - a job step whose ranks run NCCL's profiler plugin (driven through its C ABI by
 //!   `heddle-profiler-drive`) on two nodes is one job for `heddle jobs ls --slurm-job`, and
 //!   cancelling it with `scancel` marks it finished (`Epilog`).
-//! - the cluster's `topology.conf` (`topology/tree`), imported with `heddle fabric import
+//! - a cluster's `topology.conf` (`topology/tree`), imported with `heddle fabric import
 //!   --slurm-topology`, is the tree `scontrol show topology` prints: the same switches,
-//!   levels, child switches and nodes.
+//!   levels, child switches and nodes (a cluster of its own, started and stopped first).
 //!
 //! Skipped, saying so, where the Slurm or munge packages are not installed. Needs
 //! `HEDDLE_TEST_DATABASE_URL` and the workspace's binaries built (`cargo build`, and
@@ -250,13 +250,20 @@ async fn heddle_under_a_real_slurm() {
             &epilog_conf,
         ),
     };
-    let slurm = Slurm::start(dir, &NODES, &hooks, Some(&topology::topology_conf(&NODES)))
-        .unwrap_or_else(|e| panic!("{e:#}"));
-    eprintln!("slurm up after {:?}", started.elapsed());
-
-    // --- The fabric: the cluster's topology.conf through `heddle fabric import`, read back
-    // as Slurm itself reads the same file.
-    let topology_file = dir.join("topology.conf");
+    // --- The fabric: a cluster's topology.conf through `heddle fabric import`, read back
+    // as Slurm itself reads the same file. A cluster of its own, stopped before the one the
+    // jobs run on: topology/tree changes where Slurm places jobs, and the steps below place
+    // theirs by node name.
+    let topology_dir = dir.join("topology-cluster");
+    std::fs::create_dir_all(&topology_dir).unwrap();
+    let tree = Slurm::start(
+        &topology_dir,
+        &NODES,
+        &hooks,
+        Some(&topology::topology_conf(&NODES)),
+    )
+    .unwrap_or_else(|e| panic!("{e:#}"));
+    let topology_file = topology_dir.join("topology.conf");
     let (code, out, err) = heddle(
         &server.url,
         &[
@@ -272,7 +279,7 @@ async fn heddle_under_a_real_slurm() {
     let stored: heddle_types::fabric::stored::StoredFabric =
         serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
     let ours = topology::from_tree(&heddle_types::fabric::stored::tree(&stored.fabric));
-    let out = slurm
+    let out = tree
         .cmd("scontrol")
         .args(["show", "topology"])
         .output()
@@ -281,6 +288,10 @@ async fn heddle_under_a_real_slurm() {
     let slurms = topology::parse_scontrol(&String::from_utf8_lossy(&out.stdout));
     assert_eq!(ours, slurms, "{}", text(&out));
     assert_eq!(slurms.len(), 3, "{}", text(&out));
+    drop(tree);
+
+    let slurm = Slurm::start(dir, &NODES, &hooks, None).unwrap_or_else(|e| panic!("{e:#}"));
+    eprintln!("slurm up after {:?}", started.elapsed());
 
     // --- Environment: srun across two nodes, two tasks each.
     let out = slurm.srun(&["-N2", "-n4", "-w", "hn-[1-2]", "sh", "-c", PRINT_VARS]);

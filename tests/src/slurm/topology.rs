@@ -8,9 +8,7 @@ use heddle_types::fabric::stored::TreeSwitch;
 use heddle_types::hostlist;
 
 /// Two leaves (the last node name under `s1`, the others under `s0`) and a spine `s2`
-/// above both, so that a job may still span every node. The scheduler places a job
-/// under one leaf when it can: a two-node job lands on the first two names, as it would
-/// without a topology.
+/// above both.
 pub fn topology_conf(nodes: &[&str]) -> String {
     let (last, rest) = nodes.split_last().expect("at least two node names");
     format!(
