@@ -13,7 +13,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use heddle_types::health::{PreflightCheck, PreflightRequest, PreflightResponse, Verdict};
 use heddle_types::slurm;
@@ -149,7 +149,44 @@ async fn prolog(args: PrologArgs, client: anyhow::Result<Client>) -> ExitCode {
         }
     };
     notes.write(&args.dir);
+    sweep_notes(&args.dir, SystemTime::now());
     code
+}
+
+/// How long a job's notes are kept: its tasks print them at every step's start.
+const NOTES_KEEP: Duration = Duration::from_secs(7 * 24 * 3600);
+/// The most entries of the notes directory one prolog looks at.
+const SWEEP_AT_MOST: usize = 10_000;
+
+/// Removes the notes files (`job-ID.notes`) in `dir` last written more than [`NOTES_KEEP`]
+/// before `now`; nothing else there is touched. The epilog leaves a job's notes in place
+/// (a requeued job may start on the node again without a new prolog), so this is what
+/// keeps the directory small. Errors are ignored: a prolog never fails for them.
+fn sweep_notes(dir: &Path, now: SystemTime) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in entries.flatten().take(SWEEP_AT_MOST) {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let is_notes = name
+            .strip_prefix("job-")
+            .and_then(|n| n.strip_suffix(".notes"))
+            .and_then(slurm::job_id)
+            .is_some();
+        let old = entry
+            .metadata()
+            .ok()
+            .filter(|m| m.is_file())
+            .and_then(|m| m.modified().ok())
+            .and_then(|t| now.duration_since(t).ok())
+            .is_some_and(|age| age > NOTES_KEEP);
+        if is_notes && old && std::fs::remove_file(entry.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
 }
 
 /// The server's answer, or the counter to add to and why there is none.
@@ -297,6 +334,38 @@ pub fn parse_counts(text: &str) -> std::collections::BTreeMap<String, u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn old_notes_are_swept_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        for name in [
+            "job-7.notes",
+            "job-8.notes",
+            "job-x.notes",
+            "counts",
+            "job-9.tmp42",
+        ] {
+            std::fs::write(d.join(name), "heddle: pre-flight memcpy WARN on hn-2\n").unwrap();
+        }
+        std::fs::create_dir(d.join("job-10.notes")).unwrap();
+        // Fresh: nothing goes.
+        assert_eq!(sweep_notes(d, SystemTime::now()), 0);
+        // Eight days on: the two notes files of real job ids, and only they.
+        let later = SystemTime::now() + Duration::from_secs(8 * 24 * 3600);
+        assert_eq!(sweep_notes(d, later), 2);
+        let mut left: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            ["counts", "job-10.notes", "job-9.tmp42", "job-x.notes"]
+        );
+        // A directory that is not there is no error.
+        assert_eq!(sweep_notes(&d.join("missing"), later), 0);
+    }
 
     #[test]
     fn counts_add_up_and_survive_garbage() {

@@ -455,7 +455,11 @@ async fn heddle_under_a_real_slurm() {
         t.contains("ran on hn-2") && t.contains("ran on hn-3") && !t.contains("ran on hn-1"),
         "{t}"
     );
-    assert!(t.contains("heddle: pre-flight memcpy WARN on hn-2"), "{t}");
+    assert!(
+        t.contains("heddle: pre-flight memcpy WARN on hn-2"),
+        "{t}{}",
+        slurm.logs()
+    );
     let _ = slurm
         .cmd("scontrol")
         .args(["update", "nodename=hn-1", "state=resume"])

@@ -4,8 +4,11 @@
 //! agent drops the file as stale, ten minutes later. The epilog writes each such file of
 //! the job again, as final and with the next `seq`, owned by the uid it was (so the agent
 //! reads it by its usual rules); the running agent uploads it on its next scan, or keeps
-//! it in its outbox while the server is down. It also removes the pre-flight's notes for
-//! the job. It never fails: an epilog that exits non-zero drains the node.
+//! it in its outbox while the server is down. It leaves the pre-flight's notes alone: a
+//! job requeued by another node's prolog has its epilog here and may start on this node
+//! again under the same id, and Slurm need not run this node's prolog again for it, so the
+//! notes are what its tasks print then (the prolog replaces them when it does run, and
+//! sweeps old ones). It never fails: an epilog that exits non-zero drains the node.
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
@@ -25,9 +28,6 @@ pub struct EpilogArgs {
         default_value = "/var/spool/heddle/jobs"
     )]
     pub job_spool: PathBuf,
-    /// Where `heddle slurm prolog` leaves the job's notes.
-    #[arg(long, env = "HEDDLE_SLURM_DIR", default_value = slurm_notes::DEFAULT_DIR)]
-    pub notes_dir: PathBuf,
 }
 
 /// What the epilog did, for its one line on stderr and for tests.
@@ -45,7 +45,6 @@ pub fn command(args: &EpilogArgs) {
         eprintln!("heddle-agent slurm epilog: no SLURM_JOB_ID; nothing to do");
         return;
     };
-    let _ = std::fs::remove_file(args.notes_dir.join(slurm_notes::notes_file(&job)));
     let done = std::panic::catch_unwind(|| finalize(&args.job_spool, &job)).unwrap_or_else(|_| {
         Finalized {
             files: 0,
