@@ -48,23 +48,38 @@ for _ in $(seq 1 100); do
     sleep 0.2
 done
 
-if ! alive "$state/agent.pid"; then
-    export HEDDLE_URL="$url" HEDDLE_TOKEN="$admin" HEDDLE_CONFIG="$state/cli.json"
-    enroll=""
-    if [[ ! -s "$state/agent/credential" ]]; then
+export HEDDLE_URL="$url" HEDDLE_TOKEN="$admin" HEDDLE_CONFIG="$state/cli.json"
+# The agent keeps its credential in identity.json; without one it enrolls with a fresh
+# single-use token.
+start_agent() {
+    local enroll=""
+    if [[ ! -s "$state/agent/identity.json" ]]; then
         enroll=$("$bindir/heddle" agents enroll-token --max-uses 1 2>/dev/null)
     fi
     mkdir -p "$state/agent"
     HEDDLE_URL="$url" HEDDLE_ENROLL_TOKEN="$enroll" HEDDLE_STATE_DIR="$state/agent" \
         setsid "$bindir/heddle-agent" run >>"$state/agent.log" 2>&1 < /dev/null &
     echo $! >"$state/agent.pid"
-fi
+}
+alive "$state/agent.pid" || start_agent
 
-# The local node is up once the agent enrolled and sent its facts.
+# The local node is up once the agent enrolled and sent its facts. An agent whose stored
+# credential this server does not know (its database was made anew) enrolls again, once:
+# the old identity is kept beside as identity.json.refused.
 host=$(hostname)
+again=1
 for i in $(seq 1 120); do
     curl -fsS -H "authorization: Bearer $admin" "$url/api/v1/nodes/$host" 2>/dev/null | grep -q '"facts_updated_at":"' && break
-    alive "$state/agent.pid" || { tail -n 20 "$state/agent.log" >&2; echo "up.sh: the agent stopped; see $state/agent.log" >&2; exit 1; }
+    if ! alive "$state/agent.pid"; then
+        if ((again)) && tail -n 5 "$state/agent.log" | grep -q "refused this agent's credential"; then
+            again=0
+            echo "up.sh: the server does not know this host's stored agent credential; enrolling again" >&2
+            mv -f "$state/agent/identity.json" "$state/agent/identity.json.refused"
+            start_agent
+            continue
+        fi
+        tail -n 20 "$state/agent.log" >&2; echo "up.sh: the agent stopped; see $state/agent.log" >&2; exit 1
+    fi
     [[ $i == 120 ]] && { echo "up.sh: node $host did not register within 60 s; see $state/agent.log" >&2; exit 1; }
     sleep 0.5
 done
