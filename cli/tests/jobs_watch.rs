@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{enroll, heddle};
+use common::{enroll, get, heddle};
 use heddle_server::testing::TestServer;
 use heddle_server::testing::spool::{rank_file, upload};
 use serde_json::Value;
@@ -21,15 +21,7 @@ async fn observe(server: &TestServer, credential: &str, body: Value) {
 }
 
 async fn job_id(server: &TestServer, node: &str, key: &str) -> String {
-    let jobs: Value = reqwest::Client::new()
-        .get(format!("{}/api/v1/jobs?node={node}", server.url))
-        .bearer_auth(&server.admin_token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let jobs = get(server, &format!("/api/v1/jobs?node={node}")).await;
     jobs.as_array()
         .unwrap()
         .iter()

@@ -5,10 +5,10 @@
 //! Needs `HEDDLE_TEST_DATABASE_URL` (see `scripts/pg-ensure.sh`).
 
 use heddle_server::testing::TestServer;
+use heddle_server::testing::spool::upload;
 use heddle_types::observe::{
     CommObservation, JobIdentity, NetUse, OpBand, SPOOL_FORMAT, SpoolFile,
 };
-use heddle_types::observed::{Observation, ObservationSource};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
@@ -68,17 +68,6 @@ fn file(slurm: &str, uid: u32, seq: u64, net: &str) -> SpoolFile {
         dropped_events: 0,
         dropped_comms: 0,
     }
-}
-
-fn upload(files: &[SpoolFile]) -> Value {
-    let observations: Vec<Observation> = files
-        .iter()
-        .map(|f| Observation {
-            source: ObservationSource::Profiler,
-            file: f.clone(),
-        })
-        .collect();
-    json!({ "observations": observations })
 }
 
 #[tokio::test]

@@ -495,23 +495,35 @@ async fn dashboard_end_to_end_in_chromium() {
     c.close().await.unwrap();
 }
 
-/// A regression made through the agent protocol, read on the regressions page, its series
-/// view and the node's page (`dashboard/regressions.rs`).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regressions_page_in_chromium() {
+/// A server that serves the built dashboard, and its API.
+async fn dashboard_server() -> (TestServer, Api) {
     let dist = dashboard_dist();
     let server = TestServer::start_with(|c| c.dashboard_dir = Some(dist.clone())).await;
     let api = Api {
         base: server.url.clone(),
         http: reqwest::Client::new(),
     };
+    (server, api)
+}
+
+/// The screenshot folder, and a browser signed in to `server`'s dashboard as the admin.
+async fn signed_in(server: &TestServer) -> (Shots, browser::Driver, Client) {
     let shots = Shots(Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard-screenshots"));
     std::fs::create_dir_all(&shots.0).unwrap();
-    let (_driver, c) = browser().await;
+    let (driver, c) = browser().await;
     c.goto(&server.url).await.unwrap();
     type_into(&c, "#token", &server.admin_token).await;
     click(&c, ".signin button[type=submit]").await;
     wait_text(&c, "#who", "(admin)").await;
+    (shots, driver, c)
+}
+
+/// A regression made through the agent protocol, read on the regressions page, its series
+/// view and the node's page (`dashboard/regressions.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regressions_page_in_chromium() {
+    let (server, api) = dashboard_server().await;
+    let (shots, _driver, c) = signed_in(&server).await;
     regressions::regressions_page(&c, &server, &api, &shots).await;
     c.close().await.unwrap();
 }
@@ -522,12 +534,7 @@ async fn regressions_page_in_chromium() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hung_job_page_marks_the_culprit_in_chromium() {
     use heddle_server::testing::spool::{rank_file, upload};
-    let dist = dashboard_dist();
-    let server = TestServer::start_with(|c| c.dashboard_dir = Some(dist.clone())).await;
-    let api = Api {
-        base: server.url.clone(),
-        http: reqwest::Client::new(),
-    };
+    let (server, api) = dashboard_server().await;
     let a = enroll(&api, &server, "lane-a", None).await;
     let b = enroll(&api, &server, "lane-b", None).await;
     let post = |cred: String, body: Value| {
@@ -554,13 +561,7 @@ async fn hung_job_page_marks_the_culprit_in_chromium() {
         .await;
     let id = jobs[0]["id"].as_str().unwrap().to_string();
 
-    let shots = Shots(Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard-screenshots"));
-    std::fs::create_dir_all(&shots.0).unwrap();
-    let (_driver, c) = browser().await;
-    c.goto(&server.url).await.unwrap();
-    type_into(&c, "#token", &server.admin_token).await;
-    click(&c, ".signin button[type=submit]").await;
-    wait_text(&c, "#who", "(admin)").await;
+    let (shots, _driver, c) = signed_in(&server).await;
     c.goto(&format!("{}/jobs/{id}", server.url)).await.unwrap();
     wait_text(&c, "#job-reasons", "job-hung").await;
     wait_text(&c, "#job-ranks", "rank 1 · lane-b").await;
