@@ -549,6 +549,7 @@ async fn hung_job_page_marks_the_culprit_in_chromium() {
             .await
         }
     };
+    let a2 = a.clone();
     post(a, upload(&[rank_file("31", 1000, 100, 0, 41, false, 20)])).await;
     post(b, upload(&[rank_file("31", 1000, 200, 1, 40, true, 21)])).await;
     let jobs = api
@@ -583,5 +584,34 @@ async fn hung_job_page_marks_the_culprit_in_chromium() {
         .len();
     assert_eq!(lanes, 2, "one lane a rank");
     shots.take(&c, "13-job-hung").await;
+
+    // A communicator hash is what the job's user wrote: any visible characters, cut at 8
+    // characters, not bytes (the page once sliced it at byte 8, inside the "é").
+    let mut wide = rank_file("32", 1000, 300, 0, 41, false, 20);
+    wide.comms[0].comm_hash = "c0ffeeeéé9".into();
+    wide.comms[0].nranks = 1;
+    wide.comms[0].nnodes = 1;
+    post(a2, upload(&[wide])).await;
+    let jobs = api
+        .call(
+            reqwest::Method::GET,
+            "/api/v1/jobs?node=lane-a",
+            &server.admin_token,
+            None,
+        )
+        .await;
+    let wide_id = jobs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["job_key"] == "slurm:32")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    c.goto(&format!("{}/jobs/{wide_id}", server.url))
+        .await
+        .unwrap();
+    wait_text(&c, "#job-ranks", "c0ffeeeé rank 0 · lane-a").await;
     c.close().await.unwrap();
 }

@@ -101,7 +101,7 @@ fn job_body(l: Loaded) -> impl IntoView {
         funcs.dedup();
         for f in funcs {
             series.push(Series {
-                name: format!("{} {f}", &c.comm_hash[..c.comm_hash.len().min(8)]),
+                name: format!("{} {f}", short_hash(&c.comm_hash)),
                 points: c
                     .bands
                     .iter()
@@ -163,6 +163,12 @@ fn job_body(l: Loaded) -> impl IntoView {
     }
 }
 
+/// A communicator's hash as shown: its first 8 characters. The hash comes from a file the
+/// job's user wrote, and may hold any visible character: cut by characters, never bytes.
+fn short_hash(hash: &str) -> String {
+    hash.chars().take(8).collect()
+}
+
 /// The job's ranks as lanes, one a rank of each communicator across every node: the bar is
 /// how many collectives the rank has completed of the most any rank started, the text what
 /// it is in and for how long, how late it arrives and when it last reported. Culprits (a
@@ -204,7 +210,7 @@ fn rank_lanes(ranks: Vec<RankRow>) -> impl IntoView {
             let class = if r.culprit { "lane culprit" } else { "lane" };
             view! {
                 <div class=class>
-                    <span class="lane-who mono">{format!("{} rank {} · {}", &r.comm_hash[..r.comm_hash.len().min(8)], r.rank, r.hostname)}</span>
+                    <span class="lane-who mono">{format!("{} rank {} · {}", short_hash(&r.comm_hash), r.rank, r.hostname)}</span>
                     <span class="lane-bar"><span class="lane-done" style=format!("width: {share:.1}%")></span></span>
                     <span class="lane-what">{format!("done #{} of #{} started · {doing}{late} · {seen}", r.coll_done, r.coll_started)}</span>
                     {r.culprit.then(|| view! { <span class="badge bad">"culprit"</span> })}
