@@ -57,6 +57,9 @@ HEDDLE_PROFILE=dev scripts/fleet-test.sh --prepare
 
 # CI=true makes insta fail on a changed snapshot instead of writing a new one.
 export CI=${CI:-true}
+# Every agent the tests start computes the node's GPU map (the built-in plugins, seconds of
+# CPU in a debug build); one cache of compiled plugins spares the rest the compilation.
+export HEDDLE_PLUGIN_CACHE_DIR=${HEDDLE_PLUGIN_CACHE_DIR:-$CARGO_TARGET_DIR/heddle-plugin-cache}
 step "cargo test (workspace)"
 # The agent's observed-jobs test loads the NCCL profiler plugin and its driver as built
 # artifacts, which `cargo test` alone does not make.

@@ -22,9 +22,8 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
-use heddle_plugin_host::{HostConfig, Limits, PluginHost};
 
-use crate::detect::{self, DetectOutput};
+use crate::gpu_map::{self, GpuMap};
 
 #[derive(Debug, clap::Args)]
 pub struct ExecArgs {
@@ -75,18 +74,12 @@ pub fn command(args: ExecArgs) -> anyhow::Result<()> {
         bail!("no command: heddle-agent exec --local-rank N -- CMD [ARGS...]");
     }
     let facts = crate::facts::collect(&crate::facts::CollectOptions::for_root(&args.root));
-    let facts_json = serde_json::to_string(&facts)?;
-    let host = PluginHost::new(HostConfig::default())?;
-    let detected = detect::detect(&host, &detect::builtin(), &facts_json, &Limits::default());
+    let detected = gpu_map::detect_facts(&facts, None)?;
     for p in detected.plugins.iter().filter(|p| p.error.is_some()) {
         tracing::warn!(plugin = %p.name, "plugin failed; its recommendations are missing");
     }
-    let gpu_uuids: Vec<(u32, Option<String>)> = facts
-        .gpus
-        .iter()
-        .map(|g| (g.index, g.uuid.clone()))
-        .collect();
-    let plan = plan(local_rank, &detected, &caller_env, &gpu_uuids)?;
+    let map = GpuMap::from_detected(&detected, &facts, &args.root);
+    let plan = plan(local_rank, &detected.env, &map, &caller_env)?;
     if args.print {
         println!("{}", serde_json::to_string_pretty(&plan)?);
         return Ok(());
@@ -117,10 +110,11 @@ fn rank_from_env(env: &BTreeMap<String, String>) -> Option<usize> {
 /// and what it gets.
 pub fn plan(
     local_rank: usize,
-    detected: &DetectOutput,
+    node_env: &BTreeMap<String, String>,
+    map: &GpuMap,
     caller_env: &BTreeMap<String, String>,
-    gpu_uuids: &[(u32, Option<String>)],
 ) -> anyhow::Result<RankPlan> {
+    let gpu_uuids = &map.gpus;
     let gpu = match caller_env
         .get("CUDA_VISIBLE_DEVICES")
         .filter(|v| !v.trim().is_empty())
@@ -141,15 +135,11 @@ pub fn plan(
         }
         None => u32::try_from(local_rank)?,
     };
-    let affinity = detected
-        .plugins
-        .iter()
-        .flat_map(|p| &p.affinity)
-        .find(|a| a.gpu == gpu);
+    let affinity = map.affinity(gpu);
     if affinity.is_none() && !gpu_uuids.iter().any(|(i, _)| *i == gpu) {
         bail!("local rank {local_rank} maps to GPU{gpu}, which this node does not have");
     }
-    let mut env: BTreeMap<String, String> = detected.env.clone();
+    let mut env: BTreeMap<String, String> = node_env.clone();
     env.insert("CUDA_DEVICE_ORDER".into(), "PCI_BUS_ID".into());
     env.insert("HEDDLE_LOCAL_RANK_GPU".into(), gpu.to_string());
     let hca = affinity.and_then(|a| a.nic.clone());
@@ -157,7 +147,7 @@ pub fn plan(
     if let Some(hca) = &hca {
         // The rank's port as the node-wide list names it; a device the list leaves out (its
         // GID differs from the others') keeps the node-wide list.
-        let port = detected.env.get("UCX_NET_DEVICES").and_then(|l| {
+        let port = node_env.get("UCX_NET_DEVICES").and_then(|l| {
             l.split(',')
                 .find(|d| *d == hca.as_str() || d.split(':').next() == Some(hca.as_str()))
                 .map(str::to_string)

@@ -6,6 +6,7 @@ pub mod client;
 pub mod detect;
 pub mod exec;
 pub mod facts;
+pub mod gpu_map;
 pub mod host_conf;
 #[cfg(test)]
 mod hostile_props;

@@ -103,6 +103,11 @@ pub struct RunArgs {
     /// the node loads it. Only a path ending in `/libnccl-profiler-heddle.so` is accepted.
     #[arg(long, env = "HEDDLE_NCCL_PROFILER_PLUGIN", value_parser = profiler_path)]
     pub nccl_profiler_plugin: Option<String>,
+    /// Where the agent keeps the plugins it compiles for the node's GPU map, which it writes
+    /// beside the node env file (`gpu-map.json`, read by the Slurm task prolog) whenever the
+    /// facts change. Default: `plugin-cache` in the state directory.
+    #[arg(long, env = "HEDDLE_PLUGIN_CACHE_DIR")]
+    pub plugin_cache_dir: Option<PathBuf>,
     /// Host conf files kept in line with the node's environment (`/etc/nccl.conf`,
     /// `/etc/ucx/ucx.conf`).
     #[command(flatten)]
@@ -384,6 +389,10 @@ pub async fn run(args: RunArgs) -> Result<(), LifecycleError> {
                     .clone()
                     .unwrap_or_else(|| state.path().join("nccl.env")),
                 profiler: args.nccl_profiler_plugin.clone(),
+                plugin_cache: args
+                    .plugin_cache_dir
+                    .clone()
+                    .unwrap_or_else(|| state.path().join("plugin-cache")),
             },
             host_conf: args.host_conf.clone(),
             stall_limit: args.stall_limit,

@@ -9,8 +9,9 @@
 //! always exits 0: a problem is a message, never a failed job.
 //!
 //! What a task gets: the node's values from the env file the agent keeps (no server is
-//! asked), and the values of its local rank as `exec --local-rank` computes them (the GPU's
-//! nearest HCA narrows `UCX_NET_DEVICES`; `HEDDLE_LOCAL_RANK_*` name the GPU, HCA, network
+//! asked), and the values of its local rank as `exec --local-rank` computes them, from the
+//! GPU map the agent keeps beside the env file (`gpu_map`; the GPU's nearest HCA narrows
+//! `UCX_NET_DEVICES`; `HEDDLE_LOCAL_RANK_*` name the GPU, HCA, network
 //! interface, CPU list and NUMA node, for a launcher that pins). A variable already in the
 //! task's environment is left as it is, and a value Slurm cannot carry, or that
 //! `env_policy` refuses, is not printed.
@@ -19,13 +20,12 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use heddle_plugin_host::{HostConfig, Limits, PluginHost};
 use heddle_types::env_policy;
 use heddle_types::nccl_conf;
 use heddle_types::slurm as slurm_notes;
 
-use crate::detect::{self, DetectOutput};
 use crate::exec;
+use crate::gpu_map::{self, GpuMap};
 
 #[derive(Debug, clap::Args)]
 pub struct SlurmArgs {
@@ -57,6 +57,10 @@ pub struct TaskPrologArgs {
     /// Filesystem root the rank's GPU, HCA and CPUs are read from (a fixture tree in tests).
     #[arg(long, env = "HEDDLE_FACTS_ROOT", default_value = "/")]
     pub root: PathBuf,
+    /// The GPU map the agent keeps (default: `gpu-map.json` beside the env file); where it
+    /// is missing or was computed for another root, the prolog computes the map itself.
+    #[arg(long, env = "HEDDLE_GPU_MAP_FILE")]
+    pub gpu_map_file: Option<PathBuf>,
     /// Print the node's values only, without the rank's own.
     #[arg(long)]
     pub node_only: bool,
@@ -74,10 +78,11 @@ pub fn command(args: SlurmArgs) -> anyhow::Result<()> {
         }
         SlurmCommand::TaskProlog(a) => {
             // A panic would exit non-zero, and Slurm would kill the task for it.
-            let out = std::panic::catch_unwind(|| task_prolog(&a)).unwrap_or_else(|_| Prolog {
-                messages: vec!["internal error; the task gets no values from Heddle".into()],
-                ..Prolog::default()
-            });
+            let out = std::panic::catch_unwind(|| task_prolog(&a, std::env::vars().collect()))
+                .unwrap_or_else(|_| Prolog {
+                    messages: vec!["internal error; the task gets no values from Heddle".into()],
+                    ..Prolog::default()
+                });
             let mut err = std::io::stderr().lock();
             for m in &out.messages {
                 let _ = writeln!(err, "heddle-agent task-prolog: {m}");
@@ -130,14 +135,13 @@ fn inherited(task_env: &BTreeMap<String, String>) -> std::collections::BTreeSet<
         .collect()
 }
 
-fn task_prolog(args: &TaskPrologArgs) -> Prolog {
-    let task_env: BTreeMap<String, String> = std::env::vars().collect();
+fn task_prolog(args: &TaskPrologArgs, task_env: BTreeMap<String, String>) -> Prolog {
     let mut messages = Vec::new();
     let node_env = read_env_file(&args.nccl_env_file, &mut messages);
     let rank = if args.node_only {
         None
     } else {
-        rank_input(&args.root, &mut messages)
+        rank_input(args, &mut messages)
     };
     let mut out = prolog(&node_env, rank, &task_env);
     messages.append(&mut out.messages);
@@ -205,7 +209,7 @@ pub fn read_env_file(path: &std::path::Path, messages: &mut Vec<String>) -> Vec<
 /// At most one byte more than `max` (what `nccl_conf::parse` accepts, for the env file),
 /// from a regular file only: the path may come from the task's environment, and a FIFO or
 /// `/dev/zero` must not hold the task up.
-fn read_bounded(path: &std::path::Path, max: usize) -> std::io::Result<Vec<u8>> {
+pub(crate) fn read_bounded(path: &std::path::Path, max: usize) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new()
@@ -220,45 +224,35 @@ fn read_bounded(path: &std::path::Path, max: usize) -> std::io::Result<Vec<u8>> 
     Ok(bytes)
 }
 
-/// What the rank's values are computed from: the node's plugin output and GPUs.
-pub struct RankInput {
-    pub detected: DetectOutput,
-    pub gpu_uuids: Vec<(u32, Option<String>)>,
-}
-
-fn rank_input(root: &std::path::Path, messages: &mut Vec<String>) -> Option<RankInput> {
-    let facts = crate::facts::collect(&crate::facts::CollectOptions::for_root(root));
-    let facts_json = serde_json::to_string(&facts).ok()?;
-    let host = match PluginHost::new(HostConfig::default()) {
-        Ok(h) => h,
-        Err(e) => {
-            messages.push(format!(
-                "cannot start the plugin host ({e}); no per-rank values"
-            ));
-            return None;
-        }
-    };
-    let detected = detect::detect(&host, &detect::builtin(), &facts_json, &Limits::default());
-    for p in detected.plugins.iter().filter(|p| p.error.is_some()) {
-        messages.push(format!(
-            "plugin {} failed; its per-GPU map is missing",
-            p.name
-        ));
+/// The node's GPU map: the one the agent keeps beside the env file, or, where that cannot
+/// be used, computed here (the plugins' compilation: seconds).
+fn rank_input(args: &TaskPrologArgs, messages: &mut Vec<String>) -> Option<GpuMap> {
+    let path = args
+        .gpu_map_file
+        .clone()
+        .unwrap_or_else(|| gpu_map::beside(&args.nccl_env_file));
+    match GpuMap::read(&path, &args.root) {
+        Ok(map) => return Some(map),
+        Err(e) => messages.push(format!("{e}; computing the GPU map here (seconds)")),
     }
-    Some(RankInput {
-        detected,
-        gpu_uuids: facts
-            .gpus
-            .iter()
-            .map(|g| (g.index, g.uuid.clone()))
-            .collect(),
-    })
+    match GpuMap::compute(&args.root) {
+        Ok(map) => {
+            for p in &map.failed_plugins {
+                messages.push(format!("plugin {p} failed; its per-GPU map is missing"));
+            }
+            Some(map)
+        }
+        Err(e) => {
+            messages.push(format!("{e}; no per-rank values"));
+            None
+        }
+    }
 }
 
 /// The lines for a task with `task_env`. Pure, for tests.
 pub fn prolog(
     node_env: &[nccl_conf::Entry],
-    rank: Option<RankInput>,
+    rank: Option<GpuMap>,
     task_env: &BTreeMap<String, String>,
 ) -> Prolog {
     let mut messages = Vec::new();
@@ -336,12 +330,10 @@ pub fn prolog(
 /// devices): one GPU is the rank's GPU; several mean the task drives more than one GPU and
 /// keeps the node-wide values. Without it the local rank picks, as `exec` does.
 fn rank_plan(
-    rank: RankInput,
+    map: GpuMap,
     node: &BTreeMap<String, String>,
     task_env: &BTreeMap<String, String>,
 ) -> anyhow::Result<Option<exec::RankPlan>> {
-    let mut detected = rank.detected;
-    detected.env = node.clone();
     let step_gpus: Vec<&str> = task_env
         .get("SLURM_STEP_GPUS")
         .map(|l| {
@@ -359,12 +351,12 @@ fn rank_plan(
             else {
                 anyhow::bail!("SLURM_LOCALID is not set");
             };
-            exec::plan(local, &detected, task_env, &rank.gpu_uuids)?
+            exec::plan(local, node, &map, task_env)?
         }
         [one] => {
             let mut env = task_env.clone();
             env.insert("CUDA_VISIBLE_DEVICES".into(), (*one).to_string());
-            exec::plan(0, &detected, &env, &rank.gpu_uuids)?
+            exec::plan(0, node, &map, &env)?
         }
         _ => return Ok(None),
     };

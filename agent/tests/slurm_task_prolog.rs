@@ -106,3 +106,61 @@ fn a_missing_or_hostile_env_file_never_fails_the_task() {
         assert!(line.starts_with("export "), "{line:?}");
     }
 }
+
+/// The GPU map the agent keeps beside the env file is what the task's rank values come
+/// from (not computed again per task); one written for another facts root, or a FIFO in
+/// its place, is not used, and the task still gets its values.
+#[test]
+fn the_agents_gpu_map_is_used_and_one_that_does_not_fit_is_not() {
+    use heddle_agent::gpu_map::{self, GpuMap};
+    let dir = tempfile::tempdir().unwrap();
+    let env_file = dir.path().join("nccl.env");
+    std::fs::copy(fixtures().join("nccl-env/dgx1.env"), &env_file).unwrap();
+    let mut map = GpuMap::compute(&fixtures().join("dgx1")).unwrap();
+    // Marked: GPU6's HCA as only the map says it.
+    for a in map.affinity.iter_mut().filter(|a| a.gpu == 6) {
+        a.nic = Some("mlx5_0".into());
+    }
+    map.write(dir.path()).unwrap();
+    let started = std::time::Instant::now();
+    let (stdout, stderr, code) = prolog(&[("SLURM_LOCALID", "6")], &env_file);
+    eprintln!(
+        "task-prolog with the agent's map took {:?} (debug build)",
+        started.elapsed()
+    );
+    assert_eq!(code, 0);
+    assert!(
+        stdout.contains("export HEDDLE_LOCAL_RANK_HCA=mlx5_0\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("export UCX_NET_DEVICES=mlx5_0:1\n"),
+        "{stdout}"
+    );
+    assert!(!stderr.contains("computing"), "{stderr}");
+
+    map.root = "/elsewhere".into();
+    map.write(dir.path()).unwrap();
+    let (stdout, stderr, code) = prolog(&[("SLURM_LOCALID", "6")], &env_file);
+    assert_eq!(code, 0);
+    assert!(
+        stdout.contains("export HEDDLE_LOCAL_RANK_HCA=mlx5_3\n"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("computed for facts root /elsewhere"),
+        "{stderr}"
+    );
+
+    let path = gpu_map::beside(&env_file);
+    std::fs::remove_file(&path).unwrap();
+    let status = Command::new("mkfifo").arg(&path).status().unwrap();
+    assert!(status.success());
+    let (stdout, stderr, code) = prolog(&[("SLURM_LOCALID", "6")], &env_file);
+    assert_eq!(code, 0);
+    assert!(
+        stdout.contains("export HEDDLE_LOCAL_RANK_HCA=mlx5_3\n"),
+        "{stdout}"
+    );
+    assert!(stderr.contains("not a regular file"), "{stderr}");
+}

@@ -472,8 +472,9 @@ pub const PRINT_VARS: &str = "echo \"T $SLURMD_NODENAME $SLURM_LOCALID ran=yes\"
     | sed \"s/^/T $SLURMD_NODENAME $SLURM_LOCALID /\"";
 
 /// The variables `heddle-agent slurm task-prolog` exports for local rank `local` on the
-/// sysfs at `root` with the node env file `env_file`, run directly (outside Slurm): what
-/// every such task must have received.
+/// sysfs at `root` with the node env file `env_file`, run directly (outside Slurm) and
+/// computing the GPU map itself rather than reading the agent's: what every such task must
+/// have received.
 pub fn expected_exports(
     agent: &Path,
     root: &Path,
@@ -485,6 +486,7 @@ pub fn expected_exports(
         .arg(root)
         .arg("--nccl-env-file")
         .arg(env_file)
+        .args(["--gpu-map-file", "/nonexistent/gpu-map.json"])
         .env_clear()
         .env("SLURM_LOCALID", local)
         .output()

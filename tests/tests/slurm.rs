@@ -169,7 +169,11 @@ async fn heddle_under_a_real_slurm() {
         wait_until(
             &format!("{n}'s node env file"),
             Duration::from_secs(60),
-            || std::fs::read_to_string(&env_file).is_ok_and(|t| t.contains("NCCL_IB_HCA=")),
+            || {
+                std::fs::read_to_string(&env_file).is_ok_and(|t| t.contains("NCCL_IB_HCA="))
+                    // The GPU map the task prolog reads instead of computing it per task.
+                    && env_file.with_file_name("gpu-map.json").is_file()
+            },
         )
         .unwrap_or_else(|e| {
             panic!(
@@ -215,8 +219,8 @@ async fn heddle_under_a_real_slurm() {
         )
         .unwrap();
     };
-    // A debug build of the agent compiles the plugins in each task: seconds, not the
-    // release build's milliseconds.
+    // Tasks read the GPU map each node's agent keeps; the timeout covers a debug build
+    // that computes the map itself (seconds), as a task does where the map is refused.
     write_task_conf(&agent_bin, 60, None);
     write_prolog_conf(&server.url, false);
     std::fs::write(

@@ -1,26 +1,15 @@
 use super::*;
 
-fn detected(tree: &str) -> (DetectOutput, Vec<(u32, Option<String>)>) {
+/// The node's merged recommendations and its GPU map, from a fixture tree.
+fn detected(tree: &str) -> (BTreeMap<String, String>, GpuMap) {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(tree);
-    let facts = crate::facts::collect(&crate::facts::CollectOptions::for_root(root));
-    let host = PluginHost::new(HostConfig::default()).unwrap();
-    let out = detect::detect(
-        &host,
-        &detect::builtin(),
-        &serde_json::to_string(&facts).unwrap(),
-        &Limits::default(),
-    );
+    let facts = crate::facts::collect(&crate::facts::CollectOptions::for_root(&root));
+    let out = gpu_map::detect_facts(&facts, None).unwrap();
     assert_eq!(out.failures(), 0);
-    (
-        out,
-        facts
-            .gpus
-            .iter()
-            .map(|g| (g.index, g.uuid.clone()))
-            .collect(),
-    )
+    let map = GpuMap::from_detected(&out, &facts, &root);
+    (out.env, map)
 }
 
 fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -32,8 +21,8 @@ fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 
 #[test]
 fn each_dgx1_rank_gets_its_gpu_cpus_numa_and_hca() {
-    let (d, gpus) = detected("dgx1");
-    let p = plan(2, &d, &env(&[]), &gpus).unwrap();
+    let (d, map) = detected("dgx1");
+    let p = plan(2, &d, &map, &env(&[])).unwrap();
     assert_eq!((p.gpu, p.cpus.as_str(), p.numa), (2, "0-19,40-59", Some(0)));
     assert_eq!(p.hca.as_deref(), Some("mlx5_1"));
     assert_eq!(p.netdev.as_deref(), Some("ib1"));
@@ -43,7 +32,7 @@ fn each_dgx1_rank_gets_its_gpu_cpus_numa_and_hca() {
     assert_eq!(p.env["NCCL_IB_HCA"], "=mlx5_0,mlx5_1,mlx5_2,mlx5_3");
     // The seed's launcher: interface "ib" + str(gpu // 2), CPUs of the GPU's socket.
     for rank in 0..8 {
-        let p = plan(rank, &d, &env(&[]), &gpus).unwrap();
+        let p = plan(rank, &d, &map, &env(&[])).unwrap();
         assert_eq!(p.netdev, Some(format!("ib{}", rank / 2)));
         assert_eq!(p.numa, Some(if rank < 4 { 0 } else { 1 }));
     }
@@ -51,24 +40,24 @@ fn each_dgx1_rank_gets_its_gpu_cpus_numa_and_hca() {
 
 #[test]
 fn visible_devices_renumber_and_the_callers_choices_win() {
-    let (d, gpus) = detected("dgx1");
+    let (d, map) = detected("dgx1");
     let caller = env(&[("CUDA_VISIBLE_DEVICES", "4,5"), ("UCX_TLS", "tcp")]);
-    let p = plan(1, &d, &caller, &gpus).unwrap();
+    let p = plan(1, &d, &map, &caller).unwrap();
     assert_eq!((p.gpu, p.numa), (5, Some(1)));
     assert_eq!(p.hca.as_deref(), Some("mlx5_2"));
     assert!(!p.env.contains_key("UCX_TLS"));
-    assert!(plan(2, &d, &caller, &gpus).is_err());
-    assert!(plan(9, &d, &env(&[]), &gpus).is_err());
+    assert!(plan(2, &d, &map, &caller).is_err());
+    assert!(plan(9, &d, &map, &env(&[])).is_err());
 }
 
 #[test]
 fn a_rank_whose_hca_is_down_gets_the_next_usable_one_behind_its_switch() {
-    let (d, gpus) = detected("bare-metal-ib12");
+    let (d, map) = detected("bare-metal-ib12");
     // GPU5's own HCA, mlx5_7, has its port DOWN; mlx5_6 shares the upper switch (PXB).
-    let p = plan(5, &d, &env(&[]), &gpus).unwrap();
+    let p = plan(5, &d, &map, &env(&[])).unwrap();
     assert_eq!(p.hca.as_deref(), Some("mlx5_6"));
     assert_eq!(p.env["UCX_NET_DEVICES"], "mlx5_6:1");
-    let p = plan(4, &d, &env(&[]), &gpus).unwrap();
+    let p = plan(4, &d, &map, &env(&[])).unwrap();
     assert_eq!(p.hca.as_deref(), Some("mlx5_6"));
     assert_eq!(p.env["UCX_NET_DEVICES"], "mlx5_6:1");
 }

@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use heddle_types::facts::NodeFacts;
 use serde_json::Value;
 
 use crate::facts::{CollectOptions, collect as collect_facts, facts_sha256};
@@ -10,6 +11,7 @@ use crate::facts::{CollectOptions, collect as collect_facts, facts_sha256};
 /// A facts document and the hash the agent reports in heartbeats.
 #[derive(Debug, Clone)]
 pub struct FactsDoc {
+    pub facts: NodeFacts,
     pub json: Value,
     pub sha256: String,
 }
@@ -23,7 +25,11 @@ pub fn collect(hostname: &str, root: &Path) -> FactsDoc {
     facts.host.hostname = hostname.to_string();
     let sha256 = facts_sha256(&facts);
     let json = serde_json::to_value(&facts).expect("facts always serialize");
-    FactsDoc { json, sha256 }
+    FactsDoc {
+        facts,
+        json,
+        sha256,
+    }
 }
 
 #[cfg(test)]

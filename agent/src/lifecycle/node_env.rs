@@ -16,6 +16,7 @@ use heddle_types::nccl_conf;
 
 use super::{Agent, Backoff};
 use crate::client::ClientError;
+use crate::gpu_map::GpuMap;
 
 /// Where the file goes and what the agent adds to it from its own configuration.
 #[derive(Debug, Clone)]
@@ -24,6 +25,8 @@ pub struct NodeEnvConfig {
     /// Absolute path of `libnccl-profiler-heddle.so`, checked at start
     /// (`nccl_conf::check_profiler_path`).
     pub profiler: Option<String>,
+    /// Where compiled plugins are kept for the GPU map (`gpu_map`).
+    pub plugin_cache: PathBuf,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +46,8 @@ pub enum NodeEnvError {
     },
     #[error(transparent)]
     Write(#[from] crate::spool::SpoolError),
+    #[error(transparent)]
+    GpuMap(#[from] crate::gpu_map::GpuMapError),
 }
 
 /// The job environment version of the file at `cfg.path`, or `None` when it is missing,
@@ -83,6 +88,23 @@ pub fn write_node_env(cfg: &NodeEnvConfig, env: &NodeJobEnv) -> Result<(), NodeE
     make_searchable(dir)?;
     crate::spool::write_atomic(dir, name, text.as_bytes(), 0o644)?;
     Ok(())
+}
+
+/// Computes the node's GPU map from `facts` (read at `root`) and writes it beside the node
+/// env file, in the same directory made searchable the same way. Blocking: the plugins run
+/// (compiled once into `cfg.plugin_cache`, then loaded from there).
+pub fn write_gpu_map(
+    cfg: &NodeEnvConfig,
+    facts: &heddle_types::facts::NodeFacts,
+    root: &Path,
+) -> Result<GpuMap, NodeEnvError> {
+    let dir =
+        crate::gpu_map::dir_of(&cfg.path).ok_or_else(|| NodeEnvError::BadPath(cfg.path.clone()))?;
+    let detected = crate::gpu_map::detect_facts(facts, Some(&cfg.plugin_cache))?;
+    let map = GpuMap::from_detected(&detected, facts, root);
+    make_searchable(dir)?;
+    map.write(dir)?;
+    Ok(map)
 }
 
 /// Creates `dir` (0755) if missing, and adds search permission for group and others to it
@@ -186,6 +208,7 @@ mod tests {
         let cfg = NodeEnvConfig {
             path: dir.path().join("nccl.env"),
             profiler: Some("/opt/heddle/libnccl-profiler-heddle.so".into()),
+            plugin_cache: dir.path().join("plugin-cache"),
         };
         assert_eq!(file_version(&cfg), None);
         let first = env(&[("NCCL_IB_HCA", "mlx5_0"), ("NCCL_ALGO", "Ring")]);
@@ -234,6 +257,7 @@ mod tests {
         let cfg = NodeEnvConfig {
             path: dir.path().join("nccl.env"),
             profiler: None,
+            plugin_cache: dir.path().join("plugin-cache"),
         };
         let good = env(&[("NCCL_IB_HCA", "mlx5_0")]);
         write_node_env(&cfg, &good).unwrap();

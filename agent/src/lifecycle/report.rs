@@ -107,11 +107,18 @@ pub(super) async fn facts_loop(agent: Arc<Agent>) -> Result<Infallible, Lifecycl
     // same document again until the next collection.
     let mut refused_sha: Option<String> = None;
     let mut last_sent: Option<Instant> = None;
+    // The facts the GPU map beside the node env file was last computed from.
+    let mut map_sha: Option<String> = None;
     loop {
         let (hostname, root) = (agent.hostname.clone(), agent.cfg.facts_root.clone());
         let doc = tokio::task::spawn_blocking(move || facts_link::collect(&hostname, &root))
             .await
             .expect("fact collection does not panic");
+        if map_sha.as_deref() != Some(doc.sha256.as_str())
+            || !crate::gpu_map::beside(&agent.cfg.node_env.path).exists()
+        {
+            map_sha = write_gpu_map(&agent, &doc).await;
+        }
         let changed = sent_sha.as_deref() != Some(doc.sha256.as_str());
         // A request for facts that crossed our own sending of them needs no second copy.
         let just_sent = last_sent.is_some_and(|t| t.elapsed() < agent.heartbeat_interval());
@@ -144,6 +151,33 @@ pub(super) async fn facts_loop(agent: Arc<Agent>) -> Result<Infallible, Lifecycl
         tokio::select! {
             () = tokio::time::sleep(agent.cfg.facts_interval) => refused_sha = None,
             () = agent.facts_wake.notified() => force = true,
+        }
+    }
+}
+
+/// Writes the node's GPU map for `doc` (the Slurm task prolog reads it); the facts' hash
+/// when it was written, `None` (tried again at the next collection) when not.
+async fn write_gpu_map(agent: &Arc<Agent>, doc: &facts_link::FactsDoc) -> Option<String> {
+    let (cfg, facts, root) = (
+        agent.cfg.node_env.clone(),
+        doc.facts.clone(),
+        agent.cfg.facts_root.clone(),
+    );
+    let written =
+        tokio::task::spawn_blocking(move || super::node_env::write_gpu_map(&cfg, &facts, &root))
+            .await;
+    match written {
+        Ok(Ok(map)) => {
+            tracing::info!(gpus = map.gpus.len(), failed_plugins = ?map.failed_plugins, "GPU map written beside the node env file");
+            Some(doc.sha256.clone())
+        }
+        Ok(Err(error)) => {
+            tracing::warn!(%error, "cannot write the GPU map; Slurm tasks compute it themselves");
+            None
+        }
+        Err(error) => {
+            tracing::warn!(%error, "the GPU map's computation failed; Slurm tasks compute it themselves");
+            None
         }
     }
 }

@@ -6,11 +6,10 @@ fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
 }
 
-fn rank_input(tree: &str) -> RankInput {
-    let mut messages = Vec::new();
-    let r = super::rank_input(&fixtures().join(tree), &mut messages).unwrap();
-    assert!(messages.is_empty(), "{messages:?}");
-    r
+fn rank_input(tree: &str) -> GpuMap {
+    let map = GpuMap::compute(&fixtures().join(tree)).unwrap();
+    assert!(map.failed_plugins.is_empty(), "{:?}", map.failed_plugins);
+    map
 }
 
 fn node_env() -> Vec<nccl_conf::Entry> {
