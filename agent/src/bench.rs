@@ -6,39 +6,20 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand};
 use heddle_types::jobs::ResultRow;
 
+use crate::exit::{self, Exit};
 use crate::runner::nccl::{
     self, Params, Placement, engine, engine::Topology, loader, rendezvous::Rendezvous, report, spec,
 };
 use crate::runner::stall::{Hang, Plan, Watchdog};
 use crate::runner::{RunError, p2p};
 
-/// `bench nccl` ended without passing; `main` exits with `code`.
-///
-/// Exit status of `bench nccl`: 0 every element right; 1 wrong elements (validation
-/// failed); 2 bad flags; 3 could not run here (no CUDA driver, no GPU, no NCCL), with the
-/// reason; 4 CUDA or NCCL failed during the run; 5 hung: no size finished within the stall
-/// limit (a peer stopped, or the ranks disagree on a setting they must share), and the
-/// process ended itself so its GPUs are free.
-#[derive(Debug, thiserror::Error)]
-#[error("{message}")]
-pub struct Exit {
-    pub code: u8,
-    pub message: String,
-}
-
-pub const EXIT_WRONG: u8 = 1;
-/// As clap's own usage errors.
-pub const EXIT_USAGE: u8 = 2;
-pub const EXIT_UNAVAILABLE: u8 = 3;
-pub const EXIT_FAILED: u8 = 4;
-pub const EXIT_HUNG: u8 = 5;
-
-fn exit(code: u8, message: impl Into<String>) -> anyhow::Error {
-    Exit {
-        code,
-        message: message.into(),
-    }
-    .into()
+/// `bench nccl` says why it did not pass in its exit status (`crate::exit`): 1 wrong
+/// elements (validation failed); 2 bad flags; 3 could not run here (no CUDA driver, no GPU,
+/// no NCCL), with the reason; 4 CUDA or NCCL failed during the run; 5 hung: no size
+/// finished within the stall limit (a peer stopped, or the ranks disagree on a setting they
+/// must share), and the process ended itself so its GPUs are free.
+fn exit_with(code: u8, message: impl Into<String>) -> anyhow::Error {
+    Exit::new(code, message).into()
 }
 
 #[derive(Debug, Args)]
@@ -270,8 +251,8 @@ impl NcclArgs {
 }
 
 fn nccl_command(a: NcclArgs) -> anyhow::Result<()> {
-    let params = a.params().map_err(|e| exit(EXIT_USAGE, e))?;
-    let place = a.placement().map_err(|e| exit(EXIT_USAGE, e))?;
+    let params = a.params().map_err(|e| exit_with(exit::USAGE, e))?;
+    let place = a.placement().map_err(|e| exit_with(exit::USAGE, e))?;
     let start_time = chrono::Local::now();
     let log = nccl::prepare_debug_log();
     match loader::probe() {
@@ -281,7 +262,7 @@ fn nccl_command(a: NcclArgs) -> anyhow::Result<()> {
             if a.json {
                 println!("{}", serde_json::json!({ "skipped": why }));
             }
-            return Err(exit(EXIT_UNAVAILABLE, why));
+            return Err(exit_with(exit::UNAVAILABLE, why));
         }
         loader::Probe::NeedsShim { dir, library } => {
             tracing::debug!(library = %library.display(), shim = %dir.display(), "re-running with a libnccl.so link");
@@ -289,13 +270,13 @@ fn nccl_command(a: NcclArgs) -> anyhow::Result<()> {
             std::process::exit(code);
         }
     }
-    let failed = |e: engine::EngineError| exit(EXIT_FAILED, e.to_string());
+    let failed = |e: engine::EngineError| exit_with(exit::FAILED, e.to_string());
     let version = engine::nccl_version_code().map_err(failed)?;
     let host = nix::unistd::gethostname()
         .map(|h| h.to_string_lossy().into_owned())
         .unwrap_or_else(|_| "unknown".into());
     let ranks: Vec<report::RankLine> = nccl::gpu::describe_devices(&place.topology.devices)
-        .map_err(|e| exit(EXIT_FAILED, e))?
+        .map_err(|e| exit_with(exit::FAILED, e))?
         .into_iter()
         .enumerate()
         .map(|(i, dev)| report::RankLine {
@@ -348,9 +329,9 @@ fn nccl_command(a: NcclArgs) -> anyhow::Result<()> {
     };
     let mut summary = match nccl::execute(&params, &place, &mut collect) {
         Ok(s) => s,
-        Err(RunError::Skip(why)) => return Err(exit(EXIT_UNAVAILABLE, why)),
-        Err(RunError::Params(why)) => return Err(exit(EXIT_USAGE, why)),
-        Err(e) => return Err(exit(EXIT_FAILED, e.to_string())),
+        Err(RunError::Skip(why)) => return Err(exit_with(exit::UNAVAILABLE, why)),
+        Err(RunError::Params(why)) => return Err(exit_with(exit::USAGE, why)),
+        Err(e) => return Err(exit_with(exit::FAILED, e.to_string())),
     };
     drop(dog);
     nccl::absorb_debug_log(log, &mut summary);
@@ -400,7 +381,7 @@ fn nccl_command(a: NcclArgs) -> anyhow::Result<()> {
     }
     let wrong: i64 = rows.iter().filter_map(|r| r.wrong).sum();
     if wrong > 0 {
-        return Err(exit(EXIT_WRONG, format!("{wrong} wrong elements")));
+        return Err(exit_with(exit::WRONG, format!("{wrong} wrong elements")));
     }
     Ok(())
 }
@@ -428,5 +409,5 @@ fn hung(h: &Hang, json: bool) {
     use std::io::Write;
     let _ = std::io::stdout().flush();
     // SAFETY: _exit only ends the process; nothing of this process runs after it.
-    unsafe { libc::_exit(i32::from(EXIT_HUNG)) }
+    unsafe { libc::_exit(i32::from(exit::HUNG)) }
 }

@@ -5,6 +5,7 @@ pub mod check;
 pub mod client;
 pub mod detect;
 pub mod exec;
+pub mod exit;
 pub mod facts;
 pub mod gpu_map;
 pub mod host_conf;

@@ -13,7 +13,7 @@
 //!   node's jobs and uploads it.
 //!
 //! A network error never ends the agent: each loop retries with [`Backoff`]. Only a
-//! refused credential (401) does, with exit status 3, because retrying cannot fix it.
+//! refused credential (401) does, with exit status 6 (`crate::exit`), because retrying cannot fix it.
 
 mod backoff;
 pub mod facts_link;
@@ -44,8 +44,6 @@ use crate::spool::{Spool, SpoolError};
 use state::{Identity, PendingTicket, StateDir, StateError};
 
 pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");
-/// Exit status when the server refuses the agent's credential or enrollment token.
-pub const EXIT_UNAUTHORIZED: i32 = 3;
 /// How long a shutdown waits for children to die and for a last spool upload.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
@@ -157,10 +155,11 @@ pub enum LifecycleError {
 }
 
 impl LifecycleError {
-    pub fn exit_code(&self) -> i32 {
+    /// The agent's exit status for this error (`crate::exit`).
+    pub fn exit_code(&self) -> u8 {
         match self {
-            LifecycleError::Revoked(..) | LifecycleError::EnrollRefused(_) => EXIT_UNAUTHORIZED,
-            _ => 1,
+            LifecycleError::Revoked(..) | LifecycleError::EnrollRefused(_) => crate::exit::REFUSED,
+            _ => crate::exit::WRONG,
         }
     }
 }
@@ -332,12 +331,11 @@ pub fn command(mut args: RunArgs) -> anyhow::Result<()> {
     drop(rt);
     match result {
         Ok(()) => Ok(()),
-        Err(err) if err.exit_code() != 1 => {
+        Err(err) => {
             tracing::error!("{err}");
-            eprintln!("heddle-agent: {err}");
-            std::process::exit(err.exit_code());
+            let code = err.exit_code();
+            Err(crate::exit::Exit::new(code, err.to_string()).into())
         }
-        Err(err) => Err(err.into()),
     }
 }
 

