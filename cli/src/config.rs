@@ -1,7 +1,9 @@
-//! Where `heddle login` keeps the server URL, token and TLS trust: `$HEDDLE_CONFIG` or
-//! `~/.config/heddle/cli.json`, readable by the owner only.
+//! Where `heddle login` keeps the server URL, token and TLS trust: `$HEDDLE_CONFIG`, or
+//! `heddle/cli.json` in the XDG config directory (`$XDG_CONFIG_HOME`, `~/.config`),
+//! readable by the owner only and replaced whole on each save.
 
-use std::path::PathBuf;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
@@ -57,13 +59,32 @@ impl Saved {
 }
 
 pub fn path() -> PathBuf {
-    if let Some(p) = std::env::var_os("HEDDLE_CONFIG") {
+    path_from(
+        std::env::var_os("HEDDLE_CONFIG"),
+        std::env::var_os("XDG_CONFIG_HOME"),
+        std::env::var_os("HOME"),
+    )
+}
+
+/// `$HEDDLE_CONFIG`, else `$XDG_CONFIG_HOME/heddle/cli.json` (an absolute one only, as the
+/// XDG base directory specification says), else `$HOME/.config/heddle/cli.json`.
+fn path_from(
+    heddle_config: Option<OsString>,
+    xdg_config_home: Option<OsString>,
+    home: Option<OsString>,
+) -> PathBuf {
+    if let Some(p) = heddle_config.filter(|p| !p.is_empty()) {
         return PathBuf::from(p);
     }
-    let home = std::env::var_os("HOME")
+    let base = xdg_config_home
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("."));
-    home.join(".config/heddle/cli.json")
+        .filter(|p| p.is_absolute())
+        .unwrap_or_else(|| {
+            home.map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from("."))
+                .join(".config")
+        });
+    base.join("heddle/cli.json")
 }
 
 pub fn load() -> Saved {
@@ -73,22 +94,38 @@ pub fn load() -> Saved {
         .unwrap_or_default()
 }
 
+/// Writes the file whole or not at all: a temporary file beside it, mode 0600 from the
+/// start (it holds a token), fsynced, renamed over the old one. A new directory is made
+/// 0700.
 pub fn save(saved: &Saved) -> anyhow::Result<PathBuf> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
     let p = path();
-    if let Some(dir) = p.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&p)
-        .with_context(|| format!("writing {}", p.display()))?;
-    f.write_all(&serde_json::to_vec_pretty(saved)?)?;
+    save_to(&p, saved)?;
     Ok(p)
+}
+
+fn save_to(p: &Path, saved: &Saved) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = p
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("creating {}", dir.display()))?;
+    // tempfile creates its file 0600.
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)
+        .with_context(|| format!("writing in {}", dir.display()))?;
+    tmp.write_all(&serde_json::to_vec_pretty(saved)?)?;
+    tmp.as_file()
+        .sync_all()
+        .with_context(|| format!("writing {}", p.display()))?;
+    tmp.persist(p)
+        .map_err(|e| e.error)
+        .with_context(|| format!("writing {}", p.display()))?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -130,5 +167,51 @@ mod tests {
         saved.pins = vec!["garbage".into()];
         let err = saved.tls(&flags, server).unwrap_err().to_string();
         assert!(err.contains("not a SHA-256 pin"), "{err}");
+    }
+
+    #[test]
+    fn the_file_follows_xdg_and_heddle_config_wins() {
+        let os = |s: &str| Some(OsString::from(s));
+        assert_eq!(
+            path_from(None, None, os("/home/a")),
+            PathBuf::from("/home/a/.config/heddle/cli.json")
+        );
+        assert_eq!(
+            path_from(None, os("/xdg"), os("/home/a")),
+            PathBuf::from("/xdg/heddle/cli.json")
+        );
+        // A relative XDG_CONFIG_HOME is invalid and ignored, as the specification says.
+        assert_eq!(
+            path_from(None, os("rel"), os("/home/a")),
+            PathBuf::from("/home/a/.config/heddle/cli.json")
+        );
+        assert_eq!(
+            path_from(os("/etc/h.json"), os("/xdg"), os("/home/a")),
+            PathBuf::from("/etc/h.json")
+        );
+    }
+
+    #[test]
+    fn a_save_replaces_the_file_whole_and_keeps_the_token_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("new/heddle/cli.json");
+        let saved = Saved {
+            server: Some("http://h:8080".into()),
+            token: Some("secret".into()),
+            ..Default::default()
+        };
+        save_to(&p, &saved).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&p), 0o600);
+        assert_eq!(mode(p.parent().unwrap()), 0o700);
+        // An old file others could read is replaced, not rewritten in place with its mode.
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        save_to(&p, &saved).unwrap();
+        assert_eq!(mode(&p), 0o600);
+        let back: Saved = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+        assert_eq!(back.token.as_deref(), Some("secret"));
+        // Nothing but the file is left in the directory.
+        assert_eq!(std::fs::read_dir(p.parent().unwrap()).unwrap().count(), 1);
     }
 }
