@@ -117,7 +117,7 @@ impl Metrics {
                     Hostname: host,
                     gpu,
                     UUID: uuid,
-                    model_name: model,
+                    modelName: model,
                 })
                 .set(1);
         }
