@@ -3,7 +3,7 @@
 //! server for jobs, through a file for the `bench` command on one host. A job's child
 //! learns the servers and the agent's credential from its input on stdin.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
@@ -107,11 +107,21 @@ impl Rendezvous {
     fn put(&self, name: &str, id: &[u8]) -> Result<(), String> {
         match self {
             Rendezvous::File(path) => {
-                let tmp = path.with_extension(format!("tmp{}", std::process::id()));
                 let text = base64::engine::general_purpose::STANDARD.encode(id);
-                std::fs::write(&tmp, text)
-                    .map_err(|e| format!("writing {}: {e}", tmp.display()))?;
-                std::fs::rename(&tmp, path)
+                let (Some(dir), Some(file)) = (
+                    path.parent().map(|d| {
+                        if d.as_os_str().is_empty() {
+                            Path::new(".")
+                        } else {
+                            d
+                        }
+                    }),
+                    path.file_name().and_then(|n| n.to_str()),
+                ) else {
+                    return Err(format!("{} names no file", path.display()));
+                };
+                // Whole or not at all, and on disk before the other ranks read it.
+                crate::spool::write_atomic(dir, file, text.as_bytes(), 0o644)
                     .map_err(|e| format!("publishing {}: {e}", path.display()))
             }
             Rendezvous::Server {
