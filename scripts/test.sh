@@ -18,9 +18,10 @@ for manifest in Cargo.toml plugins/Cargo.toml plugins/template/Cargo.toml fronte
     cargo fmt --all --check --manifest-path "$manifest"
 done
 cargo clippy --workspace --all-targets --locked -- -D warnings
-# The module graph: the server's layers (no upward import, no circle, every module placed)
-# and no import circle in any crate (ARCHITECTURE.md).
+# The module graph: the server's and the agent's layers (no upward import, no circle, every
+# module placed) and no import circle in any crate (ARCHITECTURE.md).
 python3 scripts/module-graph.py server/src >/dev/null
+python3 scripts/module-graph.py agent/src >/dev/null
 python3 scripts/module-graph.py --workspace >/dev/null
 # Licenses, duplicate versions and sources of every workspace's dependencies, by deny.toml
 # (advisories, which need the RustSec database, are not checked here). The template keeps

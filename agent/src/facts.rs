@@ -9,6 +9,7 @@
 //! [`Probe`]: heddle_types::facts::Probe
 
 mod conditions;
+pub mod cpulist;
 mod gpu;
 mod gpudirect;
 mod host;
@@ -61,6 +62,10 @@ pub struct CollectOptions {
     pub host_etc: Option<PathBuf>,
 }
 
+/// Path of the `libnccl.so.2` to use instead of the loader's search: read here and by the
+/// NCCL runner (`runner::nccl::loader`).
+pub const NCCL_LIBRARY_ENV: &str = "HEDDLE_NCCL_LIBRARY";
+
 /// Read by every command that collects facts, like `HEDDLE_NCCL_LIBRARY`.
 pub const HOST_ETC_ENV: &str = "HEDDLE_HOST_ETC";
 
@@ -71,7 +76,7 @@ impl Default for CollectOptions {
             nvml_library: None,
             verbs_library: verbs::DEFAULT_LIBRARY.into(),
             // The same library the NCCL runner would load.
-            nccl_library: std::env::var(crate::runner::child_env::NCCL_LIBRARY_ENV)
+            nccl_library: std::env::var(NCCL_LIBRARY_ENV)
                 .ok()
                 .filter(|p| !p.is_empty())
                 .unwrap_or_else(|| software::DEFAULT_NCCL_LIBRARY.into()),

@@ -133,7 +133,7 @@ impl GpuMap {
     /// every field checks out.
     pub fn read(path: &Path, root: &Path) -> Result<GpuMap, GpuMapError> {
         let bytes =
-            crate::slurm::read_bounded(path, MAX_FILE_LEN).map_err(|source| GpuMapError::Read {
+            crate::files::read_bounded(path, MAX_FILE_LEN).map_err(|source| GpuMapError::Read {
                 path: path.to_path_buf(),
                 source,
             })?;
@@ -168,9 +168,9 @@ impl GpuMap {
 
     /// Writes the map as `dir/gpu-map.json`: atomically, mode 0644 (every job's user reads
     /// it).
-    pub fn write(&self, dir: &Path) -> Result<(), crate::spool::SpoolError> {
+    pub fn write(&self, dir: &Path) -> Result<(), crate::files::FileError> {
         let json = serde_json::to_vec_pretty(self).expect("a GPU map always serializes");
-        crate::spool::write_atomic(dir, FILE_NAME, &json, 0o644)
+        crate::files::write_atomic(dir, FILE_NAME, &json, 0o644)
     }
 }
 

@@ -167,7 +167,7 @@ fn notes(dir: &Path, task_env: &BTreeMap<String, String>, messages: &mut Vec<Str
         return String::new();
     };
     let path = dir.join(slurm_notes::notes_file(job));
-    let bytes = match read_bounded(&path, slurm_notes::MAX_NOTES_FILE_LEN) {
+    let bytes = match crate::files::read_bounded(&path, slurm_notes::MAX_NOTES_FILE_LEN) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return String::new(),
         Err(e) => {
@@ -184,7 +184,7 @@ fn notes(dir: &Path, task_env: &BTreeMap<String, String>, messages: &mut Vec<Str
 
 /// The node's values; a missing or refused file gives none, with a message.
 pub fn read_env_file(path: &std::path::Path, messages: &mut Vec<String>) -> Vec<nccl_conf::Entry> {
-    let bytes = match read_bounded(path, nccl_conf::MAX_CONF_FILE_LEN) {
+    let bytes = match crate::files::read_bounded(path, nccl_conf::MAX_CONF_FILE_LEN) {
         Ok(b) => b,
         Err(e) => {
             messages.push(format!(
@@ -204,24 +204,6 @@ pub fn read_env_file(path: &std::path::Path, messages: &mut Vec<String>) -> Vec<
             Vec::new()
         }
     }
-}
-
-/// At most one byte more than `max` (what `nccl_conf::parse` accepts, for the env file),
-/// from a regular file only: the path may come from the task's environment, and a FIFO or
-/// `/dev/zero` must not hold the task up.
-pub(crate) fn read_bounded(path: &std::path::Path, max: usize) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)?;
-    if !file.metadata()?.is_file() {
-        return Err(std::io::Error::other("not a regular file"));
-    }
-    let mut bytes = Vec::new();
-    file.take(max as u64 + 1).read_to_end(&mut bytes)?;
-    Ok(bytes)
 }
 
 /// The node's GPU map: the one the agent keeps beside the env file, or, where that cannot

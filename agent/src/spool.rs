@@ -9,9 +9,8 @@
 //! `upload_key` inside each entry is generated once, when the result is first spooled, so
 //! re-sending an entry after a crash cannot store the result twice.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,7 +20,8 @@ use heddle_types::jobs::ResultUpload;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-const TEMP_PREFIX: &str = ".tmp-";
+use crate::files::{FileError, TEMP_PREFIX, write_atomic};
+
 const SUFFIX: &str = ".json";
 /// Entries that cannot be parsed or that the server refused for good are moved here, so
 /// they neither block the queue nor vanish without a trace.
@@ -41,6 +41,19 @@ pub enum SpoolError {
         #[source]
         source: serde_json::Error,
     },
+}
+
+impl From<FileError> for SpoolError {
+    fn from(e: FileError) -> Self {
+        SpoolError::Io {
+            path: e.path,
+            source: e.source,
+        }
+    }
+}
+
+fn sync_dir(dir: &Path) -> Result<(), SpoolError> {
+    Ok(crate::files::sync_dir(dir)?)
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> SpoolError + '_ {
@@ -188,38 +201,6 @@ fn parse_name(name: &str) -> Option<u64> {
         return None;
     }
     seq.parse().ok()
-}
-
-/// Writes `bytes` to `dir/name` so that a crash at any point leaves either the old state
-/// or the complete new file: temp file, fsync, rename, fsync of the directory.
-pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8], mode: u32) -> Result<(), SpoolError> {
-    let tmp = dir.join(format!("{TEMP_PREFIX}{name}.{}", Uuid::new_v4().simple()));
-    let result = (|| {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .open(&tmp)
-            .map_err(io_err(&tmp))?;
-        // Exactly `mode`, whatever the umask.
-        file.set_permissions(fs::Permissions::from_mode(mode))
-            .map_err(io_err(&tmp))?;
-        file.write_all(bytes).map_err(io_err(&tmp))?;
-        file.sync_all().map_err(io_err(&tmp))?;
-        let dest = dir.join(name);
-        fs::rename(&tmp, &dest).map_err(io_err(&dest))?;
-        sync_dir(dir)
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
-}
-
-fn sync_dir(dir: &Path) -> Result<(), SpoolError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io_err(dir))
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! log's records, NCCL config files, tools' version lines, and whole fixture trees with
 //! some files rewritten. A broken node (or a container that fakes one) writes any of
 //! these; the collector must answer with facts and per-field errors, never a panic, in
-//! bounded time and size. Strategies and bounds: `crate::hostile_props`.
+//! bounded time and size. Strategies and bounds: `crate::prop_kit`.
 
 use std::path::{Path, PathBuf};
 
@@ -12,8 +12,8 @@ use super::conditions::{parse_nccl_conf, parse_xid_record};
 use super::pci::{parse_hex_u16, parse_hex_u32};
 use super::rdma::parse_gid;
 use super::software::{parse_ofed, parse_ucx_version};
-use crate::exec::{MAX_CPUS, parse_cpulist};
-use crate::hostile_props::{any_bytes, bounded, config, lines_of, mutated, seeds, text, timed};
+use crate::facts::cpulist::{MAX_CPUS, parse_cpulist};
+use crate::prop_kit::{any_bytes, bounded, config, lines_of, mutated, seeds, text, timed};
 
 const CONF_WORDS: &[&str] = &["NCCL_IB_HCA", "=", "==", "#", " ", "\t", "mlx5_0:1", "\r"];
 const KMSG_WORDS: &[&str] = &[
@@ -103,7 +103,7 @@ fn files(dir: &Path, under: &Path, out: &mut Vec<PathBuf>) {
 #[test]
 fn mutated_fixture_trees_give_facts() {
     for fixture in ["bare-metal-ib12", "runai-roce-pod", "garbage"] {
-        let src = crate::hostile_props::agent_dir()
+        let src = crate::prop_kit::agent_dir()
             .join("tests/fixtures")
             .join(fixture);
         let dir = tempfile::tempdir().unwrap();

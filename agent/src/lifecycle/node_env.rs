@@ -44,8 +44,8 @@ pub enum NodeEnvError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error(transparent)]
-    Write(#[from] crate::spool::SpoolError),
+    #[error("writing {0}")]
+    Write(#[from] crate::files::FileError),
     #[error(transparent)]
     GpuMap(#[from] crate::gpu_map::GpuMapError),
 }
@@ -86,7 +86,7 @@ pub fn write_node_env(cfg: &NodeEnvConfig, env: &NodeJobEnv) -> Result<(), NodeE
         return Err(NodeEnvError::BadPath(cfg.path.clone()));
     };
     make_searchable(dir)?;
-    crate::spool::write_atomic(dir, name, text.as_bytes(), 0o644)?;
+    crate::files::write_atomic(dir, name, text.as_bytes(), 0o644)?;
     Ok(())
 }
 

@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::spool::{SpoolError, write_atomic};
+use crate::files::write_atomic;
 
 const IDENTITY_FILE: &str = "identity.json";
 /// The ticket of an enrollment waiting for an admin's approval; a restart asks with it
@@ -35,8 +35,8 @@ pub enum StateError {
         #[source]
         source: serde_json::Error,
     },
-    #[error(transparent)]
-    Write(#[from] SpoolError),
+    #[error("writing {0}")]
+    Write(#[from] crate::files::FileError),
 }
 
 /// What enrollment gave this agent. The credential is a secret: the file is 0600.

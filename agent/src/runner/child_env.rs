@@ -33,8 +33,7 @@ pub const BASE: &[&str] = &[
     RDMA_SYSFS_ENV,
 ];
 
-/// Path of the `libnccl.so.2` to use instead of the loader's search (`nccl::loader`).
-pub const NCCL_LIBRARY_ENV: &str = "HEDDLE_NCCL_LIBRARY";
+pub use crate::facts::NCCL_LIBRARY_ENV;
 
 /// Where the kernel lists RDMA devices, for the `rdma` kind; tests point it elsewhere.
 pub const RDMA_SYSFS_ENV: &str = "HEDDLE_RDMA_SYSFS";

@@ -1,5 +1,5 @@
 //! Observations waiting for the server, on disk so that a server outage or an agent
-//! restart loses none (the result spool's rules: `spool::write_atomic`, fsync, removal only
+//! restart loses none (the result spool's rules: `files::write_atomic`, fsync, removal only
 //! after the server answered).
 //!
 //! One file per process, named `<source>-<pid>-<start_ticks>-<seq>.json`; a later `seq` of
@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 
 use heddle_types::observed::Observation;
 
-use crate::spool::{SpoolError, write_atomic};
+use crate::files::write_atomic;
+use crate::spool::SpoolError;
 
 /// Processes kept waiting at most; beyond it new ones stay in the job spool until the
 /// outbox drains (they are not lost: the job spool file is removed only once stored here).

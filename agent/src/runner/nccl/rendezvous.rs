@@ -121,7 +121,7 @@ impl Rendezvous {
                     return Err(format!("{} names no file", path.display()));
                 };
                 // Whole or not at all, and on disk before the other ranks read it.
-                crate::spool::write_atomic(dir, file, text.as_bytes(), 0o644)
+                crate::files::write_atomic(dir, file, text.as_bytes(), 0o644)
                     .map_err(|e| format!("publishing {}: {e}", path.display()))
             }
             Rendezvous::Server {
