@@ -75,7 +75,7 @@ pub struct GpuLabels {
     pub Hostname: String,
     pub gpu: String,
     pub UUID: String,
-    pub modelName: String,
+    pub model_name: String,
 }
 
 #[allow(non_snake_case)]

@@ -189,7 +189,7 @@ async fn metrics_use_base_units_dcgm_labels_and_pass_promtool() {
         r#"heddle_observed_jobs{Hostname="dgx15",verdict="fail"} 1"#,
         r#"heddle_observed_job_socket_fallback{Hostname="dgx15"} 1"#,
         r#"heddle_observed_job_progress{job="slurm:43 (uid 1000)",state="hung",Hostname="dgx15"} 1"#,
-        r#"heddle_node_gpu_info{Hostname="dgx15",gpu="0",UUID="GPU-3f2e6b1c-0000-1111-2222-333344445555",modelName="Tesla V100-SXM2-32GB"} 1"#,
+        r#"heddle_node_gpu_info{Hostname="dgx15",gpu="0",UUID="GPU-3f2e6b1c-0000-1111-2222-333344445555",model_name="Tesla V100-SXM2-32GB"} 1"#,
         r#"heddle_node_rdma_port_active{Hostname="dgx15",device="mlx5_0",port="1",link_layer="InfiniBand"} 1"#,
         r#"heddle_node_rdma_port_active{Hostname="dgx15",device="mlx5_1",port="1",link_layer="InfiniBand"} 0"#,
     ] {

@@ -117,7 +117,7 @@ impl Metrics {
                     Hostname: host,
                     gpu,
                     UUID: uuid,
-                    modelName: model,
+                    model_name: model,
                 })
                 .set(1);
         }
