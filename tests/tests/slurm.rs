@@ -444,6 +444,11 @@ async fn heddle_under_a_real_slurm() {
         "{reason}"
     );
     // Slurm holds a requeued job back for a while (BeginTime); an operator may let it go.
+    // Not within the second of the requeue: the failed prolog made slurmctld revoke the
+    // job's credential on its nodes, and slurmd refuses a credential made in the same
+    // second as a revocation ("Job credential revoked"; times are whole seconds), which
+    // failed the restarted job here once in six runs.
+    std::thread::sleep(Duration::from_millis(1100));
     let _ = slurm
         .cmd("scontrol")
         .args(["update", &format!("jobid={job}"), "StartTime=now"])
