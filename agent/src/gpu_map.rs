@@ -7,7 +7,9 @@
 //! task, so the agent keeps the map in `gpu-map.json` beside the node env file: written
 //! whenever the node's facts change (atomically, mode 0644, like the env file), read by the
 //! task prolog instead of computing it. The file names the facts root it was computed
-//! from and is used only for the same root; a missing, unreadable, oversized or malformed
+//! from; a reader of another tree (a fixture) uses it only for the same root, while a
+//! reader of the live node (`/`) takes it from whichever root the agent reads the node
+//! through (`/host` for an agent in a container); a missing, unreadable, oversized or malformed
 //! file is never used (the prolog computes the map itself and says why).
 
 use std::path::{Path, PathBuf};
@@ -128,7 +130,9 @@ impl GpuMap {
         self.affinity.iter().find(|a| a.gpu == gpu)
     }
 
-    /// Reads the map at `path`, computed for `root`. Only a regular file (opened without
+    /// Reads the map at `path` for a reader of the facts at `root`: computed for that root,
+    /// or for any when `root` is `/` (the live node, which an agent in a container reads
+    /// through another mount). Only a regular file (opened without
     /// blocking, so a FIFO cannot hold a task up), at most [`MAX_FILE_LEN`] bytes, whose
     /// every field checks out.
     pub fn read(path: &Path, root: &Path) -> Result<GpuMap, GpuMapError> {
@@ -156,7 +160,7 @@ impl GpuMap {
         if map.gpus.len() > MAX_ENTRIES || map.affinity.len() > MAX_ENTRIES {
             return Err(invalid(format!("more than {MAX_ENTRIES} GPUs")));
         }
-        if map.root != root {
+        if map.root != root && root != Path::new("/") {
             return Err(GpuMapError::OtherRoot {
                 path: path.to_path_buf(),
                 found: map.root,

@@ -17,9 +17,12 @@ fn a_written_map_reads_back_for_its_own_root_only() {
     let mode = std::fs::metadata(&path).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o644);
     assert_eq!(GpuMap::read(&path, &dgx1()).unwrap(), map);
-    let err = GpuMap::read(&path, Path::new("/")).unwrap_err();
+    let err = GpuMap::read(&path, Path::new("/srv/other-tree")).unwrap_err();
     assert!(matches!(err, GpuMapError::OtherRoot { .. }), "{err}");
     assert!(err.to_string().contains("computed for facts root"), "{err}");
+    // The live node takes the map from whatever root the agent reads it through (`/host`
+    // for an agent in a container).
+    assert_eq!(GpuMap::read(&path, Path::new("/")).unwrap(), map);
 }
 
 #[test]
