@@ -40,10 +40,12 @@ pub use backoff::Backoff;
 
 use crate::client::{Client, ClientError, EnrollOutcome};
 use crate::runner::supervise::StopReason;
-use crate::spool::{Spool, SpoolError};
+use crate::spool::{Spool, SpoolError, SpoolId};
 use state::{Identity, PendingTicket, StateDir, StateError};
 
 pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");
+/// Most jobs one heartbeat may name (the server refuses more).
+const MAX_HEARTBEAT_JOBS: usize = 1024;
 /// How long a shutdown waits for children to die and for a last spool upload.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
@@ -236,6 +238,29 @@ impl Agent {
             .copied()
             .collect();
         ids.sort();
+        ids
+    }
+
+    /// The jobs a heartbeat names, so the server renews their leases: those running, and
+    /// those finished whose results wait in the spool (or in memory) for the server to
+    /// store them. A result that waits out an outage, and then a backoff longer than the
+    /// fresh lease term the server grants when its database returns, must not lose its
+    /// job to a requeue meanwhile. Running jobs first; at most the server's 1,024.
+    pub fn held_jobs(&self) -> Vec<Uuid> {
+        let mut ids = self.running_jobs();
+        let mut waiting: Vec<Uuid> = self
+            .spool
+            .list()
+            .unwrap_or_default()
+            .iter()
+            .filter_map(SpoolId::job_id)
+            .chain(self.held.job_ids())
+            .filter(|id| !ids.contains(id))
+            .collect();
+        waiting.sort();
+        waiting.dedup();
+        ids.extend(waiting);
+        ids.truncate(MAX_HEARTBEAT_JOBS);
         ids
     }
 

@@ -83,6 +83,12 @@ impl SpoolId {
     pub fn file_name(&self) -> &str {
         &self.file_name
     }
+
+    /// The job the entry is a result of, from its name (`<seq>-<job_id>.json`).
+    pub fn job_id(&self) -> Option<Uuid> {
+        let stem = self.file_name.strip_suffix(SUFFIX)?;
+        stem.split_once('-')?.1.parse().ok()
+    }
 }
 
 impl std::fmt::Display for SpoolId {
@@ -247,6 +253,8 @@ mod tests {
         let e = entry(1);
         let id = spool.write(&e).unwrap();
         assert_eq!(spool.list().unwrap(), vec![id.clone()]);
+        // Heartbeats name the job, so its lease lives while the result waits here.
+        assert_eq!(id.job_id(), Some(e.job_id));
         assert_eq!(spool.read(&id).unwrap(), e);
         spool.ack(&id).unwrap();
         assert!(spool.list().unwrap().is_empty());

@@ -55,7 +55,9 @@ pub struct HeartbeatRequest {
     /// holds a different hash.
     #[serde(default)]
     pub facts_sha256: Option<String>,
-    /// Jobs the agent is executing; their leases are renewed by this heartbeat.
+    /// Jobs the agent holds: executing, or finished with the result not yet stored (in its
+    /// spool). Their leases are renewed by this heartbeat, so a result that waits out an
+    /// outage keeps its job. At most 1,024.
     #[serde(default)]
     pub running_jobs: Vec<Uuid>,
 }

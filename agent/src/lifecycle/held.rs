@@ -48,6 +48,12 @@ impl Held {
         self.len() == 0
     }
 
+    /// The jobs whose results are held.
+    pub fn job_ids(&self) -> Vec<uuid::Uuid> {
+        let q = self.queue.lock().expect("held lock");
+        q.iter().map(|e| e.job_id).collect()
+    }
+
     /// The oldest held result, still held.
     pub fn front(&self) -> Option<SpoolEntry> {
         self.queue.lock().expect("held lock").front().cloned()

@@ -19,7 +19,7 @@ pub(super) async fn heartbeat_loop(agent: Arc<Agent>) -> Result<Infallible, Life
         let req = HeartbeatRequest {
             agent_version: Some(AGENT_VERSION.to_string()),
             facts_sha256: agent.facts_sha.lock().expect("facts lock").clone(),
-            running_jobs: agent.running_jobs(),
+            running_jobs: agent.held_jobs(),
         };
         let sent = wall_ns();
         let delay = match agent.client.heartbeat(&req).await {
@@ -46,7 +46,13 @@ pub(super) async fn heartbeat_loop(agent: Arc<Agent>) -> Result<Infallible, Life
                         new
                     });
                 }
-                for id in resp.cancel_jobs {
+                // A cancelled job whose result waits in the spool has nothing left to stop.
+                let running = agent.running_jobs();
+                for id in resp
+                    .cancel_jobs
+                    .into_iter()
+                    .filter(|id| running.contains(id))
+                {
                     tracing::info!(job_id = %id, "server asks to stop a job; confirming with a renewal");
                     agent.check_job(id);
                 }
