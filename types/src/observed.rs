@@ -230,7 +230,7 @@ pub struct RankRow {
     pub coll_done: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_flight: Option<InFlight>,
-    /// Seconds since its last operation started, when judged.
+    /// Seconds since its last operation started, when judged; 0 when it started none.
     pub quiet_s: f64,
     /// Median lateness at the collectives every rank reported, ms after the first rank.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -356,7 +356,12 @@ pub async fn judge_ranks(
                 coll_started: p.coll_started,
                 coll_done: p.coll_done,
                 in_flight: p.in_flight.clone(),
-                quiet_s: now_ns.saturating_sub(p.last_start_ns) as f64 / 1e9,
+                // A rank that started nothing has no quiet time to show (not "since 1970").
+                quiet_s: if p.last_start_ns == 0 {
+                    0.0
+                } else {
+                    now_ns.saturating_sub(p.last_start_ns) as f64 / 1e9
+                },
                 lateness_ms: v.lateness_ms,
                 silent_s: s.silent_s,
                 finalized: s.finalized,

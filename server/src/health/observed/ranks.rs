@@ -139,12 +139,21 @@ pub fn judge(
     let everyone_quiet = live.iter().all(|&i| quiet(&ranks[i]) || silent(&ranks[i]));
 
     if !waiting.is_empty() && everyone_quiet {
+        // Collectives the waiting ranks completed had every rank in them: a rank whose last
+        // report is older than those stopped reporting (a stopped process writes nothing)
+        // and is behind only on paper. The collective waited in is the first after both.
+        let done_by_all = waiting
+            .iter()
+            .map(|&i| ranks[i].progress.coll_done)
+            .min()
+            .unwrap_or(0);
         // The collective the culprits never entered: the first after the furthest behind.
         let first = behind
             .iter()
             .map(|&i| ranks[i].progress.coll_started + 1)
             .min()
-            .unwrap_or(max_started);
+            .unwrap_or(max_started)
+            .max(done_by_all + 1);
         let w = &ranks[waiting[0]];
         let entered_at = w
             .progress
@@ -178,6 +187,16 @@ pub fn judge(
         for &i in &behind {
             let r = &ranks[i];
             views[i].culprit = true;
+            if r.progress.coll_started < done_by_all && !r.finalized {
+                culprits.push(format!(
+                    "{} stopped reporting: its last report, {:.0} s ago, had started #{}, and \
+                     its peers have completed #{done_by_all} with it since",
+                    who(r),
+                    r.silent_s,
+                    r.progress.coll_started
+                ));
+                continue;
+            }
             culprits.push(format!(
                 "{} never entered it (last started #{}, last completed #{}{}{})",
                 who(r),

@@ -81,6 +81,31 @@ fn a_rank_that_never_entered_is_the_culprit() {
 }
 
 #[test]
+fn a_rank_stopped_before_its_first_report_of_progress_is_named_as_silent() {
+    // Seen on a GPU: rank 1 was SIGSTOPped between two of its plugin's writes, so its last
+    // report (20 s old) still says #0, while rank 0 completed #64 with it and waits in #65.
+    let mut stopped = rank(1, 0, 0, 0, 0);
+    stopped.progress.last_start_ns = 0;
+    stopped.progress.arrivals.clear();
+    stopped.silent_s = 20.0;
+    let ranks = [rank(0, 69, 64, 18, 0), stopped];
+    let (r, views) = judge("c1", 2, &ranks, NOW, &Limits::default());
+    assert_eq!(codes(&r), ["job-hung"], "{r:?}");
+    let m = &r[0].message;
+    assert!(m.contains("ranks 0 have waited"), "{m}");
+    assert!(m.contains("in AllReduce #65 (32 MiB"), "{m}");
+    assert!(
+        m.contains("rank 1 on node-1 stopped reporting: its last report, 20 s ago, had started #0"),
+        "{m}"
+    );
+    assert!(m.contains("completed #64 with it since"), "{m}");
+    assert_eq!(
+        views.iter().map(|v| v.culprit).collect::<Vec<_>>(),
+        [false, true]
+    );
+}
+
+#[test]
 fn a_collective_nobody_completes_is_a_stall_inside_it() {
     let ranks = [rank(0, 41, 40, 20, 0), rank(1, 41, 40, 20, 0)];
     let (r, _) = judge("c1", 2, &ranks, NOW, &Limits::default());
