@@ -10,7 +10,7 @@
 #   b  rank 1 sleeping 60 s in Python at step 10
 #   c  rank 1 150 ms late to every step
 #   d  every rank pausing 90 s at step 10
-#   e  the ranks given different NCCL_ALGO by the job itself
+#   e  the ranks given different NCCL_PROTO by the job itself
 # For each: the verdict and reasons `heddle jobs ls` shows, polled every second from the
 # fault, the first time a job-hung / job-straggler reason appeared, and `heddle jobs show`.
 # HEDDLE_HANG_SCENARIOS picks some of them by letter, in the order given ("a b c"; all five
@@ -57,7 +57,7 @@ hang_scenario() { # NAME FAULT
     local job=$!
     # The fault's moment: rank 1 reaches step 10 (where b and d sleep, a is stopped); for e
     # it is the start (the ranks disagree from their first collective).
-    [[ $fault == algo ]] || for i in $(seq 1 1200); do
+    [[ $fault == proto ]] || for i in $(seq 1 1200); do
         grep -q "rank 1 fault point" "$logs/hang-$name.log" && break
         kill -0 "$job" 2>/dev/null || break
         sleep 0.1
@@ -82,9 +82,9 @@ hang_scenario() { # NAME FAULT
     done
     [[ -n "$rank1" ]] && kill -CONT "$rank1" 2>/dev/null
     [[ -z "$flag_at" ]] && say "  $name: no hung/straggler reason within 120 s; last: $(cut -f2,3 <<<"$line")"
-    # Ranks that disagree on NCCL_ALGO never finish by themselves (PyTorch's watchdog would
+    # Ranks that disagree on NCCL_PROTO never finish by themselves (PyTorch's watchdog would
     # end them after 10 minutes): once judged, the job is ended here.
-    [[ $fault == algo ]] && { kill -- -"$job" 2>/dev/null; sleep 2; }
+    [[ $fault == proto ]] && { kill -- -"$job" 2>/dev/null; sleep 2; }
     # Whatever it does now, the next scenario needs the GPU.
     t 200 tail --pid="$job" -f /dev/null 2>/dev/null || { kill -- -"$job" 2>/dev/null; sleep 2; }
     hang_lines+=("$name ${fault}: ${flag_at:+$(secs "$fault_at" "$flag_at") s }$(cut -f2,3 <<<"$line")")
@@ -101,7 +101,7 @@ hang_checks() { # PLUGIN_DIR
     end "plugins in $hang_libdir, node env file $(sha256sum /var/lib/heddle-agent/nccl.env | cut -c1-12)"
     hang_lines=()
     local s
-    local -A faults=([a]=sigstop [b]=sleep [c]=slow [d]=pause [e]=algo)
+    local -A faults=([a]=sigstop [b]=sleep [c]=slow [d]=pause [e]=proto)
     for s in ${HEDDLE_HANG_SCENARIOS:-a b c d e}; do
         [[ -n "${faults[$s]:-}" ]] || { surprise "no hang scenario $s (a to e)"; continue; }
         begin "hang $s"
