@@ -10,7 +10,8 @@
 #   b  rank 1 sleeping 60 s in Python at step 10
 #   c  rank 1 150 ms late to every step
 #   d  every rank pausing 90 s at step 10
-#   e  the ranks given different NCCL_PROTO by the job itself
+#   e  the ranks given different NCCL_ALGO by the job itself
+#   f  the ranks given different NCCL_PROTO by the job itself
 # For each: the verdict and reasons `heddle jobs ls` shows, polled every second from the
 # fault, the first time a job-hung / job-straggler reason appeared, and `heddle jobs show`.
 # HEDDLE_HANG_SCENARIOS picks some of them by letter, in the order given ("a b c"; all five
@@ -55,9 +56,9 @@ hang_scenario() { # NAME FAULT
         CUDA_VISIBLE_DEVICES=0 setsid python3 -m torch.distributed.run --standalone --nproc_per_node 2 \
         "$repo/scripts/device/hang_job.py" >"$logs/hang-$name.log" 2>&1 &
     local job=$!
-    # The fault's moment: rank 1 reaches step 10 (where b and d sleep, a is stopped); for e
+    # The fault's moment: rank 1 reaches step 10 (where b and d sleep, a is stopped); for e and f
     # it is the start (the ranks disagree from their first collective).
-    [[ $fault == proto ]] || for i in $(seq 1 1200); do
+    [[ $fault == algo || $fault == proto ]] || for i in $(seq 1 1200); do
         grep -q "rank 1 fault point" "$logs/hang-$name.log" && break
         kill -0 "$job" 2>/dev/null || break
         sleep 0.1
@@ -82,9 +83,9 @@ hang_scenario() { # NAME FAULT
     done
     [[ -n "$rank1" ]] && kill -CONT "$rank1" 2>/dev/null
     [[ -z "$flag_at" ]] && say "  $name: no hung/straggler reason within 120 s; last: $(cut -f2,3 <<<"$line")"
-    # Ranks that disagree on NCCL_PROTO never finish by themselves (PyTorch's watchdog would
+    # Ranks that disagree on NCCL_ALGO or NCCL_PROTO may never finish by themselves (PyTorch's watchdog would
     # end them after 10 minutes): once judged, the job is ended here.
-    [[ $fault == proto ]] && { kill -- -"$job" 2>/dev/null; sleep 2; }
+    [[ $fault == algo || $fault == proto ]] && { kill -- -"$job" 2>/dev/null; sleep 2; }
     # Whatever it does now, the next scenario needs the GPU.
     t 200 tail --pid="$job" -f /dev/null 2>/dev/null || { kill -- -"$job" 2>/dev/null; sleep 2; }
     hang_lines+=("$name ${fault}: ${flag_at:+$(secs "$fault_at" "$flag_at") s }$(cut -f2,3 <<<"$line")")
@@ -101,9 +102,9 @@ hang_checks() { # PLUGIN_DIR
     end "plugins in $hang_libdir, node env file $(sha256sum /var/lib/heddle-agent/nccl.env | cut -c1-12)"
     hang_lines=()
     local s
-    local -A faults=([a]=sigstop [b]=sleep [c]=slow [d]=pause [e]=proto)
-    for s in ${HEDDLE_HANG_SCENARIOS:-a b c d e}; do
-        [[ -n "${faults[$s]:-}" ]] || { surprise "no hang scenario $s (a to e)"; continue; }
+    local -A faults=([a]=sigstop [b]=sleep [c]=slow [d]=pause [e]=algo [f]=proto)
+    for s in ${HEDDLE_HANG_SCENARIOS:-a b c d e f}; do
+        [[ -n "${faults[$s]:-}" ]] || { surprise "no hang scenario $s (a to f)"; continue; }
         begin "hang $s"
         hang_scenario "$s" "${faults[$s]}"
         end "${hang_lines[-1]}"

@@ -4,9 +4,10 @@ ranks on one GPU, each its own NCCL "host"), with one fault the job itself bring
   FAULT=sleep      rank 1 sleeps 60 s in Python at step 10 (rank 0 waits inside NCCL)
   FAULT=slow       rank 1 sleeps 150 ms before every step (a straggler)
   FAULT=pause      every rank sleeps 90 s at step 10 (evaluation, a checkpoint)
-  FAULT=proto      the ranks set NCCL_PROTO differently (Simple on rank 0, LL on rank 1);
-                   NCCL_ALGO=Tree on one rank fails PyTorch's first AllGather at once
-                   (AllGather has no Tree algorithm), so it cannot show a hang
+  FAULT=algo       the ranks set NCCL_ALGO differently (Ring on rank 0, Tree on rank 1);
+                   NCCL 2.28.9 fails PyTorch's first AllGather at once on the Tree rank
+                   (AllGather has no Tree algorithm): an error, not a hang
+  FAULT=proto      the ranks set NCCL_PROTO differently (Simple on rank 0, LL on rank 1)
   FAULT=none       (or unset; also for FAULT=sigstop, where hang.sh stops rank 1 itself)
 
 No Heddle variable is read or set: the plugins come from the node (docs/jobs.md). Each
@@ -29,6 +30,8 @@ def main():
     # One GPU holds a "two-host" job: each rank is its own NCCL host, so the ranks talk
     # over NCCL's network transport (sockets here) as two nodes would.
     os.environ["NCCL_HOSTID"] = f"hang-host-{rank}"
+    if fault == "algo":
+        os.environ["NCCL_ALGO"] = "Ring" if rank == 0 else "Tree"
     if fault == "proto":
         os.environ["NCCL_PROTO"] = "Simple" if rank == 0 else "LL"
     torch.cuda.set_device(0)
