@@ -60,7 +60,9 @@ HEDDLE_PROFILE=dev scripts/fleet-test.sh --prepare
 export CI=${CI:-true}
 # Every agent the tests start computes the node's GPU map (the built-in plugins, seconds of
 # CPU in a debug build); one cache of compiled plugins spares the rest the compilation.
-export HEDDLE_PLUGIN_CACHE_DIR=${HEDDLE_PLUGIN_CACHE_DIR:-$CARGO_TARGET_DIR/heddle-plugin-cache}
+# The agent's own variable: the server's HEDDLE_PLUGIN_CACHE_DIR would reach the test
+# servers too, and a test that makes compilation fail would load the plugin from the cache.
+export HEDDLE_AGENT_PLUGIN_CACHE_DIR=${HEDDLE_AGENT_PLUGIN_CACHE_DIR:-$CARGO_TARGET_DIR/heddle-agent-plugin-cache}
 step "cargo test (workspace)"
 # The agent's observed-jobs test loads the NCCL profiler plugin and its driver as built
 # artifacts, which `cargo test` alone does not make.

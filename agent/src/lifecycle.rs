@@ -105,8 +105,10 @@ pub struct RunArgs {
     pub nccl_profiler_plugin: Option<String>,
     /// Where the agent keeps the plugins it compiles for the node's GPU map, which it writes
     /// beside the node env file (`gpu-map.json`, read by the Slurm task prolog) whenever the
-    /// facts change. Default: `plugin-cache` in the state directory.
-    #[arg(long, env = "HEDDLE_PLUGIN_CACHE_DIR")]
+    /// facts change. Default: `plugin-cache` in the state directory. Its own variable, not
+    /// the server's `HEDDLE_PLUGIN_CACHE_DIR`, so one environment never points both at
+    /// one directory by accident.
+    #[arg(long, env = "HEDDLE_AGENT_PLUGIN_CACHE_DIR")]
     pub plugin_cache_dir: Option<PathBuf>,
     /// Host conf files kept in line with the node's environment (`/etc/nccl.conf`,
     /// `/etc/ucx/ucx.conf`).
