@@ -23,8 +23,6 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 
-#[cfg(test)]
-use crate::facts::cpulist::MAX_CPUS;
 use crate::facts::cpulist::parse_cpulist;
 use crate::gpu_map::{self, GpuMap};
 

@@ -1,4 +1,5 @@
 use super::*;
+use crate::facts::cpulist::MAX_CPUS;
 
 /// The node's merged recommendations and its GPU map, from a fixture tree.
 fn detected(tree: &str) -> (BTreeMap<String, String>, GpuMap) {

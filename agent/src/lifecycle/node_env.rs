@@ -80,7 +80,7 @@ pub fn write_node_env(cfg: &NodeEnvConfig, env: &NodeJobEnv) -> Result<(), NodeE
     }
     let text = nccl_conf::render_node_env(&env.node, &env.entries, cfg.profiler.as_deref())?;
     let (Some(dir), Some(name)) = (
-        cfg.path.parent().filter(|d| !d.as_os_str().is_empty()),
+        crate::gpu_map::dir_of(&cfg.path),
         cfg.path.file_name().and_then(|n| n.to_str()),
     ) else {
         return Err(NodeEnvError::BadPath(cfg.path.clone()));
