@@ -8,9 +8,10 @@ use heddle_types::investigations::{
     Analysis, Conclusion, Investigation, InvestigationCreate, InvestigationKind,
     InvestigationState, InvestigationSummary, Matrix,
 };
+use reqwest::StatusCode;
 
 use crate::args::NodeList;
-use crate::client::Client;
+use crate::client::{Client, ClientError};
 use crate::exit::Exit;
 use crate::progress::Progress;
 use crate::table;
@@ -41,7 +42,39 @@ pub enum InvestigateCmd {
         #[arg(long)]
         watch: bool,
     },
-    /// An investigation: progress, the matrix and the culprit.
+    /// Find the broken NIC or cable, node, leaf, uplink or spine behind suspect nodes,
+    /// round by round, along the site's fabric (`heddle fabric import` first). Exit code 1
+    /// when something is blamed, 0 when nothing is, 7 when inconclusive.
+    Fabric {
+        /// The suspect nodes, in Slurm's hostlist syntax: `gpu-[0001-0512]`.
+        #[arg(long)]
+        suspects: String,
+        /// The most nodes one round may take (default: no limit).
+        #[arg(long)]
+        max_nodes: Option<u32>,
+        /// Rounds at most (default 20).
+        #[arg(long)]
+        max_rounds: Option<u32>,
+        /// Test nodes that run a job too (by default they are left out).
+        #[arg(long)]
+        include_busy: bool,
+        /// Only the suspects, never other idle nodes, as known-good partners.
+        #[arg(long)]
+        suspects_only: bool,
+        /// Observed jobs to start from: a JSON array of {nodes, rail, busbw_gbs | error}.
+        #[arg(long)]
+        evidence: Option<std::path::PathBuf>,
+        /// One test's wall-clock limit in seconds (default 300).
+        #[arg(long)]
+        timeout_s: Option<u32>,
+        #[arg(long)]
+        label: Option<String>,
+        /// Follow it until it ends.
+        #[arg(long)]
+        watch: bool,
+    },
+    /// An investigation (pairwise or fabric): progress, the matrix and the culprit, or the
+    /// blamed components in the fabric's terms.
     Show {
         id: uuid::Uuid,
         /// Follow it until it ends; exit code 0 when no culprit was found, 1 when one was,
@@ -84,6 +117,9 @@ pub enum InvestigateCmd {
         state: Option<String>,
         #[arg(long, default_value_t = 20)]
         limit: u32,
+        /// Fabric investigations instead of pairwise ones.
+        #[arg(long)]
+        fabric: bool,
     },
 }
 
@@ -161,18 +197,58 @@ pub async fn run(client: &Client, cmd: InvestigateCmd, json: bool) -> anyhow::Re
                 println!("{}", inv.id)
             }
         }
+        InvestigateCmd::Fabric {
+            suspects,
+            max_nodes,
+            max_rounds,
+            include_busy,
+            suspects_only,
+            evidence,
+            timeout_s,
+            label,
+            watch,
+        } => {
+            let start = crate::fabric_investigate::Start {
+                suspects,
+                max_nodes,
+                max_rounds,
+                include_busy,
+                suspects_only,
+                evidence,
+                timeout_s,
+                label,
+                watch,
+            };
+            return crate::fabric_investigate::start(client, start, json).await;
+        }
         InvestigateCmd::Show { id, watch } => {
+            let inv: Investigation = match client.get(&format!("/api/v1/investigations/{id}")).await
+            {
+                Ok(inv) => inv,
+                // Not a pairwise one: a fabric investigation, or the server's 404.
+                Err(ClientError::Api { status, .. }) if status == StatusCode::NOT_FOUND => {
+                    let fabric = client
+                        .get(&format!("/api/v1/fabric/investigations/{id}"))
+                        .await?;
+                    return crate::fabric_investigate::show(client, fabric, watch, json).await;
+                }
+                Err(e) => return Err(e.into()),
+            };
             if watch {
                 return follow(client, id, json).await;
             }
-            let inv: Investigation = client.get(&format!("/api/v1/investigations/{id}")).await?;
             if json {
                 crate::output::print_json(&inv)?
             } else {
                 print(&inv)
             }
         }
-        InvestigateCmd::Ls { state, limit } => {
+        InvestigateCmd::Ls {
+            limit,
+            fabric: true,
+            ..
+        } => return crate::fabric_investigate::list(client, limit, json).await,
+        InvestigateCmd::Ls { state, limit, .. } => {
             let mut q = format!("?limit={limit}");
             if let Some(s) = state {
                 q.push_str(&format!("&state={s}"));

@@ -10,6 +10,7 @@ mod config;
 mod exit;
 mod explain;
 mod fabric;
+mod fabric_investigate;
 mod health;
 mod investigate;
 mod jobs;

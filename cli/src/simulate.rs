@@ -22,6 +22,13 @@ pub struct Args<'a> {
     pub config: Config,
 }
 
+/// An `--evidence` file: a JSON array of observed jobs.
+pub fn read_evidence(path: &Path) -> anyhow::Result<Vec<Observation>> {
+    let bytes = read_bounded(path)?;
+    serde_json::from_slice(&bytes)
+        .with_context(|| format!("{}: a JSON array of observed jobs", path.display()))
+}
+
 pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     let fabric = read_fabric(args.topology)?;
     let suspects = heddle_types::hostlist::expand_at_most(args.suspects, fabric::MAX_NODES)
@@ -30,9 +37,7 @@ pub fn run(args: Args, json: bool) -> anyhow::Result<ExitCode> {
     let ix = Index::new(&fabric);
     let mut planner = Planner::new(&ix, &suspects, args.config).map_err(anyhow::Error::msg)?;
     if let Some(path) = args.evidence {
-        let bytes = read_bounded(path)?;
-        let list: Vec<Observation> = serde_json::from_slice(&bytes)
-            .with_context(|| format!("{}: a JSON array of observed jobs", path.display()))?;
+        let list = read_evidence(path)?;
         planner
             .observe(&list)
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;

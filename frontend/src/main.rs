@@ -58,6 +58,7 @@ fn Shell() -> impl IntoView {
                 <A href="/">"Fleet"</A>
                 <A href="/runs">"Runs"</A>
                 <A href="/investigations">"Investigations"</A>
+                <A href="/fabric">"Fabric"</A>
                 <A href="/p2p">"P2P"</A>
                 <A href="/sweeps">"Sweeps"</A>
                 <A href="/health">"Health"</A>
@@ -79,6 +80,8 @@ fn Shell() -> impl IntoView {
                 <Route path=path!("/jobs/:id") view=pages::jobs::JobPage/>
                 <Route path=path!("/investigations") view=pages::investigations::Investigations/>
                 <Route path=path!("/investigations/:id") view=pages::investigations::InvestigationPage/>
+                <Route path=path!("/fabric") view=pages::fabric::FabricPage/>
+                <Route path=path!("/fabric/investigations/:id") view=pages::fabric::FabricInvestigationPage/>
                 <Route path=path!("/p2p") view=pages::kinds::p2p::P2pRuns/>
                 <Route path=path!("/p2p/:id") view=pages::kinds::p2p::P2pPage/>
                 <Route path=path!("/sweeps") view=pages::kinds::sweep::Sweeps/>

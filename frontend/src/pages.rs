@@ -1,4 +1,5 @@
 pub mod agents;
+pub mod fabric;
 pub mod fleet;
 pub mod health;
 pub mod investigations;

@@ -86,7 +86,7 @@ pub async fn store(
 }
 
 /// The site's fabric, or [`FabricError::NoneYet`].
-pub async fn current(db: &PgPool) -> Result<StoredFabric, FabricError> {
+pub async fn current<'e>(db: impl sqlx::PgExecutor<'e>) -> Result<StoredFabric, FabricError> {
     type Row = (String, Json<Fabric>, DateTime<Utc>, String);
     let row: Option<Row> =
         sqlx::query_as("SELECT source, document, imported_at, imported_by FROM fabric WHERE id")

@@ -9,12 +9,18 @@
 //! pair runs and starts the next batch, so a batch is started by exactly one replica. The
 //! same worker starts investigations for multi-node nccl and rdma
 //! runs whose results got a warn or fail verdict.
+//!
+//! Fabric investigations (`fabric.rs`) find the broken NIC, cable, leaf, uplink or spine
+//! behind many suspects along the site's fabric, round by round, with the planner of
+//! `heddle_types::fabric::plan`; the same worker advances them.
 
 pub mod culprit;
+pub mod fabric;
 pub mod p2p;
 pub mod schedule;
 
 mod advance;
+mod fabric_store;
 mod store;
 
 pub use advance::{PAIR_CLAIM_DEADLINE, advance_all, create, trigger_from_verdicts};

@@ -172,6 +172,11 @@ fn api(state: &AppState) -> OpenApiRouter<AppState> {
         ))
         .routes(routes!(investigations::get_investigation))
         .routes(routes!(investigations::p2p_matrix))
+        .routes(routes!(
+            fabric::create_fabric_investigation,
+            fabric::list_fabric_investigations
+        ))
+        .routes(routes!(fabric::get_fabric_investigation))
         // Verdicts and expectations (pre-flight, a long poll, is below).
         .routes(routes!(expectations::create, expectations::list))
         .routes(routes!(expectations::delete))

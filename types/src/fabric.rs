@@ -16,6 +16,7 @@ use crate::names::HOSTNAME;
 pub mod generate;
 pub mod import;
 pub mod index;
+pub mod investigation;
 pub mod model;
 pub mod plan;
 pub mod sim;

@@ -47,6 +47,8 @@ pub async fn node_health(
     .await?;
     // So does a job environment that leaves out a value the node's ranks would disagree on.
     let job_env = crate::job_env::health_reasons(&state.db, node_id).await?;
+    // And a fabric investigation that blamed the node, its NIC, or a switch it hangs off.
+    let fabric = crate::investigate::fabric::node_reasons(&state.db, &hostname).await?;
     let verdict = Verdict::combine(
         tests
             .iter()
@@ -56,11 +58,13 @@ pub async fn node_health(
                 Severity::Fail => Verdict::Fail,
                 _ => Verdict::Warn,
             }))
-            // Regressions and the job environment count at their reasons' severity.
+            // Regressions, the job environment and fabric blames count at their reasons'
+            // severity.
             .chain(
                 regressions
                     .iter()
                     .chain(&job_env)
+                    .chain(&fabric)
                     .filter_map(|r| match r.severity {
                         Severity::Fail => Some(Verdict::Fail),
                         Severity::Warn => Some(Verdict::Warn),
@@ -72,6 +76,7 @@ pub async fn node_health(
     reasons.extend(jobs);
     reasons.extend(regressions);
     reasons.extend(job_env);
+    reasons.extend(fabric);
     Ok(Json(NodeHealth {
         node_id,
         hostname,

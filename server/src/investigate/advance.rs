@@ -363,8 +363,8 @@ struct Suspect {
 
 /// Starts an investigation for every finished multi-node nccl or rdma run with a warn or
 /// fail verdict (judged in the last day) that has none yet, using the run's own params.
-/// Runs started by investigations are never investigated themselves. Returns how many
-/// were started.
+/// Runs started by investigations, pairwise or fabric, are never investigated themselves.
+/// Returns how many were started.
 pub async fn trigger_from_verdicts(db: &sqlx::PgPool) -> Result<usize, InvestigateError> {
     let suspects: Vec<Suspect> = sqlx::query_as(
         "SELECT r.id, r.spec, array_agg(j.node_id ORDER BY j.rank) AS node_ids
@@ -374,6 +374,7 @@ pub async fn trigger_from_verdicts(db: &sqlx::PgPool) -> Result<usize, Investiga
            AND r.spec->>'kind' IN ('nccl', 'rdma')
            AND NOT EXISTS (SELECT 1 FROM investigations i WHERE i.trigger_run_id = r.id)
            AND NOT EXISTS (SELECT 1 FROM investigation_pairs p WHERE p.run_id = r.id)
+           AND NOT EXISTS (SELECT 1 FROM fabric_tests f WHERE f.run_id = r.id)
          GROUP BY r.id, r.spec
          HAVING count(*) BETWEEN 2 AND $1
             AND bool_and(j.state IN ('succeeded', 'failed', 'cancelled', 'skipped'))

@@ -344,6 +344,39 @@ pub async fn give_up_unclaimed(
     Ok(runs)
 }
 
+/// [`Move::GiveUp`] for the queued jobs of `runs` nobody claimed within `deadline_s`, as
+/// [`give_up_unclaimed`] does for an investigation's pairs; then their runs are cancelled.
+/// Returns those runs.
+pub async fn give_up_unclaimed_runs(
+    tx: &mut PgConnection,
+    runs: &[Uuid],
+    deadline_s: i64,
+) -> Result<Vec<Uuid>, JobError> {
+    let stale: Vec<(Uuid, String)> = sqlx::query_as(
+        "UPDATE jobs j SET state = 'cancelled', finished_at = now(),
+                error = format('not claimed within %s s: is the agent of %s running?', $2::bigint, n.hostname)
+         FROM nodes n
+         WHERE j.run_id = ANY($1) AND n.id = j.node_id
+           AND j.state = 'queued' AND j.created_at < now() - make_interval(secs => $2::float8)
+         RETURNING j.run_id, j.state",
+    )
+    .bind(runs)
+    .bind(deadline_s as f64)
+    .fetch_all(&mut *tx)
+    .await?;
+    let mut ended = Vec::with_capacity(stale.len());
+    for (run, state) in stale {
+        moved(Move::GiveUp, Some(JobState::Queued), &state)?;
+        if !ended.contains(&run) {
+            ended.push(run);
+        }
+    }
+    if !ended.is_empty() {
+        cancel_runs(tx, &ended, "its peer never started").await?;
+    }
+    Ok(ended)
+}
+
 /// [`Move::Reorder`]: places the (queued) jobs of a new run `micros` microseconds later in
 /// their nodes' claim order.
 pub async fn reorder(tx: &mut PgConnection, run: Uuid, micros: f64) -> Result<(), JobError> {

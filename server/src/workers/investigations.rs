@@ -2,8 +2,8 @@
 //! that is shorter: judges results still without a verdict, starts investigations for runs
 //! whose verdicts call for one, and advances the running ones (`investigate/advance.rs`:
 //! one investigation row locked with `SKIP LOCKED` at a time, so a batch is started once
-//! however many replicas step at the same time). Each step goes on when an earlier one
-//! failed.
+//! however many replicas step at the same time), then the fabric investigations
+//! (`investigate/fabric.rs`, the same way). Each step goes on when an earlier one failed.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,6 +50,10 @@ impl Worker for Investigations {
             .await
             .map(|_| ())
             .context("investigations: advancing");
-        super::steps([judged, triggered, advanced])
+        let fabric = investigate::fabric::advance_all(&self.db)
+            .await
+            .map(|_| ())
+            .context("fabric investigations: advancing");
+        super::steps([judged, triggered, advanced, fabric])
     }
 }

@@ -4,6 +4,12 @@
 //!
 //! `cargo build --release -p heddle-server -p heddle-e2e &&
 //!  HEDDLE_TEST_DATABASE_URL=$(scripts/pg-ensure.sh) target/release/heddle-loadgen --agents 10000`
+//!
+//! With `--fabric`, the agents are the nodes of a generated fat tree instead and the
+//! server runs a fabric investigation over them (`loadgen/fabric.rs`).
+
+#[path = "loadgen/fabric.rs"]
+mod fabric;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -65,6 +71,30 @@ struct Args {
     /// there are errors the baseline did not have.
     #[arg(long, requires = "compare")]
     fail_if_worse: bool,
+    /// Fabric mode: the agents are the nodes of a generated rail-optimized fat tree, which
+    /// is imported as the site's fabric; a fabric investigation runs over them and they
+    /// answer its tests from the fabric model with the --fault(s) given.
+    #[arg(long)]
+    fabric: bool,
+    /// A fault of the fabric model, `KIND:ID[:slow=F|:hang][:p=P]` (docs/fabric.md), e.g.
+    /// `nic:n00042/mlx5_3`; repeat for several.
+    #[arg(long = "fault", requires = "fabric")]
+    faults: Vec<String>,
+    #[arg(long, default_value_t = 8, requires = "fabric")]
+    rails: u32,
+    #[arg(long, default_value_t = 32, requires = "fabric")]
+    nodes_per_leaf: usize,
+    /// Suspects: this many consecutive nodes, from the block holding the first fault.
+    #[arg(long, default_value_t = 512, requires = "fabric")]
+    suspects: usize,
+    #[arg(long, requires = "fabric")]
+    max_rounds: Option<u32>,
+    /// Give up on the investigation after this many seconds.
+    #[arg(long, default_value_t = 1800, requires = "fabric")]
+    investigation_timeout_s: u64,
+    /// Seed of the fabric model's noise and intermittent faults.
+    #[arg(long, default_value_t = 7, requires = "fabric")]
+    seed: u64,
 }
 
 const ADMIN: &str = "hdl_loadgen-admin-token-000000000000000000000000000";
@@ -227,14 +257,23 @@ async fn main() -> anyhow::Result<()> {
     } else {
         usize::MAX
     };
+    let (fabric_mode, agents_n, nics) = (
+        args.fabric,
+        args.agents,
+        if args.fabric { args.rails } else { 4 },
+    );
     let agents: Vec<Agent> = futures::stream::iter(0..args.agents)
         .map(|i| {
             let client = clients[i % clients.len()].clone();
             let base = servers[i % servers.len()].url.clone();
             let token = token.clone();
             let samples = samples.clone();
+            let host = if fabric_mode {
+                heddle_types::fabric::generate::node_name(i, agents_n)
+            } else {
+                format!("sim-{i:05}")
+            };
             async move {
-                let host = format!("sim-{i:05}");
                 let t = Instant::now();
                 let resp = client
                     .post(format!("{base}/api/v1/agent/enroll"))
@@ -250,7 +289,7 @@ async fn main() -> anyhow::Result<()> {
                 let credential = r["credential"].as_str().unwrap().to_string();
                 let facts = json!({"schema_version": 1, "host": {"hostname": host},
                     "gpus": (0..8).map(|g| json!({"index": g, "name": "NVIDIA H200"})).collect::<Vec<_>>(),
-                    "rdma": {"devices": (0..4).map(|d| json!({"name": format!("mlx5_{d}"), "ports": [{"port": 1, "state": "ACTIVE", "link_layer": "InfiniBand"}]})).collect::<Vec<_>>()}});
+                    "rdma": {"devices": (0..nics).map(|d| json!({"name": format!("mlx5_{d}"), "ports": [{"port": 1, "state": "ACTIVE", "link_layer": "InfiniBand"}]})).collect::<Vec<_>>()}});
                 // As the agent does: the hash in a header, and in every heartbeat after.
                 let facts_sha256 = heddle_types::facts_sha256(&facts);
                 let t = Instant::now();
@@ -295,6 +334,58 @@ async fn main() -> anyhow::Result<()> {
     }
     pool.close().await;
     let plugins_settled_s = settle.elapsed().as_secs_f64();
+
+    if args.fabric {
+        let fa = fabric::FabricArgs {
+            rails: args.rails,
+            nodes_per_leaf: args.nodes_per_leaf,
+            faults: args.faults.clone(),
+            suspects: args.suspects,
+            max_rounds: args.max_rounds,
+            timeout_s: args.investigation_timeout_s,
+            seed: args.seed,
+        };
+        let cpu_window = CpuWindow::start(&pids, postmaster);
+        // The server's peak RSS over the investigation, sampled twice a second.
+        let peak = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let watch = {
+            let (pid, peak) = (pids[0], peak.clone());
+            tokio::spawn(async move {
+                loop {
+                    peak.fetch_max(
+                        rss_kib(pid).unwrap_or(0),
+                        std::sync::atomic::Ordering::Relaxed,
+                    );
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            })
+        };
+        let hb = Duration::from_secs(args.heartbeat_s);
+        let report = fabric::run(&fa, &servers[0].url, agents, &clients, hb).await;
+        let cpu = cpu_window.end();
+        watch.abort();
+        let rss_peak = peak.load(std::sync::atomic::Ordering::Relaxed);
+        let mut report = report?;
+        report["agents"] = json!(args.agents);
+        report["heartbeat_s"] = json!(args.heartbeat_s);
+        report["setup_s"] = json!(setup_s);
+        report["plugins_settled_s"] = json!(plugins_settled_s);
+        report["cpu_percent"] = cpu;
+        report["server_rss_peak_mib"] = json!(rss_peak as f64 / 1024.0);
+        report["loadavg_1m"] = json!(loadavg());
+        if args.json {
+            println!("{report}");
+        } else {
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        }
+        let found = report["faults_found"].as_bool() == Some(true);
+        drop(servers);
+        if !found {
+            eprintln!("heddle-loadgen: the investigation did not name exactly the fault(s)");
+            std::process::exit(1);
+        }
+        return Ok(());
+    }
 
     // Jobs for a fraction of the nodes, in runs of at most 1000 nodes.
     let job_hosts: Vec<String> = (0..args.agents)

@@ -16,6 +16,7 @@ use super::{Fabric, Tier};
 
 /// What a component is, as the answer names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Kind {
     Node,

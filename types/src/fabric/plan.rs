@@ -281,6 +281,56 @@ impl<'a> Planner<'a> {
         })
     }
 
+    /// Takes back a round this planner's kind chose earlier (a planner rebuilt from stored
+    /// rounds, as the server's investigations are on every step): the round becomes the
+    /// running one, and [`Planner::record`] then takes its results. The round must follow
+    /// the last one; each test's nodes and rail must be the fabric's.
+    pub fn resume(&mut self, req: &RoundRequest) -> Result<(), String> {
+        if req.round != self.round + 1 || !self.pending.is_empty() {
+            return Err(format!(
+                "round {} cannot follow round {} here",
+                req.round, self.round
+            ));
+        }
+        let mut pending = HashMap::with_capacity(req.tests.len());
+        let mut next_id = self.next_id;
+        for t in &req.tests {
+            let nodes = t
+                .nodes
+                .iter()
+                .map(|n| {
+                    self.ix
+                        .node(n)
+                        .ok_or_else(|| format!("{}: {n:?} is not a node of the fabric", t.id))
+                })
+                .collect::<Result<Vec<u32>, String>>()?;
+            let paths = self
+                .ix
+                .path(&nodes, t.rail)
+                .map_err(|e| format!("{}: {e}", t.id))?;
+            let mut comps: Vec<u32> = paths.iter().flat_map(|p| p.comps.iter().copied()).collect();
+            comps.sort_unstable();
+            comps.dedup();
+            let slowest = paths.iter().map(|p| p.gbps).fold(f64::INFINITY, f64::min);
+            if let Some(n) = t.id.strip_prefix('t').and_then(|n| n.parse::<u64>().ok()) {
+                next_id = next_id.max(n);
+            }
+            let entry = Pending {
+                nodes,
+                rail: t.rail,
+                comps,
+                nominal: slowest / 8.0 * paths.len() as f64,
+            };
+            if pending.insert(t.id.clone(), entry).is_some() {
+                return Err(format!("{}: twice in round {}", t.id, req.round));
+            }
+        }
+        self.pending = pending;
+        self.next_id = next_id;
+        self.round = req.round;
+        Ok(())
+    }
+
     /// Takes a round's results; every test of the round must be answered once.
     pub fn record(&mut self, res: &RoundResults) -> Result<(), String> {
         if res.round != self.round {

@@ -117,3 +117,46 @@ fn results_are_checked() {
     assert!(planner.record(&res).unwrap_err().contains("answered twice"));
     assert!(Planner::new(&ix, &["nowhere".into()], Config::default()).is_err());
 }
+
+/// The server's way: a fresh planner on every step, given back the stored rounds with
+/// their results, chooses the next round; it names the fault as one planner run through.
+#[test]
+fn a_planner_rebuilt_from_stored_rounds_goes_on_where_it_stopped() {
+    let ix = small();
+    let faults: Vec<Fault> = vec!["nic:n0021/mlx5_3".parse().unwrap()];
+    let mut model = Model::new(&ix, &faults, 7).unwrap();
+    let mut stored: Vec<(sim::RoundRequest, sim::RoundResults)> = Vec::new();
+    let answer = loop {
+        let mut p = Planner::new(&ix, &suspects(64, 64), Config::default()).unwrap();
+        for (req, res) in &stored {
+            p.resume(req).unwrap();
+            p.record(res).unwrap();
+        }
+        match p.next_round() {
+            Some(req) => {
+                assert_eq!(req.round as usize, stored.len() + 1);
+                let ids: HashSet<&str> = stored
+                    .iter()
+                    .flat_map(|(r, _)| r.tests.iter().map(|t| t.id.as_str()))
+                    .collect();
+                assert!(
+                    req.tests.iter().all(|t| !ids.contains(t.id.as_str())),
+                    "test ids are never used twice"
+                );
+                let res = model.answer(&req);
+                stored.push((req, res));
+            }
+            None => break p.answer(),
+        }
+    };
+    assert_eq!(ids(&answer), ["n0021/mlx5_3"], "{answer:#?}");
+    assert_eq!(answer.rounds as usize, stored.len());
+
+    // A round that does not follow, or names a node the fabric lacks, is refused.
+    let mut p = Planner::new(&ix, &suspects(64, 64), Config::default()).unwrap();
+    assert!(p.resume(&stored[1].0).is_err());
+    let mut bad = stored[0].0.clone();
+    bad.tests[0].nodes[0] = "n9999".into();
+    let err = p.resume(&bad).unwrap_err();
+    assert!(err.contains("n9999"), "{err}");
+}

@@ -1,0 +1,232 @@
+//! `heddle investigate fabric` and the fabric side of `investigate show`: start a fabric
+//! investigation on the server, follow it round by round, and print what it blames in the
+//! fabric's terms (docs/fabric.md).
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use heddle_types::fabric::investigation::{
+    FabricInvestigation, FabricInvestigationCreate, FabricPart, FabricTestState,
+};
+use heddle_types::investigations::InvestigationState;
+
+use crate::client::Client;
+use crate::exit::Exit;
+use crate::progress::Progress;
+use crate::table;
+
+/// What `heddle investigate fabric` was given.
+pub struct Start {
+    pub suspects: String,
+    pub max_nodes: Option<u32>,
+    pub max_rounds: Option<u32>,
+    pub include_busy: bool,
+    pub suspects_only: bool,
+    pub evidence: Option<std::path::PathBuf>,
+    pub timeout_s: Option<u32>,
+    pub label: Option<String>,
+    pub watch: bool,
+}
+
+pub async fn start(client: &Client, s: Start, json: bool) -> anyhow::Result<ExitCode> {
+    let evidence = match &s.evidence {
+        Some(path) => crate::simulate::read_evidence(path)?,
+        None => Vec::new(),
+    };
+    let body = FabricInvestigationCreate {
+        suspects: vec![s.suspects],
+        max_nodes: s.max_nodes,
+        max_rounds: s.max_rounds,
+        include_busy: s.include_busy,
+        suspects_only: s.suspects_only,
+        evidence,
+        timeout_s: s.timeout_s,
+        label: s.label,
+    };
+    let inv: FabricInvestigation = client.post("/api/v1/fabric/investigations", &body).await?;
+    crate::progress::note(
+        json,
+        &format!(
+            "started fabric investigation {} ({} suspects, {} nodes it may test; round 1: {} tests)",
+            inv.id,
+            inv.suspects.len(),
+            inv.nodes_available,
+            inv.tests.len()
+        ),
+    );
+    if s.watch {
+        return follow(client, inv.id, json).await;
+    }
+    if json {
+        crate::output::print_json(&inv)?
+    } else {
+        println!("{}", inv.id)
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Shows one fabric investigation, or follows it until it ends.
+pub async fn show(
+    client: &Client,
+    inv: FabricInvestigation,
+    watch: bool,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    if watch {
+        return follow(client, inv.id, json).await;
+    }
+    if json {
+        crate::output::print_json(&inv)?
+    } else {
+        print(&inv)
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Polls until it ends, the round and its tests as the progress; exit code 1 when it
+/// blames something, 0 when it found nothing and is sure, 7 when inconclusive or failed.
+async fn follow(client: &Client, id: uuid::Uuid, json: bool) -> anyhow::Result<ExitCode> {
+    let mut progress = Progress::bar(json);
+    let path = format!("/api/v1/fabric/investigations/{id}");
+    let inv = loop {
+        let inv: FabricInvestigation = match client.get(&path).await {
+            Ok(inv) => inv,
+            Err(err) => {
+                progress.finish();
+                return Err(err.into());
+            }
+        };
+        let (fraction, line) = progress_line(&inv);
+        progress.update(Some(fraction), &line);
+        if inv.state != InvestigationState::Running {
+            progress.finish();
+            break inv;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    };
+    if json {
+        crate::output::print_json(&inv)?
+    } else {
+        print(&inv)
+    }
+    Ok(outcome(&inv).into())
+}
+
+fn progress_line(inv: &FabricInvestigation) -> (f64, String) {
+    let this: Vec<_> = inv.tests.iter().filter(|t| t.round == inv.round).collect();
+    let ended = this
+        .iter()
+        .filter(|t| t.state != FabricTestState::Running)
+        .count();
+    let failed = this
+        .iter()
+        .filter(|t| t.state == FabricTestState::Failed)
+        .count();
+    let fraction = if this.is_empty() {
+        1.0
+    } else {
+        ended as f64 / this.len() as f64
+    };
+    let line = format!(
+        "{}: round {} of at most {}: {ended}/{} tests ended, {failed} failed",
+        inv.state.as_str(),
+        inv.round,
+        inv.max_rounds,
+        this.len()
+    );
+    (fraction, line)
+}
+
+pub fn outcome(inv: &FabricInvestigation) -> Exit {
+    match (inv.state, inv.conclusive) {
+        (InvestigationState::Done, _) if !inv.blamed.is_empty() => Exit::Failed,
+        (InvestigationState::Done, Some(true)) => Exit::Success,
+        _ => Exit::Undecided,
+    }
+}
+
+pub fn print(inv: &FabricInvestigation) {
+    println!(
+        "fabric investigation {}  {}  round {} of at most {}  {} suspects  {} nodes it may test  created by {} {}",
+        inv.id,
+        inv.state.as_str(),
+        inv.round,
+        inv.max_rounds,
+        inv.suspects.len(),
+        inv.nodes_available,
+        inv.created_by,
+        table::ago(Some(inv.created_at)),
+    );
+    if let Some(e) = &inv.error {
+        println!("failed: {e}");
+    }
+    let ran = inv.tests.len();
+    let failed = inv
+        .tests
+        .iter()
+        .filter(|t| t.state == FabricTestState::Failed)
+        .count();
+    println!(
+        "{ran} tests, {failed} of them failed; {:.0} node-seconds",
+        inv.node_seconds
+    );
+    if inv.state == InvestigationState::Done {
+        if inv.blamed.is_empty() {
+            println!("blamed: nothing");
+        }
+        for p in &inv.blamed {
+            print_part("blamed", p);
+        }
+        if inv.conclusive == Some(false) {
+            println!("inconclusive; it might be:");
+        }
+        for p in &inv.candidates {
+            print_part("candidate", p);
+        }
+    }
+    for n in &inv.notes {
+        println!("note: {n}");
+    }
+}
+
+fn print_part(what: &str, p: &FabricPart) {
+    println!(
+        "{what}: {} {} ({:.0}% sure): {}",
+        serde_json::to_value(p.component)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default(),
+        p.id,
+        p.confidence * 100.0,
+        p.place
+    );
+    println!("  its traffic: {} node(s): {}", p.node_count, p.nodes);
+    for e in &p.evidence {
+        println!("  {e}");
+    }
+}
+
+/// Recent fabric investigations.
+pub async fn list(client: &Client, limit: u32, json: bool) -> anyhow::Result<ExitCode> {
+    let list: Vec<FabricInvestigation> = client
+        .get(&format!("/api/v1/fabric/investigations?limit={limit}"))
+        .await?;
+    if json {
+        crate::output::print_json(&list)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut t = table::new(&["ID", "STATE", "ROUND", "SUSPECTS", "BLAMED", "CREATED"]);
+    for i in &list {
+        let blamed: Vec<&str> = i.blamed.iter().map(|b| b.id.as_str()).collect();
+        t.add_row(vec![
+            i.id.to_string(),
+            i.state.as_str().to_string(),
+            i.round.to_string(),
+            i.suspects.len().to_string(),
+            blamed.join(", "),
+            table::ago(Some(i.created_at)),
+        ]);
+    }
+    println!("{t}");
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,399 @@
+//! `heddle-loadgen --fabric`: a real server runs a real fabric investigation over the
+//! simulated agents. The generated fat tree (`heddle_types::fabric::generate`) is imported
+//! as the site's fabric, every agent heartbeats and claims, and the tests it claims are
+//! answered from the fabric model (`heddle_types::fabric::model`) with the faults given:
+//! the first agent of a run reads the run's nodes from the API, the model gives the test's
+//! bus bandwidth or its hang, and every rank uploads it as its result. Reports the
+//! investigation's wall time, rounds and tests, what it blamed and whether that was the
+//! fault, and what it cost the server.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use heddle_types::fabric::Fabric;
+use heddle_types::fabric::generate::{FatTree, fat_tree, node_name};
+use heddle_types::fabric::index::Index;
+use heddle_types::fabric::investigation::{FabricInvestigation, behind};
+use heddle_types::fabric::model::{Fault, Model, tally};
+use heddle_types::fabric::sim::{ALL_REDUCE, RoundRequest, TestResult, TestSpec};
+use heddle_types::investigations::InvestigationState;
+use serde_json::json;
+use tokio::sync::OnceCell;
+use uuid::Uuid;
+
+use super::{ADMIN, Agent, Samples, answer_of, summary};
+
+/// What the fabric mode was asked for.
+pub struct FabricArgs {
+    pub rails: u32,
+    pub nodes_per_leaf: usize,
+    pub faults: Vec<String>,
+    pub suspects: usize,
+    pub max_rounds: Option<u32>,
+    pub timeout_s: u64,
+    pub seed: u64,
+}
+
+/// The generated fabric of `agents` nodes; agent `i` is node `node_name(i, agents)`.
+pub fn fabric_of(agents: usize, a: &FabricArgs) -> Fabric {
+    fat_tree(&FatTree {
+        nodes: agents,
+        rails: a.rails,
+        nodes_per_leaf: a.nodes_per_leaf,
+        spines_per_rail: 1,
+    })
+}
+
+/// The test each run stands for, answered once (the first rank to ask reads the run).
+type Answers = Mutex<HashMap<Uuid, Arc<OnceCell<TestResult>>>>;
+
+struct Oracle {
+    model: Mutex<Model<'static>>,
+    answers: Answers,
+    http: reqwest::Client,
+    base: String,
+}
+
+impl Oracle {
+    async fn answer(&self, run: Uuid) -> anyhow::Result<TestResult> {
+        let cell = self.answers.lock().unwrap().entry(run).or_default().clone();
+        let r = cell
+            .get_or_try_init(|| async {
+                let run: serde_json::Value = self
+                    .http
+                    .get(format!("{}/api/v1/runs/{run}", self.base))
+                    .bearer_auth(ADMIN)
+                    .send()
+                    .await?
+                    .error_for_status()?
+                    .json()
+                    .await?;
+                let mut jobs: Vec<(i64, String)> = run["jobs"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|j| {
+                        (
+                            j["rank"].as_i64().unwrap_or(0),
+                            j["hostname"].as_str().unwrap_or("").to_string(),
+                        )
+                    })
+                    .collect();
+                jobs.sort();
+                // `NCCL_IB_HCA==mlx5_R` selects rail R; without it, every rail.
+                let rail = run["spec"]["env"]["NCCL_IB_HCA"]
+                    .as_str()
+                    .and_then(|v| v.trim_start_matches("=mlx5_").parse::<u32>().ok());
+                let bytes = run["spec"]["params"]["max_bytes"]
+                    .as_u64()
+                    .unwrap_or(1 << 30);
+                let req = RoundRequest {
+                    round: 0,
+                    tests: vec![TestSpec {
+                        id: "t".into(),
+                        kind: ALL_REDUCE.into(),
+                        nodes: jobs.into_iter().map(|j| j.1).collect(),
+                        rail,
+                        bytes,
+                    }],
+                };
+                let mut res = self.model.lock().unwrap().answer(&req);
+                anyhow::Ok(res.results.remove(0))
+            })
+            .await?;
+        Ok(r.clone())
+    }
+}
+
+/// One agent: a heartbeat every interval, then claims until nothing is left, answering
+/// each test from the model.
+async fn agent_loop(
+    agent: Agent,
+    client: reqwest::Client,
+    oracle: Arc<Oracle>,
+    hb: Duration,
+    phase: Duration,
+    stop: Arc<AtomicBool>,
+    samples: Arc<Mutex<Samples>>,
+) {
+    let mut next = tokio::time::Instant::now() + phase;
+    let hb_body =
+        json!({"agent_version": "loadgen", "facts_sha256": agent.facts_sha256, "running_jobs": []})
+            .to_string();
+    while !stop.load(Ordering::Relaxed) {
+        tokio::time::sleep_until(next).await;
+        next += hb;
+        let t = Instant::now();
+        let r = client
+            .post(format!("{}/api/v1/agent/heartbeat", agent.base))
+            .bearer_auth(&agent.credential)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(hb_body.clone())
+            .send()
+            .await;
+        let ok = r.as_ref().is_ok_and(|r| r.status().is_success());
+        {
+            let mut s = samples.lock().unwrap();
+            s.add_timed("heartbeat", t, t, ok);
+            if !ok {
+                s.failed("heartbeat", &answer_of(&r));
+            }
+        }
+        loop {
+            let t = Instant::now();
+            let r = client
+                .post(format!("{}/api/v1/agent/jobs/claim", agent.base))
+                .bearer_auth(&agent.credential)
+                .send()
+                .await;
+            let what = answer_of(&r);
+            let lease: Option<serde_json::Value> = match r {
+                Ok(r) if r.status() == 200 => r.json().await.ok(),
+                Ok(r) if r.status() == 204 => {
+                    samples
+                        .lock()
+                        .unwrap()
+                        .add_timed("claim (none)", t, t, true);
+                    break;
+                }
+                _ => None,
+            };
+            let Some(lease) = lease else {
+                let mut s = samples.lock().unwrap();
+                s.add_timed("claim", t, t, false);
+                s.failed("claim", &what);
+                break;
+            };
+            samples.lock().unwrap().add_timed("claim", t, t, true);
+            let run: Uuid = lease["run_id"]
+                .as_str()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or_default();
+            let answer = match oracle.answer(run).await {
+                Ok(a) => a,
+                Err(e) => TestResult {
+                    id: "t".into(),
+                    busbw_gbs: None,
+                    error: Some(format!("the load generator could not read run {run}: {e}")),
+                    seconds: None,
+                },
+            };
+            let seconds = answer.seconds.unwrap_or(30.0);
+            let finished = chrono::Utc::now();
+            let started = finished - chrono::Duration::milliseconds((seconds * 1e3) as i64);
+            let body = match answer.busbw_gbs {
+                Some(busbw) => {
+                    let bytes = 1i64 << 30;
+                    let time_us = seconds * 1e6 / 25.0;
+                    json!({"upload_key": Uuid::new_v4().to_string(), "outcome": "succeeded",
+                        "claim_id": lease["claim_id"],
+                        "rows": [{"size_bytes": bytes, "op": "all_reduce", "dtype": "float", "in_place": false,
+                                  "time_us": time_us, "algbw_gbs": busbw / 2.0, "busbw_gbs": busbw, "wrong": 0}],
+                        "started_at": started, "finished_at": finished})
+                }
+                None => json!({"upload_key": Uuid::new_v4().to_string(), "outcome": "failed",
+                    "claim_id": lease["claim_id"],
+                    "reason": format!("NCCL all_reduce: {} (simulated fabric)", answer.error.as_deref().unwrap_or("failed")),
+                    "started_at": started, "finished_at": finished}),
+            };
+            let t = Instant::now();
+            let r = client
+                .post(format!(
+                    "{}/api/v1/agent/jobs/{}/result",
+                    agent.base,
+                    lease["job_id"].as_str().unwrap_or("")
+                ))
+                .bearer_auth(&agent.credential)
+                .json(&body)
+                .send()
+                .await;
+            let ok = r.as_ref().is_ok_and(|r| r.status().is_success());
+            let mut s = samples.lock().unwrap();
+            s.add_timed("result", t, t, ok);
+            if !ok {
+                s.failed("result", &answer_of(&r));
+            }
+        }
+    }
+}
+
+/// The suspects: `count` consecutive nodes from the block of that size holding the first
+/// node the first fault's traffic crosses.
+fn suspects(fabric: &Fabric, faults: &[Fault], agents: usize, count: usize) -> String {
+    let count = count.clamp(2, agents);
+    let first = faults
+        .first()
+        .and_then(|f| behind(fabric, f.kind, &f.id).into_iter().next())
+        .and_then(|n| fabric.nodes.iter().position(|m| m.name == n))
+        .unwrap_or(0);
+    let start = (first / count * count).min(agents - count);
+    let names: Vec<String> = (start..start + count)
+        .map(|i| node_name(i, agents))
+        .collect();
+    heddle_types::hostlist::compress(&names)
+}
+
+/// Runs the investigation; returns the report's fabric part.
+pub async fn run(
+    a: &FabricArgs,
+    base: &str,
+    agents: Vec<Agent>,
+    clients: &[reqwest::Client],
+    hb: Duration,
+) -> anyhow::Result<serde_json::Value> {
+    let n = agents.len();
+    let fabric = fabric_of(n, a);
+    let faults: Vec<Fault> = a
+        .faults
+        .iter()
+        .map(|f| f.parse().map_err(|e| anyhow::anyhow!("--fault {f}: {e}")))
+        .collect::<anyhow::Result<_>>()?;
+    let http = &clients[0];
+    let t = Instant::now();
+    http.put(format!("{base}/api/v1/fabric"))
+        .bearer_auth(ADMIN)
+        .json(&json!({"source": "heddle", "text": serde_json::to_string(&fabric)?}))
+        .send()
+        .await?
+        .error_for_status()?;
+    let import_s = t.elapsed().as_secs_f64();
+    let ix: &'static Index = Box::leak(Box::new(Index::new(&fabric)));
+    let model = Model::new(ix, &faults, a.seed).map_err(anyhow::Error::msg)?;
+    let oracle = Arc::new(Oracle {
+        model: Mutex::new(model),
+        answers: Mutex::default(),
+        http: http.clone(),
+        base: base.to_string(),
+    });
+    let stop = Arc::new(AtomicBool::new(false));
+    let samples = Arc::new(Mutex::new(Samples::default()));
+    let mut tasks = Vec::new();
+    for (i, agent) in agents.into_iter().enumerate() {
+        let phase = hb.mul_f64((i as f64 * 0.618_033_988_75).fract());
+        tasks.push(tokio::spawn(agent_loop(
+            agent,
+            clients[i % clients.len()].clone(),
+            oracle.clone(),
+            hb,
+            phase,
+            stop.clone(),
+            samples.clone(),
+        )));
+    }
+    let suspects = suspects(&fabric, &faults, n, a.suspects);
+    let start = Instant::now();
+    let resp = http
+        .post(format!("{base}/api/v1/fabric/investigations"))
+        .bearer_auth(ADMIN)
+        .json(&json!({"suspects": [suspects], "max_rounds": a.max_rounds, "label": "heddle-loadgen --fabric"}))
+        .send()
+        .await?;
+    let status = resp.status();
+    if !status.is_success() {
+        anyhow::bail!(
+            "starting the investigation: {status} {}",
+            resp.text().await.unwrap_or_default()
+        );
+    }
+    let created: FabricInvestigation = resp.json().await?;
+    let mut rounds_at = Vec::new();
+    let mut last_round = 0;
+    let inv = loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let inv: FabricInvestigation = http
+            .get(format!(
+                "{base}/api/v1/fabric/investigations/{}",
+                created.id
+            ))
+            .bearer_auth(ADMIN)
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?;
+        if inv.round != last_round {
+            last_round = inv.round;
+            rounds_at.push(
+                json!({"round": inv.round, "at_s": start.elapsed().as_secs_f64(),
+                "tests": inv.tests.iter().filter(|t| t.round == inv.round).count()}),
+            );
+        }
+        if inv.state != InvestigationState::Running {
+            break inv;
+        }
+        anyhow::ensure!(
+            start.elapsed() < Duration::from_secs(a.timeout_s),
+            "the investigation still runs after {} s (round {})",
+            a.timeout_s,
+            inv.round
+        );
+    };
+    let wall_s = start.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.abort();
+    }
+    let blamed: Vec<heddle_types::fabric::sim::Blame> = inv
+        .blamed
+        .iter()
+        .map(|p| heddle_types::fabric::sim::Blame {
+            component: p.component,
+            id: p.id.clone(),
+            confidence: p.confidence,
+            evidence: Vec::new(),
+        })
+        .collect();
+    let (right, _, _) = tally(ix, &blamed, &faults);
+    // What the health of a node behind the first blamed part says.
+    let mut health_reason = serde_json::Value::Null;
+    if let Some(p) = inv.blamed.first() {
+        let node = heddle_types::hostlist::expand(&p.nodes)
+            .ok()
+            .and_then(|l| l.0.last().cloned());
+        if let Some(node) = node {
+            let h: serde_json::Value = http
+                .get(format!("{base}/api/v1/nodes/{node}/health"))
+                .bearer_auth(ADMIN)
+                .send()
+                .await?
+                .error_for_status()?
+                .json()
+                .await?;
+            health_reason = h["reasons"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|r| r["code"] == "fabric-blamed")
+                .map(|r| json!({"node": node, "verdict": h["verdict"], "severity": r["severity"], "message": r["message"]}))
+                .unwrap_or_else(|| json!({"node": node, "verdict": h["verdict"], "message": null}));
+        }
+    }
+    let samples = samples.lock().unwrap();
+    let latency: serde_json::Map<String, serde_json::Value> = samples
+        .0
+        .iter()
+        .map(|(k, v)| (k.to_string(), summary(v)))
+        .collect();
+    Ok(json!({
+        "state": inv.state.as_str(),
+        "error": inv.error,
+        "faults": a.faults,
+        "suspects": suspects,
+        "nodes_available": inv.nodes_available,
+        "fabric_import_s": import_s,
+        "wall_s": wall_s,
+        "rounds": inv.round,
+        "tests": inv.tests.len(),
+        "node_seconds": inv.node_seconds,
+        "blamed": inv.blamed.iter().map(|p| json!({"component": p.component, "id": p.id, "confidence": p.confidence, "place": p.place})).collect::<Vec<_>>(),
+        "right": right,
+        "faults_found": right == faults.len() && blamed.len() == faults.len(),
+        "rounds_at": rounds_at,
+        "health_reason": health_reason,
+        "notes": inv.notes,
+        "latency": latency,
+        "failures": samples.3,
+    }))
+}
