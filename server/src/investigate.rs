@@ -20,6 +20,7 @@ pub mod p2p;
 pub mod schedule;
 
 mod advance;
+mod fabric_health;
 mod fabric_store;
 mod store;
 

@@ -5,6 +5,7 @@
 
 pub mod admin_api;
 pub mod compare;
+pub mod fabric_oracle;
 pub mod fleet;
 pub mod fleet_ops;
 pub mod probe;

@@ -6,7 +6,8 @@
 //! plugin and dry-run it, create an enrollment token, open a sweep, a p2p matrix and an
 //! investigation (`dashboard/pages.rs`), and sign in again as a viewer. A second test opens
 //! the regressions page with a regression made from simulated weeks of results
-//! (`dashboard/regressions.rs`).
+//! (`dashboard/regressions.rs`); a third the fabric page after a fabric investigation found
+//! a hung leaf (`dashboard/fabric.rs`).
 //!
 //! Needs `frontend/dist` (scripts/build-frontend.sh), `plugins/dist` (scripts/build-plugins.sh),
 //! `chromium` and `chromium-driver` from apt, and `HEDDLE_TEST_DATABASE_URL`. Screenshots of
@@ -21,6 +22,8 @@ use serde_json::{Value, json};
 
 #[path = "dashboard/browser.rs"]
 mod browser;
+#[path = "dashboard/fabric.rs"]
+mod fabric;
 #[path = "dashboard/pages.rs"]
 mod pages;
 #[path = "dashboard/regressions.rs"]
@@ -525,6 +528,17 @@ async fn regressions_page_in_chromium() {
     let (server, api) = dashboard_server().await;
     let (shots, _driver, c) = signed_in(&server).await;
     regressions::regressions_page(&c, &server, &api, &shots).await;
+    c.close().await.unwrap();
+}
+
+/// A fabric investigation run by simulated agents over a generated fat tree with a hung
+/// leaf: the fabric page draws the tree with that leaf marked, and the investigation's
+/// page names it (`dashboard/fabric.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fabric_page_marks_the_blamed_leaf_in_chromium() {
+    let (server, api) = dashboard_server().await;
+    let (shots, _driver, c) = signed_in(&server).await;
+    fabric::fabric_page(&c, &server, &api, &shots).await;
     c.close().await.unwrap();
 }
 

@@ -20,7 +20,6 @@ use heddle_types::fabric::investigation::{
 };
 use heddle_types::fabric::plan::{Config, MAX_OBSERVATIONS, Planner};
 use heddle_types::fabric::sim::{RoundRequest, RoundResults, TestResult};
-use heddle_types::health::{Reason, Severity};
 use heddle_types::jobs::JobSpec;
 use sqlx::types::Json;
 use uuid::Uuid;
@@ -31,10 +30,8 @@ use super::fabric_store::{self as store, FabricRow, Stored, TestRow};
 use crate::fabric::FabricError;
 use crate::jobs::{self, JobError, NewRun};
 
+pub use super::fabric_health::node_reasons;
 pub use store::{list, load};
-
-/// How long a blame counts in its nodes' health, as an observed job's verdict does.
-const BLAME_HOURS: i64 = crate::health::observed::NODE_HEALTH_WINDOW_HOURS;
 
 /// Attempts of a test's jobs: one retry when an agent is lost mid-test.
 const TEST_MAX_ATTEMPTS: u32 = 2;
@@ -576,44 +573,4 @@ fn one_name_a_rail(fabric: &Fabric) -> Result<(), String> {
 fn rand_seed() -> i64 {
     let b = Uuid::new_v4().into_bytes();
     i64::from_le_bytes(b[..8].try_into().expect("8 bytes")) & i64::MAX
-}
-
-/// A node's health reasons from fabric investigations of the last day that blamed
-/// something its traffic crosses: the node itself or one of its NICs fails it; a switch
-/// or uplink it hangs off warns (the node is fine, its path is not).
-pub async fn node_reasons(
-    db: &sqlx::PgPool,
-    hostname: &str,
-) -> Result<Vec<Reason>, InvestigateError> {
-    let mut out = Vec::new();
-    for (id, Json(stored)) in store::blaming(db, hostname, BLAME_HOURS).await? {
-        for p in &stored.blamed {
-            let mine = heddle_types::hostlist::expand(&p.nodes)
-                .map(|l| l.0.iter().any(|n| n == hostname))
-                .unwrap_or(false);
-            if !mine {
-                continue;
-            }
-            use heddle_types::fabric::index::Kind;
-            let (severity, what) = match p.component {
-                Kind::Node | Kind::Nic => (Severity::Fail, "this node's"),
-                _ => (Severity::Warn, "a part its traffic crosses:"),
-            };
-            out.push(Reason {
-                severity,
-                message: format!(
-                    "fabric investigation {id} blamed {what} {} ({:.0}% sure)",
-                    p.place,
-                    p.confidence * 100.0
-                ),
-                metric: None,
-                observed: None,
-                expected: None,
-                basis: "fabric-investigation".into(),
-                code: Some("fabric-blamed".into()),
-                evidence: p.evidence.first().cloned(),
-            });
-        }
-    }
-    Ok(out)
 }

@@ -126,6 +126,15 @@ pub struct FabricPart {
     pub evidence: Vec<String>,
 }
 
+impl FabricPart {
+    /// Whether `node`'s traffic crosses this part: its `nodes` hostlist holds it (read with
+    /// the fabric's bound, not the command line's: a spine's may name every node).
+    pub fn covers(&self, node: &str) -> bool {
+        crate::hostlist::expand_at_most(&self.nodes, super::MAX_NODES)
+            .is_ok_and(|l| l.0.iter().any(|n| n == node))
+    }
+}
+
 /// A fabric investigation as the API answers it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -424,5 +433,26 @@ mod tests {
         );
         assert_eq!(m["leaf-su0-r0"].uplinks, ["maybe every uplink"]);
         assert!(!m.contains_key("spine-r0-0"));
+    }
+
+    #[test]
+    fn a_spine_covers_every_node_behind_it_past_the_command_lines_bound() {
+        let f = fat_tree(&FatTree {
+            nodes: 5000,
+            rails: 1,
+            nodes_per_leaf: 32,
+            spines_per_rail: 1,
+        });
+        let p = part(
+            &f,
+            &Blame {
+                component: Kind::Spine,
+                id: "spine-r0-0".into(),
+                confidence: 1.0,
+                evidence: vec![],
+            },
+        );
+        assert_eq!(p.node_count, 5000);
+        assert!(p.covers("n4999") && p.covers("n0001") && !p.covers("n5001"));
     }
 }

@@ -1,26 +1,22 @@
 //! `heddle-loadgen --fabric`: a real server runs a real fabric investigation over the
 //! simulated agents. The generated fat tree (`heddle_types::fabric::generate`) is imported
 //! as the site's fabric, every agent heartbeats and claims, and the tests it claims are
-//! answered from the fabric model (`heddle_types::fabric::model`) with the faults given:
-//! the first agent of a run reads the run's nodes from the API, the model gives the test's
-//! bus bandwidth or its hang, and every rank uploads it as its result. Reports the
+//! answered from the fabric model with the faults given (`heddle_e2e::fabric_oracle`). Reports the
 //! investigation's wall time, rounds and tests, what it blamed and whether that was the
 //! fault, and what it cost the server.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use heddle_e2e::fabric_oracle::{Oracle, result_body};
 use heddle_types::fabric::Fabric;
 use heddle_types::fabric::generate::{FatTree, fat_tree, node_name};
 use heddle_types::fabric::index::Index;
 use heddle_types::fabric::investigation::{FabricInvestigation, behind};
-use heddle_types::fabric::model::{Fault, Model, tally};
-use heddle_types::fabric::sim::{ALL_REDUCE, RoundRequest, TestResult, TestSpec};
+use heddle_types::fabric::model::{Fault, tally};
 use heddle_types::investigations::InvestigationState;
 use serde_json::json;
-use tokio::sync::OnceCell;
 use uuid::Uuid;
 
 use super::{ADMIN, Agent, Samples, answer_of, summary};
@@ -44,67 +40,6 @@ pub fn fabric_of(agents: usize, a: &FabricArgs) -> Fabric {
         nodes_per_leaf: a.nodes_per_leaf,
         spines_per_rail: 1,
     })
-}
-
-/// The test each run stands for, answered once (the first rank to ask reads the run).
-type Answers = Mutex<HashMap<Uuid, Arc<OnceCell<TestResult>>>>;
-
-struct Oracle {
-    model: Mutex<Model<'static>>,
-    answers: Answers,
-    http: reqwest::Client,
-    base: String,
-}
-
-impl Oracle {
-    async fn answer(&self, run: Uuid) -> anyhow::Result<TestResult> {
-        let cell = self.answers.lock().unwrap().entry(run).or_default().clone();
-        let r = cell
-            .get_or_try_init(|| async {
-                let run: serde_json::Value = self
-                    .http
-                    .get(format!("{}/api/v1/runs/{run}", self.base))
-                    .bearer_auth(ADMIN)
-                    .send()
-                    .await?
-                    .error_for_status()?
-                    .json()
-                    .await?;
-                let mut jobs: Vec<(i64, String)> = run["jobs"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|j| {
-                        (
-                            j["rank"].as_i64().unwrap_or(0),
-                            j["hostname"].as_str().unwrap_or("").to_string(),
-                        )
-                    })
-                    .collect();
-                jobs.sort();
-                // `NCCL_IB_HCA==mlx5_R` selects rail R; without it, every rail.
-                let rail = run["spec"]["env"]["NCCL_IB_HCA"]
-                    .as_str()
-                    .and_then(|v| v.trim_start_matches("=mlx5_").parse::<u32>().ok());
-                let bytes = run["spec"]["params"]["max_bytes"]
-                    .as_u64()
-                    .unwrap_or(1 << 30);
-                let req = RoundRequest {
-                    round: 0,
-                    tests: vec![TestSpec {
-                        id: "t".into(),
-                        kind: ALL_REDUCE.into(),
-                        nodes: jobs.into_iter().map(|j| j.1).collect(),
-                        rail,
-                        bytes,
-                    }],
-                };
-                let mut res = self.model.lock().unwrap().answer(&req);
-                anyhow::Ok(res.results.remove(0))
-            })
-            .await?;
-        Ok(r.clone())
-    }
 }
 
 /// One agent: a heartbeat every interval, then claims until nothing is left, answering
@@ -171,33 +106,8 @@ async fn agent_loop(
                 .as_str()
                 .and_then(|s| s.parse().ok())
                 .unwrap_or_default();
-            let answer = match oracle.answer(run).await {
-                Ok(a) => a,
-                Err(e) => TestResult {
-                    id: "t".into(),
-                    busbw_gbs: None,
-                    error: Some(format!("the load generator could not read run {run}: {e}")),
-                    seconds: None,
-                },
-            };
-            let seconds = answer.seconds.unwrap_or(30.0);
-            let finished = chrono::Utc::now();
-            let started = finished - chrono::Duration::milliseconds((seconds * 1e3) as i64);
-            let body = match answer.busbw_gbs {
-                Some(busbw) => {
-                    let bytes = 1i64 << 30;
-                    let time_us = seconds * 1e6 / 25.0;
-                    json!({"upload_key": Uuid::new_v4().to_string(), "outcome": "succeeded",
-                        "claim_id": lease["claim_id"],
-                        "rows": [{"size_bytes": bytes, "op": "all_reduce", "dtype": "float", "in_place": false,
-                                  "time_us": time_us, "algbw_gbs": busbw / 2.0, "busbw_gbs": busbw, "wrong": 0}],
-                        "started_at": started, "finished_at": finished})
-                }
-                None => json!({"upload_key": Uuid::new_v4().to_string(), "outcome": "failed",
-                    "claim_id": lease["claim_id"],
-                    "reason": format!("NCCL all_reduce: {} (simulated fabric)", answer.error.as_deref().unwrap_or("failed")),
-                    "started_at": started, "finished_at": finished}),
-            };
+            let answer = oracle.answer(run).await;
+            let body = result_body(&lease, &answer);
             let t = Instant::now();
             let r = client
                 .post(format!(
@@ -260,13 +170,8 @@ pub async fn run(
         .error_for_status()?;
     let import_s = t.elapsed().as_secs_f64();
     let ix: &'static Index = Box::leak(Box::new(Index::new(&fabric)));
-    let model = Model::new(ix, &faults, a.seed).map_err(anyhow::Error::msg)?;
-    let oracle = Arc::new(Oracle {
-        model: Mutex::new(model),
-        answers: Mutex::default(),
-        http: http.clone(),
-        base: base.to_string(),
-    });
+    let oracle = Oracle::new(ix, &faults, a.seed, base, ADMIN).map_err(anyhow::Error::msg)?;
+    let oracle = Arc::new(oracle);
     let stop = Arc::new(AtomicBool::new(false));
     let samples = Arc::new(Mutex::new(Samples::default()));
     let mut tasks = Vec::new();
@@ -349,9 +254,10 @@ pub async fn run(
     // What the health of a node behind the first blamed part says.
     let mut health_reason = serde_json::Value::Null;
     if let Some(p) = inv.blamed.first() {
-        let node = heddle_types::hostlist::expand(&p.nodes)
-            .ok()
-            .and_then(|l| l.0.last().cloned());
+        let node =
+            heddle_types::hostlist::expand_at_most(&p.nodes, heddle_types::fabric::MAX_NODES)
+                .ok()
+                .and_then(|l| l.0.last().cloned());
         if let Some(node) = node {
             let h: serde_json::Value = http
                 .get(format!("{base}/api/v1/nodes/{node}/health"))
