@@ -17,6 +17,8 @@ CREATE TABLE fabric_investigations (
     max_nodes       integer NOT NULL CHECK (max_nodes >= 0),
     max_rounds      integer NOT NULL CHECK (max_rounds BETWEEN 1 AND 50),
     suspects_only   boolean NOT NULL,
+    -- Nodes running a job may be tested (by default a round leaves their tests out).
+    include_busy    boolean NOT NULL DEFAULT false,
     timeout_s       integer NOT NULL CHECK (timeout_s > 0),
     seed            bigint NOT NULL,
     evidence        jsonb NOT NULL DEFAULT '[]',

@@ -299,14 +299,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             if json {
                 return print_json(&nodes).map(|_| ExitCode::SUCCESS);
             }
-            let rank = |h: &str| match h {
-                "offline" => 0,
-                "stale" => 1,
-                _ => 2,
-            };
+            // Offline first, then stale (`Liveness` orders them so).
             nodes.sort_by_key(|n| {
                 (
-                    rank(&n.health),
+                    n.health,
                     n.port_states.iter().any(|s| s != "ACTIVE") as u8 ^ 1,
                     n.hostname.clone(),
                 )
@@ -319,7 +315,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     n.traits.iter().map(|(k, v)| format!("{k}={v}")).collect();
                 t.add_row(vec![
                     n.hostname.clone(),
-                    n.health.clone(),
+                    n.health.to_string(),
                     format!(
                         "{} × {}",
                         n.gpu_count,

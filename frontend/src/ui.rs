@@ -83,18 +83,7 @@ pub fn when(t: Option<DateTime<Utc>>) -> String {
 
 /// Message sizes as nccl-tests people read them: 8 B, 64 KiB, 1 MiB, 8 GiB.
 pub fn size(bytes: i64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = bytes as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if v.fract() == 0.0 {
-        format!("{v:.0} {}", UNITS[u])
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
+    heddle_types::kinds::shown::size(bytes.max(0) as u64)
 }
 
 pub fn opt_num(v: Option<f64>, digits: usize) -> String {

@@ -5,6 +5,7 @@ pub mod job_env_version;
 pub mod plugins;
 pub mod reachability;
 
+use heddle_types::nodes::Liveness;
 use sqlx::PgExecutor;
 use uuid::Uuid;
 
@@ -87,17 +88,17 @@ const STALE_WITHIN_HEARTBEATS: f64 = 10.0;
 pub fn health(
     last_seen: Option<chrono::DateTime<chrono::Utc>>,
     heartbeat: std::time::Duration,
-) -> &'static str {
+) -> Liveness {
     let Some(seen) = last_seen else {
-        return "offline";
+        return Liveness::Offline;
     };
     let age = (chrono::Utc::now() - seen).to_std().unwrap_or_default();
     if age <= heartbeat.mul_f64(ONLINE_WITHIN_HEARTBEATS) {
-        "online"
+        Liveness::Online
     } else if age <= heartbeat.mul_f64(STALE_WITHIN_HEARTBEATS) {
-        "stale"
+        Liveness::Stale
     } else {
-        "offline"
+        Liveness::Offline
     }
 }
 
@@ -108,17 +109,16 @@ pub fn health_thresholds(heartbeat: std::time::Duration) -> (f64, f64) {
 }
 
 /// The heartbeat ages in seconds (at least, at most) that [`health`] calls `state`, for
-/// filtering in SQL; `None` for a name that is not a health state.
+/// filtering in SQL.
 pub fn health_age_bounds(
-    state: &str,
+    state: Liveness,
     heartbeat: std::time::Duration,
-) -> Option<(Option<f64>, Option<f64>)> {
+) -> (Option<f64>, Option<f64>) {
     let (online, stale) = health_thresholds(heartbeat);
     match state {
-        "online" => Some((None, Some(online))),
-        "stale" => Some((Some(online), Some(stale))),
-        "offline" => Some((Some(stale), None)),
-        _ => None,
+        Liveness::Online => (None, Some(online)),
+        Liveness::Stale => (Some(online), Some(stale)),
+        Liveness::Offline => (Some(stale), None),
     }
 }
 
@@ -176,15 +176,19 @@ mod tests {
     fn health_bands() {
         let hb = std::time::Duration::from_secs(10);
         let now = chrono::Utc::now();
-        assert_eq!(health(None, hb), "offline");
-        assert_eq!(health(Some(now), hb), "online");
+        assert_eq!(health(None, hb), Liveness::Offline);
+        assert_eq!(health(Some(now), hb), Liveness::Online);
         assert_eq!(
             health(Some(now - chrono::Duration::seconds(40)), hb),
-            "stale"
+            Liveness::Stale
         );
         assert_eq!(
             health(Some(now - chrono::Duration::seconds(500)), hb),
-            "offline"
+            Liveness::Offline
+        );
+        assert_eq!(
+            health_age_bounds(Liveness::Stale, hb),
+            (Some(25.0), Some(100.0))
         );
     }
 }

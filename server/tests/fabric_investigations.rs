@@ -180,3 +180,122 @@ async fn requests_are_checked_and_the_first_round_runs_on_idle_nodes() {
     assert_eq!(s, StatusCode::CREATED, "{body}");
     assert_eq!(body["nodes_available"], 12, "{body}");
 }
+
+/// Answers every queued test of `agent` with a healthy figure.
+async fn answer_all(api: &Api, credential: &str) {
+    loop {
+        let (s, lease) = api
+            .post("/api/v1/agent/jobs/claim", credential, json!({}))
+            .await;
+        if s == StatusCode::NO_CONTENT {
+            return;
+        }
+        assert_eq!(s, StatusCode::OK, "{lease}");
+        assert_eq!(lease["spec"]["kind"], "nccl", "{lease}");
+        let job = lease["job_id"].as_str().unwrap();
+        let body = json!({"upload_key": uuid::Uuid::new_v4().to_string(), "outcome": "succeeded",
+            "claim_id": lease["claim_id"], "rows": [{"size_bytes": 1i64 << 30, "busbw_gbs": 45.0}],
+            "started_at": "2026-01-01T00:00:00Z", "finished_at": "2026-01-01T00:00:02Z"});
+        let (s, answer) = api
+            .post(
+                &format!("/api/v1/agent/jobs/{job}/result"),
+                credential,
+                body,
+            )
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{answer}");
+    }
+}
+
+/// A node that takes on a job of its own while an investigation runs is left out of the
+/// next round: its tests are skipped, saying why, and are no evidence.
+#[tokio::test]
+async fn a_node_that_becomes_busy_is_left_out_of_the_next_round() {
+    let server = TestServer::start().await;
+    let api = Api::new(&server);
+    let fabric = fat_tree(&FatTree {
+        nodes: 8,
+        rails: 2,
+        nodes_per_leaf: 4,
+        spines_per_rail: 1,
+    });
+    let (s, body) = api
+        .call(
+            Method::PUT,
+            "/api/v1/fabric",
+            Some(&server.admin_token),
+            Some(json!({"source": "heddle", "text": serde_json::to_string(&fabric).unwrap()})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    let mut agents = Vec::new();
+    for n in &fabric.nodes {
+        let a = enroll(&api, &server, &n.name).await;
+        heartbeat(&api, &a.credential).await;
+        agents.push(a);
+    }
+    let (s, body) = create(
+        &api,
+        &server.admin_token,
+        json!({"suspects": ["n[0001-0008]"]}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED, "{body}");
+    let id = body["id"].as_str().unwrap().to_string();
+
+    // n0003 answers its round-1 tests, then takes on a run of its own; the others answer.
+    answer_all(&api, &agents[2].credential).await;
+    let own = server
+        .start_run(json!({"kind": "memcpy", "nodes": ["n0003"]}))
+        .await;
+    let (s, lease) = api
+        .post("/api/v1/agent/jobs/claim", &agents[2].credential, json!({}))
+        .await;
+    assert_eq!(
+        (s, lease["run_id"].clone()),
+        (StatusCode::OK, json!(own.id))
+    );
+    for (i, a) in agents.iter().enumerate() {
+        if i != 2 {
+            answer_all(&api, &a.credential).await;
+        }
+    }
+    let path = format!("/api/v1/fabric/investigations/{id}");
+    let start = std::time::Instant::now();
+    let inv: FabricInvestigation = loop {
+        let (s, body) = api.get(&path, &server.admin_token).await;
+        assert_eq!(s, StatusCode::OK, "{body}");
+        let inv: FabricInvestigation = serde_json::from_value(body).unwrap();
+        if inv.round >= 2 {
+            break inv;
+        }
+        assert!(
+            start.elapsed().as_secs() < 30,
+            "round 2 never started: {inv:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    let round2: Vec<_> = inv.tests.iter().filter(|t| t.round == 2).collect();
+    let busy: Vec<_> = round2
+        .iter()
+        .filter(|t| t.nodes.iter().any(|m| m == "n0003"))
+        .collect();
+    assert!(!busy.is_empty(), "round 2 tests n0003 again: {round2:?}");
+    for t in busy {
+        assert_eq!(t.state, FabricTestState::Skipped, "{t:?}");
+        assert_eq!(t.run_id, None);
+        let why = t.error.as_deref().unwrap_or_default();
+        assert!(why.contains("n0003 is running a job"), "{why}");
+    }
+    let others: Vec<_> = round2
+        .iter()
+        .filter(|t| !t.nodes.iter().any(|m| m == "n0003"))
+        .collect();
+    assert!(!others.is_empty());
+    assert!(
+        others
+            .iter()
+            .all(|t| t.state == FabricTestState::Running && t.run_id.is_some()),
+        "{others:?}"
+    );
+}

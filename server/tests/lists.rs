@@ -343,7 +343,7 @@ async fn node_filters_and_counts_agree() {
         .await;
     let online_broken = all
         .iter()
-        .filter(|n| n.health == "online" && !n.problems().is_empty())
+        .filter(|n| n.health == heddle_types::nodes::Liveness::Online && !n.problems().is_empty())
         .count();
     assert_eq!(
         (&c["fleet"], &c["total"], &c["problems"], &c["offline"]),

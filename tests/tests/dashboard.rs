@@ -391,10 +391,15 @@ async fn dashboard_end_to_end_in_chromium() {
     wait_text(&c, "#jobs", "dgx15").await;
     wait_text(&c, "#jobs", "size").await;
     // Only the changed parameter is stored; the rest are the kind's defaults.
-    wait_text(&c, "main", r#"params {"iters":5}"#).await;
+    let params = wait_text(&c, "#run-params", "5 iterations").await;
+    assert!(!params.contains("min_bytes"), "{params}");
+    wait_text(&c, "#run-env-line", "NCCL_IB_HCA=mlx5_0").await;
     shots.take(&c, "07-run-live").await;
     wait_text(&c, "#run-state", "succeeded").await;
     wait_text(&c, "#nccl-table", "1 GiB").await;
+    // The result's summary, a line a field.
+    wait_text(&c, "#result-summary", "transport").await;
+    wait_text(&c, "#result-summary", "2.21.5").await;
     c.wait()
         .at_most(Duration::from_secs(10))
         .for_element(Locator::Css("#busbw-chart polyline"))

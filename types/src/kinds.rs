@@ -26,6 +26,7 @@ pub mod rdma;
 pub mod rdma_ab;
 #[macro_use]
 mod run_params;
+pub mod shown;
 pub mod sleep;
 pub mod sweep;
 pub mod ucx;

@@ -4,6 +4,47 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+/// Whether a node's agent is heard from, by the age of its last heartbeat (the server's
+/// `db::health` draws the lines): what `heddle nodes` and the fleet page call its health.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum Liveness {
+    /// No heartbeat, or none for a long while. Ordered first: the worst.
+    Offline,
+    /// Heartbeats late, not yet long gone.
+    Stale,
+    Online,
+}
+
+impl Liveness {
+    pub const ALL: [Liveness; 3] = [Liveness::Online, Liveness::Stale, Liveness::Offline];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Liveness::Online => "online",
+            Liveness::Stale => "stale",
+            Liveness::Offline => "offline",
+        }
+    }
+}
+
+impl std::fmt::Display for Liveness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Liveness {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Liveness, String> {
+        Liveness::ALL
+            .into_iter()
+            .find(|l| l.as_str() == s)
+            .ok_or_else(|| format!("health {s:?} must be online, stale or offline"))
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct NodeSummary {
@@ -11,7 +52,7 @@ pub struct NodeSummary {
     pub hostname: String,
     pub site: Option<String>,
     /// `online`, `stale` or `offline`, from the agent's heartbeat age.
-    pub health: String,
+    pub health: Liveness,
     pub gpu_model: Option<String>,
     pub gpu_count: i32,
     pub hcas: Vec<String>,
@@ -29,7 +70,7 @@ impl NodeSummary {
     /// (`server/src/api/node_list.rs`); `server/tests/lists.rs` holds the two together.
     pub fn problems(&self) -> Vec<String> {
         let mut out = Vec::new();
-        if self.health != "online" {
+        if self.health != Liveness::Online {
             out.push(format!("agent {}", self.health));
         }
         if self.facts_updated_at.is_none() {

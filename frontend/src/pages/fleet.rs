@@ -364,7 +364,7 @@ fn row(n: &NodeSummary) -> impl IntoView + use<> {
     view! {
         <tr class=class data-host=n.hostname.clone()>
             <td><a href=href>{n.hostname.clone()}</a>{n.site.clone().map(|s| view! { <span class="muted">{format!(" · {s}")}</span> })}</td>
-            <td>{health_badge(&n.health)}</td>
+            <td>{health_badge(n.health.as_str())}</td>
             <td>{gpus}</td>
             <td class="mono">{if n.hcas.is_empty() { "—".to_string() } else { n.hcas.join(" ") }}</td>
             <td>{ports}</td>

@@ -102,7 +102,8 @@ fn RunView(id: Uuid) -> impl IntoView {
                     _ => None,
                 }}</div>
             <p class="muted">{format!("{} · by {} · started {} · finished {}", r.spec.kind, r.created_by, when(Some(r.created_at)), when(r.finished_at))}</p>
-            <p class="mono small">{format!("params {} {}", r.spec.params, if env.is_empty() { String::new() } else { format!("· env {env}") })}</p>
+            {lines_table("run-params", "Params", heddle_types::kinds::shown::params(&r.spec.kind, r.spec.params.raw()))}
+            {(!env.is_empty()).then(|| view! { <p class="mono small" id="run-env-line">{format!("env {env}")}</p> })}
             {agreed_line(&r.jobs)}
             {env_tables(r.jobs.clone())}
             {jobs_table(r.jobs)}
@@ -164,6 +165,22 @@ fn env_tables(jobs: Vec<Job>) -> impl IntoView {
             }
         })
         .collect_view()
+}
+
+/// Name-value lines (a run's params, a result's summary) as a small table; nothing when
+/// there are none. A documented param's help is its tooltip.
+fn lines_table(
+    id: &'static str,
+    title: &'static str,
+    lines: Vec<heddle_types::kinds::shown::Line>,
+) -> impl IntoView {
+    (!lines.is_empty()).then(|| {
+        let rows = lines
+            .into_iter()
+            .map(|l| view! { <tr title=l.help.unwrap_or_default()><th>{l.name}</th><td class="mono">{l.value}</td></tr> })
+            .collect_view();
+        view! { <table class="kv small" id=id><caption>{title}</caption><tbody>{rows}</tbody></table> }
+    })
 }
 
 /// Which path the bytes took, and the transport reasons with the tool's own line.
@@ -321,7 +338,7 @@ fn result_block(r: JobResult) -> impl IntoView {
             {super::health::verdict_block(r.verdict.clone())}
             {transport_block(r.summary.clone(), r.verdict.clone())}
             {super::kinds::rdma_ab::tables(&r)}
-            {(!r.summary.is_null()).then(|| view! { <p class="mono small">{r.summary.to_string()}</p> })}
+            {lines_table("result-summary", "Summary", heddle_types::kinds::shown::summary(&r.summary))}
             {has_rows.then(|| view! {
                 <table class="grid nccl" id="nccl-table"><thead><tr><th>"size"</th><th>"count"</th><th>"type"</th><th>"redop"</th><th>"root"</th>
                     <th>"placement"</th><th>"time (us)"</th><th>"algbw (GB/s)"</th><th>"busbw (GB/s)"</th><th>"#wrong"</th></tr></thead>

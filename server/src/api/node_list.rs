@@ -133,9 +133,7 @@ impl Filters {
         };
         let (min_age, max_age) = match f.health.as_deref() {
             None => (None, None),
-            Some(h) => db::health_age_bounds(h, heartbeat).ok_or_else(|| {
-                ApiError::BadRequest(format!("health {h:?} must be online, stale or offline"))
-            })?,
+            Some(h) => db::health_age_bounds(h.parse().map_err(ApiError::BadRequest)?, heartbeat),
         };
         let pattern = match f.q.as_deref().map(str::trim) {
             None | Some("") => None,

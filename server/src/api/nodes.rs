@@ -41,7 +41,7 @@ pub(super) const NODE_SELECT: &str =
 impl NodeRow {
     pub(super) fn summary(self, hb: std::time::Duration) -> NodeSummary {
         NodeSummary {
-            health: db::health(self.last_seen_at, hb).to_string(),
+            health: db::health(self.last_seen_at, hb),
             id: self.id,
             hostname: self.hostname,
             site: self.site,

@@ -369,7 +369,7 @@ pub async fn list_agents(
                 health: if r.revoked_at.is_some() {
                     "revoked".into()
                 } else {
-                    db::health(r.last_heartbeat_at, hb).into()
+                    db::health(r.last_heartbeat_at, hb).as_str().into()
                 },
                 id: r.id,
                 node_id: r.node_id,

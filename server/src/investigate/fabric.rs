@@ -135,6 +135,7 @@ pub async fn create(
         max_nodes: max_nodes as i32,
         max_rounds: max_rounds as i32,
         suspects_only: req.suspects_only,
+        include_busy: req.include_busy,
         timeout_s: timeout_s as i32,
         seed: rand_seed(),
         evidence: Json(req.evidence.clone()),
@@ -192,13 +193,10 @@ async fn advance_locked(
         }
     }
     collect(tx, id).await?;
-    let tests = store::tests(tx, id).await?;
-    if tests
-        .iter()
-        .any(|t| t.state == FabricTestState::Running.as_str())
-    {
+    if store::any_running(tx, id).await? {
         return Ok(0);
     }
+    let tests = store::tests(tx, id).await?;
     let fabric = match crate::fabric::current(&mut **tx).await {
         Ok(s) => s.fabric,
         Err(FabricError::NoneYet) => {
@@ -303,6 +301,13 @@ fn replay(fabric: &Fabric, row: &FabricRow, tests: &[TestRow]) -> Step {
             ));
         }
     }
+    // Skipped tests were never resumed; their ids are not to be given again.
+    let last = tests
+        .iter()
+        .filter_map(|t| t.test_id.strip_prefix('t')?.parse::<u64>().ok())
+        .max()
+        .unwrap_or(0);
+    planner.ids_past(last);
     match planner.next_round() {
         Some(req) => Step::Round(req),
         None => {
@@ -369,6 +374,12 @@ async fn start_round(
         .map(|(id, h)| (h, id))
         .collect();
     let nic_of_rail = rail_names(fabric);
+    // Nodes that took on a job since the investigation started are left alone.
+    let busy: BTreeSet<String> = if row.include_busy {
+        BTreeSet::new()
+    } else {
+        store::busy(tx, &names).await?.into_iter().collect()
+    };
     let mut started = 0;
     for t in &req.tests {
         let mut test = TestRow {
@@ -383,7 +394,13 @@ async fn start_round(
             error: None,
             seconds: None,
         };
-        match start_test(tx, row, req.round, t, &ids, &nic_of_rail).await? {
+        let step = match t.nodes.iter().find(|n| busy.contains(*n)) {
+            Some(n) => Err(format!(
+                "{n} is running a job (include_busy takes busy nodes)"
+            )),
+            None => start_test(tx, row, req.round, t, &ids, &nic_of_rail).await?,
+        };
+        match step {
             Ok(run) => {
                 test.run_id = Some(run);
                 started += 1;

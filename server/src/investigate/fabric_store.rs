@@ -30,6 +30,8 @@ pub(super) struct FabricRow {
     pub max_nodes: i32,
     pub max_rounds: i32,
     pub suspects_only: bool,
+    /// Nodes running a job may be tested.
+    pub include_busy: bool,
     pub timeout_s: i32,
     pub seed: i64,
     pub evidence: Json<Vec<Observation>>,
@@ -40,7 +42,7 @@ pub(super) struct FabricRow {
 }
 
 const SELECT: &str = "SELECT id, created_at, created_by, label, state, error, finished_at,
-    suspects, nodes, max_nodes, max_rounds, suspects_only, timeout_s, seed, evidence, round,
+    suspects, nodes, max_nodes, max_rounds, suspects_only, include_busy, timeout_s, seed, evidence, round,
     answer, notes FROM fabric_investigations";
 
 /// The answer as stored: the planner's, and its parts in the fabric's terms.
@@ -85,8 +87,8 @@ impl TestRow {
 pub(super) async fn insert(tx: &mut PgConnection, row: &FabricRow) -> Result<(), sqlx::Error> {
     sqlx::query(
         "INSERT INTO fabric_investigations (id, created_by, label, suspects, nodes, max_nodes,
-            max_rounds, suspects_only, timeout_s, seed, evidence, notes)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+            max_rounds, suspects_only, include_busy, timeout_s, seed, evidence, notes)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
     )
     .bind(row.id)
     .bind(&row.created_by)
@@ -96,6 +98,7 @@ pub(super) async fn insert(tx: &mut PgConnection, row: &FabricRow) -> Result<(),
     .bind(row.max_nodes)
     .bind(row.max_rounds)
     .bind(row.suspects_only)
+    .bind(row.include_busy)
     .bind(row.timeout_s)
     .bind(row.seed)
     .bind(&row.evidence)
@@ -249,6 +252,17 @@ pub(super) async fn finish_test(
     Ok(())
 }
 
+/// Whether a test of the investigation still runs.
+pub(super) async fn any_running(tx: &mut PgConnection, id: Uuid) -> Result<bool, sqlx::Error> {
+    let (any,): (bool,) = sqlx::query_as(
+        "SELECT EXISTS (SELECT 1 FROM fabric_tests WHERE investigation_id = $1 AND state = 'running')",
+    )
+    .bind(id)
+    .fetch_one(tx)
+    .await?;
+    Ok(any)
+}
+
 /// The runs of the investigation's running tests.
 pub(super) async fn running_runs(
     tx: &mut PgConnection,
@@ -295,27 +309,45 @@ pub(super) async fn fail(tx: &mut PgConnection, id: Uuid, why: &str) -> Result<(
     Ok(())
 }
 
+/// The condition of a busy node (`n`): a Heddle job leased or running, or a user's job
+/// observed in the last two minutes.
+const BUSY: &str =
+    "(EXISTS (SELECT 1 FROM jobs j WHERE j.node_id = n.id AND j.state IN ('leased', 'running'))
+     OR EXISTS (SELECT 1 FROM observed_jobs o WHERE o.node_id = n.id
+                AND o.last_seen_at > now() - interval '2 minutes'))";
+
 /// Enrolled nodes among `names`, seen within `online_s`, and (unless `busy` is allowed)
-/// without a Heddle job leased or running or a user's job observed in the last two
-/// minutes.
+/// not busy ([`BUSY`]).
 pub(super) async fn available(
     tx: &mut PgConnection,
     names: &[String],
     online_s: f64,
     busy: bool,
 ) -> Result<Vec<(Uuid, String)>, sqlx::Error> {
-    sqlx::query_as(
+    sqlx::query_as(&format!(
         "SELECT n.id, n.hostname FROM nodes n
          WHERE n.hostname = ANY($1) AND n.last_seen_at >= now() - make_interval(secs => $2)
-           AND ($3 OR NOT EXISTS (SELECT 1 FROM jobs j WHERE j.node_id = n.id AND j.state IN ('leased', 'running')))
-           AND ($3 OR NOT EXISTS (SELECT 1 FROM observed_jobs o WHERE o.node_id = n.id
-                                  AND o.last_seen_at > now() - interval '2 minutes'))",
-    )
+           AND ($3 OR NOT {BUSY})"
+    ))
     .bind(names)
     .bind(online_s)
     .bind(busy)
     .fetch_all(tx)
     .await
+}
+
+/// The busy nodes ([`BUSY`]) among `names`: a round leaves their tests out.
+pub(super) async fn busy(
+    tx: &mut PgConnection,
+    names: &[String],
+) -> Result<Vec<String>, sqlx::Error> {
+    let rows: Vec<(String,)> = sqlx::query_as(&format!(
+        "SELECT n.hostname FROM nodes n WHERE n.hostname = ANY($1) AND {BUSY}"
+    ))
+    .bind(names)
+    .fetch_all(tx)
+    .await?;
+    Ok(rows.into_iter().map(|r| r.0).collect())
 }
 
 /// Node ids by hostname, for the nodes of a round's tests.

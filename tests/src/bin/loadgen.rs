@@ -71,30 +71,9 @@ struct Args {
     /// there are errors the baseline did not have.
     #[arg(long, requires = "compare")]
     fail_if_worse: bool,
-    /// Fabric mode: the agents are the nodes of a generated rail-optimized fat tree, which
-    /// is imported as the site's fabric; a fabric investigation runs over them and they
-    /// answer its tests from the fabric model with the --fault(s) given.
-    #[arg(long)]
-    fabric: bool,
-    /// A fault of the fabric model, `KIND:ID[:slow=F|:hang][:p=P]` (docs/fabric.md), e.g.
-    /// `nic:n00042/mlx5_3`; repeat for several.
-    #[arg(long = "fault", requires = "fabric")]
-    faults: Vec<String>,
-    #[arg(long, default_value_t = 8, requires = "fabric")]
-    rails: u32,
-    #[arg(long, default_value_t = 32, requires = "fabric")]
-    nodes_per_leaf: usize,
-    /// Suspects: this many consecutive nodes, from the block holding the first fault.
-    #[arg(long, default_value_t = 512, requires = "fabric")]
-    suspects: usize,
-    #[arg(long, requires = "fabric")]
-    max_rounds: Option<u32>,
-    /// Give up on the investigation after this many seconds.
-    #[arg(long, default_value_t = 1800, requires = "fabric")]
-    investigation_timeout_s: u64,
-    /// Seed of the fabric model's noise and intermittent faults.
-    #[arg(long, default_value_t = 7, requires = "fabric")]
-    seed: u64,
+    /// Fabric mode (`--fabric` and its options): `loadgen/fabric.rs`.
+    #[command(flatten)]
+    fabric: fabric::FabricArgs,
 }
 
 const ADMIN: &str = "hdl_loadgen-admin-token-000000000000000000000000000";
@@ -258,9 +237,13 @@ async fn main() -> anyhow::Result<()> {
         usize::MAX
     };
     let (fabric_mode, agents_n, nics) = (
-        args.fabric,
+        args.fabric.fabric,
         args.agents,
-        if args.fabric { args.rails } else { 4 },
+        if args.fabric.fabric {
+            args.fabric.rails
+        } else {
+            4
+        },
     );
     let agents: Vec<Agent> = futures::stream::iter(0..args.agents)
         .map(|i| {
@@ -335,50 +318,17 @@ async fn main() -> anyhow::Result<()> {
     pool.close().await;
     let plugins_settled_s = settle.elapsed().as_secs_f64();
 
-    if args.fabric {
-        let fa = fabric::FabricArgs {
-            rails: args.rails,
-            nodes_per_leaf: args.nodes_per_leaf,
-            faults: args.faults.clone(),
-            suspects: args.suspects,
-            max_rounds: args.max_rounds,
-            timeout_s: args.investigation_timeout_s,
-            seed: args.seed,
+    if args.fabric.fabric {
+        let setup = fabric::Setup {
+            base: &servers[0].url,
+            server_pid: pids[0],
+            cpu: CpuWindow::start(&pids, postmaster),
+            clients: &clients,
+            hb: Duration::from_secs(args.heartbeat_s),
+            report: json!({"agents": args.agents, "heartbeat_s": args.heartbeat_s,
+                "setup_s": setup_s, "plugins_settled_s": plugins_settled_s}),
         };
-        let cpu_window = CpuWindow::start(&pids, postmaster);
-        // The server's peak RSS over the investigation, sampled twice a second.
-        let peak = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let watch = {
-            let (pid, peak) = (pids[0], peak.clone());
-            tokio::spawn(async move {
-                loop {
-                    peak.fetch_max(
-                        rss_kib(pid).unwrap_or(0),
-                        std::sync::atomic::Ordering::Relaxed,
-                    );
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                }
-            })
-        };
-        let hb = Duration::from_secs(args.heartbeat_s);
-        let report = fabric::run(&fa, &servers[0].url, agents, &clients, hb).await;
-        let cpu = cpu_window.end();
-        watch.abort();
-        let rss_peak = peak.load(std::sync::atomic::Ordering::Relaxed);
-        let mut report = report?;
-        report["agents"] = json!(args.agents);
-        report["heartbeat_s"] = json!(args.heartbeat_s);
-        report["setup_s"] = json!(setup_s);
-        report["plugins_settled_s"] = json!(plugins_settled_s);
-        report["cpu_percent"] = cpu;
-        report["server_rss_peak_mib"] = json!(rss_peak as f64 / 1024.0);
-        report["loadavg_1m"] = json!(loadavg());
-        if args.json {
-            println!("{report}");
-        } else {
-            println!("{}", serde_json::to_string_pretty(&report)?);
-        }
-        let found = report["faults_found"].as_bool() == Some(true);
+        let found = fabric::measure(&args.fabric, setup, agents, args.json).await?;
         drop(servers);
         if !found {
             eprintln!("heddle-loadgen: the investigation did not name exactly the fault(s)");

@@ -149,7 +149,8 @@ pub struct FabricInvestigation {
     pub error: Option<String>,
     /// The suspects as given, expanded.
     pub suspects: Vec<String>,
-    /// Nodes the planner may test: enrolled, in the fabric, and idle unless told otherwise.
+    /// Nodes the planner may test: enrolled, online, in the fabric, and idle unless told
+    /// otherwise.
     pub nodes_available: u32,
     pub max_nodes: u32,
     pub max_rounds: u32,

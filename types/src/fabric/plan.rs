@@ -331,6 +331,12 @@ impl<'a> Planner<'a> {
         Ok(())
     }
 
+    /// Makes the next test ids follow `t{last}`: ids of tests that were chosen but never ran
+    /// (and so never resumed) are not given again.
+    pub fn ids_past(&mut self, last: u64) {
+        self.next_id = self.next_id.max(last);
+    }
+
     /// Takes a round's results; every test of the round must be answered once.
     pub fn record(&mut self, res: &RoundResults) -> Result<(), String> {
         if res.round != self.round {

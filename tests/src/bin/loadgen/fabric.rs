@@ -5,11 +5,13 @@
 //! investigation's wall time, rounds and tests, what it blamed and whether that was the
 //! fault, and what it cost the server.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use heddle_e2e::fabric_oracle::{Oracle, result_body};
+use heddle_e2e::probe::CpuWindow;
+use heddle_e2e::rss_kib;
 use heddle_types::fabric::Fabric;
 use heddle_types::fabric::generate::{FatTree, fat_tree, node_name};
 use heddle_types::fabric::index::Index;
@@ -19,17 +21,87 @@ use heddle_types::investigations::InvestigationState;
 use serde_json::json;
 use uuid::Uuid;
 
-use super::{ADMIN, Agent, Samples, answer_of, summary};
+use super::{ADMIN, Agent, Samples, answer_of, loadavg, summary};
 
-/// What the fabric mode was asked for.
+/// What the fabric mode is asked for.
+#[derive(clap::Args)]
 pub struct FabricArgs {
-    pub rails: u32,
-    pub nodes_per_leaf: usize,
+    /// Fabric mode: the agents are the nodes of a generated rail-optimized fat tree, which
+    /// is imported as the site's fabric; a fabric investigation runs over them and they
+    /// answer its tests from the fabric model with the --fault(s) given.
+    #[arg(long)]
+    pub fabric: bool,
+    /// A fault of the fabric model, `KIND:ID[:slow=F|:hang][:p=P]` (docs/fabric.md), e.g.
+    /// `nic:n00042/mlx5_3`; repeat for several.
+    #[arg(long = "fault", requires = "fabric")]
     pub faults: Vec<String>,
+    #[arg(long, default_value_t = 8, requires = "fabric")]
+    pub rails: u32,
+    #[arg(long, default_value_t = 32, requires = "fabric")]
+    pub nodes_per_leaf: usize,
+    /// Suspects: this many consecutive nodes, from the block holding the first fault.
+    #[arg(long, default_value_t = 512, requires = "fabric")]
     pub suspects: usize,
+    #[arg(long, requires = "fabric")]
     pub max_rounds: Option<u32>,
+    /// Give up on the investigation after this many seconds.
+    #[arg(
+        long = "investigation-timeout-s",
+        default_value_t = 1800,
+        requires = "fabric"
+    )]
     pub timeout_s: u64,
+    /// Seed of the fabric model's noise and intermittent faults.
+    #[arg(long, default_value_t = 7, requires = "fabric")]
     pub seed: u64,
+}
+
+/// What the set-up leaves the fabric mode: the server, its measurement and the report's
+/// first fields.
+pub struct Setup<'a> {
+    pub base: &'a str,
+    pub server_pid: u32,
+    pub cpu: CpuWindow,
+    pub clients: &'a [reqwest::Client],
+    pub hb: Duration,
+    pub report: serde_json::Value,
+}
+
+/// Runs the investigation over `agents` and prints the report; returns whether exactly
+/// the faults were blamed.
+pub async fn measure(
+    a: &FabricArgs,
+    setup: Setup<'_>,
+    agents: Vec<Agent>,
+    json_line: bool,
+) -> anyhow::Result<bool> {
+    // The server's peak RSS over the investigation, sampled twice a second.
+    let peak = Arc::new(AtomicU64::new(0));
+    let watch = {
+        let (pid, peak) = (setup.server_pid, peak.clone());
+        tokio::spawn(async move {
+            loop {
+                peak.fetch_max(rss_kib(pid).unwrap_or(0), Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        })
+    };
+    let found = run(a, setup.base, agents, setup.clients, setup.hb).await;
+    let cpu = setup.cpu.end();
+    watch.abort();
+    let mut report = setup.report;
+    for (k, v) in found?.as_object().into_iter().flatten() {
+        report[k] = v.clone();
+    }
+    report["cpu_percent"] = cpu;
+    report["server_rss_peak_mib"] = json!(peak.load(Ordering::Relaxed) as f64 / 1024.0);
+    report["loadavg_1m"] = json!(loadavg());
+    if json_line {
+        println!("{report}");
+    } else {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    }
+    Ok(report["faults_found"].as_bool() == Some(true))
 }
 
 /// The generated fabric of `agents` nodes; agent `i` is node `node_name(i, agents)`.

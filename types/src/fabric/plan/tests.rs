@@ -152,6 +152,26 @@ fn a_planner_rebuilt_from_stored_rounds_goes_on_where_it_stopped() {
     assert_eq!(ids(&answer), ["n0021/mlx5_3"], "{answer:#?}");
     assert_eq!(answer.rounds as usize, stored.len());
 
+    // A round whose last tests never ran: their ids are not given again.
+    let mut p = Planner::new(&ix, &suspects(64, 64), Config::default()).unwrap();
+    let mut first = stored[0].0.clone();
+    let kept = first.tests.len() / 2;
+    let last: u64 = first.tests.last().unwrap().id[1..].parse().unwrap();
+    first.tests.truncate(kept);
+    let mut results = stored[0].1.clone();
+    results.results.truncate(kept);
+    p.resume(&first).unwrap();
+    p.record(&results).unwrap();
+    p.ids_past(last);
+    let next = p.next_round().unwrap();
+    let lowest: u64 = next
+        .tests
+        .iter()
+        .map(|t| t.id[1..].parse::<u64>().unwrap())
+        .min()
+        .unwrap();
+    assert!(lowest > last, "t{lowest} after t{last}");
+
     // A round that does not follow, or names a node the fabric lacks, is refused.
     let mut p = Planner::new(&ix, &suspects(64, 64), Config::default()).unwrap();
     assert!(p.resume(&stored[1].0).is_err());
