@@ -15,7 +15,7 @@
 //! - state: `state`
 //! - domain: `jobs`, `health`, `history`, `investigate`, `plugins`, `plugins_bundled`,
 //!   `recommendations`, `runs_env`, `job_env`, `observed`, `fabric`, `leases`, `liveness`,
-//!   `credentials`, `token_uses`, `metrics`
+//!   `credentials`, `token_uses`, `tokens`, `metrics`
 //! - storage: `db`
 //! - configuration: `config`
 
@@ -46,6 +46,7 @@ pub mod state;
 #[cfg(feature = "test-support")]
 pub mod testing;
 pub mod token_uses;
+pub mod tokens;
 pub mod workers;
 
 // What other crates start a server with.

@@ -1,4 +1,5 @@
-//! API tokens, enrollment tokens, agents and the audit log: who may do what.
+//! API tokens, enrollment tokens, agents and the audit log: who may do what. The tokens'
+//! rows are `tokens.rs`'s.
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
@@ -12,37 +13,7 @@ use crate::db;
 use crate::http::auth::{self, Caller};
 use crate::http::error::{ApiError, ApiResult, Json, Path, Query, duplicate_name};
 use crate::state::AppState;
-
-#[derive(sqlx::FromRow)]
-struct TokenRow {
-    id: Uuid,
-    name: String,
-    role: String,
-    created_at: DateTime<Utc>,
-    expires_at: Option<DateTime<Utc>>,
-    revoked_at: Option<DateTime<Utc>>,
-    last_used_at: Option<DateTime<Utc>>,
-}
-
-impl TryFrom<TokenRow> for TokenInfo {
-    type Error = ApiError;
-    fn try_from(r: TokenRow) -> Result<Self, ApiError> {
-        Ok(TokenInfo {
-            id: r.id,
-            name: r.name,
-            role: r
-                .role
-                .parse()
-                .map_err(|e: String| ApiError::Internal(anyhow::anyhow!(e)))?,
-            created_at: r.created_at,
-            expires_at: r.expires_at,
-            revoked_at: r.revoked_at,
-            last_used_at: r.last_used_at,
-        })
-    }
-}
-
-const TOKEN_COLUMNS: &str = "id, name, role, created_at, expires_at, revoked_at, last_used_at";
+use crate::tokens;
 
 /// Who am I: the name and role of the presented token.
 #[utoipa::path(get, path = "/api/v1/whoami", tag = "tokens", security(("bearer" = [])),
@@ -112,18 +83,16 @@ pub async fn create_token(
         .expires_in_days
         .map(|d| Utc::now() + chrono::Duration::days(i64::from(d.min(3650))));
     let mut tx = state.db.begin().await?;
-    let row: TokenRow = sqlx::query_as(&format!(
-        "INSERT INTO api_tokens (id, name, role, token_sha256, expires_at) VALUES ($1, $2, $3, $4, $5)
-         RETURNING {TOKEN_COLUMNS}"
-    ))
-    .bind(Uuid::new_v4())
-    .bind(&req.name)
-    .bind(req.role.as_str())
-    .bind(auth::sha256_hex(&secret))
-    .bind(expires_at)
-    .fetch_one(&mut *tx)
-    .await
-    .map_err(duplicate_name("token", &req.name))?;
+    let sha = auth::sha256_hex(&secret);
+    let new = tokens::NewApiToken {
+        name: &req.name,
+        role: req.role,
+        secret_sha256: &sha,
+        expires_at,
+    };
+    let info = tokens::insert_api_token(&mut tx, &new)
+        .await
+        .map_err(duplicate_name("token", &req.name))?;
     db::audit(
         &mut *tx,
         &caller.actor(),
@@ -136,7 +105,7 @@ pub async fn create_token(
     Ok((
         StatusCode::CREATED,
         Json(TokenCreated {
-            info: row.try_into()?,
+            info,
             token: secret,
         }),
     ))
@@ -150,16 +119,7 @@ pub async fn list_tokens(
     caller: Caller,
 ) -> ApiResult<Json<Vec<TokenInfo>>> {
     caller.require(Role::Admin)?;
-    let rows: Vec<TokenRow> = sqlx::query_as(&format!(
-        "SELECT {TOKEN_COLUMNS} FROM api_tokens ORDER BY created_at"
-    ))
-    .fetch_all(&state.db)
-    .await?;
-    Ok(Json(
-        rows.into_iter()
-            .map(TryInto::try_into)
-            .collect::<Result<_, _>>()?,
-    ))
+    Ok(Json(tokens::api_tokens(&state.db).await?))
 }
 
 /// Revoke an API token. It stops working at once.
@@ -172,13 +132,9 @@ pub async fn revoke_token(
 ) -> ApiResult<StatusCode> {
     caller.require(Role::Admin)?;
     let mut tx = state.db.begin().await?;
-    let name: Option<(String,)> = sqlx::query_as(
-        "UPDATE api_tokens SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1 RETURNING name",
-    )
-    .bind(id)
-    .fetch_optional(&mut *tx)
-    .await?;
-    let (name,) = name.ok_or_else(|| ApiError::NotFound(format!("no token {id}")))?;
+    let name = tokens::revoke_api_token(&mut tx, id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no token {id}")))?;
     db::audit(
         &mut *tx,
         &caller.actor(),
@@ -190,35 +146,6 @@ pub async fn revoke_token(
     tx.commit().await?;
     Ok(StatusCode::NO_CONTENT)
 }
-
-#[derive(sqlx::FromRow)]
-struct EnrollRow {
-    id: Uuid,
-    name: Option<String>,
-    max_uses: i32,
-    uses: i32,
-    created_at: DateTime<Utc>,
-    expires_at: DateTime<Utc>,
-    revoked_at: Option<DateTime<Utc>>,
-    node: Option<String>,
-}
-
-impl From<EnrollRow> for EnrollmentTokenInfo {
-    fn from(r: EnrollRow) -> Self {
-        EnrollmentTokenInfo {
-            id: r.id,
-            name: r.name,
-            max_uses: r.max_uses,
-            uses: r.uses,
-            created_at: r.created_at,
-            expires_at: r.expires_at,
-            revoked_at: r.revoked_at,
-            node: r.node,
-        }
-    }
-}
-
-const ENROLL_COLUMNS: &str = "id, name, max_uses, uses, created_at, expires_at, revoked_at, node";
 
 /// Uses of an enrollment token unless the request says otherwise: one agent.
 pub const DEFAULT_ENROLL_USES: u32 = 1;
@@ -261,24 +188,22 @@ pub async fn create_enrollment_token(
     );
     let secret = auth::new_secret(auth::ENROLL_TOKEN_PREFIX);
     let mut tx = state.db.begin().await?;
-    let row: EnrollRow = sqlx::query_as(&format!(
-        "INSERT INTO enrollment_tokens (id, name, token_sha256, max_uses, created_by, expires_at, node)
-         VALUES ($1, $2, $3, $4, $5, now() + make_interval(hours => $6), $7) RETURNING {ENROLL_COLUMNS}"
-    ))
-    .bind(Uuid::new_v4())
-    .bind(&req.name)
-    .bind(auth::sha256_hex(&secret))
-    .bind(i32::try_from(max_uses).unwrap_or(i32::MAX))
-    .bind(caller.actor())
-    .bind(i32::try_from(hours).unwrap_or(24))
-    .bind(&req.node)
-    .fetch_one(&mut *tx)
-    .await?;
+    let sha = auth::sha256_hex(&secret);
+    let actor = caller.actor();
+    let new = tokens::NewEnrollmentToken {
+        name: req.name.as_deref(),
+        secret_sha256: &sha,
+        max_uses: i32::try_from(max_uses).unwrap_or(i32::MAX),
+        created_by: &actor,
+        expires_in_hours: i32::try_from(hours).unwrap_or(24),
+        node: req.node.as_deref(),
+    };
+    let info = tokens::insert_enrollment_token(&mut tx, &new).await?;
     db::audit(
         &mut *tx,
         &caller.actor(),
         "enrollment_token.create",
-        &format!("enrollment_token:{}", row.id),
+        &format!("enrollment_token:{}", info.id),
         serde_json::json!({"max_uses": max_uses, "expires_in_hours": hours, "node": req.node}),
     )
     .await?;
@@ -286,7 +211,7 @@ pub async fn create_enrollment_token(
     Ok((
         StatusCode::CREATED,
         Json(EnrollmentTokenCreated {
-            info: row.into(),
+            info,
             token: secret,
         }),
     ))
@@ -299,12 +224,7 @@ pub async fn list_enrollment_tokens(
     caller: Caller,
 ) -> ApiResult<Json<Vec<EnrollmentTokenInfo>>> {
     caller.require(Role::Admin)?;
-    let rows: Vec<EnrollRow> = sqlx::query_as(&format!(
-        "SELECT {ENROLL_COLUMNS} FROM enrollment_tokens ORDER BY created_at"
-    ))
-    .fetch_all(&state.db)
-    .await?;
-    Ok(Json(rows.into_iter().map(Into::into).collect()))
+    Ok(Json(tokens::enrollment_tokens(&state.db).await?))
 }
 
 #[utoipa::path(delete, path = "/api/v1/enrollment-tokens/{id}", tag = "agents", security(("bearer" = [])),
@@ -316,13 +236,7 @@ pub async fn revoke_enrollment_token(
 ) -> ApiResult<StatusCode> {
     caller.require(Role::Admin)?;
     let mut tx = state.db.begin().await?;
-    let done = sqlx::query(
-        "UPDATE enrollment_tokens SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1",
-    )
-    .bind(id)
-    .execute(&mut *tx)
-    .await?;
-    if done.rows_affected() == 0 {
+    if !tokens::revoke_enrollment_token(&mut tx, id).await? {
         return Err(ApiError::NotFound(format!("no enrollment token {id}")));
     }
     db::audit(

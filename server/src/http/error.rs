@@ -210,6 +210,15 @@ impl From<crate::jobs::JobError> for ApiError {
     }
 }
 
+impl From<crate::tokens::TokenError> for ApiError {
+    fn from(err: crate::tokens::TokenError) -> Self {
+        match err {
+            crate::tokens::TokenError::Database(e) => e.into(),
+            corrupt => ApiError::Internal(anyhow::anyhow!(corrupt)),
+        }
+    }
+}
+
 impl From<crate::investigate::InvestigateError> for ApiError {
     fn from(err: crate::investigate::InvestigateError) -> Self {
         use crate::investigate::InvestigateError as E;
