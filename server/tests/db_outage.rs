@@ -122,6 +122,23 @@ async fn a_postgres_outage_answers_503_and_expires_no_lease() {
             },
         );
     }
+    // Past the revocation delay the agent's credential is no longer trusted from memory:
+    // while the outage is known, its request is still refused at once, not after the
+    // pool's 5 s acquire timeout (an agent heard 5 s late after the database is back).
+    let asked = Instant::now();
+    expect_503(
+        &api,
+        Method::POST,
+        "/api/v1/agent/heartbeat",
+        &agent.credential,
+        Some(json!({"running_jobs": []})),
+    )
+    .await;
+    assert!(
+        asked.elapsed() < Duration::from_secs(2),
+        "a heartbeat in a known outage took {:?}",
+        asked.elapsed()
+    );
     // The reason names the refused connection, not only a pool timeout.
     let why = api
         .http

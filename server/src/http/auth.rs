@@ -242,6 +242,17 @@ impl FromRequestParts<AppState> for AgentCaller {
                 node_id: known.node_id,
             });
         }
+        // While this replica sees the database down, say so at once: a lookup would wait
+        // out the pool's acquire timeout (5 s) first, and an agent whose heartbeat waits
+        // that long is heard from that much later once the database is back.
+        if let Some(o) = state.db_reach.outage() {
+            return Err(ApiError::Unavailable(sqlx::Error::Io(
+                std::io::Error::other(format!(
+                    "database unreachable since {}: {}",
+                    o.since, o.last_error
+                )),
+            )));
+        }
         let looked_up_at = std::time::Instant::now();
         let row: Option<(Uuid, Uuid, bool)> = sqlx::query_as(
             "SELECT id, node_id, revoked_at IS NOT NULL FROM agents WHERE credential_sha256 = $1",
