@@ -3,7 +3,6 @@
 //! fabric's terms (docs/fabric.md).
 
 use std::process::ExitCode;
-use std::time::Duration;
 
 use heddle_types::fabric::investigation::{
     FabricInvestigation, FabricInvestigationCreate, FabricPart, FabricTestState,
@@ -12,19 +11,36 @@ use heddle_types::investigations::InvestigationState;
 
 use crate::client::Client;
 use crate::exit::Exit;
-use crate::progress::Progress;
 use crate::table;
 
-/// What `heddle investigate fabric` was given.
+/// What `heddle investigate fabric` takes.
+#[derive(clap::Args)]
 pub struct Start {
+    /// The suspect nodes, in Slurm's hostlist syntax: `gpu-[0001-0512]`.
+    #[arg(long)]
     pub suspects: String,
+    /// The most nodes one round may take (default: no limit).
+    #[arg(long)]
     pub max_nodes: Option<u32>,
+    /// Rounds at most (default 20).
+    #[arg(long)]
     pub max_rounds: Option<u32>,
+    /// Test nodes that run a job too (by default they are left out).
+    #[arg(long)]
     pub include_busy: bool,
+    /// Only the suspects, never other idle nodes, as known-good partners.
+    #[arg(long)]
     pub suspects_only: bool,
+    /// Observed jobs to start from: a JSON array of {nodes, rail, busbw_gbs | error}.
+    #[arg(long)]
     pub evidence: Option<std::path::PathBuf>,
+    /// One test's wall-clock limit in seconds (default 300).
+    #[arg(long)]
     pub timeout_s: Option<u32>,
+    #[arg(long)]
     pub label: Option<String>,
+    /// Follow it until it ends.
+    #[arg(long)]
     pub watch: bool,
 }
 
@@ -86,24 +102,14 @@ pub async fn show(
 /// Polls until it ends, the round and its tests as the progress; exit code 1 when it
 /// blames something, 0 when it found nothing and is sure, 7 when inconclusive or failed.
 async fn follow(client: &Client, id: uuid::Uuid, json: bool) -> anyhow::Result<ExitCode> {
-    let mut progress = Progress::bar(json);
-    let path = format!("/api/v1/fabric/investigations/{id}");
-    let inv = loop {
-        let inv: FabricInvestigation = match client.get(&path).await {
-            Ok(inv) => inv,
-            Err(err) => {
-                progress.finish();
-                return Err(err.into());
-            }
-        };
-        let (fraction, line) = progress_line(&inv);
-        progress.update(Some(fraction), &line);
-        if inv.state != InvestigationState::Running {
-            progress.finish();
-            break inv;
-        }
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    };
+    let inv: FabricInvestigation = crate::progress::poll(
+        client,
+        &format!("/api/v1/fabric/investigations/{id}"),
+        json,
+        progress_line,
+        |i: &FabricInvestigation| i.state != InvestigationState::Running,
+    )
+    .await?;
     if json {
         crate::output::print_json(&inv)?
     } else {

@@ -1,7 +1,6 @@
 //! `heddle investigate`: pairwise runs that find the bad node or link.
 
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::Subcommand;
 use heddle_types::investigations::{
@@ -13,7 +12,6 @@ use reqwest::StatusCode;
 use crate::args::NodeList;
 use crate::client::{Client, ClientError};
 use crate::exit::Exit;
-use crate::progress::Progress;
 use crate::table;
 
 #[derive(Subcommand)]
@@ -45,34 +43,7 @@ pub enum InvestigateCmd {
     /// Find the broken NIC or cable, node, leaf, uplink or spine behind suspect nodes,
     /// round by round, along the site's fabric (`heddle fabric import` first). Exit code 1
     /// when something is blamed, 0 when nothing is, 7 when inconclusive.
-    Fabric {
-        /// The suspect nodes, in Slurm's hostlist syntax: `gpu-[0001-0512]`.
-        #[arg(long)]
-        suspects: String,
-        /// The most nodes one round may take (default: no limit).
-        #[arg(long)]
-        max_nodes: Option<u32>,
-        /// Rounds at most (default 20).
-        #[arg(long)]
-        max_rounds: Option<u32>,
-        /// Test nodes that run a job too (by default they are left out).
-        #[arg(long)]
-        include_busy: bool,
-        /// Only the suspects, never other idle nodes, as known-good partners.
-        #[arg(long)]
-        suspects_only: bool,
-        /// Observed jobs to start from: a JSON array of {nodes, rail, busbw_gbs | error}.
-        #[arg(long)]
-        evidence: Option<std::path::PathBuf>,
-        /// One test's wall-clock limit in seconds (default 300).
-        #[arg(long)]
-        timeout_s: Option<u32>,
-        #[arg(long)]
-        label: Option<String>,
-        /// Follow it until it ends.
-        #[arg(long)]
-        watch: bool,
-    },
+    Fabric(crate::fabric_investigate::Start),
     /// An investigation (pairwise or fabric): progress, the matrix and the culprit, or the
     /// blamed components in the fabric's terms.
     Show {
@@ -197,28 +168,7 @@ pub async fn run(client: &Client, cmd: InvestigateCmd, json: bool) -> anyhow::Re
                 println!("{}", inv.id)
             }
         }
-        InvestigateCmd::Fabric {
-            suspects,
-            max_nodes,
-            max_rounds,
-            include_busy,
-            suspects_only,
-            evidence,
-            timeout_s,
-            label,
-            watch,
-        } => {
-            let start = crate::fabric_investigate::Start {
-                suspects,
-                max_nodes,
-                max_rounds,
-                include_busy,
-                suspects_only,
-                evidence,
-                timeout_s,
-                label,
-                watch,
-            };
+        InvestigateCmd::Fabric(start) => {
             return crate::fabric_investigate::start(client, start, json).await;
         }
         InvestigateCmd::Show { id, watch } => {
@@ -285,23 +235,14 @@ pub async fn run(client: &Client, cmd: InvestigateCmd, json: bool) -> anyhow::Re
 /// Polls the investigation until it ends, with its pairs as the progress; exit code 0 no
 /// culprit, 1 a culprit, 7 inconclusive or failed (3 and up: it could not be followed).
 async fn follow(client: &Client, id: uuid::Uuid, json: bool) -> anyhow::Result<ExitCode> {
-    let mut progress = Progress::bar(json);
-    let inv = loop {
-        let inv: Investigation = match client.get(&format!("/api/v1/investigations/{id}")).await {
-            Ok(inv) => inv,
-            Err(err) => {
-                progress.finish();
-                return Err(err.into());
-            }
-        };
-        let (fraction, line) = progress_line(&inv);
-        progress.update(Some(fraction), &line);
-        if inv.state != InvestigationState::Running {
-            progress.finish();
-            break inv;
-        }
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    };
+    let inv: Investigation = crate::progress::poll(
+        client,
+        &format!("/api/v1/investigations/{id}"),
+        json,
+        progress_line,
+        |i: &Investigation| i.state != InvestigationState::Running,
+    )
+    .await?;
     if json {
         crate::output::print_json(&inv)?
     } else {

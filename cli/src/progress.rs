@@ -110,6 +110,34 @@ pub fn note(json: bool, text: &str) {
     }
 }
 
+/// GETs `path` every 2 s until `ended` says so, showing `line`'s fraction and words as
+/// the progress; the last answer. Pairwise and fabric investigations are followed so.
+pub async fn poll<T: serde::de::DeserializeOwned>(
+    client: &crate::client::Client,
+    path: &str,
+    json: bool,
+    line: impl Fn(&T) -> (f64, String),
+    ended: impl Fn(&T) -> bool,
+) -> anyhow::Result<T> {
+    let mut progress = Progress::bar(json);
+    loop {
+        let answer: T = match client.get(path).await {
+            Ok(a) => a,
+            Err(err) => {
+                progress.finish();
+                return Err(err.into());
+            }
+        };
+        let (fraction, words) = line(&answer);
+        progress.update(Some(fraction), &words);
+        if ended(&answer) {
+            progress.finish();
+            return Ok(answer);
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -303,27 +303,16 @@ async fn collect(
     .fetch_all(&mut *tx)
     .await?;
     for e in finished {
-        let (value, error) = if e.jobs == 0 {
-            (None, Some("its run was deleted".to_string()))
-        } else if e.ok < e.jobs {
-            (
-                None,
-                Some(
-                    e.why
-                        .clone()
-                        .unwrap_or_else(|| "its run did not succeed".into()),
-                ),
-            )
-        } else {
-            let mine: Vec<(i64, Option<f64>)> = rows
-                .iter()
-                .filter(|r| Some(r.0) == e.run_id)
-                .map(|r| (r.1, r.2))
-                .collect();
-            match headline(&mine) {
-                Some(v) => (Some(v), None),
-                None => (None, Some(format!("its results have no {}", kind.metric()))),
-            }
+        let (value, error) = match run_figure(
+            e.jobs,
+            e.ok,
+            e.why.as_deref(),
+            e.run_id,
+            &rows,
+            kind.metric(),
+        ) {
+            Ok(v) => (Some(v), None),
+            Err(why) => (None, Some(why)),
         };
         sqlx::query(
             "UPDATE investigation_pairs SET state = CASE WHEN $4::float8 IS NULL THEN 'failed' ELSE 'done' END,
@@ -340,6 +329,31 @@ async fn collect(
         .await?;
     }
     Ok(())
+}
+
+/// The figure of a finished run (`jobs` of which `ok` succeeded, `why` the others'
+/// reasons) from `rows` (run, size, `metric`) of the finished runs: its [`headline`], or why
+/// it has none. Pairs and fabric tests are judged alike.
+pub(super) fn run_figure(
+    jobs: i64,
+    ok: i64,
+    why: Option<&str>,
+    run_id: Option<Uuid>,
+    rows: &[(Uuid, i64, Option<f64>)],
+    metric: &str,
+) -> Result<(i64, f64), String> {
+    if jobs == 0 {
+        return Err("its run was deleted".into());
+    }
+    if ok < jobs {
+        return Err(why.unwrap_or("its run did not succeed").to_string());
+    }
+    let mine: Vec<(i64, Option<f64>)> = rows
+        .iter()
+        .filter(|r| Some(r.0) == run_id)
+        .map(|r| (r.1, r.2))
+        .collect();
+    headline(&mine).ok_or_else(|| format!("its results have no {metric}"))
 }
 
 /// The pair's figure: the mean, over both ranks' rows (and nccl-tests' out-of-place and

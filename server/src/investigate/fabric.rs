@@ -25,7 +25,7 @@ use sqlx::types::Json;
 use uuid::Uuid;
 
 use super::InvestigateError;
-use super::advance::{PAIR_CLAIM_DEADLINE, headline};
+use super::advance::{PAIR_CLAIM_DEADLINE, run_figure};
 use super::fabric_store::{self as store, FabricRow, Stored, TestRow};
 use crate::fabric::FabricError;
 use crate::jobs::{self, JobError, NewRun};
@@ -492,22 +492,11 @@ async fn collect(tx: &mut sqlx::PgConnection, id: Uuid) -> Result<(), sqlx::Erro
         .collect();
     let rows = store::busbw_rows(tx, &ok_runs).await?;
     for e in ended {
-        let (busbw, error) = if e.jobs == 0 {
-            (None, Some("its run was deleted".to_string()))
-        } else if e.ok < e.jobs {
-            let why = e.why.unwrap_or_else(|| "its run did not succeed".into());
-            (None, Some(why))
-        } else {
-            let mine: Vec<(i64, Option<f64>)> = rows
-                .iter()
-                .filter(|r| Some(r.0) == e.run_id)
-                .map(|r| (r.1, r.2))
-                .collect();
-            match headline(&mine) {
-                Some((_, v)) => (Some(v), None),
-                None => (None, Some("its results have no busbw_gbs".into())),
-            }
-        };
+        let (busbw, error) =
+            match run_figure(e.jobs, e.ok, e.why.as_deref(), e.run_id, &rows, "busbw_gbs") {
+                Ok((_, v)) => (Some(v), None),
+                Err(why) => (None, Some(why)),
+            };
         store::finish_test(tx, id, &e.test_id, busbw, error.as_deref(), e.seconds).await?;
     }
     Ok(())
