@@ -11,7 +11,7 @@ use crate::table;
 
 #[derive(Subcommand)]
 pub enum AgentsCmd {
-    /// List agents with their health.
+    /// List agents with their state: online, stale, offline (by heartbeat age) or revoked.
     Ls,
     /// Create an enrollment token and print how to start an agent with it.
     EnrollToken {
@@ -49,7 +49,7 @@ pub async fn run(client: &Client, cmd: AgentsCmd, json: bool, server: &str) -> a
             if json {
                 return print_json(&list);
             }
-            let mut t = table::new(&["ID", "HOSTNAME", "HEALTH", "VERSION", "LAST HEARTBEAT"]);
+            let mut t = table::new(&["ID", "HOSTNAME", "STATE", "VERSION", "LAST HEARTBEAT"]);
             for a in &list {
                 t.add_row(vec![
                     a.id.to_string(),

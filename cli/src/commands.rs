@@ -65,9 +65,13 @@ pub enum Command {
     /// fabric file, and show its switches and nodes.
     #[command(subcommand)]
     Fabric(crate::fabric::FabricCmd),
-    /// Jobs the NCCL profiler plugin observed on the nodes: bandwidth, transport, verdict.
+    /// Workloads (people's jobs) the NCCL profiler plugin observed on the nodes:
+    /// bandwidth, transport, ranks, verdict.
     #[command(subcommand)]
-    Jobs(crate::jobs::JobsCmd),
+    Workloads(crate::workloads::WorkloadsCmd),
+    /// `heddle workloads` by its first name, deprecated: the same, with a warning.
+    #[command(subcommand, hide = true)]
+    Jobs(crate::workloads::WorkloadsCmd),
     /// Are these nodes fit for a job? Exit code 0 pass, 1 fail, 2 warn, 7 could not
     /// decide (3 to 6: it could not ask; see `heddle --help`).
     Preflight {
@@ -122,9 +126,9 @@ pub enum NodesCmd {
         /// key=value
         #[arg(long = "trait")]
         trait_: Option<String>,
-        /// online, stale or offline
-        #[arg(long)]
-        health: Option<String>,
+        /// The agent's liveness: online, stale or offline (`--health` is its first name).
+        #[arg(long, alias = "health")]
+        liveness: Option<String>,
         /// Free text over hostname, GPU model, site, HCAs and `key=value` traits.
         #[arg(long)]
         search: Option<String>,
@@ -278,7 +282,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             link_layer,
             site,
             trait_,
-            health,
+            liveness,
             search,
             problems,
         }) => {
@@ -291,7 +295,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 ("link_layer", &link_layer),
                 ("site", &site),
                 ("trait", &trait_),
-                ("health", &health),
+                // The filter's first name, which servers of every version take.
+                ("health", &liveness),
                 ("q", &search),
                 ("problems", &problems),
             ]);
@@ -308,7 +313,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 )
             });
             let mut t = table::new(&[
-                "HOSTNAME", "HEALTH", "GPUS", "HCAS", "PORTS", "LINK", "SITE", "TRAITS", "SEEN",
+                "HOSTNAME", "LIVENESS", "GPUS", "HCAS", "PORTS", "LINK", "SITE", "TRAITS", "SEEN",
             ]);
             for n in &nodes {
                 let traits: Vec<String> =
@@ -438,7 +443,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Tokens(cmd) => crate::tokens::run(&client, cmd, json).await?,
         Command::Agents(cmd) => crate::agents::run(&client, cmd, json, &server).await?,
         Command::Investigate(cmd) => return crate::investigate::run(&client, cmd, json).await,
-        Command::Jobs(cmd) => return crate::jobs::run(&client, cmd, json).await,
+        Command::Workloads(cmd) => return crate::workloads::run(&client, cmd, json).await,
+        Command::Jobs(cmd) => {
+            eprintln!("heddle jobs is deprecated: use heddle workloads (the same subcommands)");
+            return crate::workloads::run(&client, cmd, json).await;
+        }
         Command::Fabric(cmd) => crate::fabric::run(&client, cmd, json).await?,
         Command::Preflight {
             nodes,

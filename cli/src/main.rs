@@ -13,7 +13,6 @@ mod fabric;
 mod fabric_investigate;
 mod health;
 mod investigate;
-mod jobs;
 mod output;
 mod plugins;
 mod progress;
@@ -25,6 +24,7 @@ mod slurm;
 mod sweeps;
 mod table;
 mod tokens;
+mod workloads;
 
 use std::process::ExitCode;
 

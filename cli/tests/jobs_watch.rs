@@ -1,6 +1,7 @@
-//! `heddle jobs watch` against a real server: a job whose rank 1 (on another node) never
-//! entered the collective its peer waits in is followed until it is flagged, and the
-//! answer names the culprit; a finished job ends the watch by itself.
+//! `heddle workloads watch` against a real server: a workload whose rank 1 (on another
+//! node) never entered the collective its peer waits in is followed until it is flagged,
+//! and the answer names the culprit; a finished one ends the watch by itself. `heddle jobs`,
+//! the first name of `heddle workloads`, still answers the same and says it is deprecated.
 
 mod common;
 
@@ -20,8 +21,8 @@ async fn observe(server: &TestServer, credential: &str, body: Value) {
     assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
 }
 
-async fn job_id(server: &TestServer, node: &str, key: &str) -> String {
-    let jobs = get(server, &format!("/api/v1/jobs?node={node}")).await;
+async fn workload_id(server: &TestServer, node: &str, key: &str) -> String {
+    let jobs = get(server, &format!("/api/v1/workloads?node={node}")).await;
     jobs.as_array()
         .unwrap()
         .iter()
@@ -51,7 +52,7 @@ async fn watch_follows_a_hung_job_until_it_is_flagged_and_a_finished_one_to_its_
         upload(&[rank_file("21", 1000, 200, 1, 40, true, 21)]),
     )
     .await;
-    let id = job_id(&server, "watch-a", "slurm:21").await;
+    let id = workload_id(&server, "watch-a", "slurm:21").await;
 
     let server_url = server.url.clone();
     let token = server.admin_token.clone();
@@ -59,7 +60,14 @@ async fn watch_follows_a_hung_job_until_it_is_flagged_and_a_finished_one_to_its_
         common::heddle_as(
             &server_url,
             &token,
-            &["jobs", "watch", &id, "--interval", "1", "--until-flagged"],
+            &[
+                "workloads",
+                "watch",
+                &id,
+                "--interval",
+                "1",
+                "--until-flagged",
+            ],
         )
     })
     .await
@@ -78,8 +86,8 @@ async fn watch_follows_a_hung_job_until_it_is_flagged_and_a_finished_one_to_its_
     done.comms[0].nnodes = 1;
     done.comms[0].finalized_at = Some(chrono::Utc::now());
     observe(&server, &a, upload(&[done])).await;
-    let id = job_id(&server, "watch-a", "slurm:22").await;
-    let (code, out, err) = heddle(&server, &["--json", "jobs", "watch", &id]);
+    let id = workload_id(&server, "watch-a", "slurm:22").await;
+    let (code, out, err) = heddle(&server, &["--json", "workloads", "watch", &id]);
     assert!(code == 0 || code == 7, "{code}: {out}{err}");
     let lines: Vec<Value> = out
         .lines()
@@ -88,10 +96,29 @@ async fn watch_follows_a_hung_job_until_it_is_flagged_and_a_finished_one_to_its_
     assert_eq!(lines.len(), 1, "{out}");
     assert_eq!(lines[0]["finished"], true, "{out}");
 
-    // An unknown job is a usage error (404), not a loop.
+    // `heddle jobs` is the same command under its first name, with one line on stderr.
+    let (old_code, old_out, old_err) = heddle(&server, &["--json", "jobs", "watch", &id]);
+    assert_eq!(
+        (old_code, old_out.as_str()),
+        (code, out.as_str()),
+        "{old_err}"
+    );
+    assert!(
+        old_err
+            .ends_with("heddle jobs is deprecated: use heddle workloads (the same subcommands)\n"),
+        "{old_err}"
+    );
+    let (code, ls, err) = heddle(&server, &["--json", "workloads", "ls", "--node", "watch-a"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!err.contains("deprecated"), "{err}");
+    let (code, old_ls, old_err) = heddle(&server, &["--json", "jobs", "ls", "--node", "watch-a"]);
+    assert_eq!((code, old_ls.as_str()), (0, ls.as_str()), "{old_err}");
+    assert!(old_err.contains("use heddle workloads"), "{old_err}");
+
+    // An unknown workload is a usage error (404), not a loop.
     let (code, _, err) = heddle(
         &server,
-        &["jobs", "watch", "00000000-0000-0000-0000-000000000000"],
+        &["workloads", "watch", "00000000-0000-0000-0000-000000000000"],
     );
     assert_eq!(code, 5, "{err}");
     server.stop().await;

@@ -77,7 +77,9 @@ fn Shell() -> impl IntoView {
                 <Route path=path!("/nodes/:id") view=pages::node::NodePage/>
                 <Route path=path!("/runs") view=pages::runs::Runs/>
                 <Route path=path!("/runs/:id") view=pages::run::RunPage/>
-                <Route path=path!("/jobs/:id") view=pages::jobs::JobPage/>
+                <Route path=path!("/workloads/:id") view=pages::workloads::WorkloadPage/>
+                // A workload's page at its first address, for links made before the rename.
+                <Route path=path!("/jobs/:id") view=pages::workloads::WorkloadPage/>
                 <Route path=path!("/investigations") view=pages::investigations::Investigations/>
                 <Route path=path!("/investigations/:id") view=pages::investigations::InvestigationPage/>
                 <Route path=path!("/fabric") view=pages::fabric::FabricPage/>

@@ -45,13 +45,14 @@ pub fn outcome_line(o: RwSignal<Outcome>) -> impl IntoView {
     }
 }
 
-pub fn health_badge(health: &str) -> impl IntoView + use<> {
-    let class = match health {
+/// An agent's liveness (`online`, `stale`, `offline`) or state (those, or `revoked`).
+pub fn liveness_badge(liveness: &str) -> impl IntoView + use<> {
+    let class = match liveness {
         "online" => "badge good",
         "stale" => "badge warn",
         _ => "badge bad",
     };
-    view! { <span class=class>{health.to_string()}</span> }
+    view! { <span class=class>{liveness.to_string()}</span> }
 }
 
 pub fn port_badge(state: &str) -> impl IntoView + use<> {

@@ -15,8 +15,8 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::api::{
-    agent, decommission, enroll, expectations, fabric, health, investigations, node_list, nodes,
-    observed, plugins, regressions, rendezvous, run_kinds, runs, sweeps, tokens, verdicts,
+    agent, decommission, enroll, expectations, fabric, investigations, node_list, nodes, observed,
+    plugins, probes, regressions, rendezvous, run_kinds, runs, sweeps, tokens, verdicts,
 };
 use crate::dashboard;
 use crate::http::error::ApiError;
@@ -35,9 +35,9 @@ use crate::state::AppState;
         (name = "tokens", description = "API tokens and the audit log"),
         (name = "agents", description = "Agent enrollment and revocation"),
         (name = "agent", description = "The protocol agents speak (agent credentials)"),
-        (name = "health", description = "Liveness and readiness (no auth), metrics (HEDDLE_METRICS_TOKEN when set)"),
+        (name = "probes", description = "The server's own probes: alive and ready (no auth), metrics (HEDDLE_METRICS_TOKEN when set)"),
         (name = "investigations", description = "Which node is bad? Pairwise runs, node and GPU matrices, culprits"),
-        (name = "verdicts", description = "Is this normal? Verdicts, expectations, node and fleet health, pre-flight"),
+        (name = "verdicts", description = "Is this normal? Verdicts, expectations, node and fleet health, observed workloads, pre-flight"),
         (name = "fabric", description = "The site's fabric: nodes, NICs, switches and links, imported from a topology file"),
     )
 )]
@@ -115,15 +115,21 @@ fn api(state: &AppState) -> OpenApiRouter<AppState> {
             "HEDDLE_LONG_POLL_TIMEOUT_S"
         ));
     let metrics_route = OpenApiRouter::new()
-        .routes(routes!(health::metrics))
+        .routes(routes!(probes::metrics))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             metrics::require_token,
         ));
+    // The first names of /workloads: the same answers, with Deprecation and Link headers.
+    #[allow(deprecated)]
+    let workload_aliases = OpenApiRouter::new()
+        .routes(routes!(observed::list_jobs))
+        .routes(routes!(observed::get_job))
+        .route_layer(axum::middleware::from_fn(observed::deprecated_alias));
     let short = OpenApiRouter::new()
-        // Health: no auth; metrics: HEDDLE_METRICS_TOKEN when set.
-        .routes(routes!(health::healthz))
-        .routes(routes!(health::readyz))
+        // Probes: no auth; metrics: HEDDLE_METRICS_TOKEN when set.
+        .routes(routes!(probes::healthz))
+        .routes(routes!(probes::readyz))
         .merge(metrics_route)
         // Tokens, agents, audit.
         .routes(routes!(tokens::whoami))
@@ -182,9 +188,10 @@ fn api(state: &AppState) -> OpenApiRouter<AppState> {
         .routes(routes!(expectations::delete))
         .routes(routes!(verdicts::node_health))
         .routes(routes!(verdicts::fleet_health))
-        // Observed jobs (the agents' uploads are below).
-        .routes(routes!(observed::list_jobs))
-        .routes(routes!(observed::get_job))
+        // Observed workloads (the agents' uploads are below), and their deprecated first names.
+        .routes(routes!(observed::list_workloads))
+        .routes(routes!(observed::get_workload))
+        .merge(workload_aliases)
         // Regressions (health::regress).
         .routes(routes!(regressions::list))
         .routes(routes!(regressions::series))

@@ -1,6 +1,7 @@
-//! Observed jobs through the API: uploads are idempotent by seq, hostile bodies are refused
-//! before anything is stored, another user naming the same job is another job, lists page,
-//! a node keeps its most recently seen jobs, and sockets on an IB node fail the job.
+//! Observed workloads through the API: uploads are idempotent by seq, hostile bodies are
+//! refused before anything is stored, another user naming the same job is another workload,
+//! lists page, a node keeps its most recently seen workloads, and sockets on an IB node fail
+//! the workload. The deprecated `/api/v1/jobs` paths: `workload_aliases.rs`.
 //!
 //! Needs `HEDDLE_TEST_DATABASE_URL` (see `scripts/pg-ensure.sh`).
 
@@ -95,21 +96,21 @@ async fn uploads_are_idempotent_checked_paged_and_judged() {
     assert_eq!((&b["stored"], &b["unchanged"]), (&json!(0), &json!(1)));
     let (_, b) = post(upload(&[file("1", 1000, 4, "IB")])).await;
     assert_eq!(b["stored"], 0);
-    let (_, jobs) = api.get("/api/v1/jobs", &server.admin_token).await;
+    let (_, jobs) = api.get("/api/v1/workloads", &server.admin_token).await;
     assert_eq!(jobs.as_array().unwrap().len(), 1, "{jobs}");
     let job = &jobs[0];
     assert_eq!(job["verdict"], "fail", "{job}");
     assert_eq!(job["reasons"][0]["code"], "job-socket-fallback");
     let id = job["id"].as_str().unwrap().to_string();
     let (_, detail) = api
-        .get(&format!("/api/v1/jobs/{id}"), &server.admin_token)
+        .get(&format!("/api/v1/workloads/{id}"), &server.admin_token)
         .await;
     assert_eq!(detail["comms"][0]["transport"], "Socket", "{detail}");
     // A later seq over IB replaces it: the job passes.
     let (_, b) = post(upload(&[file("1", 1000, 6, "IB")])).await;
     assert_eq!(b["stored"], 1);
     let (_, detail) = api
-        .get(&format!("/api/v1/jobs/{id}"), &server.admin_token)
+        .get(&format!("/api/v1/workloads/{id}"), &server.admin_token)
         .await;
     assert_eq!(detail["verdict"], "pass", "{detail}");
 
@@ -141,7 +142,7 @@ async fn uploads_are_idempotent_checked_paged_and_judged() {
         )
         .await;
     assert_eq!(s, StatusCode::UNAUTHORIZED, "an API token is not an agent");
-    let (_, jobs) = api.get("/api/v1/jobs", &server.admin_token).await;
+    let (_, jobs) = api.get("/api/v1/workloads", &server.admin_token).await;
     assert_eq!(jobs.as_array().unwrap().len(), 1, "nothing stored: {jobs}");
 
     // Another user naming the same Slurm job is another job.
@@ -150,7 +151,7 @@ async fn uploads_are_idempotent_checked_paged_and_judged() {
     post(upload(&[file("7", 1000, 1, "IB")])).await;
     post(upload(&[file("8", 1000, 1, "IB")])).await;
     let (_, jobs) = api
-        .get("/api/v1/jobs?node=obs-1", &server.admin_token)
+        .get("/api/v1/workloads?node=obs-1", &server.admin_token)
         .await;
     let keys: Vec<(&str, u64)> = jobs
         .as_array()
@@ -166,7 +167,7 @@ async fn uploads_are_idempotent_checked_paged_and_judged() {
     // Pages of two: the cursor resumes after the last row.
     let http = reqwest::Client::new();
     let first = http
-        .get(format!("{}/api/v1/jobs?limit=2", server.url))
+        .get(format!("{}/api/v1/workloads?limit=2", server.url))
         .bearer_auth(&server.admin_token)
         .send()
         .await
@@ -179,18 +180,18 @@ async fn uploads_are_idempotent_checked_paged_and_judged() {
     assert_eq!(rows.len(), 2);
     let (_, rest) = api
         .get(
-            &format!("/api/v1/jobs?limit=2&cursor={cursor}"),
+            &format!("/api/v1/workloads?limit=2&cursor={cursor}"),
             &server.admin_token,
         )
         .await;
     assert_eq!(rest[0]["job_key"], "slurm:1", "{rest}");
     let (s, _) = api
-        .get("/api/v1/jobs?cursor=bogus", &server.admin_token)
+        .get("/api/v1/workloads?cursor=bogus", &server.admin_token)
         .await;
     assert_eq!(s, StatusCode::BAD_REQUEST);
     let (s, _) = api
         .get(
-            &format!("/api/v1/jobs/{}", uuid::Uuid::nil()),
+            &format!("/api/v1/workloads/{}", uuid::Uuid::nil()),
             &server.admin_token,
         )
         .await;

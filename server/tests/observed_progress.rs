@@ -16,7 +16,10 @@ use common::*;
 
 async fn job(api: &Api, server: &TestServer, node: &str, key: &str, uid: u64) -> Value {
     let (_, jobs) = api
-        .get(&format!("/api/v1/jobs?node={node}"), &server.admin_token)
+        .get(
+            &format!("/api/v1/workloads?node={node}"),
+            &server.admin_token,
+        )
         .await;
     let j = jobs
         .as_array()
@@ -27,7 +30,7 @@ async fn job(api: &Api, server: &TestServer, node: &str, key: &str, uid: u64) ->
         .clone();
     let (_, detail) = api
         .get(
-            &format!("/api/v1/jobs/{}", j["id"].as_str().unwrap()),
+            &format!("/api/v1/workloads/{}", j["id"].as_str().unwrap()),
             &server.admin_token,
         )
         .await;

@@ -1,8 +1,10 @@
-//! Observed jobs: what the agent uploads from the profiler spool (or NCCL Inspector's logs)
-//! and what the server answers about the jobs it saw. The spool file itself is
-//! [`crate::observe::SpoolFile`]; this module holds the upload around it, the public
-//! answers, and the pure rules every component reads them by (a job's key, a size band's
-//! bandwidths, a communicator's transport).
+//! Observed workloads (people's training and inference jobs, which Heddle watches through
+//! NCCL's profiler plugin, as opposed to Heddle's own test jobs): what the agent uploads from
+//! the profiler spool (or NCCL Inspector's logs) and what the server answers about the
+//! workloads it saw. The spool file itself is [`crate::observe::SpoolFile`]; this module
+//! holds the upload around it, the public answers, and the pure rules every component reads
+//! them by (a workload's key, a size band's bandwidths, a communicator's transport). The
+//! JSON keeps the words of its first version (`job_key`, reason codes `job-hung`, ...).
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -14,7 +16,7 @@ use crate::observe::{InFlight, JobIdentity, NetUse, OpBand, SpoolFile};
 /// Most observations in one upload.
 pub const MAX_OBSERVATIONS_PER_UPLOAD: usize = 64;
 /// Operations at least this large (2^26 bytes = 64 MiB) are the "large-message" band a
-/// job's bandwidth is judged on, as test results are judged on their largest sizes.
+/// workload's bandwidth is judged on, as test results are judged on their largest sizes.
 pub const LARGE_BAND: u32 = 26;
 
 /// Which tool wrote what the agent read.
@@ -77,8 +79,8 @@ pub struct ObservationsAccepted {
     pub stored: u32,
     /// Communicators the server already held at this `seq` or a later one.
     pub unchanged: u32,
-    /// Communicators refused because their job holds as many rows as the server keeps
-    /// per job (counted in `/metrics`).
+    /// Communicators refused because their workload holds as many rows as the server keeps
+    /// per workload (counted in `/metrics`).
     #[serde(default)]
     pub refused: u32,
 }
@@ -155,7 +157,7 @@ pub fn path_limit_gbs(transport: Option<&str>, nnodes: u32) -> f64 {
     }
 }
 
-/// A communicator of an observed job, merged over the processes of the job on the node.
+/// A communicator of an observed workload, merged over its processes on the node.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ObservedComm {
@@ -176,15 +178,16 @@ pub struct ObservedComm {
     pub written_at: DateTime<Utc>,
 }
 
-/// An observed job on one node: one row of `GET /api/v1/jobs`.
+/// An observed workload on one node: one row of `GET /api/v1/workloads`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct ObservedJobSummary {
+pub struct WorkloadSummary {
     pub id: Uuid,
     pub node_id: Uuid,
     pub hostname: String,
-    /// What identifies the job on the node (see [`job_key`]).
-    pub job_key: String,
+    /// What identifies the workload on the node (see [`workload_key`]).
+    #[serde(rename = "job_key")]
+    pub workload_key: String,
     pub source: ObservationSource,
     pub uid: u32,
     pub slurm_job_id: Option<String>,
@@ -196,7 +199,7 @@ pub struct ObservedJobSummary {
     pub communicators: u32,
     /// Every process seen has finished with NCCL.
     pub finished: bool,
-    /// The Heddle env file hash the job ran with; none when a process ran without it.
+    /// The Heddle env file hash the workload ran with; none when a process ran without it.
     pub env_applied: Option<String>,
     pub first_seen_at: DateTime<Utc>,
     pub last_seen_at: DateTime<Utc>,
@@ -205,20 +208,20 @@ pub struct ObservedJobSummary {
     pub reasons: Vec<Reason>,
 }
 
-/// `GET /api/v1/jobs/{id}`.
+/// `GET /api/v1/workloads/{id}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct ObservedJob {
+pub struct Workload {
     #[serde(flatten)]
-    pub summary: ObservedJobSummary,
+    pub summary: WorkloadSummary,
     pub comms: Vec<ObservedComm>,
-    /// Every rank of the job's communicators on every node where the job runs under the
+    /// Every rank of the workload's communicators on every node where it runs under the
     /// same key and owner, as last judged (culprits marked).
     #[serde(default)]
     pub ranks: Vec<RankRow>,
 }
 
-/// One rank of one communicator of an observed job, joined across nodes.
+/// One rank of one communicator of an observed workload, joined across nodes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RankRow {
@@ -242,8 +245,8 @@ pub struct RankRow {
     pub culprit: bool,
 }
 
-/// Whether a job's reasons say it is hung (`job-hung`) or straggling (`job-straggler`):
-/// 2, 1 or 0, so that lists put hung jobs first.
+/// Whether a workload's reasons say it is hung (`job-hung`) or straggling
+/// (`job-straggler`): 2, 1 or 0, so that lists put hung workloads first.
 pub fn progress_rank(reasons: &[Reason]) -> u8 {
     let has = |code: &str| reasons.iter().any(|r| r.code.as_deref() == Some(code));
     if has("job-hung") {
@@ -255,11 +258,12 @@ pub fn progress_rank(reasons: &[Reason]) -> u8 {
     }
 }
 
-/// The job a process belongs to on its node: the scheduler's job (and step) when the
+/// The workload a process belongs to on its node: the scheduler's job (and step) when the
 /// process knew it, else its pod, else the torchrun launch it is a worker of (with its
 /// uid: the run id is the launcher's word, and one user's must never join another's
-/// job), else the process itself (pid and start time, so a reused pid is another job).
-pub fn job_key(id: &JobIdentity) -> String {
+/// workload), else the process itself (pid and start time, so a reused pid is another
+/// workload).
+pub fn workload_key(id: &JobIdentity) -> String {
     match (&id.slurm_job_id, &id.k8s_namespace, &id.k8s_pod) {
         (Some(job), _, _) => match &id.slurm_step_id {
             Some(step) => format!("slurm:{job}.{step}"),
@@ -329,20 +333,21 @@ pub fn is_socket(net: &str) -> bool {
 }
 
 impl Observation {
-    /// The key the server stores this process's rows under, with the node: the job and
-    /// the process identity. Two uploads of the same process and `seq` are the same.
+    /// The key the server stores this process's rows under, with the node: the workload
+    /// and the process identity. Two uploads of the same process and `seq` are the same.
     pub fn process_key(&self) -> (String, u32, u64) {
         let j = &self.file.job;
-        (job_key(j), j.pid, j.start_ticks)
+        (workload_key(j), j.pid, j.start_ticks)
     }
 }
 
-/// One job across the nodes it ran on: the per-node rows of `GET /api/v1/jobs` that share a
-/// job key (a Slurm job step is one key on every node), as `heddle jobs ls --slurm-job`
-/// shows them.
+/// One workload across the nodes it ran on: the per-node rows of `GET /api/v1/workloads`
+/// that share a key (a Slurm job step is one key on every node), as
+/// `heddle workloads ls --slurm-job` shows them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct JoinedJob {
-    pub job_key: String,
+pub struct JoinedWorkload {
+    #[serde(rename = "job_key")]
+    pub workload_key: String,
     pub slurm_job_id: Option<String>,
     /// Host names, in order.
     pub nodes: Vec<String>,
@@ -352,25 +357,25 @@ pub struct JoinedJob {
     pub finished: bool,
     /// The nodes' verdicts combined ([`Verdict::combine`]).
     pub verdict: Verdict,
-    /// The per-node rows (`GET /api/v1/jobs/{id}`), in the order of `nodes`.
+    /// The per-node rows (`GET /api/v1/workloads/{id}`), in the order of `nodes`.
     pub ids: Vec<Uuid>,
 }
 
-/// Joins per-node rows by job key and uid (another user's job of the same id is another
-/// job), keeping the order in which each key first appears.
-pub fn join_nodes(rows: &[ObservedJobSummary]) -> Vec<JoinedJob> {
-    let mut out: Vec<(u32, JoinedJob, Vec<Verdict>)> = Vec::new();
+/// Joins per-node rows by workload key and uid (another user's workload of the same key is
+/// another workload), keeping the order in which each key first appears.
+pub fn join_nodes(rows: &[WorkloadSummary]) -> Vec<JoinedWorkload> {
+    let mut out: Vec<(u32, JoinedWorkload, Vec<Verdict>)> = Vec::new();
     for r in rows {
         let at = match out
             .iter()
-            .position(|(uid, j, _)| *uid == r.uid && j.job_key == r.job_key)
+            .position(|(uid, j, _)| *uid == r.uid && j.workload_key == r.workload_key)
         {
             Some(i) => i,
             None => {
                 out.push((
                     r.uid,
-                    JoinedJob {
-                        job_key: r.job_key.clone(),
+                    JoinedWorkload {
+                        workload_key: r.workload_key.clone(),
                         slurm_job_id: r.slurm_job_id.clone(),
                         nodes: Vec::new(),
                         processes: 0,
@@ -421,18 +426,18 @@ mod tests {
     }
 
     #[test]
-    fn job_keys_prefer_the_scheduler() {
+    fn workload_keys_prefer_the_scheduler() {
         let mut id = ident();
-        assert_eq!(job_key(&id), "pid:7@99");
+        assert_eq!(workload_key(&id), "pid:7@99");
         id.torchrun_run_id = Some("4f1c".into());
-        assert_eq!(job_key(&id), "torchrun:1000:4f1c");
+        assert_eq!(workload_key(&id), "torchrun:1000:4f1c");
         id.k8s_namespace = Some("ml".into());
         id.k8s_pod = Some("train-0".into());
-        assert_eq!(job_key(&id), "k8s:ml/train-0");
+        assert_eq!(workload_key(&id), "k8s:ml/train-0");
         id.slurm_job_id = Some("77".into());
-        assert_eq!(job_key(&id), "slurm:77");
+        assert_eq!(workload_key(&id), "slurm:77");
         id.slurm_step_id = Some("0".into());
-        assert_eq!(job_key(&id), "slurm:77.0");
+        assert_eq!(workload_key(&id), "slurm:77.0");
     }
 
     #[test]
@@ -518,13 +523,13 @@ mod tests {
     }
 
     #[test]
-    fn a_job_step_on_two_nodes_is_one_job() {
+    fn a_job_step_on_two_nodes_is_one_workload() {
         let row = |host: &str, key: &str, uid: u32, procs: u32, finished: bool, verdict| {
-            ObservedJobSummary {
+            WorkloadSummary {
                 id: Uuid::new_v4(),
                 node_id: Uuid::new_v4(),
                 hostname: host.into(),
-                job_key: key.into(),
+                workload_key: key.into(),
                 source: ObservationSource::Profiler,
                 uid,
                 slurm_job_id: Some("9".into()),
@@ -557,7 +562,7 @@ mod tests {
             (4, false, Verdict::Warn)
         );
         assert_eq!(
-            (joined[1].processes, joined[2].job_key.as_str()),
+            (joined[1].processes, joined[2].workload_key.as_str()),
             (1, "slurm:9.1")
         );
     }

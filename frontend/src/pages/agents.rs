@@ -1,7 +1,8 @@
 //! Agents: enrollment tokens with the exact lines that start an agent, enrollments waiting
 //! for approval (a host name that already has a live agent), and the enrolled agents with
-//! their heartbeat health. Creating, approving and revoking is for admins: others see the
-//! list without the buttons, and the server's refusal where they may not read.
+//! their state (online, stale or offline by heartbeat age, or revoked). Creating, approving
+//! and revoking is for admins: others see the list without the buttons, and the server's
+//! refusal where they may not read.
 
 use heddle_types::auth::{
     AgentInfo, EnrollmentTokenCreate, EnrollmentTokenCreated, EnrollmentTokenInfo,
@@ -11,7 +12,7 @@ use leptos::prelude::*;
 
 use crate::api::{self, ApiError};
 use crate::session::use_session;
-use crate::ui::{Outcome, ago, health_badge, loaded, outcome_line, when};
+use crate::ui::{Outcome, ago, liveness_badge, loaded, outcome_line, when};
 
 /// The two ways to start an agent with a fresh enrollment token. The server URL is the one
 /// this page was loaded from, which is what agents on the same network reach too.
@@ -147,14 +148,14 @@ pub fn Agents() -> impl IntoView {
                 let revoked = a.revoked_at.is_some();
                 view! { <tr data-host=a.hostname.clone()>
                     <td><a href=format!("/nodes/{}", a.node_id)>{a.hostname.clone()}</a></td>
-                    <td>{if revoked { view! { <span class="badge bad">"revoked"</span> }.into_any() } else { health_badge(&a.health).into_any() }}</td>
+                    <td>{if revoked { view! { <span class="badge bad">"revoked"</span> }.into_any() } else { liveness_badge(&a.health).into_any() }}</td>
                     <td>{a.version.clone().unwrap_or_default()}</td><td class="muted">{ago(a.last_heartbeat_at)}</td>
                     <td class="muted">{when(Some(a.created_at))}</td>
                     <td>{(!revoked && admin()).then(|| view! { <button class="revoke-agent" on:click=move |_| revoke_at(path.clone(), what.clone())>"Revoke"</button> })}</td>
                 </tr> }
             })
             .collect_view();
-        view! { <table class="grid" id="agents-table"><thead><tr><th>"Host"</th><th>"Health"</th><th>"Version"</th><th>"Heartbeat"</th><th>"Enrolled"</th><th></th></tr></thead>
+        view! { <table class="grid" id="agents-table"><thead><tr><th>"Host"</th><th>"State"</th><th>"Version"</th><th>"Heartbeat"</th><th>"Enrolled"</th><th></th></tr></thead>
             <tbody>{rows}</tbody></table> }.into_any()
     };
     let token_rows = move |list: Vec<EnrollmentTokenInfo>| {

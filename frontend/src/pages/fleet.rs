@@ -8,7 +8,7 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 
 use crate::api::{self, ApiError, Load};
-use crate::ui::{ago, error_line, health_badge, loaded, port_badge};
+use crate::ui::{ago, error_line, liveness_badge, loaded, port_badge};
 
 /// Rows per request: small enough to render at once, large enough to scroll through.
 const PAGE: usize = 200;
@@ -23,7 +23,7 @@ const DEBOUNCE_MS: u32 = 250;
 #[derive(Debug, Clone, Default, PartialEq)]
 struct Filter {
     q: String,
-    health: String,
+    liveness: String,
     layer: String,
     only_problems: bool,
 }
@@ -36,8 +36,9 @@ impl Filter {
         if !q.is_empty() {
             parts.push(format!("q={}", api::seg(q)));
         }
-        if !self.health.is_empty() {
-            parts.push(format!("health={}", api::seg(&self.health)));
+        // The filter's first name, which servers of every version take.
+        if !self.liveness.is_empty() {
+            parts.push(format!("health={}", api::seg(&self.liveness)));
         }
         if !self.layer.is_empty() {
             parts.push(format!("link_layer={}", api::seg(&self.layer)));
@@ -119,12 +120,12 @@ fn thousands(n: i64) -> String {
 pub fn Fleet() -> impl IntoView {
     let typed = RwSignal::new(String::new());
     let q = RwSignal::new(String::new());
-    let health = RwSignal::new(String::new());
+    let liveness = RwSignal::new(String::new());
     let layer = RwSignal::new(String::new());
     let only_problems = RwSignal::new(false);
     let filter = Memo::new(move |_| Filter {
         q: q.get(),
-        health: health.get(),
+        liveness: liveness.get(),
         layer: layer.get(),
         only_problems: only_problems.get(),
     });
@@ -305,7 +306,7 @@ pub fn Fleet() -> impl IntoView {
                 <p class="muted" id="fleet-count">{count_line}</p>
                 <table class="grid" id="fleet-table">
                     <thead><tr>
-                        <th>"Node"</th><th>"Health"</th><th>"GPUs"</th><th>"HCAs"</th><th>"Ports"</th>
+                        <th>"Node"</th><th>"Liveness"</th><th>"GPUs"</th><th>"HCAs"</th><th>"Ports"</th>
                         <th>"Link"</th><th>"Traits"</th><th>"Problems"</th><th>"Last seen"</th>
                     </tr></thead>
                     <tbody>
@@ -326,8 +327,8 @@ pub fn Fleet() -> impl IntoView {
             <div class="filters">
                 <input id="fleet-search" type="search" placeholder="Search host, GPU, HCA, trait, site…"
                     prop:value=move || typed.get() on:input=on_type />
-                <select id="fleet-health" on:change=changed(health)>
-                    <option value="">"Any health"</option>
+                <select id="fleet-liveness" on:change=changed(liveness)>
+                    <option value="">"Any liveness"</option>
                     <option value="online">"Online"</option>
                     <option value="stale">"Stale"</option>
                     <option value="offline">"Offline"</option>
@@ -364,7 +365,7 @@ fn row(n: &NodeSummary) -> impl IntoView + use<> {
     view! {
         <tr class=class data-host=n.hostname.clone()>
             <td><a href=href>{n.hostname.clone()}</a>{n.site.clone().map(|s| view! { <span class="muted">{format!(" · {s}")}</span> })}</td>
-            <td>{health_badge(n.health.as_str())}</td>
+            <td>{liveness_badge(n.health.as_str())}</td>
             <td>{gpus}</td>
             <td class="mono">{if n.hcas.is_empty() { "—".to_string() } else { n.hcas.join(" ") }}</td>
             <td>{ports}</td>

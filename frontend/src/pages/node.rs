@@ -16,7 +16,7 @@ use super::health::verdict_badge;
 use super::node_facts::FactsView;
 use crate::api::{self, seg};
 use crate::topology::Heatmap;
-use crate::ui::{ago, health_badge, loaded, when};
+use crate::ui::{ago, liveness_badge, loaded, when};
 
 #[component]
 pub fn NodePage() -> impl IntoView {
@@ -106,7 +106,7 @@ fn NodeBody(node: NodeDetail) -> impl IntoView {
     view! {
         <div class="title-row">
             <h1 id="node-title">{s.hostname.clone()}</h1>
-            {health_badge(s.health.as_str())}
+            {liveness_badge(s.health.as_str())}
             <span class="muted">{format!("last seen {} · facts {}", ago(s.last_seen_at), ago(s.facts_updated_at))}</span>
         </div>
         <p>{s.site.clone().map(|x| format!("Site {x} · ")).unwrap_or_default()}{traits}</p>
@@ -121,8 +121,8 @@ fn NodeBody(node: NodeDetail) -> impl IntoView {
         {checks}
         <h2>"Regressions"</h2>
         <super::regressions::NodeRegressions node=s.id.to_string()/>
-        <h2>"Observed jobs"</h2>
-        <super::jobs::ObservedJobs node=s.id.to_string()/>
+        <h2>"Workloads"</h2>
+        <super::workloads::Workloads node=s.id.to_string()/>
         <h2>"Topology"</h2>
         {topo_view}
         <h2>"Facts"</h2>

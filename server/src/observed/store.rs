@@ -11,7 +11,7 @@ use heddle_types::health::{Reason, Verdict};
 use heddle_types::observe::{NetUse, OpBand};
 use heddle_types::observed::{
     BandFigure, MAX_OBSERVATIONS_PER_UPLOAD, ObservationSource, ObservationUpload, ObservedComm,
-    ObservedJob, ObservedJobSummary, RankRow, dominant_net, job_key, path_limit_gbs,
+    RankRow, Workload, WorkloadSummary, dominant_net, path_limit_gbs, workload_key,
 };
 use sqlx::PgPool;
 use sqlx::types::Json;
@@ -95,7 +95,7 @@ pub async fn store(
              RETURNING id, (xmax = 0)",
         )
         .bind(node_id)
-        .bind(job_key(j))
+        .bind(workload_key(j))
         .bind(o.source.as_str())
         .bind(i64::from(j.uid))
         .bind(&j.slurm_job_id)
@@ -110,7 +110,7 @@ pub async fn store(
             "SELECT count(*) FROM observed_comms c JOIN observed_jobs j ON j.id = c.job_id
              WHERE {GROUP_FILTER} AND NOT (c.job_id = $4 AND c.pid = $5 AND c.start_ticks = $6)"
         ))
-        .bind(job_key(j))
+        .bind(workload_key(j))
         .bind(i64::from(j.uid))
         .bind(node_id)
         .bind(job_id)
@@ -363,7 +363,7 @@ const SUMMARY: &str = "SELECT j.id, j.node_id, n.hostname, j.job_key, j.source, 
 const GROUP: &str = "GROUP BY j.id, n.hostname, p.job_key, p.uid, p.scope";
 
 impl SummaryRow {
-    fn into_summary(self) -> ObservedJobSummary {
+    fn into_summary(self) -> WorkloadSummary {
         // The table's CHECK admits only the four names.
         let own: Verdict = self.verdict.parse().unwrap_or(Verdict::Unknown);
         let across: Option<Verdict> = self.progress_verdict.and_then(|v| v.parse().ok());
@@ -379,11 +379,11 @@ impl SummaryRow {
         };
         reasons.extend(self.reasons.0);
         reasons.sort_by_key(|r| std::cmp::Reverse(r.severity));
-        ObservedJobSummary {
+        WorkloadSummary {
             id: self.id,
             node_id: self.node_id,
             hostname: self.hostname,
-            job_key: self.job_key,
+            workload_key: self.job_key,
             source: if self.source == "inspector" {
                 ObservationSource::Inspector
             } else {
@@ -407,7 +407,7 @@ impl SummaryRow {
 }
 
 /// Where a job sorts in lists (most recently seen first), and what a cursor resumes after.
-pub fn list_key(j: &ObservedJobSummary) -> String {
+pub fn list_key(j: &WorkloadSummary) -> String {
     format!(
         "{}|{}",
         j.last_seen_at
@@ -433,7 +433,7 @@ pub async fn list(
     slurm_job: Option<&str>,
     after: Option<(DateTime<Utc>, Uuid)>,
     limit: i64,
-) -> Result<Vec<ObservedJobSummary>, ObservedError> {
+) -> Result<Vec<WorkloadSummary>, ObservedError> {
     let rows: Vec<SummaryRow> = sqlx::query_as(&format!(
         "{SUMMARY} WHERE ($1::uuid IS NULL OR j.node_id = $1)
            AND ($5::text IS NULL OR j.slurm_job_id = $5)
@@ -450,7 +450,7 @@ pub async fn list(
     Ok(rows.into_iter().map(SummaryRow::into_summary).collect())
 }
 
-pub async fn summary(db: &PgPool, id: Uuid) -> Result<ObservedJobSummary, ObservedError> {
+pub async fn summary(db: &PgPool, id: Uuid) -> Result<WorkloadSummary, ObservedError> {
     let row: Option<SummaryRow> = sqlx::query_as(&format!("{SUMMARY} WHERE j.id = $1 {GROUP}"))
         .bind(id)
         .fetch_optional(db)
@@ -459,7 +459,7 @@ pub async fn summary(db: &PgPool, id: Uuid) -> Result<ObservedJobSummary, Observ
         .ok_or(ObservedError::NoSuchJob(id))
 }
 
-pub async fn get(db: &PgPool, id: Uuid) -> Result<ObservedJob, ObservedError> {
+pub async fn get(db: &PgPool, id: Uuid) -> Result<Workload, ObservedError> {
     let summary = summary(db, id).await?;
     let comms = merge(&comm_rows(db, id).await?);
     let ranks: Option<(Json<Vec<RankRow>>,)> = sqlx::query_as(
@@ -470,7 +470,7 @@ pub async fn get(db: &PgPool, id: Uuid) -> Result<ObservedJob, ObservedError> {
     .bind(id)
     .fetch_optional(db)
     .await?;
-    Ok(ObservedJob {
+    Ok(Workload {
         summary,
         comms,
         ranks: ranks.map(|r| r.0.0).unwrap_or_default(),

@@ -1,3 +1,7 @@
+//! The server's own probes, for load balancers, orchestrators and Prometheus: `/healthz`
+//! (the process answers), `/readyz` (Postgres answers) and `/metrics`. Not to be confused
+//! with a node's health (`verdicts.rs`, `health/`) or an agent's liveness.
+
 use std::time::Duration;
 
 use axum::extract::State;
@@ -8,8 +12,8 @@ use chrono::{SecondsFormat, Utc};
 use crate::http::error::{ApiResult, db_unreachable};
 use crate::state::AppState;
 
-/// Liveness: the process answers.
-#[utoipa::path(get, path = "/healthz", tag = "health", responses((status = 200, description = "alive")))]
+/// The process answers (a liveness probe, in Kubernetes' terms).
+#[utoipa::path(get, path = "/healthz", tag = "probes", responses((status = 200, description = "alive")))]
 pub async fn healthz() -> &'static str {
     "ok\n"
 }
@@ -19,7 +23,7 @@ const READY_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Readiness: Postgres answers. When it does not, 503 with `Retry-After` and why: since
 /// when this replica has seen it unreachable and the last error.
-#[utoipa::path(get, path = "/readyz", tag = "health",
+#[utoipa::path(get, path = "/readyz", tag = "probes",
     responses((status = 200, description = "ready"), (status = 503, description = "Postgres unreachable: since when, and the last error")))]
 pub async fn readyz(State(state): State<AppState>) -> Response {
     let probe = tokio::time::timeout(
@@ -89,7 +93,7 @@ fn not_ready(why: String) -> Response {
 
 /// Prometheus metrics: OpenMetrics when the Accept header asks for it, else the text
 /// format 0.0.4.
-#[utoipa::path(get, path = "/metrics", tag = "health", responses((status = 200, description = "OpenMetrics or Prometheus text format")))]
+#[utoipa::path(get, path = "/metrics", tag = "probes", responses((status = 200, description = "OpenMetrics or Prometheus text format")))]
 pub async fn metrics(
     State(state): State<AppState>,
     headers: axum::http::HeaderMap,

@@ -1,10 +1,11 @@
-//! `heddle jobs`: jobs the NCCL profiler plugin observed on the nodes, and their verdicts.
+//! `heddle workloads`: people's jobs that the NCCL profiler plugin observed on the nodes,
+//! and their verdicts (`heddle jobs`, their first name, is a hidden alias).
 
 use std::process::ExitCode;
 
 use clap::Subcommand;
 use heddle_types::observed::{
-    ObservedJob, ObservedJobSummary, RankRow, band_label as human_band, join_nodes, progress_rank,
+    RankRow, Workload, WorkloadSummary, band_label as human_band, join_nodes, progress_rank,
 };
 
 use crate::client::{Client, query};
@@ -13,52 +14,53 @@ use crate::output::print_json;
 use crate::table;
 
 #[derive(Subcommand)]
-pub enum JobsCmd {
-    /// Observed jobs, most recently seen first.
+pub enum WorkloadsCmd {
+    /// Observed workloads, most recently seen first.
     Ls {
-        /// Only jobs on this node (id or hostname).
+        /// Only workloads on this node (id or hostname).
         #[arg(long)]
         node: Option<String>,
         /// Only this Slurm job (`SLURM_JOB_ID`): one row per job step, its nodes' ranks
         /// joined (`--json`: the joined steps, with each node's row id).
         #[arg(long)]
         slurm_job: Option<String>,
-        /// Jobs to list (most recent first); `--all` for every page.
+        /// Workloads to list (most recent first); `--all` for every page.
         #[arg(long, default_value_t = 50)]
         limit: u32,
-        /// Every job the server keeps, a page at a time.
+        /// Every workload the server keeps, a page at a time.
         #[arg(long, conflicts_with = "limit")]
         all: bool,
     },
-    /// One job: its communicators, bandwidth per size, transport and verdict. Exit code 0
-    /// pass, 1 fail, 2 warn, 7 unknown.
+    /// One workload: its communicators, bandwidth per size, transport and verdict. Exit code
+    /// 0 pass, 1 fail, 2 warn, 7 unknown.
     Show { id: uuid::Uuid },
-    /// Follow one job live: its verdict, reasons and per-rank table again every
-    /// `--interval` seconds (the screen redrawn on a terminal), until the job has finished
-    /// or `--until` says otherwise. Exit code as `show`, from the last answer.
+    /// Follow one workload live: its verdict, reasons and per-rank table again every
+    /// `--interval` seconds (the screen redrawn on a terminal), until the workload has
+    /// finished or `--until-flagged` says otherwise. Exit code as `show`, from the last
+    /// answer.
     Watch {
         id: uuid::Uuid,
         /// Seconds between reads (1 to 3600).
         #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=3600))]
         interval: u64,
         /// Stop at the first answer whose verdict is no longer `pass` or `unknown` (a hung
-        /// or straggling job, say) instead of waiting for the job to finish.
+        /// or straggling workload, say) instead of waiting for it to finish.
         #[arg(long)]
         until_flagged: bool,
     },
 }
 
-fn who(j: &ObservedJobSummary) -> String {
-    let mut s = j.job_key.clone();
+fn who(j: &WorkloadSummary) -> String {
+    let mut s = j.workload_key.clone();
     if let Some(c) = &j.comm {
         s.push_str(&format!(" ({c})"));
     }
     s
 }
 
-pub async fn run(client: &Client, cmd: JobsCmd, json: bool) -> anyhow::Result<ExitCode> {
+pub async fn run(client: &Client, cmd: WorkloadsCmd, json: bool) -> anyhow::Result<ExitCode> {
     match cmd {
-        JobsCmd::Ls {
+        WorkloadsCmd::Ls {
             node,
             slurm_job,
             limit,
@@ -68,31 +70,31 @@ pub async fn run(client: &Client, cmd: JobsCmd, json: bool) -> anyhow::Result<Ex
             // A Slurm job is joined from all of its rows, however many pages they take.
             let all = all || slurm_job.is_some();
             let path = if all {
-                format!("/api/v1/jobs{}", query(&filters))
+                format!("/api/v1/workloads{}", query(&filters))
             } else {
                 let limit = Some(limit.to_string());
                 let q = query(&[filters[0], filters[1], ("limit", &limit)]);
-                format!("/api/v1/jobs{q}")
+                format!("/api/v1/workloads{q}")
             };
-            let mut jobs: Vec<ObservedJobSummary> = if all {
+            let mut rows: Vec<WorkloadSummary> = if all {
                 client.get_all(&path).await?
             } else {
                 client.get(&path).await?
             };
-            // Hung jobs first, then straggling ones, each still most recently seen first.
-            jobs.sort_by_key(|j| std::cmp::Reverse(progress_rank(&j.reasons)));
+            // Hung workloads first, then straggling ones, each still most recently seen first.
+            rows.sort_by_key(|j| std::cmp::Reverse(progress_rank(&j.reasons)));
             if slurm_job.is_some() {
-                print_joined(&jobs, json)?;
+                print_joined(&rows, json)?;
                 return Ok(ExitCode::SUCCESS);
             }
             if json {
-                print_json(&jobs)?;
+                print_json(&rows)?;
             } else {
                 let mut t = table::new(&[
-                    "", "ID", "NODE", "JOB", "UID", "PROCS", "COMMS", "DONE", "VERDICT", "SEEN",
-                    "REASON",
+                    "", "ID", "NODE", "WORKLOAD", "UID", "PROCS", "COMMS", "DONE", "VERDICT",
+                    "SEEN", "REASON",
                 ]);
-                for j in &jobs {
+                for j in &rows {
                     t.add_row(vec![
                         match progress_rank(&j.reasons) {
                             2 => "HUNG",
@@ -119,16 +121,16 @@ pub async fn run(client: &Client, cmd: JobsCmd, json: bool) -> anyhow::Result<Ex
             }
             Ok(ExitCode::SUCCESS)
         }
-        JobsCmd::Show { id } => {
-            let job: ObservedJob = client.get(&format!("/api/v1/jobs/{id}")).await?;
+        WorkloadsCmd::Show { id } => {
+            let workload: Workload = client.get(&format!("/api/v1/workloads/{id}")).await?;
             if json {
-                print_json(&job)?;
+                print_json(&workload)?;
             } else {
-                print_job(&job);
+                print_workload(&workload);
             }
-            Ok(Exit::of_verdict(job.summary.verdict).into())
+            Ok(Exit::of_verdict(workload.summary.verdict).into())
         }
-        JobsCmd::Watch {
+        WorkloadsCmd::Watch {
             id,
             interval,
             until_flagged,
@@ -136,8 +138,8 @@ pub async fn run(client: &Client, cmd: JobsCmd, json: bool) -> anyhow::Result<Ex
     }
 }
 
-/// `jobs watch`: the job again every `interval` seconds until it has finished (or, with
-/// `until_flagged`, until its verdict is WARN or FAIL). On a terminal each answer replaces
+/// `workloads watch`: the workload again every `interval` seconds until it has finished
+/// (or, with `until_flagged`, until its verdict is WARN or FAIL). On a terminal each answer replaces
 /// the last; otherwise (and with `--json`, one object a line) they follow each other, so a
 /// log keeps the whole story.
 async fn watch(
@@ -150,9 +152,9 @@ async fn watch(
     use std::io::IsTerminal;
     let redraw = !json && std::io::stdout().is_terminal();
     loop {
-        let job: ObservedJob = client.get(&format!("/api/v1/jobs/{id}")).await?;
+        let workload: Workload = client.get(&format!("/api/v1/workloads/{id}")).await?;
         if json {
-            println!("{}", serde_json::to_string(&job)?);
+            println!("{}", serde_json::to_string(&workload)?);
         } else {
             if redraw {
                 // Clear the screen and go home.
@@ -162,31 +164,31 @@ async fn watch(
                 "{} (every {interval} s; Ctrl-C to stop)\n",
                 chrono::Utc::now().format("%H:%M:%S UTC")
             );
-            print_job(&job);
+            print_workload(&workload);
             println!();
         }
-        let verdict = job.summary.verdict;
+        let verdict = workload.summary.verdict;
         let flagged = matches!(
             verdict,
             heddle_types::health::Verdict::Warn | heddle_types::health::Verdict::Fail
         );
-        if job.summary.finished || (until_flagged && flagged) {
+        if workload.summary.finished || (until_flagged && flagged) {
             return Ok(Exit::of_verdict(verdict).into());
         }
         tokio::time::sleep(std::time::Duration::from_secs(interval)).await;
     }
 }
 
-/// One row per job step: its nodes and their processes together.
-fn print_joined(jobs: &[ObservedJobSummary], json: bool) -> anyhow::Result<()> {
-    let joined = join_nodes(jobs);
+/// One row per Slurm job step: its nodes and their processes together.
+fn print_joined(rows: &[WorkloadSummary], json: bool) -> anyhow::Result<()> {
+    let joined = join_nodes(rows);
     if json {
         return print_json(&joined);
     }
-    let mut t = table::new(&["JOB", "NODES", "PROCS", "DONE", "VERDICT", "IDS"]);
+    let mut t = table::new(&["WORKLOAD", "NODES", "PROCS", "DONE", "VERDICT", "IDS"]);
     for j in &joined {
         t.add_row(vec![
-            j.job_key.clone(),
+            j.workload_key.clone(),
             j.nodes.join(","),
             j.processes.to_string(),
             if j.finished { "yes" } else { "no" }.into(),
@@ -202,7 +204,8 @@ fn print_joined(jobs: &[ObservedJobSummary], json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The per-rank table of `jobs show`: every rank of the job's communicators on every node.
+/// The per-rank table of `workloads show`: every rank of the workload's communicators on
+/// every node.
 fn print_ranks(ranks: &[RankRow]) {
     if ranks.is_empty() {
         return;
@@ -254,8 +257,8 @@ fn print_ranks(ranks: &[RankRow]) {
     println!("\nranks:\n{t}");
 }
 
-fn print_job(job: &ObservedJob) {
-    let s = &job.summary;
+fn print_workload(workload: &Workload) {
+    let s = &workload.summary;
     println!(
         "{} on {}: {} (uid {}, {} via {}, env {})",
         who(s),
@@ -274,7 +277,7 @@ fn print_job(job: &ObservedJob) {
             r.message
         );
     }
-    for c in &job.comms {
+    for c in &workload.comms {
         println!(
             "\ncommunicator {}: {} ranks on {} nodes ({} here), transport {}",
             c.comm_hash,
@@ -306,7 +309,7 @@ fn print_job(job: &ObservedJob) {
         table::right(&mut t, &[2, 3, 4, 5]);
         println!("{t}");
     }
-    print_ranks(&job.ranks);
+    print_ranks(&workload.ranks);
 }
 
 #[cfg(test)]

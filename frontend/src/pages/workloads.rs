@@ -1,11 +1,12 @@
-//! Observed jobs: what the NCCL profiler plugin saw of real work on a node. The node page
-//! lists them (`ObservedJobs`); a job's page shows its verdict, its ranks as lanes (how far
-//! each got, what it is in and for how long, the culprit marked), its communicators and a
-//! bandwidth-by-size chart beside the node's own latest test of each collective (dashed).
+//! Workloads: people's jobs as the NCCL profiler plugin saw them on a node. The node page
+//! lists them (`Workloads`); a workload's page (`/workloads/{id}`, and `/jobs/{id}`, its
+//! first address) shows its verdict, its ranks as lanes (how far each got, what it is in and
+//! for how long, the culprit marked), its communicators and a bandwidth-by-size chart beside
+//! the node's own latest test of each collective (dashed).
 
 use heddle_types::health::NodeHealth;
 use heddle_types::jobs::JobResult;
-use heddle_types::observed::{ObservedJob, ObservedJobSummary, RankRow, band_label, band_of};
+use heddle_types::observed::{RankRow, Workload, WorkloadSummary, band_label, band_of};
 use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
 use uuid::Uuid;
@@ -15,19 +16,19 @@ use crate::api::{self, ApiError, seg};
 use crate::chart::{BusBwChart, Series};
 use crate::ui::{ago, loaded, opt_num};
 
-/// The node's observed jobs, most recently seen first (one page).
+/// The node's observed workloads, most recently seen first (one page).
 #[component]
-pub fn ObservedJobs(node: String) -> impl IntoView {
-    let path = format!("/jobs?node={}&limit=20", seg(&node));
-    let (jobs, _) = api::load(move || {
+pub fn Workloads(node: String) -> impl IntoView {
+    let path = format!("/workloads?node={}&limit=20", seg(&node));
+    let (workloads, _) = api::load(move || {
         let path = path.clone();
-        async move { api::get::<Vec<ObservedJobSummary>>(&path).await }
+        async move { api::get::<Vec<WorkloadSummary>>(&path).await }
     });
-    loaded(jobs, "observed jobs", |jobs: Vec<ObservedJobSummary>| {
-        if jobs.is_empty() {
-            return view! { <p class="empty" id="observed-empty">"No job observed: the NCCL profiler plugin reports jobs that ran here."</p> }.into_any();
+    loaded(workloads, "workloads", |workloads: Vec<WorkloadSummary>| {
+        if workloads.is_empty() {
+            return view! { <p class="empty" id="workloads-empty">"No workload observed: the NCCL profiler plugin reports the jobs that ran here."</p> }.into_any();
         }
-        let rows = jobs
+        let rows = workloads
             .into_iter()
             .map(|j| {
                 let reason = j
@@ -36,42 +37,43 @@ pub fn ObservedJobs(node: String) -> impl IntoView {
                     .and_then(|r| r.code.clone())
                     .unwrap_or_default();
                 view! { <tr>
-                    <td><a href=format!("/jobs/{}", j.id)>{j.job_key.clone()}</a></td>
+                    <td><a href=format!("/workloads/{}", j.id)>{j.workload_key.clone()}</a></td>
                     <td>{j.comm.clone().unwrap_or_default()}</td><td>{j.uid}</td>
                     <td>{verdict_badge(j.verdict)}</td><td class="mono small">{reason}</td>
                     <td class="muted">{ago(Some(j.last_seen_at))}</td>
                 </tr> }
             })
             .collect_view();
-        view! { <table class="grid" id="observed-jobs"><thead><tr><th>"Job"</th><th>"Program"</th><th>"Uid"</th>
+        view! { <table class="grid" id="workloads"><thead><tr><th>"Workload"</th><th>"Program"</th><th>"Uid"</th>
             <th>"Verdict"</th><th>"Reason"</th><th>"Seen"</th></tr></thead><tbody>{rows}</tbody></table> }.into_any()
     })
 }
 
 #[component]
-pub fn JobPage() -> impl IntoView {
+pub fn WorkloadPage() -> impl IntoView {
     let params = use_params_map();
     move || {
         let id = params.with(|p| p.get("id").unwrap_or_default());
         match id.parse::<Uuid>() {
-            Ok(id) => view! { <JobView id=id/> }.into_any(),
+            Ok(id) => view! { <WorkloadView id=id/> }.into_any(),
             Err(_) => {
-                view! { <p class="error">{format!("{id:?} is not a job id.")}</p> }.into_any()
+                view! { <p class="error">{format!("{id:?} is not a workload id.")}</p> }.into_any()
             }
         }
     }
 }
 
-/// A job and, per NCCL test of the node, the rows of its latest result there.
+/// A workload and, per NCCL test of the node, the rows of its latest result there.
 #[derive(Clone)]
 struct Loaded {
-    job: ObservedJob,
+    workload: Workload,
     baselines: Vec<(String, JobResult)>,
 }
 
 async fn fetch(id: Uuid) -> Result<Loaded, ApiError> {
-    let job: ObservedJob = api::get(&format!("/jobs/{id}")).await?;
-    let health: NodeHealth = api::get(&format!("/nodes/{}/health", job.summary.node_id)).await?;
+    let workload: Workload = api::get(&format!("/workloads/{id}")).await?;
+    let health: NodeHealth =
+        api::get(&format!("/nodes/{}/health", workload.summary.node_id)).await?;
     let mut baselines = Vec::new();
     for t in health.tests.iter().filter(|t| t.test.starts_with("nccl.")) {
         let results: Vec<JobResult> = api::get(&format!("/runs/{}/results", t.run_id)).await?;
@@ -79,24 +81,27 @@ async fn fetch(id: Uuid) -> Result<Loaded, ApiError> {
             baselines.push((t.test.clone(), r));
         }
     }
-    Ok(Loaded { job, baselines })
+    Ok(Loaded {
+        workload,
+        baselines,
+    })
 }
 
 #[component]
-fn JobView(id: Uuid) -> impl IntoView {
+fn WorkloadView(id: Uuid) -> impl IntoView {
     let (state, _) = api::load(move || fetch(id));
-    view! { <section>{loaded(state, "the job", job_body)}</section> }
+    view! { <section>{loaded(state, "the workload", workload_body)}</section> }
 }
 
-fn job_body(l: Loaded) -> impl IntoView {
-    let s = l.job.summary;
+fn workload_body(l: Loaded) -> impl IntoView {
+    let s = l.workload.summary;
     let reasons = s
         .reasons
         .iter()
         .map(|r| view! { <li><span class="mono">{r.code.clone().unwrap_or_else(|| r.basis.clone())}</span>" "{r.message.clone()}</li> })
         .collect_view();
     let mut series = Vec::new();
-    for c in &l.job.comms {
+    for c in &l.workload.comms {
         let mut funcs: Vec<&str> = c.bands.iter().map(|b| b.func.as_str()).collect();
         funcs.dedup();
         for f in funcs {
@@ -127,7 +132,7 @@ fn job_body(l: Loaded) -> impl IntoView {
     }
     series.dedup_by(|a, b| a.name == b.name);
     let comms = l
-        .job
+        .workload
         .comms
         .into_iter()
         .map(|c| {
@@ -147,15 +152,15 @@ fn job_body(l: Loaded) -> impl IntoView {
         .collect_view();
     view! {
         <div class="title-row">
-            <h1 id="job-title">{s.job_key.clone()}</h1>
+            <h1 id="workload-title">{s.workload_key.clone()}</h1>
             {verdict_badge(s.verdict)}
             <span class="muted">{format!("on {} · uid {} · {} · seen {}", s.hostname, s.uid,
                 if s.finished { "finished" } else { "running" }, ago(Some(s.last_seen_at)))}</span>
         </div>
         <p><a href=format!("/nodes/{}", s.node_id)>{format!("Node {}", s.hostname)}</a>
             {format!(" · {} processes · env {}", s.processes, s.env_applied.clone().unwrap_or_else(|| "not applied".into()))}</p>
-        <ul id="job-reasons">{reasons}</ul>
-        {rank_lanes(l.job.ranks)}
+        <ul id="workload-reasons">{reasons}</ul>
+        {rank_lanes(l.workload.ranks)}
         <h2>"Bus bandwidth by size"</h2>
         <p class="muted">"Dashed: the node's latest test of the same collective."</p>
         <BusBwChart series=series/>
@@ -164,12 +169,12 @@ fn job_body(l: Loaded) -> impl IntoView {
 }
 
 /// A communicator's hash as shown: its first 8 characters. The hash comes from a file the
-/// job's user wrote, and may hold any visible character: cut by characters, never bytes.
+/// workload's user wrote, and may hold any visible character: cut by characters, never bytes.
 fn short_hash(hash: &str) -> String {
     hash.chars().take(8).collect()
 }
 
-/// The job's ranks as lanes, one a rank of each communicator across every node: the bar is
+/// The workload's ranks as lanes, one a rank of each communicator across every node: the bar is
 /// how many collectives the rank has completed of the most any rank started, the text what
 /// it is in and for how long, how late it arrives and when it last reported. Culprits (a
 /// rank the others wait for, a straggler) are marked.
@@ -221,7 +226,7 @@ fn rank_lanes(ranks: Vec<RankRow>) -> impl IntoView {
     view! {
         <h2>"Ranks"</h2>
         <p class="muted">"One lane a rank, on every node: the bar is the collectives it completed, of the most any rank started."</p>
-        <div id="job-ranks" class="lanes">{lanes}</div>
+        <div id="workload-ranks" class="lanes">{lanes}</div>
     }
     .into_any()
 }
