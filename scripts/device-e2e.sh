@@ -4,7 +4,7 @@
 # CLI: two-node NCCL runs, p2p/memcpy/rdma_ab, a pair made slow on purpose and the
 # investigation it starts, a rank stopped with SIGSTOP mid-run (reported hung, GPUs freed),
 # health/runs/env, the dashboard pages, and a PyTorch job with the NCCL plugins when they
-# were carried (its observation read back with `heddle jobs ls`). Prints a short report; exits 1 on any surprise.
+# were carried (its observation read back with `heddle workloads ls`). Prints a short report; exits 1 on any surprise.
 #
 #   bash scripts/device-e2e.sh .carry            # the end-to-end run (target: under 4 min)
 #   bash scripts/device-e2e.sh .carry --bench    # nccl-tests against heddle-agent bench

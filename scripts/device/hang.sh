@@ -12,8 +12,8 @@
 #   d  every rank pausing 90 s at step 10
 #   e  the ranks given different NCCL_ALGO by the job itself
 #   f  the ranks given different NCCL_PROTO by the job itself
-# For each: the verdict and reasons `heddle jobs ls` shows, polled every second from the
-# fault, the first time a job-hung / job-straggler reason appeared, and `heddle jobs show`.
+# For each: the verdict and reasons `heddle workloads ls` shows, polled every second from the
+# fault, the first time a job-hung / job-straggler reason appeared, and `heddle workloads show`.
 # HEDDLE_HANG_SCENARIOS picks some of them by letter, in the order given ("a b c"; all five
 # by default), so a machine whose commands are time-limited can run them in two goes;
 # HEDDLE_HANG_STEPS sets the jobs' steps (400).
@@ -30,7 +30,7 @@ hang_install() { # PLUGIN_DIR
     echo "$hang_libdir" >/etc/ld.so.conf.d/heddle.conf && ldconfig
 }
 
-# The job's ids in `heddle --json jobs ls` (one per node row), newest first.
+# The job's ids in `heddle --json workloads ls` (one per node row), newest first.
 hang_job_line() { # SINCE_EPOCH
     python3 - "$logs/hang-ls.json" "$1" <<'PY'
 import json, sys, datetime
@@ -67,13 +67,13 @@ hang_scenario() { # NAME FAULT
     [[ $fault == sigstop && -n "$rank1" ]] && kill -STOP "$rank1"
     fault_at=$(date +%s.%N)
     for i in $(seq 1 120); do
-        t 30 "$bin/heddle" --json jobs ls --node "$node0" >"$logs/hang-ls.json" 2>>"$logs/cli.log" &&
+        t 30 "$bin/heddle" --json workloads ls --node "$node0" >"$logs/hang-ls.json" 2>>"$logs/cli.log" &&
             line=$(hang_job_line "$started")
         if [[ -n "$line" && -z "$flag_at" && $(cut -f2 <<<"$line") != "-" ]]; then
             flag_at=$(date +%s.%N)
             id=$(cut -f1 <<<"$line")
             say "  $name: $(cut -f2,3 <<<"$line") $(secs "$fault_at" "$flag_at") s after the fault: $(cut -f4 <<<"$line")"
-            t 30 "$bin/heddle" jobs show "$id" >"$logs/hang-$name-show.txt" 2>&1
+            t 30 "$bin/heddle" workloads show "$id" >"$logs/hang-$name-show.txt" 2>&1
             sed -n '/^ranks:/,$p' "$logs/hang-$name-show.txt" | while read -r l; do say "    $l"; done
             break
         fi

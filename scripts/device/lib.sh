@@ -381,17 +381,17 @@ torch_job() { # PLUGIN_DIR
     # Agent 0 reads the spool every second and uploads; the server judges the job.
     local i seen=""
     for i in $(seq 1 30); do
-        t 30 "$bin/heddle" --json jobs ls --node "$node0" >"$logs/cli-jobs-ls.json" 2>>"$logs/cli.log" &&
-            seen=$(q observed-job "$logs/cli-jobs-ls.json") && break
+        t 30 "$bin/heddle" --json workloads ls --node "$node0" >"$logs/cli-workloads-ls.json" 2>>"$logs/cli.log" &&
+            seen=$(q observed-job "$logs/cli-workloads-ls.json") && break
         sleep 1
     done
     if [[ -z "$seen" ]]; then
-        surprise "heddle jobs ls shows no finished job on $node0 that ran with the node's environment (logs/cli-jobs-ls.json)"
+        surprise "heddle workloads ls shows no finished workload on $node0 that ran with the node's environment (logs/cli-workloads-ls.json)"
     else
         say "  observed: $seen"
         torch_line+="; observed at the server: $seen"
     fi
-    t 30 "$bin/heddle" jobs ls >"$logs/cli-jobs-ls.txt" 2>&1
+    t 30 "$bin/heddle" workloads ls >"$logs/cli-workloads-ls.txt" 2>&1
 }
 
 # A real stall: a two-node run whose rank on node 1 is stopped with SIGSTOP mid-run must be

@@ -161,7 +161,7 @@ def main():
         print("; ".join(lines) or "no results")
         return 0
     if what == "observed-job":
-        # `heddle --json jobs ls`: the job's processes, finished, with the node's environment
+        # `heddle --json workloads ls`: the job's processes, finished, with the node's environment
         # (env_applied set): one job (torchrun:<uid>:<run id>, or the scheduler's) of both
         # processes, or, from a build that does not know torchrun's run id, one per process.
         done = [j for j in doc if j.get("finished") and j.get("env_applied")]
