@@ -38,6 +38,24 @@ pub async fn audit<'e>(
     Ok(())
 }
 
+/// The audit log's newest `limit` entries, only those whose action starts with `action`
+/// when given.
+pub async fn audit_entries(
+    db: &sqlx::PgPool,
+    action: Option<&str>,
+    limit: i64,
+) -> Result<Vec<heddle_types::auth::AuditEntry>, sqlx::Error> {
+    sqlx::query_as!(
+        heddle_types::auth::AuditEntry,
+        "SELECT id, at, actor, action, target, detail FROM audit_log
+         WHERE ($1::text IS NULL OR starts_with(action, $1)) ORDER BY id DESC LIMIT $2",
+        action,
+        limit,
+    )
+    .fetch_all(db)
+    .await
+}
+
 /// A name or id that matches nothing; a domain error that each caller's error type maps
 /// (to 404 in `http/error.rs`).
 #[derive(Debug, thiserror::Error)]

@@ -9,6 +9,8 @@
 //! `health/` (pre-flight checks) and `investigate/`. Nothing here knows about HTTP: errors are [`JobError`], mapped to
 //! responses in `http/error.rs`.
 
+pub mod read;
+pub mod rendezvous;
 pub mod results;
 pub mod runs;
 pub mod spec;

@@ -15,7 +15,7 @@
 //! - state: `state`
 //! - domain: `jobs`, `health`, `history`, `investigate`, `plugins`, `plugins_bundled`,
 //!   `recommendations`, `runs_env`, `job_env`, `observed`, `fabric`, `leases`, `liveness`,
-//!   `credentials`, `token_uses`, `tokens`, `metrics`
+//!   `credentials`, `enrollment`, `nodes`, `token_uses`, `tokens`, `metrics`
 //! - storage: `db`
 //! - configuration: `config`
 
@@ -25,6 +25,7 @@ pub mod config;
 pub mod credentials;
 pub mod dashboard;
 pub mod db;
+pub mod enrollment;
 pub mod fabric;
 pub mod health;
 pub mod history;
@@ -35,6 +36,7 @@ pub mod jobs;
 pub mod k8s_admission;
 pub mod leases;
 pub mod liveness;
+pub mod nodes;
 pub mod metrics;
 pub mod observed;
 pub mod plugins;

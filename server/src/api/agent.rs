@@ -13,10 +13,10 @@ use heddle_types::agent::*;
 use heddle_types::jobs::{Progress, ResultUpload};
 use uuid::Uuid;
 
-use crate::db;
 use crate::http::auth::AgentCaller;
 use crate::http::error::{ApiError, ApiResult, Json, Path};
-use crate::jobs::{self, results::Stored, results::Uploader};
+use crate::jobs::{self, read, results::Stored, results::Uploader};
+use crate::nodes;
 use crate::state::AppState;
 
 fn lease_secs(state: &AppState) -> f64 {
@@ -88,19 +88,18 @@ pub async fn heartbeat(
     }
     // Of the jobs named, those still leased to this agent (their leases are renewed, a
     // cancelled one's too until the agent confirms) and those it should go on running.
-    let (stored_sha, env_sha, leased, keep): (Option<String>, Option<String>, Vec<Uuid>, Vec<Uuid>) = sqlx::query_as(
-        "SELECT n.facts_sha256, n.job_env_sha256, coalesce(j.leased, '{}'), coalesce(j.keep, '{}')
-         FROM nodes n LEFT JOIN LATERAL (
-             SELECT array_agg(id) AS leased, array_agg(id) FILTER (WHERE NOT cancel_requested) AS keep
-             FROM jobs WHERE id = ANY($2) AND lease_agent_id = $3 AND state IN ('leased', 'running')
-         ) j ON true
-         WHERE n.id = $1",
-    )
-    .bind(agent.node_id)
-    .bind(&req.running_jobs)
-    .bind(agent.agent_id)
-    .fetch_one(&mut *state.metrics.pools.acquire("agent", &state.agent_db).await?)
-    .await?;
+    let mut conn = state
+        .metrics
+        .pools
+        .acquire("agent", &state.agent_db)
+        .await?;
+    let read::HeartbeatView {
+        facts_sha256: stored_sha,
+        job_env_sha256: env_sha,
+        leased,
+        keep,
+    } = read::heartbeat_view(&mut conn, agent.node_id, agent.agent_id, &req.running_jobs).await?;
+    drop(conn);
     if let Some(stored) = &stored_sha {
         state.facts_seen.set(agent.node_id, stored);
     }
@@ -176,43 +175,24 @@ pub async fn put_facts(
         }
         None => heddle_types::facts_sha256(&facts),
     };
-    let cols = db::facts::extract(&facts);
     let mut tx = state.db.begin().await?;
-    let changed: Option<(Uuid,)> = sqlx::query_as(
-        "UPDATE nodes SET facts = $2, facts_sha256 = $3, facts_updated_at = now(), gpu_model = $4, gpu_count = $5,
-                hcas = $6, port_states = $7, link_layers = $8
-         WHERE id = $1 AND facts_sha256 IS DISTINCT FROM $3 RETURNING id",
+    let changed = nodes::store_facts(
+        &mut tx,
+        agent.node_id,
+        &facts,
+        &sha,
+        state.config.facts_history_keep,
     )
-    .bind(agent.node_id)
-    .bind(&facts)
-    .bind(&sha)
-    .bind(&cols.gpu_model)
-    .bind(cols.gpu_count)
-    .bind(&cols.hcas)
-    .bind(&cols.port_states)
-    .bind(&cols.link_layers)
-    .fetch_optional(&mut *tx)
     .await?;
-    if changed.is_some() {
-        sqlx::query(
-            "INSERT INTO node_facts_history (node_id, facts_sha256, facts) VALUES ($1, $2, $3)",
-        )
-        .bind(agent.node_id)
-        .bind(&sha)
-        .bind(&facts)
-        .execute(&mut *tx)
-        .await?;
-        db::facts::prune_history(&mut tx, agent.node_id, state.config.facts_history_keep).await?;
-    }
     tx.commit().await?;
     state.facts_seen.set(agent.node_id, &sha);
-    if changed.is_some() {
+    if changed {
         state.plugins.wake.notify_one();
     }
     Ok(Json(FactsAccepted {
         node_id: agent.node_id,
         facts_sha256: sha,
-        changed: changed.is_some(),
+        changed,
     }))
 }
 
@@ -326,12 +306,8 @@ pub async fn upload_result(
         }
         Stored::Again(result_id) => {
             // A retry after a failed judgement gets its verdict now.
-            let judged: Option<(Uuid,)> =
-                sqlx::query_as("SELECT result_id FROM verdicts WHERE result_id = $1")
-                    .bind(result_id)
-                    .fetch_optional(&state.db)
-                    .await?;
-            if judged.is_none() {
+            let judged = crate::health::store::is_judged(&state.db, result_id).await?;
+            if !judged {
                 judge(&state, result_id).await;
             }
             Ok((

@@ -11,12 +11,11 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use heddle_types::auth::Role;
-use uuid::Uuid;
 
-use crate::db;
 use crate::http::auth::Caller;
 use crate::http::error::{ApiError, ApiResult, Path};
 use crate::state::AppState;
+use crate::{db, nodes};
 
 /// Remove a decommissioned node and what is only about it (admin).
 #[utoipa::path(delete, path = "/api/v1/nodes/{node}", tag = "nodes", security(("bearer" = [])),
@@ -33,33 +32,20 @@ pub async fn delete_node(
     let mut tx = state.db.begin().await?;
     let id = db::resolve_node(&mut *tx, &key).await?;
     // The row lock keeps a run from adding a job to the node while it is being removed.
-    let (hostname,): (String,) =
-        sqlx::query_as("SELECT hostname FROM nodes WHERE id = $1 FOR UPDATE")
-            .bind(id)
-            .fetch_one(&mut *tx)
-            .await?;
-    let (active, jobs, results): (i64, i64, i64) = sqlx::query_as(
-        "SELECT count(*) FILTER (WHERE j.state IN ('queued', 'leased', 'running')),
-                count(*), count(r.id)
-         FROM jobs j LEFT JOIN results r ON r.job_id = j.id WHERE j.node_id = $1",
-    )
-    .bind(id)
-    .fetch_one(&mut *tx)
-    .await?;
+    let nodes::Holdings {
+        hostname,
+        active_jobs: active,
+        jobs,
+        results,
+        agents,
+    } = nodes::lock_for_removal(&mut tx, id).await?;
     if active > 0 {
         return Err(ApiError::Conflict(format!(
             "node {hostname:?} has {active} queued or running jobs; cancel their runs \
              (heddle runs cancel) and delete it again"
         )));
     }
-    let agents: Vec<(Uuid,)> = sqlx::query_as("SELECT id FROM agents WHERE node_id = $1")
-        .bind(id)
-        .fetch_all(&mut *tx)
-        .await?;
-    sqlx::query("DELETE FROM nodes WHERE id = $1")
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
+    nodes::delete(&mut tx, id).await?;
     db::audit(
         &mut *tx,
         &caller.actor(),
@@ -67,7 +53,7 @@ pub async fn delete_node(
         &format!("node:{hostname}"),
         serde_json::json!({
             "node_id": id,
-            "agents": agents.iter().map(|a| a.0).collect::<Vec<_>>(),
+            "agents": agents,
             "jobs": jobs,
             "results": results,
         }),

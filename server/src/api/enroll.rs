@@ -9,12 +9,13 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use heddle_types::agent::{EnrollPending, EnrollRequest, EnrollResponse};
 use heddle_types::auth::{PendingEnrollment, Role};
 use uuid::Uuid;
 
 use crate::db;
+use crate::enrollment::{self, Ticket, TokenState};
 use crate::http::auth::{self, Caller};
 use crate::http::error::{ApiError, ApiResult, Json, Path};
 use crate::state::AppState;
@@ -39,26 +40,11 @@ pub fn check_hostname(hostname: &str) -> ApiResult<()> {
 
 type Tx<'a> = sqlx::Transaction<'a, sqlx::Postgres>;
 
-#[derive(sqlx::FromRow)]
-struct TokenRow {
-    node: Option<String>,
-    uses: i32,
-    max_uses: i32,
-    expires_at: DateTime<Utc>,
-    revoked_at: Option<DateTime<Utc>>,
-}
-
 /// Says why an enrollment token cannot be used for `hostname` (unknown, revoked, expired,
 /// used up, bound to another node), for [`take_use`] when it could not take a use; `Ok`
 /// when it could be used after all.
-async fn check_token(tx: &mut Tx<'_>, secret: &str, hostname: &str) -> ApiResult<TokenRow> {
-    let row: Option<TokenRow> = sqlx::query_as(
-        "SELECT node, uses, max_uses, expires_at, revoked_at FROM enrollment_tokens
-         WHERE token_sha256 = $1",
-    )
-    .bind(auth::sha256_hex(secret))
-    .fetch_optional(&mut **tx)
-    .await?;
+async fn check_token(tx: &mut Tx<'_>, secret: &str, hostname: &str) -> ApiResult<TokenState> {
+    let row = enrollment::token_state(tx, &auth::sha256_hex(secret)).await?;
     let new_token = "ask an admin for a new one (heddle agents enroll-token)";
     let token = row
         .ok_or_else(|| ApiError::Unauthorized(format!("unknown enrollment token; {new_token}")))?;
@@ -116,33 +102,20 @@ async fn issue(
     version: Option<&str>,
     how: &str,
 ) -> ApiResult<EnrollResponse> {
-    let replaced: Vec<(Uuid,)> = sqlx::query_as(
-        "UPDATE agents SET revoked_at = now() WHERE node_id = $1 AND revoked_at IS NULL RETURNING id",
-    )
-    .bind(node_id)
-    .fetch_all(&mut **tx)
-    .await?;
+    let replaced = enrollment::revoke_live_agents(tx, node_id).await?;
     if !replaced.is_empty() {
-        let ids: Vec<Uuid> = replaced.iter().map(|r| r.0).collect();
-        crate::jobs::store::end_leases_of(tx, &ids).await?;
+        crate::jobs::store::end_leases_of(tx, &replaced).await?;
     }
     let credential = auth::new_secret(auth::AGENT_CREDENTIAL_PREFIX);
     let agent_id = Uuid::new_v4();
-    sqlx::query(
-        "INSERT INTO agents (id, node_id, credential_sha256, enrollment_token_id, version, last_heartbeat_at)
-         VALUES ($1, $2, $3, $4, $5, now())",
-    )
-    .bind(agent_id)
-    .bind(node_id)
-    .bind(auth::sha256_hex(&credential))
-    .bind(token_id)
-    .bind(version)
-    .execute(&mut **tx)
-    .await?;
-    sqlx::query("UPDATE nodes SET last_seen_at = now() WHERE id = $1")
-        .bind(node_id)
-        .execute(&mut **tx)
-        .await?;
+    let new = enrollment::NewAgent {
+        id: agent_id,
+        node_id,
+        credential_sha256: &auth::sha256_hex(&credential),
+        enrollment_token_id: token_id,
+        version,
+    };
+    enrollment::insert_agent(tx, &new).await?;
     db::audit(
         &mut **tx,
         &format!("agent:{agent_id}"),
@@ -217,20 +190,8 @@ async fn enroll_with(
     hostname: &str,
     token: &TakenUse,
 ) -> ApiResult<Response> {
-    // The upsert locks the node row: concurrent enrollments of one host name are serialised.
-    let (node_id,): (Uuid,) = sqlx::query_as(
-        "INSERT INTO nodes (id, hostname) VALUES ($1, $2)
-         ON CONFLICT (hostname) DO UPDATE SET hostname = EXCLUDED.hostname RETURNING id",
-    )
-    .bind(Uuid::new_v4())
-    .bind(hostname)
-    .fetch_one(&mut *tx)
-    .await?;
-    let live: Option<(Uuid,)> =
-        sqlx::query_as("SELECT id FROM agents WHERE node_id = $1 AND revoked_at IS NULL")
-            .bind(node_id)
-            .fetch_optional(&mut *tx)
-            .await?;
+    let node_id = enrollment::upsert_node(&mut tx, hostname).await?;
+    let live = enrollment::live_agent(&mut tx, node_id).await?;
     let version = req.agent_version.as_deref();
     if live.is_none() || token.node.is_some() {
         let how = if live.is_none() {
@@ -255,40 +216,26 @@ async fn enroll_with(
     }
     let ticket = auth::new_secret(TICKET_PREFIX);
     let pending_id = Uuid::new_v4();
-    sqlx::query(
-        "INSERT INTO pending_enrollments (id, node_id, hostname, ticket_sha256, enrollment_token_id, agent_version)
-         VALUES ($1, $2, $3, $4, $5, $6)",
-    )
-    .bind(pending_id)
-    .bind(node_id)
-    .bind(hostname)
-    .bind(auth::sha256_hex(&ticket))
-    .bind(token.id)
-    .bind(version)
-    .execute(&mut *tx)
-    .await?;
+    let new = enrollment::NewPending {
+        id: pending_id,
+        node_id,
+        hostname,
+        ticket_sha256: &auth::sha256_hex(&ticket),
+        enrollment_token_id: token.id,
+        agent_version: version,
+    };
+    enrollment::insert_pending(&mut tx, &new).await?;
     db::audit(
         &mut *tx,
         &format!("enrollment:{pending_id}"),
         "agent.enroll_pending",
         &format!("node:{hostname}"),
-        serde_json::json!({"live_agent": live.map(|l| l.0), "version": version}),
+        serde_json::json!({"live_agent": live, "version": version}),
     )
     .await?;
     tx.commit().await?;
     tracing::warn!(%pending_id, hostname, "enrollment under a live node's host name is waiting for approval");
     Ok(waiting(pending_id, hostname, ticket))
-}
-
-#[derive(sqlx::FromRow)]
-struct TicketRow {
-    id: Uuid,
-    node_id: Uuid,
-    hostname: String,
-    state: String,
-    enrollment_token_id: Option<Uuid>,
-    agent_version: Option<String>,
-    decided_by: Option<String>,
 }
 
 /// A waiting agent asks again with its ticket.
@@ -298,14 +245,8 @@ async fn collect(
     hostname: &str,
     ticket: &str,
 ) -> ApiResult<Response> {
-    let row: Option<TicketRow> = sqlx::query_as(
-        "SELECT id, node_id, hostname, state, enrollment_token_id, agent_version, decided_by
-         FROM pending_enrollments WHERE ticket_sha256 = $1 FOR UPDATE",
-    )
-    .bind(auth::sha256_hex(ticket))
-    .fetch_optional(&mut *tx)
-    .await?;
-    let Some(TicketRow {
+    let row = enrollment::ticket_for_update(&mut tx, &auth::sha256_hex(ticket)).await?;
+    let Some(Ticket {
         id,
         node_id,
         hostname: host,
@@ -346,13 +287,7 @@ async fn collect(
                 &how,
             )
             .await?;
-            sqlx::query(
-                "UPDATE pending_enrollments SET state = 'completed', agent_id = $2 WHERE id = $1",
-            )
-            .bind(id)
-            .bind(resp.agent_id)
-            .execute(&mut *tx)
-            .await?;
+            enrollment::complete(&mut tx, id, resp.agent_id).await?;
             tx.commit().await?;
             state.credentials.forget_node(node_id);
             Ok((StatusCode::CREATED, Json(resp)).into_response())
@@ -364,44 +299,6 @@ async fn collect(
     }
 }
 
-#[derive(sqlx::FromRow)]
-struct PendingRow {
-    id: Uuid,
-    hostname: String,
-    node_id: Uuid,
-    agent_version: Option<String>,
-    state: String,
-    requested_at: DateTime<Utc>,
-    decided_at: Option<DateTime<Utc>>,
-    decided_by: Option<String>,
-    live_agent_id: Option<Uuid>,
-    live_agent_last_heartbeat_at: Option<DateTime<Utc>>,
-    enrollment_token_id: Option<Uuid>,
-}
-
-impl From<PendingRow> for PendingEnrollment {
-    fn from(r: PendingRow) -> Self {
-        PendingEnrollment {
-            id: r.id,
-            hostname: r.hostname,
-            node_id: r.node_id,
-            agent_version: r.agent_version,
-            state: r.state,
-            requested_at: r.requested_at,
-            decided_at: r.decided_at,
-            decided_by: r.decided_by,
-            live_agent_id: r.live_agent_id,
-            live_agent_last_heartbeat_at: r.live_agent_last_heartbeat_at,
-            enrollment_token_id: r.enrollment_token_id,
-        }
-    }
-}
-
-const PENDING_SELECT: &str = "SELECT p.id, p.hostname, p.node_id, p.agent_version, p.state, p.requested_at,
-        p.decided_at, p.decided_by, a.id AS live_agent_id, a.last_heartbeat_at AS live_agent_last_heartbeat_at,
-        p.enrollment_token_id
-     FROM pending_enrollments p LEFT JOIN agents a ON a.node_id = p.node_id AND a.revoked_at IS NULL";
-
 /// Enrollments waiting for approval (and approved ones not yet collected).
 #[utoipa::path(get, path = "/api/v1/agents/pending", tag = "agents", security(("bearer" = [])),
     responses((status = 200, body = [PendingEnrollment])))]
@@ -410,12 +307,7 @@ pub async fn list_pending(
     caller: Caller,
 ) -> ApiResult<Json<Vec<PendingEnrollment>>> {
     caller.require(Role::Admin)?;
-    let rows: Vec<PendingRow> = sqlx::query_as(&format!(
-        "{PENDING_SELECT} WHERE p.state IN ('pending', 'approved') ORDER BY p.requested_at LIMIT 1000"
-    ))
-    .fetch_all(&state.db)
-    .await?;
-    Ok(Json(rows.into_iter().map(Into::into).collect()))
+    Ok(Json(enrollment::waiting(&state.db).await?))
 }
 
 async fn decide(
@@ -426,11 +318,7 @@ async fn decide(
 ) -> ApiResult<Json<PendingEnrollment>> {
     caller.require(Role::Admin)?;
     let mut tx = state.db.begin().await?;
-    let current: Option<(String, String)> =
-        sqlx::query_as("SELECT state, hostname FROM pending_enrollments WHERE id = $1 FOR UPDATE")
-            .bind(id)
-            .fetch_optional(&mut *tx)
-            .await?;
+    let current = enrollment::state_for_update(&mut tx, id).await?;
     let (st, hostname) =
         current.ok_or_else(|| ApiError::NotFound(format!("no pending enrollment {id}")))?;
     if st != "pending" {
@@ -438,14 +326,7 @@ async fn decide(
             "the enrollment {id} of {hostname:?} is already {st}"
         )));
     }
-    sqlx::query(
-        "UPDATE pending_enrollments SET state = $2, decided_at = now(), decided_by = $3 WHERE id = $1",
-    )
-    .bind(id)
-    .bind(to)
-    .bind(caller.actor())
-    .execute(&mut *tx)
-    .await?;
+    enrollment::decide(&mut tx, id, to, &caller.actor()).await?;
     let action = if to == "approved" {
         "agent.enroll_approve"
     } else {
@@ -459,12 +340,9 @@ async fn decide(
         serde_json::json!({"pending_enrollment": id}),
     )
     .await?;
-    let row: PendingRow = sqlx::query_as(&format!("{PENDING_SELECT} WHERE p.id = $1"))
-        .bind(id)
-        .fetch_one(&mut *tx)
-        .await?;
+    let row = enrollment::pending(&mut tx, id).await?;
     tx.commit().await?;
-    Ok(Json(row.into()))
+    Ok(Json(row))
 }
 
 /// Approve a waiting enrollment: when the agent asks again it gets a credential, and the

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use uuid::Uuid;
 
 use crate::db;
-use crate::health::expectations::{self as table, ExpectationRow, OPERATOR_SELECT};
+use crate::health::expectations::{self as table, operators};
 use crate::http::auth::Caller;
 use crate::http::error::{ApiError, ApiResult, Json, Path, Query};
 use crate::state::AppState;
@@ -91,32 +91,12 @@ pub async fn create(
         None => None,
     };
     let id = Uuid::new_v4();
-    sqlx::query(
-        "INSERT INTO expectations (id, test, metric, min_size_bytes, value, source, gpu_model, gpu_count, world_size, node_id, created_by)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-    )
-    .bind(id)
-    .bind(&req.test)
-    .bind(&req.metric)
-    .bind(req.min_size_bytes.unwrap_or(0))
-    .bind(req.value)
-    .bind(req.source.trim())
-    .bind(&req.gpu_model)
-    .bind(req.gpu_count)
-    .bind(req.world_size)
-    .bind(node_id)
-    .bind(caller.actor())
-    .execute(&mut *tx)
-    .await?;
+    let made = operators::insert(&mut tx, id, &req, node_id, &caller.actor()).await?;
     db::audit(&mut *tx, &caller.actor(), "expectation.create", &format!("expectation:{id}"),
         serde_json::json!({"test": req.test, "metric": req.metric, "value": req.value, "node": req.node})).await?;
-    let row: ExpectationRow = sqlx::query_as(&format!("{OPERATOR_SELECT} WHERE e.id = $1"))
-        .bind(id)
-        .fetch_one(&mut *tx)
-        .await?;
     tx.commit().await?;
     tracing::info!(%id, test = %req.test, "expectation added");
-    Ok((StatusCode::CREATED, Json(row.into())))
+    Ok((StatusCode::CREATED, Json(made)))
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -139,11 +119,7 @@ pub async fn list(
     Query(f): Query<ExpectationFilter>,
 ) -> ApiResult<Json<Vec<Expectation>>> {
     caller.require(Role::Viewer)?;
-    let rows: Vec<ExpectationRow> =
-        sqlx::query_as(&format!("{OPERATOR_SELECT} ORDER BY e.test, e.created_at"))
-            .fetch_all(&state.db)
-            .await?;
-    let mut out: Vec<Expectation> = rows.into_iter().map(Into::into).collect();
+    let mut out = operators::all(&state.db).await?;
     if let Some(key) = &f.node {
         let node = db::resolve_node(&state.db, key).await?;
         out.extend(table::from_plugins(&state.db, node).await?);
@@ -166,11 +142,7 @@ pub async fn delete(
 ) -> ApiResult<StatusCode> {
     caller.require(Role::Operator)?;
     let mut tx = state.db.begin().await?;
-    let gone: Option<(String, String)> =
-        sqlx::query_as("DELETE FROM expectations WHERE id = $1 RETURNING test, metric")
-            .bind(id)
-            .fetch_optional(&mut *tx)
-            .await?;
+    let gone = operators::delete(&mut tx, id).await?;
     let (test, metric) = gone.ok_or_else(|| ApiError::NotFound(format!("no expectation {id}")))?;
     db::audit(
         &mut *tx,

@@ -1,11 +1,8 @@
 //! Nodes, their facts history, sites, recommendations, tuning profiles and the env export.
 
-use std::collections::BTreeMap;
-
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
-use chrono::{DateTime, Utc};
 use heddle_types::auth::Role;
 use heddle_types::env_policy;
 use heddle_types::nodes::*;
@@ -15,47 +12,9 @@ use uuid::Uuid;
 use crate::db;
 use crate::http::auth::Caller;
 use crate::http::error::{ApiError, ApiResult, Json, Path, Query, duplicate_name};
+use crate::nodes::{self, NewProfile};
 use crate::state::AppState;
 use crate::{job_env, recommendations};
-
-#[derive(sqlx::FromRow)]
-pub(super) struct NodeRow {
-    id: Uuid,
-    pub(super) hostname: String,
-    site: Option<String>,
-    gpu_model: Option<String>,
-    gpu_count: i32,
-    hcas: Vec<String>,
-    port_states: Vec<String>,
-    link_layers: Vec<String>,
-    traits: sqlx::types::Json<BTreeMap<String, String>>,
-    last_seen_at: Option<DateTime<Utc>>,
-    facts_updated_at: Option<DateTime<Utc>>,
-}
-
-pub(super) const NODE_SELECT: &str =
-    "SELECT n.id, n.hostname, s.name AS site, n.gpu_model, n.gpu_count, n.hcas,
-    n.port_states, n.link_layers, n.traits, n.last_seen_at, n.facts_updated_at
-    FROM nodes n LEFT JOIN sites s ON s.id = n.site_id";
-
-impl NodeRow {
-    pub(super) fn summary(self, hb: std::time::Duration) -> NodeSummary {
-        NodeSummary {
-            health: db::health(self.last_seen_at, hb),
-            id: self.id,
-            hostname: self.hostname,
-            site: self.site,
-            gpu_model: self.gpu_model,
-            gpu_count: self.gpu_count,
-            hcas: self.hcas,
-            port_states: self.port_states,
-            link_layers: self.link_layers,
-            traits: self.traits.0,
-            last_seen_at: self.last_seen_at,
-            facts_updated_at: self.facts_updated_at,
-        }
-    }
-}
 
 /// One node (by id or hostname) with its latest facts and recommendations.
 #[utoipa::path(get, path = "/api/v1/nodes/{node}", tag = "nodes", security(("bearer" = [])),
@@ -68,15 +27,8 @@ pub async fn get_node(
 ) -> ApiResult<Json<NodeDetail>> {
     caller.require(Role::Viewer)?;
     let id = db::resolve_node(&state.db, &key).await?;
-    let row: NodeRow = sqlx::query_as(&format!("{NODE_SELECT} WHERE n.id = $1"))
-        .bind(id)
-        .fetch_one(&state.db)
-        .await?;
-    let (facts, facts_sha256): (Option<serde_json::Value>, Option<String>) =
-        sqlx::query_as("SELECT facts, facts_sha256 FROM nodes WHERE id = $1")
-            .bind(id)
-            .fetch_one(&state.db)
-            .await?;
+    let row = nodes::node(&state.db, id).await?;
+    let (facts, facts_sha256) = nodes::facts(&state.db, id).await?;
     Ok(Json(NodeDetail {
         summary: row.summary(state.config.heartbeat_interval()),
         facts,
@@ -103,23 +55,8 @@ pub async fn facts_history(
 ) -> ApiResult<Json<Vec<FactsSnapshot>>> {
     caller.require(Role::Viewer)?;
     let id = db::resolve_node(&state.db, &key).await?;
-    let rows: Vec<(i64, String, DateTime<Utc>, serde_json::Value)> = sqlx::query_as(
-        "SELECT id, facts_sha256, collected_at, facts FROM node_facts_history WHERE node_id = $1 ORDER BY id DESC LIMIT $2",
-    )
-    .bind(id)
-    .bind(super::limit(q.limit, 20))
-    .fetch_all(&state.db)
-    .await?;
-    Ok(Json(
-        rows.into_iter()
-            .map(|(id, facts_sha256, collected_at, facts)| FactsSnapshot {
-                id,
-                facts_sha256,
-                collected_at,
-                facts,
-            })
-            .collect(),
-    ))
+    let limit = super::limit(q.limit, 20);
+    Ok(Json(nodes::facts_history(&state.db, id, limit).await?))
 }
 
 /// Attach a node to a site (or detach it).
@@ -139,11 +76,7 @@ pub async fn update_node(
         Some(name) => Some(db::resolve_site(&mut *tx, name).await?),
         None => None,
     };
-    sqlx::query("UPDATE nodes SET site_id = $2 WHERE id = $1")
-        .bind(id)
-        .bind(site_id)
-        .execute(&mut *tx)
-        .await?;
+    nodes::set_site(&mut tx, id, site_id).await?;
     job_env::mark_changed(&mut tx, job_env::Changed::Nodes(&[id])).await?;
     db::audit(
         &mut *tx,
@@ -259,25 +192,6 @@ pub async fn put_recommendations(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[derive(sqlx::FromRow)]
-struct SiteRow {
-    id: Uuid,
-    name: String,
-    traits: sqlx::types::Json<BTreeMap<String, String>>,
-    created_at: DateTime<Utc>,
-}
-
-impl From<SiteRow> for Site {
-    fn from(r: SiteRow) -> Self {
-        Site {
-            id: r.id,
-            name: r.name,
-            traits: r.traits.0,
-            created_at: r.created_at,
-        }
-    }
-}
-
 #[utoipa::path(post, path = "/api/v1/sites", tag = "nodes", security(("bearer" = [])), request_body = SiteCreate,
     responses((status = 201, body = Site), (status = 409, body = heddle_types::ErrorBody)))]
 pub async fn create_site(
@@ -288,15 +202,9 @@ pub async fn create_site(
     caller.require(Role::Operator)?;
     db::check_name("site name", &req.name)?;
     let mut tx = state.db.begin().await?;
-    let row: SiteRow = sqlx::query_as(
-        "INSERT INTO sites (id, name, traits) VALUES ($1, $2, $3) RETURNING id, name, traits, created_at",
-    )
-    .bind(Uuid::new_v4())
-    .bind(&req.name)
-    .bind(sqlx::types::Json(&req.traits))
-    .fetch_one(&mut *tx)
-    .await
-    .map_err(duplicate_name("site", &req.name))?;
+    let site = nodes::insert_site(&mut tx, &req.name, &req.traits)
+        .await
+        .map_err(duplicate_name("site", &req.name))?;
     db::audit(
         &mut *tx,
         &caller.actor(),
@@ -306,7 +214,7 @@ pub async fn create_site(
     )
     .await?;
     tx.commit().await?;
-    Ok((StatusCode::CREATED, Json(row.into())))
+    Ok((StatusCode::CREATED, Json(site)))
 }
 
 #[utoipa::path(get, path = "/api/v1/sites", tag = "nodes", security(("bearer" = [])), responses((status = 200, body = [Site])))]
@@ -315,38 +223,7 @@ pub async fn list_sites(
     caller: Caller,
 ) -> ApiResult<Json<Vec<Site>>> {
     caller.require(Role::Viewer)?;
-    let rows: Vec<SiteRow> =
-        sqlx::query_as("SELECT id, name, traits, created_at FROM sites ORDER BY name")
-            .fetch_all(&state.db)
-            .await?;
-    Ok(Json(rows.into_iter().map(Into::into).collect()))
-}
-
-#[derive(sqlx::FromRow)]
-struct ProfileRow {
-    id: Uuid,
-    name: String,
-    node_id: Option<Uuid>,
-    site_id: Option<Uuid>,
-    env: sqlx::types::Json<BTreeMap<String, String>>,
-    source_run_id: Option<Uuid>,
-    created_by: String,
-    created_at: DateTime<Utc>,
-}
-
-impl From<ProfileRow> for TuningProfile {
-    fn from(r: ProfileRow) -> Self {
-        TuningProfile {
-            id: r.id,
-            name: r.name,
-            node_id: r.node_id,
-            site_id: r.site_id,
-            env: r.env.0,
-            source_run_id: r.source_run_id,
-            created_by: r.created_by,
-            created_at: r.created_at,
-        }
-    }
+    Ok(Json(nodes::sites(&state.db).await?))
 }
 
 /// Whose job environment a tuning profile is part of.
@@ -355,18 +232,6 @@ fn profile_scope(node_id: &Option<Uuid>, site_id: Option<Uuid>) -> job_env::Chan
         (Some(site), _) => job_env::Changed::Site(site),
         (None, node) => job_env::Changed::Nodes(node.as_slice()),
     }
-}
-
-const PROFILE_COLUMNS: &str =
-    "id, name, node_id, site_id, env, source_run_id, created_by, created_at";
-
-/// A tuning profile to store; its name and env are already checked.
-pub(crate) struct NewProfile<'a> {
-    pub name: &'a str,
-    pub node_id: Option<Uuid>,
-    pub site_id: Option<Uuid>,
-    pub env: &'a BTreeMap<String, String>,
-    pub source_run_id: Option<Uuid>,
 }
 
 /// Stores a tuning profile and its audit entry (`detail`) in the caller's transaction; a
@@ -379,20 +244,9 @@ pub(crate) async fn insert_profile(
     p: NewProfile<'_>,
     detail: serde_json::Value,
 ) -> ApiResult<(TuningProfile, Vec<Uuid>)> {
-    let row: ProfileRow = sqlx::query_as(&format!(
-        "INSERT INTO tuning_profiles (id, name, node_id, site_id, env, source_run_id, created_by)
-         VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING {PROFILE_COLUMNS}"
-    ))
-    .bind(Uuid::new_v4())
-    .bind(p.name)
-    .bind(p.node_id)
-    .bind(p.site_id)
-    .bind(sqlx::types::Json(p.env))
-    .bind(p.source_run_id)
-    .bind(caller.actor())
-    .fetch_one(&mut *tx)
-    .await
-    .map_err(duplicate_name("tuning profile", p.name))?;
+    let row = nodes::insert_profile(tx, &p, &caller.actor())
+        .await
+        .map_err(duplicate_name("tuning profile", p.name))?;
     let changed = job_env::mark_changed(&mut *tx, profile_scope(&row.node_id, row.site_id)).await?;
     db::audit(
         &mut *tx,
@@ -402,7 +256,7 @@ pub(crate) async fn insert_profile(
         detail,
     )
     .await?;
-    Ok((row.into(), changed))
+    Ok((row, changed))
 }
 
 /// Keep a set of env values (e.g. a sweep's winner) for a node or a site; it feeds the
@@ -462,12 +316,7 @@ pub async fn list_profiles(
     caller: Caller,
 ) -> ApiResult<Json<Vec<TuningProfile>>> {
     caller.require(Role::Viewer)?;
-    let rows: Vec<ProfileRow> = sqlx::query_as(&format!(
-        "SELECT {PROFILE_COLUMNS} FROM tuning_profiles ORDER BY name"
-    ))
-    .fetch_all(&state.db)
-    .await?;
-    Ok(Json(rows.into_iter().map(Into::into).collect()))
+    Ok(Json(nodes::profiles(&state.db).await?))
 }
 
 #[utoipa::path(delete, path = "/api/v1/tuning-profiles/{id}", tag = "nodes", security(("bearer" = [])),
@@ -479,12 +328,7 @@ pub async fn delete_profile(
 ) -> ApiResult<StatusCode> {
     caller.require(Role::Operator)?;
     let mut tx = state.db.begin().await?;
-    let gone: Option<ProfileRow> = sqlx::query_as(&format!(
-        "DELETE FROM tuning_profiles WHERE id = $1 RETURNING {PROFILE_COLUMNS}"
-    ))
-    .bind(id)
-    .fetch_optional(&mut *tx)
-    .await?;
+    let gone = nodes::delete_profile(&mut tx, id).await?;
     let row = gone.ok_or_else(|| ApiError::NotFound(format!("no tuning profile {id}")))?;
     let changed = job_env::mark_changed(&mut tx, profile_scope(&row.node_id, row.site_id)).await?;
     let name = row.name.clone();

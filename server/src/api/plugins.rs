@@ -6,7 +6,6 @@ use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
-use chrono::{DateTime, Utc};
 use heddle_types::auth::Role;
 use heddle_types::plugins::*;
 use sha2::{Digest, Sha256};
@@ -15,7 +14,7 @@ use uuid::Uuid;
 use crate::db;
 use crate::http::auth::Caller;
 use crate::http::error::{ApiError, ApiResult, Json, Path};
-use crate::plugins::outcomes;
+use crate::plugins::{outcomes, store};
 use crate::state::AppState;
 
 /// The first 8 bytes of a WebAssembly component (magic, then component-model layer 1).
@@ -58,63 +57,6 @@ fn check_version(version: &str) -> Result<(), ApiError> {
     }
 }
 
-#[derive(sqlx::FromRow)]
-struct PluginRow {
-    id: Uuid,
-    name: String,
-    enabled: bool,
-    active_version: Option<String>,
-    created_at: DateTime<Utc>,
-}
-
-impl From<PluginRow> for Plugin {
-    fn from(r: PluginRow) -> Self {
-        Plugin {
-            id: r.id,
-            name: r.name,
-            enabled: r.enabled,
-            active_version: r.active_version,
-            created_at: r.created_at,
-        }
-    }
-}
-
-const PLUGIN_SELECT: &str =
-    "SELECT p.id, p.name, p.enabled, v.version AS active_version, p.created_at
-    FROM plugins p LEFT JOIN plugin_versions v ON v.id = p.active_version_id";
-
-#[derive(sqlx::FromRow)]
-struct VersionRow {
-    id: Uuid,
-    plugin: String,
-    version: String,
-    sha256: String,
-    size_bytes: i64,
-    contract: Option<String>,
-    description: Option<String>,
-    uploaded_by: String,
-    created_at: DateTime<Utc>,
-}
-
-impl From<VersionRow> for PluginVersion {
-    fn from(r: VersionRow) -> Self {
-        PluginVersion {
-            id: r.id,
-            plugin: r.plugin,
-            version: r.version,
-            sha256: r.sha256,
-            size_bytes: r.size_bytes,
-            contract: r.contract,
-            description: r.description,
-            uploaded_by: r.uploaded_by,
-            created_at: r.created_at,
-        }
-    }
-}
-
-const VERSION_SELECT: &str = "SELECT v.id, p.name AS plugin, v.version, v.sha256, b.size_bytes, v.contract, v.description, v.uploaded_by, v.created_at
-    FROM plugin_versions v JOIN plugins p ON p.id = v.plugin_id JOIN plugin_blobs b ON b.sha256 = v.sha256";
-
 /// Upload a plugin version (the raw component bytes as the body). Uploading the same bytes
 /// again is a no-op; other bytes under an existing version are refused.
 #[utoipa::path(post, path = "/api/v1/plugins/{name}/versions/{version}", tag = "plugins", security(("bearer" = [])),
@@ -143,78 +85,45 @@ pub async fn upload(
         .map_err(host_error)?;
     let sha = hex::encode(Sha256::digest(bytes.as_slice()));
     let mut tx = state.db.begin().await?;
-    sqlx::query("INSERT INTO plugin_blobs (sha256, bytes, size_bytes) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING")
-        .bind(&sha)
-        .bind(bytes.as_ref())
-        .bind(i64::try_from(bytes.len()).unwrap_or(i64::MAX))
-        .execute(&mut *tx)
-        .await?;
-    let (plugin_id,): (Uuid,) = sqlx::query_as(
-        "INSERT INTO plugins (id, name) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name RETURNING id",
-    )
-    .bind(Uuid::new_v4())
-    .bind(&name)
-    .fetch_one(&mut *tx)
-    .await?;
-    let existing: Option<(String,)> =
-        sqlx::query_as("SELECT sha256 FROM plugin_versions WHERE plugin_id = $1 AND version = $2")
-            .bind(plugin_id)
-            .bind(&version)
-            .fetch_optional(&mut *tx)
-            .await?;
-    let status = match existing {
-        Some((stored,)) if stored == sha => StatusCode::OK,
+    store::insert_blob(&mut tx, &sha, &bytes).await?;
+    let plugin_id = store::upsert_plugin(&mut tx, &name).await?;
+    let status = match store::version_sha256(&mut tx, plugin_id, &version).await? {
+        Some(stored) if stored == sha => StatusCode::OK,
         Some(_) => {
             return Err(ApiError::Conflict(format!(
                 "{name} {version} already exists with other bytes; upload a new version"
             )));
         }
         None => {
-            sqlx::query(
-                "INSERT INTO plugin_versions (id, plugin_id, version, sha256, uploaded_by, contract, description)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
-            )
-                .bind(Uuid::new_v4())
-                .bind(plugin_id)
-                .bind(&version)
-                .bind(&sha)
-                .bind(caller.actor())
-                .bind(&info.contract)
-                .bind(&info.plugin.description)
-                .execute(&mut *tx)
-                .await?;
+            let new = store::NewVersion {
+                plugin_id,
+                version: &version,
+                sha256: &sha,
+                uploaded_by: &caller.actor(),
+                contract: Some(&info.contract),
+                description: Some(&info.plugin.description),
+            };
+            store::insert_version(&mut tx, &new).await?;
             db::audit(&mut *tx, &caller.actor(), "plugin.upload", &format!("plugin:{name}@{version}"),
                 serde_json::json!({"sha256": sha, "size_bytes": bytes.len(), "reports_name": info.plugin.name,
                     "reports_version": info.plugin.version, "imports": info.imports})).await?;
             StatusCode::CREATED
         }
     };
-    let row: VersionRow = sqlx::query_as(&format!(
-        "{VERSION_SELECT} WHERE v.plugin_id = $1 AND v.version = $2"
-    ))
-    .bind(plugin_id)
-    .bind(&version)
-    .fetch_one(&mut *tx)
-    .await?;
+    let stored = store::version(&mut tx, plugin_id, &version).await?;
     tx.commit().await?;
-    Ok((status, Json(row.into())))
+    Ok((status, Json(stored)))
 }
 
 #[utoipa::path(get, path = "/api/v1/plugins", operation_id = "list_plugins", tag = "plugins", security(("bearer" = [])), responses((status = 200, body = [Plugin])))]
 pub async fn list(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Vec<Plugin>>> {
     caller.require(Role::Viewer)?;
-    let rows: Vec<PluginRow> = sqlx::query_as(&format!("{PLUGIN_SELECT} ORDER BY p.name"))
-        .fetch_all(&state.db)
-        .await?;
-    Ok(Json(rows.into_iter().map(Into::into).collect()))
+    Ok(Json(store::plugins(&state.db).await?))
 }
 
 async fn plugin_id(db: &sqlx::PgPool, name: &str) -> ApiResult<Uuid> {
-    let row: Option<(Uuid,)> = sqlx::query_as("SELECT id FROM plugins WHERE name = $1")
-        .bind(name)
-        .fetch_optional(db)
-        .await?;
-    row.map(|r| r.0)
+    store::plugin_id(db, name)
+        .await?
         .ok_or_else(|| ApiError::NotFound(format!("no plugin named {name:?}")))
 }
 
@@ -227,13 +136,7 @@ pub async fn versions(
 ) -> ApiResult<Json<Vec<PluginVersion>>> {
     caller.require(Role::Viewer)?;
     let id = plugin_id(&state.db, &name).await?;
-    let rows: Vec<VersionRow> = sqlx::query_as(&format!(
-        "{VERSION_SELECT} WHERE v.plugin_id = $1 ORDER BY v.created_at DESC"
-    ))
-    .bind(id)
-    .fetch_all(&state.db)
-    .await?;
-    Ok(Json(rows.into_iter().map(Into::into).collect()))
+    Ok(Json(store::versions(&state.db, id).await?))
 }
 
 /// The component bytes of one version.
@@ -246,15 +149,8 @@ pub async fn download(
     Path((name, version)): Path<(String, String)>,
 ) -> ApiResult<impl IntoResponse> {
     caller.require(Role::Viewer)?;
-    let row: Option<(Vec<u8>,)> = sqlx::query_as(
-        "SELECT b.bytes FROM plugin_versions v JOIN plugins p ON p.id = v.plugin_id JOIN plugin_blobs b ON b.sha256 = v.sha256
-         WHERE p.name = $1 AND v.version = $2",
-    )
-    .bind(&name)
-    .bind(&version)
-    .fetch_optional(&state.db)
-    .await?;
-    let (bytes,) = row
+    let bytes = store::version_bytes(&state.db, &name, &version)
+        .await?
         .ok_or_else(|| ApiError::NotFound(format!("no version {version:?} of plugin {name:?}")))?;
     Ok(([(header::CONTENT_TYPE, "application/wasm")], bytes))
 }
@@ -273,28 +169,14 @@ pub async fn enable(
     caller.require(Role::Admin)?;
     let id = plugin_id(&state.db, &name).await?;
     let mut tx = state.db.begin().await?;
-    let version: Option<(Uuid, String)> = match &req.version {
-        Some(v) => sqlx::query_as("SELECT id, version FROM plugin_versions WHERE plugin_id = $1 AND version = $2")
-            .bind(id)
-            .bind(v)
-            .fetch_optional(&mut *tx)
-            .await?,
-        None => sqlx::query_as("SELECT id, version FROM plugin_versions WHERE plugin_id = $1 ORDER BY created_at DESC LIMIT 1")
-            .bind(id)
-            .fetch_optional(&mut *tx)
-            .await?,
-    };
-    let (version_id, version) = version.ok_or_else(|| {
+    let picked = store::pick_version(&mut tx, id, req.version.as_deref()).await?;
+    let (version_id, version) = picked.ok_or_else(|| {
         ApiError::NotFound(format!(
             "plugin {name:?} has no version {}",
             req.version.as_deref().unwrap_or("at all")
         ))
     })?;
-    sqlx::query("UPDATE plugins SET enabled = true, active_version_id = $2 WHERE id = $1")
-        .bind(id)
-        .bind(version_id)
-        .execute(&mut *tx)
-        .await?;
+    store::set_enabled(&mut tx, id, Some(version_id)).await?;
     db::audit(
         &mut *tx,
         &caller.actor(),
@@ -305,11 +187,7 @@ pub async fn enable(
     .await?;
     tx.commit().await?;
     state.plugins.wake.notify_one();
-    let row: PluginRow = sqlx::query_as(&format!("{PLUGIN_SELECT} WHERE p.id = $1"))
-        .bind(id)
-        .fetch_one(&state.db)
-        .await?;
-    Ok(Json(row.into()))
+    Ok(Json(store::plugin(&state.db, id).await?))
 }
 
 #[utoipa::path(post, path = "/api/v1/plugins/{name}/disable", tag = "plugins", security(("bearer" = [])),
@@ -322,10 +200,7 @@ pub async fn disable(
     caller.require(Role::Admin)?;
     let id = plugin_id(&state.db, &name).await?;
     let mut tx = state.db.begin().await?;
-    sqlx::query("UPDATE plugins SET enabled = false WHERE id = $1")
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
+    store::set_enabled(&mut tx, id, None).await?;
     db::audit(
         &mut *tx,
         &caller.actor(),
@@ -336,11 +211,7 @@ pub async fn disable(
     .await?;
     tx.commit().await?;
     state.plugins.wake.notify_one();
-    let row: PluginRow = sqlx::query_as(&format!("{PLUGIN_SELECT} WHERE p.id = $1"))
-        .bind(id)
-        .fetch_one(&state.db)
-        .await?;
-    Ok(Json(row.into()))
+    Ok(Json(store::plugin(&state.db, id).await?))
 }
 
 /// A plugin's failure is the uploader's problem (422); the host's own failure is ours (500).
@@ -365,14 +236,8 @@ pub async fn dry_run(
     Json(req): Json<DryRunRequest>,
 ) -> ApiResult<Json<DryRunReport>> {
     caller.require(Role::Operator)?;
-    let row: Option<(Uuid, String)> = sqlx::query_as(
-        "SELECT p.id, v.sha256 FROM plugin_versions v JOIN plugins p ON p.id = v.plugin_id WHERE p.name = $1 AND v.version = $2",
-    )
-    .bind(&name)
-    .bind(&version)
-    .fetch_optional(&state.db)
-    .await?;
-    let (plugin_id, sha) = row
+    let found = store::find_version(&state.db, &name, &version).await?;
+    let (plugin_id, sha) = found
         .ok_or_else(|| ApiError::NotFound(format!("no version {version:?} of plugin {name:?}")))?;
     let node_ids: Option<Vec<Uuid>> = match &req.nodes {
         Some(keys) => {

@@ -13,17 +13,13 @@ use uuid::Uuid;
 
 use crate::http::auth::AgentCaller;
 use crate::http::error::{ApiError, ApiResult, Json, Path, Query};
+use crate::jobs::rendezvous::{self, Rank};
 use crate::state::AppState;
 
 /// Agents may only meet in runs they take part in.
 async fn check_member(state: &AppState, agent: &AgentCaller, run: Uuid) -> ApiResult<()> {
-    let member: (bool,) =
-        sqlx::query_as("SELECT EXISTS (SELECT 1 FROM jobs WHERE run_id = $1 AND node_id = $2)")
-            .bind(run)
-            .bind(agent.node_id)
-            .fetch_one(&state.db)
-            .await?;
-    if member.0 {
+    let member = rendezvous::is_member(&state.db, run, agent.node_id).await?;
+    if member {
         Ok(())
     } else {
         Err(ApiError::Forbidden(format!(
@@ -35,24 +31,18 @@ async fn check_member(state: &AppState, agent: &AgentCaller, run: Uuid) -> ApiRe
 /// Only rank 0 publishes, and only while this agent holds its job's claim: any other rank,
 /// or an agent whose claim went stale, would hand the run's peers a blob of its choosing.
 async fn check_root(state: &AppState, agent: &AgentCaller, run: Uuid) -> ApiResult<()> {
-    let rank: Option<(i32, Option<Uuid>, String)> = sqlx::query_as(
-        "SELECT rank, lease_agent_id, state FROM jobs WHERE run_id = $1 AND node_id = $2
-         ORDER BY rank LIMIT 1",
-    )
-    .bind(run)
-    .bind(agent.node_id)
-    .fetch_optional(&state.db)
-    .await?;
+    let rank = rendezvous::first_rank(&state.db, run, agent.node_id).await?;
     match rank {
         None => Err(ApiError::Forbidden(format!(
             "this node has no job in run {run}"
         ))),
-        Some((rank, _, _)) if rank != 0 => Err(ApiError::Forbidden(format!(
-            "only rank 0 publishes rendezvous blobs; this node is rank {rank} of run {run}"
+        Some(r) if r.rank != 0 => Err(ApiError::Forbidden(format!(
+            "only rank 0 publishes rendezvous blobs; this node is rank {} of run {run}",
+            r.rank
         ))),
-        Some((_, holder, st))
-            if holder != Some(agent.agent_id) || !matches!(st.as_str(), "leased" | "running") =>
-        {
+        Some(Rank {
+            holder, state: st, ..
+        }) if holder != Some(agent.agent_id) || !matches!(st.as_str(), "leased" | "running") => {
             Err(ApiError::StaleClaim(format!(
                 "rank 0 of run {run} is {st} and not claimed by this agent; only the agent \
                  holding its current claim publishes"
@@ -93,22 +83,10 @@ pub async fn rendezvous_put(
             "rendezvous blobs are at most 64 KiB".into(),
         ));
     }
-    let inserted = sqlx::query(
-        "INSERT INTO rendezvous (run_id, name, blob) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
-    )
-    .bind(run)
-    .bind(&name)
-    .bind(&blob)
-    .execute(&state.db)
-    .await?;
-    if inserted.rows_affected() == 0 {
-        let (stored,): (Vec<u8>,) =
-            sqlx::query_as("SELECT blob FROM rendezvous WHERE run_id = $1 AND name = $2")
-                .bind(run)
-                .bind(&name)
-                .fetch_one(&state.db)
-                .await?;
-        if stored != blob {
+    let inserted = rendezvous::insert(&state.db, run, &name, &blob).await?;
+    if !inserted {
+        let stored = rendezvous::blob(&state.db, run, &name).await?;
+        if stored.as_deref() != Some(blob.as_slice()) {
             return Err(ApiError::Conflict(format!(
                 "rendezvous {name:?} of run {run} already holds another blob"
             )));
@@ -140,13 +118,8 @@ pub async fn rendezvous_get(
         + Duration::from_millis(q.timeout_ms.unwrap_or(30_000).min(120_000));
     // Polling keeps replicas independent: whichever one rank 0 posted to, Postgres has it.
     loop {
-        let row: Option<(Vec<u8>,)> =
-            sqlx::query_as("SELECT blob FROM rendezvous WHERE run_id = $1 AND name = $2")
-                .bind(run)
-                .bind(&name)
-                .fetch_optional(&state.db)
-                .await?;
-        if let Some((blob,)) = row {
+        let row = rendezvous::blob(&state.db, run, &name).await?;
+        if let Some(blob) = row {
             return Ok(Json(RendezvousBlob {
                 blob_b64: base64::engine::general_purpose::STANDARD.encode(blob),
             }));

@@ -12,7 +12,7 @@ use crate::api::page::{self, Page};
 use crate::db;
 use crate::http::auth::Caller;
 use crate::http::error::{ApiError, ApiResult, Json, Path, Query};
-use crate::jobs::{self, MAX_RUN_NODES, NewRun, load_run, validate_spec};
+use crate::jobs::{self, MAX_RUN_NODES, NewRun, load_run, read, validate_spec};
 use crate::state::AppState;
 
 /// Start a run: one job per node, ranked in the order given.
@@ -116,20 +116,12 @@ pub async fn list_runs(
         Some(key) => Some(db::resolve_node(&state.db, key).await?),
         None => None,
     };
-    let ids: Vec<(Uuid, DateTime<Utc>)> = sqlx::query_as(
-        "SELECT r.id, r.created_at FROM runs r
-         WHERE ($1::uuid IS NULL OR EXISTS (SELECT 1 FROM jobs j WHERE j.run_id = r.id AND j.node_id = $1))
-           AND ($2::text IS NULL OR r.spec->>'kind' = $2)
-           AND ($4::timestamptz IS NULL OR (r.created_at, r.id) < ($4, $5))
-         ORDER BY r.created_at DESC, r.id DESC LIMIT $3",
-    )
-    .bind(node)
-    .bind(f.kind)
-    .bind(limit + 1)
-    .bind(after_at)
-    .bind(after_id)
-    .fetch_all(&state.db)
-    .await?;
+    let filter = read::RunFilter {
+        node,
+        kind: f.kind.as_deref(),
+        before: after_at.zip(after_id),
+    };
+    let ids = read::run_ids(&state.db, &filter, limit + 1).await?;
     let ids = Page::of(ids, limit, |(id, at)| run_key(*at, *id));
     let mut runs = Vec::with_capacity(ids.rows.len());
     for (id, _) in &ids.rows {
@@ -166,40 +158,6 @@ pub async fn cancel_run(
     Ok(Json(load_run(&state.db, id).await?))
 }
 
-#[derive(sqlx::FromRow)]
-struct ResultRowDb {
-    id: Uuid,
-    job_id: Uuid,
-    rank: i32,
-    node_id: Uuid,
-    hostname: String,
-    outcome: String,
-    reason: Option<String>,
-    exit_code: Option<i32>,
-    stderr_tail: Option<String>,
-    summary: serde_json::Value,
-    started_at: DateTime<Utc>,
-    finished_at: DateTime<Utc>,
-    received_at: DateTime<Utc>,
-}
-
-#[derive(sqlx::FromRow)]
-struct MeasureRow {
-    result_id: Uuid,
-    size_bytes: i64,
-    count: Option<i64>,
-    dtype: Option<String>,
-    op: Option<String>,
-    root: Option<i32>,
-    in_place: Option<bool>,
-    time_us: Option<f64>,
-    algbw_gbs: Option<f64>,
-    busbw_gbs: Option<f64>,
-    wrong: Option<i64>,
-    labels: sqlx::types::Json<std::collections::BTreeMap<String, String>>,
-    extra: serde_json::Value,
-}
-
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
 pub struct ResultsPage {
@@ -228,79 +186,19 @@ pub async fn run_results(
         None => None,
     };
     let limit = super::limit(q.limit, 1000);
-    let exists: Option<(Uuid,)> = sqlx::query_as("SELECT id FROM runs WHERE id = $1")
-        .bind(id)
-        .fetch_optional(&state.db)
-        .await?;
-    if exists.is_none() {
+    if !read::run_exists(&state.db, id).await? {
         return Err(ApiError::NotFound(format!("no run {id}")));
     }
-    let results: Vec<ResultRowDb> = sqlx::query_as(
-        "SELECT r.id, r.job_id, j.rank, j.node_id, n.hostname, r.outcome, r.reason, r.exit_code, r.stderr_tail, r.summary,
-                r.started_at, r.finished_at, r.received_at
-         FROM results r JOIN jobs j ON j.id = r.job_id JOIN nodes n ON n.id = j.node_id
-         WHERE j.run_id = $1 AND ($3::int IS NULL OR j.rank > $3) ORDER BY j.rank LIMIT $2",
-    )
-    .bind(id)
-    .bind(limit + 1)
-    .bind(after_rank)
-    .fetch_all(&state.db)
-    .await?;
-    let Page {
-        rows: results,
-        next,
-    } = Page::of(results, limit, |r| r.rank.to_string());
-    let ids: Vec<Uuid> = results.iter().map(|r| r.id).collect();
-    let rows: Vec<MeasureRow> = sqlx::query_as(
-        "SELECT result_id, size_bytes, count, dtype, op, root, in_place, time_us, algbw_gbs, busbw_gbs, wrong, labels, extra
-         FROM result_rows WHERE result_id = ANY($1) ORDER BY result_id, seq",
-    )
-    .bind(&ids)
-    .fetch_all(&state.db)
-    .await?;
+    let results = read::results(&state.db, id, after_rank, limit + 1).await?;
+    let Page { rows, next } = Page::of(results, limit, |(rank, _)| rank.to_string());
+    let ids: Vec<Uuid> = rows.iter().map(|(_, r)| r.id).collect();
     let mut verdicts = crate::health::store::for_results(&state.db, &ids).await?;
-    let mut out = Vec::with_capacity(results.len());
-    for r in results {
-        let outcome = match r.outcome.as_str() {
-            "succeeded" => Outcome::Succeeded,
-            "failed" => Outcome::Failed,
-            "skipped" => Outcome::Skipped,
-            _ => Outcome::Cancelled,
-        };
-        let mine = rows
-            .iter()
-            .filter(|m| m.result_id == r.id)
-            .map(|m| ResultRow {
-                size_bytes: m.size_bytes,
-                count: m.count,
-                dtype: m.dtype.clone(),
-                op: m.op.clone(),
-                root: m.root,
-                in_place: m.in_place,
-                time_us: m.time_us,
-                algbw_gbs: m.algbw_gbs,
-                busbw_gbs: m.busbw_gbs,
-                wrong: m.wrong,
-                labels: m.labels.0.clone(),
-                extra: m.extra.clone(),
-            })
-            .collect();
-        out.push(JobResult {
-            id: r.id,
-            job_id: r.job_id,
-            node_id: r.node_id,
-            hostname: r.hostname,
-            outcome,
-            reason: r.reason,
-            exit_code: r.exit_code,
-            stderr_tail: r.stderr_tail,
-            summary: r.summary,
-            rows: mine,
-            started_at: r.started_at,
-            finished_at: r.finished_at,
-            received_at: r.received_at,
-            verdict: verdicts.remove(&r.id),
-        });
-    }
+    let out = rows
+        .into_iter()
+        .map(|(_, mut r)| {
+            r.verdict = verdicts.remove(&r.id);
+            r
+        })
+        .collect();
     Ok(Page { rows: out, next })
 }

@@ -12,17 +12,19 @@ use std::collections::BTreeMap;
 use axum::extract::State;
 use axum::http::StatusCode;
 use heddle_types::auth::Role;
-use heddle_types::jobs::{JobSpec, ResultRow};
+use heddle_types::jobs::ResultRow;
 use heddle_types::kinds::RunParams;
 use heddle_types::kinds::nccl::NcclParams;
 use heddle_types::nodes::TuningProfile;
 use heddle_types::sweeps::*;
 use uuid::Uuid;
 
-use crate::api::nodes::{NewProfile, insert_profile};
+use crate::api::nodes::insert_profile;
 use crate::db;
 use crate::http::auth::Caller;
 use crate::http::error::{ApiError, ApiResult, Json, Path};
+use crate::jobs::read;
+use crate::nodes::NewProfile;
 use crate::state::AppState;
 
 /// The cells of a sweep's rows, in the order they first appear, and each band's winner.
@@ -103,37 +105,15 @@ pub fn tabulate(rows: &[ResultRow]) -> (Vec<SweepCell>, Vec<SweepWinner>) {
     (cells, winners)
 }
 
-/// size_bytes, busbw_gbs, wrong, labels of a stored row.
-type StoredRow = (
-    i64,
-    Option<f64>,
-    Option<i64>,
-    sqlx::types::Json<BTreeMap<String, String>>,
-);
-
 struct Loaded {
     table: SweepTable,
     site_id: Option<Uuid>,
 }
 
-#[derive(sqlx::FromRow)]
-struct JobAndResult {
-    node_id: Uuid,
-    hostname: String,
-    site_id: Option<Uuid>,
-    state: String,
-    result_id: Option<Uuid>,
-    outcome: Option<String>,
-    reason: Option<String>,
-}
-
 async fn load(db: &sqlx::PgPool, id: Uuid) -> ApiResult<Loaded> {
-    let spec: Option<(sqlx::types::Json<JobSpec>,)> =
-        sqlx::query_as("SELECT spec FROM runs WHERE id = $1")
-            .bind(id)
-            .fetch_optional(db)
-            .await?;
-    let (spec,) = spec.ok_or_else(|| ApiError::NotFound(format!("no run {id}")))?;
+    let spec = read::run_spec(db, id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no run {id}")))?;
     if spec.kind != "sweep" {
         return Err(ApiError::Unprocessable(format!(
             "run {id} is a {} run, not a sweep",
@@ -141,26 +121,16 @@ async fn load(db: &sqlx::PgPool, id: Uuid) -> ApiResult<Loaded> {
         )));
     }
     // A sweep runs on one node (the agent refuses more), so its first rank is the sweep.
-    let job: JobAndResult = sqlx::query_as(
-        "SELECT j.node_id, n.hostname, n.site_id, j.state, r.id AS result_id, r.outcome, r.reason
-         FROM jobs j JOIN nodes n ON n.id = j.node_id LEFT JOIN results r ON r.job_id = j.id
-         WHERE j.run_id = $1 ORDER BY j.rank LIMIT 1",
-    )
-    .bind(id)
-    .fetch_optional(db)
-    .await?
-    .ok_or_else(|| ApiError::Conflict(format!("run {id} has no job")))?;
+    let job = read::first_job(db, id)
+        .await?
+        .ok_or_else(|| ApiError::Conflict(format!("run {id} has no job")))?;
     let Some(result_id) = job.result_id else {
         return Err(ApiError::Conflict(format!(
             "sweep {id} has no result yet (its job is {})",
             job.state
         )));
     };
-    let rows: Vec<StoredRow> =
-        sqlx::query_as("SELECT size_bytes, busbw_gbs, wrong, labels FROM result_rows WHERE result_id = $1 ORDER BY seq")
-            .bind(result_id)
-            .fetch_all(db)
-            .await?;
+    let rows = read::sweep_rows(db, result_id).await?;
     if rows.is_empty() {
         return Err(ApiError::Conflict(format!(
             "sweep {id} ended {} without measurements{}",
@@ -168,16 +138,6 @@ async fn load(db: &sqlx::PgPool, id: Uuid) -> ApiResult<Loaded> {
             job.reason.map(|r| format!(": {r}")).unwrap_or_default()
         )));
     }
-    let rows: Vec<ResultRow> = rows
-        .into_iter()
-        .map(|(size_bytes, busbw_gbs, wrong, labels)| ResultRow {
-            size_bytes,
-            busbw_gbs,
-            wrong,
-            labels: labels.0,
-            ..Default::default()
-        })
-        .collect();
     let (cells, winners) = tabulate(&rows);
     // A stored sweep whose params today's limits refuse still names its collective.
     let collective = match spec.params.typed() {

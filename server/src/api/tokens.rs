@@ -4,16 +4,16 @@
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use heddle_types::auth::*;
 use serde::Deserialize;
 use uuid::Uuid;
 
-use crate::db;
 use crate::http::auth::{self, Caller};
 use crate::http::error::{ApiError, ApiResult, Json, Path, Query, duplicate_name};
 use crate::state::AppState;
 use crate::tokens;
+use crate::{db, enrollment};
 
 /// Who am I: the name and role of the presented token.
 #[utoipa::path(get, path = "/api/v1/whoami", tag = "tokens", security(("bearer" = [])),
@@ -251,17 +251,6 @@ pub async fn revoke_enrollment_token(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[derive(sqlx::FromRow)]
-struct AgentRow {
-    id: Uuid,
-    node_id: Uuid,
-    hostname: String,
-    version: Option<String>,
-    created_at: DateTime<Utc>,
-    last_heartbeat_at: Option<DateTime<Utc>>,
-    revoked_at: Option<DateTime<Utc>>,
-}
-
 /// List agents with their health.
 #[utoipa::path(get, path = "/api/v1/agents", tag = "agents", security(("bearer" = [])),
     responses((status = 200, body = [AgentInfo])))]
@@ -270,12 +259,7 @@ pub async fn list_agents(
     caller: Caller,
 ) -> ApiResult<Json<Vec<AgentInfo>>> {
     caller.require(Role::Viewer)?;
-    let rows: Vec<AgentRow> = sqlx::query_as(
-        "SELECT a.id, a.node_id, n.hostname, a.version, a.created_at, a.last_heartbeat_at, a.revoked_at
-         FROM agents a JOIN nodes n ON n.id = a.node_id ORDER BY n.hostname, a.created_at",
-    )
-    .fetch_all(&state.db)
-    .await?;
+    let rows = enrollment::agents(&state.db).await?;
     let hb = state.config.heartbeat_interval();
     Ok(Json(
         rows.into_iter()
@@ -307,12 +291,7 @@ pub async fn revoke_agent(
 ) -> ApiResult<StatusCode> {
     caller.require(Role::Admin)?;
     let mut tx = state.db.begin().await?;
-    let done =
-        sqlx::query("UPDATE agents SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1")
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
-    if done.rows_affected() == 0 {
+    if !enrollment::revoke_agent(&mut tx, id).await? {
         return Err(ApiError::NotFound(format!("no agent {id}")));
     }
     // Its leases end now rather than at expiry: nobody will renew them.
@@ -349,31 +328,7 @@ pub async fn audit_log(
     Query(q): Query<AuditQuery>,
 ) -> ApiResult<Json<Vec<AuditEntry>>> {
     caller.require(Role::Admin)?;
-    let rows: Vec<(
-        i64,
-        DateTime<Utc>,
-        String,
-        String,
-        String,
-        serde_json::Value,
-    )> = sqlx::query_as(
-        "SELECT id, at, actor, action, target, detail FROM audit_log
-         WHERE ($1::text IS NULL OR starts_with(action, $1)) ORDER BY id DESC LIMIT $2",
-    )
-    .bind(q.action)
-    .bind(super::limit(q.limit, 100))
-    .fetch_all(&state.db)
-    .await?;
-    Ok(Json(
-        rows.into_iter()
-            .map(|(id, at, actor, action, target, detail)| AuditEntry {
-                id,
-                at,
-                actor,
-                action,
-                target,
-                detail,
-            })
-            .collect(),
-    ))
+    let entries =
+        db::audit_entries(&state.db, q.action.as_deref(), super::limit(q.limit, 100)).await?;
+    Ok(Json(entries))
 }

@@ -30,10 +30,7 @@ pub async fn node_health(
 ) -> ApiResult<Json<NodeHealth>> {
     caller.require(Role::Viewer)?;
     let node_id = db::resolve_node(&state.db, &node).await?;
-    let (hostname,): (String,) = sqlx::query_as("SELECT hostname FROM nodes WHERE id = $1")
-        .bind(node_id)
-        .fetch_one(&state.db)
-        .await?;
+    let hostname = crate::nodes::hostname(&state.db, node_id).await?;
     let tests = store::node_tests(&state.db, node_id).await?;
     let checks = checks::for_node(&state.db, node_id).await?;
     // Observed jobs that warn or fail count against the node (docs/health.md).

@@ -7,10 +7,14 @@
 //! degraded one (a lane down, a link renegotiated, P2P disabled) does not. Each row names
 //! where its reference comes from and the fraction taken of it.
 
+pub mod operators;
+
 use heddle_types::health::{Expectation, Figure, Severity};
 use heddle_types::kinds::rdma_ab;
 use heddle_types::transport;
 use uuid::Uuid;
+
+pub use operators::{OPERATOR_SELECT, from_operators};
 
 /// What is known about the run and node a figure was measured on.
 #[derive(Debug, Clone, Default)]
@@ -391,61 +395,6 @@ pub fn from_plugin_outputs(
         });
     }
     out
-}
-
-#[derive(sqlx::FromRow)]
-pub struct ExpectationRow {
-    id: Uuid,
-    test: String,
-    metric: String,
-    min_size_bytes: i64,
-    value: f64,
-    source: String,
-    gpu_model: Option<String>,
-    gpu_count: Option<i32>,
-    world_size: Option<i32>,
-    hostname: Option<String>,
-    created_by: String,
-    created_at: chrono::DateTime<chrono::Utc>,
-}
-
-impl From<ExpectationRow> for Expectation {
-    fn from(r: ExpectationRow) -> Self {
-        Expectation {
-            id: Some(r.id),
-            origin: "operator".into(),
-            test: r.test,
-            metric: r.metric,
-            min_size_bytes: r.min_size_bytes,
-            value: r.value,
-            source: r.source,
-            gpu_model: r.gpu_model,
-            gpu_count: r.gpu_count,
-            world_size: r.world_size,
-            node: r.hostname,
-            created_by: Some(r.created_by),
-            created_at: Some(r.created_at),
-        }
-    }
-}
-
-pub const OPERATOR_SELECT: &str =
-    "SELECT e.id, e.test, e.metric, e.min_size_bytes, e.value, e.source, e.gpu_model,
-    e.gpu_count, e.world_size, n.hostname, e.created_by, e.created_at
-    FROM expectations e LEFT JOIN nodes n ON n.id = e.node_id";
-
-/// Operator expectations for these tests (all nodes; `applies` filters by node).
-pub async fn from_operators(
-    db: &sqlx::PgPool,
-    tests: &[String],
-) -> Result<Vec<Expectation>, sqlx::Error> {
-    let rows: Vec<ExpectationRow> = sqlx::query_as(&format!(
-        "{OPERATOR_SELECT} WHERE e.test = ANY($1) ORDER BY e.created_at"
-    ))
-    .bind(tests)
-    .fetch_all(db)
-    .await?;
-    Ok(rows.into_iter().map(Into::into).collect())
 }
 
 /// Every built-in row, for `GET /api/v1/expectations` (the computed RDMA and PCIe ones are

@@ -77,6 +77,17 @@ impl VerdictRow {
     }
 }
 
+/// Whether the result has its verdict.
+pub async fn is_judged(db: &PgPool, result_id: Uuid) -> sqlx::Result<bool> {
+    let found = sqlx::query_scalar!(
+        "SELECT result_id FROM verdicts WHERE result_id = $1",
+        result_id
+    )
+    .fetch_optional(db)
+    .await?;
+    Ok(found.is_some())
+}
+
 /// Verdicts of these results, by result id.
 pub async fn for_results(
     db: &PgPool,
