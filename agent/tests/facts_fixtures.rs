@@ -3,16 +3,10 @@
 //! captured tool output in the runbooks the fixtures come from.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 use heddle_agent::facts::{CollectOptions, collect, facts_sha256, render_topology};
+use heddle_testkit::files::agent_fixture as fixture;
 use heddle_types::facts::{NodeFacts, ProbeState};
-
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-}
 
 fn facts(name: &str) -> NodeFacts {
     collect(&CollectOptions::for_root(fixture(name)))

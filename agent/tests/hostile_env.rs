@@ -150,7 +150,7 @@ async fn child_environment_holds_no_agent_secret() {
         state_dir: state.clone(),
     };
     eventually("node with facts", &agent, || async {
-        api.get::<heddle_types::nodes::NodeDetail>(&format!("/nodes/{HOST}"))
+        api.fetch::<heddle_types::nodes::NodeDetail>(&format!("/nodes/{HOST}"))
             .await
             .filter(|n| n.facts.is_some())
     })

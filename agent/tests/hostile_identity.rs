@@ -29,7 +29,7 @@ async fn wait_exit(agent: &mut Agent) -> std::process::ExitStatus {
 
 async fn pending(api: &Api, agent: &Agent) -> PendingEnrollment {
     eventually("a pending enrollment", agent, || async {
-        api.get::<Vec<PendingEnrollment>>("/agents/pending")
+        api.fetch::<Vec<PendingEnrollment>>("/agents/pending")
             .await
             .and_then(|mut v| v.pop())
     })

@@ -37,7 +37,7 @@ async fn enrolls_once_heartbeats_and_reports_facts() {
         .parse()
         .unwrap();
 
-    let node: NodeDetail = api.get(&format!("/nodes/{HOST}")).await.unwrap();
+    let node: NodeDetail = api.fetch(&format!("/nodes/{HOST}")).await.unwrap();
     assert_eq!(node.facts.as_ref().unwrap()["host"]["hostname"], HOST);
     assert_eq!(node.facts_sha256.as_ref().unwrap().len(), 64);
 
@@ -57,7 +57,7 @@ async fn enrolls_once_heartbeats_and_reports_facts() {
         (heartbeat_of(&api, agent_id).await > before).then_some(())
     })
     .await;
-    let agents: Vec<AgentInfo> = api.get("/agents").await.unwrap();
+    let agents: Vec<AgentInfo> = api.fetch("/agents").await.unwrap();
     assert_eq!(agents.len(), 1, "{agents:?}");
     assert!(agents[0].revoked_at.is_none());
     assert!(agent.log().contains("using the stored credential"));
@@ -65,7 +65,7 @@ async fn enrolls_once_heartbeats_and_reports_facts() {
     // before it. (The facts are this host's own, so a network interface that comes or goes
     // meanwhile, e.g. a container's, is a real change and a second snapshot.)
     let history: Vec<serde_json::Value> = api
-        .get(&format!("/nodes/{HOST}/facts/history"))
+        .fetch(&format!("/nodes/{HOST}/facts/history"))
         .await
         .unwrap();
     assert!(!history.is_empty(), "no facts stored");
@@ -231,7 +231,7 @@ async fn fails_over_to_a_second_replica() {
     );
     let api = Api::new(&replica);
     eventually("node with facts", &agent, || async {
-        api.get::<NodeDetail>(&format!("/nodes/{HOST}"))
+        api.fetch::<NodeDetail>(&format!("/nodes/{HOST}"))
             .await
             .filter(|n| n.facts.is_some())
     })
@@ -294,7 +294,7 @@ async fn runs_jobs_in_parallel_up_to_the_limit() {
     );
     let api = Api::new(&server);
     eventually("node", &agent, || async {
-        api.get::<NodeDetail>(&format!("/nodes/{HOST}")).await
+        api.fetch::<NodeDetail>(&format!("/nodes/{HOST}")).await
     })
     .await;
     let runs: Vec<Uuid> = start_sleep_runs(&server, 3).await;
@@ -338,7 +338,7 @@ async fn changed_facts_are_sent_again() {
     let history = |n: usize| {
         let api = &api;
         async move {
-            api.get::<Vec<serde_json::Value>>(&format!("/nodes/{HOST}/facts/history"))
+            api.fetch::<Vec<serde_json::Value>>(&format!("/nodes/{HOST}/facts/history"))
                 .await
                 .filter(|h| h.len() == n)
         }
@@ -357,12 +357,12 @@ async fn changed_facts_are_sent_again() {
     )
     .unwrap();
     eventually("changed facts", &agent, || history(2)).await;
-    let node: NodeDetail = api.get(&format!("/nodes/{HOST}")).await.unwrap();
+    let node: NodeDetail = api.fetch(&format!("/nodes/{HOST}")).await.unwrap();
     assert_eq!(node.facts.unwrap()["host"]["kernel"], "6.99.0-heddle-test");
 }
 
 async fn heartbeat_of(api: &Api, agent_id: Uuid) -> chrono::DateTime<chrono::Utc> {
-    let agents: Vec<AgentInfo> = api.get("/agents").await.unwrap();
+    let agents: Vec<AgentInfo> = api.fetch("/agents").await.unwrap();
     agents
         .iter()
         .find(|a| a.id == agent_id)

@@ -28,7 +28,7 @@ async fn a_database_outage_kills_no_child_and_loses_no_result() {
     );
     let api = Api::new(&server);
     eventually("node with facts", &agent, || async {
-        api.get::<heddle_types::nodes::NodeDetail>(&format!("/nodes/{HOST}"))
+        api.fetch::<heddle_types::nodes::NodeDetail>(&format!("/nodes/{HOST}"))
             .await
             .filter(|n| n.facts.is_some())
     })

@@ -148,7 +148,7 @@ async fn waits_for_an_unreachable_server_instead_of_exiting() {
     let server = restart(db, &url, addr, 1).await;
     let api = Api::new(&server);
     eventually("node with facts", &agent, || async {
-        api.get::<NodeDetail>(&format!("/nodes/{HOST}"))
+        api.fetch::<NodeDetail>(&format!("/nodes/{HOST}"))
             .await
             .filter(|n| n.facts.is_some())
     })

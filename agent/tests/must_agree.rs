@@ -35,7 +35,7 @@ async fn two_agents(
     let b = Agent::start_named(B, &[&server.url], Some(&tb), &dir.join("b"), &[]);
     for (host, agent) in [(A, &a), (B, &b)] {
         eventually(&format!("{host} with facts"), agent, || async {
-            api.get::<heddle_types::nodes::NodeDetail>(&format!("/nodes/{host}"))
+            api.fetch::<heddle_types::nodes::NodeDetail>(&format!("/nodes/{host}"))
                 .await
                 .filter(|n| n.facts.is_some())
         })
@@ -94,7 +94,7 @@ async fn a_split_environment_is_refused_and_the_runs_own_value_goes_through() {
     ] {
         assert!(msg.contains(part), "{part:?} missing from: {msg}");
     }
-    let runs: Vec<Run> = api.get("/runs").await.unwrap();
+    let runs: Vec<Run> = api.fetch("/runs").await.unwrap();
     assert!(runs.is_empty(), "nothing was stored: {runs:?}");
     // An investigation over the same nodes would run the same split pair.
     let (s, body) = post(

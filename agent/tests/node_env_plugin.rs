@@ -163,7 +163,7 @@ async fn a_profile_change_reaches_the_plugin_through_the_agents_file() {
         "{text}"
     );
     // The file is what `heddle env NODE --format nccl-conf` renders, plus the profiler.
-    let env: NodeJobEnv = api.get(&format!("/nodes/{HOST}/job-env")).await.unwrap();
+    let env: NodeJobEnv = api.fetch(&format!("/nodes/{HOST}/job-env")).await.unwrap();
     assert_eq!(
         text,
         heddle_types::nccl_conf::render_node_env(&env.node, &env.entries, Some(PROFILER)).unwrap()

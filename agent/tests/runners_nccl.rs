@@ -5,14 +5,9 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-const BIN: &str = env!("CARGO_BIN_EXE_heddle-agent");
+use heddle_testkit::files::{capture, has_cuda};
 
-/// Whether this machine can run NCCL at all (a driver that loads).
-fn has_cuda() -> bool {
-    ["libcuda.so.1", "libcuda.so"]
-        .iter()
-        .any(|n| unsafe { libloading::Library::new(n) }.is_ok())
-}
+const BIN: &str = env!("CARGO_BIN_EXE_heddle-agent");
 
 #[test]
 fn bench_says_why_nccl_is_unavailable() {
@@ -149,14 +144,6 @@ fn job_child_rejects_bad_params_as_a_failure() {
     let out = child.wait_with_output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown collective"));
-}
-
-fn capture(name: &str) -> String {
-    std::fs::read_to_string(format!(
-        "{}/tests/captures/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    ))
-    .unwrap()
 }
 
 /// NCCL 2.28.9's INFO log from one rank of a two-process all_reduce on 2×H200 (NVLink).

@@ -7,15 +7,10 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 
 use heddle_agent::runner::p2p;
+use heddle_testkit::files::has_cuda;
 use heddle_types::jobs::ResultRow;
 
 const BIN: &str = env!("CARGO_BIN_EXE_heddle-agent");
-
-fn has_cuda() -> bool {
-    ["libcuda.so.1", "libcuda.so"]
-        .iter()
-        .any(|n| unsafe { libloading::Library::new(n) }.is_ok())
-}
 
 fn child(params: serde_json::Value) -> (std::process::Output, Vec<serde_json::Value>) {
     let input = serde_json::json!({

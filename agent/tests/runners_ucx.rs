@@ -6,16 +6,9 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 
 use heddle_agent::runner::{rdma, ucx, ucx_parse};
+use heddle_testkit::files::capture;
 
 const BIN: &str = env!("CARGO_BIN_EXE_heddle-agent");
-
-fn capture(name: &str) -> String {
-    std::fs::read_to_string(format!(
-        "{}/tests/captures/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    ))
-    .unwrap()
-}
 
 fn child(
     kind: &str,

@@ -80,13 +80,9 @@ async fn the_agent_talks_https_with_a_private_ca_and_a_pinned_key() {
         &state,
         &["--ca-file", ca_file, "--pin-sha256", &pin],
     );
-    let api = Api {
-        base: server.url.clone(),
-        token: server.admin_token.clone(),
-        http: server.client(),
-    };
+    let api = Api::new(&server);
     eventually("node with facts over HTTPS", &agent, || async {
-        api.get::<NodeDetail>(&format!("/nodes/{HOST}"))
+        api.fetch::<NodeDetail>(&format!("/nodes/{HOST}"))
             .await
             .filter(|n| n.facts.is_some())
     })

@@ -3,31 +3,15 @@
 //! UCX's info log from Debian's ucx-utils, and `heddle-agent check nccl-log` as a
 //! process. The rules themselves are unit-tested in `heddle_types::transport`.
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use heddle_agent::check::nccl_log_report;
 use heddle_agent::facts::{CollectOptions, collect};
 use heddle_agent::runner::nccl::evidence;
 use heddle_agent::runner::ucx_parse::parse_ep_cfg;
+use heddle_testkit::files::{agent_fixture as fixture, capture, capture_path};
 use heddle_types::facts::NodeFacts;
 use heddle_types::transport::{Level, UcxEvidence, classify_ucx};
-
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-}
-
-fn capture_path(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/captures")
-        .join(name)
-}
-
-fn capture(name: &str) -> String {
-    std::fs::read_to_string(capture_path(name)).unwrap()
-}
 
 /// dgx1: four ACTIVE EDR InfiniBand ports, each on the PCIe switch of two V100s.
 fn ib_node() -> NodeFacts {

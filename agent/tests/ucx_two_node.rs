@@ -40,7 +40,7 @@ async fn two_agents_run_ucx_perftest_through_the_rendezvous() {
     );
     for (host, agent) in [("ucx-a", &a), ("ucx-b", &b)] {
         eventually(&format!("{host} with facts"), agent, || async {
-            api.get::<heddle_types::nodes::NodeDetail>(&format!("/nodes/{host}"))
+            api.fetch::<heddle_types::nodes::NodeDetail>(&format!("/nodes/{host}"))
                 .await
                 .filter(|n| n.facts.is_some())
         })

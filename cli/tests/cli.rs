@@ -36,7 +36,18 @@ async fn cli_drives_the_api() {
         token: server.admin_token.clone(),
         config: dir.join("cli.json"),
     };
+    login_writes_a_private_config(&h);
+    an_agent_enrolls_with_a_token_the_cli_makes(&server, &h).await;
+    a_run_started_cancelled_and_watched(&h);
+    the_node_env_in_both_formats(&h);
+    a_token_created_and_listed(&h);
+    a_plugin_uploaded_and_enabled(&h, &dir);
+    a_plugin_tested_locally(&h);
+    errors_say_what_kind_they_are(&server, &h, &dir);
+    let _ = std::fs::remove_dir_all(dir);
+}
 
+fn login_writes_a_private_config(h: &Heddle) {
     let (code, out, err) = h.run(&["login"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("admin-from-config (admin)"), "{out}");
@@ -45,19 +56,20 @@ async fn cli_drives_the_api() {
         std::fs::metadata(&h.config).unwrap().permissions().mode() & 0o777,
         0o600
     );
+}
 
-    // An agent enrolls with a token the CLI makes.
+async fn an_agent_enrolls_with_a_token_the_cli_makes(server: &TestServer, h: &Heddle) {
     let (code, token, err) = h.run(&["agents", "enroll-token", "--max-uses", "2"]);
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("heddle-agent run --server"), "{err}");
-    enroll_with(&server, token.trim(), "cli-node").await;
+    enroll_with(server, token.trim(), "cli-node").await;
 
     let nodes = h.json(&["nodes", "ls"]);
     assert_eq!(nodes[0]["hostname"], "cli-node");
     let (code, table, _) = h.run(&["nodes", "ls"]);
     assert_eq!(code, 0);
     assert!(
-        table.contains("cli-node") && table.contains("HEALTH"),
+        table.contains("cli-node") && table.contains("LIVENESS"),
         "{table}"
     );
     // The server filters: free text, and problems (this node has sent no facts yet).
@@ -73,7 +85,9 @@ async fn cli_drives_the_api() {
         h.json(&["nodes", "show", "cli-node"])["hostname"],
         "cli-node"
     );
+}
 
+fn a_run_started_cancelled_and_watched(h: &Heddle) {
     let run = h.json(&[
         "runs",
         "start",
@@ -94,7 +108,9 @@ async fn cli_drives_the_api() {
     assert_eq!(cancelled["state"], "cancelled");
     let (code, _, err) = h.run(&["runs", "watch", &id]);
     assert_eq!(code, 7, "a cancelled run has no verdict: {err}");
+}
 
+fn the_node_env_in_both_formats(h: &Heddle) {
     let (code, env, _) = h.run(&["env", "cli-node"]);
     assert_eq!(code, 0);
     assert!(env.starts_with("# Heddle environment"), "{env}");
@@ -110,7 +126,9 @@ async fn cli_drives_the_api() {
         "{conf}"
     );
     heddle_types::nccl_conf::parse(conf.as_bytes()).unwrap();
+}
 
+fn a_token_created_and_listed(h: &Heddle) {
     let (code, secret, _) = h.run(&["tokens", "create", "--name", "ci", "--role", "viewer"]);
     assert_eq!(code, 0);
     assert!(secret.trim().starts_with("hdl_"));
@@ -122,7 +140,10 @@ async fn cli_drives_the_api() {
             .iter()
             .any(|t| t["name"] == "ci" && t["role"] == "viewer")
     );
+}
 
+/// A component uploaded and enabled; what is not one refused.
+fn a_plugin_uploaded_and_enabled(h: &Heddle, dir: &std::path::Path) {
     let wasm =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/dist/template.wasm");
     assert!(
@@ -154,8 +175,10 @@ async fn cli_drives_the_api() {
     assert!(err.contains("not a WebAssembly binary"), "{err}");
     let p = h.json(&["plugins", "enable", "demo"]);
     assert_eq!(p["active_version"], "1.0.0");
+}
 
-    // Local plugin test, no server needed.
+/// Local plugin test, no server needed.
+fn a_plugin_tested_locally(h: &Heddle) {
     let dist = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins");
     let roce = dist.join("dist/runai-roce.wasm");
     let facts = dist.join("fixtures/runai-roce.json");
@@ -191,8 +214,10 @@ async fn cli_drives_the_api() {
     assert_eq!(code, 1);
     assert!(err.contains("fuel-exhausted"), "{err}");
     let _ = std::fs::remove_file(hostile);
+}
 
-    // Errors carry the server's message, and exit codes that say what kind of error.
+/// Errors carry the server's message, and exit codes that say what kind of error.
+fn errors_say_what_kind_they_are(server: &TestServer, h: &Heddle, dir: &std::path::Path) {
     let (code, _, err) = h.run(&["nodes", "show", "nope"]);
     assert_eq!(code, 5, "not found");
     assert!(
@@ -215,5 +240,4 @@ async fn cli_drives_the_api() {
     let (code, _, err) = gone.run(&["whoami"]);
     assert_eq!(code, 3, "unreachable");
     assert!(err.contains("cannot reach the Heddle server"), "{err}");
-    let _ = std::fs::remove_dir_all(dir);
 }

@@ -3,36 +3,10 @@
 
 mod common;
 
-use common::{claim, enroll, heddle_as, upload};
-use heddle_server::testing::TestServer;
+use common::heddle_as;
+use heddle_testkit::{Api, TestServer, node_with_history};
+use reqwest::Method;
 use serde_json::{Value, json};
-
-async fn call(server: &TestServer, path: &str, bearer: &str, body: Value) -> Value {
-    let resp = reqwest::Client::new()
-        .post(format!("{}{path}", server.url))
-        .bearer_auth(bearer)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert!(resp.status().is_success(), "{path}: {}", resp.status());
-    resp.json().await.unwrap_or(Value::Null)
-}
-
-/// An enrolled node with a memcpy result of `gbs` for each figure in `history`.
-async fn node_with_history(server: &TestServer, host: &str, history: &[f64]) {
-    let cred = enroll(server, host).await;
-    for (i, gbs) in history.iter().enumerate() {
-        server
-            .start_run(json!({"kind": "memcpy", "nodes": [host]}))
-            .await;
-        let lease = claim(server, &cred).await.expect("the memcpy job");
-        let body = json!({"upload_key": format!("{host}-{i}"), "outcome": "succeeded",
-            "rows": [{"size_bytes": 64 << 20, "op": "memcpy", "algbw_gbs": gbs, "wrong": 0}],
-            "started_at": "2026-01-01T00:00:00Z", "finished_at": "2026-01-01T00:00:01Z"});
-        upload(server, &cred, &lease, &body).await;
-    }
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn preflight_exit_codes() {
@@ -40,11 +14,12 @@ async fn preflight_exit_codes() {
     let (url, admin) = (server.url.clone(), server.admin_token.clone());
     // An operator expectation of 10 GB/s; `good` clears it, `bad` does not, `slow` clears it
     // but fell 20 % below its own baseline.
-    call(&server, "/api/v1/expectations", &admin, json!({"test": "memcpy", "metric": "algbw_gbs", "value": 10.0, "source": "site acceptance"})).await;
-    node_with_history(&server, "good", &[12.0]).await;
-    node_with_history(&server, "bad", &[8.0]).await;
-    node_with_history(&server, "slow", &[15.0, 15.0, 15.0, 12.0]).await;
-    node_with_history(&server, "new", &[]).await;
+    let api = Api::new(&server);
+    api.ok(Method::POST, "/api/v1/expectations", Some(&admin), Some(json!({"test": "memcpy", "metric": "algbw_gbs", "value": 10.0, "source": "site acceptance"}))).await;
+    node_with_history(&api, "good", &[12.0]).await;
+    node_with_history(&api, "bad", &[8.0]).await;
+    node_with_history(&api, "slow", &[15.0, 15.0, 15.0, 12.0]).await;
+    node_with_history(&api, "new", &[]).await;
     let pf = |nodes: &str| {
         let (url, admin, nodes) = (url.clone(), admin.clone(), nodes.to_string());
         move || {

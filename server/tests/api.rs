@@ -41,6 +41,14 @@ async fn health_metrics_and_openapi() {
     }
     routes.sort();
     insta::assert_snapshot!(routes.join("\n"));
+    // The server's own probes have their own tag; "health" is a node's or the fleet's verdict.
+    for probe in ["/healthz", "/readyz", "/metrics"] {
+        assert_eq!(
+            doc["paths"][probe]["get"]["tags"],
+            json!(["probes"]),
+            "{probe}"
+        );
+    }
     // What OpenAPI validators refuse: an operation id used twice, a reference to a schema
     // the document does not define.
     let mut ids: Vec<&str> = doc["paths"]
@@ -95,9 +103,25 @@ async fn auth_matrix() {
     let operator = server.token(Role::Operator).await;
     let admin = server.admin_token.clone();
     let agent = enroll(&api, &server, "matrix-1").await;
+    for (method, path, body, least) in doors() {
+        only_its_roles_pass(
+            &api,
+            &agent,
+            [&viewer, &operator, &admin],
+            method,
+            path,
+            body,
+            least,
+        )
+        .await;
+    }
+    agent_endpoints_refuse_api_tokens(&api, &admin).await;
+    a_revoked_token_stops_at_once(&api, &admin, &viewer).await;
+}
 
-    // (method, path, body, least role that may do it)
-    let cases: Vec<(Method, String, Option<Value>, Role)> = vec![
+/// (method, path, body, least role that may do it)
+fn doors() -> Vec<(Method, String, Option<Value>, Role)> {
+    vec![
         (Method::GET, "/api/v1/whoami".into(), None, Role::Viewer),
         (Method::GET, "/api/v1/nodes".into(), None, Role::Viewer),
         (
@@ -191,63 +215,80 @@ async fn auth_matrix() {
             None,
             Role::Admin,
         ),
-    ];
-    for (method, path, body, least) in cases {
-        let (s, b) = api.call(method.clone(), &path, None, body.clone()).await;
-        assert_eq!(
-            s,
-            StatusCode::UNAUTHORIZED,
-            "{method} {path} without a token: {b}"
-        );
-        error_code(&b);
-        let (s, _) = api
-            .call(
-                method.clone(),
-                &path,
-                Some("hdl_not-a-real-token"),
-                body.clone(),
-            )
+    ]
+}
+
+/// `method path` is refused without a token, with a bad one and with an agent's
+/// credential, refused to the roles below `least` and let through to the others.
+async fn only_its_roles_pass(
+    api: &Api,
+    agent: &FakeAgent,
+    [viewer, operator, admin]: [&String; 3],
+    method: Method,
+    path: String,
+    body: Option<Value>,
+    least: Role,
+) {
+    let (s, b) = api.call(method.clone(), &path, None, body.clone()).await;
+    assert_eq!(
+        s,
+        StatusCode::UNAUTHORIZED,
+        "{method} {path} without a token: {b}"
+    );
+    error_code(&b);
+    let (s, _) = api
+        .call(
+            method.clone(),
+            &path,
+            Some("hdl_not-a-real-token"),
+            body.clone(),
+        )
+        .await;
+    assert_eq!(
+        s,
+        StatusCode::UNAUTHORIZED,
+        "{method} {path} with a bad token"
+    );
+    let (s, _) = api
+        .call(method.clone(), &path, Some(&agent.credential), body.clone())
+        .await;
+    assert_eq!(
+        s,
+        StatusCode::FORBIDDEN,
+        "{method} {path} with an agent credential"
+    );
+    for (role, token) in [
+        (Role::Viewer, &viewer),
+        (Role::Operator, &operator),
+        (Role::Admin, &admin),
+    ] {
+        let (s, b) = api
+            .call(method.clone(), &path, Some(token), body.clone())
             .await;
-        assert_eq!(
-            s,
-            StatusCode::UNAUTHORIZED,
-            "{method} {path} with a bad token"
-        );
-        let (s, _) = api
-            .call(method.clone(), &path, Some(&agent.credential), body.clone())
-            .await;
-        assert_eq!(
-            s,
-            StatusCode::FORBIDDEN,
-            "{method} {path} with an agent credential"
-        );
-        for (role, token) in [
-            (Role::Viewer, &viewer),
-            (Role::Operator, &operator),
-            (Role::Admin, &admin),
-        ] {
-            let (s, b) = api
-                .call(method.clone(), &path, Some(token), body.clone())
-                .await;
-            if role < least {
-                assert_eq!(s, StatusCode::FORBIDDEN, "{method} {path} as {role}: {b}");
-                assert_eq!(error_code(&b), "forbidden");
-            } else {
-                assert!(
-                    s != StatusCode::UNAUTHORIZED && s != StatusCode::FORBIDDEN,
-                    "{method} {path} as {role}: {s} {b}"
-                );
-                assert!(!s.is_server_error(), "{method} {path} as {role}: {s} {b}");
-            }
+        if role < least {
+            assert_eq!(s, StatusCode::FORBIDDEN, "{method} {path} as {role}: {b}");
+            assert_eq!(error_code(&b), "forbidden");
+        } else {
+            assert!(
+                s != StatusCode::UNAUTHORIZED && s != StatusCode::FORBIDDEN,
+                "{method} {path} as {role}: {s} {b}"
+            );
+            assert!(!s.is_server_error(), "{method} {path} as {role}: {s} {b}");
         }
     }
-    // Agent endpoints refuse API tokens and nonsense.
-    for token in [admin.as_str(), "hda_forged"] {
+}
+
+/// Agent endpoints refuse API tokens and nonsense.
+async fn agent_endpoints_refuse_api_tokens(api: &Api, admin: &str) {
+    for token in [admin, "hda_forged"] {
         let (s, _) = api.post("/api/v1/agent/heartbeat", token, json!({})).await;
         assert_eq!(s, StatusCode::UNAUTHORIZED);
     }
-    // A revoked token stops working at once.
-    let (_, tokens) = api.get("/api/v1/tokens", &admin).await;
+}
+
+/// A revoked token stops working at once.
+async fn a_revoked_token_stops_at_once(api: &Api, admin: &str, viewer: &str) {
+    let (_, tokens) = api.get("/api/v1/tokens", admin).await;
     let viewer_id = tokens
         .as_array()
         .unwrap()
@@ -261,13 +302,13 @@ async fn auth_matrix() {
         .call(
             Method::DELETE,
             &format!("/api/v1/tokens/{viewer_id}"),
-            Some(&admin),
+            Some(admin),
             None,
         )
         .await;
     assert_eq!(s, StatusCode::NO_CONTENT);
     assert_eq!(
-        api.get("/api/v1/whoami", &viewer).await.0,
+        api.get("/api/v1/whoami", viewer).await.0,
         StatusCode::UNAUTHORIZED
     );
 }
@@ -278,12 +319,19 @@ async fn bad_input_gets_clear_errors_and_writes_nothing() {
     let api = Api::new(&server);
     let admin = server.admin_token.clone();
     enroll(&api, &server, "bad-1").await;
+    bodies_that_do_not_decode(&api, &admin).await;
+    paths_and_queries_that_do_not_parse(&api, &admin).await;
+    nul_bytes_postgres_cannot_store(&server, &api, &admin).await;
+    duplicates_conflict(&api, &admin).await;
+    the_refused_requests_wrote_nothing(&server, &api, &admin).await;
+}
 
+async fn bodies_that_do_not_decode(api: &Api, admin: &str) {
     let (s, b) = api
         .raw(
             Method::POST,
             "/api/v1/runs",
-            Some(&admin),
+            Some(admin),
             "application/json",
             b"{not json".to_vec(),
         )
@@ -294,7 +342,7 @@ async fn bad_input_gets_clear_errors_and_writes_nothing() {
         .raw(
             Method::POST,
             "/api/v1/runs",
-            Some(&admin),
+            Some(admin),
             "text/plain",
             b"{}".to_vec(),
         )
@@ -303,7 +351,7 @@ async fn bad_input_gets_clear_errors_and_writes_nothing() {
     let (s, b) = api
         .post(
             "/api/v1/runs",
-            &admin,
+            admin,
             json!({"kind": 5, "nodes": ["bad-1"]}),
         )
         .await;
@@ -311,7 +359,7 @@ async fn bad_input_gets_clear_errors_and_writes_nothing() {
     let (s, b) = api
         .post(
             "/api/v1/runs",
-            &admin,
+            admin,
             json!({"kind": "memcpy", "nodes": ["bad-1"], "nodez": 1}),
         )
         .await;
@@ -320,7 +368,7 @@ async fn bad_input_gets_clear_errors_and_writes_nothing() {
     let (s, b) = api
         .post(
             "/api/v1/runs",
-            &admin,
+            admin,
             json!({"kind": "memcpy", "nodes": ["no-such-node"]}),
         )
         .await;
@@ -328,7 +376,7 @@ async fn bad_input_gets_clear_errors_and_writes_nothing() {
     let (s, b) = api
         .post(
             "/api/v1/runs",
-            &admin,
+            admin,
             json!({"kind": "memcpy", "nodes": ["bad-1", "bad-1"]}),
         )
         .await;
@@ -336,7 +384,7 @@ async fn bad_input_gets_clear_errors_and_writes_nothing() {
     let (s, _) = api
         .post(
             "/api/v1/runs",
-            &admin,
+            admin,
             json!({"kind": "memcpy", "nodes": []}),
         )
         .await;
@@ -344,7 +392,7 @@ async fn bad_input_gets_clear_errors_and_writes_nothing() {
     let (s, _) = api
         .post(
             "/api/v1/runs",
-            &admin,
+            admin,
             json!({"kind": "memcpy", "nodes": ["bad-1"], "env": {"BAD-NAME": "1"}}),
         )
         .await;
@@ -353,38 +401,44 @@ async fn bad_input_gets_clear_errors_and_writes_nothing() {
     let (s, b) = api
         .post(
             "/api/v1/runs",
-            &admin,
+            admin,
             json!({"kind": "memcpy", "nodes": ["bad-1"], "label": huge}),
         )
         .await;
     assert_eq!(s, StatusCode::PAYLOAD_TOO_LARGE, "{b}");
     assert_eq!(error_code(&b), "payload_too_large");
-    let (s, b) = api.get("/api/v1/runs/not-a-uuid", &admin).await;
+}
+
+async fn paths_and_queries_that_do_not_parse(api: &Api, admin: &str) {
+    let (s, b) = api.get("/api/v1/runs/not-a-uuid", admin).await;
     assert_eq!(s, StatusCode::BAD_REQUEST, "{b}");
     let (s, b) = api
-        .get("/api/v1/runs/00000000-0000-0000-0000-000000000000", &admin)
+        .get("/api/v1/runs/00000000-0000-0000-0000-000000000000", admin)
         .await;
     assert_eq!(s, StatusCode::NOT_FOUND, "{b}");
-    let (s, _) = api.get("/api/v1/nodes?min_gpus=lots", &admin).await;
+    let (s, _) = api.get("/api/v1/nodes?min_gpus=lots", admin).await;
     assert_eq!(s, StatusCode::BAD_REQUEST);
-    let (s, _) = api.get("/api/v1/nodes?trait=novalue", &admin).await;
+    let (s, _) = api.get("/api/v1/nodes?trait=novalue", admin).await;
     assert_eq!(s, StatusCode::BAD_REQUEST);
-    let (s, _) = api.get("/api/v1/nodes?colour=blue", &admin).await;
+    let (s, _) = api.get("/api/v1/nodes?colour=blue", admin).await;
     assert_eq!(s, StatusCode::BAD_REQUEST);
-    // NUL bytes, which Postgres cannot store, in paths and bodies.
+}
+
+/// NUL bytes, which Postgres cannot store, in paths and bodies.
+async fn nul_bytes_postgres_cannot_store(server: &TestServer, api: &Api, admin: &str) {
     for path in [
         "/api/v1/nodes/%00",
         "/api/v1/plugins/0/versions/%00/wasm",
         "/api/v1/nodes/a%00b/env",
     ] {
-        let (s, b) = api.get(path, &admin).await;
+        let (s, b) = api.get(path, admin).await;
         assert_eq!(s, StatusCode::BAD_REQUEST, "{path}: {b}");
     }
     let (s, b) = api
-        .post("/api/v1/plugins/%00/disable", &admin, json!(null))
+        .post("/api/v1/plugins/%00/disable", admin, json!(null))
         .await;
     assert_eq!(s, StatusCode::BAD_REQUEST, "{b}");
-    let agent = enroll(&api, &server, "nul-1").await;
+    let agent = enroll(api, server, "nul-1").await;
     let (s, b) = api
         .call(
             Method::PUT,
@@ -397,30 +451,32 @@ async fn bad_input_gets_clear_errors_and_writes_nothing() {
     let (s, b) = api
         .post(
             "/api/v1/sites",
-            &admin,
+            admin,
             json!({"name": "ok", "traits": {"k": "v\u{0}"}}),
         )
         .await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
-    let (s, b) = api.get("/api/v1/no-such-route", &admin).await;
+    let (s, b) = api.get("/api/v1/no-such-route", admin).await;
     assert_eq!(s, StatusCode::NOT_FOUND);
     assert_eq!(error_code(&b), "not_found");
-    // Duplicates.
+}
+
+async fn duplicates_conflict(api: &Api, admin: &str) {
     assert_eq!(
-        api.post("/api/v1/sites", &admin, json!({"name": "dup"}))
+        api.post("/api/v1/sites", admin, json!({"name": "dup"}))
             .await
             .0,
         StatusCode::CREATED
     );
     let (s, b) = api
-        .post("/api/v1/sites", &admin, json!({"name": "dup"}))
+        .post("/api/v1/sites", admin, json!({"name": "dup"}))
         .await;
     assert_eq!(s, StatusCode::CONFLICT, "{b}");
     assert!(b["message"].as_str().unwrap().contains("dup"));
     assert_eq!(
         api.post(
             "/api/v1/tokens",
-            &admin,
+            admin,
             json!({"name": "dup", "role": "viewer"})
         )
         .await
@@ -430,7 +486,7 @@ async fn bad_input_gets_clear_errors_and_writes_nothing() {
     assert_eq!(
         api.post(
             "/api/v1/tokens",
-            &admin,
+            admin,
             json!({"name": "dup", "role": "admin"})
         )
         .await
@@ -440,18 +496,20 @@ async fn bad_input_gets_clear_errors_and_writes_nothing() {
     let (s, _) = api
         .post(
             "/api/v1/tokens",
-            &admin,
+            admin,
             json!({"name": "x", "role": "root"}),
         )
         .await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
     let (s, _) = api
-        .post("/api/v1/sites", &admin, json!({"name": "has space"}))
+        .post("/api/v1/sites", admin, json!({"name": "has space"}))
         .await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
+}
 
-    // None of the refused requests wrote anything.
-    let (_, runs) = api.get("/api/v1/runs", &admin).await;
+/// None of the refused requests wrote anything.
+async fn the_refused_requests_wrote_nothing(server: &TestServer, api: &Api, admin: &str) {
+    let (_, runs) = api.get("/api/v1/runs", admin).await;
     assert_eq!(runs.as_array().unwrap().len(), 0);
     let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM jobs")
         .fetch_one(&server.state.db)
@@ -477,7 +535,14 @@ async fn enroll_heartbeat_facts_filters_and_history() {
     let admin = server.admin_token.clone();
     let a = enroll(&api, &server, "nd40-1").await;
     let b = enroll(&api, &server, "roce-1").await;
+    let facts_a = heartbeats_ask_for_facts_that_changed(&api, &a, &b).await;
+    nodes_are_filtered_by_facts_and_traits(&api, &admin, &a).await;
+    history_keeps_one_entry_per_change(&api, &admin, &a, &facts_a).await;
+}
 
+/// A heartbeat asks for facts the server has not got; facts that are not an object are
+/// refused. Returns nd40-1's facts.
+async fn heartbeats_ask_for_facts_that_changed(api: &Api, a: &FakeAgent, b: &FakeAgent) -> Value {
     let (s, hb) = api
         .post(
             "/api/v1/agent/heartbeat",
@@ -558,15 +623,20 @@ async fn enroll_heartbeat_facts_filters_and_history() {
         )
         .await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
+    facts_a
+}
 
-    let names = |v: &Value| -> Vec<String> {
-        v.as_array()
-            .unwrap()
-            .iter()
-            .map(|n| n["hostname"].as_str().unwrap().to_string())
-            .collect()
-    };
-    let (_, all) = api.get("/api/v1/nodes", &admin).await;
+/// The hostnames of a list of nodes.
+fn names(v: &Value) -> Vec<String> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["hostname"].as_str().unwrap().to_string())
+        .collect()
+}
+
+async fn nodes_are_filtered_by_facts_and_traits(api: &Api, admin: &str, a: &FakeAgent) {
+    let (_, all) = api.get("/api/v1/nodes", admin).await;
     assert_eq!(names(&all), ["nd40-1", "roce-1"]);
     assert_eq!(all[0]["health"], "online");
     assert_eq!(all[0]["gpu_count"], 2);
@@ -582,30 +652,37 @@ async fn enroll_heartbeat_facts_filters_and_history() {
         ("health=online", vec!["nd40-1", "roce-1"]),
         ("health=offline", vec![]),
     ] {
-        let (s, got) = api.get(&format!("/api/v1/nodes?{query}"), &admin).await;
+        let (s, got) = api.get(&format!("/api/v1/nodes?{query}"), admin).await;
         assert_eq!(s, StatusCode::OK, "{query}: {got}");
         assert_eq!(names(&got), expect, "{query}");
     }
     // Traits set by a plugin's recommendations are filterable too.
     let (s, _) = api
-        .call(Method::PUT, "/api/v1/nodes/nd40-1/recommendations", Some(&admin),
+        .call(Method::PUT, "/api/v1/nodes/nd40-1/recommendations", Some(admin),
             Some(json!({"source": "survey:azure", "traits": {"cloud": "azure"},
                 "items": [{"name": "NCCL_IB_HCA", "value": "mlx5_0", "reason": "the InfiniBand HCA; rdmaP… is accelerated networking"}]})))
         .await;
     assert_eq!(s, StatusCode::NO_CONTENT);
-    let (_, got) = api.get("/api/v1/nodes?trait=cloud=azure", &admin).await;
+    let (_, got) = api.get("/api/v1/nodes?trait=cloud=azure", admin).await;
     assert_eq!(names(&got), ["nd40-1"]);
 
-    let (s, node) = api.get("/api/v1/nodes/nd40-1", &admin).await;
+    let (s, node) = api.get("/api/v1/nodes/nd40-1", admin).await;
     assert_eq!(s, StatusCode::OK);
     assert_eq!(node["facts"]["host"]["hostname"], "nd40-1");
     assert_eq!(node["recommendations"][0]["name"], "NCCL_IB_HCA");
     let (_, by_id) = api
-        .get(&format!("/api/v1/nodes/{}", a.node_id), &admin)
+        .get(&format!("/api/v1/nodes/{}", a.node_id), admin)
         .await;
     assert_eq!(by_id["hostname"], "nd40-1");
+}
 
-    // History keeps one entry per change.
+/// History keeps one entry per change; the agents list shows both online.
+async fn history_keeps_one_entry_per_change(
+    api: &Api,
+    admin: &str,
+    a: &FakeAgent,
+    facts_a: &Value,
+) {
     let mut changed = facts_a.clone();
     changed["rdma"]["devices"][0]["ports"][0]["state"] = json!("DOWN");
     api.call(
@@ -615,18 +692,18 @@ async fn enroll_heartbeat_facts_filters_and_history() {
         Some(changed),
     )
     .await;
-    let (_, hist) = api.get("/api/v1/nodes/nd40-1/facts/history", &admin).await;
+    let (_, hist) = api.get("/api/v1/nodes/nd40-1/facts/history", admin).await;
     let hist = hist.as_array().unwrap();
     assert_eq!(hist.len(), 2);
     assert_eq!(
         hist[0]["facts"]["rdma"]["devices"][0]["ports"][0]["state"],
         "DOWN"
     );
-    let (_, got) = api.get("/api/v1/nodes?port_state=DOWN", &admin).await;
+    let (_, got) = api.get("/api/v1/nodes?port_state=DOWN", admin).await;
     assert_eq!(names(&got), ["nd40-1", "roce-1"]);
 
     // Agents list shows both online.
-    let (_, agents) = api.get("/api/v1/agents", &admin).await;
+    let (_, agents) = api.get("/api/v1/agents", admin).await;
     assert_eq!(agents.as_array().unwrap().len(), 2);
     assert!(
         agents
@@ -778,10 +855,7 @@ async fn rendezvous_between_ranks() {
     );
 
     let waiter = {
-        let api = Api {
-            base: api.base.clone(),
-            http: api.http.clone(),
-        };
+        let api = api.on(&api.base);
         let path = path.clone();
         let cred = r1.credential.clone();
         tokio::spawn(async move { api.get(&format!("{path}?timeout_ms=10000"), &cred).await })
@@ -841,23 +915,35 @@ async fn plugins_upload_versions_enable_rollback_and_audit() {
     let server = TestServer::start_with(|c| c.max_plugin_bytes = 1 << 20).await;
     let api = Api::new(&server);
     let admin = server.admin_token.clone();
-    let component = |n: u8| -> Vec<u8> {
-        dist(
-            [
-                "azure-nd",
-                "runai-roce",
-                "dgx-affinity",
-                "template",
-                "misbehave",
-            ][n as usize - 1],
-        )
-    };
+    versions_are_stored_once_and_checked(&server, &api, &admin).await;
+    enabled_rolled_back_disabled_and_downloaded(&api, &admin).await;
+    every_change_is_audited(&api, &admin).await;
+    a_previous_contracts_component_is_accepted(&api, &admin).await;
+}
+
+/// The `n`th of five different components.
+fn component(n: u8) -> Vec<u8> {
+    dist(
+        [
+            "azure-nd",
+            "runai-roce",
+            "dgx-affinity",
+            "template",
+            "misbehave",
+        ][n as usize - 1],
+    )
+}
+
+/// Versions of azure-nd: a second upload of the same bytes is the same version, other
+/// bytes under a version taken conflict, and what is not a plugin, too large or a
+/// viewer's is refused.
+async fn versions_are_stored_once_and_checked(server: &TestServer, api: &Api, admin: &str) {
     let path = "/api/v1/plugins/azure-nd/versions";
     let (s, v1) = api
         .raw(
             Method::POST,
             &format!("{path}/0.1.0"),
-            Some(&admin),
+            Some(admin),
             "application/wasm",
             component(1),
         )
@@ -870,7 +956,7 @@ async fn plugins_upload_versions_enable_rollback_and_audit() {
         .raw(
             Method::POST,
             &format!("{path}/0.1.0"),
-            Some(&admin),
+            Some(admin),
             "application/wasm",
             component(1),
         )
@@ -881,7 +967,7 @@ async fn plugins_upload_versions_enable_rollback_and_audit() {
         .raw(
             Method::POST,
             &format!("{path}/0.1.0"),
-            Some(&admin),
+            Some(admin),
             "application/wasm",
             component(2),
         )
@@ -891,7 +977,7 @@ async fn plugins_upload_versions_enable_rollback_and_audit() {
         api.raw(
             Method::POST,
             &format!("{path}/0.2.0"),
-            Some(&admin),
+            Some(admin),
             "application/wasm",
             component(2)
         )
@@ -903,7 +989,7 @@ async fn plugins_upload_versions_enable_rollback_and_audit() {
         .raw(
             Method::POST,
             &format!("{path}/0.3.0"),
-            Some(&admin),
+            Some(admin),
             "application/wasm",
             b"\0asm\x01\0\0\0".to_vec(),
         )
@@ -913,7 +999,7 @@ async fn plugins_upload_versions_enable_rollback_and_audit() {
         .raw(
             Method::POST,
             &format!("{path}/0.3.0"),
-            Some(&admin),
+            Some(admin),
             "application/wasm",
             vec![0; 2 << 20],
         )
@@ -923,7 +1009,7 @@ async fn plugins_upload_versions_enable_rollback_and_audit() {
         .raw(
             Method::POST,
             "/api/v1/plugins/Bad%20Name/versions/1",
-            Some(&admin),
+            Some(admin),
             "application/wasm",
             component(3),
         )
@@ -942,8 +1028,11 @@ async fn plugins_upload_versions_enable_rollback_and_audit() {
         .0,
         StatusCode::FORBIDDEN
     );
+}
 
-    let (_, versions) = api.get(path, &admin).await;
+async fn enabled_rolled_back_disabled_and_downloaded(api: &Api, admin: &str) {
+    let path = "/api/v1/plugins/azure-nd/versions";
+    let (_, versions) = api.get(path, admin).await;
     let versions: Vec<&str> = versions
         .as_array()
         .unwrap()
@@ -952,7 +1041,7 @@ async fn plugins_upload_versions_enable_rollback_and_audit() {
         .collect();
     assert_eq!(versions, ["0.2.0", "0.1.0"]);
     let (s, p) = api
-        .post("/api/v1/plugins/azure-nd/enable", &admin, json!({}))
+        .post("/api/v1/plugins/azure-nd/enable", admin, json!({}))
         .await;
     assert_eq!(s, StatusCode::OK, "{p}");
     assert_eq!(
@@ -962,7 +1051,7 @@ async fn plugins_upload_versions_enable_rollback_and_audit() {
     let (_, p) = api
         .post(
             "/api/v1/plugins/azure-nd/enable",
-            &admin,
+            admin,
             json!({"version": "0.1.0"}),
         )
         .await;
@@ -970,7 +1059,7 @@ async fn plugins_upload_versions_enable_rollback_and_audit() {
     assert_eq!(
         api.post(
             "/api/v1/plugins/azure-nd/enable",
-            &admin,
+            admin,
             json!({"version": "9"})
         )
         .await
@@ -981,7 +1070,7 @@ async fn plugins_upload_versions_enable_rollback_and_audit() {
         .call(
             Method::POST,
             "/api/v1/plugins/azure-nd/disable",
-            Some(&admin),
+            Some(admin),
             None,
         )
         .await;
@@ -989,7 +1078,7 @@ async fn plugins_upload_versions_enable_rollback_and_audit() {
     let resp = api
         .http
         .get(format!("{}{path}/0.2.0/wasm", api.base))
-        .bearer_auth(&admin)
+        .bearer_auth(admin)
         .send()
         .await
         .unwrap();
@@ -997,8 +1086,10 @@ async fn plugins_upload_versions_enable_rollback_and_audit() {
         resp.bytes().await.unwrap().as_ref(),
         component(2).as_slice()
     );
+}
 
-    let (_, audit) = api.get("/api/v1/audit?action=plugin.", &admin).await;
+async fn every_change_is_audited(api: &Api, admin: &str) {
+    let (_, audit) = api.get("/api/v1/audit?action=plugin.", admin).await;
     let actions: Vec<&str> = audit
         .as_array()
         .unwrap()
@@ -1016,12 +1107,15 @@ async fn plugins_upload_versions_enable_rollback_and_audit() {
         ]
     );
     assert!(audit[0]["actor"].as_str().unwrap().starts_with("token:"));
-    // A component built against the previous contract is accepted and says so.
+}
+
+/// A component built against the previous contract is accepted and says so.
+async fn a_previous_contracts_component_is_accepted(api: &Api, admin: &str) {
     let (s, old) = api
         .raw(
             Method::POST,
             "/api/v1/plugins/contract-v01/versions/0.1.0",
-            Some(&admin),
+            Some(admin),
             "application/wasm",
             dist("contract-v01"),
         )

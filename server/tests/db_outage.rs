@@ -15,19 +15,6 @@ use heddle_server::testing::{TestDb, TestServer};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-async fn claim(api: &Api, agent: &FakeAgent) -> Value {
-    let (s, lease) = api
-        .call(
-            Method::POST,
-            "/api/v1/agent/jobs/claim",
-            Some(&agent.credential),
-            None,
-        )
-        .await;
-    assert_eq!(s, StatusCode::OK, "{lease}");
-    lease
-}
-
 async fn renew(api: &Api, agent: &FakeAgent, lease: &Value) -> (StatusCode, Value) {
     let job = lease["job_id"].as_str().unwrap();
     api.post(
@@ -75,7 +62,7 @@ async fn a_postgres_outage_answers_503_and_expires_no_lease() {
     let run = server
         .start_run(json!({"kind": "sleep", "params": {"seconds": 3600}, "nodes": ["outage-1"]}))
         .await;
-    let lease = claim(&api, &agent).await;
+    let lease = agent.claim(&api).await;
     assert_eq!(renew(&api, &agent, &lease).await.0, StatusCode::OK);
     let run_path = format!("/api/v1/runs/{}", run.id);
 
@@ -211,7 +198,7 @@ async fn a_gap_in_the_lease_clock_gives_old_leases_a_fresh_term() {
     let run = server
         .start_run(json!({"kind": "sleep", "params": {"seconds": 60}, "nodes": ["clock-1"]}))
         .await;
-    let lease = claim(&api, &agent).await;
+    let lease = agent.claim(&api).await;
     let job: uuid::Uuid = lease["job_id"].as_str().unwrap().parse().unwrap();
     // No reaper of its own from here on: the test ticks by hand.
     server.stop().await;

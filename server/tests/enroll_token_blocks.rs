@@ -8,18 +8,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use heddle_server::testing::TestServer;
-use reqwest::{Method, StatusCode};
-use serde_json::{Value, json};
-
-async fn enroll_with(api: &Api, token: &str, hostname: &str) -> (StatusCode, Value) {
-    api.call(
-        Method::POST,
-        "/api/v1/agent/enroll",
-        None,
-        Some(json!({"enroll_token": token, "hostname": hostname, "agent_version": "test"})),
-    )
-    .await
-}
+use reqwest::StatusCode;
+use serde_json::json;
 
 /// The first replica takes a block of 64 uses for one enrollment and holds the other 63;
 /// every other use is then taken elsewhere (set on the row). An enrollment on the second
@@ -119,10 +109,7 @@ async fn a_crowd_on_one_replica_goes_to_the_row_once_per_block() {
     let shared = Api::new(&server);
     let crowd: Vec<_> = (0..CROWD)
         .map(|i| {
-            let api = Api {
-                base: shared.base.clone(),
-                http: shared.http.clone(),
-            };
+            let api = shared.on(&shared.base);
             let token = token.clone();
             tokio::spawn(async move { enroll_with(&api, &token, &format!("crowd-{i:03}")).await })
         })

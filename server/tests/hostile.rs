@@ -11,16 +11,6 @@ use heddle_server::testing::TestServer;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-async fn enroll_with(api: &Api, token: &str, hostname: &str) -> (StatusCode, Value) {
-    api.call(
-        Method::POST,
-        "/api/v1/agent/enroll",
-        None,
-        Some(json!({"enroll_token": token, "hostname": hostname, "agent_version": "test"})),
-    )
-    .await
-}
-
 async fn claim(api: &Api, credential: &str) -> (StatusCode, Value) {
     api.call(
         Method::POST,

@@ -219,11 +219,21 @@ async fn bootstrap_listeners_profiles_and_hidden_text_are_refused() {
     let api = Api::new(&server);
     let admin = server.admin_token.clone();
     enroll(&api, &server, "env-second").await;
-    let refused = |what: &str, s: StatusCode, b: &serde_json::Value, needle: &str| {
-        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{what}: {b}");
-        let msg = b["message"].as_str().unwrap();
-        assert!(msg.contains(needle), "{what}: {msg}");
-    };
+    listeners_and_profilers_are_refused(&api, &admin).await;
+    hidden_text_is_refused(&api, &admin).await;
+    more_variables_than_a_test_starts_with_are_refused(&api, &admin).await;
+    a_hostile_agent_version_is_refused(&server, &api, &admin).await;
+    any_language_is_a_label(&api, &admin).await;
+}
+
+/// `what` was refused (422) with a message that says `needle`.
+fn refused(what: &str, s: StatusCode, b: &serde_json::Value, needle: &str) {
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{what}: {b}");
+    let msg = b["message"].as_str().unwrap();
+    assert!(msg.contains(needle), "{what}: {msg}");
+}
+
+async fn listeners_and_profilers_are_refused(api: &Api, admin: &str) {
     for (name, value) in [
         ("NCCL_COMM_ID", "203.0.113.7:5000"),
         ("NCCL_RAS_ADDR", "0.0.0.0:28028"),
@@ -234,7 +244,7 @@ async fn bootstrap_listeners_profiles_and_hidden_text_are_refused() {
         let (s, b) = api
             .post(
                 "/api/v1/runs",
-                &admin,
+                admin,
                 json!({"kind": "nccl", "nodes": ["env-second"], "env": env}),
             )
             .await;
@@ -242,7 +252,7 @@ async fn bootstrap_listeners_profiles_and_hidden_text_are_refused() {
         let (s, b) = api
             .post(
                 "/api/v1/tuning-profiles",
-                &admin,
+                admin,
                 json!({"name": "p2", "node": "env-second", "env": env}),
             )
             .await;
@@ -251,19 +261,23 @@ async fn bootstrap_listeners_profiles_and_hidden_text_are_refused() {
             .call(
                 Method::PUT,
                 "/api/v1/nodes/env-second/recommendations",
-                Some(&admin),
+                Some(admin),
                 Some(json!({"source": "manual", "items": [{"name": name, "value": value}]})),
             )
             .await;
         refused("recommendation", s, &b, name);
     }
-    // Text that reads differently from what it does: a right-to-left override, a line
-    // separator, a zero-width space — in a value, a reason and a source.
+}
+
+/// Text that reads differently from what it does: a right-to-left override, a line
+/// separator, a zero-width space — in a value, a reason and a source; the same in the free
+/// text people attach; and a label long enough to fill a screen.
+async fn hidden_text_is_refused(api: &Api, admin: &str) {
     for hidden in ["mlx5_0\u{202E}1:5xlm", "a\u{2028}b", "mlx5\u{200B}_0"] {
         let (s, b) = api
             .post(
                 "/api/v1/runs",
-                &admin,
+                admin,
                 json!({"kind": "nccl", "nodes": ["env-second"], "env": {"NCCL_IB_HCA": hidden}}),
             )
             .await;
@@ -277,7 +291,7 @@ async fn bootstrap_listeners_profiles_and_hidden_text_are_refused() {
                 .call(
                     Method::PUT,
                     "/api/v1/nodes/env-second/recommendations",
-                    Some(&admin),
+                    Some(admin),
                     Some(body.clone()),
                 )
                 .await;
@@ -290,7 +304,7 @@ async fn bootstrap_listeners_profiles_and_hidden_text_are_refused() {
         let (s, b) = api
             .post(
                 "/api/v1/runs",
-                &admin,
+                admin,
                 json!({"kind": "nccl", "nodes": ["env-second"], "label": hidden}),
             )
             .await;
@@ -298,7 +312,7 @@ async fn bootstrap_listeners_profiles_and_hidden_text_are_refused() {
         let (s, b) = api
             .post(
                 "/api/v1/investigations",
-                &admin,
+                admin,
                 json!({"kind": "nccl", "nodes": ["env-second"], "label": hidden}),
             )
             .await;
@@ -307,7 +321,7 @@ async fn bootstrap_listeners_profiles_and_hidden_text_are_refused() {
             .call(
                 Method::PUT,
                 "/api/v1/nodes/env-second/recommendations",
-                Some(&admin),
+                Some(admin),
                 Some(json!({"source": "manual", "items": [], "traits": {"rack": hidden}})),
             )
             .await;
@@ -316,20 +330,24 @@ async fn bootstrap_listeners_profiles_and_hidden_text_are_refused() {
     let (s, b) = api
         .post(
             "/api/v1/runs",
-            &admin,
+            admin,
             json!({"kind": "nccl", "nodes": ["env-second"], "label": "x".repeat(10_000)}),
         )
         .await;
     refused("a long run label", s, &b, "longer than 200");
-    // Enough variables to make every test on the node fail to start: refused, saying where
-    // they came from.
+}
+
+/// Enough variables to make every test on the node fail to start: refused, saying where
+/// they came from; each source under the limit, together over it: refused when the run
+/// would start, naming each source's share.
+async fn more_variables_than_a_test_starts_with_are_refused(api: &Api, admin: &str) {
     let many: serde_json::Map<String, serde_json::Value> = (0..300)
         .map(|i| (format!("NCCL_X{i}"), json!("1")))
         .collect();
     let (s, b) = api
         .post(
             "/api/v1/runs",
-            &admin,
+            admin,
             json!({"kind": "nccl", "nodes": ["env-second"], "env": many}),
         )
         .await;
@@ -337,7 +355,7 @@ async fn bootstrap_listeners_profiles_and_hidden_text_are_refused() {
     let (s, b) = api
         .post(
             "/api/v1/tuning-profiles",
-            &admin,
+            admin,
             json!({"name": "huge", "node": "env-second", "env": many}),
         )
         .await;
@@ -350,7 +368,7 @@ async fn bootstrap_listeners_profiles_and_hidden_text_are_refused() {
     let (s, b) = api
         .post(
             "/api/v1/tuning-profiles",
-            &admin,
+            admin,
             json!({"name": "big", "node": "env-second", "env": profile}),
         )
         .await;
@@ -361,15 +379,18 @@ async fn bootstrap_listeners_profiles_and_hidden_text_are_refused() {
     let (s, b) = api
         .post(
             "/api/v1/runs",
-            &admin,
+            admin,
             json!({"kind": "nccl", "nodes": ["env-second"], "env": run_env}),
         )
         .await;
     refused("run under a big profile", s, &b, "run: 100");
-    let (_, runs) = api.get("/api/v1/runs", &admin).await;
+    let (_, runs) = api.get("/api/v1/runs", admin).await;
     assert_eq!(runs.as_array().map(Vec::len), Some(0), "{runs}");
-    // An agent's version is shown beside its node: a hostile agent's is refused at
-    // enrollment and on heartbeats, and the node is not created.
+}
+
+/// An agent's version is shown beside its node: a hostile agent's is refused at
+/// enrollment and on heartbeats, and the node is not created.
+async fn a_hostile_agent_version_is_refused(server: &TestServer, api: &Api, admin: &str) {
     let token = server.enrollment_token().await;
     let (s, b) = api
         .call(
@@ -380,9 +401,9 @@ async fn bootstrap_listeners_profiles_and_hidden_text_are_refused() {
         )
         .await;
     refused("agent_version at enrollment", s, &b, "agent_version");
-    let (s, _) = api.get("/api/v1/nodes/env-third", &admin).await;
+    let (s, _) = api.get("/api/v1/nodes/env-third", admin).await;
     assert_eq!(s, StatusCode::NOT_FOUND);
-    let agent = enroll(&api, &server, "env-fourth").await;
+    let agent = enroll(api, server, "env-fourth").await;
     let (s, b) = api
         .call(
             Method::POST,
@@ -392,11 +413,14 @@ async fn bootstrap_listeners_profiles_and_hidden_text_are_refused() {
         )
         .await;
     refused("agent_version on a heartbeat", s, &b, "agent_version");
-    // Any language is still a label.
+}
+
+/// Any language is still a label.
+async fn any_language_is_a_label(api: &Api, admin: &str) {
     let (s, b) = api
         .post(
             "/api/v1/runs",
-            &admin,
+            admin,
             json!({"kind": "sleep", "params": {"seconds": 0.1}, "nodes": ["env-second"], "label": "nächtlich — 夜間 µs"}),
         )
         .await;

@@ -9,6 +9,7 @@ mod common;
 
 use common::*;
 use heddle_server::testing::TestServer;
+use heddle_testkit::props;
 use proptest::prelude::*;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -184,55 +185,15 @@ async fn odd_encodings_get_a_clean_4xx() {
     assert_eq!(s, StatusCode::OK);
 }
 
-/// A valid body with up to six bytes replaced, inserted or removed, or a JSON-ish token
-/// put in.
-fn mutated(valid: Vec<u8>) -> impl Strategy<Value = Vec<u8>> {
-    let token = prop_oneof![
-        any::<u8>().prop_map(|b| vec![b]),
-        Just(br"\ud800".to_vec()),
-        Just(br"\u0000".to_vec()),
-        Just(b"1e400".to_vec()),
-        Just(b"18446744073709551616".to_vec()),
-        Just(b"\xef\xbb\xbf".to_vec()),
-        Just(b"\xed\xa0\x80".to_vec()),
-        Just(b"\xff".to_vec()),
-        Just(b"{".to_vec()),
-        Just(b"[".to_vec()),
-        Just(b"\"".to_vec()),
-        Just(b",".to_vec()),
-        Just(b"null".to_vec()),
-    ];
-    let len = valid.len();
-    proptest::collection::vec((0..len, token, any::<bool>()), 1..6).prop_map(move |edits| {
-        let mut b = valid.clone();
-        for (at, bytes, replace) in edits {
-            let at = at.min(b.len());
-            if replace && at < b.len() {
-                b.splice(at..at + 1, bytes);
-            } else {
-                b.splice(at..at, bytes);
-            }
-        }
-        b
-    })
-}
-
 #[test]
 fn mutated_bodies_get_a_clean_answer() {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(128);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let server = rt.block_on(server());
     let api = Api::new(&server);
     for door in rt.block_on(doors(&server, &api)) {
-        let mut runner = proptest::test_runner::TestRunner::new(proptest::test_runner::Config {
-            failure_persistence: None,
-            ..proptest::test_runner::Config::with_cases(cases)
-        });
+        let mut runner = proptest::test_runner::TestRunner::new(props::config(128));
         runner
-            .run(&mutated(door.body.clone()), |body| {
+            .run(&props::mutated_json(door.body.clone()), |body| {
                 let (s, b) = rt.block_on(send(&api, &door, body));
                 clean(s, &b).map_err(TestCaseError::fail)
             })

@@ -78,17 +78,29 @@ async fn the_heartbeat_names_the_job_env_version_and_follows_its_changes() {
     assert_eq!(heartbeat(&api, &agent).await["job_env_sha256"], empty);
     let env = agent_env(&api, &agent).await;
     assert_eq!((env.node.as_str(), env.entries.len()), ("env-node-1", 0));
+    let profile =
+        a_node_profile_changes_its_version_alone(&api, &admin, [&agent, &other], &empty).await;
+    deleting_it_goes_back_to_the_empty_env(&api, &admin, &agent, &profile, &empty).await;
+    a_site_profile_reaches_every_node(&api, &admin, [&agent, &other], &empty).await;
+    a_must_agree_variable_is_written_while_the_site_agrees(&api, &admin, [&agent, &other]).await;
+}
 
-    // A node profile changes this node's version, not the other's.
+/// A node profile changes this node's version, not the other's. Returns the profile.
+async fn a_node_profile_changes_its_version_alone(
+    api: &Api,
+    admin: &str,
+    [agent, other]: [&FakeAgent; 2],
+    empty: &str,
+) -> Value {
     let (status, profile) = api
         .post(
             "/api/v1/tuning-profiles",
-            &admin,
+            admin,
             json!({"name": "p1", "node": "env-node-1", "env": {"NCCL_IB_HCA": "mlx5_0", "NCCL_SOCKET_IFNAME": "ib0", "NCCL_ALGO": "Ring"}}),
         )
         .await;
     assert_eq!(status, StatusCode::CREATED, "{profile}");
-    let env = agent_env(&api, &agent).await;
+    let env = agent_env(api, agent).await;
     let names: Vec<&str> = env.entries.iter().map(|e| e.name.as_str()).collect();
     // NCCL_ALGO must be equal on every rank of a communicator: a node without a site cannot
     // show that the nodes its jobs span agree, so its file leaves it out.
@@ -103,7 +115,7 @@ async fn the_heartbeat_names_the_job_env_version_and_follows_its_changes() {
         env.left_out
     );
     // The node's health warns of it, the other node's does not.
-    let (reasons, verdict) = split_reasons(&api, &admin, "env-node-1").await;
+    let (reasons, verdict) = split_reasons(api, admin, "env-node-1").await;
     assert_eq!(
         (reasons.len(), verdict.as_str()),
         (1, "warn"),
@@ -116,37 +128,53 @@ async fn the_heartbeat_names_the_job_env_version_and_follows_its_changes() {
             .contains("NCCL_ALGO=Ring is left out"),
         "{reasons:?}"
     );
-    assert!(split_reasons(&api, &admin, "env-node-2").await.0.is_empty());
+    assert!(split_reasons(api, admin, "env-node-2").await.0.is_empty());
     assert_eq!(
         env.job_env_sha256,
         nccl_conf::job_env_sha256(&env.entries).unwrap()
     );
     assert_eq!(
-        heartbeat(&api, &agent).await["job_env_sha256"],
+        heartbeat(api, agent).await["job_env_sha256"],
         env.job_env_sha256
     );
-    assert_eq!(heartbeat(&api, &other).await["job_env_sha256"], empty);
+    assert_eq!(heartbeat(api, other).await["job_env_sha256"], empty);
     // The public endpoint the CLI renders from says the same.
-    let (status, public) = api.get("/api/v1/nodes/env-node-1/job-env", &admin).await;
+    let (status, public) = api.get("/api/v1/nodes/env-node-1/job-env", admin).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(public, serde_json::to_value(&env).unwrap());
+    profile
+}
 
-    // Deleting it goes back to the empty environment, answered on the next heartbeat.
+/// Deleting it goes back to the empty environment, answered on the next heartbeat.
+async fn deleting_it_goes_back_to_the_empty_env(
+    api: &Api,
+    admin: &str,
+    agent: &FakeAgent,
+    profile: &Value,
+    empty: &str,
+) {
     let id = profile["id"].as_str().unwrap();
     let (status, _) = api
         .call(
             Method::DELETE,
             &format!("/api/v1/tuning-profiles/{id}"),
-            Some(&admin),
+            Some(admin),
             None,
         )
         .await;
     assert_eq!(status, StatusCode::NO_CONTENT);
-    assert_eq!(heartbeat(&api, &agent).await["job_env_sha256"], empty);
+    assert_eq!(heartbeat(api, agent).await["job_env_sha256"], empty);
+}
 
-    // A site profile reaches every node of the site.
+/// A site profile reaches every node of the site.
+async fn a_site_profile_reaches_every_node(
+    api: &Api,
+    admin: &str,
+    [agent, other]: [&FakeAgent; 2],
+    empty: &str,
+) {
     let (status, _) = api
-        .post("/api/v1/sites", &admin, json!({"name": "hall-a"}))
+        .post("/api/v1/sites", admin, json!({"name": "hall-a"}))
         .await;
     assert_eq!(status, StatusCode::CREATED);
     for node in ["env-node-1", "env-node-2"] {
@@ -154,7 +182,7 @@ async fn the_heartbeat_names_the_job_env_version_and_follows_its_changes() {
             .call(
                 Method::PATCH,
                 &format!("/api/v1/nodes/{node}"),
-                Some(&admin),
+                Some(admin),
                 Some(json!({"site": "hall-a"})),
             )
             .await;
@@ -163,31 +191,39 @@ async fn the_heartbeat_names_the_job_env_version_and_follows_its_changes() {
     let (status, _) = api
         .post(
             "/api/v1/tuning-profiles",
-            &admin,
+            admin,
             json!({"name": "site-a", "site": "hall-a", "env": {"NCCL_SOCKET_IFNAME": "eth0"}}),
         )
         .await;
     assert_eq!(status, StatusCode::CREATED);
-    let a = heartbeat(&api, &agent).await["job_env_sha256"].clone();
-    let b = heartbeat(&api, &other).await["job_env_sha256"].clone();
+    let a = heartbeat(api, agent).await["job_env_sha256"].clone();
+    let b = heartbeat(api, other).await["job_env_sha256"].clone();
     assert_eq!(a, b);
     assert_ne!(a, empty);
     assert_eq!(
-        agent_env(&api, &other).await.entries[0].name,
+        agent_env(api, other).await.entries[0].name,
         "NCCL_SOCKET_IFNAME"
     );
+}
 
+/// A must-agree variable is written while every node of the site has the same value, and
+/// left out of every node's file once one node's value differs.
+async fn a_must_agree_variable_is_written_while_the_site_agrees(
+    api: &Api,
+    admin: &str,
+    [agent, other]: [&FakeAgent; 2],
+) {
     // A must-agree variable is written while every node of the site has the same value...
     let (status, _) = api
         .post(
             "/api/v1/tuning-profiles",
-            &admin,
+            admin,
             json!({"name": "site-algo", "site": "hall-a", "env": {"NCCL_ALGO": "Ring"}}),
         )
         .await;
     assert_eq!(status, StatusCode::CREATED);
     for a in [&agent, &other] {
-        let env = agent_env(&api, a).await;
+        let env = agent_env(api, a).await;
         assert!(
             env.entries
                 .iter()
@@ -197,7 +233,7 @@ async fn the_heartbeat_names_the_job_env_version_and_follows_its_changes() {
         );
     }
     for node in ["env-node-1", "env-node-2"] {
-        let (reasons, _) = split_reasons(&api, &admin, node).await;
+        let (reasons, _) = split_reasons(api, admin, node).await;
         assert!(reasons.is_empty(), "{node}: {reasons:?}");
     }
     // ... and left out of every node's file once one node's value differs, the other
@@ -205,13 +241,13 @@ async fn the_heartbeat_names_the_job_env_version_and_follows_its_changes() {
     let (status, body) = api
         .post(
             "/api/v1/tuning-profiles",
-            &admin,
+            admin,
             json!({"name": "n1-algo", "node": "env-node-1", "env": {"NCCL_ALGO": "Tree"}}),
         )
         .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     for a in [&agent, &other] {
-        let env = agent_env(&api, a).await;
+        let env = agent_env(api, a).await;
         assert!(
             env.entries.iter().all(|e| e.name != "NCCL_ALGO"),
             "{:?}",
@@ -226,13 +262,13 @@ async fn the_heartbeat_names_the_job_env_version_and_follows_its_changes() {
             env.left_out
         );
         assert_eq!(
-            heartbeat(&api, a).await["job_env_sha256"],
+            heartbeat(api, a).await["job_env_sha256"],
             env.job_env_sha256
         );
     }
     // Each node's health names the other as the one that differs.
     for (node, peer) in [("env-node-1", "env-node-2"), ("env-node-2", "env-node-1")] {
-        let (reasons, verdict) = split_reasons(&api, &admin, node).await;
+        let (reasons, verdict) = split_reasons(api, admin, node).await;
         assert_eq!(
             (reasons.len(), verdict.as_str()),
             (1, "warn"),

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use common::*;
 use heddle_server::testing::TestServer;
+use heddle_types::jobs::Run;
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 
@@ -19,7 +20,20 @@ async fn job_life_cycle_and_idempotent_results() {
     let admin = server.admin_token.clone();
     let a = enroll(&api, &server, "life-1").await;
     let other = enroll(&api, &server, "life-2").await;
+    let (run, job) = only_its_nodes_agent_claims_it(&server, &api, &a, &other).await;
+    only_its_agent_renews_it_and_uploads_its_result(&server, &api, &a, &other, &run, &job).await;
+    its_result_is_stored_once(&server, &api, &admin, &a, &run, &job).await;
+    runs_are_listed_by_node_and_kind(&api, &admin).await;
+}
 
+/// Nothing to claim until a run is started; then only its node's agent claims it. Returns
+/// the run and the job's id.
+async fn only_its_nodes_agent_claims_it(
+    server: &TestServer,
+    api: &Api,
+    a: &FakeAgent,
+    other: &FakeAgent,
+) -> (Run, String) {
     assert_eq!(
         api.call(
             Method::POST,
@@ -65,7 +79,19 @@ async fn job_life_cycle_and_idempotent_results() {
     );
     let job = lease["job_id"].as_str().unwrap().to_string();
     assert_eq!(server.get_run(run.id).await.state, "running");
+    (run, job)
+}
 
+/// Its agent renews it with progress; another agent can neither renew it nor upload its
+/// result.
+async fn only_its_agent_renews_it_and_uploads_its_result(
+    server: &TestServer,
+    api: &Api,
+    a: &FakeAgent,
+    other: &FakeAgent,
+    run: &Run,
+    job: &str,
+) {
     let (s, r) = api
         .post(
             &format!("/api/v1/agent/jobs/{job}/renew"),
@@ -101,7 +127,18 @@ async fn job_life_cycle_and_idempotent_results() {
         StatusCode::FORBIDDEN,
         "another node cannot upload its result"
     );
+}
 
+/// Uploaded twice with the same key: stored once; another result conflicts; the run has
+/// succeeded and the job's lease is gone.
+async fn its_result_is_stored_once(
+    server: &TestServer,
+    api: &Api,
+    admin: &str,
+    a: &FakeAgent,
+    run: &Run,
+    job: &str,
+) {
     // Upload twice with the same key: stored once.
     let (s, first) = api
         .post(
@@ -156,7 +193,7 @@ async fn job_life_cycle_and_idempotent_results() {
     assert_eq!(done.state, "succeeded");
     assert!(done.finished_at.is_some());
     let (_, results) = api
-        .get(&format!("/api/v1/runs/{}/results", run.id), &admin)
+        .get(&format!("/api/v1/runs/{}/results", run.id), admin)
         .await;
     assert_eq!(results[0]["rows"][1]["busbw_gbs"], 52.4);
     assert_eq!(results[0]["rows"][1]["labels"]["NCCL_ALGO"], "Ring");
@@ -172,10 +209,13 @@ async fn job_life_cycle_and_idempotent_results() {
         .0,
         StatusCode::CONFLICT
     );
-    // Listing filters by node and kind.
-    let (_, runs) = api.get("/api/v1/runs?node=life-1&kind=nccl", &admin).await;
+}
+
+/// Listing filters by node and kind.
+async fn runs_are_listed_by_node_and_kind(api: &Api, admin: &str) {
+    let (_, runs) = api.get("/api/v1/runs?node=life-1&kind=nccl", admin).await;
     assert_eq!(runs.as_array().unwrap().len(), 1);
-    let (_, runs) = api.get("/api/v1/runs?node=life-2", &admin).await;
+    let (_, runs) = api.get("/api/v1/runs?node=life-2", admin).await;
     assert_eq!(runs.as_array().unwrap().len(), 0);
 }
 

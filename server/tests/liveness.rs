@@ -28,16 +28,10 @@ async fn heartbeats_of(db: &sqlx::PgPool) -> Vec<(Uuid, Option<DateTime<Utc>>, S
 }
 
 async fn claim(api: &Api, agent: &FakeAgent) -> String {
-    let (s, lease) = api
-        .call(
-            Method::POST,
-            "/api/v1/agent/jobs/claim",
-            Some(&agent.credential),
-            None,
-        )
-        .await;
-    assert_eq!(s, StatusCode::OK, "{lease}");
-    lease["job_id"].as_str().unwrap().to_string()
+    agent.claim(api).await["job_id"]
+        .as_str()
+        .unwrap()
+        .to_string()
 }
 
 async fn lease_of(db: &sqlx::PgPool, job: &str) -> (String, Option<DateTime<Utc>>) {

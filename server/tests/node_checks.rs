@@ -21,18 +21,6 @@ fn check<'a>(detail: &'a Value, name: &str, subject: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no {name} for {subject}: {}", detail["checks"]))
 }
 
-async fn put_facts(api: &Api, credential: &str, facts: &Value) {
-    let (s, v) = api
-        .call(
-            Method::PUT,
-            "/api/v1/agent/facts",
-            Some(credential),
-            Some(facts.clone()),
-        )
-        .await;
-    assert_eq!(s, StatusCode::OK, "{v}");
-}
-
 #[tokio::test]
 async fn checks_use_the_previous_report_and_feed_node_health() {
     let server = TestServer::start().await;
@@ -40,7 +28,7 @@ async fn checks_use_the_previous_report_and_feed_node_health() {
     let admin = server.admin_token.clone();
     let node = enroll(&api, &server, "ib-node-12").await;
     let mut facts = fixture_facts("bare-metal-ib12");
-    put_facts(&api, &node.credential, &facts).await;
+    node.put_facts(&api, facts.clone()).await;
 
     let (s, detail) = api.get("/api/v1/nodes/ib-node-12", &admin).await;
     assert_eq!(s, StatusCode::OK, "{detail}");
@@ -67,7 +55,7 @@ async fn checks_use_the_previous_report_and_feed_node_health() {
         .find(|c| c["device"] == "mlx5_3")
         .unwrap();
     c["symbol_error"] = json!(41);
-    put_facts(&api, &node.credential, &facts).await;
+    node.put_facts(&api, facts.clone()).await;
     let (_, detail) = api.get("/api/v1/nodes/ib-node-12", &admin).await;
     let port = check(&detail, "ib-port-errors", "mlx5_3:1");
     assert_eq!(port["state"], "warn");
@@ -131,7 +119,7 @@ async fn ipoib_subnets_are_compared_across_a_site() {
         let node = enroll(&api, &server, host).await;
         let mut facts = with_ib0(fixture_facts("bare-metal-ib12"), addr);
         facts["host"]["hostname"] = json!(host);
-        put_facts(&api, &node.credential, &facts).await;
+        node.put_facts(&api, facts.clone()).await;
         let (s, v) = api
             .call(
                 Method::PATCH,
@@ -215,7 +203,7 @@ async fn a_fresh_server_explains_the_seed_shapes() {
         ("llm-train-worker-3", "runai-roce-pod-2hca", "NCCL_IB_HCA"),
     ] {
         let node = enroll(&api, &server, host).await;
-        put_facts(&api, &node.credential, &fixture_facts(fixture)).await;
+        node.put_facts(&api, fixture_facts(fixture)).await;
         let mut vars = Value::Null;
         for _ in 0..100 {
             let (_, v) = api

@@ -22,18 +22,6 @@ async fn upload(api: &Api, token: &str, name: &str, version: &str, bytes: Vec<u8
     assert_eq!(s, StatusCode::CREATED, "{v}");
 }
 
-async fn put_facts(api: &Api, credential: &str, facts: Value) {
-    let (s, b) = api
-        .call(
-            Method::PUT,
-            "/api/v1/agent/facts",
-            Some(credential),
-            Some(facts),
-        )
-        .await;
-    assert_eq!(s, StatusCode::OK, "{b}");
-}
-
 /// The outcome row of `plugin` on `node`, once there is one (30 s at most).
 async fn outcome(api: &Api, admin: &str, node: &str, plugin: &str) -> Value {
     let started = Instant::now();
@@ -65,9 +53,8 @@ async fn sleeping_plugin_dry_run_answers_and_the_server_shuts_down() {
     let api = Api::new(&server);
     let admin = server.admin_token.clone();
     let node = enroll(&api, &server, "sleepy").await;
-    put_facts(
+    node.put_facts(
         &api,
-        &node.credential,
         json!({"host": {"hostname": "sleepy"}, "hostile": "sleep"}),
     )
     .await;
@@ -120,7 +107,7 @@ async fn a_host_side_failure_keeps_the_nodes_recommendations() {
     let admin = first.admin_token.clone();
     let node = enroll(&api, &first, "roce-node").await;
     let facts = fixture_facts("runai-roce");
-    put_facts(&api, &node.credential, facts.clone()).await;
+    node.put_facts(&api, facts.clone()).await;
     upload(&api, &admin, "runai-roce", "0.1.0", dist("runai-roce")).await;
     api.post("/api/v1/plugins/runai-roce/enable", &admin, json!({}))
         .await;
@@ -139,7 +126,7 @@ async fn a_host_side_failure_keeps_the_nodes_recommendations() {
     let api = Api::new(&second);
     let mut changed = facts;
     changed["host"]["kernel"] = json!("6.8.0-changed");
-    put_facts(&api, &node.credential, changed).await;
+    node.put_facts(&api, changed).await;
     let evaluated = reconcile(&second.state).await.unwrap();
     assert_eq!(evaluated, 0, "the node must be left for a later try");
 

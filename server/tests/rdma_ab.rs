@@ -7,6 +7,7 @@ mod common;
 
 use common::*;
 use heddle_server::testing::TestServer;
+use heddle_testkit::results::codes;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
@@ -111,20 +112,6 @@ async fn judged(
         )
         .await;
     results[0].clone()
-}
-
-fn codes(result: &Value) -> Vec<(String, String)> {
-    result["verdict"]["reasons"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|r| {
-            Some((
-                r["code"].as_str()?.to_string(),
-                r["severity"].as_str().unwrap().to_string(),
-            ))
-        })
-        .collect()
 }
 
 #[tokio::test]

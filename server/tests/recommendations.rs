@@ -7,25 +7,14 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Api, enroll, fixture_facts};
+use common::{Api, enroll, eventually, fixture_facts};
 use heddle_server::plugins_bundled::{self, BUNDLED_BY, Outcome};
 use heddle_server::testing::TestServer;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-async fn eventually<F: AsyncFnMut() -> Option<T>, T>(what: &str, mut check: F) -> T {
-    let start = std::time::Instant::now();
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "timed out waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
+/// How long the reconciler, which runs in the background, may take.
+const PATIENCE: Duration = Duration::from_secs(30);
 
 fn var<'a>(explained: &'a Value, name: &str) -> Option<&'a Value> {
     explained.as_array()?.iter().find(|v| v["name"] == name)
@@ -72,7 +61,7 @@ async fn a_fresh_server_explains_the_first_party_recommendations() {
         )
         .await;
     assert_eq!(s, StatusCode::OK);
-    let explained = eventually("recommendations for dgx1-01", async || {
+    let explained = eventually("recommendations for dgx1-01", PATIENCE, async || {
         let (_, v) = api.get("/api/v1/nodes/dgx1-01/env/explain", &admin).await;
         var(&v, "NCCL_IB_HCA").is_some().then_some(v)
     })

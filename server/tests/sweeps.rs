@@ -7,6 +7,7 @@ mod common;
 use common::*;
 use heddle_server::testing::TestServer;
 use heddle_types::auth::Role;
+use heddle_types::jobs::Run;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
@@ -99,9 +100,25 @@ async fn sweep_table_winners_and_keep() {
     let agent = enroll(&api, &server, "sweep-1").await;
     let run = server.start_run(sweep_spec("sweep-1")).await;
     let sweep = format!("/api/v1/runs/{}/sweep", run.id);
+    no_result_yet_is_a_conflict(&api, &viewer, &sweep).await;
+    upload(&api, &agent, "sweep-1-k", "succeeded", sweep_rows()).await;
+    the_table_and_its_winners(&api, &viewer, &sweep).await;
+    the_large_winner_kept_for_the_node(
+        &api,
+        [admin.as_str(), &operator, &viewer],
+        &agent,
+        &run,
+        &sweep,
+    )
+    .await;
+    a_taken_name_or_unknown_band_is_refused(&api, &operator, &sweep).await;
+    kept_for_the_site_once_the_node_has_one(&api, [admin.as_str(), &operator, &viewer], &sweep)
+        .await;
+}
 
-    // No result yet: 409, with the job's state.
-    let (s, body) = api.get(&sweep, &viewer).await;
+/// No result yet: 409, with the job's state.
+async fn no_result_yet_is_a_conflict(api: &Api, viewer: &str, sweep: &str) {
+    let (s, body) = api.get(sweep, viewer).await;
     assert_eq!(
         (s, error_code(&body)),
         (StatusCode::CONFLICT, "conflict"),
@@ -111,9 +128,11 @@ async fn sweep_table_winners_and_keep() {
         body["message"].as_str().unwrap().contains("queued"),
         "{body}"
     );
+}
 
-    upload(&api, &agent, "sweep-1-k", "succeeded", sweep_rows()).await;
-    let (s, t) = api.get(&sweep, &viewer).await;
+/// Each cell's bandwidth by band, and each band's winner with its runner-up.
+async fn the_table_and_its_winners(api: &Api, viewer: &str, sweep: &str) {
+    let (s, t) = api.get(sweep, viewer).await;
     assert_eq!(s, StatusCode::OK, "{t}");
     assert_eq!(t["hostname"], "sweep-1");
     assert_eq!(t["collective"], "all_reduce");
@@ -153,15 +172,21 @@ async fn sweep_table_winners_and_keep() {
         ]
     );
     assert!((t["winners"][2]["runner_up_busbw_gbs"].as_f64().unwrap() - large * 0.55).abs() < 1e-9);
+}
 
-    // Keep the large winner for the node: operator only, audit-logged, in the env export.
+/// Keep the large winner for the node: operator only, audit-logged, in the env export.
+async fn the_large_winner_kept_for_the_node(
+    api: &Api,
+    [admin, operator, viewer]: [&str; 3],
+    agent: &FakeAgent,
+    run: &Run,
+    sweep: &str,
+) {
     let keep = format!("{sweep}/keep");
-    let (s, body) = api
-        .post(&keep, &viewer, json!({"name": "h200-large"}))
-        .await;
+    let (s, body) = api.post(&keep, viewer, json!({"name": "h200-large"})).await;
     assert_eq!(s, StatusCode::FORBIDDEN, "{body}");
     let (s, p) = api
-        .post(&keep, &operator, json!({"name": "h200-large"}))
+        .post(&keep, operator, json!({"name": "h200-large"}))
         .await;
     assert_eq!(s, StatusCode::CREATED, "{p}");
     assert_eq!(
@@ -171,7 +196,7 @@ async fn sweep_table_winners_and_keep() {
     assert_eq!(p["source_run_id"], json!(run.id));
     assert_eq!(p["node_id"], json!(agent.node_id));
     assert_eq!(p["site_id"], Value::Null);
-    let (s, env) = api.get("/api/v1/nodes/sweep-1/env", &viewer).await;
+    let (s, env) = api.get("/api/v1/nodes/sweep-1/env", viewer).await;
     assert_eq!(s, StatusCode::OK);
     let env = env.as_str().unwrap();
     assert!(
@@ -179,19 +204,20 @@ async fn sweep_table_winners_and_keep() {
         "{env}"
     );
     assert!(env.contains("tuning:h200-large"), "{env}");
-    let (_, audit) = api
-        .get("/api/v1/audit?action=tuning_profile.", &admin)
-        .await;
+    let (_, audit) = api.get("/api/v1/audit?action=tuning_profile.", admin).await;
     let entry = &audit[0];
     assert_eq!(entry["target"], "tuning_profile:h200-large");
     assert_eq!(entry["detail"]["from_sweep"], json!(run.id));
     assert_eq!(entry["detail"]["band"], "large");
+}
 
-    // The same name again: 409; a band name that does not exist: 422.
+/// The same name again: 409; a band name that does not exist: 422.
+async fn a_taken_name_or_unknown_band_is_refused(api: &Api, operator: &str, sweep: &str) {
+    let keep = format!("{sweep}/keep");
     let (s, body) = api
         .post(
             &keep,
-            &operator,
+            operator,
             json!({"name": "h200-large", "band": "small"}),
         )
         .await;
@@ -201,15 +227,23 @@ async fn sweep_table_winners_and_keep() {
         "{body}"
     );
     let (s, body) = api
-        .post(&keep, &operator, json!({"name": "x", "band": "huge"}))
+        .post(&keep, operator, json!({"name": "x", "band": "huge"}))
         .await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+}
 
-    // Site scope: refused while the node has no site, then kept for the site.
+/// Site scope: refused while the node has no site, then kept for the site; the node's own
+/// profile still wins over the site's in the export.
+async fn kept_for_the_site_once_the_node_has_one(
+    api: &Api,
+    [admin, operator, viewer]: [&str; 3],
+    sweep: &str,
+) {
+    let keep = format!("{sweep}/keep");
     let (s, body) = api
         .post(
             &keep,
-            &operator,
+            operator,
             json!({"name": "site-small", "band": "small", "scope": "site"}),
         )
         .await;
@@ -219,14 +253,14 @@ async fn sweep_table_winners_and_keep() {
         "{body}"
     );
     let (s, body) = api
-        .post("/api/v1/sites", &admin, json!({"name": "dc-1"}))
+        .post("/api/v1/sites", admin, json!({"name": "dc-1"}))
         .await;
     assert_eq!(s, StatusCode::CREATED, "{body}");
     let (s, body) = api
         .call(
             Method::PATCH,
             "/api/v1/nodes/sweep-1",
-            Some(&admin),
+            Some(admin),
             Some(json!({"site": "dc-1"})),
         )
         .await;
@@ -234,7 +268,7 @@ async fn sweep_table_winners_and_keep() {
     let (s, p) = api
         .post(
             &keep,
-            &operator,
+            operator,
             json!({"name": "site-small", "band": "small", "scope": "site"}),
         )
         .await;
@@ -245,7 +279,7 @@ async fn sweep_table_winners_and_keep() {
         (Value::Null, true)
     );
     // The node's own profile still wins over the site's in the export.
-    let (_, env) = api.get("/api/v1/nodes/sweep-1/env", &viewer).await;
+    let (_, env) = api.get("/api/v1/nodes/sweep-1/env", viewer).await;
     assert!(
         env.as_str().unwrap().contains("export NCCL_ALGO=Ring\n"),
         "{env}"

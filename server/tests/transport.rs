@@ -8,6 +8,7 @@ mod common;
 
 use common::*;
 use heddle_server::testing::TestServer;
+use heddle_testkit::results::codes;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
@@ -28,19 +29,6 @@ async fn ib_node(api: &Api, server: &TestServer, host: &str) -> FakeAgent {
     a
 }
 
-async fn claim(api: &Api, agent: &FakeAgent) -> Value {
-    let (s, lease) = api
-        .call(
-            Method::POST,
-            "/api/v1/agent/jobs/claim",
-            Some(&agent.credential),
-            None,
-        )
-        .await;
-    assert_eq!(s, StatusCode::OK, "{lease}");
-    lease
-}
-
 async fn judged(
     api: &Api,
     server: &TestServer,
@@ -49,7 +37,7 @@ async fn judged(
     body: Value,
 ) -> Value {
     let run = server.start_run(run).await;
-    let lease = claim(api, agent).await;
+    let lease = agent.claim(api).await;
     let job = lease["job_id"].as_str().unwrap();
     let (s, up) = api
         .post(
@@ -74,20 +62,6 @@ fn nccl_body(key: &str, summary: Value) -> Value {
         "rows": [{"size_bytes": 1 << 30, "op": "all_reduce", "busbw_gbs": 300.0, "algbw_gbs": 150.0, "wrong": 0}],
         "started_at": "2026-01-01T00:00:00Z", "finished_at": "2026-01-01T00:00:01Z"
     })
-}
-
-fn codes(result: &Value) -> Vec<(String, String)> {
-    result["verdict"]["reasons"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|r| {
-            Some((
-                r["code"].as_str()?.to_string(),
-                r["severity"].as_str().unwrap().to_string(),
-            ))
-        })
-        .collect()
 }
 
 #[tokio::test]
@@ -206,7 +180,7 @@ async fn jobs_get_the_nodes_environment_unless_refused() {
     let run = server
         .start_run(json!({"kind": "env", "env": {"NCCL_ALGO": "Ring"}, "nodes": ["env-1"]}))
         .await;
-    let lease = claim(&api, &agent).await;
+    let lease = agent.claim(&api).await;
     assert_eq!(
         lease["spec"]["env"],
         json!({"NCCL_ALGO": "Ring", "NCCL_IB_HCA": "mlx5_0"})
@@ -228,6 +202,6 @@ async fn jobs_get_the_nodes_environment_unless_refused() {
                           "recommended_env": false}),
         )
         .await;
-    let lease = claim(&api, &agent).await;
+    let lease = agent.claim(&api).await;
     assert_eq!(lease["spec"]["env"], json!({"NCCL_ALGO": "Ring"}));
 }

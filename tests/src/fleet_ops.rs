@@ -5,6 +5,8 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
+use heddle_testkit::Api;
+use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::fleet::{Fleet, wait_for};
@@ -23,7 +25,8 @@ pub struct AgentSpec<'a> {
 
 pub struct Cluster {
     pub fleet: Fleet,
-    pub http: reqwest::Client,
+    /// The admin at no replica in particular: each call names one (`on`).
+    pub api: Api,
     pub t0: Instant,
     pub tag: &'static str,
 }
@@ -32,10 +35,14 @@ impl Cluster {
     pub fn new(tag: &'static str) -> anyhow::Result<Cluster> {
         Ok(Cluster {
             fleet: Fleet::new()?,
-            // Longer than the server's 5 s wait for a pooled connection.
-            http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(15))
-                .build()?,
+            api: Api {
+                base: String::new(),
+                token: ADMIN.into(),
+                // Longer than the server's 5 s wait for a pooled connection.
+                http: reqwest::Client::builder()
+                    .timeout(Duration::from_secs(15))
+                    .build()?,
+            },
             t0: Instant::now(),
             tag,
         })
@@ -156,14 +163,8 @@ impl Cluster {
     }
 
     pub async fn get(&self, base: &str, path: &str) -> anyhow::Result<(u16, String)> {
-        let r = self
-            .http
-            .get(format!("{base}{path}"))
-            .bearer_auth(ADMIN)
-            .send()
-            .await?;
-        let status = r.status().as_u16();
-        Ok((status, r.text().await?))
+        let (status, text) = self.api.on(base).try_call(Method::GET, path, None).await?;
+        Ok((status.as_u16(), text))
     }
 
     pub async fn get_json(&self, base: &str, path: &str) -> anyhow::Result<Value> {
@@ -173,17 +174,10 @@ impl Cluster {
     }
 
     pub async fn post(&self, base: &str, path: &str, body: Value) -> anyhow::Result<Value> {
-        let r = self
-            .http
-            .post(format!("{base}{path}"))
-            .bearer_auth(ADMIN)
-            .json(&body)
-            .send()
-            .await?;
-        let status = r.status();
-        let text = r.text().await?;
-        ensure!(status.is_success(), "POST {path}: {status}: {text}");
-        Ok(serde_json::from_str(&text).unwrap_or(Value::Null))
+        self.api
+            .on(base)
+            .try_ok(Method::POST, path, Some(body))
+            .await
     }
 
     pub async fn start_run(

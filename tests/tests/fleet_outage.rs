@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
 use heddle_e2e::fleet::{Fleet, docker, preflight, wait_for};
+use heddle_testkit::Api;
+use reqwest::Method;
 use serde_json::{Value, json};
 
 const ADMIN: &str = "hdl_fleet-admin-token-0000000000000000000000000000";
@@ -23,7 +25,8 @@ const PG_ISREADY: &str = "/usr/lib/postgresql/15/bin/pg_isready";
 
 struct Ctx {
     fleet: Fleet,
-    http: reqwest::Client,
+    /// The admin at no replica in particular: each call names one (`on`).
+    api: Api,
 }
 
 impl Ctx {
@@ -32,14 +35,8 @@ impl Ctx {
     }
 
     async fn get(&self, base: &str, path: &str) -> anyhow::Result<(u16, String)> {
-        let r = self
-            .http
-            .get(format!("{base}{path}"))
-            .bearer_auth(ADMIN)
-            .send()
-            .await?;
-        let status = r.status().as_u16();
-        Ok((status, r.text().await?))
+        let (status, text) = self.api.on(base).try_call(Method::GET, path, None).await?;
+        Ok((status.as_u16(), text))
     }
 
     async fn get_json(&self, base: &str, path: &str) -> anyhow::Result<Value> {
@@ -49,17 +46,10 @@ impl Ctx {
     }
 
     async fn post_json(&self, base: &str, path: &str, body: Value) -> anyhow::Result<Value> {
-        let r = self
-            .http
-            .post(format!("{base}{path}"))
-            .bearer_auth(ADMIN)
-            .json(&body)
-            .send()
-            .await?;
-        let status = r.status();
-        let text = r.text().await?;
-        ensure!(status.is_success(), "POST {path}: {status}: {text}");
-        Ok(serde_json::from_str(&text)?)
+        self.api
+            .on(base)
+            .try_ok(Method::POST, path, Some(body))
+            .await
     }
 
     async fn start_sleep_run(&self, base: &str, seconds: u64) -> anyhow::Result<String> {
@@ -110,11 +100,15 @@ async fn postgres_outage_is_a_non_event() {
     }
     let mut ctx = Ctx {
         fleet: Fleet::new().expect("docker network create"),
-        // Longer than the server's 5 s wait for a pooled connection.
-        http: reqwest::Client::builder()
-            .timeout(Duration::from_secs(15))
-            .build()
-            .unwrap(),
+        api: Api {
+            base: String::new(),
+            token: ADMIN.into(),
+            // Longer than the server's 5 s wait for a pooled connection.
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(15))
+                .build()
+                .unwrap(),
+        },
     };
     if let Err(e) = scenario(&mut ctx).await {
         panic!("{e:#}\n\ncontainer logs:{}", ctx.fleet.all_logs());
@@ -129,6 +123,25 @@ async fn scenario(ctx: &mut Ctx) -> anyhow::Result<()> {
             .unwrap_or(120),
     );
     let t0 = Instant::now();
+    let servers = postgres_two_replicas_and_three_agents(ctx, t0).await?;
+    let a = servers[0].clone();
+    let runs = six_sleep_jobs_running(ctx, t0, &a, outage).await?;
+    let down = every_answer_503_while_postgres_is_down(ctx, t0, &servers, &runs.1, outage).await?;
+    let back = every_agent_heard_from_again(ctx, t0).await?;
+    nothing_requeued_and_every_result_once(ctx, t0, &a, runs, outage, down, back).await
+}
+
+/// What the replicas answered while the database was down, and how long it was.
+struct Down {
+    answers: BTreeMap<u16, u32>,
+    outage_len: Duration,
+}
+
+/// Returns the replicas' base URLs.
+async fn postgres_two_replicas_and_three_agents(
+    ctx: &mut Ctx,
+    t0: Instant,
+) -> anyhow::Result<[String; 2]> {
     ctx.fleet.run("pg", "heddle-postgres", &[], &[])?;
     wait_for("Postgres", Duration::from_secs(60), || async {
         Ok(ctx.pg_ready().then_some(()))
@@ -189,10 +202,20 @@ async fn scenario(ctx: &mut Ctx) -> anyhow::Result<()> {
     )
     .await?;
     step("Postgres, two replicas and three agents up", t0);
+    Ok(servers)
+}
 
+/// Two sleep runs on every node: the short one ends during the outage, the long one runs
+/// through it. Returns them.
+async fn six_sleep_jobs_running(
+    ctx: &Ctx,
+    t0: Instant,
+    a: &str,
+    outage: Duration,
+) -> anyhow::Result<(String, String)> {
     let outage_s = outage.as_secs();
-    let short = ctx.start_sleep_run(&a, outage_s / 3 + 10).await?;
-    let long = ctx.start_sleep_run(&a, outage_s + 45).await?;
+    let short = ctx.start_sleep_run(a, outage_s / 3 + 10).await?;
+    let long = ctx.start_sleep_run(a, outage_s + 45).await?;
     wait_for("six jobs running", Duration::from_secs(60), || async {
         let n = ctx.sql("SELECT count(*) FROM jobs WHERE state = 'running'")?;
         Ok((n == "6").then_some(()))
@@ -201,8 +224,18 @@ async fn scenario(ctx: &mut Ctx) -> anyhow::Result<()> {
     let attempts_before = ctx.sql("SELECT sum(attempts) FROM jobs")?;
     ensure!(attempts_before == "6", "attempts before: {attempts_before}");
     step("six sleep jobs running (three end during the outage)", t0);
+    Ok((short, long))
+}
 
-    // The outage: a fast shutdown (STOPSIGNAL SIGINT), sessions get 57P01.
+/// The outage: a fast shutdown (STOPSIGNAL SIGINT), sessions get 57P01. Every answer of
+/// both replicas is a 503 until Postgres is started again.
+async fn every_answer_503_while_postgres_is_down(
+    ctx: &Ctx,
+    t0: Instant,
+    servers: &[String; 2],
+    long: &str,
+    outage: Duration,
+) -> anyhow::Result<Down> {
     docker(&["stop", "-t", "10", &ctx.fleet.name("pg")])?;
     let stopped = Instant::now();
     step("Postgres stopped", t0);
@@ -214,7 +247,7 @@ async fn scenario(ctx: &mut Ctx) -> anyhow::Result<()> {
         "/readyz".to_string(),
     ];
     while stopped.elapsed() < outage {
-        for base in &servers {
+        for base in servers {
             for path in &paths {
                 if let Ok((status, body)) = ctx.get(base, path).await {
                     *answers.entry(status).or_default() += 1;
@@ -238,9 +271,18 @@ async fn scenario(ctx: &mut Ctx) -> anyhow::Result<()> {
     .await?;
     let outage_len = stopped.elapsed();
     step("Postgres started again", t0);
+    Ok(Down {
+        answers,
+        outage_len,
+    })
+}
 
-    // Each agent's first heartbeat after the database came back, against the moment the
-    // postmaster started (both in the database's clock).
+/// Each agent's first heartbeat after the database came back, against the moment the
+/// postmaster started (both in the database's clock), in seconds.
+async fn every_agent_heard_from_again(
+    ctx: &Ctx,
+    t0: Instant,
+) -> anyhow::Result<BTreeMap<String, f64>> {
     let mut back: BTreeMap<String, f64> = BTreeMap::new();
     let polling = Instant::now();
     while back.len() < NODES.len() {
@@ -261,15 +303,32 @@ async fn scenario(ctx: &mut Ctx) -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let slowest = back.values().cloned().fold(0.0, f64::max);
     step("every agent heartbeating again", t0);
+    Ok(back)
+}
 
+/// Both runs end with no job requeued and each result stored once; every agent was back
+/// within a heartbeat.
+async fn nothing_requeued_and_every_result_once(
+    ctx: &Ctx,
+    t0: Instant,
+    a: &str,
+    (short, long): (String, String),
+    outage: Duration,
+    Down {
+        answers,
+        outage_len,
+    }: Down,
+    back: BTreeMap<String, f64>,
+) -> anyhow::Result<()> {
+    let outage_s = outage.as_secs();
+    let slowest = back.values().cloned().fold(0.0, f64::max);
     for run in [&short, &long] {
         wait_for(
             &format!("run {run} finished"),
             Duration::from_secs(outage_s + 180),
             || async {
-                let run = ctx.get_json(&a, &format!("/api/v1/runs/{run}")).await?;
+                let run = ctx.get_json(a, &format!("/api/v1/runs/{run}")).await?;
                 let done = run["jobs"].as_array().is_some_and(|jobs| {
                     jobs.iter().all(|j| {
                         !matches!(j["state"].as_str(), Some("queued" | "leased" | "running"))

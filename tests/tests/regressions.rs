@@ -4,12 +4,16 @@
 //! its bandwidth drops 7 %, another node's kernel is updated with no effect, and a third has one bad day.
 //! Exactly one regression must come out: the updated node's, tied to the driver change, with
 //! the fleet saying no node that did not upgrade moved. It shows in the node's health, in
-//! `GET /regressions` and in `/metrics`. Per-GPU-pair p2p series: `regressions/p2p.rs`.
+//! `GET /regressions` and in `/metrics`. Per-GPU-pair p2p series: `regressions/p2p.rs`; a
+//! series longer than a chart draws: `regressions/long_series.rs`.
 
+#[path = "regressions/long_series.rs"]
+mod long_series;
 #[path = "regressions/p2p.rs"]
 mod p2p;
 
-use heddle_server::testing::TestServer;
+use heddle_testkit::results::noise;
+use heddle_testkit::{Api, TestServer};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -48,32 +52,19 @@ async fn call(
     token: &str,
     body: Option<Value>,
 ) -> (StatusCode, Value) {
-    let mut req = http.request(method, format!("{}{path}", server.url));
-    if !token.is_empty() {
-        req = req.bearer_auth(token);
-    }
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    let resp = req.send().await.expect("request");
-    let status = resp.status();
-    let text = resp.text().await.unwrap();
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
+    let api = Api {
+        base: server.url.clone(),
+        token: String::new(),
+        http: http.clone(),
+    };
+    let token = (!token.is_empty()).then_some(token);
+    api.call(method, path, token, body).await
 }
 
 fn facts(host: &str, driver: &str, kernel: &str) -> Value {
     json!({"host": {"hostname": host, "kernel": kernel},
            "gpus": [{"index": 0, "name": "NVIDIA H100 80GB HBM3"}, {"index": 1, "name": "NVIDIA H100 80GB HBM3"}],
            "software": {"nvidia_driver": driver, "nccl": "2.28.9"}})
-}
-
-/// A deterministic wobble of about ±1 %.
-fn noise(day: usize, node: usize) -> f64 {
-    let h = ((day * 31 + node * 17) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
-    1.0 + 0.02 * ((h % 1000) as f64 / 1000.0 - 0.5)
 }
 
 fn upload(key: &str, busbw: f64) -> Value {
@@ -88,8 +79,27 @@ fn upload(key: &str, busbw: f64) -> Value {
     })
 }
 
+/// What the steps of the driver-update test share: the server and five enrolled nodes.
+struct Weeks {
+    server: TestServer,
+    http: reqwest::Client,
+    admin: String,
+    agents: Vec<Agent>,
+}
+
 #[tokio::test]
 async fn a_driver_update_that_cost_seven_percent_is_one_regression_tied_to_it() {
+    let w = five_nodes().await;
+    four_weeks_with_a_driver_update(&w).await;
+    let r = one_regression_tied_to_the_driver(&w).await;
+    regressions_filtered(&w).await;
+    series_chart(&w.http, &w.server, &w.admin, &r).await;
+    health_and_metrics_name_it(&w).await;
+    an_expectation_of_more_noise_closes_it(&w, &r).await;
+}
+
+/// Five nodes enrolled, with the same driver and kernel.
+async fn five_nodes() -> Weeks {
     let server = TestServer::start().await;
     let http = reqwest::Client::new();
     let admin = server.admin_token.clone();
@@ -121,15 +131,34 @@ async fn a_driver_update_that_cost_seven_percent_is_one_regression_tied_to_it() 
         assert_eq!(s, StatusCode::OK, "{body}");
         agents.push(Agent { host, credential });
     }
+    Weeks {
+        server,
+        http,
+        admin,
+        agents,
+    }
+}
+
+/// A result a day per node for four weeks: half-way g1's driver is updated and its
+/// bandwidth drops 7 %, g5's kernel is updated with no effect, and g2 has one bad day.
+async fn four_weeks_with_a_driver_update(w: &Weeks) {
+    let Weeks {
+        server,
+        http,
+        agents,
+        ..
+    } = w;
+    let put = reqwest::Method::PUT;
+    let post = reqwest::Method::POST;
     for day in 0..DAYS {
-        a_day_earlier(&server).await;
+        a_day_earlier(server).await;
         if day == CHANGE_DAY {
             for (i, driver, kernel) in [(0, "560.28.03", "6.8.0-45"), (4, "550.54.15", "6.8.0-49")]
             {
                 let a: &Agent = &agents[i];
                 let (s, body) = call(
-                    &http,
-                    &server,
+                    http,
+                    server,
                     put.clone(),
                     "/api/v1/agent/facts",
                     &a.credential,
@@ -153,8 +182,8 @@ async fn a_driver_update_that_cost_seven_percent_is_one_regression_tied_to_it() 
                 )
                 .await;
             let (s, lease) = call(
-                &http,
-                &server,
+                http,
+                server,
                 post.clone(),
                 "/api/v1/agent/jobs/claim",
                 &a.credential,
@@ -164,8 +193,8 @@ async fn a_driver_update_that_cost_seven_percent_is_one_regression_tied_to_it() 
             assert_eq!(s, StatusCode::OK, "{lease}");
             let job = lease["job_id"].as_str().unwrap();
             let (s, up) = call(
-                &http,
-                &server,
+                http,
+                server,
                 post.clone(),
                 &format!("/api/v1/agent/jobs/{job}/result"),
                 &a.credential,
@@ -175,13 +204,23 @@ async fn a_driver_update_that_cost_seven_percent_is_one_regression_tied_to_it() 
             assert_eq!(s, StatusCode::CREATED, "{up} (run {})", run.id);
         }
     }
+}
 
+/// Exactly one regression, g1's, tied to its driver update, with the fleet saying no node
+/// that did not upgrade moved. Returns it.
+async fn one_regression_tied_to_the_driver(w: &Weeks) -> Value {
+    let Weeks {
+        server,
+        http,
+        admin,
+        ..
+    } = w;
     let (s, open) = call(
-        &http,
-        &server,
+        http,
+        server,
         reqwest::Method::GET,
         "/api/v1/regressions",
-        &admin,
+        admin,
         None,
     )
     .await;
@@ -223,8 +262,16 @@ async fn a_driver_update_that_cost_seven_percent_is_one_regression_tied_to_it() 
         summary.contains("software.nvidia_driver 550.54.15 → 560.28.03"),
         "{summary}"
     );
+    r.clone()
+}
 
-    // Filters.
+async fn regressions_filtered(w: &Weeks) {
+    let Weeks {
+        server,
+        http,
+        admin,
+        ..
+    } = w;
     for (q, n) in [
         ("?node=g1", 1),
         ("?node=g2", 0),
@@ -233,11 +280,11 @@ async fn a_driver_update_that_cost_seven_percent_is_one_regression_tied_to_it() 
         ("?kind=nccl.all_reduce", 1),
     ] {
         let (s, found) = call(
-            &http,
-            &server,
+            http,
+            server,
             reqwest::Method::GET,
             &format!("/api/v1/regressions{q}"),
-            &admin,
+            admin,
             None,
         )
         .await;
@@ -245,25 +292,32 @@ async fn a_driver_update_that_cost_seven_percent_is_one_regression_tied_to_it() 
         assert_eq!(found.as_array().unwrap().len(), n, "{q}: {found:#}");
     }
     let (s, found) = call(
-        &http,
-        &server,
+        http,
+        server,
         reqwest::Method::GET,
         "/api/v1/regressions?node=nope",
-        &admin,
+        admin,
         None,
     )
     .await;
     assert_eq!(s, StatusCode::NOT_FOUND, "{found}");
+}
 
-    series_chart(&http, &server, &admin, r).await;
-
-    // The node's health warns with the regression; the others' does not mention one.
+/// The node's health warns with the regression; the others' does not mention one; the
+/// fleet's health and `/metrics` name it.
+async fn health_and_metrics_name_it(w: &Weeks) {
+    let Weeks {
+        server,
+        http,
+        admin,
+        ..
+    } = w;
     let (s, health) = call(
-        &http,
-        &server,
+        http,
+        server,
         reqwest::Method::GET,
         "/api/v1/nodes/g1/health",
-        &admin,
+        admin,
         None,
     )
     .await;
@@ -278,11 +332,11 @@ async fn a_driver_update_that_cost_seven_percent_is_one_regression_tied_to_it() 
     assert_eq!(health["reasons"][0]["severity"], "warn");
     for host in ["g2", "g5"] {
         let (_, health) = call(
-            &http,
-            &server,
+            http,
+            server,
             reqwest::Method::GET,
             &format!("/api/v1/nodes/{host}/health"),
-            &admin,
+            admin,
             None,
         )
         .await;
@@ -292,11 +346,11 @@ async fn a_driver_update_that_cost_seven_percent_is_one_regression_tied_to_it() 
         );
     }
     let (_, fleet) = call(
-        &http,
-        &server,
+        http,
+        server,
         reqwest::Method::GET,
         "/api/v1/health",
-        &admin,
+        admin,
         None,
     )
     .await;
@@ -330,14 +384,26 @@ async fn a_driver_update_that_cost_seven_percent_is_one_regression_tied_to_it() 
         metrics.contains("heddle_regressions_open{Hostname=\"g2\",test=\"nccl.all_reduce\"} 0"),
         "{metrics}"
     );
+}
+
+/// An operator who calls 7 % noise for this node's NCCL tests raises the minimum effect:
+/// the series' next result closes the regression `r`.
+async fn an_expectation_of_more_noise_closes_it(w: &Weeks, r: &Value) {
+    let Weeks {
+        server,
+        http,
+        admin,
+        agents,
+    } = w;
+    let post = reqwest::Method::POST;
     // An operator who calls 7 % noise for this node's NCCL tests raises the minimum effect:
     // the series' next result closes the regression.
     let (s, body) = call(
-        &http,
-        &server,
+        http,
+        server,
         post.clone(),
         "/api/v1/expectations",
-        &admin,
+        admin,
         Some(
             json!({"test": "nccl", "metric": "regression_min_change", "value": 1.5, "source": "x"}),
         ),
@@ -345,11 +411,11 @@ async fn a_driver_update_that_cost_seven_percent_is_one_regression_tied_to_it() 
     .await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
     let (s, body) = call(
-        &http,
-        &server,
+        http,
+        server,
         post.clone(),
         "/api/v1/expectations",
-        &admin,
+        admin,
         Some(
             json!({"test": "nccl", "metric": "regression_min_change", "value": 0.1, "node": "g1",
                     "source": "g1's NCCL varies by 5 % from day to day"}),
@@ -361,8 +427,8 @@ async fn a_driver_update_that_cost_seven_percent_is_one_regression_tied_to_it() 
         .start_run(json!({"kind": "nccl", "params": {"op": "all_reduce"}, "nodes": ["g1"]}))
         .await;
     let (_, lease) = call(
-        &http,
-        &server,
+        http,
+        server,
         post.clone(),
         "/api/v1/agent/jobs/claim",
         &agents[0].credential,
@@ -371,8 +437,8 @@ async fn a_driver_update_that_cost_seven_percent_is_one_regression_tied_to_it() 
     .await;
     let job = lease["job_id"].as_str().unwrap();
     let (s, up) = call(
-        &http,
-        &server,
+        http,
+        server,
         post.clone(),
         &format!("/api/v1/agent/jobs/{job}/result"),
         &agents[0].credential,
@@ -381,22 +447,22 @@ async fn a_driver_update_that_cost_seven_percent_is_one_regression_tied_to_it() 
     .await;
     assert_eq!(s, StatusCode::CREATED, "{up}");
     let (_, open) = call(
-        &http,
-        &server,
+        http,
+        server,
         reqwest::Method::GET,
         "/api/v1/regressions",
-        &admin,
+        admin,
         None,
     )
     .await;
     assert_eq!(open, json!([]));
     // The series keeps its points; its change is gone with the regression.
     let (s, chart) = call(
-        &http,
-        &server,
+        http,
+        server,
         reqwest::Method::GET,
         &series_path("g1", r, ""),
-        &admin,
+        admin,
         None,
     )
     .await;
@@ -521,177 +587,4 @@ async fn series_chart(http: &reqwest::Client, server: &TestServer, admin: &str, 
     assert_eq!(s, StatusCode::NOT_FOUND, "{body}");
     let (s, body) = get("/api/v1/regressions/series?node=g1".into()).await;
     assert_eq!(s, StatusCode::BAD_REQUEST, "{body}");
-}
-
-/// A series longer than a chart draws: 2,500 results a quarter of an hour apart (26 days),
-/// seeded straight into Postgres with their series points, come back as every third point
-/// counted back from the newest (834 of them), and a range of the last 100 as all of them.
-/// With a year of daily rollups before them (as retention leaves), the whole history and a
-/// year are drawn a day a point, and a short range of those days too.
-#[tokio::test]
-async fn a_long_series_is_thinned_to_the_charts_bound() {
-    let server = TestServer::start().await;
-    let http = reqwest::Client::new();
-    let db = &server.state.db;
-    sqlx::query("SELECT history_ensure_partitions(current_date - 420, current_date + 31)")
-        .execute(db)
-        .await
-        .unwrap();
-    sqlx::query(
-        "WITH n AS (INSERT INTO nodes (id, hostname) VALUES (gen_random_uuid(), 'long-1') RETURNING id),
-              run AS (INSERT INTO runs (id, spec, created_by) VALUES (gen_random_uuid(), '{\"kind\": \"nccl\"}', 'test')
-                      RETURNING id),
-              js AS (INSERT INTO jobs (id, run_id, node_id, rank, world_size, state, max_attempts)
-                     SELECT gen_random_uuid(), run.id, n.id, i, 1, 'succeeded', 1 FROM run, n, generate_series(0, 2499) i
-                     RETURNING id, run_id, node_id, rank),
-              res AS (INSERT INTO results (id, job_id, upload_key, outcome, started_at, finished_at, received_at)
-                      SELECT gen_random_uuid(), js.id, 'long-' || js.rank, 'succeeded', now(), now(),
-                             now() - make_interval(mins => 15 * (2499 - js.rank))
-                      FROM js RETURNING id, job_id, received_at),
-              v AS (INSERT INTO verdicts (result_id, received_at, run_id, node_id, test, verdict, world_size, figures)
-                    SELECT res.id, res.received_at, js.run_id, js.node_id, 'nccl.all_reduce', 'pass', 1,
-                           jsonb_build_array(jsonb_build_object('test', 'nccl.all_reduce', 'metric', 'busbw_gbs',
-                               'size_bytes', 8589934592, 'band', 33, 'value', js.rank))
-                    FROM res JOIN js ON js.id = res.job_id)
-         INSERT INTO series_points (node_id, test, metric, band, world_size, pair, t, value, result_id)
-         SELECT js.node_id, 'nccl.all_reduce', 'busbw_gbs', 33, 1, '', res.received_at, js.rank, res.id
-         FROM res JOIN js ON js.id = res.job_id",
-    )
-    .execute(db)
-    .await
-    .unwrap();
-    // Each day the points fall in, rolled up.
-    sqlx::query(
-        "INSERT INTO series_daily (node_id, test, metric, band, world_size, pair, day, n, sum, min, max, median, recent)
-         SELECT node_id, test, metric, band, world_size, pair, (t AT TIME ZONE 'UTC')::date, count(*), sum(value),
-                min(value), max(value), percentile_cont(0.5) WITHIN GROUP (ORDER BY value), '{}'
-         FROM series_points GROUP BY 1, 2, 3, 4, 5, 6, 7",
-    )
-    .execute(db)
-    .await
-    .unwrap();
-    let path = "/api/v1/regressions/series?node=long-1&test=nccl.all_reduce&metric=busbw_gbs&band=33&world_size=1";
-    let get = |path: String| {
-        let http = http.clone();
-        let server = &server;
-        async move {
-            call(
-                &http,
-                server,
-                reqwest::Method::GET,
-                &path,
-                &server.admin_token,
-                None,
-            )
-            .await
-        }
-    };
-    let asked = std::time::Instant::now();
-    let (s, chart) = get(path.to_string()).await;
-    println!(
-        "regressions: a chart of 2,500 points thinned to 834 answered in {:.1} ms",
-        asked.elapsed().as_secs_f64() * 1000.0
-    );
-    assert_eq!(s, StatusCode::OK, "{chart}");
-    assert_eq!(chart["resolution"], "points", "{chart}");
-    assert_eq!(
-        (chart["total_points"].clone(), chart["stride"].clone()),
-        (json!(2500), json!(3))
-    );
-    // The value is the result's rank: 0, 3, 6, ... 2499, the newest.
-    let values: Vec<f64> = chart["points"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["value"].as_f64().unwrap())
-        .collect();
-    assert_eq!(values.len(), 834);
-    let want: Vec<f64> = (0..834).map(|i| (3 * i) as f64).collect();
-    assert_eq!(values, want);
-    let p = &chart["points"][833];
-    assert!(
-        p["run_id"].is_string() && p["result_id"].is_string() && p.get("n").is_none(),
-        "{p}"
-    );
-    let newest = time(&p["t"]);
-    let since =
-        |t: chrono::DateTime<chrono::Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
-    let (s, last) = get(format!(
-        "{path}&since={}",
-        since(newest - chrono::Duration::minutes(15 * 99))
-    ))
-    .await;
-    assert_eq!(s, StatusCode::OK, "{last}");
-    assert_eq!(
-        (last["total_points"].clone(), last["stride"].clone()),
-        (json!(100), json!(1))
-    );
-    assert_eq!(last["points"][0]["value"], 2400.0);
-
-    // A year of days before the points, as rollups alone: day d ago has 2 figures, 1000 + d
-    // and 1002 + d.
-    sqlx::query(
-        "INSERT INTO series_daily (node_id, test, metric, band, world_size, pair, day, n, sum, min, max, median, recent)
-         SELECT n.id, 'nccl.all_reduce', 'busbw_gbs', 33, 1, '', current_date - d, 2, 2002 + 2 * d, 1000 + d,
-                1002 + d, 1001 + d, '{}'
-         FROM nodes n, generate_series(30, 399) d WHERE n.hostname = 'long-1'
-           AND current_date - d < (SELECT min(day) FROM series_daily)",
-    )
-    .execute(db)
-    .await
-    .unwrap();
-    let days: i64 = sqlx::query_scalar("SELECT count(*) FROM series_daily")
-        .fetch_one(db)
-        .await
-        .unwrap();
-    let (s, all) = get(path.to_string()).await;
-    assert_eq!(s, StatusCode::OK, "{all}");
-    assert_eq!(all["resolution"], "days", "{all}");
-    assert_eq!(
-        (all["total_points"].clone(), all["stride"].clone()),
-        (json!(days), json!(1))
-    );
-    let first = &all["points"][0];
-    assert_eq!(
-        (
-            first["value"].clone(),
-            first["n"].clone(),
-            first["min"].clone(),
-            first["max"].clone()
-        ),
-        (json!(1400.0), json!(2), json!(1399.0), json!(1401.0)),
-        "{first}"
-    );
-    assert!(
-        first.get("result_id").is_none() && first.get("run_id").is_none(),
-        "{first}"
-    );
-    // The newest day is today's rollup of the newest points.
-    let today = all["points"].as_array().unwrap().last().unwrap();
-    assert_eq!(today["max"], 2499.0, "{today}");
-    let year_ago = chrono::Utc::now() - chrono::Duration::days(365);
-    let (s, year) = get(format!("{path}&since={}", since(year_ago))).await;
-    assert_eq!(s, StatusCode::OK, "{year}");
-    assert_eq!(year["resolution"], "days", "{year}");
-    let in_year: i64 = sqlx::query_scalar("SELECT count(*) FROM series_daily WHERE day >= $1")
-        .bind(year_ago.date_naive())
-        .fetch_one(db)
-        .await
-        .unwrap();
-    assert_eq!(
-        year["points"].as_array().unwrap().len() as i64,
-        in_year,
-        "{year}"
-    );
-    assert!(in_year > 300, "{in_year}");
-    // Ten days long ago: short, but its points are gone; its rollups are drawn.
-    let (s, old) = get(format!(
-        "{path}&since={}&until={}",
-        since(chrono::Utc::now() - chrono::Duration::days(100)),
-        since(chrono::Utc::now() - chrono::Duration::days(91))
-    ))
-    .await;
-    assert_eq!(s, StatusCode::OK, "{old}");
-    assert_eq!(old["resolution"], "days", "{old}");
-    assert_eq!(old["total_points"], 10, "{old}");
 }

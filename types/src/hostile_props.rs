@@ -5,6 +5,7 @@
 //! real inputs must give an answer — never a panic — and what a writer produces must read
 //! back equal.
 
+use heddle_testkit::props::mutated_bytes as mutated;
 use proptest::prelude::*;
 
 use crate::fabric::{self, import};
@@ -14,31 +15,6 @@ const CONF: &str = "# written by heddle-agent; do not edit\n# node gpu-1\nNCCL_I
 
 fn spool_sample() -> Vec<u8> {
     br#"{"format":1,"job":{"pid":4242,"uid":1000,"start_ticks":1234,"slurm_job_id":"77","comm":"python3"},"seq":3,"final":false,"written_at":"2026-11-27T12:00:00Z","plugin_version":"0.1.0","nccl_version":"2.28.9","comms":[{"comm_hash":"9f3a2b","nranks":2,"nnodes":1,"rank":0,"ops":[{"func":"AllReduce","size_band":30,"ops":20,"bytes":21474836480,"time_ns":90000000,"algos":{"Ring":20},"protos":{"Simple":20},"max_channels":16}],"net":[{"net":"Socket","ops":4,"bytes":4096}]}],"dropped_events":0,"dropped_comms":0}"#.to_vec()
-}
-
-/// A real input with a few bytes replaced, inserted or removed, or cut short.
-fn mutated(base: Vec<u8>) -> impl Strategy<Value = Vec<u8>> {
-    let len = base.len();
-    (
-        proptest::collection::vec((0..len, any::<u8>(), 0u8..3), 0..8),
-        0..=len,
-    )
-        .prop_map(move |(edits, cut)| {
-            let mut b = base.clone();
-            for (at, byte, how) in edits {
-                let at = at.min(b.len().saturating_sub(1));
-                match how {
-                    0 if !b.is_empty() => b[at] = byte,
-                    1 => b.insert(at, byte),
-                    _ if !b.is_empty() => {
-                        b.remove(at);
-                    }
-                    _ => {}
-                }
-            }
-            b.truncate(cut.max(b.len() / 2));
-            b
-        })
 }
 
 fn entry() -> impl Strategy<Value = nccl_conf::Entry> {

@@ -1,15 +1,17 @@
-//! Shared by the life-cycle tests: a `heddle-agent run` process, admin API calls, and
-//! waiting helpers. Each test binary uses a subset, hence `dead_code`.
+//! Shared by the tests that run the agent: a `heddle-agent run` process, a server to run it
+//! against, and waiting on what the agent does (the test kit's `Api` asks the server).
+//! Each test binary uses a subset, hence `dead_code`.
 #![allow(dead_code)]
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use heddle_server::testing::{TestDb, TestServer};
-use heddle_types::jobs::{JobResult, JobState, Run};
+pub use heddle_testkit::Api;
+use heddle_testkit::{TestDb, TestServer};
+use heddle_types::jobs::{JobState, Run};
 use heddle_types::nodes::NodeDetail;
 use serde_json::json;
 use uuid::Uuid;
@@ -122,65 +124,21 @@ impl Drop for Agent {
     }
 }
 
-/// Admin calls to the server's public API.
-pub struct Api {
-    pub base: String,
-    pub token: String,
-    pub http: reqwest::Client,
+/// Waiting on a run while a `heddle-agent` process works on it.
+pub trait RunWaits {
+    async fn wait_run(&self, id: Uuid, state: &str, agent: &Agent) -> Run;
+    async fn wait_job(&self, id: Uuid, state: JobState, agent: &Agent) -> Run;
 }
 
-impl Api {
-    pub fn new(server: &TestServer) -> Api {
-        Api {
-            base: server.url.clone(),
-            token: server.admin_token.clone(),
-            http: reqwest::Client::new(),
-        }
-    }
-
-    pub async fn get<T: serde::de::DeserializeOwned>(&self, path: &str) -> Option<T> {
-        let resp = self
-            .http
-            .get(format!("{}/api/v1{path}", self.base))
-            .bearer_auth(&self.token)
-            .send()
-            .await
-            .ok()?;
-        if !resp.status().is_success() {
-            return None;
-        }
-        resp.json().await.ok()
-    }
-
-    pub async fn send(&self, method: reqwest::Method, path: &str) -> u16 {
-        self.http
-            .request(method, format!("{}/api/v1{path}", self.base))
-            .bearer_auth(&self.token)
-            .send()
-            .await
-            .unwrap()
-            .status()
-            .as_u16()
-    }
-
-    pub async fn run(&self, id: Uuid) -> Option<Run> {
-        self.get(&format!("/runs/{id}")).await
-    }
-
-    pub async fn results(&self, id: Uuid) -> Vec<JobResult> {
-        self.get(&format!("/runs/{id}/results"))
-            .await
-            .unwrap_or_default()
-    }
-
-    pub async fn wait_run(&self, id: Uuid, state: &str, agent: &Agent) -> Run {
+impl RunWaits for Api {
+    async fn wait_run(&self, id: Uuid, state: &str, agent: &Agent) -> Run {
         eventually(&format!("run {id} {state}"), agent, || async {
             self.run(id).await.filter(|r| r.state == state)
         })
         .await
     }
 
-    pub async fn wait_job(&self, id: Uuid, state: JobState, agent: &Agent) -> Run {
+    async fn wait_job(&self, id: Uuid, state: JobState, agent: &Agent) -> Run {
         eventually(&format!("job of run {id} {state}"), agent, || async {
             self.run(id).await.filter(|r| r.jobs[0].state == state)
         })
@@ -189,21 +147,8 @@ impl Api {
 }
 
 /// Polls `f` until it gives a value; on timeout fails with the agent's log.
-pub async fn eventually<T, F, Fut>(what: &str, agent: &Agent, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        if start.elapsed() > WAIT {
-            panic!("timed out waiting for {what} (agent pid {})", agent.pid());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+pub async fn eventually<T>(what: &str, agent: &Agent, f: impl AsyncFnMut() -> Option<T>) -> T {
+    heddle_testkit::eventually(&format!("{what} (agent pid {})", agent.pid()), WAIT, f).await
 }
 
 pub async fn server(heartbeat_s: u32) -> TestServer {
@@ -243,7 +188,7 @@ pub async fn enrolled_agent(server: &TestServer, dir: &Path) -> Agent {
     let agent = Agent::start(&[&server.url], Some(&token), dir);
     let api = Api::new(server);
     eventually("node with facts", &agent, || async {
-        api.get::<NodeDetail>(&format!("/nodes/{HOST}"))
+        api.fetch::<NodeDetail>(&format!("/nodes/{HOST}"))
             .await
             .filter(|n| n.facts.is_some())
     })

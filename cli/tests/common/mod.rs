@@ -1,12 +1,14 @@
 //! What the CLI tests share: running the `heddle` binary, and playing an agent over the
-//! agent protocol so that a server has results to show.
+//! agent protocol (the test kit's fake agent, by its credential) so that a server has
+//! results to show.
 #![allow(dead_code)]
 
 use std::path::Path;
 use std::process::Command;
 
-use heddle_server::testing::TestServer;
-use serde_json::{Value, json};
+use heddle_testkit::{Api, FakeAgent, TestServer};
+use reqwest::Method;
+use serde_json::Value;
 
 /// Runs `heddle` against `url` with `token` and the config file `config`: its exit code,
 /// stdout and stderr.
@@ -42,65 +44,36 @@ pub fn heddle(server: &TestServer, args: &[&str]) -> (i32, String, String) {
 
 /// Enrolls `hostname` with `token`; returns the agent's credential.
 pub async fn enroll_with(server: &TestServer, token: &str, hostname: &str) -> String {
-    let resp = reqwest::Client::new()
-        .post(format!("{}/api/v1/agent/enroll", server.url))
-        .json(&json!({"enroll_token": token, "hostname": hostname}))
-        .send()
+    FakeAgent::enrolled_with(&Api::new(server), token, hostname)
         .await
-        .unwrap();
-    assert_eq!(resp.status(), 201, "enrolling {hostname}");
-    let enrolled: Value = resp.json().await.unwrap();
-    enrolled["credential"].as_str().unwrap().to_string()
+        .credential
 }
 
 /// Enrolls `hostname` with a fresh enrollment token; returns the agent's credential.
 pub async fn enroll(server: &TestServer, hostname: &str) -> String {
-    let token = server.enrollment_token().await;
-    enroll_with(server, &token, hostname).await
+    heddle_testkit::enroll(&Api::new(server), server, hostname)
+        .await
+        .credential
 }
 
 /// The agent's next job (its lease), or `None` when it has none queued.
 pub async fn claim(server: &TestServer, credential: &str) -> Option<Value> {
-    let resp = reqwest::Client::new()
-        .post(format!("{}/api/v1/agent/jobs/claim", server.url))
-        .bearer_auth(credential)
-        .send()
+    FakeAgent::with_credential(credential)
+        .next_job(&Api::new(server))
         .await
-        .unwrap();
-    if resp.status() == 204 {
-        return None;
-    }
-    Some(resp.json().await.unwrap())
 }
 
 /// Uploads `body` as the result of the job of `lease`.
 pub async fn upload(server: &TestServer, credential: &str, lease: &Value, body: &Value) {
     let job = lease["job_id"].as_str().unwrap();
-    let resp = reqwest::Client::new()
-        .post(format!("{}/api/v1/agent/jobs/{job}/result", server.url))
-        .bearer_auth(credential)
-        .json(body)
-        .send()
-        .await
-        .unwrap();
-    let status = resp.status();
-    assert_eq!(
-        status,
-        201,
-        "uploading the result of job {job}: {}",
-        resp.text().await.unwrap_or_default()
-    );
+    FakeAgent::with_credential(credential)
+        .upload(&Api::new(server), job, body.clone())
+        .await;
 }
 
 /// `GET path` as the admin.
 pub async fn get(server: &TestServer, path: &str) -> Value {
-    reqwest::Client::new()
-        .get(format!("{}{path}", server.url))
-        .bearer_auth(&server.admin_token)
-        .send()
+    Api::new(server)
+        .ok(Method::GET, path, Some(&server.admin_token), None)
         .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
 }

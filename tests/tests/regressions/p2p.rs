@@ -68,8 +68,25 @@ fn rows(node: usize, day: usize) -> Vec<Value> {
         .collect()
 }
 
+/// What the steps of the pair test share: the server and the two nodes' credentials.
+struct Pairs {
+    server: TestServer,
+    http: reqwest::Client,
+    admin: String,
+    credentials: Vec<String>,
+}
+
 #[tokio::test]
 async fn a_pair_that_lost_ten_percent_is_one_regression_on_that_pair() {
+    let p = two_nodes().await;
+    let last_runs = four_weeks_with_a_slowed_pair(&p).await;
+    one_regression_per_node_on_its_pair(&p).await;
+    a_pairs_chart_is_that_copys_alone(&p).await;
+    verdicts_judge_the_worst_pair(&p, &last_runs).await;
+    health_and_metrics_name_the_pair(&p).await;
+}
+
+async fn two_nodes() -> Pairs {
     let server = TestServer::start().await;
     let http = reqwest::Client::new();
     let admin = server.admin_token.clone();
@@ -99,17 +116,33 @@ async fn a_pair_that_lost_ten_percent_is_one_regression_on_that_pair() {
         assert_eq!(s, StatusCode::OK, "{body}");
         credentials.push(credential);
     }
+    Pairs {
+        server,
+        http,
+        admin,
+        credentials,
+    }
+}
+
+/// A day's p2p result per node for four weeks; returns the last day's runs.
+async fn four_weeks_with_a_slowed_pair(p: &Pairs) -> Vec<uuid::Uuid> {
+    let Pairs {
+        server,
+        http,
+        credentials,
+        ..
+    } = p;
     let mut last_runs = Vec::new();
     for day in 0..DAYS {
-        a_day_earlier(&server).await;
+        a_day_earlier(server).await;
         last_runs.clear();
         for (n, (host, _)) in SLOWED.iter().enumerate() {
             let run = server
                 .start_run(json!({"kind": "p2p", "params": {"size": SIZE}, "nodes": [host]}))
                 .await;
             let (s, lease) = call(
-                &http,
-                &server,
+                http,
+                server,
                 Method::POST,
                 "/api/v1/agent/jobs/claim",
                 &credentials[n],
@@ -124,8 +157,8 @@ async fn a_pair_that_lost_ten_percent_is_one_regression_on_that_pair() {
                 "started_at": "2026-01-01T00:00:00Z", "finished_at": "2026-01-01T00:00:01Z"
             });
             let (s, up) = call(
-                &http,
-                &server,
+                http,
+                server,
                 Method::POST,
                 &format!("/api/v1/agent/jobs/{job}/result"),
                 &credentials[n],
@@ -136,15 +169,24 @@ async fn a_pair_that_lost_ten_percent_is_one_regression_on_that_pair() {
             last_runs.push(run.id);
         }
     }
+    last_runs
+}
 
-    // One open regression per node, each on its slowed pair, and no other change at all:
-    // not on the other pairs, not on the worst pair's series the verdict judges.
+/// One open regression per node, each on its slowed pair, and no other change at all:
+/// not on the other pairs, not on the worst pair's series the verdict judges.
+async fn one_regression_per_node_on_its_pair(p: &Pairs) {
+    let Pairs {
+        server,
+        http,
+        admin,
+        ..
+    } = p;
     let (s, all) = call(
-        &http,
-        &server,
+        http,
+        server,
         Method::GET,
         "/api/v1/regressions?all=true",
-        &admin,
+        admin,
         None,
     )
     .await;
@@ -193,9 +235,17 @@ async fn a_pair_that_lost_ten_percent_is_one_regression_on_that_pair() {
             "{summary}"
         );
     }
+}
 
-    // The chart of a pair's series is that copy's alone: p1's slowed pair with its change,
-    // its copy within GPU 0 without one, and the worst pair's series (no pair) level too.
+/// The chart of a pair's series is that copy's alone: p1's slowed pair with its change,
+/// its copy within GPU 0 without one, and the worst pair's series (no pair) level too.
+async fn a_pairs_chart_is_that_copys_alone(p: &Pairs) {
+    let Pairs {
+        server,
+        http,
+        admin,
+        ..
+    } = p;
     for (pair, level, changes) in [
         ("&pair=0-1", 370.0, 1),
         ("&pair=0-0", 1300.0, 0),
@@ -204,7 +254,7 @@ async fn a_pair_that_lost_ten_percent_is_one_regression_on_that_pair() {
         let path = format!(
             "/api/v1/regressions/series?node=p1&test=p2p.d2d&metric=algbw_gbs&band=28&world_size=1{pair}"
         );
-        let (s, chart) = call(&http, &server, Method::GET, &path, &admin, None).await;
+        let (s, chart) = call(http, server, Method::GET, &path, admin, None).await;
         assert_eq!(s, StatusCode::OK, "{path}: {chart}");
         assert_eq!(
             chart["pair"].as_str(),
@@ -221,15 +271,23 @@ async fn a_pair_that_lost_ten_percent_is_one_regression_on_that_pair() {
             assert_eq!(found[0]["pair"], "0-1");
         }
     }
+}
 
-    // The verdicts are the worst pair's as before, and pass: the slowed pairs are still
-    // faster than it. Each carries its per-pair figures besides.
+/// The verdicts are the worst pair's as before, and pass: the slowed pairs are still
+/// faster than it. Each carries its per-pair figures besides.
+async fn verdicts_judge_the_worst_pair(p: &Pairs, last_runs: &[uuid::Uuid]) {
+    let Pairs {
+        server,
+        http,
+        admin,
+        ..
+    } = p;
     let (s, results) = call(
-        &http,
-        &server,
+        http,
+        server,
         Method::GET,
         &format!("/api/v1/runs/{}/results", last_runs[0]),
-        &admin,
+        admin,
         None,
     )
     .await;
@@ -255,14 +313,22 @@ async fn a_pair_that_lost_ten_percent_is_one_regression_on_that_pair() {
         (slowed["value"].as_f64().unwrap() - 333.0).abs() < 5.0,
         "{slowed}"
     );
+}
 
-    // Shown with its pair in the node's health, and counted in its test's gauge.
+/// Shown with its pair in the node's health, and counted in its test's gauge.
+async fn health_and_metrics_name_the_pair(p: &Pairs) {
+    let Pairs {
+        server,
+        http,
+        admin,
+        ..
+    } = p;
     let (_, health) = call(
-        &http,
-        &server,
+        http,
+        server,
         Method::GET,
         "/api/v1/nodes/p1/health",
-        &admin,
+        admin,
         None,
     )
     .await;

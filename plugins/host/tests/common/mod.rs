@@ -4,26 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// A component from `plugins/dist/` (scripts/build-plugins.sh and
-/// scripts/build-python-plugin.sh write them).
-pub fn dist(name: &str) -> Vec<u8> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../dist")
-        .join(format!("{name}.wasm"));
-    std::fs::read(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e}; run scripts/build-plugins.sh and scripts/build-python-plugin.sh first",
-            path.display()
-        )
-    })
-}
-
-pub fn fixture(name: &str) -> String {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../fixtures")
-        .join(name);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
+pub use heddle_testkit::files::{dist, plugin_fixture as fixture};
 
 /// Facts that make `misbehave` (and `py-misbehave`) do `mode`.
 pub fn hostile(mode: &str) -> String {

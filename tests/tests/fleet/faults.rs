@@ -1,0 +1,256 @@
+//! The fleet test's faults, one step each: an agent killed mid-run, an agent cut off with
+//! a result pending, a replica restarted mid-upload, Postgres restarted under running work.
+
+use super::*;
+
+/// Fault 1: an agent killed during a sleep run; the lease lapses and the job is requeued
+/// (or failed with a reason) within two heartbeat intervals, then runs to one result.
+pub(crate) async fn fault_agent_killed_mid_run(s: &Scenario<'_>) -> anyhow::Result<()> {
+    let (ctx, t0, a) = (s.ctx, s.t0, &s.a);
+    let run_id = ctx
+        .start_run(a, "sleep", json!({"seconds": 6}), json!({}), &["node-3"])
+        .await?;
+    wait_for(
+        "sleep running on node-3",
+        Duration::from_secs(30),
+        || async {
+            Ok(ctx
+                .job_state(&run_id, "node-3")
+                .await
+                .ok()
+                .filter(|j| j["state"] == "running"))
+        },
+    )
+    .await?;
+    docker(&["kill", &ctx.fleet.name("node-3")])?;
+    let killed = Instant::now();
+    let job = wait_for(
+        "the killed agent's job to be requeued or failed",
+        Duration::from_secs(4 * HEARTBEAT_S + 10),
+        || async {
+            Ok(ctx
+                .job_state(&run_id, "node-3")
+                .await
+                .ok()
+                .filter(|j| j["state"] == "queued" || j["state"] == "failed"))
+        },
+    )
+    .await?;
+    let noticed = killed.elapsed();
+    // The lease is 2 intervals from its last renewal; the reaper ticks every quarter interval.
+    ensure!(
+        noticed <= Duration::from_secs(2 * HEARTBEAT_S) + Duration::from_millis(1500),
+        "requeued after {noticed:?}: {job}"
+    );
+    ensure!(
+        job["state"] == "queued" || job["error"].as_str().is_some_and(|e| !e.is_empty()),
+        "failed without a reason: {job}"
+    );
+    eprintln!(
+        "fleet: killed agent's job {} after {:.1} s",
+        job["state"],
+        noticed.as_secs_f64()
+    );
+    docker(&["start", &ctx.fleet.name("node-3")])?;
+    let run = ctx
+        .finished(&ctx.urls(), &run_id, Duration::from_secs(60))
+        .await?;
+    ctx.assert_results_once(&run)?;
+    let job = &run["jobs"][0];
+    ensure!(
+        job["state"] == "succeeded" && job["attempts"].as_i64() >= Some(2),
+        "after restart: {job}"
+    );
+    step(
+        "fault: agent killed mid-run, requeued, rerun, one result",
+        t0,
+    );
+    Ok(())
+}
+
+/// Fault 2: an agent cut off the network while its job finishes: the result waits in the
+/// spool, and after reconnection is uploaded once.
+pub(crate) async fn fault_agent_disconnected_with_a_pending_result(
+    s: &Scenario<'_>,
+) -> anyhow::Result<()> {
+    let (ctx, t0, a) = (s.ctx, s.t0, &s.a);
+    let run_id = ctx
+        .start_run(a, "sleep", json!({"seconds": 2}), json!({}), &["node-2"])
+        .await?;
+    wait_for(
+        "sleep running on node-2",
+        Duration::from_secs(30),
+        || async {
+            Ok(ctx
+                .job_state(&run_id, "node-2")
+                .await
+                .ok()
+                .filter(|j| j["state"] == "running"))
+        },
+    )
+    .await?;
+    docker(&[
+        "network",
+        "disconnect",
+        &ctx.fleet.network,
+        &ctx.fleet.name("node-2"),
+    ])?;
+    wait_for(
+        "the result in node-2's spool",
+        Duration::from_secs(20),
+        || async { Ok((ctx.spool_entries("node-2")? >= 1).then_some(())) },
+    )
+    .await?;
+    let stored = ctx.fleet.sql("pg", &format!("SELECT count(*) FROM results r JOIN jobs j ON j.id = r.job_id WHERE j.run_id = '{run_id}'"))?;
+    ensure!(stored == "0", "a result arrived from a disconnected agent");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    docker(&[
+        "network",
+        "connect",
+        "--alias",
+        "node-2",
+        &ctx.fleet.network,
+        &ctx.fleet.name("node-2"),
+    ])?;
+    let run = ctx
+        .finished(&ctx.urls(), &run_id, Duration::from_secs(60))
+        .await?;
+    ctx.assert_results_once(&run)?;
+    ensure!(run["jobs"][0]["state"] == "succeeded", "{run}");
+    wait_for(
+        "node-2's spool to drain",
+        Duration::from_secs(30),
+        || async { Ok((ctx.spool_entries("node-2")? == 0).then_some(())) },
+    )
+    .await?;
+    step(
+        "fault: agent disconnected with a pending result, spooled, uploaded once",
+        t0,
+    );
+    Ok(())
+}
+
+/// Fault 3: replica A restarted while results are uploaded; B keeps serving. Returns A's
+/// base URL after the restart.
+pub(crate) async fn fault_replica_restarted_mid_upload(s: &Scenario<'_>) -> anyhow::Result<String> {
+    let (ctx, t0, b) = (s.ctx, s.t0, &s.b);
+    let mut runs = Vec::new();
+    for _ in 0..4 {
+        runs.push(
+            ctx.start_run(
+                b,
+                "memcpy",
+                json!({"max_bytes": 1 << 20, "iters": 3}),
+                json!({}),
+                &NODES,
+            )
+            .await?,
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    docker(&["stop", "-t", "0", &ctx.fleet.name("srv-a")])?;
+    let ready_b = ctx
+        .api
+        .http
+        .get(format!("{b}/readyz"))
+        .send()
+        .await?
+        .status();
+    ensure!(
+        ready_b.is_success(),
+        "srv-b not ready while srv-a is down: {ready_b}"
+    );
+    ctx.get(b, "/api/v1/runs")
+        .await
+        .context("srv-b serving while srv-a is down")?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    docker(&["start", &ctx.fleet.name("srv-a")])?;
+    for id in &runs {
+        let run = ctx
+            .finished(&ctx.urls(), id, Duration::from_secs(90))
+            .await?;
+        ctx.assert_results_once(&run)?;
+        ensure!(
+            run["jobs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|j| j["state"] == "succeeded"),
+            "{run}"
+        );
+    }
+    let a = ctx.url("srv-a")?;
+    wait_for("srv-a ready again", Duration::from_secs(30), || async {
+        Ok(ctx
+            .api
+            .http
+            .get(format!("{a}/readyz"))
+            .send()
+            .await
+            .ok()
+            .filter(|r| r.status().is_success()))
+    })
+    .await?;
+    step(
+        "fault: replica restarted mid-upload, 12 results once each",
+        t0,
+    );
+    Ok(a)
+}
+
+/// Fault 4: Postgres restarted under running work.
+pub(crate) async fn fault_postgres_restarted(s: &Scenario<'_>) -> anyhow::Result<()> {
+    let (ctx, t0, a) = (s.ctx, s.t0, &s.a);
+    let mut runs = Vec::new();
+    for _ in 0..2 {
+        runs.push(
+            ctx.start_run(
+                a,
+                "memcpy",
+                json!({"max_bytes": 1 << 20, "iters": 3}),
+                json!({}),
+                &NODES,
+            )
+            .await?,
+        );
+    }
+    runs.push(
+        ctx.start_run(a, "sleep", json!({"seconds": 3}), json!({}), &["node-1"])
+            .await?,
+    );
+    docker(&["restart", "-t", "2", &ctx.fleet.name("pg")])?;
+    for s in ["srv-a", "srv-b"] {
+        let url = ctx.url(s)?;
+        wait_for(
+            &format!("{s} ready after the Postgres restart"),
+            Duration::from_secs(60),
+            || async {
+                Ok(ctx
+                    .api
+                    .http
+                    .get(format!("{url}/readyz"))
+                    .send()
+                    .await
+                    .ok()
+                    .filter(|r| r.status().is_success()))
+            },
+        )
+        .await?;
+    }
+    for id in &runs {
+        let run = ctx
+            .finished(&ctx.urls(), id, Duration::from_secs(90))
+            .await?;
+        ctx.assert_results_once(&run)?;
+        ensure!(
+            run["jobs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|j| j["state"] == "succeeded"),
+            "{run}"
+        );
+    }
+    step("fault: Postgres restarted, every result once", t0);
+    Ok(())
+}
