@@ -115,17 +115,29 @@ async fn a_degraded_node_fails_a_slower_one_warns_and_the_others_pass() {
     let server = TestServer::start().await;
     let api = Api::new(&server);
     let admin = server.admin_token.clone();
-    let hosts = ["h1", "h2", "h3", "h4", "h5"];
+    let agents = five_nodes_with_a_healthy_history(&api, &server).await;
+    h4_fails_h5_warns_and_the_others_pass(&api, &server, &agents).await;
+    node_and_fleet_health_worst_first(&api, &admin).await;
+    metrics_carry_the_latest_verdicts(&api).await;
+    wrong_elements_or_a_failed_test_fail(&api, &server, &agents).await;
+    every_result_is_judged_once(&server).await;
+}
+
+const HOSTS: [&str; 5] = ["h1", "h2", "h3", "h4", "h5"];
+
+/// Five nodes of 2× H200, each with three healthy all_reduce results.
+async fn five_nodes_with_a_healthy_history(api: &Api, server: &TestServer) -> Vec<FakeAgent> {
+    let hosts = HOSTS;
     let mut agents = Vec::new();
     for h in hosts {
-        agents.push(gpu_node(&api, &server, h, "NVIDIA H200", 2).await);
+        agents.push(gpu_node(api, server, h, "NVIDIA H200", 2).await);
     }
     // History: three healthy all_reduce results per node.
     for round in 0..3 {
         for (i, h) in hosts.iter().enumerate() {
             let r = run_once(
-                &api,
-                &server,
+                api,
+                server,
                 &agents[i],
                 h,
                 "nccl",
@@ -137,6 +149,17 @@ async fn a_degraded_node_fails_a_slower_one_warns_and_the_others_pass() {
             assert_eq!(r["verdict"]["test"], "nccl.all_reduce");
         }
     }
+    agents
+}
+
+/// The last results: h4 well below every expectation fails, h5 below its own baseline
+/// warns, the others pass.
+async fn h4_fails_h5_warns_and_the_others_pass(
+    api: &Api,
+    server: &TestServer,
+    agents: &[FakeAgent],
+) {
+    let hosts = HOSTS;
     let mut last = Vec::new();
     for (i, (h, bw)) in hosts
         .iter()
@@ -145,8 +168,8 @@ async fn a_degraded_node_fails_a_slower_one_warns_and_the_others_pass() {
     {
         last.push(
             run_once(
-                &api,
-                &server,
+                api,
+                server,
                 &agents[i],
                 h,
                 "nccl",
@@ -185,9 +208,12 @@ async fn a_degraded_node_fails_a_slower_one_warns_and_the_others_pass() {
     assert_eq!(h5["verdict"]["verdict"], "warn", "{h5}");
     assert_eq!(bases(h5), vec!["node-baseline"]);
     assert_eq!(h5["verdict"]["reasons"][0]["expected"], 344.0);
+}
 
+/// Node and fleet health, the worst node first and a page at a time.
+async fn node_and_fleet_health_worst_first(api: &Api, admin: &str) {
     // Node and fleet health.
-    let (s, n) = api.get("/api/v1/nodes/h4/health", &admin).await;
+    let (s, n) = api.get("/api/v1/nodes/h4/health", admin).await;
     assert_eq!(s, StatusCode::OK);
     assert_eq!(
         (
@@ -197,7 +223,7 @@ async fn a_degraded_node_fails_a_slower_one_warns_and_the_others_pass() {
         ),
         (Some("fail"), Some("nccl.all_reduce"), Some(250.0))
     );
-    let (_, f) = api.get("/api/v1/health", &admin).await;
+    let (_, f) = api.get("/api/v1/health", admin).await;
     assert_eq!(
         (
             f["pass"].as_i64(),
@@ -221,7 +247,7 @@ async fn a_degraded_node_fails_a_slower_one_warns_and_the_others_pass() {
         let resp = api
             .http
             .get(format!("{}{path}", api.base))
-            .bearer_auth(&admin)
+            .bearer_auth(admin)
             .send()
             .await
             .unwrap();
@@ -252,15 +278,17 @@ async fn a_degraded_node_fails_a_slower_one_warns_and_the_others_pass() {
         .collect();
     assert_eq!(paged, whole);
     for bad in ["cursor=!!", "cursor=YzE6eA", "limit=two", "page=2"] {
-        let (s, body) = api.get(&format!("/api/v1/health?{bad}"), &admin).await;
+        let (s, body) = api.get(&format!("/api/v1/health?{bad}"), admin).await;
         assert_eq!(s, StatusCode::BAD_REQUEST, "{bad}: {body}");
     }
     assert_eq!(
-        api.get("/api/v1/nodes/nope/health", &admin).await.0,
+        api.get("/api/v1/nodes/nope/health", admin).await.0,
         StatusCode::NOT_FOUND
     );
+}
 
-    // Metrics: the latest verdict and figure per node and test.
+/// Metrics: the latest verdict and figure per node and test.
+async fn metrics_carry_the_latest_verdicts(api: &Api) {
     let (s, text) = api.call(Method::GET, "/metrics", None, None).await;
     assert_eq!(s, StatusCode::OK);
     let text = text.as_str().unwrap();
@@ -287,11 +315,17 @@ async fn a_degraded_node_fails_a_slower_one_warns_and_the_others_pass() {
         5,
         "one series per node and test: {text}"
     );
+}
 
-    // Wrong elements fail whatever the bandwidth; a failed test fails.
+/// Wrong elements fail whatever the bandwidth; a failed test fails.
+async fn wrong_elements_or_a_failed_test_fail(
+    api: &Api,
+    server: &TestServer,
+    agents: &[FakeAgent],
+) {
     let r = run_once(
-        &api,
-        &server,
+        api,
+        server,
         &agents[0],
         "h1",
         "nccl",
@@ -305,7 +339,7 @@ async fn a_degraded_node_fails_a_slower_one_warns_and_the_others_pass() {
     );
     let failed = json!({"upload_key": "h2-failed", "outcome": "failed", "reason": "ncclCommInitRank: unhandled system error",
         "started_at": "2026-01-01T00:00:00Z", "finished_at": "2026-01-01T00:00:01Z"});
-    let r = run_once(&api, &server, &agents[1], "h2", "nccl", json!({}), failed).await;
+    let r = run_once(api, server, &agents[1], "h2", "nccl", json!({}), failed).await;
     assert_eq!(r["verdict"]["verdict"], "fail");
     assert!(
         r["verdict"]["reasons"][0]["message"]
@@ -313,8 +347,10 @@ async fn a_degraded_node_fails_a_slower_one_warns_and_the_others_pass() {
             .unwrap()
             .contains("unhandled system error")
     );
+}
 
-    // Every result judged exactly once, retries included.
+/// Every result judged exactly once, retries included, and judging again gives the same.
+async fn every_result_is_judged_once(server: &TestServer) {
     let (results,): (i64,) = sqlx::query_as("SELECT count(*) FROM results")
         .fetch_one(&server.state.db)
         .await
@@ -347,12 +383,18 @@ async fn expectations_from_operators_and_plugins() {
     let admin = server.admin_token.clone();
     let viewer = server.token(heddle_types::auth::Role::Viewer).await;
     let a = enroll(&api, &server, "m1").await;
+    nothing_to_compare_with_is_unknown(&api, &server, &a).await;
+    let id = an_operator_expectation_is_checked(&api, &admin, &viewer).await;
+    it_judges_until_deleted_and_is_audited(&api, &server, &a, [&admin, &viewer], &id).await;
+    a_site_plugins_expectation_judges_until_disabled(&api, &server, &a, &viewer).await;
+}
 
-    // Nothing to compare with yet.
+/// Nothing to compare with yet.
+async fn nothing_to_compare_with_is_unknown(api: &Api, server: &TestServer, a: &FakeAgent) {
     let r = run_once(
-        &api,
-        &server,
-        &a,
+        api,
+        server,
+        a,
         "m1",
         "memcpy",
         json!({}),
@@ -360,10 +402,14 @@ async fn expectations_from_operators_and_plugins() {
     )
     .await;
     assert_eq!(r["verdict"]["verdict"], "unknown", "{r}");
+}
 
+/// Only an admin sets one, and only a well-formed one for a node that exists. Returns its
+/// id.
+async fn an_operator_expectation_is_checked(api: &Api, admin: &str, viewer: &str) -> String {
     let body = json!({"test": "memcpy", "metric": "algbw_gbs", "value": 10.0, "source": "acceptance test 2026-11", "node": "m1"});
     assert_eq!(
-        api.post("/api/v1/expectations", &viewer, body.clone())
+        api.post("/api/v1/expectations", viewer, body.clone())
             .await
             .0,
         StatusCode::FORBIDDEN
@@ -375,27 +421,35 @@ async fn expectations_from_operators_and_plugins() {
         json!({"test": "a b", "metric": "algbw_gbs", "value": 1.0, "source": "x"}),
     ] {
         assert_eq!(
-            api.post("/api/v1/expectations", &admin, bad.clone())
-                .await
-                .0,
+            api.post("/api/v1/expectations", admin, bad.clone()).await.0,
             StatusCode::UNPROCESSABLE_ENTITY,
             "{bad}"
         );
     }
-    let (s, e) = api.post("/api/v1/expectations", &admin, json!({"test": "memcpy", "metric": "algbw_gbs", "value": 1.0, "source": "x", "node": "nope"})).await;
+    let (s, e) = api.post("/api/v1/expectations", admin, json!({"test": "memcpy", "metric": "algbw_gbs", "value": 1.0, "source": "x", "node": "nope"})).await;
     assert_eq!(s, StatusCode::NOT_FOUND, "{e}");
-    let (s, created) = api.post("/api/v1/expectations", &admin, body).await;
+    let (s, created) = api.post("/api/v1/expectations", admin, body).await;
     assert_eq!(s, StatusCode::CREATED, "{created}");
     assert_eq!(
         (created["origin"].as_str(), created["node"].as_str()),
         (Some("operator"), Some("m1"))
     );
-    let id = created["id"].as_str().unwrap().to_string();
+    created["id"].as_str().unwrap().to_string()
+}
 
+/// The operator's expectation judges the node's results until it is deleted; both are
+/// audited.
+async fn it_judges_until_deleted_and_is_audited(
+    api: &Api,
+    server: &TestServer,
+    a: &FakeAgent,
+    [admin, viewer]: [&str; 2],
+    id: &str,
+) {
     let r = run_once(
-        &api,
-        &server,
-        &a,
+        api,
+        server,
+        a,
         "m1",
         "memcpy",
         json!({}),
@@ -405,9 +459,9 @@ async fn expectations_from_operators_and_plugins() {
     assert_eq!(r["verdict"]["verdict"], "fail", "{r}");
     assert_eq!(bases(&r)[0], "expectation:acceptance test 2026-11");
     let r = run_once(
-        &api,
-        &server,
-        &a,
+        api,
+        server,
+        a,
         "m1",
         "memcpy",
         json!({}),
@@ -416,11 +470,9 @@ async fn expectations_from_operators_and_plugins() {
     .await;
     assert_eq!(r["verdict"]["verdict"], "pass", "{r}");
 
-    let (_, list) = api.get("/api/v1/expectations?test=memcpy", &viewer).await;
+    let (_, list) = api.get("/api/v1/expectations?test=memcpy", viewer).await;
     assert_eq!(list.as_array().unwrap().len(), 1, "{list}");
-    let (_, builtin) = api
-        .get("/api/v1/expectations?origin=builtin", &viewer)
-        .await;
+    let (_, builtin) = api.get("/api/v1/expectations?origin=builtin", viewer).await;
     assert!(
         builtin
             .as_array()
@@ -433,7 +485,7 @@ async fn expectations_from_operators_and_plugins() {
         api.call(
             Method::DELETE,
             &format!("/api/v1/expectations/{id}"),
-            Some(&viewer),
+            Some(viewer),
             None
         )
         .await
@@ -444,7 +496,7 @@ async fn expectations_from_operators_and_plugins() {
         api.call(
             Method::DELETE,
             &format!("/api/v1/expectations/{id}"),
-            Some(&admin),
+            Some(admin),
             None
         )
         .await
@@ -455,14 +507,14 @@ async fn expectations_from_operators_and_plugins() {
         api.call(
             Method::DELETE,
             &format!("/api/v1/expectations/{id}"),
-            Some(&admin),
+            Some(admin),
             None
         )
         .await
         .0,
         StatusCode::NOT_FOUND
     );
-    let (_, audit) = api.get("/api/v1/audit", &admin).await;
+    let (_, audit) = api.get("/api/v1/audit", admin).await;
     let actions: Vec<&str> = audit
         .as_array()
         .unwrap()
@@ -473,7 +525,15 @@ async fn expectations_from_operators_and_plugins() {
         actions.contains(&"expectation.create") && actions.contains(&"expectation.delete"),
         "{actions:?}"
     );
+}
 
+/// A site plugin's expectations judge the node's results while it is enabled.
+async fn a_site_plugins_expectation_judges_until_disabled(
+    api: &Api,
+    server: &TestServer,
+    a: &FakeAgent,
+    viewer: &str,
+) {
     // A site plugin's output row: {"expectations": [...]} on the node's plugin result.
     let db = &server.state.db;
     let mut tx = db.begin().await.unwrap();
@@ -514,9 +574,9 @@ async fn expectations_from_operators_and_plugins() {
     .unwrap();
     tx.commit().await.unwrap();
     let r = run_once(
-        &api,
-        &server,
-        &a,
+        api,
+        server,
+        a,
         "m1",
         "memcpy",
         json!({}),
@@ -526,7 +586,7 @@ async fn expectations_from_operators_and_plugins() {
     assert_eq!(r["verdict"]["verdict"], "fail", "{r}");
     assert_eq!(bases(&r)[0], "expectation:plugin site-sku: SKU table row 7");
     let (_, listed) = api
-        .get("/api/v1/expectations?node=m1&origin=plugin", &viewer)
+        .get("/api/v1/expectations?node=m1&origin=plugin", viewer)
         .await;
     assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
     // A disabled plugin's expectations no longer count.
@@ -536,9 +596,9 @@ async fn expectations_from_operators_and_plugins() {
         .await
         .unwrap();
     let r = run_once(
-        &api,
-        &server,
-        &a,
+        api,
+        server,
+        a,
         "m1",
         "memcpy",
         json!({}),
@@ -557,10 +617,23 @@ async fn preflight_from_history_and_from_a_fresh_run() {
     let p1 = gpu_node(&api, &server, "p1", "NVIDIA H200", 2).await;
     let p2 = gpu_node(&api, &server, "p2", "NVIDIA H200", 2).await;
     let _p3 = gpu_node(&api, &server, "p3", "NVIDIA H200", 2).await;
+    p1_passes_from_its_history(&api, &server, &p1, [&admin, &viewer]).await;
+    a_viewer_starts_no_check(&api, &viewer).await;
+    p2_is_checked_by_a_fresh_run(&server, &api, &admin, &p2).await;
+    nobody_answering_is_undecided_and_checked_once(&server, &api, &admin).await;
+}
+
+/// Bad requests are refused; p1 passes from its history.
+async fn p1_passes_from_its_history(
+    api: &Api,
+    server: &TestServer,
+    p1: &FakeAgent,
+    [admin, viewer]: [&str; 2],
+) {
     let r = run_once(
-        &api,
-        &server,
-        &p1,
+        api,
+        server,
+        p1,
         "p1",
         "nccl",
         json!({"op": "all_reduce"}),
@@ -590,7 +663,7 @@ async fn preflight_from_history_and_from_a_fresh_run() {
         (json!({"nodes": ["nope"]}), StatusCode::NOT_FOUND),
     ] {
         assert_eq!(
-            api.post("/api/v1/preflight", &admin, body.clone()).await.0,
+            api.post("/api/v1/preflight", admin, body.clone()).await.0,
             status,
             "{body}"
         );
@@ -598,7 +671,7 @@ async fn preflight_from_history_and_from_a_fresh_run() {
     let (s, a) = api
         .post(
             "/api/v1/preflight",
-            &viewer,
+            viewer,
             json!({"nodes": ["p1"], "max_age_s": 3600}),
         )
         .await;
@@ -607,10 +680,12 @@ async fn preflight_from_history_and_from_a_fresh_run() {
         (a["verdict"].as_str(), a["nodes"][0]["from"].as_str()),
         (Some("pass"), Some("history"))
     );
+}
 
-    // A viewer may not start checks: the stale node is undecided.
+/// A viewer may not start checks: the stale node is undecided.
+async fn a_viewer_starts_no_check(api: &Api, viewer: &str) {
     let (_, a) = api
-        .post("/api/v1/preflight", &viewer, json!({"nodes": ["p1", "p3"]}))
+        .post("/api/v1/preflight", viewer, json!({"nodes": ["p1", "p3"]}))
         .await;
     assert_eq!(
         (
@@ -627,11 +702,14 @@ async fn preflight_from_history_and_from_a_fresh_run() {
             .contains("operator"),
         "{a}"
     );
+}
 
-    // p2 has no history: a check run is started and an agent answers it while we wait.
+/// p2 has no history: a check run is started and an agent answers it while we wait; then
+/// p2 answers from history.
+async fn p2_is_checked_by_a_fresh_run(server: &TestServer, api: &Api, admin: &str, p2: &FakeAgent) {
     let ask = {
-        let api = Api::new(&server);
-        let admin = admin.clone();
+        let api = Api::new(server);
+        let admin = admin.to_string();
         tokio::spawn(async move {
             api.post(
                 "/api/v1/preflight",
@@ -701,7 +779,7 @@ async fn preflight_from_history_and_from_a_fresh_run() {
     let (_, a) = api
         .post(
             "/api/v1/preflight",
-            &admin,
+            admin,
             json!({"nodes": ["p2"], "wait_s": 0}),
         )
         .await;
@@ -709,12 +787,19 @@ async fn preflight_from_history_and_from_a_fresh_run() {
         (a["verdict"].as_str(), a["nodes"][0]["from"].as_str()),
         (Some("fail"), Some("history"))
     );
+}
 
-    // Nobody answers p3's check in time: undecided, and the next pre-flight waits on the same run.
+/// Nobody answers p3's check in time: undecided, and the next pre-flight waits on the same
+/// run.
+async fn nobody_answering_is_undecided_and_checked_once(
+    server: &TestServer,
+    api: &Api,
+    admin: &str,
+) {
     let (_, a) = api
         .post(
             "/api/v1/preflight",
-            &admin,
+            admin,
             json!({"nodes": ["p3"], "wait_s": 1, "check": "memcpy"}),
         )
         .await;
@@ -728,7 +813,7 @@ async fn preflight_from_history_and_from_a_fresh_run() {
     let (_, b) = api
         .post(
             "/api/v1/preflight",
-            &admin,
+            admin,
             json!({"nodes": ["p3"], "wait_s": 1, "check": "memcpy"}),
         )
         .await;

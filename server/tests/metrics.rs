@@ -86,7 +86,16 @@ async fn run_and_upload(
 async fn metrics_use_base_units_dcgm_labels_and_pass_promtool() {
     let server = TestServer::start().await;
     let api = Api::new(&server);
-    let agent = enroll(&api, &server, "dgx15").await;
+    let agent = dgx15_with_facts_and_a_heartbeat(&api, &server).await;
+    two_results_and_a_queued_run(&api, &server, &agent).await;
+    an_enabled_plugin(&api, &server).await;
+    two_observed_jobs(&api, &agent).await;
+    the_text_format_has_every_series_in_base_units(&api).await;
+    openmetrics_when_prometheus_asks_for_it(&api).await;
+}
+
+async fn dgx15_with_facts_and_a_heartbeat(api: &Api, server: &TestServer) -> FakeAgent {
+    let agent = enroll(api, server, "dgx15").await;
     let mut facts = fixture_facts("dgx1");
     facts["gpus"][0]["uuid"] = json!("GPU-3f2e6b1c-0000-1111-2222-333344445555");
     facts["rdma"]["devices"][1]["ports"][0]["state"] = json!("DOWN");
@@ -107,14 +116,17 @@ async fn metrics_use_base_units_dcgm_labels_and_pass_promtool() {
         )
         .await;
     assert_eq!(s, StatusCode::OK, "{body}");
+    agent
+}
 
-    // A finished NCCL run over sockets, an RDMA latency run, a queued memcpy.
+/// A finished NCCL run over sockets, an RDMA latency run, a queued memcpy.
+async fn two_results_and_a_queued_run(api: &Api, server: &TestServer, agent: &FakeAgent) {
     let mut nccl = result_body("dgx15-nccl", "succeeded");
     nccl["summary"] = json!({"nccl_network": "Socket"});
     run_and_upload(
-        &api,
-        &server,
-        &agent,
+        api,
+        server,
+        agent,
         json!({"kind": "nccl", "params": {}}),
         nccl,
     )
@@ -122,11 +134,14 @@ async fn metrics_use_base_units_dcgm_labels_and_pass_promtool() {
     let mut lat = result_body("dgx15-lat", "succeeded");
     lat["rows"] = json!([{"size_bytes": 2, "op": "ib_write_lat", "time_us": 1.5, "wrong": 0}]);
     let spec = json!({"kind": "rdma", "params": {"test": "ib_write_lat"}});
-    run_and_upload(&api, &server, &agent, spec, lat).await;
+    run_and_upload(api, server, agent, spec, lat).await;
     server
         .start_run(json!({"kind": "memcpy", "params": {}, "nodes": ["dgx15"]}))
         .await;
-    // An enabled plugin that fails nowhere yet.
+}
+
+/// An enabled plugin that fails nowhere yet.
+async fn an_enabled_plugin(api: &Api, server: &TestServer) {
     let (s, body) = api
         .raw(
             Method::POST,
@@ -145,7 +160,11 @@ async fn metrics_use_base_units_dcgm_labels_and_pass_promtool() {
         )
         .await;
     assert_eq!(s, StatusCode::OK, "{body}");
+}
 
+/// A job observed by the profiler plugin whose two-node communicator went over sockets,
+/// and a hung one.
+async fn two_observed_jobs(api: &Api, agent: &FakeAgent) {
     // A job observed by the profiler plugin whose two-node communicator went over sockets.
     let observed = json!({"observations": [{"source": "profiler", "file": {
         "format": 1, "seq": 1, "final": false, "written_at": "2026-11-27T12:00:00Z",
@@ -175,8 +194,12 @@ async fn metrics_use_base_units_dcgm_labels_and_pass_promtool() {
         .post("/api/v1/agent/observations", &agent.credential, hung)
         .await;
     assert_eq!(s, StatusCode::OK, "{body}");
+}
 
-    let (ct, text) = scrape(&api, None).await;
+/// Every family the seeded state makes, workers' too, in base units with DCGM's labels;
+/// promtool accepts it, and the alert rules and dashboard use only what is exported.
+async fn the_text_format_has_every_series_in_base_units(api: &Api) {
+    let (ct, text) = scrape(api, None).await;
     assert_eq!(ct, "text/plain; version=0.0.4; charset=utf-8");
     for want in [
         "# TYPE heddle_http_requests_total counter",
@@ -243,10 +266,12 @@ async fn metrics_use_base_units_dcgm_labels_and_pass_promtool() {
     assert!((now - beat).abs() < 60.0, "heartbeat at {beat}, now {now}");
     promtool_accepts(&text);
     rules_and_dashboard_use_exported_metrics(&text);
+}
 
-    // What Prometheus asks for first.
+/// What Prometheus asks for first.
+async fn openmetrics_when_prometheus_asks_for_it(api: &Api) {
     let (ct, om) = scrape(
-        &api,
+        api,
         Some("application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"),
     )
     .await;

@@ -3,7 +3,6 @@
 //! Docker fleet of the fleet test lives in [`fleet`], the Slurm cluster of the Slurm test
 //! in [`slurm`].
 
-pub mod admin_api;
 pub mod compare;
 pub mod fabric_oracle;
 pub mod fleet;
