@@ -41,12 +41,8 @@ pub(super) struct FabricRow {
     pub notes: Vec<String>,
 }
 
-const SELECT: &str = "SELECT id, created_at, created_by, label, state, error, finished_at,
-    suspects, nodes, max_nodes, max_rounds, suspects_only, include_busy, timeout_s, seed, evidence, round,
-    answer, notes FROM fabric_investigations";
-
 /// The answer as stored: the planner's, and its parts in the fabric's terms.
-#[derive(Serialize, Deserialize, Clone)]
+#[derive(Serialize, Deserialize, Clone, Debug)]
 pub(super) struct Stored {
     pub answer: Answer,
     pub blamed: Vec<FabricPart>,
@@ -85,24 +81,24 @@ impl TestRow {
 }
 
 pub(super) async fn insert(tx: &mut PgConnection, row: &FabricRow) -> Result<(), sqlx::Error> {
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO fabric_investigations (id, created_by, label, suspects, nodes, max_nodes,
             max_rounds, suspects_only, include_busy, timeout_s, seed, evidence, notes)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+        row.id,
+        row.created_by,
+        row.label,
+        &row.suspects,
+        &row.nodes,
+        row.max_nodes,
+        row.max_rounds,
+        row.suspects_only,
+        row.include_busy,
+        row.timeout_s,
+        row.seed,
+        &row.evidence as _,
+        &row.notes,
     )
-    .bind(row.id)
-    .bind(&row.created_by)
-    .bind(&row.label)
-    .bind(&row.suspects)
-    .bind(&row.nodes)
-    .bind(row.max_nodes)
-    .bind(row.max_rounds)
-    .bind(row.suspects_only)
-    .bind(row.include_busy)
-    .bind(row.timeout_s)
-    .bind(row.seed)
-    .bind(&row.evidence)
-    .bind(&row.notes)
     .execute(tx)
     .await?;
     Ok(())
@@ -114,29 +110,35 @@ pub(super) async fn lock_running(
     tx: &mut PgConnection,
     id: Uuid,
 ) -> Result<Option<FabricRow>, sqlx::Error> {
-    sqlx::query_as(&format!(
-        "{SELECT} WHERE id = $1 AND state = 'running' FOR UPDATE SKIP LOCKED"
-    ))
-    .bind(id)
+    sqlx::query_as!(
+        FabricRow,
+        r#"SELECT id, created_at, created_by, label, state, error, finished_at, suspects, nodes, max_nodes,
+                max_rounds, suspects_only, include_busy, timeout_s, seed,
+                evidence AS "evidence: Json<Vec<Observation>>", round,
+                answer AS "answer: Json<Stored>", notes
+         FROM fabric_investigations
+         WHERE id = $1 AND state = 'running' FOR UPDATE SKIP LOCKED"#,
+        id,
+    )
     .fetch_optional(tx)
     .await
 }
 
 pub(super) async fn running_ids(db: &sqlx::PgPool) -> Result<Vec<Uuid>, sqlx::Error> {
-    let ids: Vec<(Uuid,)> = sqlx::query_as(
-        "SELECT id FROM fabric_investigations WHERE state = 'running' ORDER BY created_at",
+    sqlx::query_scalar!(
+        "SELECT id FROM fabric_investigations WHERE state = 'running' ORDER BY created_at"
     )
     .fetch_all(db)
-    .await?;
-    Ok(ids.into_iter().map(|r| r.0).collect())
+    .await
 }
 
 pub(super) async fn tests(tx: &mut PgConnection, id: Uuid) -> Result<Vec<TestRow>, sqlx::Error> {
-    let mut rows: Vec<TestRow> = sqlx::query_as(
+    let mut rows = sqlx::query_as!(
+        TestRow,
         "SELECT test_id, round, nodes, rail, bytes, run_id, state, busbw_gbs, error, seconds
          FROM fabric_tests WHERE investigation_id = $1",
+        id,
     )
-    .bind(id)
     .fetch_all(tx)
     .await?;
     rows.sort_by_key(|t| (t.round, t.number()));
@@ -149,19 +151,19 @@ pub(super) async fn insert_test(
     id: Uuid,
     t: &TestRow,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO fabric_tests (investigation_id, test_id, round, nodes, rail, bytes, run_id, state, error)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        id,
+        t.test_id,
+        t.round,
+        &t.nodes,
+        t.rail,
+        t.bytes,
+        t.run_id,
+        t.state,
+        t.error,
     )
-    .bind(id)
-    .bind(&t.test_id)
-    .bind(t.round)
-    .bind(&t.nodes)
-    .bind(t.rail)
-    .bind(t.bytes)
-    .bind(t.run_id)
-    .bind(&t.state)
-    .bind(&t.error)
     .execute(tx)
     .await?;
     Ok(())
@@ -172,11 +174,13 @@ pub(super) async fn set_round(
     id: Uuid,
     round: i32,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query("UPDATE fabric_investigations SET round = $2 WHERE id = $1")
-        .bind(id)
-        .bind(round)
-        .execute(tx)
-        .await?;
+    sqlx::query!(
+        "UPDATE fabric_investigations SET round = $2 WHERE id = $1",
+        id,
+        round
+    )
+    .execute(tx)
+    .await?;
     Ok(())
 }
 
@@ -194,9 +198,10 @@ pub(super) struct Ended {
 
 /// The running tests whose runs have ended (or were deleted).
 pub(super) async fn ended(tx: &mut PgConnection, id: Uuid) -> Result<Vec<Ended>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT t.test_id, t.run_id, count(j.id) AS jobs,
-                count(j.id) FILTER (WHERE j.state = 'succeeded') AS ok,
+    sqlx::query_as!(
+        Ended,
+        r#"SELECT t.test_id, t.run_id, count(j.id) AS "jobs!",
+                count(j.id) FILTER (WHERE j.state = 'succeeded') AS "ok!",
                 string_agg(format('%s %s: %s', n.hostname, j.state, coalesce(r.reason, j.error, 'no reason given')), '; ' ORDER BY j.rank)
                     FILTER (WHERE j.state <> 'succeeded') AS why,
                 extract(epoch FROM max(r.finished_at) - min(r.started_at))::float8 AS seconds
@@ -207,9 +212,9 @@ pub(super) async fn ended(tx: &mut PgConnection, id: Uuid) -> Result<Vec<Ended>,
          WHERE t.investigation_id = $1 AND t.state = 'running'
          GROUP BY t.test_id, t.run_id
          HAVING count(j.id) = 0
-             OR count(j.id) = count(j.id) FILTER (WHERE j.state IN ('succeeded', 'failed', 'cancelled', 'skipped'))",
+             OR count(j.id) = count(j.id) FILTER (WHERE j.state IN ('succeeded', 'failed', 'cancelled', 'skipped'))"#,
+        id,
     )
-    .bind(id)
     .fetch_all(tx)
     .await
 }
@@ -219,14 +224,18 @@ pub(super) async fn busbw_rows(
     tx: &mut PgConnection,
     runs: &[Uuid],
 ) -> Result<Vec<(Uuid, i64, Option<f64>)>, sqlx::Error> {
-    sqlx::query_as(
+    let rows = sqlx::query!(
         "SELECT j.run_id, rr.size_bytes, rr.busbw_gbs FROM result_rows rr
          JOIN results r ON r.id = rr.result_id JOIN jobs j ON j.id = r.job_id
          WHERE j.run_id = ANY($1)",
+        runs,
     )
-    .bind(runs)
     .fetch_all(tx)
-    .await
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| (r.run_id, r.size_bytes, r.busbw_gbs))
+        .collect())
 }
 
 pub(super) async fn finish_test(
@@ -237,16 +246,16 @@ pub(super) async fn finish_test(
     error: Option<&str>,
     seconds: Option<f64>,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE fabric_tests SET state = CASE WHEN $3::float8 IS NULL THEN 'failed' ELSE 'done' END,
                 busbw_gbs = $3, error = $4, seconds = $5
          WHERE investigation_id = $1 AND test_id = $2",
+        id,
+        test,
+        busbw,
+        error,
+        seconds,
     )
-    .bind(id)
-    .bind(test)
-    .bind(busbw)
-    .bind(error)
-    .bind(seconds)
     .execute(tx)
     .await?;
     Ok(())
@@ -254,13 +263,12 @@ pub(super) async fn finish_test(
 
 /// Whether a test of the investigation still runs.
 pub(super) async fn any_running(tx: &mut PgConnection, id: Uuid) -> Result<bool, sqlx::Error> {
-    let (any,): (bool,) = sqlx::query_as(
-        "SELECT EXISTS (SELECT 1 FROM fabric_tests WHERE investigation_id = $1 AND state = 'running')",
+    sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM fabric_tests WHERE investigation_id = $1 AND state = 'running') AS "any!""#,
+        id,
     )
-    .bind(id)
     .fetch_one(tx)
-    .await?;
-    Ok(any)
+    .await
 }
 
 /// The runs of the investigation's running tests.
@@ -268,14 +276,13 @@ pub(super) async fn running_runs(
     tx: &mut PgConnection,
     id: Uuid,
 ) -> Result<Vec<Uuid>, sqlx::Error> {
-    let rows: Vec<(Uuid,)> = sqlx::query_as(
-        "SELECT run_id FROM fabric_tests
-         WHERE investigation_id = $1 AND state = 'running' AND run_id IS NOT NULL",
+    sqlx::query_scalar!(
+        r#"SELECT run_id AS "run_id!" FROM fabric_tests
+         WHERE investigation_id = $1 AND state = 'running' AND run_id IS NOT NULL"#,
+        id,
     )
-    .bind(id)
     .fetch_all(tx)
-    .await?;
-    Ok(rows.into_iter().map(|r| r.0).collect())
+    .await
 }
 
 /// Stores the answer; `blamed_nodes` are the nodes whose traffic crosses what it blames.
@@ -285,24 +292,24 @@ pub(super) async fn finish(
     stored: &Stored,
     blamed_nodes: &[String],
 ) -> Result<(), sqlx::Error> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE fabric_investigations SET state = 'done', answer = $2, blamed_nodes = $3, finished_at = now()
          WHERE id = $1",
+        id,
+        Json(stored) as _,
+        blamed_nodes,
     )
-    .bind(id)
-    .bind(Json(stored))
-    .bind(blamed_nodes)
     .execute(tx)
     .await?;
     Ok(())
 }
 
 pub(super) async fn fail(tx: &mut PgConnection, id: Uuid, why: &str) -> Result<(), sqlx::Error> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE fabric_investigations SET state = 'failed', error = $2, finished_at = now() WHERE id = $1",
+        id,
+        why,
     )
-    .bind(id)
-    .bind(why)
     .execute(tx)
     .await?;
     tracing::warn!(investigation = %id, why, "fabric investigation failed");
@@ -355,19 +362,29 @@ pub(super) async fn node_ids(
     tx: &mut PgConnection,
     names: &[String],
 ) -> Result<Vec<(Uuid, String)>, sqlx::Error> {
-    sqlx::query_as("SELECT id, hostname FROM nodes WHERE hostname = ANY($1)")
-        .bind(names)
-        .fetch_all(tx)
-        .await
+    let rows = sqlx::query!(
+        "SELECT id, hostname FROM nodes WHERE hostname = ANY($1)",
+        names
+    )
+    .fetch_all(tx)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.id, r.hostname)).collect())
 }
 
 /// One investigation as the API answers it, with its tests.
 pub async fn load(db: &sqlx::PgPool, id: Uuid) -> Result<FabricInvestigation, InvestigateError> {
     let mut conn = db.acquire().await?;
-    let row: Option<FabricRow> = sqlx::query_as(&format!("{SELECT} WHERE id = $1"))
-        .bind(id)
-        .fetch_optional(&mut *conn)
-        .await?;
+    let row = sqlx::query_as!(
+        FabricRow,
+        r#"SELECT id, created_at, created_by, label, state, error, finished_at, suspects, nodes, max_nodes,
+                max_rounds, suspects_only, include_busy, timeout_s, seed,
+                evidence AS "evidence: Json<Vec<Observation>>", round,
+                answer AS "answer: Json<Stored>", notes
+         FROM fabric_investigations WHERE id = $1"#,
+        id,
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
     let row = row.ok_or(InvestigateError::NoSuchInvestigation(id))?;
     let tests = tests(&mut conn, id).await?;
     view(row, Some(tests))
@@ -378,11 +395,18 @@ pub async fn list(
     db: &sqlx::PgPool,
     limit: i64,
 ) -> Result<Vec<FabricInvestigation>, InvestigateError> {
-    let rows: Vec<FabricRow> =
-        sqlx::query_as(&format!("{SELECT} ORDER BY created_at DESC, id LIMIT $1"))
-            .bind(limit)
-            .fetch_all(db)
-            .await?;
+    let rows = sqlx::query_as!(
+        FabricRow,
+        r#"SELECT id, created_at, created_by, label, state, error, finished_at, suspects, nodes, max_nodes,
+                max_rounds, suspects_only, include_busy, timeout_s, seed,
+                evidence AS "evidence: Json<Vec<Observation>>", round,
+                answer AS "answer: Json<Stored>", notes
+         FROM fabric_investigations
+         ORDER BY created_at DESC, id LIMIT $1"#,
+        limit,
+    )
+    .fetch_all(db)
+    .await?;
     rows.into_iter().map(|r| view(r, None)).collect()
 }
 
@@ -451,14 +475,15 @@ pub(super) async fn blaming(
     node: &str,
     hours: i64,
 ) -> Result<Vec<(Uuid, Json<Stored>)>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT id, answer FROM fabric_investigations
+    let rows = sqlx::query!(
+        r#"SELECT id, answer AS "answer!: Json<Stored>" FROM fabric_investigations
          WHERE $1 = ANY(blamed_nodes) AND state = 'done' AND answer IS NOT NULL
            AND finished_at > now() - make_interval(hours => $2)
-         ORDER BY finished_at DESC LIMIT 10",
+         ORDER BY finished_at DESC LIMIT 10"#,
+        node,
+        hours as i32,
     )
-    .bind(node)
-    .bind(hours as i32)
     .fetch_all(db)
-    .await
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.id, r.answer)).collect())
 }
