@@ -57,13 +57,14 @@ async fn register_one(
 ) -> anyhow::Result<Outcome> {
     let sha = hex::encode(Sha256::digest(bytes));
     // (plugin id, sha256 and uploader of its active version)
-    let existing: Option<(Uuid, Option<String>, Option<String>)> = sqlx::query_as(
-        "SELECT p.id, v.sha256, v.uploaded_by FROM plugins p
-         LEFT JOIN plugin_versions v ON v.id = p.active_version_id WHERE p.name = $1",
+    let existing: Option<(Uuid, Option<String>, Option<String>)> = sqlx::query!(
+        r#"SELECT p.id, v.sha256 AS "sha256?", v.uploaded_by AS "uploaded_by?" FROM plugins p
+         LEFT JOIN plugin_versions v ON v.id = p.active_version_id WHERE p.name = $1"#,
+        name,
     )
-    .bind(name)
     .fetch_optional(db)
-    .await?;
+    .await?
+    .map(|r| (r.id, r.sha256, r.uploaded_by));
     let upgrade = match &existing {
         None => false,
         Some((_, Some(active_sha), Some(by))) if by == BUNDLED_BY && *active_sha != sha => true,
@@ -75,62 +76,65 @@ async fn register_one(
         .await
         .map_err(|e| anyhow::anyhow!("bundled plugin {name} does not validate: {e}"))?;
     let mut tx = db.begin().await?;
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO plugin_blobs (sha256, bytes, size_bytes) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+        sha,
+        bytes,
+        i64::try_from(bytes.len()).unwrap_or(i64::MAX),
     )
-    .bind(&sha)
-    .bind(bytes)
-    .bind(i64::try_from(bytes.len()).unwrap_or(i64::MAX))
     .execute(&mut *tx)
     .await?;
     let plugin_id = if upgrade {
         existing.map(|(id, _, _)| id).unwrap_or_default()
     } else {
-        let inserted: Option<(Uuid,)> = sqlx::query_as(
+        let inserted = sqlx::query_scalar!(
             "INSERT INTO plugins (id, name, enabled) VALUES ($1, $2, true)
              ON CONFLICT (name) DO NOTHING RETURNING id",
+            Uuid::new_v4(),
+            name,
         )
-        .bind(Uuid::new_v4())
-        .bind(name)
         .fetch_optional(&mut *tx)
         .await?;
         match inserted {
-            Some((id,)) => id,
+            Some(id) => id,
             // Another replica registered it meanwhile.
             None => return Ok(Outcome::Unchanged),
         }
     };
     // A version string already taken by other bytes (a rebuild without a version bump)
     // gets the hash appended, so every stored version keeps its bytes.
-    let taken: Option<(String,)> =
-        sqlx::query_as("SELECT sha256 FROM plugin_versions WHERE plugin_id = $1 AND version = $2")
-            .bind(plugin_id)
-            .bind(&info.plugin.version)
-            .fetch_optional(&mut *tx)
-            .await?;
+    let taken = sqlx::query_scalar!(
+        "SELECT sha256 FROM plugin_versions WHERE plugin_id = $1 AND version = $2",
+        plugin_id,
+        info.plugin.version,
+    )
+    .fetch_optional(&mut *tx)
+    .await?;
     let version = match taken {
-        Some((other,)) if other != sha => format!("{}+{}", info.plugin.version, &sha[..12]),
+        Some(other) if other != sha => format!("{}+{}", info.plugin.version, &sha[..12]),
         _ => info.plugin.version.clone(),
     };
-    let version_id: (Uuid,) = sqlx::query_as(
+    let version_id = sqlx::query_scalar!(
         "INSERT INTO plugin_versions (id, plugin_id, version, sha256, uploaded_by, contract, description)
          VALUES ($1, $2, $3, $4, $5, $6, $7)
          ON CONFLICT (plugin_id, version) DO UPDATE SET version = EXCLUDED.version RETURNING id",
+        Uuid::new_v4(),
+        plugin_id,
+        version,
+        sha,
+        BUNDLED_BY,
+        info.contract,
+        info.plugin.description,
     )
-    .bind(Uuid::new_v4())
-    .bind(plugin_id)
-    .bind(&version)
-    .bind(&sha)
-    .bind(BUNDLED_BY)
-    .bind(&info.contract)
-    .bind(&info.plugin.description)
     .fetch_one(&mut *tx)
     .await?;
-    sqlx::query("UPDATE plugins SET active_version_id = $2 WHERE id = $1")
-        .bind(plugin_id)
-        .bind(version_id.0)
-        .execute(&mut *tx)
-        .await?;
+    sqlx::query!(
+        "UPDATE plugins SET active_version_id = $2 WHERE id = $1",
+        plugin_id,
+        version_id,
+    )
+    .execute(&mut *tx)
+    .await?;
     let action = if upgrade {
         "plugin.bundled_upgrade"
     } else {

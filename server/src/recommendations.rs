@@ -44,25 +44,33 @@ pub async fn explain_many(
     nodes: &[Uuid],
     names: Option<&[&str]>,
 ) -> Result<HashMap<Uuid, Vec<ExplainedVar>>, sqlx::Error> {
-    let recs: Vec<RecRow> = sqlx::query_as(
-        "SELECT r.node_id, r.name, r.value, r.reason, r.source, p.name FROM recommendations r
+    let recs = sqlx::query!(
+        r#"SELECT r.node_id, r.name, r.value, r.reason, r.source, p.name AS "plugin?"
+         FROM recommendations r
          LEFT JOIN plugins p ON p.id = r.plugin_id
          WHERE r.node_id = ANY($1) AND ($2::text[] IS NULL OR r.name = ANY($2))
-         ORDER BY r.source, r.name",
+         ORDER BY r.source, r.name"#,
+        nodes,
+        names as _,
     )
-    .bind(nodes)
-    .bind(names)
     .fetch_all(&mut *conn)
     .await?;
-    let profiles: Vec<ProfileRow> = sqlx::query_as(
-        "SELECT n.id, p.name, p.env, p.node_id IS NOT NULL FROM nodes n
+    let profiles = sqlx::query!(
+        r#"SELECT n.id, p.name, p.env AS "env: sqlx::types::Json<BTreeMap<String, String>>",
+                p.node_id IS NOT NULL AS "node_level!" FROM nodes n
              JOIN tuning_profiles p ON p.node_id = n.id OR p.site_id = n.site_id
              WHERE n.id = ANY($1)
-             ORDER BY p.node_id IS NOT NULL, p.created_at, p.name",
+             ORDER BY p.node_id IS NOT NULL, p.created_at, p.name"#,
+        nodes,
     )
-    .bind(nodes)
     .fetch_all(&mut *conn)
     .await?;
+    let recs = recs
+        .into_iter()
+        .map(|r| (r.node_id, r.name, r.value, r.reason, r.source, r.plugin));
+    let profiles = profiles
+        .into_iter()
+        .map(|p| (p.id, p.name, p.env, p.node_level));
     let mut recs_of: HashMap<Uuid, Vec<RecRow>> = HashMap::new();
     for r in recs {
         recs_of.entry(r.0).or_default().push(r);
@@ -203,40 +211,46 @@ pub async fn replace_source(
     node: Uuid,
     set: &RecommendationSet,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query("DELETE FROM recommendations WHERE node_id = $1 AND source = $2")
-        .bind(node)
-        .bind(&set.source)
-        .execute(&mut *conn)
-        .await?;
+    sqlx::query!(
+        "DELETE FROM recommendations WHERE node_id = $1 AND source = $2",
+        node,
+        set.source,
+    )
+    .execute(&mut *conn)
+    .await?;
     let (mut names, mut values, mut reasons) = (Vec::new(), Vec::new(), Vec::new());
     for item in dedup_by_name(set.items.iter().map(|i| (&i.name, &i.value, &i.reason))) {
         names.push(item.0.clone());
         values.push(item.1.clone());
         reasons.push(item.2.clone());
     }
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO recommendations (node_id, source, name, value, reason)
          SELECT $1, $2, n, v, r FROM unnest($3::text[], $4::text[], $5::text[]) AS x(n, v, r)",
+        node,
+        set.source,
+        &names,
+        &values,
+        &reasons,
     )
-    .bind(node)
-    .bind(&set.source)
-    .bind(&names)
-    .bind(&values)
-    .bind(&reasons)
     .execute(&mut *conn)
     .await?;
-    sqlx::query("DELETE FROM node_traits WHERE node_id = $1 AND source = $2")
-        .bind(node)
-        .bind(&set.source)
+    sqlx::query!(
+        "DELETE FROM node_traits WHERE node_id = $1 AND source = $2",
+        node,
+        set.source,
+    )
+    .execute(&mut *conn)
+    .await?;
+    if !set.traits.is_empty() {
+        sqlx::query!(
+            "INSERT INTO node_traits (node_id, source, traits) VALUES ($1, $2, $3)",
+            node,
+            set.source,
+            sqlx::types::Json(&set.traits) as _,
+        )
         .execute(&mut *conn)
         .await?;
-    if !set.traits.is_empty() {
-        sqlx::query("INSERT INTO node_traits (node_id, source, traits) VALUES ($1, $2, $3)")
-            .bind(node)
-            .bind(&set.source)
-            .bind(sqlx::types::Json(&set.traits))
-            .execute(&mut *conn)
-            .await?;
     }
     crate::db::job_env_version::mark_changed(
         conn,
@@ -284,6 +298,7 @@ pub async fn store_plugin_says(
     let said_nodes: Vec<Uuid> = says.iter().map(|s| s.node).collect();
     let said_plugins: Vec<Uuid> = says.iter().map(|s| s.plugin.plugin_id).collect();
     for table in ["recommendations", "node_traits"] {
+        // Run time: one rule for both tables, named at run time (plugins::plugins_turn_facts_into_recommendations).
         sqlx::query(&format!(
             "DELETE FROM {table} WHERE node_id = ANY($1) AND plugin_id IS NOT NULL
                AND (NOT (plugin_id = ANY($2))
@@ -318,32 +333,32 @@ pub async fn store_plugin_says(
         }
     }
     if !env.node.is_empty() {
-        sqlx::query(
+        sqlx::query!(
             "INSERT INTO recommendations (node_id, plugin_id, source, name, value, reason)
              SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[])
              ON CONFLICT (node_id, source, name) DO UPDATE SET value = EXCLUDED.value,
                 reason = EXCLUDED.reason, plugin_id = EXCLUDED.plugin_id",
+            &env.node,
+            &env.plugin,
+            &env.source,
+            &env.name,
+            &env.value,
+            &env.reason,
         )
-        .bind(&env.node)
-        .bind(&env.plugin)
-        .bind(&env.source)
-        .bind(&env.name)
-        .bind(&env.value)
-        .bind(&env.reason)
         .execute(&mut *conn)
         .await?;
     }
     if !traits.node.is_empty() {
-        sqlx::query(
+        sqlx::query!(
             "INSERT INTO node_traits (node_id, plugin_id, source, traits)
              SELECT n, p, s, t::jsonb FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[]) AS x(n, p, s, t)
              ON CONFLICT (node_id, source) DO UPDATE SET traits = EXCLUDED.traits,
                 plugin_id = EXCLUDED.plugin_id",
+            &traits.node,
+            &traits.plugin,
+            &traits.source,
+            &traits.traits,
         )
-        .bind(&traits.node)
-        .bind(&traits.plugin)
-        .bind(&traits.source)
-        .bind(&traits.traits)
         .execute(&mut *conn)
         .await?;
     }
@@ -376,25 +391,22 @@ struct TraitColumns {
 /// `nodes.traits` is the merge of every source's traits by the rule of
 /// `heddle_types::recommend` (`merge_traits`), as for env recommendations.
 pub async fn recompute_traits(conn: &mut PgConnection, nodes: &[Uuid]) -> Result<(), sqlx::Error> {
-    let rows: Vec<(
-        Uuid,
-        String,
-        Option<String>,
-        sqlx::types::Json<BTreeMap<String, String>>,
-    )> = sqlx::query_as(
-        "SELECT t.node_id, t.source, p.name, t.traits FROM node_traits t
+    let rows = sqlx::query!(
+        r#"SELECT t.node_id, t.source, p.name AS "plugin?",
+                t.traits AS "traits: sqlx::types::Json<BTreeMap<String, String>>"
+             FROM node_traits t
              LEFT JOIN plugins p ON p.id = t.plugin_id WHERE t.node_id = ANY($1)
-             ORDER BY t.node_id, t.source",
+             ORDER BY t.node_id, t.source"#,
+        nodes,
     )
-    .bind(nodes)
     .fetch_all(&mut *conn)
     .await?;
     let mut by_node: HashMap<Uuid, Vec<(Rank, &str, &BTreeMap<String, String>)>> = HashMap::new();
-    for (node, source, plugin, traits) in &rows {
-        by_node.entry(*node).or_default().push((
-            rank(source, plugin.as_deref()),
-            source,
-            &traits.0,
+    for r in &rows {
+        by_node.entry(r.node_id).or_default().push((
+            rank(&r.source, r.plugin.as_deref()),
+            &r.source,
+            &r.traits.0,
         ));
     }
     let merged: Vec<String> = nodes
@@ -404,12 +416,12 @@ pub async fn recompute_traits(conn: &mut PgConnection, nodes: &[Uuid]) -> Result
             serde_json::to_string(&traits).unwrap_or_else(|_| "{}".into())
         })
         .collect();
-    sqlx::query(
+    sqlx::query!(
         "UPDATE nodes SET traits = x.t::jsonb FROM unnest($1::uuid[], $2::text[]) AS x(id, t)
          WHERE nodes.id = x.id AND nodes.traits IS DISTINCT FROM x.t::jsonb",
+        nodes,
+        &merged,
     )
-    .bind(nodes)
-    .bind(&merged)
     .execute(&mut *conn)
     .await?;
     Ok(())

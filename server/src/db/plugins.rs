@@ -3,7 +3,7 @@
 use uuid::Uuid;
 
 /// An enabled plugin and the version of it that runs.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone)]
 pub struct Enabled {
     pub plugin_id: Uuid,
     pub name: String,

@@ -10,7 +10,7 @@ use heddle_types::investigations::{DEFAULT_THRESHOLD, InvestigationCreate, Inves
 use heddle_types::jobs::JobSpec;
 use uuid::Uuid;
 
-use super::store::{self, INV_SELECT, InvRow, NewInvestigation};
+use super::store::{self, InvRow, NewInvestigation};
 use super::{AUTO_ACTOR, InvestigateError, MAX_NODES, THRESHOLDS};
 use crate::jobs::{self, JobError, NewRun};
 
@@ -80,12 +80,13 @@ pub async fn create(
 /// Advances every running investigation that no other replica holds right now. Returns
 /// how many pair runs were started.
 pub async fn advance_all(db: &sqlx::PgPool) -> Result<usize, InvestigateError> {
-    let ids: Vec<(Uuid,)> =
-        sqlx::query_as("SELECT id FROM investigations WHERE state = 'running' ORDER BY created_at")
-            .fetch_all(db)
-            .await?;
+    let ids = sqlx::query_scalar!(
+        "SELECT id FROM investigations WHERE state = 'running' ORDER BY created_at"
+    )
+    .fetch_all(db)
+    .await?;
     let mut started = 0;
-    for (id,) in ids {
+    for id in ids {
         let mut tx = db.begin().await?;
         started += advance_locked(&mut tx, id).await?;
         tx.commit().await?;
@@ -99,61 +100,64 @@ pub(super) async fn advance_locked(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
     id: Uuid,
 ) -> Result<usize, InvestigateError> {
-    let inv: Option<InvRow> = sqlx::query_as(&format!(
-        "{INV_SELECT} WHERE id = $1 AND state = 'running' FOR UPDATE SKIP LOCKED"
-    ))
-    .bind(id)
-    .fetch_optional(&mut **tx)
-    .await?;
-    let Some(inv) = inv else { return Ok(0) };
+    let Some(inv) = store::lock_running(tx, id).await? else {
+        return Ok(0);
+    };
     let Ok(kind) = inv.kind() else {
         fail(tx, id, "its kind is unknown to this server").await?;
         return Ok(0);
     };
     give_up_unclaimed(tx, id).await?;
     collect(tx, id, kind).await?;
-    let (pending, running): (i64, i64) = sqlx::query_as(
-        "SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state = 'running')
-         FROM investigation_pairs WHERE investigation_id = $1",
+    let counts = sqlx::query!(
+        r#"SELECT count(*) FILTER (WHERE state = 'pending') AS "pending!",
+                count(*) FILTER (WHERE state = 'running') AS "running!"
+         FROM investigation_pairs WHERE investigation_id = $1"#,
+        id,
     )
-    .bind(id)
     .fetch_one(&mut **tx)
     .await?;
-    if running > 0 {
+    if counts.running > 0 {
         return Ok(0);
     }
-    if pending > 0 {
+    if counts.pending > 0 {
         return start_batch(tx, &inv).await;
     }
-    let (done,): (i64,) = sqlx::query_as(
-        "SELECT count(*) FROM investigation_pairs WHERE investigation_id = $1 AND state = 'done'",
+    let done = sqlx::query_scalar!(
+        r#"SELECT count(*) AS "done!" FROM investigation_pairs
+         WHERE investigation_id = $1 AND state = 'done'"#,
+        id,
     )
-    .bind(id)
     .fetch_one(&mut **tx)
     .await?;
     if done == 0 {
         fail(tx, id, "no pair produced a figure").await?;
     } else {
-        sqlx::query("UPDATE investigations SET state = 'done', finished_at = now() WHERE id = $1")
-            .bind(id)
-            .execute(&mut **tx)
-            .await?;
+        sqlx::query!(
+            "UPDATE investigations SET state = 'done', finished_at = now() WHERE id = $1",
+            id
+        )
+        .execute(&mut **tx)
+        .await?;
         tracing::info!(investigation = %id, pairs_measured = done, "investigation done");
     }
     Ok(0)
 }
 
 async fn fail(tx: &mut sqlx::PgConnection, id: Uuid, why: &str) -> Result<(), sqlx::Error> {
-    sqlx::query("UPDATE investigation_pairs SET state = 'failed', error = $2 WHERE investigation_id = $1 AND state = 'pending'")
-        .bind(id)
-        .bind(format!("not run: {why}"))
-        .execute(&mut *tx)
-        .await?;
-    sqlx::query(
-        "UPDATE investigations SET state = 'failed', error = $2, finished_at = now() WHERE id = $1",
+    sqlx::query!(
+        "UPDATE investigation_pairs SET state = 'failed', error = $2
+         WHERE investigation_id = $1 AND state = 'pending'",
+        id,
+        format!("not run: {why}"),
     )
-    .bind(id)
-    .bind(why)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query!(
+        "UPDATE investigations SET state = 'failed', error = $2, finished_at = now() WHERE id = $1",
+        id,
+        why,
+    )
     .execute(&mut *tx)
     .await?;
     tracing::warn!(investigation = %id, why, "investigation failed");
@@ -167,26 +171,35 @@ async fn start_batch(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
     inv: &InvRow,
 ) -> Result<usize, InvestigateError> {
-    let names: Vec<(Uuid, String)> =
-        sqlx::query_as("SELECT id, hostname FROM nodes WHERE id = ANY($1)")
-            .bind(&inv.node_ids)
-            .fetch_all(&mut **tx)
-            .await?;
-    let host = |id: &Uuid| names.iter().find(|(n, _)| n == id).map(|(_, h)| h.clone());
+    let names = sqlx::query!(
+        "SELECT id, hostname FROM nodes WHERE id = ANY($1)",
+        &inv.node_ids
+    )
+    .fetch_all(&mut **tx)
+    .await?;
+    let host = |id: &Uuid| {
+        names
+            .iter()
+            .find(|n| n.id == *id)
+            .map(|n| n.hostname.clone())
+    };
     if let Some(gone) = inv.node_ids.iter().find(|id| host(id).is_none()) {
         fail(tx, inv.id, &format!("node {gone} no longer exists")).await?;
         return Ok(0);
     }
-    let pairs: Vec<(i32, i32, i32)> = sqlx::query_as(
+    let pairs: Vec<(i32, i32, i32)> = sqlx::query!(
         "SELECT a, b, batch FROM investigation_pairs
          WHERE investigation_id = $1 AND state = 'pending'
            AND ($2 OR batch = (SELECT min(batch) FROM investigation_pairs WHERE investigation_id = $1 AND state = 'pending'))
          ORDER BY batch, a, b",
+        inv.id,
+        inv.batch_size == 0,
     )
-    .bind(inv.id)
-    .bind(inv.batch_size == 0)
     .fetch_all(&mut **tx)
-    .await?;
+    .await?
+    .into_iter()
+    .map(|p| (p.a, p.b, p.batch))
+    .collect();
     let spec: JobSpec = inv.spec();
     for &(a, b, batch) in &pairs {
         let nodes = [inv.node_ids[a as usize], inv.node_ids[b as usize]];
@@ -214,25 +227,31 @@ async fn start_batch(
             // tuning profile kept since): the pair fails with the reason instead of hanging.
             Err(JobError::EnvSplit(splits)) => {
                 tracing::warn!(investigation = %inv.id, %splits, "pair not started");
-                sqlx::query("UPDATE investigation_pairs SET state = 'failed', error = $4 WHERE investigation_id = $1 AND a = $2 AND b = $3")
-                    .bind(inv.id)
-                    .bind(a)
-                    .bind(b)
-                    .bind(splits.to_string())
-                    .execute(&mut **tx)
-                    .await?;
+                sqlx::query!(
+                    "UPDATE investigation_pairs SET state = 'failed', error = $4
+                     WHERE investigation_id = $1 AND a = $2 AND b = $3",
+                    inv.id,
+                    a,
+                    b,
+                    splits.to_string(),
+                )
+                .execute(&mut **tx)
+                .await?;
                 continue;
             }
             Err(e) => return Err(e.into()),
         };
         jobs::store::reorder(tx, run_id, f64::from(batch)).await?;
-        sqlx::query("UPDATE investigation_pairs SET state = 'running', run_id = $4 WHERE investigation_id = $1 AND a = $2 AND b = $3")
-            .bind(inv.id)
-            .bind(a)
-            .bind(b)
-            .bind(run_id)
-            .execute(&mut **tx)
-            .await?;
+        sqlx::query!(
+            "UPDATE investigation_pairs SET state = 'running', run_id = $4
+             WHERE investigation_id = $1 AND a = $2 AND b = $3",
+            inv.id,
+            a,
+            b,
+            run_id,
+        )
+        .execute(&mut **tx)
+        .await?;
     }
     if !pairs.is_empty() {
         tracing::info!(investigation = %inv.id, runs = pairs.len(), batch = pairs[0].2, "investigation: pair runs started");
@@ -240,7 +259,6 @@ async fn start_batch(
     Ok(pairs.len())
 }
 
-#[derive(sqlx::FromRow)]
 struct Ended {
     a: i32,
     b: i32,
@@ -269,10 +287,11 @@ async fn collect(
     id: Uuid,
     kind: InvestigationKind,
 ) -> Result<(), sqlx::Error> {
-    let ended: Vec<Ended> = sqlx::query_as(
-        "SELECT p.a, p.b, p.run_id, count(j.id) AS jobs,
-                count(j.id) FILTER (WHERE j.state IN ('succeeded', 'failed', 'cancelled', 'skipped')) AS ended,
-                count(j.id) FILTER (WHERE j.state = 'succeeded') AS ok,
+    let ended = sqlx::query_as!(
+        Ended,
+        r#"SELECT p.a, p.b, p.run_id, count(j.id) AS "jobs!",
+                count(j.id) FILTER (WHERE j.state IN ('succeeded', 'failed', 'cancelled', 'skipped')) AS "ended!",
+                count(j.id) FILTER (WHERE j.state = 'succeeded') AS "ok!",
                 string_agg(format('%s %s: %s', n.hostname, j.state, coalesce(r.reason, j.error, 'no reason given')), '; ' ORDER BY j.rank)
                     FILTER (WHERE j.state <> 'succeeded') AS why
          FROM investigation_pairs p
@@ -280,9 +299,9 @@ async fn collect(
          LEFT JOIN nodes n ON n.id = j.node_id
          LEFT JOIN results r ON r.job_id = j.id
          WHERE p.investigation_id = $1 AND p.state = 'running'
-         GROUP BY p.a, p.b, p.run_id",
+         GROUP BY p.a, p.b, p.run_id"#,
+        id,
     )
-    .bind(id)
     .fetch_all(&mut *tx)
     .await?;
     let finished: Vec<&Ended> = ended
@@ -294,6 +313,7 @@ async fn collect(
         .filter(|e| e.jobs > 0 && e.ok == e.jobs)
         .filter_map(|e| e.run_id)
         .collect();
+    // Run time: the metric column is chosen by kind (investigations::started_by_hand_it_names_the_degraded_node).
     let rows: Vec<(Uuid, i64, Option<f64>)> = sqlx::query_as(&format!(
         "SELECT j.run_id, rr.size_bytes, rr.{} FROM result_rows rr
          JOIN results r ON r.id = rr.result_id JOIN jobs j ON j.id = r.job_id WHERE j.run_id = ANY($1)",
@@ -314,17 +334,17 @@ async fn collect(
             Ok(v) => (Some(v), None),
             Err(why) => (None, Some(why)),
         };
-        sqlx::query(
+        sqlx::query!(
             "UPDATE investigation_pairs SET state = CASE WHEN $4::float8 IS NULL THEN 'failed' ELSE 'done' END,
                     value = $4, size_bytes = $5, error = $6
              WHERE investigation_id = $1 AND a = $2 AND b = $3",
+            id,
+            e.a,
+            e.b,
+            value.map(|v| v.1),
+            value.map(|v| v.0),
+            error,
         )
-        .bind(id)
-        .bind(e.a)
-        .bind(e.b)
-        .bind(value.map(|v| v.1))
-        .bind(value.map(|v| v.0))
-        .bind(error)
         .execute(&mut *tx)
         .await?;
     }
@@ -368,7 +388,6 @@ pub(super) fn headline(rows: &[(i64, Option<f64>)]) -> Option<(i64, f64)> {
     Some((size, at.iter().sum::<f64>() / at.len() as f64))
 }
 
-#[derive(sqlx::FromRow)]
 struct Suspect {
     id: Uuid,
     spec: sqlx::types::Json<JobSpec>,
@@ -380,8 +399,10 @@ struct Suspect {
 /// Runs started by investigations, pairwise or fabric, are never investigated themselves.
 /// Returns how many were started.
 pub async fn trigger_from_verdicts(db: &sqlx::PgPool) -> Result<usize, InvestigateError> {
-    let suspects: Vec<Suspect> = sqlx::query_as(
-        "SELECT r.id, r.spec, array_agg(j.node_id ORDER BY j.rank) AS node_ids
+    let suspects = sqlx::query_as!(
+        Suspect,
+        r#"SELECT r.id, r.spec AS "spec: sqlx::types::Json<JobSpec>",
+                array_agg(j.node_id ORDER BY j.rank) AS "node_ids!"
          FROM runs r JOIN jobs j ON j.run_id = r.id
          WHERE r.id IN (SELECT v.run_id FROM verdicts v
                         WHERE v.verdict IN ('warn', 'fail') AND v.judged_at > now() - interval '1 day')
@@ -392,9 +413,9 @@ pub async fn trigger_from_verdicts(db: &sqlx::PgPool) -> Result<usize, Investiga
          GROUP BY r.id, r.spec
          HAVING count(*) BETWEEN 2 AND $1
             AND bool_and(j.state IN ('succeeded', 'failed', 'cancelled', 'skipped'))
-         ORDER BY min(r.created_at) LIMIT 16",
+         ORDER BY min(r.created_at) LIMIT 16"#,
+        MAX_NODES as i64,
     )
-    .bind(MAX_NODES as i64)
     .fetch_all(db)
     .await?;
     let mut started = 0;

@@ -94,29 +94,29 @@ pub async fn for_result(
     result_id: Uuid,
     threshold: f64,
 ) -> Result<P2pMatrix, InvestigateError> {
-    let head: Option<(Uuid, String)> = sqlx::query_as(
-        "SELECT j.node_id, n.hostname FROM results r JOIN jobs j ON j.id = r.job_id JOIN nodes n ON n.id = j.node_id WHERE r.id = $1",
+    let head = sqlx::query!(
+        "SELECT j.node_id, n.hostname FROM results r JOIN jobs j ON j.id = r.job_id
+         JOIN nodes n ON n.id = j.node_id WHERE r.id = $1",
+        result_id,
     )
-    .bind(result_id)
     .fetch_optional(db)
+    .await?
+    .ok_or(InvestigateError::NoSuchResult(result_id))?;
+    let (node_id, hostname) = (head.node_id, head.hostname);
+    let rows = sqlx::query!(
+        r#"SELECT size_bytes, algbw_gbs,
+                labels AS "labels: sqlx::types::Json<BTreeMap<String, String>>"
+         FROM result_rows WHERE result_id = $1 AND labels->>'kind' = 'd2d'"#,
+        result_id,
+    )
+    .fetch_all(db)
     .await?;
-    let (node_id, hostname) = head.ok_or(InvestigateError::NoSuchResult(result_id))?;
-    type Row = (
-        i64,
-        Option<f64>,
-        sqlx::types::Json<BTreeMap<String, String>>,
-    );
-    let rows: Vec<Row> =
-        sqlx::query_as("SELECT size_bytes, algbw_gbs, labels FROM result_rows WHERE result_id = $1 AND labels->>'kind' = 'd2d'")
-            .bind(result_id)
-            .fetch_all(db)
-            .await?;
     let rows: Vec<ResultRow> = rows
         .into_iter()
-        .map(|(size_bytes, algbw_gbs, labels)| ResultRow {
-            size_bytes,
-            algbw_gbs,
-            labels: labels.0,
+        .map(|r| ResultRow {
+            size_bytes: r.size_bytes,
+            algbw_gbs: r.algbw_gbs,
+            labels: r.labels.0,
             ..Default::default()
         })
         .collect();

@@ -12,7 +12,7 @@ use super::{InvestigateError, culprit, schedule};
 use crate::db;
 
 /// An `investigations` row.
-#[derive(sqlx::FromRow, Clone)]
+#[derive(Clone)]
 pub(super) struct InvRow {
     pub id: Uuid,
     pub kind: String,
@@ -31,9 +31,23 @@ pub(super) struct InvRow {
     pub finished_at: Option<DateTime<Utc>>,
 }
 
-pub(super) const INV_SELECT: &str =
-    "SELECT id, kind, params, env, timeout_s, batch_size, threshold, node_ids, label, state, error,
-    trigger_run_id, created_by, created_at, finished_at FROM investigations";
+/// The investigation's row, locked for this transaction, when it is running and no other
+/// transaction holds it.
+pub(super) async fn lock_running(
+    tx: &mut sqlx::PgConnection,
+    id: Uuid,
+) -> Result<Option<InvRow>, sqlx::Error> {
+    sqlx::query_as!(
+        InvRow,
+        r#"SELECT id, kind, params, env AS "env: Json<BTreeMap<String, String>>", timeout_s,
+                batch_size, threshold, node_ids, label, state, error, trigger_run_id, created_by,
+                created_at, finished_at
+         FROM investigations WHERE id = $1 AND state = 'running' FOR UPDATE SKIP LOCKED"#,
+        id,
+    )
+    .fetch_optional(tx)
+    .await
+}
 
 impl InvRow {
     pub fn kind(&self) -> Result<InvestigationKind, InvestigateError> {
@@ -55,7 +69,6 @@ impl InvRow {
     }
 }
 
-#[derive(sqlx::FromRow)]
 struct PairRow {
     a: i32,
     b: i32,
@@ -84,25 +97,25 @@ pub(super) async fn insert(
     new: &NewInvestigation<'_>,
 ) -> Result<Option<Uuid>, sqlx::Error> {
     let id = Uuid::new_v4();
-    let inserted: Option<(Uuid,)> = sqlx::query_as(
+    let inserted = sqlx::query_scalar!(
         "INSERT INTO investigations (id, kind, params, env, timeout_s, batch_size, threshold, node_ids, label, trigger_run_id, created_by)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
          ON CONFLICT (trigger_run_id) DO NOTHING RETURNING id",
+        id,
+        new.spec.kind,
+        match new.spec.params.raw() {
+            serde_json::Value::Null => serde_json::json!({}),
+            given => given.clone(),
+        },
+        Json(&new.spec.env) as _,
+        new.spec.timeout_s.map(|t| i32::try_from(t).unwrap_or(i32::MAX)),
+        new.batch_size,
+        new.threshold,
+        &new.node_ids,
+        new.label,
+        new.trigger_run_id,
+        new.actor,
     )
-    .bind(id)
-    .bind(&new.spec.kind)
-    .bind(match new.spec.params.raw() {
-        serde_json::Value::Null => serde_json::json!({}),
-        given => given.clone(),
-    })
-    .bind(Json(&new.spec.env))
-    .bind(new.spec.timeout_s.map(|t| i32::try_from(t).unwrap_or(i32::MAX)))
-    .bind(new.batch_size)
-    .bind(new.threshold)
-    .bind(&new.node_ids)
-    .bind(&new.label)
-    .bind(new.trigger_run_id)
-    .bind(new.actor)
     .fetch_optional(&mut *tx)
     .await?;
     if inserted.is_none() {
@@ -117,14 +130,14 @@ pub(super) async fn insert(
             batch.push(i as i32);
         }
     }
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO investigation_pairs (investigation_id, a, b, batch)
          SELECT $1, a, b, batch FROM unnest($2::int[], $3::int[], $4::int[]) AS t(a, b, batch)",
+        id,
+        &a,
+        &b,
+        &batch,
     )
-    .bind(id)
-    .bind(&a)
-    .bind(&b)
-    .bind(&batch)
     .execute(&mut *tx)
     .await?;
     db::audit(&mut *tx, new.actor, "investigation.create", &format!("investigation:{id}"),
@@ -134,12 +147,10 @@ pub(super) async fn insert(
 }
 
 async fn hostnames(db: &sqlx::PgPool, ids: &[Uuid]) -> Result<HashMap<Uuid, String>, sqlx::Error> {
-    let rows: Vec<(Uuid, String)> =
-        sqlx::query_as("SELECT id, hostname FROM nodes WHERE id = ANY($1)")
-            .bind(ids)
-            .fetch_all(db)
-            .await?;
-    Ok(rows.into_iter().collect())
+    let rows = sqlx::query!("SELECT id, hostname FROM nodes WHERE id = ANY($1)", ids)
+        .fetch_all(db)
+        .await?;
+    Ok(rows.into_iter().map(|r| (r.id, r.hostname)).collect())
 }
 
 fn parse_pair_state(s: &str) -> Result<PairState, InvestigateError> {
@@ -215,11 +226,12 @@ async fn load_parts(db: &sqlx::PgPool, row: InvRow) -> Result<Loaded, Investigat
             hostname: names.get(id).cloned().unwrap_or_else(|| id.to_string()),
         })
         .collect();
-    let pairs: Vec<PairRow> = sqlx::query_as(
+    let pairs = sqlx::query_as!(
+        PairRow,
         "SELECT a, b, batch, state, run_id, value, size_bytes, error FROM investigation_pairs
          WHERE investigation_id = $1 ORDER BY batch, a, b",
+        row.id,
     )
-    .bind(row.id)
     .fetch_all(db)
     .await?;
     let matrix = matrix(
@@ -256,11 +268,17 @@ async fn load_parts(db: &sqlx::PgPool, row: InvRow) -> Result<Loaded, Investigat
 }
 
 pub async fn load(db: &sqlx::PgPool, id: Uuid) -> Result<Investigation, InvestigateError> {
-    let row: InvRow = sqlx::query_as(&format!("{INV_SELECT} WHERE id = $1"))
-        .bind(id)
-        .fetch_optional(db)
-        .await?
-        .ok_or(InvestigateError::NoSuchInvestigation(id))?;
+    let row = sqlx::query_as!(
+        InvRow,
+        r#"SELECT id, kind, params, env AS "env: Json<BTreeMap<String, String>>", timeout_s,
+                batch_size, threshold, node_ids, label, state, error, trigger_run_id, created_by,
+                created_at, finished_at
+         FROM investigations WHERE id = $1"#,
+        id,
+    )
+    .fetch_optional(db)
+    .await?
+    .ok_or(InvestigateError::NoSuchInvestigation(id))?;
     let l = load_parts(db, row).await?;
     let host = |i: i32| {
         l.nodes
@@ -314,11 +332,16 @@ pub async fn list(
     state: Option<InvestigationState>,
     limit: i64,
 ) -> Result<Vec<InvestigationSummary>, InvestigateError> {
-    let rows: Vec<InvRow> = sqlx::query_as(&format!(
-        "{INV_SELECT} WHERE ($1::text IS NULL OR state = $1) ORDER BY created_at DESC LIMIT $2"
-    ))
-    .bind(state.map(InvestigationState::as_str))
-    .bind(limit)
+    let rows = sqlx::query_as!(
+        InvRow,
+        r#"SELECT id, kind, params, env AS "env: Json<BTreeMap<String, String>>", timeout_s,
+                batch_size, threshold, node_ids, label, state, error, trigger_run_id, created_by,
+                created_at, finished_at
+         FROM investigations WHERE ($1::text IS NULL OR state = $1)
+         ORDER BY created_at DESC LIMIT $2"#,
+        state.map(InvestigationState::as_str),
+        limit,
+    )
     .fetch_all(db)
     .await?;
     let mut out = Vec::with_capacity(rows.len());

@@ -184,11 +184,9 @@ impl PluginRuntime {
         if let Some(p) = self.host.cached_plugin(sha256) {
             return Ok(Ok(p));
         }
-        let (bytes,): (Vec<u8>,) =
-            sqlx::query_as("SELECT bytes FROM plugin_blobs WHERE sha256 = $1")
-                .bind(sha256)
-                .fetch_one(db)
-                .await?;
+        let bytes = sqlx::query_scalar!("SELECT bytes FROM plugin_blobs WHERE sha256 = $1", sha256)
+            .fetch_one(db)
+            .await?;
         Ok(self.load(bytes).await)
     }
 }

@@ -3,7 +3,6 @@
 //! it (`/metrics` only counts its rows). Outputs are stored as the typed [`Detection`]
 //! serialises and read back into it.
 
-use chrono::{DateTime, Utc};
 use heddle_plugin_host::{HostError, Report};
 use heddle_types::plugins::{Detection, Expectation, PluginOutcome};
 use serde_json::Value;
@@ -12,7 +11,8 @@ use uuid::Uuid;
 pub use crate::db::plugins::Enabled;
 
 pub async fn enabled_plugins(db: &sqlx::PgPool) -> Result<Vec<Enabled>, sqlx::Error> {
-    sqlx::query_as(
+    sqlx::query_as!(
+        Enabled,
         "SELECT p.id AS plugin_id, p.name, v.id AS version_id, v.version, v.sha256
          FROM plugins p JOIN plugin_versions v ON v.id = p.active_version_id
          WHERE p.enabled ORDER BY p.name",
@@ -54,11 +54,13 @@ pub async fn store(
     enabled: &[Uuid],
     rows: &[Row<'_>],
 ) -> Result<(), sqlx::Error> {
-    sqlx::query("DELETE FROM plugin_results WHERE node_id = ANY($1) AND NOT (plugin_id = ANY($2))")
-        .bind(nodes)
-        .bind(enabled)
-        .execute(&mut *conn)
-        .await?;
+    sqlx::query!(
+        "DELETE FROM plugin_results WHERE node_id = ANY($1) AND NOT (plugin_id = ANY($2))",
+        nodes,
+        enabled,
+    )
+    .execute(&mut *conn)
+    .await?;
     if rows.is_empty() {
         return Ok(());
     }
@@ -79,7 +81,7 @@ pub async fn store(
         cols.error.push(error);
         cols.usage.push(usage_json(r.result).to_string());
     }
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO plugin_results (node_id, plugin_id, version_id, facts_sha256, output, error, usage, ran_at)
          SELECT n, p, v, f, o::jsonb, e, u::jsonb, now()
          FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[], $7::text[])
@@ -87,14 +89,14 @@ pub async fn store(
          ON CONFLICT (node_id, plugin_id) DO UPDATE SET version_id = EXCLUDED.version_id,
             facts_sha256 = EXCLUDED.facts_sha256, output = EXCLUDED.output, error = EXCLUDED.error,
             usage = EXCLUDED.usage, ran_at = now()",
+        &cols.node,
+        &cols.plugin,
+        &cols.version,
+        &cols.facts,
+        &cols.output as &[Option<String>],
+        &cols.error as &[Option<String>],
+        &cols.usage,
     )
-    .bind(&cols.node)
-    .bind(&cols.plugin)
-    .bind(&cols.version)
-    .bind(&cols.facts)
-    .bind(&cols.output)
-    .bind(&cols.error)
-    .bind(&cols.usage)
     .execute(&mut *conn)
     .await?;
     Ok(())
@@ -113,29 +115,26 @@ struct Columns {
 
 /// What each plugin said about a node, with the resources it used, by plugin name.
 pub async fn for_node(db: &sqlx::PgPool, node: Uuid) -> Result<Vec<PluginOutcome>, sqlx::Error> {
-    let rows: Vec<(Uuid, String, String, String, Option<Value>, Option<String>, Value, DateTime<Utc>)> =
-        sqlx::query_as(
-            "SELECT r.node_id, n.hostname, p.name, v.version, r.output, r.error, r.usage, r.ran_at
-             FROM plugin_results r JOIN nodes n ON n.id = r.node_id JOIN plugins p ON p.id = r.plugin_id
-             JOIN plugin_versions v ON v.id = r.version_id WHERE r.node_id = $1 ORDER BY p.name",
-        )
-        .bind(node)
-        .fetch_all(db)
-        .await?;
+    let rows = sqlx::query!(
+        "SELECT r.node_id, n.hostname, p.name, v.version, r.output, r.error, r.usage, r.ran_at
+         FROM plugin_results r JOIN nodes n ON n.id = r.node_id JOIN plugins p ON p.id = r.plugin_id
+         JOIN plugin_versions v ON v.id = r.version_id WHERE r.node_id = $1 ORDER BY p.name",
+        node,
+    )
+    .fetch_all(db)
+    .await?;
     Ok(rows
         .into_iter()
-        .map(
-            |(node_id, hostname, plugin, version, output, error, usage, ran_at)| PluginOutcome {
-                node_id,
-                hostname,
-                plugin,
-                version,
-                output: output.and_then(|o| decode(node_id, o)),
-                error,
-                usage,
-                ran_at,
-            },
-        )
+        .map(|r| PluginOutcome {
+            node_id: r.node_id,
+            hostname: r.hostname,
+            plugin: r.name,
+            version: r.version,
+            output: r.output.and_then(|o| decode(r.node_id, o)),
+            error: r.error,
+            usage: r.usage,
+            ran_at: r.ran_at,
+        })
         .collect())
 }
 
@@ -155,30 +154,29 @@ pub async fn dry_run_subjects(
     nodes: Option<&[Uuid]>,
     limit: i64,
 ) -> Result<Vec<DryRunSubject>, sqlx::Error> {
-    let rows: Vec<(Uuid, String, Value, Option<Value>, Option<String>)> = sqlx::query_as(
-        "SELECT n.id, n.hostname, n.facts, r.output, v.version
+    let rows = sqlx::query!(
+        r#"SELECT n.id, n.hostname, n.facts AS "facts!", r.output AS "active?",
+                v.version AS "active_version?"
              FROM nodes n
              LEFT JOIN plugin_results r ON r.node_id = n.id AND r.plugin_id = $1
              LEFT JOIN plugin_versions v ON v.id = r.version_id
              WHERE n.facts IS NOT NULL AND ($2::uuid[] IS NULL OR n.id = ANY($2))
-             ORDER BY n.hostname LIMIT $3",
+             ORDER BY n.hostname LIMIT $3"#,
+        plugin,
+        nodes,
+        limit,
     )
-    .bind(plugin)
-    .bind(nodes)
-    .bind(limit)
     .fetch_all(db)
     .await?;
     Ok(rows
         .into_iter()
-        .map(
-            |(node_id, hostname, facts, active, active_version)| DryRunSubject {
-                node_id,
-                hostname,
-                facts,
-                active: active.and_then(|a| decode(node_id, a)),
-                active_version,
-            },
-        )
+        .map(|r| DryRunSubject {
+            node_id: r.id,
+            hostname: r.hostname,
+            facts: r.facts,
+            active: r.active.and_then(|a| decode(r.id, a)),
+            active_version: r.active_version,
+        })
         .collect())
 }
 
@@ -196,15 +194,18 @@ pub async fn expectations(
     db: &sqlx::PgPool,
     node: Uuid,
 ) -> Result<Vec<(String, Expectation)>, sqlx::Error> {
-    let rows: Vec<(String, Value)> = sqlx::query_as(
-        "SELECT p.name, pr.output->'expectations' FROM plugin_results pr JOIN plugins p ON p.id = pr.plugin_id
+    let rows = sqlx::query!(
+        r#"SELECT p.name, pr.output->'expectations' AS "expectations!"
+         FROM plugin_results pr JOIN plugins p ON p.id = pr.plugin_id
          WHERE pr.node_id = $1 AND p.enabled AND jsonb_typeof(pr.output->'expectations') = 'array'
-         ORDER BY p.name",
+         ORDER BY p.name"#,
+        node,
     )
-    .bind(node)
     .fetch_all(db)
     .await?;
-    Ok(decode_expectations(rows))
+    Ok(decode_expectations(
+        rows.into_iter().map(|r| (r.name, r.expectations)).collect(),
+    ))
 }
 
 /// Each plugin's `expectations` array (by plugin name), decoded entry by entry.

@@ -97,34 +97,37 @@ async fn claim(
     skip: &[Uuid],
     limit: i64,
 ) -> Result<Option<Claimed>, sqlx::Error> {
-    let (mark,): (i64,) = sqlx::query_as("SELECT mark FROM plugin_set")
+    let mark = sqlx::query_scalar!("SELECT mark FROM plugin_set")
         .fetch_one(&mut *conn)
         .await?;
-    let locked: Vec<Uuid> = sqlx::query_as::<_, (Uuid,)>(&format!(
-        "SELECT id FROM nodes
+    let locked = sqlx::query_scalar!(
+        r#"SELECT id FROM nodes
          WHERE is_plugins_due(plugins_due, plugins_seen, $3)
            AND CASE WHEN id = ANY($1) THEN false
-                    ELSE pg_try_advisory_xact_lock({LOCK_CLASS}, hashtext(id::text)) END
-         LIMIT $2"
-    ))
-    .bind(skip)
-    .bind(limit)
-    .bind(mark)
+                    ELSE pg_try_advisory_xact_lock($4, hashtext(id::text)) END
+         LIMIT $2"#,
+        skip,
+        limit,
+        mark,
+        LOCK_CLASS,
+    )
     .fetch_all(&mut *conn)
-    .await?
-    .into_iter()
-    .map(|r| r.0)
-    .collect();
+    .await?;
     if locked.is_empty() {
         return Ok(None);
     }
     // Hashes first, then the rule: facts that change in between make the node stale by
     // the rule, so a hash read here is never newer than the rule's verdict on it.
-    let hashes: Vec<(Uuid, Option<String>)> =
-        sqlx::query_as("SELECT id, facts_sha256 FROM nodes WHERE id = ANY($1)")
-            .bind(&locked)
-            .fetch_all(&mut *conn)
-            .await?;
+    let hashes: Vec<(Uuid, Option<String>)> = sqlx::query!(
+        "SELECT id, facts_sha256 FROM nodes WHERE id = ANY($1)",
+        &locked
+    )
+    .fetch_all(&mut *conn)
+    .await?
+    .into_iter()
+    .map(|r| (r.id, r.facts_sha256))
+    .collect();
+    // Run time: the staleness rule is shared with `sweep` (plugin_replicas::nodes_due_are_flagged_evaluated_and_swept_when_the_flag_is_missed).
     let stale: Vec<Uuid> = sqlx::query_as::<_, (Uuid,)>(&stale(Among::Listed))
         .bind(&locked)
         .fetch_all(&mut *conn)
@@ -155,15 +158,15 @@ async fn settle(
         return Ok(());
     }
     let (ids, hashes): (Vec<Uuid>, Vec<Option<String>>) = nodes.iter().cloned().unzip();
-    sqlx::query(
+    sqlx::query!(
         "UPDATE nodes n SET plugins_due = false, plugins_seen = greatest(n.plugins_seen, $3)
          FROM unnest($1::uuid[], $2::text[]) AS s(id, sha)
          WHERE n.id = s.id AND n.facts_sha256 IS NOT DISTINCT FROM s.sha
            AND (n.plugins_due OR n.plugins_seen < $3)",
+        &ids,
+        &hashes as &[Option<String>],
+        mark,
     )
-    .bind(&ids)
-    .bind(&hashes)
-    .bind(mark)
     .execute(conn)
     .await?;
     Ok(())
@@ -171,6 +174,7 @@ async fn settle(
 
 /// Flags every node the full rule finds stale that is not due; returns how many.
 pub async fn sweep(db: &sqlx::PgPool) -> Result<u64, sqlx::Error> {
+    // Run time: the staleness rule is shared with `claim` (plugin_replicas::nodes_due_are_flagged_evaluated_and_swept_when_the_flag_is_missed).
     let flagged = sqlx::query(&format!(
         "UPDATE nodes SET plugins_due = true
          WHERE id IN ({}) AND id NOT IN (SELECT id FROM plugins_due_nodes)",
@@ -198,11 +202,15 @@ async fn evaluate_nodes(
     mark: i64,
     nodes: &[Uuid],
 ) -> anyhow::Result<Vec<(Uuid, anyhow::Result<()>)>> {
-    let rows: Vec<(Uuid, Option<Value>, Option<String>)> =
-        sqlx::query_as("SELECT id, facts, facts_sha256 FROM nodes WHERE id = ANY($1)")
-            .bind(nodes)
-            .fetch_all(&mut *conn)
-            .await?;
+    let rows: Vec<(Uuid, Option<Value>, Option<String>)> = sqlx::query!(
+        "SELECT id, facts, facts_sha256 FROM nodes WHERE id = ANY($1)",
+        nodes
+    )
+    .fetch_all(&mut *conn)
+    .await?
+    .into_iter()
+    .map(|r| (r.id, r.facts, r.facts_sha256))
+    .collect();
     let seen: Vec<(Uuid, Option<String>)> =
         rows.iter().map(|(id, _, sha)| (*id, sha.clone())).collect();
     let plugins = outcomes::enabled_plugins(db).await?;
