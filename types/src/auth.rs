@@ -148,8 +148,53 @@ pub struct AgentInfo {
     pub created_at: DateTime<Utc>,
     pub last_heartbeat_at: Option<DateTime<Utc>>,
     pub revoked_at: Option<DateTime<Utc>>,
-    /// `online`, `stale` or `offline`, from the heartbeat age.
+    /// `revoked`, else `online`, `stale` or `offline` from the heartbeat age: `state` on the
+    /// wire and, deprecated, `health` ([`AgentStateFields`]).
+    #[serde(flatten, with = "agent_state_fields")]
+    #[cfg_attr(feature = "openapi", schema(value_type = AgentStateFields))]
     pub health: String,
+}
+
+/// An agent's state as the JSON carries it: `state`, and the same value under its first
+/// name, `health`, deprecated, for clients that read that. Either is read back.
+#[derive(Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AgentStateFields<'a> {
+    /// `revoked`, else `online`, `stale` or `offline` from the heartbeat age.
+    pub state: &'a str,
+    /// The same as `state`, under its first name.
+    #[cfg_attr(feature = "openapi", schema(deprecated))]
+    pub health: &'a str,
+}
+
+/// `#[serde(flatten, with = "agent_state_fields")]`: an agent's state written as
+/// [`AgentStateFields`].
+mod agent_state_fields {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::AgentStateFields;
+
+    /// What is read: either name, or both.
+    #[derive(Deserialize)]
+    struct Read {
+        state: Option<String>,
+        health: Option<String>,
+    }
+
+    pub fn serialize<S: Serializer>(state: &str, s: S) -> Result<S::Ok, S::Error> {
+        AgentStateFields {
+            state,
+            health: state,
+        }
+        .serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+        let f = Read::deserialize(d)?;
+        f.state
+            .or(f.health)
+            .ok_or_else(|| serde::de::Error::missing_field("state"))
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -183,4 +228,34 @@ pub struct PendingEnrollment {
     pub live_agent_id: Option<Uuid>,
     pub live_agent_last_heartbeat_at: Option<DateTime<Utc>>,
     pub enrollment_token_id: Option<Uuid>,
+}
+
+#[cfg(test)]
+mod agent_state_tests {
+    use super::*;
+
+    #[test]
+    fn an_agents_state_is_written_under_both_names_and_read_from_either() {
+        let agent = AgentInfo {
+            id: Uuid::nil(),
+            node_id: Uuid::nil(),
+            hostname: "n1".into(),
+            version: None,
+            created_at: Utc::now(),
+            last_heartbeat_at: None,
+            revoked_at: None,
+            health: "revoked".into(),
+        };
+        let json = serde_json::to_value(&agent).unwrap();
+        assert_eq!(
+            (&json["state"], &json["health"]),
+            (&"revoked".into(), &"revoked".into())
+        );
+        for key in ["state", "health"] {
+            let mut one = json.clone();
+            one.as_object_mut().unwrap().remove(key);
+            let back: AgentInfo = serde_json::from_value(one).unwrap();
+            assert_eq!(back.health, "revoked", "without {key}");
+        }
+    }
 }

@@ -5,7 +5,8 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 /// Whether a node's agent is heard from, by the age of its last heartbeat (the server's
-/// `db::health` draws the lines): what `heddle nodes` and the fleet page call its health.
+/// `db::health` draws the lines): its liveness, in `heddle nodes` and on the fleet page.
+/// Not its health, which is a verdict (`crate::health`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
@@ -41,7 +42,49 @@ impl std::str::FromStr for Liveness {
         Liveness::ALL
             .into_iter()
             .find(|l| l.as_str() == s)
-            .ok_or_else(|| format!("health {s:?} must be online, stale or offline"))
+            .ok_or_else(|| format!("liveness {s:?} must be online, stale or offline"))
+    }
+}
+
+/// A node's liveness as the JSON carries it: `liveness`, and the same value under its first
+/// name, `health`, deprecated, for clients that read that. Either is read back.
+#[derive(Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct LivenessFields {
+    /// `online`, `stale` or `offline`, from the agent's heartbeat age.
+    pub liveness: Liveness,
+    /// The same as `liveness`, under its first name.
+    #[cfg_attr(feature = "openapi", schema(deprecated))]
+    pub health: Liveness,
+}
+
+/// `#[serde(flatten, with = "liveness_fields")]`: a [`Liveness`] written as
+/// [`LivenessFields`].
+mod liveness_fields {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::{Liveness, LivenessFields};
+
+    /// What is read: either name, or both.
+    #[derive(Deserialize)]
+    struct Read {
+        liveness: Option<Liveness>,
+        health: Option<Liveness>,
+    }
+
+    pub fn serialize<S: Serializer>(l: &Liveness, s: S) -> Result<S::Ok, S::Error> {
+        LivenessFields {
+            liveness: *l,
+            health: *l,
+        }
+        .serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Liveness, D::Error> {
+        let f = Read::deserialize(d)?;
+        f.liveness
+            .or(f.health)
+            .ok_or_else(|| serde::de::Error::missing_field("liveness"))
     }
 }
 
@@ -51,7 +94,10 @@ pub struct NodeSummary {
     pub id: Uuid,
     pub hostname: String,
     pub site: Option<String>,
-    /// `online`, `stale` or `offline`, from the agent's heartbeat age.
+    /// The agent's liveness, from its heartbeat age: `liveness` on the wire and, deprecated,
+    /// `health` ([`LivenessFields`]).
+    #[serde(flatten, with = "liveness_fields")]
+    #[cfg_attr(feature = "openapi", schema(value_type = LivenessFields))]
     pub health: Liveness,
     pub gpu_model: Option<String>,
     pub gpu_count: i32,
@@ -215,4 +261,56 @@ pub struct TuningProfile {
     pub source_run_id: Option<Uuid>,
     pub created_by: String,
     pub created_at: DateTime<Utc>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary() -> NodeSummary {
+        NodeSummary {
+            id: Uuid::nil(),
+            hostname: "n1".into(),
+            site: None,
+            health: Liveness::Stale,
+            gpu_model: None,
+            gpu_count: 0,
+            hcas: vec![],
+            port_states: vec![],
+            link_layers: vec![],
+            traits: BTreeMap::new(),
+            last_seen_at: None,
+            facts_updated_at: None,
+        }
+    }
+
+    #[test]
+    fn liveness_is_written_under_both_names_and_read_from_either() {
+        let json = serde_json::to_value(summary()).unwrap();
+        assert_eq!(
+            (&json["liveness"], &json["health"]),
+            (&"stale".into(), &"stale".into())
+        );
+        for key in ["liveness", "health"] {
+            let mut one = json.clone();
+            one.as_object_mut().unwrap().remove(key);
+            let back: NodeSummary = serde_json::from_value(one).unwrap();
+            assert_eq!(back.health, Liveness::Stale, "without {key}");
+        }
+        let detail = NodeDetail {
+            summary: summary(),
+            facts: None,
+            facts_sha256: None,
+            recommendations: vec![],
+            checks: vec![],
+        };
+        let json = serde_json::to_value(&detail).unwrap();
+        assert_eq!(json["liveness"], "stale", "{json}");
+        let back: NodeDetail = serde_json::from_value(json).unwrap();
+        assert_eq!(back.summary.health, Liveness::Stale);
+        let mut neither = serde_json::to_value(summary()).unwrap();
+        neither.as_object_mut().unwrap().remove("liveness");
+        neither.as_object_mut().unwrap().remove("health");
+        assert!(serde_json::from_value::<NodeSummary>(neither).is_err());
+    }
 }
