@@ -638,7 +638,11 @@ fn names(v: &Value) -> Vec<String> {
 async fn nodes_are_filtered_by_facts_and_traits(api: &Api, admin: &str, a: &FakeAgent) {
     let (_, all) = api.get("/api/v1/nodes", admin).await;
     assert_eq!(names(&all), ["nd40-1", "roce-1"]);
-    assert_eq!(all[0]["health"], "online");
+    // Liveness under its name and, deprecated, its first one.
+    assert_eq!(
+        (&all[0]["liveness"], &all[0]["health"]),
+        (&json!("online"), &json!("online"))
+    );
     assert_eq!(all[0]["gpu_count"], 2);
     assert_eq!(all[0]["gpu_model"], "Tesla V100-SXM2-32GB");
     for (query, expect) in [
@@ -710,7 +714,7 @@ async fn history_keeps_one_entry_per_change(
             .as_array()
             .unwrap()
             .iter()
-            .all(|a| a["health"] == "online")
+            .all(|a| a["state"] == "online" && a["health"] == "online")
     );
 }
 
