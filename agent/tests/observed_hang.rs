@@ -21,7 +21,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use heddle_server::testing::TestServer;
-use heddle_types::observed::{ObservedJob, ObservedJobSummary};
+use heddle_types::observed::{Workload, WorkloadSummary};
 
 mod lifecycle_support;
 use lifecycle_support::*;
@@ -87,23 +87,23 @@ async fn until(
     agent: &Agent,
     (node, job, fault_ms): (&str, &str, u64),
     what: &str,
-    pred: impl Fn(&ObservedJobSummary) -> bool,
-) -> (ObservedJobSummary, f64) {
+    pred: impl Fn(&WorkloadSummary) -> bool,
+) -> (WorkloadSummary, f64) {
     let key = format!("slurm:{job}");
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
-        let jobs: Vec<ObservedJobSummary> = api
-            .get(&format!("/jobs?node={node}"))
+        let jobs: Vec<WorkloadSummary> = api
+            .get(&format!("/workloads?node={node}"))
             .await
             .unwrap_or_default();
-        let row = jobs.into_iter().find(|j| j.job_key == key);
+        let row = jobs.into_iter().find(|j| j.workload_key == key);
         if let Some(j) = row.as_ref().filter(|j| pred(j)) {
             return (j.clone(), now_ms().saturating_sub(fault_ms) as f64 / 1000.0);
         }
         if std::time::Instant::now() > deadline {
             let ranks = match &row {
                 Some(j) => api
-                    .get::<ObservedJob>(&format!("/jobs/{}", j.id))
+                    .get::<Workload>(&format!("/workloads/{}", j.id))
                     .await
                     .map(|d| d.ranks),
                 None => None,
@@ -118,11 +118,11 @@ async fn until(
     }
 }
 
-fn has(j: &ObservedJobSummary, code: &str) -> bool {
+fn has(j: &WorkloadSummary, code: &str) -> bool {
     j.reasons.iter().any(|r| r.code.as_deref() == Some(code))
 }
 
-fn message<'a>(j: &'a ObservedJobSummary, code: &str) -> &'a str {
+fn message<'a>(j: &'a WorkloadSummary, code: &str) -> &'a str {
     j.reasons
         .iter()
         .find(|r| r.code.as_deref() == Some(code))
@@ -271,7 +271,7 @@ async fn hung_and_straggling_jobs_are_named_across_nodes() {
     );
     assert!(m.contains("#21"), "{m}");
     eprintln!("a rank that stopped: named {took:.1} s after it: {m}");
-    let detail: ObservedJob = api.get(&format!("/jobs/{}", j.id)).await.unwrap();
+    let detail: Workload = api.get(&format!("/workloads/{}", j.id)).await.unwrap();
     let culprits: Vec<(u32, &str)> = detail
         .ranks
         .iter()
@@ -330,8 +330,8 @@ async fn hung_and_straggling_jobs_are_named_across_nodes() {
     .await;
     assert!(!has(&j, "job-hung") && !has(&j, "job-straggler"), "{j:?}");
     tokio::time::sleep(Duration::from_secs(6)).await;
-    let jobs: Vec<ObservedJobSummary> = api.get("/jobs?node=hang-a").await.unwrap();
-    let paused = jobs.iter().find(|j| j.job_key == "slurm:104").unwrap();
+    let jobs: Vec<WorkloadSummary> = api.get("/workloads?node=hang-a").await.unwrap();
+    let paused = jobs.iter().find(|j| j.workload_key == "slurm:104").unwrap();
     assert!(
         !has(paused, "job-hung") && !has(paused, "job-straggler"),
         "{paused:?}"

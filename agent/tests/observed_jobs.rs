@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use heddle_types::health::{NodeHealth, Verdict};
 use heddle_types::nodes::NodeDetail;
-use heddle_types::observed::{ObservedJob, ObservedJobSummary};
+use heddle_types::observed::{Workload, WorkloadSummary};
 
 mod lifecycle_support;
 use lifecycle_support::*;
@@ -150,15 +150,15 @@ async fn a_job_that_fell_to_sockets_on_an_ib_node_fails_it() {
 
     let files = write_job_spool(&spool);
 
-    let job: ObservedJobSummary = eventually("an observed job that failed", &agent, || async {
-        let jobs: Vec<ObservedJobSummary> = api.get(&format!("/jobs?node={HOST}")).await?;
+    let job: WorkloadSummary = eventually("an observed job that failed", &agent, || async {
+        let jobs: Vec<WorkloadSummary> = api.get(&format!("/workloads?node={HOST}")).await?;
         // Both ranks' processes: under load the agent may upload the first before the
         // second has written its file.
         jobs.into_iter()
             .find(|j| j.verdict == Verdict::Fail && j.processes == 2)
     })
     .await;
-    assert_eq!(job.job_key, "slurm:4242.0");
+    assert_eq!(job.workload_key, "slurm:4242.0");
     assert_eq!(job.processes, 2);
     assert!(job.finished);
     assert_eq!(job.reasons[0].code.as_deref(), Some("job-socket-fallback"));
@@ -168,7 +168,7 @@ async fn a_job_that_fell_to_sockets_on_an_ib_node_fails_it() {
         job.reasons[0].message
     );
 
-    let detail: ObservedJob = api.get(&format!("/jobs/{}", job.id)).await.unwrap();
+    let detail: Workload = api.get(&format!("/workloads/{}", job.id)).await.unwrap();
     assert_eq!(detail.comms.len(), 1);
     let c = &detail.comms[0];
     assert_eq!(
@@ -208,6 +208,6 @@ async fn a_job_that_fell_to_sockets_on_an_ib_node_fails_it() {
     assert_eq!(log.matches("job spool file refused").count(), 1, "{log}");
     assert!(log.contains("symbolic link"), "{log}");
     // Nothing else arrived: one job.
-    let jobs: Vec<ObservedJobSummary> = api.get("/jobs").await.unwrap();
+    let jobs: Vec<WorkloadSummary> = api.get("/workloads").await.unwrap();
     assert_eq!(jobs.len(), 1, "{jobs:?}");
 }

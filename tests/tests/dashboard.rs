@@ -574,7 +574,7 @@ async fn hung_job_page_marks_the_culprit_in_chromium() {
     let jobs = api
         .call(
             reqwest::Method::GET,
-            "/api/v1/jobs?node=lane-a",
+            "/api/v1/workloads?node=lane-a",
             &server.admin_token,
             None,
         )
@@ -582,11 +582,13 @@ async fn hung_job_page_marks_the_culprit_in_chromium() {
     let id = jobs[0]["id"].as_str().unwrap().to_string();
 
     let (shots, _driver, c) = signed_in(&server).await;
-    c.goto(&format!("{}/jobs/{id}", server.url)).await.unwrap();
-    wait_text(&c, "#job-reasons", "job-hung").await;
-    wait_text(&c, "#job-ranks", "rank 1 · lane-b").await;
+    c.goto(&format!("{}/workloads/{id}", server.url))
+        .await
+        .unwrap();
+    wait_text(&c, "#workload-reasons", "job-hung").await;
+    wait_text(&c, "#workload-ranks", "rank 1 · lane-b").await;
     let culprit = c
-        .find(Locator::Css("#job-ranks .lane.culprit"))
+        .find(Locator::Css("#workload-ranks .lane.culprit"))
         .await
         .unwrap()
         .text()
@@ -597,7 +599,7 @@ async fn hung_job_page_marks_the_culprit_in_chromium() {
         "{culprit}"
     );
     let lanes = c
-        .find_all(Locator::Css("#job-ranks .lane"))
+        .find_all(Locator::Css("#workload-ranks .lane"))
         .await
         .unwrap()
         .len();
@@ -614,7 +616,7 @@ async fn hung_job_page_marks_the_culprit_in_chromium() {
     let jobs = api
         .call(
             reqwest::Method::GET,
-            "/api/v1/jobs?node=lane-a",
+            "/api/v1/workloads?node=lane-a",
             &server.admin_token,
             None,
         )
@@ -628,9 +630,10 @@ async fn hung_job_page_marks_the_culprit_in_chromium() {
         .as_str()
         .unwrap()
         .to_string();
+    // The page's first address, /jobs/{id}, still shows it.
     c.goto(&format!("{}/jobs/{wide_id}", server.url))
         .await
         .unwrap();
-    wait_text(&c, "#job-ranks", "c0ffeeeé rank 0 · lane-a").await;
+    wait_text(&c, "#workload-ranks", "c0ffeeeé rank 0 · lane-a").await;
     c.close().await.unwrap();
 }
