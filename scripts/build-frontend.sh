@@ -2,11 +2,11 @@
 # Builds the Leptos dashboard into frontend/dist/ (index.html, style.css, the wasm-bindgen
 # JS glue and the .wasm), the folder heddle-server serves with HEDDLE_DASHBOARD_DIR.
 #
-# Plain cargo + wasm-bindgen: no trunk, no cargo-leptos and no wasm-opt (Debian's wasm-opt
-# is too old for the output of current rustc and corrupts it without a word).
-# Needs: the wasm32-unknown-unknown target and wasm-bindgen-cli at the version the
-# frontend's Cargo.lock pins (the JS glue and the wasm must come from the same version);
-# scripts/setup.sh installs both when missing.
+# Plain cargo + wasm-bindgen + wasm-opt -Oz: no trunk, no cargo-leptos.
+# Needs: the wasm32-unknown-unknown target, wasm-bindgen-cli at the version the frontend's
+# Cargo.lock pins (the JS glue and the wasm must come from the same version) and wasm-opt
+# from binaryen 116 (Debian's is too old for the output of current rustc and corrupts it
+# without a word); scripts/setup.sh installs them when missing.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -25,6 +25,10 @@ cargo build --release --target wasm32-unknown-unknown --manifest-path "$front/Ca
 staging="$(mktemp -d "$front/.dist.XXXXXX")"
 trap 'rm -rf "$staging"' EXIT
 wasm-bindgen --target web --no-typescript --out-dir "$staging" --out-name heddle_frontend "$wasm"
+bundle="$staging/heddle_frontend_bg.wasm"
+before=$(stat -c %s "$bundle")
+wasm-opt -Oz "$bundle" -o "$bundle.opt"
+mv "$bundle.opt" "$bundle"
 cp "$front/index.html" "$front/style.css" "$staging/"
 chmod 755 "$staging"
 rm -rf "$dist.old"
@@ -35,4 +39,4 @@ trap - EXIT
 
 raw=$(stat -c %s "$dist/heddle_frontend_bg.wasm")
 gz=$(gzip -9 -c "$dist/heddle_frontend_bg.wasm" | wc -c)
-echo "build-frontend: $dist (wasm $raw bytes, $gz gzipped)"
+echo "build-frontend: $dist (wasm $raw bytes after wasm-opt -Oz, $before before; $gz gzipped)"
