@@ -136,13 +136,15 @@ impl CredentialCache {
     pub async fn refresh(&self, db: &sqlx::PgPool) -> sqlx::Result<usize> {
         let started = Instant::now();
         let since = self.read().fresh_since.map(|(_, db_now)| db_now - OVERLAP);
-        let (db_now, revoked): (DateTime<Utc>, Vec<Uuid>) = sqlx::query_as(
-            "SELECT now(), coalesce((SELECT array_agg(DISTINCT agent_id) FROM agent_revocations
-                                     WHERE $1::timestamptz IS NULL OR at > $1), '{}')",
+        let row = sqlx::query!(
+            r#"SELECT now() AS "db_now!",
+                    coalesce((SELECT array_agg(DISTINCT agent_id) FROM agent_revocations
+                              WHERE $1::timestamptz IS NULL OR at > $1), '{}') AS "revoked!""#,
+            since,
         )
-        .bind(since)
         .fetch_one(db)
         .await?;
+        let (db_now, revoked): (DateTime<Utc>, Vec<Uuid>) = (row.db_now, row.revoked);
         let mut inner = self.write();
         if since.is_none() {
             // The first read: nothing remembered can predate it.

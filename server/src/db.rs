@@ -1,4 +1,5 @@
-//! SQL shared by several handlers. Queries used by one handler live beside it in `api/`.
+//! SQL shared by several modules: the audit log, name lookups, the readiness probe's ping.
+//! Queries of one domain live in its module.
 
 pub mod facts;
 pub mod job_env_version;
@@ -28,13 +29,21 @@ pub async fn audit<'e>(
     target: &str,
     detail: serde_json::Value,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query("INSERT INTO audit_log (actor, action, target, detail) VALUES ($1, $2, $3, $4)")
-        .bind(actor)
-        .bind(action)
-        .bind(target)
-        .bind(detail)
-        .execute(db)
-        .await?;
+    sqlx::query!(
+        "INSERT INTO audit_log (actor, action, target, detail) VALUES ($1, $2, $3, $4)",
+        actor,
+        action,
+        target,
+        detail,
+    )
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// One round trip to Postgres: it answers, and this pool can reach it (`/readyz`).
+pub async fn ping(db: &sqlx::PgPool) -> Result<(), sqlx::Error> {
+    sqlx::query_scalar!("SELECT 1 AS ok").fetch_one(db).await?;
     Ok(())
 }
 
@@ -70,31 +79,26 @@ pub enum LookupError {
 
 /// Finds a node by id or hostname: the one place node names are resolved.
 pub async fn resolve_node<'e>(db: impl PgExecutor<'e>, key: &str) -> Result<Uuid, LookupError> {
-    let row: Option<(Uuid,)> = match Uuid::parse_str(key) {
+    let row = match Uuid::parse_str(key) {
         Ok(id) => {
-            sqlx::query_as("SELECT id FROM nodes WHERE id = $1")
-                .bind(id)
+            sqlx::query_scalar!("SELECT id FROM nodes WHERE id = $1", id)
                 .fetch_optional(db)
                 .await?
         }
         Err(_) => {
-            sqlx::query_as("SELECT id FROM nodes WHERE hostname = $1")
-                .bind(key)
+            sqlx::query_scalar!("SELECT id FROM nodes WHERE hostname = $1", key)
                 .fetch_optional(db)
                 .await?
         }
     };
-    row.map(|r| r.0)
-        .ok_or_else(|| LookupError::NoNode(key.to_string()))
+    row.ok_or_else(|| LookupError::NoNode(key.to_string()))
 }
 
 pub async fn resolve_site<'e>(db: impl PgExecutor<'e>, name: &str) -> Result<Uuid, LookupError> {
-    let row: Option<(Uuid,)> = sqlx::query_as("SELECT id FROM sites WHERE name = $1")
-        .bind(name)
+    let row = sqlx::query_scalar!("SELECT id FROM sites WHERE name = $1", name)
         .fetch_optional(db)
         .await?;
-    row.map(|r| r.0)
-        .ok_or_else(|| LookupError::NoSite(name.to_string()))
+    row.ok_or_else(|| LookupError::NoSite(name.to_string()))
 }
 
 /// A node is `online` while its last heartbeat is at most this many intervals old...

@@ -139,22 +139,22 @@ async fn rank_disagreed(
     if mine.is_empty() {
         return Ok(Vec::new());
     }
-    let (hostname, site): (String, Option<Uuid>) =
-        sqlx::query_as("SELECT hostname, site_id FROM nodes WHERE id = $1")
-            .bind(node)
-            .fetch_one(&mut *conn)
-            .await?;
+    let me = sqlx::query!("SELECT hostname, site_id FROM nodes WHERE id = $1", node)
+        .fetch_one(&mut *conn)
+        .await?;
+    let (hostname, site) = (me.hostname, me.site_id);
     let peers: Vec<(Uuid, String)> = match site {
-        Some(site) => {
-            sqlx::query_as(
-                "SELECT id, hostname FROM nodes WHERE site_id = $1 AND id <> $2 ORDER BY hostname LIMIT $3",
-            )
-            .bind(site)
-            .bind(node)
-            .bind(MAX_SITE_COMPARED)
-            .fetch_all(&mut *conn)
-            .await?
-        }
+        Some(site) => sqlx::query!(
+            "SELECT id, hostname FROM nodes WHERE site_id = $1 AND id <> $2 ORDER BY hostname LIMIT $3",
+            site,
+            node,
+            MAX_SITE_COMPARED,
+        )
+        .fetch_all(&mut *conn)
+        .await?
+        .into_iter()
+        .map(|p| (p.id, p.hostname))
+        .collect(),
         None => Vec::new(),
     };
     if site.is_none() || (peers.len() as i64) >= MAX_SITE_COMPARED {
@@ -198,11 +198,13 @@ pub async fn current(db: &sqlx::PgPool, node: Uuid) -> sqlx::Result<Option<NodeJ
     // it so): computed outside a transaction, nothing locked and nothing written.
     {
         let mut conn = db.acquire().await?;
-        let stored: Option<(String, Option<String>)> =
-            sqlx::query_as("SELECT hostname, job_env_sha256 FROM nodes WHERE id = $1")
-                .bind(node)
-                .fetch_optional(&mut *conn)
-                .await?;
+        let stored = sqlx::query!(
+            "SELECT hostname, job_env_sha256 FROM nodes WHERE id = $1",
+            node
+        )
+        .fetch_optional(&mut *conn)
+        .await?
+        .map(|r| (r.hostname, r.job_env_sha256));
         let Some((hostname, Some(stored))) = stored else {
             return current_locked(db, node).await;
         };
@@ -224,11 +226,13 @@ pub async fn current(db: &sqlx::PgPool, node: Uuid) -> sqlx::Result<Option<NodeJ
 /// [`current`] under the node's row lock, storing the version it computes.
 async fn current_locked(db: &sqlx::PgPool, node: Uuid) -> sqlx::Result<Option<NodeJobEnv>> {
     let mut tx = db.begin().await?;
-    let stored: Option<(String, Option<String>)> =
-        sqlx::query_as("SELECT hostname, job_env_sha256 FROM nodes WHERE id = $1 FOR UPDATE")
-            .bind(node)
-            .fetch_optional(&mut *tx)
-            .await?;
+    let stored = sqlx::query!(
+        "SELECT hostname, job_env_sha256 FROM nodes WHERE id = $1 FOR UPDATE",
+        node
+    )
+    .fetch_optional(&mut *tx)
+    .await?
+    .map(|r| (r.hostname, r.job_env_sha256));
     let Some((hostname, stored)) = stored else {
         return Ok(None);
     };
@@ -236,11 +240,13 @@ async fn current_locked(db: &sqlx::PgPool, node: Uuid) -> sqlx::Result<Option<No
     let sha = nccl_conf::job_env_sha256(&entries)
         .map_err(|e| sqlx::Error::Protocol(format!("job environment of node {node}: {e}")))?;
     if stored.as_deref() != Some(sha.as_str()) {
-        sqlx::query("UPDATE nodes SET job_env_sha256 = $2 WHERE id = $1")
-            .bind(node)
-            .bind(&sha)
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query!(
+            "UPDATE nodes SET job_env_sha256 = $2 WHERE id = $1",
+            node,
+            sha
+        )
+        .execute(&mut *tx)
+        .await?;
     }
     tx.commit().await?;
     Ok(Some(NodeJobEnv {

@@ -51,14 +51,16 @@ pub async fn advance_clock(
 ) -> Result<ClockTick, JobError> {
     // clock_timestamp(), not now(): a tick that waited for another replica's lock must see
     // that replica's tick as recent, and must not move the clock backwards.
-    let (gap_s, previous): (f64, chrono::DateTime<chrono::Utc>) = sqlx::query_as(
-        "WITH prev AS (SELECT ticked_at FROM lease_clock WHERE id FOR UPDATE)
+    let row = sqlx::query!(
+        r#"WITH prev AS (SELECT ticked_at FROM lease_clock WHERE id FOR UPDATE)
          UPDATE lease_clock SET ticked_at = greatest(prev.ticked_at, clock_timestamp())
          FROM prev WHERE lease_clock.id
-         RETURNING extract(epoch FROM clock_timestamp() - prev.ticked_at)::float8, prev.ticked_at",
+         RETURNING extract(epoch FROM clock_timestamp() - prev.ticked_at)::float8 AS "gap_s!",
+                   prev.ticked_at AS "previous!""#,
     )
     .fetch_one(&mut *conn)
     .await?;
+    let (gap_s, previous) = (row.gap_s, row.previous);
     let gap = Duration::try_from_secs_f64(gap_s.max(0.0)).unwrap_or_default();
     if gap <= allowance {
         return Ok(ClockTick { gap, extended: 0 });
@@ -86,7 +88,7 @@ pub async fn reap_expired(
     for (id, state) in &rows {
         tracing::warn!(job = %id, new_state = %state, "lease expired");
     }
-    sqlx::query("DELETE FROM rendezvous WHERE created_at < now() - interval '1 day'")
+    sqlx::query!("DELETE FROM rendezvous WHERE created_at < now() - interval '1 day'")
         .execute(&mut *conn)
         .await?;
     Ok(rows.len() as u64)

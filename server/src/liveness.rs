@@ -151,7 +151,7 @@ async fn write(
         }
     }
     let mut tx = db.begin().await?;
-    sqlx::query(
+    sqlx::query!(
         "WITH seen AS (
              SELECT agent_id, node_id, now() - make_interval(secs => age) AS at, version
              FROM unnest($1::uuid[], $2::uuid[], $3::float8[], $4::text[])
@@ -164,11 +164,11 @@ async fn write(
          latest AS (SELECT node_id, max(at) AS at FROM seen GROUP BY node_id)
          UPDATE nodes SET last_seen_at = greatest(nodes.last_seen_at, latest.at)
          FROM latest WHERE nodes.id = latest.node_id",
+        &agents,
+        &nodes,
+        &ages,
+        &versions as &[Option<String>],
     )
-    .bind(&agents)
-    .bind(&nodes)
-    .bind(&ages)
-    .bind(&versions)
     .execute(&mut *tx)
     .await?;
     let leases =

@@ -239,15 +239,15 @@ pub const WAIT_FOR_HELD: Duration = Duration::from_millis(2 * HOLD.as_millis() a
 /// Whether another replica may hold uses of the token: it is live and large enough to be
 /// taken in blocks.
 async fn maybe_held_elsewhere(db: &PgPool, sha: &str) -> sqlx::Result<bool> {
-    let blocks: Option<(bool,)> = sqlx::query_as(
-        "SELECT node IS NULL AND max_uses >= $2 FROM enrollment_tokens
-         WHERE token_sha256 = $1 AND revoked_at IS NULL AND expires_at > now()",
+    let blocks = sqlx::query_scalar!(
+        r#"SELECT node IS NULL AND max_uses >= $2 AS "blocks!" FROM enrollment_tokens
+         WHERE token_sha256 = $1 AND revoked_at IS NULL AND expires_at > now()"#,
+        sha,
+        BLOCK_FROM,
     )
-    .bind(sha)
-    .bind(BLOCK_FROM)
     .fetch_optional(db)
     .await?;
-    Ok(blocks.is_some_and(|(b,)| b))
+    Ok(blocks.is_some_and(|b| b))
 }
 
 async fn take_from_row(
@@ -258,21 +258,22 @@ async fn take_from_row(
 ) -> sqlx::Result<Option<TakenUse>> {
     let _trip = held.trip();
     let mut tx = db.begin().await?;
-    sqlx::query("SET LOCAL synchronous_commit = off")
+    sqlx::query!("SET LOCAL synchronous_commit = off")
         .execute(&mut *tx)
         .await?;
     // Locked first, then counted: the lock returns the row as the last committer left it,
     // so the block's size is decided on the uses really left.
-    let row: Option<(Uuid, Option<String>, i32, i32, DateTime<Utc>)> = sqlx::query_as(
+    let row = sqlx::query!(
         "SELECT id, node, uses, max_uses, expires_at FROM enrollment_tokens
          WHERE token_sha256 = $1 AND uses < max_uses AND revoked_at IS NULL
            AND expires_at > now() AND (node IS NULL OR node = $2)
          FOR UPDATE",
+        sha,
+        hostname,
     )
-    .bind(sha)
-    .bind(hostname)
     .fetch_optional(&mut *tx)
-    .await?;
+    .await?
+    .map(|r| (r.id, r.node, r.uses, r.max_uses, r.expires_at));
     let taken = match row {
         None => None,
         Some((id, node, uses, max_uses, expires_at)) => {
@@ -281,11 +282,13 @@ async fn take_from_row(
             } else {
                 1
             };
-            sqlx::query("UPDATE enrollment_tokens SET uses = uses + $2 WHERE id = $1")
-                .bind(id)
-                .bind(n)
-                .execute(&mut *tx)
-                .await?;
+            sqlx::query!(
+                "UPDATE enrollment_tokens SET uses = uses + $2 WHERE id = $1",
+                id,
+                n
+            )
+            .execute(&mut *tx)
+            .await?;
             held.row_trips.fetch_add(1, Ordering::Relaxed);
             Some((id, node, n, expires_at))
         }
@@ -305,12 +308,13 @@ async fn take_from_row(
 async fn return_uses(db: &PgPool, held: &TokenUses, uses: Vec<(Uuid, i32)>) -> usize {
     let mut failed = Vec::new();
     for (token_id, n) in uses {
-        let given =
-            sqlx::query("UPDATE enrollment_tokens SET uses = greatest(uses - $2, 0) WHERE id = $1")
-                .bind(token_id)
-                .bind(n)
-                .execute(db)
-                .await;
+        let given = sqlx::query!(
+            "UPDATE enrollment_tokens SET uses = greatest(uses - $2, 0) WHERE id = $1",
+            token_id,
+            n
+        )
+        .execute(db)
+        .await;
         if let Err(err) = given {
             tracing::warn!(%token_id, uses = n, error = %err, "enrollment token uses could not be given back yet; trying again");
             failed.push((token_id, n));

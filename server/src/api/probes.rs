@@ -26,11 +26,7 @@ const READY_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 #[utoipa::path(get, path = "/readyz", tag = "probes",
     responses((status = 200, description = "ready"), (status = 503, description = "Postgres unreachable: since when, and the last error")))]
 pub async fn readyz(State(state): State<AppState>) -> Response {
-    let probe = tokio::time::timeout(
-        READY_PROBE_TIMEOUT,
-        sqlx::query("SELECT 1").execute(&state.db),
-    )
-    .await;
+    let probe = tokio::time::timeout(READY_PROBE_TIMEOUT, crate::db::ping(&state.db)).await;
     match probe {
         Ok(Ok(_)) => {
             state.db_reach.reached();

@@ -62,13 +62,13 @@ pub async fn prune_history(
     node_id: uuid::Uuid,
     keep: u32,
 ) -> Result<u64, sqlx::Error> {
-    let done = sqlx::query(
+    let done = sqlx::query!(
         "DELETE FROM node_facts_history WHERE node_id = $1 AND id < (
              SELECT id FROM node_facts_history WHERE node_id = $1
              ORDER BY id DESC OFFSET $2 LIMIT 1)",
+        node_id,
+        i64::from(keep.max(1)) - 1,
     )
-    .bind(node_id)
-    .bind(i64::from(keep.max(1)) - 1)
     .execute(&mut **tx)
     .await?;
     Ok(done.rows_affected())

@@ -24,17 +24,16 @@ pub async fn mark_changed(
         // A node's must-agree values decide what its site's other nodes may write
         // (`job_env::keep_rank_agreed`), so their versions go too.
         Changed::Nodes(nodes) => {
-            sqlx::query_scalar(
+            sqlx::query_scalar!(
                 "SELECT n.id FROM nodes n WHERE n.id = ANY($1)
                  OR n.site_id IN (SELECT site_id FROM nodes WHERE id = ANY($1) AND site_id IS NOT NULL)",
+                nodes,
             )
-            .bind(nodes)
             .fetch_all(&mut *conn)
             .await?
         }
         Changed::Site(site) => {
-            sqlx::query_scalar("SELECT id FROM nodes WHERE site_id = $1")
-                .bind(site)
+            sqlx::query_scalar!("SELECT id FROM nodes WHERE site_id = $1", site)
                 .fetch_all(&mut *conn)
                 .await?
         }
@@ -42,9 +41,11 @@ pub async fn mark_changed(
     // Every row, NULL ones included: a row already NULL may be under a computation
     // (`job_env::refresh_due` holds it) that read the environment before this write; the
     // UPDATE waits for it and makes the version unknown again after it.
-    sqlx::query("UPDATE nodes SET job_env_sha256 = NULL WHERE id = ANY($1)")
-        .bind(&nodes)
-        .execute(&mut *conn)
-        .await?;
+    sqlx::query!(
+        "UPDATE nodes SET job_env_sha256 = NULL WHERE id = ANY($1)",
+        &nodes
+    )
+    .execute(&mut *conn)
+    .await?;
     Ok(nodes)
 }

@@ -5,7 +5,6 @@ use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue};
 use base64::Engine;
-use chrono::{DateTime, Utc};
 use heddle_types::auth::Role;
 use rand::RngCore;
 use sha2::{Digest, Sha256};
@@ -148,17 +147,17 @@ pub async fn caller_for_token(state: &AppState, token: &str) -> Result<Caller, A
         ));
     }
     let sha = sha256_hex(token);
-    let row: Option<(Uuid, String, String, bool)> = sqlx::query_as(
-        "SELECT id, name, role,
-                coalesce(last_used_at < now() - make_interval(secs => $2), true)
+    let row = sqlx::query!(
+        r#"SELECT id, name, role,
+                coalesce(last_used_at < now() - make_interval(secs => $2), true) AS "stale!"
          FROM api_tokens
-         WHERE token_sha256 = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())",
+         WHERE token_sha256 = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())"#,
+        sha,
+        LAST_USED_RESOLUTION.as_secs_f64(),
     )
-    .bind(&sha)
-    .bind(LAST_USED_RESOLUTION.as_secs_f64())
     .fetch_optional(&state.db)
     .await?;
-    let Some((token_id, name, role, stale)) = row else {
+    let Some((token_id, name, role, stale)) = row.map(|r| (r.id, r.name, r.role, r.stale)) else {
         return Err(refused_token(&state.db, &sha).await);
     };
     if stale {
@@ -181,12 +180,12 @@ pub const LAST_USED_RESOLUTION: std::time::Duration = std::time::Duration::from_
 /// Sets a token's `last_used_at` unless another request (on any replica) did within
 /// [`LAST_USED_RESOLUTION`]; the row lock makes racing requests write it once.
 async fn touch_token(db: &sqlx::PgPool, token_id: Uuid) -> Result<(), sqlx::Error> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE api_tokens SET last_used_at = now()
          WHERE id = $1 AND (last_used_at IS NULL OR last_used_at < now() - make_interval(secs => $2))",
+        token_id,
+        LAST_USED_RESOLUTION.as_secs_f64(),
     )
-    .bind(token_id)
-    .bind(LAST_USED_RESOLUTION.as_secs_f64())
     .execute(db)
     .await?;
     Ok(())
@@ -194,13 +193,13 @@ async fn touch_token(db: &sqlx::PgPool, token_id: Uuid) -> Result<(), sqlx::Erro
 
 /// Why a presented API token was refused, in words that say what to do.
 async fn refused_token(db: &sqlx::PgPool, sha: &str) -> ApiError {
-    type Row = (String, Option<DateTime<Utc>>, Option<DateTime<Utc>>);
-    let row: Result<Option<Row>, _> = sqlx::query_as(
+    let row = sqlx::query!(
         "SELECT name, revoked_at, expires_at FROM api_tokens WHERE token_sha256 = $1",
+        sha,
     )
-    .bind(sha)
     .fetch_optional(db)
-    .await;
+    .await
+    .map(|r| r.map(|r| (r.name, r.revoked_at, r.expires_at)));
     match row {
         Err(e) => e.into(),
         Ok(None) => ApiError::Unauthorized(
@@ -254,10 +253,11 @@ impl FromRequestParts<AppState> for AgentCaller {
             )));
         }
         let looked_up_at = std::time::Instant::now();
-        let row: Option<(Uuid, Uuid, bool)> = sqlx::query_as(
-            "SELECT id, node_id, revoked_at IS NOT NULL FROM agents WHERE credential_sha256 = $1",
+        let row = sqlx::query!(
+            r#"SELECT id, node_id, revoked_at IS NOT NULL AS "revoked!"
+             FROM agents WHERE credential_sha256 = $1"#,
+            hex::encode(sha),
         )
-        .bind(hex::encode(sha))
         .fetch_optional(
             &mut *state
                 .metrics
@@ -266,7 +266,7 @@ impl FromRequestParts<AppState> for AgentCaller {
                 .await?,
         )
         .await?;
-        match row {
+        match row.map(|r| (r.id, r.node_id, r.revoked)) {
             None => Err(ApiError::Unauthorized(
                 "unknown agent credential; enroll again".into(),
             )),
@@ -294,22 +294,22 @@ pub async fn bootstrap_admin(
     configured: Option<&str>,
 ) -> anyhow::Result<Option<String>> {
     let mut tx = db.begin().await?;
-    sqlx::query("SELECT pg_advisory_xact_lock(727275)")
-        .execute(&mut *tx)
+    sqlx::query_scalar!(r#"SELECT pg_advisory_xact_lock(727275)::text AS "locked?""#)
+        .fetch_one(&mut *tx)
         .await?;
     let Some(configured) = configured else {
-        let any: (bool,) = sqlx::query_as("SELECT EXISTS (SELECT 1 FROM api_tokens)")
+        let any = sqlx::query_scalar!(r#"SELECT EXISTS (SELECT 1 FROM api_tokens) AS "any!""#)
             .fetch_one(&mut *tx)
             .await?;
-        if any.0 {
+        if any {
             return Ok(None);
         }
         let token = new_secret(API_TOKEN_PREFIX);
-        sqlx::query(
+        sqlx::query!(
             "INSERT INTO api_tokens (id, name, role, token_sha256) VALUES ($1, 'bootstrap-admin', 'admin', $2)",
+            Uuid::new_v4(),
+            sha256_hex(&token),
         )
-        .bind(Uuid::new_v4())
-        .bind(sha256_hex(&token))
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -317,26 +317,26 @@ pub async fn bootstrap_admin(
     };
     let sha = sha256_hex(configured);
     // The previous configured token keeps its row (and audit trail) under another name.
-    let rotated: Vec<(Uuid,)> = sqlx::query_as(
+    let rotated = sqlx::query_scalar!(
         "UPDATE api_tokens SET revoked_at = coalesce(revoked_at, now()), name = $1 || '-revoked-' || id
          WHERE name = $1 AND token_sha256 <> $2 RETURNING id",
+        CONFIGURED_ADMIN,
+        sha,
     )
-    .bind(CONFIGURED_ADMIN)
-    .bind(&sha)
     .fetch_all(&mut *tx)
     .await?;
     // Configuring another token's value (rotating back, promoting a token) makes it the live
     // admin token: whoever sets the server's environment decides who is admin. The token
     // configured now keeps a revocation made through the API until the value changes.
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO api_tokens (id, name, role, token_sha256) VALUES ($1, $2, 'admin', $3)
          ON CONFLICT (token_sha256) DO UPDATE SET name = EXCLUDED.name, role = 'admin',
              revoked_at = NULL, expires_at = NULL
          WHERE api_tokens.name <> EXCLUDED.name",
+        Uuid::new_v4(),
+        CONFIGURED_ADMIN,
+        sha,
     )
-    .bind(Uuid::new_v4())
-    .bind(CONFIGURED_ADMIN)
-    .bind(&sha)
     .execute(&mut *tx)
     .await?;
     if !rotated.is_empty() {
@@ -345,7 +345,7 @@ pub async fn bootstrap_admin(
             "server:start",
             "token.rotate_configured_admin",
             &format!("token:{CONFIGURED_ADMIN}"),
-            serde_json::json!({"revoked": rotated.iter().map(|r| r.0).collect::<Vec<_>>()}),
+            serde_json::json!({"revoked": rotated}),
         )
         .await?;
         tracing::warn!(

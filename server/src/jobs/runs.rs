@@ -11,7 +11,6 @@ use crate::db;
 /// Most nodes one run may span.
 pub const MAX_RUN_NODES: usize = 4096;
 
-#[derive(sqlx::FromRow)]
 struct JobRow {
     id: Uuid,
     run_id: Uuid,
@@ -31,10 +30,6 @@ struct JobRow {
     finished_at: Option<DateTime<Utc>>,
     applied_env: Option<sqlx::types::Json<Vec<EnvVar>>>,
 }
-
-const JOB_SELECT: &str = "SELECT j.id, j.run_id, j.node_id, n.hostname, j.rank, j.world_size, j.state, j.attempts,
-    j.max_attempts, j.lease_expires_at, j.cancel_requested, j.error, j.progress, j.created_at, j.started_at,
-    j.finished_at, j.applied_env FROM jobs j JOIN nodes n ON n.id = j.node_id";
 
 impl TryFrom<JobRow> for Job {
     type Error = JobError;
@@ -66,22 +61,27 @@ impl TryFrom<JobRow> for Job {
 
 /// A run with its jobs, ranked.
 pub async fn load_run(db: &sqlx::PgPool, id: Uuid) -> Result<Run, JobError> {
-    let row: Option<(
-        Uuid,
-        Option<String>,
-        sqlx::types::Json<JobSpec>,
-        String,
-        DateTime<Utc>,
-    )> = sqlx::query_as("SELECT id, label, spec, created_by, created_at FROM runs WHERE id = $1")
-        .bind(id)
-        .fetch_optional(db)
-        .await?;
-    let (id, label, spec, created_by, created_at) = row.ok_or(JobError::NoRun(id))?;
-    let jobs: Vec<JobRow> =
-        sqlx::query_as(&format!("{JOB_SELECT} WHERE j.run_id = $1 ORDER BY j.rank"))
-            .bind(id)
-            .fetch_all(db)
-            .await?;
+    let run = sqlx::query!(
+        r#"SELECT id, label, spec AS "spec: sqlx::types::Json<JobSpec>", created_by, created_at
+         FROM runs WHERE id = $1"#,
+        id,
+    )
+    .fetch_optional(db)
+    .await?
+    .ok_or(JobError::NoRun(id))?;
+    let (id, label, spec, created_by, created_at) =
+        (run.id, run.label, run.spec, run.created_by, run.created_at);
+    let jobs = sqlx::query_as!(
+        JobRow,
+        r#"SELECT j.id, j.run_id, j.node_id, n.hostname, j.rank, j.world_size, j.state, j.attempts,
+                j.max_attempts, j.lease_expires_at, j.cancel_requested, j.error,
+                j.progress AS "progress: sqlx::types::Json<Progress>", j.created_at, j.started_at,
+                j.finished_at, j.applied_env AS "applied_env: sqlx::types::Json<Vec<EnvVar>>"
+         FROM jobs j JOIN nodes n ON n.id = j.node_id WHERE j.run_id = $1 ORDER BY j.rank"#,
+        id,
+    )
+    .fetch_all(db)
+    .await?;
     let jobs: Vec<Job> = jobs
         .into_iter()
         .map(TryInto::try_into)
@@ -175,16 +175,14 @@ pub async fn agreed_env(
         envs.push(env);
     }
     if nodes.len() > 1 {
-        let names: Vec<(Uuid, String)> =
-            sqlx::query_as("SELECT id, hostname FROM nodes WHERE id = ANY($1)")
-                .bind(nodes)
-                .fetch_all(&mut *conn)
-                .await?;
+        let names = sqlx::query!("SELECT id, hostname FROM nodes WHERE id = ANY($1)", nodes)
+            .fetch_all(&mut *conn)
+            .await?;
         let host = |id: &Uuid| {
             names
                 .iter()
-                .find(|(n, _)| n == id)
-                .map_or_else(|| id.to_string(), |(_, h)| h.clone())
+                .find(|n| n.id == *id)
+                .map_or_else(|| id.to_string(), |n| n.hostname.clone())
         };
         let hosts: Vec<String> = nodes.iter().map(host).collect();
         heddle_types::must_agree::check(

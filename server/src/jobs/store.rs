@@ -352,20 +352,20 @@ pub async fn give_up_unclaimed_runs(
     runs: &[Uuid],
     deadline_s: i64,
 ) -> Result<Vec<Uuid>, JobError> {
-    let stale: Vec<(Uuid, String)> = sqlx::query_as(
+    let stale = sqlx::query!(
         "UPDATE jobs j SET state = 'cancelled', finished_at = now(),
                 error = format('not claimed within %s s: is the agent of %s running?', $2::bigint, n.hostname)
          FROM nodes n
          WHERE j.run_id = ANY($1) AND n.id = j.node_id
            AND j.state = 'queued' AND j.created_at < now() - make_interval(secs => $2::float8)
          RETURNING j.run_id, j.state",
+        runs,
+        deadline_s as f64,
     )
-    .bind(runs)
-    .bind(deadline_s as f64)
     .fetch_all(&mut *tx)
     .await?;
     let mut ended = Vec::with_capacity(stale.len());
-    for (run, state) in stale {
+    for (run, state) in stale.into_iter().map(|r| (r.run_id, r.state)) {
         moved(Move::GiveUp, Some(JobState::Queued), &state)?;
         if !ended.contains(&run) {
             ended.push(run);

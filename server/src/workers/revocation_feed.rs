@@ -51,7 +51,7 @@ impl Worker for RevocationFeed {
         )?;
         if self.last_trim.elapsed() > TRIM_EVERY {
             self.last_trim = Instant::now();
-            sqlx::query("DELETE FROM agent_revocations WHERE at < now() - interval '1 hour'")
+            sqlx::query!("DELETE FROM agent_revocations WHERE at < now() - interval '1 hour'")
                 .execute(&self.db)
                 .await
                 .context("trimming agent revocations failed")?;
