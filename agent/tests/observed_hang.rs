@@ -93,7 +93,7 @@ async fn until(
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
         let jobs: Vec<WorkloadSummary> = api
-            .get(&format!("/workloads?node={node}"))
+            .fetch(&format!("/workloads?node={node}"))
             .await
             .unwrap_or_default();
         let row = jobs.into_iter().find(|j| j.workload_key == key);
@@ -103,7 +103,7 @@ async fn until(
         if std::time::Instant::now() > deadline {
             let ranks = match &row {
                 Some(j) => api
-                    .get::<Workload>(&format!("/workloads/{}", j.id))
+                    .fetch::<Workload>(&format!("/workloads/{}", j.id))
                     .await
                     .map(|d| d.ranks),
                 None => None,
@@ -138,26 +138,44 @@ async fn hung_and_straggling_jobs_are_named_across_nodes() {
     })
     .await;
     let dir = tempfile::tempdir().unwrap();
+    let (spools, mut agents) = three_nodes_with_job_spools(&server, dir.path()).await;
+    let api = Api::new(&server);
+    let mut children = Vec::new();
+    let (t0, fault) = jobs_101_to_104_started(&spools, &mut children);
+    a_rank_that_stopped_is_named(&api, &agents, fault).await;
+    a_collective_nobody_finishes_is_named(&api, &agents, fault).await;
+    a_late_rank_is_named_a_straggler(&api, &agents, t0).await;
+    ranks_pausing_together_are_nothing(&api, &agents, t0).await;
+    a_rank_whose_node_vanished_is_named(&api, &mut agents, &spools, &mut children).await;
+    for mut c in children {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+/// One `heddle-agent run` per node, each with its own job spool; returns the spools and
+/// the agents once every spool is there.
+async fn three_nodes_with_job_spools(
+    server: &TestServer,
+    dir: &Path,
+) -> (Vec<PathBuf>, Vec<Agent>) {
     // One enrollment token per node: a token enrolls one agent.
     let mut tokens = Vec::new();
     for _ in NODES {
         tokens.push(server.enrollment_token().await);
     }
-    let spools: Vec<PathBuf> = NODES
-        .iter()
-        .map(|n| dir.path().join(n).join("jobs"))
-        .collect();
-    let mut agents: Vec<Agent> = NODES
+    let spools: Vec<PathBuf> = NODES.iter().map(|n| dir.join(n).join("jobs")).collect();
+    let agents: Vec<Agent> = NODES
         .iter()
         .zip(&spools)
         .zip(&tokens)
         .map(|((n, spool), token)| {
-            std::fs::create_dir_all(dir.path().join(n)).unwrap();
+            std::fs::create_dir_all(dir.join(n)).unwrap();
             Agent::start_named(
                 n,
                 &[&server.url],
                 Some(token),
-                &dir.path().join(n).join("state"),
+                &dir.join(n).join("state"),
                 &[
                     "--job-spool",
                     spool.to_str().unwrap(),
@@ -173,36 +191,49 @@ async fn hung_and_straggling_jobs_are_named_across_nodes() {
         })
         .await;
     }
-    let api = Api::new(&server);
-    let mut children = Vec::new();
+    (spools, agents)
+}
+
+/// The drive's flags for all-reduces every 50 ms from `start` (ms since the epoch).
+fn every_50_ms(start: &str, ops: &str) -> Vec<String> {
+    vec![
+        "--start-at-ms".to_string(),
+        start.to_string(),
+        "--period-ms".into(),
+        "50".into(),
+        "--op".into(),
+        ops.to_string(),
+    ]
+}
+
+fn args(v: &[String], more: &[&str]) -> Vec<String> {
+    v.iter()
+        .cloned()
+        .chain(more.iter().map(|s| s.to_string()))
+        .collect()
+}
+
+/// Starts rank `r` of `job` on node `r`'s spool with the drive's flags `a`.
+fn run_rank(children: &mut Vec<Child>, spools: &[PathBuf], job: &str, r: usize, a: Vec<String>) {
+    let refs: Vec<&str> = a.iter().map(String::as_str).collect();
+    children.push(rank(&spools[r], job, r as u32, &refs));
+}
+
+/// Jobs 101 to 104, each a 3-rank communicator across the nodes. Returns when they start
+/// and when the 21st all-reduce, where 101 and 102 hang, starts (ms since the epoch).
+fn jobs_101_to_104_started(spools: &[PathBuf], children: &mut Vec<Child>) -> (u64, u64) {
     let t0 = now_ms() + 1500;
     let start = t0.to_string();
     // The 21st all-reduce, where jobs 101 and 102 hang, starts 20 periods in.
     let fault = t0 + 20 * 50;
-    let sched = |ops: &str| {
-        vec![
-            "--start-at-ms".to_string(),
-            start.clone(),
-            "--period-ms".into(),
-            "50".into(),
-            "--op".into(),
-            ops.to_string(),
-        ]
-    };
-    let args = |v: &Vec<String>, more: &[&str]| -> Vec<String> {
-        v.iter()
-            .cloned()
-            .chain(more.iter().map(|s| s.to_string()))
-            .collect()
-    };
+    let sched = |ops: &str| every_50_ms(&start, ops);
     let run = |children: &mut Vec<Child>, job: &str, r: usize, a: Vec<String>| {
-        let refs: Vec<&str> = a.iter().map(String::as_str).collect();
-        children.push(rank(&spools[r], job, r as u32, &refs));
+        run_rank(children, spools, job, r, a)
     };
     // 101: rank 1 stops after 20 all-reduces; ranks 0 and 2 enter the 21st, which cannot end.
     for r in [0, 2] {
         run(
-            &mut children,
+            children,
             "101",
             r,
             args(
@@ -212,7 +243,7 @@ async fn hung_and_straggling_jobs_are_named_across_nodes() {
         );
     }
     run(
-        &mut children,
+        children,
         "101",
         1,
         args(&sched("AllReduce:1048576:20"), &["--linger-s", "40"]),
@@ -220,7 +251,7 @@ async fn hung_and_straggling_jobs_are_named_across_nodes() {
     // 102: every rank enters the 21st and none finishes it.
     for r in 0..3 {
         run(
-            &mut children,
+            children,
             "102",
             r,
             args(
@@ -244,20 +275,24 @@ async fn hung_and_straggling_jobs_are_named_across_nodes() {
             "--linger-s".into(),
             "2".into(),
         ];
-        run(&mut children, "103", r, a);
+        run(children, "103", r, a);
     }
     // 104: every rank pauses 15 s after 20 all-reduces (a checkpoint), then goes on.
     for r in 0..3 {
         run(
-            &mut children,
+            children,
             "104",
             r,
             args(&sched("AllReduce:1048576:20"), &["--linger-s", "15"]),
         );
     }
+    (t0, fault)
+}
 
+/// 101: rank 1 stopped; ranks 0 and 2 wait in the 21st all-reduce.
+async fn a_rank_that_stopped_is_named(api: &Api, agents: &[Agent], fault: u64) {
     let (j, took) = until(
-        &api,
+        api,
         &agents[0],
         ("hang-a", "101", fault),
         "job 101 hung",
@@ -271,7 +306,7 @@ async fn hung_and_straggling_jobs_are_named_across_nodes() {
     );
     assert!(m.contains("#21"), "{m}");
     eprintln!("a rank that stopped: named {took:.1} s after it: {m}");
-    let detail: Workload = api.get(&format!("/workloads/{}", j.id)).await.unwrap();
+    let detail: Workload = api.fetch(&format!("/workloads/{}", j.id)).await.unwrap();
     let culprits: Vec<(u32, &str)> = detail
         .ranks
         .iter()
@@ -282,7 +317,7 @@ async fn hung_and_straggling_jobs_are_named_across_nodes() {
     assert_eq!(detail.ranks.len(), 3);
     // Every node's row of the job says so.
     let (j, _) = until(
-        &api,
+        api,
         &agents[1],
         ("hang-b", "101", fault),
         "job 101 hung on hang-b",
@@ -290,9 +325,12 @@ async fn hung_and_straggling_jobs_are_named_across_nodes() {
     )
     .await;
     assert_eq!(j.verdict, heddle_types::health::Verdict::Fail);
+}
 
+/// 102: every rank entered the 21st all-reduce and none finishes it.
+async fn a_collective_nobody_finishes_is_named(api: &Api, agents: &[Agent], fault: u64) {
     let (j, took) = until(
-        &api,
+        api,
         &agents[0],
         ("hang-a", "102", fault),
         "job 102 hung",
@@ -305,9 +343,12 @@ async fn hung_and_straggling_jobs_are_named_across_nodes() {
         "{m}"
     );
     eprintln!("a collective nobody finishes: named {took:.1} s after it started: {m}");
+}
 
+/// 103: rank 2 is late to every all-reduce.
+async fn a_late_rank_is_named_a_straggler(api: &Api, agents: &[Agent], t0: u64) {
     let (j, took) = until(
-        &api,
+        api,
         &agents[2],
         ("hang-c", "103", t0),
         "job 103 straggling",
@@ -318,10 +359,12 @@ async fn hung_and_straggling_jobs_are_named_across_nodes() {
     assert!(m.contains("rank 2 on hang-c arrived last"), "{m}");
     assert!(!has(&j, "job-hung"), "{j:?}");
     eprintln!("a straggler: named {took:.1} s after the job started: {m}");
+}
 
-    // 104 paused together: seen, judged, never hung nor straggling, through its pause.
+/// 104 paused together: seen, judged, never hung nor straggling, through its pause.
+async fn ranks_pausing_together_are_nothing(api: &Api, agents: &[Agent], t0: u64) {
     let (j, _) = until(
-        &api,
+        api,
         &agents[0],
         ("hang-a", "104", t0),
         "job 104 judged",
@@ -330,30 +373,31 @@ async fn hung_and_straggling_jobs_are_named_across_nodes() {
     .await;
     assert!(!has(&j, "job-hung") && !has(&j, "job-straggler"), "{j:?}");
     tokio::time::sleep(Duration::from_secs(6)).await;
-    let jobs: Vec<WorkloadSummary> = api.get("/workloads?node=hang-a").await.unwrap();
+    let jobs: Vec<WorkloadSummary> = api.fetch("/workloads?node=hang-a").await.unwrap();
     let paused = jobs.iter().find(|j| j.workload_key == "slurm:104").unwrap();
     assert!(
         !has(paused, "job-hung") && !has(paused, "job-straggler"),
         "{paused:?}"
     );
+}
 
-    // 105: rank 2's node vanishes after 20 all-reduces (its agent and its process are
-    // killed) while ranks 0 and 1 enter the 21st.
+/// 105: rank 2's node vanishes after 20 all-reduces (its agent and its process are
+/// killed) while ranks 0 and 1 enter the 21st.
+async fn a_rank_whose_node_vanished_is_named(
+    api: &Api,
+    agents: &mut Vec<Agent>,
+    spools: &[PathBuf],
+    children: &mut Vec<Child>,
+) {
     let t1 = now_ms() + 1000;
     let start = t1.to_string();
-    let sched = |ops: &str| {
-        vec![
-            "--start-at-ms".to_string(),
-            start.clone(),
-            "--period-ms".into(),
-            "50".into(),
-            "--op".into(),
-            ops.to_string(),
-        ]
+    let sched = |ops: &str| every_50_ms(&start, ops);
+    let run = |children: &mut Vec<Child>, job: &str, r: usize, a: Vec<String>| {
+        run_rank(children, spools, job, r, a)
     };
     for r in [0, 1] {
         run(
-            &mut children,
+            children,
             "105",
             r,
             args(
@@ -374,7 +418,7 @@ async fn hung_and_straggling_jobs_are_named_across_nodes() {
     );
     // Once the server holds rank 2's last report, its node goes.
     until(
-        &api,
+        api,
         &agents[2],
         ("hang-c", "105", t1),
         "rank 2 of job 105 reported",
@@ -388,7 +432,7 @@ async fn hung_and_straggling_jobs_are_named_across_nodes() {
     let c = agents.remove(2);
     drop(c);
     let (j, took) = until(
-        &api,
+        api,
         &agents[0],
         ("hang-a", "105", t1 + 20 * 50),
         "job 105 hung",
@@ -398,9 +442,4 @@ async fn hung_and_straggling_jobs_are_named_across_nodes() {
     let m = message(&j, "job-hung");
     assert!(m.contains("rank 2 on hang-c never entered it"), "{m}");
     eprintln!("a rank whose node vanished: named {took:.1} s after its peers entered #21: {m}");
-
-    for mut c in children {
-        let _ = c.kill();
-        let _ = c.wait();
-    }
 }

@@ -129,7 +129,7 @@ async fn a_job_that_fell_to_sockets_on_an_ib_node_fails_it() {
     let api = Api::new(&server);
     // The verdict reads the node's facts: wait for them first.
     eventually("node facts with an ACTIVE IB port", &agent, || async {
-        api.get::<NodeDetail>(&format!("/nodes/{HOST}"))
+        api.fetch::<NodeDetail>(&format!("/nodes/{HOST}"))
             .await
             .filter(|n| {
                 n.facts
@@ -151,7 +151,7 @@ async fn a_job_that_fell_to_sockets_on_an_ib_node_fails_it() {
     let files = write_job_spool(&spool);
 
     let job: WorkloadSummary = eventually("an observed job that failed", &agent, || async {
-        let jobs: Vec<WorkloadSummary> = api.get(&format!("/workloads?node={HOST}")).await?;
+        let jobs: Vec<WorkloadSummary> = api.fetch(&format!("/workloads?node={HOST}")).await?;
         // Both ranks' processes: under load the agent may upload the first before the
         // second has written its file.
         jobs.into_iter()
@@ -168,7 +168,7 @@ async fn a_job_that_fell_to_sockets_on_an_ib_node_fails_it() {
         job.reasons[0].message
     );
 
-    let detail: Workload = api.get(&format!("/workloads/{}", job.id)).await.unwrap();
+    let detail: Workload = api.fetch(&format!("/workloads/{}", job.id)).await.unwrap();
     assert_eq!(detail.comms.len(), 1);
     let c = &detail.comms[0];
     assert_eq!(
@@ -183,7 +183,7 @@ async fn a_job_that_fell_to_sockets_on_an_ib_node_fails_it() {
     // 256 MiB in 120 ms on 4 ranks: algbw 2.24 GB/s, busbw × 1.5.
     assert!((band.busbw_gbs.unwrap() - 3.355).abs() < 0.01, "{band:?}");
 
-    let health: NodeHealth = api.get(&format!("/nodes/{HOST}/health")).await.unwrap();
+    let health: NodeHealth = api.fetch(&format!("/nodes/{HOST}/health")).await.unwrap();
     assert_eq!(health.verdict, Verdict::Fail);
     assert!(
         health
@@ -208,6 +208,6 @@ async fn a_job_that_fell_to_sockets_on_an_ib_node_fails_it() {
     assert_eq!(log.matches("job spool file refused").count(), 1, "{log}");
     assert!(log.contains("symbolic link"), "{log}");
     // Nothing else arrived: one job.
-    let jobs: Vec<WorkloadSummary> = api.get("/workloads").await.unwrap();
+    let jobs: Vec<WorkloadSummary> = api.fetch("/workloads").await.unwrap();
     assert_eq!(jobs.len(), 1, "{jobs:?}");
 }

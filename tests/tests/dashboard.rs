@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 
 use fantoccini::{Client, Locator};
 use heddle_server::testing::TestServer;
+use heddle_testkit::Api;
+use heddle_testkit::files::fixture_facts as fixture;
 use serde_json::{Value, json};
 
 #[path = "dashboard/browser.rs"]
@@ -40,67 +42,30 @@ impl Shots {
     }
 }
 
-struct Api {
-    base: String,
-    http: reqwest::Client,
-}
-
-impl Api {
-    async fn call(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        token: &str,
-        body: Option<Value>,
-    ) -> Value {
-        let mut req = self
-            .http
-            .request(method, format!("{}{path}", self.base))
-            .bearer_auth(token);
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req.send().await.unwrap();
-        let status = resp.status();
-        let text = resp.text().await.unwrap();
-        assert!(status.is_success(), "{path}: {status} {text}");
-        serde_json::from_str(&text).unwrap_or(Value::Null)
-    }
-}
-
 /// Enrolls an agent for `hostname` and, when given, sends its facts.
 async fn enroll(api: &Api, server: &TestServer, hostname: &str, facts: Option<Value>) -> String {
     let token = server.enrollment_token().await;
     let body = json!({"enroll_token": token, "hostname": hostname, "agent_version": "0.1.0"});
-    let resp = api
-        .http
-        .post(format!("{}/api/v1/agent/enroll", api.base))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 201);
-    let credential = resp.json::<Value>().await.unwrap()["credential"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (status, enrolled) = api
+        .call(
+            reqwest::Method::POST,
+            "/api/v1/agent/enroll",
+            None,
+            Some(body),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let credential = enrolled["credential"].as_str().unwrap().to_string();
     if let Some(f) = facts {
-        api.call(
+        api.ok(
             reqwest::Method::PUT,
             "/api/v1/agent/facts",
-            &credential,
+            Some(&credential),
             Some(f),
         )
         .await;
     }
     credential
-}
-
-fn fixture(name: &str) -> Value {
-    serde_json::from_slice(
-        &std::fs::read(repo().join("plugins/fixtures").join(format!("{name}.json"))).unwrap(),
-    )
-    .unwrap()
 }
 
 fn plugin_path(name: &str) -> PathBuf {
@@ -181,37 +146,62 @@ async fn dashboard_end_to_end_in_chromium() {
     let runai = plugin_path("runai-roce");
     let server = TestServer::start_with(|c| c.dashboard_dir = Some(dist.clone())).await;
     let admin = server.admin_token.clone();
-    let api = Api {
-        base: server.url.clone(),
-        http: reqwest::Client::new(),
-    };
+    let api = Api::new(&server);
     let shots = Shots(Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard-screenshots"));
     std::fs::create_dir_all(&shots.0).unwrap();
+    let (nd, worker) = seed(&server, &api, &admin).await;
 
-    // Seed: three nodes from plugin fixtures, one agent that never sent facts, two enabled
-    // plugins, and a finished baseline run on dgx15 to overlay later.
-    let dgx = enroll(&api, &server, "dgx15", Some(fixture("dgx1"))).await;
-    let nd = enroll(
-        &api,
-        &server,
-        "nd40rs-v2-0",
-        Some(fixture("azure-nd40rs-v2")),
-    )
-    .await;
+    let (_driver, c) = browser().await;
+    let w = Walk {
+        server: &server,
+        api: &api,
+        admin: &admin,
+        c: &c,
+        shots: &shots,
+    };
+    sign_in(&w).await;
+    fleet_page(&w).await;
+    node_page(&w).await;
+    launch_a_run_and_watch_it(&w).await;
+    upload_and_dry_run_a_plugin(&w, &runai).await;
+    agents_page(&w).await;
+    pages::sweeps_p2p_investigations(&c, &server, &api, &shots, vec![nd, worker]).await;
+    a_viewer_sees_no_actions(&w).await;
+
+    println!("dashboard screenshots: {}", shots.0.display());
+    c.close().await.unwrap();
+}
+
+/// What the steps in the browser share: the server, its API, the browser and where the
+/// screenshots go.
+struct Walk<'a> {
+    server: &'a TestServer,
+    api: &'a Api,
+    admin: &'a str,
+    c: &'a Client,
+    shots: &'a Shots,
+}
+
+/// Seed: three nodes from plugin fixtures, one agent that never sent facts, two enabled
+/// plugins, and a finished baseline run on dgx15 to overlay later. Returns the
+/// credentials of two of the nodes.
+async fn seed(server: &TestServer, api: &Api, admin: &str) -> (String, String) {
+    let dgx = enroll(api, server, "dgx15", Some(fixture("dgx1"))).await;
+    let nd = enroll(api, server, "nd40rs-v2-0", Some(fixture("azure-nd40rs-v2"))).await;
     let worker = enroll(
-        &api,
-        &server,
+        api,
+        server,
         "my-first-distributed-app-worker-0",
         Some(fixture("runai-roce")),
     )
     .await;
-    enroll(&api, &server, "gpu-new-7", None).await;
+    enroll(api, server, "gpu-new-7", None).await;
     for name in ["dgx-affinity", "azure-nd"] {
         let bytes = std::fs::read(plugin_path(name)).unwrap();
         let r = api
             .http
             .post(format!("{}/api/v1/plugins/{name}/versions/0.1.0", api.base))
-            .bearer_auth(&admin)
+            .bearer_auth(admin)
             .header("content-type", "application/wasm")
             .body(bytes)
             .send()
@@ -222,10 +212,10 @@ async fn dashboard_end_to_end_in_chromium() {
             "uploading {name}: {}",
             r.text().await.unwrap()
         );
-        api.call(
+        api.ok(
             reqwest::Method::POST,
             &format!("/api/v1/plugins/{name}/enable"),
-            &admin,
+            Some(admin),
             Some(json!({})),
         )
         .await;
@@ -241,7 +231,12 @@ async fn dashboard_end_to_end_in_chromium() {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let node = api
-            .call(reqwest::Method::GET, "/api/v1/nodes/dgx15", &admin, None)
+            .ok(
+                reqwest::Method::GET,
+                "/api/v1/nodes/dgx15",
+                Some(admin),
+                None,
+            )
             .await;
         if node["recommendations"]
             .as_array()
@@ -255,20 +250,33 @@ async fn dashboard_end_to_end_in_chromium() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    (nd, worker)
+}
 
-    let (_driver, c) = browser().await;
-
-    // Sign in: a wrong token is refused with the server's words, the admin token works.
+/// Sign in: a wrong token is refused with the server's words, the admin token works.
+async fn sign_in(w: &Walk<'_>) {
+    let Walk {
+        server,
+        admin,
+        c,
+        shots,
+        ..
+    } = w;
     c.goto(&server.url).await.unwrap();
-    type_into(&c, "#token", "hdl_not-a-real-token").await;
-    click(&c, ".signin button[type=submit]").await;
-    wait_text(&c, ".signin .error", "refused").await;
-    shots.take(&c, "01-sign-in-refused").await;
-    type_into(&c, "#token", &admin).await;
-    click(&c, ".signin button[type=submit]").await;
-    wait_text(&c, "#who", "(admin)").await;
+    type_into(c, "#token", "hdl_not-a-real-token").await;
+    click(c, ".signin button[type=submit]").await;
+    wait_text(c, ".signin .error", "refused").await;
+    shots.take(c, "01-sign-in-refused").await;
+    type_into(c, "#token", admin).await;
+    click(c, ".signin button[type=submit]").await;
+    wait_text(c, "#who", "(admin)").await;
+}
 
-    // Fleet, and time to first render from a fresh navigation with the stored token.
+/// Fleet, and time to first render from a fresh navigation with the stored token.
+async fn fleet_page(w: &Walk<'_>) {
+    let Walk {
+        server, c, shots, ..
+    } = w;
     let t0 = Instant::now();
     c.goto(&format!("{}/", server.url)).await.unwrap();
     c.wait()
@@ -291,7 +299,7 @@ async fn dashboard_end_to_end_in_chromium() {
         "dashboard: first fleet render {mark_ms:.0} ms after navigation start (browser mark), {seen_ms:.0} ms as seen by WebDriver"
     );
     assert!(mark_ms < 5000.0, "first render took {mark_ms} ms");
-    let count = wait_text(&c, "#fleet-count", "4 of 4 nodes").await;
+    let count = wait_text(c, "#fleet-count", "4 of 4 nodes").await;
     assert!(count.contains("4 of 4"));
     // Problems first: the node without facts leads.
     let first = c
@@ -302,34 +310,38 @@ async fn dashboard_end_to_end_in_chromium() {
         .await
         .unwrap();
     assert_eq!(first.as_deref(), Some("gpu-new-7"));
-    wait_text(&c, "#fleet-table", "8 × Tesla V100").await;
-    shots.take(&c, "02-fleet").await;
-    type_into(&c, "#fleet-search", "mlx5_bond").await;
-    wait_text(&c, "#fleet-count", "1 of 4 nodes").await;
-    wait_text(
-        &c,
-        "#fleet-table tbody",
-        "my-first-distributed-app-worker-0",
-    )
-    .await;
-    shots.take(&c, "03-fleet-search").await;
-    type_into(&c, "#fleet-search", "dgx15").await;
-    wait_text(&c, "#fleet-count", "1 of 4 nodes").await;
+    wait_text(c, "#fleet-table", "8 × Tesla V100").await;
+    shots.take(c, "02-fleet").await;
+    type_into(c, "#fleet-search", "mlx5_bond").await;
+    wait_text(c, "#fleet-count", "1 of 4 nodes").await;
+    wait_text(c, "#fleet-table tbody", "my-first-distributed-app-worker-0").await;
+    shots.take(c, "03-fleet-search").await;
+    type_into(c, "#fleet-search", "dgx15").await;
+    wait_text(c, "#fleet-count", "1 of 4 nodes").await;
+}
 
-    // Node page: facts, heatmap, recommendations, export block, the jobs' environment with
-    // what the rank-agreement rule left out of it (a node profile's NCCL_ALGO on a node
-    // without a site), history.
+/// Node page: facts, heatmap, recommendations, export block, the jobs' environment with
+/// what the rank-agreement rule left out of it (a node profile's NCCL_ALGO on a node
+/// without a site), history.
+async fn node_page(w: &Walk<'_>) {
+    let Walk {
+        api,
+        admin,
+        c,
+        shots,
+        ..
+    } = w;
     let algo = api
-        .call(
+        .ok(
             reqwest::Method::POST,
             "/api/v1/tuning-profiles",
-            &admin,
+            Some(admin),
             Some(json!({"name": "dgx15-algo", "node": "dgx15", "env": {"NCCL_ALGO": "Ring"}})),
         )
         .await;
-    click(&c, "#fleet-table tbody a").await;
-    wait_text(&c, "#node-title", "dgx15").await;
-    let heat = wait_text(&c, "#topology", "NV2").await;
+    click(c, "#fleet-table tbody a").await;
+    wait_text(c, "#node-title", "dgx15").await;
+    let heat = wait_text(c, "#topology", "NV2").await;
     assert!(
         heat.contains("mlx5_0") && heat.contains("SYS") && heat.contains("0-19,40-59"),
         "{heat}"
@@ -342,71 +354,76 @@ async fn dashboard_end_to_end_in_chromium() {
         .await
         .unwrap();
     assert_eq!(nv, "NV2");
-    wait_text(&c, "#recommendations", "plugin:").await;
-    wait_text(&c, "#env-block", "export ").await;
-    wait_text(&c, "#job-env", "reach every NCCL job").await;
-    wait_text(&c, "#job-env-left-out", "NCCL_ALGO=Ring is left out").await;
-    api.call(
+    wait_text(c, "#recommendations", "plugin:").await;
+    wait_text(c, "#env-block", "export ").await;
+    wait_text(c, "#job-env", "reach every NCCL job").await;
+    wait_text(c, "#job-env-left-out", "NCCL_ALGO=Ring is left out").await;
+    api.ok(
         reqwest::Method::DELETE,
         &format!("/api/v1/tuning-profiles/{}", algo["id"].as_str().unwrap()),
-        &admin,
+        Some(admin),
         None,
     )
     .await;
-    wait_text(&c, "#hcas", "mlx5_0").await;
-    wait_text(&c, "#history", "8").await;
-    shots.take(&c, "04-node").await;
+    wait_text(c, "#hcas", "mlx5_0").await;
+    wait_text(c, "#history", "8").await;
+    shots.take(c, "04-node").await;
     c.execute(
         "document.getElementById('topology').scrollIntoView()",
         vec![],
     )
     .await
     .unwrap();
-    shots.take(&c, "05-node-heatmap").await;
+    shots.take(c, "05-node-heatmap").await;
+}
 
-    // Launch a run from the form: the kind from the catalogue, its parameters as fields
-    // with defaults and units; a refused parameter is shown beside it.
+/// Launch a run from the form: the kind from the catalogue, its parameters as fields
+/// with defaults and units; a refused parameter is shown beside it.
+async fn launch_a_run_and_watch_it(w: &Walk<'_>) {
+    let Walk {
+        server, c, shots, ..
+    } = w;
     c.goto(&format!("{}/runs", server.url)).await.unwrap();
-    wait_text(&c, "#runs-table", "baseline").await;
-    click(&c, "#run-kind option[value=memcpy]").await;
-    wait_text(&c, "#launch", "Host memory copy bandwidth").await;
+    wait_text(c, "#runs-table", "baseline").await;
+    click(c, "#run-kind option[value=memcpy]").await;
+    wait_text(c, "#launch", "Host memory copy bandwidth").await;
     assert!(
         c.find(Locator::Css("#param-op")).await.is_err(),
         "memcpy has no op"
     );
-    click(&c, "#run-kind option[value=nccl]").await;
-    wait_text(&c, "#run-kind-about", "NCCL collective").await;
+    click(c, "#run-kind option[value=nccl]").await;
+    wait_text(c, "#run-kind-about", "NCCL collective").await;
     let iters = c.find(Locator::Css("#param-iters")).await.unwrap();
     assert_eq!(iters.prop("value").await.unwrap().as_deref(), Some("20"));
-    click(&c, "input[name=node][value=dgx15]").await;
-    type_into(&c, "#param-iters", "0").await;
-    click(&c, "#run-start").await;
-    wait_text(&c, "#param-iters-error", "params.iters").await;
-    shots.take(&c, "06a-runs-launch-refused").await;
-    type_into(&c, "#param-iters", "5").await;
-    type_into(&c, "#run-env", "NCCL_IB_HCA=mlx5_0\nNCCL_DEBUG=INFO").await;
-    type_into(&c, "#run-label", "from-the-dashboard").await;
-    shots.take(&c, "06-runs-launch").await;
-    click(&c, "#run-start").await;
-    wait_text(&c, "#jobs", "dgx15").await;
-    wait_text(&c, "#jobs", "size").await;
+    click(c, "input[name=node][value=dgx15]").await;
+    type_into(c, "#param-iters", "0").await;
+    click(c, "#run-start").await;
+    wait_text(c, "#param-iters-error", "params.iters").await;
+    shots.take(c, "06a-runs-launch-refused").await;
+    type_into(c, "#param-iters", "5").await;
+    type_into(c, "#run-env", "NCCL_IB_HCA=mlx5_0\nNCCL_DEBUG=INFO").await;
+    type_into(c, "#run-label", "from-the-dashboard").await;
+    shots.take(c, "06-runs-launch").await;
+    click(c, "#run-start").await;
+    wait_text(c, "#jobs", "dgx15").await;
+    wait_text(c, "#jobs", "size").await;
     // Only the changed parameter is stored; the rest are the kind's defaults.
-    let params = wait_text(&c, "#run-params", "5 iterations").await;
+    let params = wait_text(c, "#run-params", "5 iterations").await;
     assert!(!params.contains("min_bytes"), "{params}");
-    wait_text(&c, "#run-env-line", "NCCL_IB_HCA=mlx5_0").await;
-    shots.take(&c, "07-run-live").await;
-    wait_text(&c, "#run-state", "succeeded").await;
-    wait_text(&c, "#nccl-table", "1 GiB").await;
+    wait_text(c, "#run-env-line", "NCCL_IB_HCA=mlx5_0").await;
+    shots.take(c, "07-run-live").await;
+    wait_text(c, "#run-state", "succeeded").await;
+    wait_text(c, "#nccl-table", "1 GiB").await;
     // The result's summary, a line a field.
-    wait_text(&c, "#result-summary", "transport").await;
-    wait_text(&c, "#result-summary", "2.21.5").await;
+    wait_text(c, "#result-summary", "transport").await;
+    wait_text(c, "#result-summary", "2.21.5").await;
     c.wait()
         .at_most(Duration::from_secs(10))
         .for_element(Locator::Css("#busbw-chart polyline"))
         .await
         .unwrap();
-    click(&c, "input.overlay").await;
-    wait_text(&c, "figure.chart", "baseline").await;
+    click(c, "input.overlay").await;
+    wait_text(c, "figure.chart", "baseline").await;
     let lines = c
         .find_all(Locator::Css("#busbw-chart polyline"))
         .await
@@ -419,65 +436,73 @@ async fn dashboard_end_to_end_in_chromium() {
     )
     .await
     .unwrap();
-    shots.take(&c, "08-run-results").await;
+    shots.take(c, "08-run-results").await;
+}
 
-    // Upload runai-roce through the file input, then dry-run it.
+/// Upload runai-roce through the file input, then dry-run it.
+async fn upload_and_dry_run_a_plugin(w: &Walk<'_>, runai: &Path) {
+    let Walk {
+        server, c, shots, ..
+    } = w;
     c.goto(&format!("{}/plugins", server.url)).await.unwrap();
-    wait_text(&c, "main", "dgx-affinity").await;
+    wait_text(c, "main", "dgx-affinity").await;
     let input = c
         .wait()
         .for_element(Locator::Css("#plugin-file"))
         .await
         .unwrap();
     input.send_keys(runai.to_str().unwrap()).await.unwrap();
-    wait_text(&c, "#dropzone", "runai-roce.wasm").await;
-    type_into(&c, "#plugin-version", "0.1.0").await;
-    click(&c, "#plugin-upload").await;
-    wait_text(&c, "#upload .ok", "Uploaded runai-roce 0.1.0").await;
-    click(&c, "article.plugin[data-plugin=runai-roce] .dry-run-btn").await;
-    let summary = wait_text(&c, "#dry-run-summary", "runai-roce 0.1.0 on 3 nodes").await;
+    wait_text(c, "#dropzone", "runai-roce.wasm").await;
+    type_into(c, "#plugin-version", "0.1.0").await;
+    click(c, "#plugin-upload").await;
+    wait_text(c, "#upload .ok", "Uploaded runai-roce 0.1.0").await;
+    click(c, "article.plugin[data-plugin=runai-roce] .dry-run-btn").await;
+    let summary = wait_text(c, "#dry-run-summary", "runai-roce 0.1.0 on 3 nodes").await;
     assert!(!summary.contains(" 0 would change"), "{summary}");
-    wait_text(&c, "#dry-run", "+ env NCCL_").await;
-    wait_text(&c, "#dry-run", "fuel").await;
+    wait_text(c, "#dry-run", "+ env NCCL_").await;
+    wait_text(c, "#dry-run", "fuel").await;
     c.execute(
         "document.getElementById('dry-run').scrollIntoView()",
         vec![],
     )
     .await
     .unwrap();
-    shots.take(&c, "09-plugins-dry-run").await;
+    shots.take(c, "09-plugins-dry-run").await;
+}
 
-    // Agents: an enrollment token with the lines that start an agent.
+/// Agents: an enrollment token with the lines that start an agent.
+async fn agents_page(w: &Walk<'_>) {
+    let Walk {
+        server, c, shots, ..
+    } = w;
     c.goto(&format!("{}/agents", server.url)).await.unwrap();
-    wait_text(&c, "#agents-table", "dgx15").await;
-    click(&c, "#enroll-create").await;
-    let docker = wait_text(&c, "#docker-line", "docker run").await;
+    wait_text(c, "#agents-table", "dgx15").await;
+    click(c, "#enroll-create").await;
+    let docker = wait_text(c, "#docker-line", "docker run").await;
     assert!(
         docker.contains(&format!("--server {}", server.url))
             && docker.contains("--enroll-token hde"),
         "{docker}"
     );
-    wait_text(&c, "#agent-line", "heddle-agent run --server").await;
-    click(&c, "tr[data-host=gpu-new-7] .revoke-agent").await;
-    wait_text(
-        &c,
-        "main .ok[role=status]",
-        "Revoked the agent on gpu-new-7",
-    )
-    .await;
-    wait_text(&c, "tr[data-host=gpu-new-7]", "revoked").await;
-    shots.take(&c, "10-agents").await;
+    wait_text(c, "#agent-line", "heddle-agent run --server").await;
+    click(c, "tr[data-host=gpu-new-7] .revoke-agent").await;
+    wait_text(c, "main .ok[role=status]", "Revoked the agent on gpu-new-7").await;
+    wait_text(c, "tr[data-host=gpu-new-7]", "revoked").await;
+    shots.take(c, "10-agents").await;
+}
 
-    pages::sweeps_p2p_investigations(&c, &server, &api, &shots, vec![nd, worker]).await;
-
-    // A viewer sees no actions, and the server's refusal when it goes where it may not.
+/// A viewer sees no actions, and the server's refusal when it goes where it may not.
+async fn a_viewer_sees_no_actions(w: &Walk<'_>) {
+    let Walk {
+        server, c, shots, ..
+    } = w;
     let viewer = server.token(heddle_types::auth::Role::Viewer).await;
-    click(&c, "header button.link").await;
-    type_into(&c, "#token", &viewer).await;
-    click(&c, ".signin button[type=submit]").await;
-    wait_text(&c, "#who", "(viewer)").await;
+    click(c, "header button.link").await;
+    type_into(c, "#token", &viewer).await;
+    click(c, ".signin button[type=submit]").await;
+    wait_text(c, "#who", "(viewer)").await;
     c.goto(&format!("{}/runs", server.url)).await.unwrap();
-    wait_text(&c, "main", "Your role cannot start runs").await;
+    wait_text(c, "main", "Your role cannot start runs").await;
     assert!(
         c.find(Locator::Css("#run-start")).await.is_err(),
         "a viewer gets no launch form"
@@ -487,8 +512,8 @@ async fn dashboard_end_to_end_in_chromium() {
         "a viewer gets no agents link"
     );
     c.goto(&format!("{}/agents", server.url)).await.unwrap();
-    wait_text(&c, "main .error", "Refused").await;
-    wait_text(&c, "#agents-table", "dgx15").await;
+    wait_text(c, "main .error", "Refused").await;
+    wait_text(c, "#agents-table", "dgx15").await;
     assert!(
         c.find(Locator::Css("#enroll-create")).await.is_err(),
         "a viewer cannot create enrollment tokens"
@@ -497,20 +522,14 @@ async fn dashboard_end_to_end_in_chromium() {
         c.find(Locator::Css(".revoke-agent")).await.is_err(),
         "a viewer cannot revoke agents"
     );
-    shots.take(&c, "11-viewer-refused").await;
-
-    println!("dashboard screenshots: {}", shots.0.display());
-    c.close().await.unwrap();
+    shots.take(c, "11-viewer-refused").await;
 }
 
 /// A server that serves the built dashboard, and its API.
 async fn dashboard_server() -> (TestServer, Api) {
     let dist = dashboard_dist();
     let server = TestServer::start_with(|c| c.dashboard_dir = Some(dist.clone())).await;
-    let api = Api {
-        base: server.url.clone(),
-        http: reqwest::Client::new(),
-    };
+    let api = Api::new(&server);
     (server, api)
 }
 
@@ -559,10 +578,10 @@ async fn hung_job_page_marks_the_culprit_in_chromium() {
     let post = |cred: String, body: Value| {
         let api = &api;
         async move {
-            api.call(
+            api.ok(
                 reqwest::Method::POST,
                 "/api/v1/agent/observations",
-                &cred,
+                Some(&cred),
                 Some(body),
             )
             .await
@@ -572,10 +591,10 @@ async fn hung_job_page_marks_the_culprit_in_chromium() {
     post(a, upload(&[rank_file("31", 1000, 100, 0, 41, false, 20)])).await;
     post(b, upload(&[rank_file("31", 1000, 200, 1, 40, true, 21)])).await;
     let jobs = api
-        .call(
+        .ok(
             reqwest::Method::GET,
             "/api/v1/workloads?node=lane-a",
-            &server.admin_token,
+            Some(&server.admin_token),
             None,
         )
         .await;
@@ -614,10 +633,10 @@ async fn hung_job_page_marks_the_culprit_in_chromium() {
     wide.comms[0].nnodes = 1;
     post(a2, upload(&[wide])).await;
     let jobs = api
-        .call(
+        .ok(
             reqwest::Method::GET,
             "/api/v1/workloads?node=lane-a",
-            &server.admin_token,
+            Some(&server.admin_token),
             None,
         )
         .await;

@@ -59,10 +59,10 @@ pub async fn fabric_page(c: &Client, server: &TestServer, api: &Api, shots: &Sho
         nodes_per_leaf: 4,
         spines_per_rail: 1,
     });
-    api.call(
+    api.ok(
         reqwest::Method::PUT,
         "/api/v1/fabric",
-        admin,
+        Some(admin),
         Some(json!({"source": "heddle", "text": serde_json::to_string(&fabric).unwrap()})),
     )
     .await;
@@ -80,10 +80,10 @@ pub async fn fabric_page(c: &Client, server: &TestServer, api: &Api, shots: &Sho
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     let inv = api
-        .call(
+        .ok(
             reqwest::Method::POST,
             "/api/v1/fabric/investigations",
-            admin,
+            Some(admin),
             Some(json!({"suspects": ["n[0001-0016]"], "label": "rack 1 is slow"})),
         )
         .await;
@@ -91,7 +91,7 @@ pub async fn fabric_page(c: &Client, server: &TestServer, api: &Api, shots: &Sho
     let path = format!("/api/v1/fabric/investigations/{id}");
     let start = Instant::now();
     let done = loop {
-        let inv = api.call(reqwest::Method::GET, &path, admin, None).await;
+        let inv = api.ok(reqwest::Method::GET, &path, Some(admin), None).await;
         if inv["state"] != "running" {
             break inv;
         }

@@ -68,10 +68,10 @@ pub async fn sweeps_p2p_investigations(
         tokio::spawn(agent_loop(server.url.clone(), cred, peak));
     }
     let inv = api
-        .call(
+        .ok(
             reqwest::Method::POST,
             "/api/v1/investigations",
-            &server.admin_token,
+            Some(&server.admin_token),
             Some(json!({"kind": "nccl", "label": "slow-node-hunt",
                 "nodes": ["dgx15", "nd40rs-v2-0", "my-first-distributed-app-worker-0"]})),
         )
@@ -91,7 +91,7 @@ pub async fn sweeps_p2p_investigations(
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let now = api
-            .call(reqwest::Method::GET, &path, &server.admin_token, None)
+            .ok(reqwest::Method::GET, &path, Some(&server.admin_token), None)
             .await;
         if now["state"] != "running" {
             assert_eq!(now["state"], "done", "{now}");

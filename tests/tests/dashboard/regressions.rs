@@ -4,6 +4,8 @@
 //! list shows it, its series view draws every day, the change point and the driver update
 //! as a marker just before it, and the node's page links to it.
 
+use heddle_testkit::results::noise;
+
 use super::*;
 
 const DAYS: usize = 20;
@@ -13,12 +15,6 @@ fn facts(host: &str, driver: &str) -> Value {
     json!({"host": {"hostname": host, "kernel": "6.8.0-45"},
            "gpus": [{"index": 0, "name": "NVIDIA H100 80GB HBM3"}],
            "software": {"nvidia_driver": driver, "nccl": "2.28.9"}})
-}
-
-/// A deterministic wobble of about ±1 %.
-fn noise(day: usize, node: usize) -> f64 {
-    let h = ((day * 31 + node * 17) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
-    1.0 + 0.02 * ((h % 1000) as f64 / 1000.0 - 0.5)
 }
 
 /// Twenty days of results from `reg-1` (the driver update and the drop) and `reg-2`.
@@ -46,10 +42,10 @@ async fn seed(server: &TestServer, api: &Api) {
         }
         if day == CHANGE_DAY {
             let update = facts("reg-1", "580.159");
-            api.call(
+            api.ok(
                 reqwest::Method::PUT,
                 "/api/v1/agent/facts",
-                &creds[0],
+                Some(&creds[0]),
                 Some(update),
             )
             .await;
@@ -63,10 +59,10 @@ async fn seed(server: &TestServer, api: &Api) {
                 .start_run(json!({"kind": "nccl", "params": {"op": "all_reduce"}, "nodes": [host]}))
                 .await;
             let lease = api
-                .call(
+                .ok(
                     reqwest::Method::POST,
                     "/api/v1/agent/jobs/claim",
-                    cred,
+                    Some(cred),
                     None,
                 )
                 .await;
@@ -78,10 +74,10 @@ async fn seed(server: &TestServer, api: &Api) {
             let result = json!({"upload_key": format!("{host}-{day}"), "outcome": "succeeded",
                 "summary": {"nranks": 1}, "rows": [row(false), row(true)],
                 "started_at": "2026-01-01T00:00:00Z", "finished_at": "2026-01-01T00:00:01Z"});
-            api.call(
+            api.ok(
                 reqwest::Method::POST,
                 &format!("/api/v1/agent/jobs/{job}/result"),
-                cred,
+                Some(cred),
                 Some(result),
             )
             .await;
@@ -100,10 +96,10 @@ async fn attr_f64(c: &Client, css: &str, name: &str) -> f64 {
 pub async fn regressions_page(c: &Client, server: &TestServer, api: &Api, shots: &Shots) {
     seed(server, api).await;
     let open = api
-        .call(
+        .ok(
             reqwest::Method::GET,
             "/api/v1/regressions",
-            &server.admin_token,
+            Some(&server.admin_token),
             None,
         )
         .await;
