@@ -10,7 +10,8 @@
 //!   the job onto the others; a WARN is a line in the job's output; a server that does not
 //!   answer holds a job up only for the prolog's timeout, and is counted;
 //! - a job step whose ranks run NCCL's profiler plugin (driven through its C ABI by
-//!   `heddle-profiler-drive`) on two nodes is one job for `heddle jobs ls --slurm-job`, and
+//!   `heddle-profiler-drive`) on two nodes is one workload for
+//!   `heddle workloads ls --slurm-job`, and
 //!   cancelling it with `scancel` marks it finished (`Epilog`).
 //! - a cluster's `topology.conf` (`topology/tree`), imported with `heddle fabric import
 //!   --slurm-topology`, is the tree `scontrol show topology` prints: the same switches,
@@ -420,7 +421,7 @@ async fn a_job_step_is_observed_across_nodes(site: &Site, slurm: &Slurm) {
         let url = server.url.clone();
         let job = job.clone();
         move || {
-            let (code, out, _) = heddle(&url, &["jobs", "ls", "--slurm-job", &job, "--json"]);
+            let (code, out, _) = heddle(&url, &["workloads", "ls", "--slurm-job", &job, "--json"]);
             let v: Value = serde_json::from_str(&out).unwrap_or(Value::Null);
             code == 0
                 && v.as_array().is_some_and(|a| {
@@ -443,7 +444,7 @@ async fn a_job_step_is_observed_across_nodes(site: &Site, slurm: &Slurm) {
     .await
     .unwrap()
     .unwrap_or_else(|e| panic!("{e}{}", slurm.logs()));
-    let (_, table, _) = heddle(&server.url, &["jobs", "ls", "--slurm-job", &job]);
+    let (_, table, _) = heddle(&server.url, &["workloads", "ls", "--slurm-job", &job]);
     assert!(
         table.contains(&format!("slurm:{job}.0")) && table.contains("hn-2,hn-3"),
         "{table}"
