@@ -31,38 +31,6 @@ pub struct SeriesKey {
     pub pair: String,
 }
 
-/// The key's six binds in index order, for both kinds of sqlx query (they share no trait).
-macro_rules! bind_key {
-    ($q:expr, $key:expr) => {
-        $q.bind($key.node_id)
-            .bind(&$key.test)
-            .bind(&$key.metric)
-            .bind($key.band)
-            .bind($key.world_size)
-            .bind(&$key.pair)
-    };
-}
-
-impl SeriesKey {
-    /// Binds the key as `$1` to `$6` in the order of `series_points`' index: node, test,
-    /// metric, band, world size, pair. Every read of one series takes its key this way; a
-    /// query's own parameters start at `$7`.
-    pub fn bind<'q, O>(
-        &'q self,
-        q: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
-    ) -> sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments> {
-        bind_key!(q, self)
-    }
-
-    /// [`SeriesKey::bind`] for a statement that returns no rows.
-    pub fn bind_statement<'q>(
-        &'q self,
-        q: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
-    ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
-        bind_key!(q, self)
-    }
-}
-
 /// How long history is kept (`HEDDLE_HISTORY_KEEP_DAYS`, `HEDDLE_ROLLUP_KEEP_DAYS`); its
 /// home is the configuration, which the history layer reads.
 pub use crate::config::HistoryKeep as Keep;

@@ -28,7 +28,7 @@ use super::expectations::{self, Context};
 const FACTS_MARGIN: usize = 2;
 
 /// A point of a series: a result's figure.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone)]
 pub(crate) struct Point {
     pub result_id: Uuid,
     pub received_at: DateTime<Utc>,
@@ -39,11 +39,12 @@ pub(crate) struct Point {
 /// its points). Returns how many change points the series now have. Called after
 /// `verdict::judge_result`; safe to repeat.
 pub async fn on_result(db: &PgPool, result_id: Uuid) -> Result<usize, HealthError> {
-    let keys: Vec<SeriesKey> = sqlx::query_as(
+    let keys = sqlx::query_as!(
+        SeriesKey,
         "SELECT DISTINCT node_id, test, metric, band, world_size, pair FROM series_points WHERE result_id = $1
          ORDER BY test, metric, band, pair",
+        result_id,
     )
-    .bind(result_id)
     .fetch_all(db)
     .await?;
     let mut found = 0;
@@ -55,12 +56,19 @@ pub async fn on_result(db: &PgPool, result_id: Uuid) -> Result<usize, HealthErro
 
 /// The series' newest points, oldest first.
 async fn points(db: &PgPool, key: &SeriesKey) -> Result<Vec<Point>, sqlx::Error> {
-    let mut points: Vec<Point> = key.bind(sqlx::query_as(
+    let mut points = sqlx::query_as!(
+        Point,
         "SELECT result_id, t AS received_at, value FROM series_points
          WHERE node_id = $1 AND test = $2 AND metric = $3 AND band = $4 AND world_size = $5 AND pair = $6
          ORDER BY t DESC, result_id DESC LIMIT $7",
-    ))
-    .bind(detect::MAX_POINTS as i64)
+        key.node_id,
+        key.test,
+        key.metric,
+        key.band,
+        key.world_size,
+        key.pair,
+        detect::MAX_POINTS as i64,
+    )
     .fetch_all(db)
     .await?;
     points.reverse();
@@ -80,12 +88,13 @@ async fn config(db: &PgPool, key: &SeriesKey) -> Result<Config, HealthError> {
     {
         return Ok(Config::default());
     }
-    let (hostname, gpu_model): (String, Option<String>) =
-        sqlx::query_as("SELECT hostname, gpu_model FROM nodes WHERE id = $1")
-            .bind(key.node_id)
-            .fetch_one(db)
-            .await?;
-    Ok(config_from(key, &operator, &hostname, gpu_model))
+    let node = sqlx::query!(
+        "SELECT hostname, gpu_model FROM nodes WHERE id = $1",
+        key.node_id
+    )
+    .fetch_one(db)
+    .await?;
+    Ok(config_from(key, &operator, &node.hostname, node.gpu_model))
 }
 
 /// [`config`] from operator expectations already read (those of other tests are passed
@@ -150,37 +159,40 @@ async fn node_changes(
     before: &Point,
     after: &Point,
 ) -> Result<Vec<FactChange>, sqlx::Error> {
-    const FACTS_AT: &str = "SELECT facts FROM node_facts_history WHERE node_id = $1 AND collected_at <= $2 ORDER BY id DESC LIMIT 1";
-    const ENV_OF: &str = "SELECT j.applied_env FROM results r JOIN jobs j ON j.id = r.job_id
-             WHERE r.id = $1 AND r.received_at = $2";
     let mut facts = Vec::with_capacity(2);
     for at in [before.received_at, after.received_at] {
         facts.push(
-            sqlx::query_as::<_, (serde_json::Value,)>(FACTS_AT)
-                .bind(node_id)
-                .bind(at)
-                .fetch_optional(&mut *db)
-                .await?,
+            sqlx::query_scalar!(
+                "SELECT facts FROM node_facts_history WHERE node_id = $1 AND collected_at <= $2
+                 ORDER BY id DESC LIMIT 1",
+                node_id,
+                at,
+            )
+            .fetch_optional(&mut *db)
+            .await?,
         );
     }
     let mut envs = Vec::with_capacity(2);
     for p in [before, after] {
         envs.push(
-            sqlx::query_as::<_, (Option<serde_json::Value>,)>(ENV_OF)
-                .bind(p.result_id)
-                .bind(p.received_at)
-                .fetch_optional(&mut *db)
-                .await?,
+            sqlx::query_scalar!(
+                "SELECT j.applied_env FROM results r JOIN jobs j ON j.id = r.job_id
+                 WHERE r.id = $1 AND r.received_at = $2",
+                p.result_id,
+                p.received_at,
+            )
+            .fetch_optional(&mut *db)
+            .await?,
         );
     }
     let mut changes = Vec::new();
-    if let [Some((a,)), Some((b,))] = &facts[..] {
+    if let [Some(a), Some(b)] = &facts[..] {
         changes.extend(facts_diff::diff(
             &facts_diff::fields(a),
             &facts_diff::fields(b),
         ));
     }
-    if let [Some((Some(a),)), Some((Some(b),))] = &envs[..] {
+    if let [Some(Some(a)), Some(Some(b))] = &envs[..] {
         changes.extend(facts_diff::diff(
             &facts_diff::env_fields(a),
             &facts_diff::env_fields(b),
@@ -239,20 +251,32 @@ pub(crate) async fn detect_and_store(
         return Ok((0, Vec::new()));
     };
     // Only this series' rows, locked in key order by the unique index's scan.
-    key.bind_statement(sqlx::query(
+    sqlx::query!(
         "DELETE FROM change_points WHERE node_id = $1 AND test = $2 AND metric = $3 AND size_band = $4
            AND world_size = $5 AND pair = $6 AND t >= $8 AND t <> ALL($7)",
-    ))
-    .bind(&times)
-    .bind(oldest)
+        key.node_id,
+        key.test,
+        key.metric,
+        key.band,
+        key.world_size,
+        key.pair,
+        &times,
+        oldest,
+    )
     .execute(&mut *conn)
     .await?;
     if !rows.is_empty() {
-        key.bind_statement(sqlx::query(
+        sqlx::query!(
             "UPDATE change_points SET latest = false WHERE node_id = $1 AND test = $2 AND metric = $3
                AND size_band = $4 AND world_size = $5 AND pair = $6 AND t < $7 AND latest",
-        ))
-        .bind(oldest)
+            key.node_id,
+            key.test,
+            key.metric,
+            key.band,
+            key.world_size,
+            key.pair,
+            oldest,
+        )
         .execute(&mut *conn)
         .await?;
     }
@@ -263,8 +287,8 @@ pub(crate) async fn detect_and_store(
             what: "facts changes",
             source,
         })?;
-        let (id, inserted): (Uuid, bool) = key.bind(sqlx::query_as(
-            "INSERT INTO change_points (node_id, test, metric, size_band, world_size, pair, id, result_id, t, before,
+        let stored = sqlx::query!(
+            r#"INSERT INTO change_points (node_id, test, metric, size_band, world_size, pair, id, result_id, t, before,
                  after, relative_change, ci_low, ci_high, points_before, points_after, worse, latest, facts_changes)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
              ON CONFLICT (node_id, test, metric, size_band, world_size, pair, t) DO UPDATE SET
@@ -272,27 +296,33 @@ pub(crate) async fn detect_and_store(
                  relative_change = EXCLUDED.relative_change, ci_low = EXCLUDED.ci_low, ci_high = EXCLUDED.ci_high,
                  points_before = EXCLUDED.points_before, points_after = EXCLUDED.points_after,
                  worse = EXCLUDED.worse, latest = EXCLUDED.latest, facts_changes = EXCLUDED.facts_changes
-             RETURNING id, (xmax = 0) AS inserted",
-        ))
-        .bind(Uuid::new_v4())
-        .bind(first.result_id)
-        .bind(first.received_at)
-        .bind(c.before)
-        .bind(c.after)
-        .bind(c.relative_change)
-        .bind(c.low)
-        .bind(c.high)
-        .bind(c.points_before as i32)
-        .bind(c.points_after as i32)
-        .bind(worse)
-        .bind(i + 1 == rows.len())
-        .bind(facts)
+             RETURNING id, (xmax = 0) AS "inserted!""#,
+            key.node_id,
+            key.test,
+            key.metric,
+            key.band,
+            key.world_size,
+            key.pair,
+            Uuid::new_v4(),
+            first.result_id,
+            first.received_at,
+            c.before,
+            c.after,
+            c.relative_change,
+            c.low,
+            c.high,
+            c.points_before as i32,
+            c.points_after as i32,
+            worse,
+            i + 1 == rows.len(),
+            facts,
+        )
         .fetch_one(&mut *conn)
         .await?;
         // A new change joins (or starts) its cohort; one seen before keeps the fleet view it
         // got then, updated when another node's change joins.
-        if worse && inserted {
-            worse_ids.push(id);
+        if worse && stored.inserted {
+            worse_ids.push(stored.id);
         }
     }
     if !rows.is_empty() {

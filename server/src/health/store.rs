@@ -13,7 +13,6 @@ use uuid::Uuid;
 
 use super::HealthError;
 
-#[derive(sqlx::FromRow)]
 struct VerdictRow {
     result_id: Uuid,
     run_id: Uuid,
@@ -27,9 +26,6 @@ struct VerdictRow {
     world_size: i32,
     judged_at: DateTime<Utc>,
 }
-
-const SELECT: &str = "SELECT v.result_id, v.run_id, v.node_id, v.test, v.verdict, v.reasons, v.metric, v.value, v.figures,
-    v.world_size, v.judged_at FROM verdicts v";
 
 fn verdict(s: &str) -> Verdict {
     // The table's CHECK constraint admits only the four names.
@@ -93,10 +89,15 @@ pub async fn for_results(
     db: &PgPool,
     ids: &[Uuid],
 ) -> Result<HashMap<Uuid, ResultVerdict>, HealthError> {
-    let rows: Vec<VerdictRow> = sqlx::query_as(&format!("{SELECT} WHERE v.result_id = ANY($1)"))
-        .bind(ids)
-        .fetch_all(db)
-        .await?;
+    let rows = sqlx::query_as!(
+        VerdictRow,
+        "SELECT v.result_id, v.run_id, v.node_id, v.test, v.verdict, v.reasons, v.metric, v.value,
+                v.figures, v.world_size, v.judged_at
+         FROM verdicts v WHERE v.result_id = ANY($1)",
+        ids,
+    )
+    .fetch_all(db)
+    .await?;
     rows.into_iter()
         .map(|r| Ok((r.result_id, r.into_result_verdict()?)))
         .collect()
@@ -104,12 +105,13 @@ pub async fn for_results(
 
 /// The latest verdict of every test on a node, newest first.
 pub async fn node_tests(db: &PgPool, node_id: Uuid) -> Result<Vec<TestHealth>, HealthError> {
-    let rows: Vec<VerdictRow> = sqlx::query_as(
-        "SELECT v.result_id, v.run_id, v.node_id, v.test, v.verdict, v.reasons, v.metric, v.value, v.figures,
-                v.world_size, v.judged_at
+    let rows = sqlx::query_as!(
+        VerdictRow,
+        "SELECT v.result_id, v.run_id, v.node_id, v.test, v.verdict, v.reasons, v.metric, v.value,
+                v.figures, v.world_size, v.judged_at
          FROM latest_verdicts v WHERE v.node_id = $1 ORDER BY v.judged_at DESC",
+        node_id,
     )
-    .bind(node_id)
     .fetch_all(db)
     .await?;
     rows.into_iter().map(VerdictRow::into_test_health).collect()
@@ -123,14 +125,18 @@ pub async fn latest_for_nodes(
     test: &str,
     since: DateTime<Utc>,
 ) -> Result<HashMap<Uuid, TestHealth>, HealthError> {
-    let rows: Vec<VerdictRow> = sqlx::query_as(&format!(
-        "SELECT DISTINCT ON (v.node_id) v.* FROM ({SELECT}
-             WHERE v.node_id = ANY($1) AND (v.test = $2 OR v.test LIKE $2 || '.%') AND v.judged_at >= $3 AND v.world_size = 1) v
-         ORDER BY v.node_id, v.judged_at DESC"
-    ))
-    .bind(nodes)
-    .bind(test)
-    .bind(since)
+    let rows = sqlx::query_as!(
+        VerdictRow,
+        "SELECT DISTINCT ON (v.node_id) v.result_id, v.run_id, v.node_id, v.test, v.verdict,
+                v.reasons, v.metric, v.value, v.figures, v.world_size, v.judged_at
+         FROM verdicts v
+         WHERE v.node_id = ANY($1) AND (v.test = $2 OR v.test LIKE $2 || '.%') AND v.judged_at >= $3
+           AND v.world_size = 1
+         ORDER BY v.node_id, v.judged_at DESC",
+        nodes,
+        test,
+        since,
+    )
     .fetch_all(db)
     .await?;
     rows.into_iter()
@@ -140,7 +146,7 @@ pub async fn latest_for_nodes(
 
 /// The latest verdict and headline figure per node and test, for /metrics: one line per
 /// (node, test) pair, so the series count is bounded by nodes × tests ever run.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone)]
 pub struct LatestLine {
     pub hostname: String,
     pub test: String,
@@ -152,10 +158,12 @@ pub struct LatestLine {
 }
 
 pub async fn latest_lines(db: &PgPool) -> Result<Vec<LatestLine>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT n.hostname, v.test, v.verdict, v.metric, v.value, r.summary->>'nccl_network' AS nccl_network
+    sqlx::query_as!(
+        LatestLine,
+        r#"SELECT n.hostname, v.test, v.verdict, v.metric, v.value,
+                r.summary->>'nccl_network' AS "nccl_network?"
          FROM latest_verdicts v JOIN nodes n ON n.id = v.node_id
-         LEFT JOIN results r ON r.id = v.result_id AND r.received_at = v.received_at",
+         LEFT JOIN results r ON r.id = v.result_id AND r.received_at = v.received_at"#,
     )
     .fetch_all(db)
     .await
@@ -175,14 +183,16 @@ pub fn fleet_key(line: &NodeHealthLine) -> (u8, String) {
 }
 
 pub async fn fleet(db: &PgPool, regression: Severity) -> Result<FleetHealth, HealthError> {
-    let nodes: Vec<(Uuid, String, Option<String>)> =
-        sqlx::query_as("SELECT id, hostname, gpu_model FROM nodes ORDER BY hostname")
-            .fetch_all(db)
-            .await?;
+    let nodes = sqlx::query!("SELECT id, hostname, gpu_model FROM nodes ORDER BY hostname")
+        .fetch_all(db)
+        .await?;
     let latest: Vec<(Uuid, String, String, DateTime<Utc>)> =
-        sqlx::query_as("SELECT node_id, test, verdict, judged_at FROM latest_verdicts")
+        sqlx::query!("SELECT node_id, test, verdict, judged_at FROM latest_verdicts")
             .fetch_all(db)
-            .await?;
+            .await?
+            .into_iter()
+            .map(|l| (l.node_id, l.test, l.verdict, l.judged_at))
+            .collect();
     // One pass over the verdicts, then one lookup per node (not a scan per node: a fleet
     // of 50,000 nodes has hundreds of thousands of latest verdicts).
     let mut by_node: HashMap<Uuid, Vec<&(Uuid, String, String, DateTime<Utc>)>> = HashMap::new();
@@ -212,7 +222,8 @@ pub async fn fleet(db: &PgPool, regression: Severity) -> Result<FleetHealth, Hea
     }
     let mut lines: Vec<NodeHealthLine> = nodes
         .into_iter()
-        .map(|(node_id, hostname, gpu_model)| {
+        .map(|n| {
+            let (node_id, hostname, gpu_model) = (n.id, n.hostname, n.gpu_model);
             let mine = by_node.remove(&node_id).unwrap_or_default();
             let job = jobs.get(&node_id).copied();
             let regressed = regressed.get(&node_id).copied();

@@ -22,14 +22,16 @@ pub(crate) const LOCK: (i32, i32) = (727_278, 1);
 /// partition is created with a short exclusive lock on its parent.
 pub async fn ensure(db: &sqlx::PgPool, keep: Keep) -> Result<i32, sqlx::Error> {
     let mut tx = db.begin().await?;
-    sqlx::query("SET LOCAL lock_timeout = '5s'")
+    sqlx::query!("SET LOCAL lock_timeout = '5s'")
         .execute(&mut *tx)
         .await?;
-    sqlx::query("SELECT pg_advisory_xact_lock($1, $2)")
-        .bind(LOCK.0)
-        .bind(LOCK.1)
-        .execute(&mut *tx)
-        .await?;
+    sqlx::query_scalar!(
+        r#"SELECT pg_advisory_xact_lock($1, $2)::text AS "locked?""#,
+        LOCK.0,
+        LOCK.1,
+    )
+    .fetch_one(&mut *tx)
+    .await?;
     let made = ensure_in(&mut tx, keep).await?;
     tx.commit().await?;
     if made > 0 {
@@ -44,27 +46,28 @@ pub async fn ensure(db: &sqlx::PgPool, keep: Keep) -> Result<i32, sqlx::Error> {
 
 /// [`ensure`] on a connection the caller holds (and locks as it sees fit).
 pub async fn ensure_in(conn: &mut sqlx::PgConnection, keep: Keep) -> Result<i32, sqlx::Error> {
-    sqlx::query_scalar(
-        "SELECT history_ensure_partitions(current_date - $1, (current_date + make_interval(months => $2))::date)",
+    sqlx::query_scalar!(
+        r#"SELECT history_ensure_partitions(current_date - $1::int, (current_date + make_interval(months => $2))::date)
+             AS "made!""#,
+        i32::try_from(keep.raw_days).unwrap_or(i32::MAX).min(36_500),
+        MONTHS_AHEAD,
     )
-    .bind(i32::try_from(keep.raw_days).unwrap_or(i32::MAX).min(36_500))
-    .bind(MONTHS_AHEAD)
     .fetch_one(conn)
     .await
 }
 
 /// The months (first days) that have a partition of `table`, oldest first.
 pub async fn months(db: &sqlx::PgPool, table: &str) -> Result<Vec<chrono::NaiveDate>, sqlx::Error> {
-    let names: Vec<(String,)> = sqlx::query_as(
-        "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-         WHERE i.inhparent = to_regclass($1) ORDER BY 1",
+    let names = sqlx::query_scalar!(
+        r#"SELECT c.relname::text AS "name!" FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+         WHERE i.inhparent = to_regclass($1) ORDER BY 1"#,
+        table,
     )
-    .bind(table)
     .fetch_all(db)
     .await?;
     Ok(names
         .iter()
-        .filter_map(|(n,)| {
+        .filter_map(|n| {
             let month = n.strip_prefix(table)?.strip_prefix("_p")?;
             chrono::NaiveDate::parse_from_str(&format!("{month}01"), "%Y%m%d").ok()
         })

@@ -34,15 +34,21 @@ const FIGURES: &str =
 
 /// Records the points of a succeeded result's figures and rolls them up.
 pub async fn record(conn: &mut sqlx::PgConnection, j: &Judged<'_>) -> Result<(), sqlx::Error> {
-    let replaced: Vec<(Uuid, NaiveDate)> = sqlx::query_as(
-        "DELETE FROM series_points WHERE result_id = $1 RETURNING node_id, (t AT TIME ZONE 'UTC')::date",
+    let replaced: Vec<(Uuid, NaiveDate)> = sqlx::query!(
+        r#"DELETE FROM series_points WHERE result_id = $1
+         RETURNING node_id, (t AT TIME ZONE 'UTC')::date AS "day!""#,
+        j.result_id,
     )
-    .bind(j.result_id)
     .fetch_all(&mut *conn)
-    .await?;
+    .await?
+    .into_iter()
+    .map(|r| (r.node_id, r.day))
+    .collect();
     if replaced.is_empty() {
         return record_first(conn, j).await;
     }
+    // Run time: FIGURES, the rule of which figures have points, is shared with
+    // `record_first` (history::rollups_equal_the_aggregates_of_their_points).
     sqlx::query(&format!(
         "INSERT INTO series_points (node_id, test, metric, band, world_size, pair, t, value, result_id)
          SELECT $1, test, metric, band, $3, pair, $2, value, $5 FROM ({FIGURES}) f"
@@ -70,6 +76,7 @@ pub async fn record_first(
     conn: &mut sqlx::PgConnection,
     j: &Judged<'_>,
 ) -> Result<(), sqlx::Error> {
+    // Run time: FIGURES is shared with `record` (history::rollups_equal_the_aggregates_of_their_points).
     sqlx::query(&format!(
         "WITH p AS (
             INSERT INTO series_points (node_id, test, metric, band, world_size, pair, t, value, result_id)
@@ -100,12 +107,14 @@ pub async fn roll_up_day(
     node_id: Uuid,
     day: NaiveDate,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query("DELETE FROM series_daily WHERE node_id = $1 AND day = $2")
-        .bind(node_id)
-        .bind(day)
-        .execute(&mut *conn)
-        .await?;
-    sqlx::query(
+    sqlx::query!(
+        "DELETE FROM series_daily WHERE node_id = $1 AND day = $2",
+        node_id,
+        day
+    )
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query!(
         "INSERT INTO series_daily (node_id, test, metric, band, world_size, pair, day, n, sum, min, max, median, recent)
          SELECT node_id, test, metric, band, world_size, pair, $2, count(*), sum(value), min(value), max(value),
                 series_median(series_recent(array_agg(value ORDER BY t, result_id))),
@@ -113,9 +122,9 @@ pub async fn roll_up_day(
          FROM series_points
          WHERE node_id = $1 AND t >= ($2::date::timestamp AT TIME ZONE 'UTC') AND t < (($2::date + 1)::timestamp AT TIME ZONE 'UTC')
          GROUP BY node_id, test, metric, band, world_size, pair",
+        node_id,
+        day,
     )
-    .bind(node_id)
-    .bind(day)
     .execute(&mut *conn)
     .await?;
     Ok(())

@@ -16,7 +16,7 @@ pub const MAX_RAW_POINTS: i64 = 100_000;
 
 /// A point of the series (`n` = 1, every level its value, `result_id` set, and `run_id`
 /// while its verdict is kept) or a day of it (`t` is the day's 00:00 UTC).
-#[derive(Debug, Clone, PartialEq, serde::Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Bucket {
     pub t: DateTime<Utc>,
     pub n: i64,
@@ -71,16 +71,14 @@ pub async fn range(
         let days = rollups(db, key, from.date_naive(), until.date_naive()).await?;
         return Ok(thin(Resolution::Days, days, max));
     }
-    #[derive(sqlx::FromRow)]
     struct Row {
-        #[sqlx(flatten)]
         bucket: Bucket,
         total: i64,
     }
-    let rows: Vec<Row> = key
-        .bind(sqlx::query_as(
-            "SELECT s.t, 1::int8 AS n, s.value AS mean, s.value AS min, s.value AS max, s.value AS median,
-                    s.result_id, v.run_id, s.total
+    let rows: Vec<Row> = sqlx::query!(
+        r#"SELECT s.t AS "t!", 1::int8 AS "n!", s.value AS "mean!", s.value AS "min!",
+                s.value AS "max!", s.value AS "median!", s.result_id AS "result_id?",
+                v.run_id AS "run_id?", s.total AS "total!"
              FROM (
                  SELECT p.t, p.value, p.result_id,
                         row_number() OVER (ORDER BY p.t DESC, p.result_id DESC) AS newest, count(*) OVER () AS total
@@ -92,14 +90,35 @@ pub async fn range(
              LEFT JOIN LATERAL (SELECT run_id FROM verdicts v
                                 WHERE v.result_id = s.result_id AND v.received_at = s.t) v ON true
              WHERE (s.newest - 1) % greatest(1, ceil(s.total::float8 / $9))::bigint = 0
-             ORDER BY s.t, s.result_id",
-        ))
-        .bind(since)
-        .bind(until)
-        .bind(max.max(1) as i64)
-        .bind(MAX_RAW_POINTS)
-        .fetch_all(db)
-        .await?;
+             ORDER BY s.t, s.result_id"#,
+        key.node_id,
+        key.test,
+        key.metric,
+        key.band,
+        key.world_size,
+        key.pair,
+        since,
+        until,
+        max.max(1) as i64,
+        MAX_RAW_POINTS,
+    )
+    .fetch_all(db)
+    .await?
+    .into_iter()
+    .map(|r| Row {
+        bucket: Bucket {
+            t: r.t,
+            n: r.n,
+            mean: r.mean,
+            min: r.min,
+            max: r.max,
+            median: r.median,
+            result_id: r.result_id,
+            run_id: r.run_id,
+        },
+        total: r.total,
+    })
+    .collect();
     let total = rows.first().map_or(0, |r| r.total);
     if total == 0
         && let Some(from) = from
@@ -143,14 +162,18 @@ async fn first_day(
     db: &sqlx::PgPool,
     key: &SeriesKey,
 ) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
-    let (first,): (Option<DateTime<Utc>>,) = key
-        .bind(sqlx::query_as(
-            "SELECT (min(day)::timestamp AT TIME ZONE 'UTC') FROM series_daily
-             WHERE node_id = $1 AND test = $2 AND metric = $3 AND band = $4 AND world_size = $5 AND pair = $6",
-        ))
-        .fetch_one(db)
-        .await?;
-    Ok(first)
+    sqlx::query_scalar!(
+        r#"SELECT (min(day)::timestamp AT TIME ZONE 'UTC') AS "first?" FROM series_daily
+         WHERE node_id = $1 AND test = $2 AND metric = $3 AND band = $4 AND world_size = $5 AND pair = $6"#,
+        key.node_id,
+        key.test,
+        key.metric,
+        key.band,
+        key.world_size,
+        key.pair,
+    )
+    .fetch_one(db)
+    .await
 }
 
 /// Whether the series has a point or a rollup at all, whatever the range.
@@ -165,16 +188,23 @@ pub async fn rollups(
     first: NaiveDate,
     last: NaiveDate,
 ) -> Result<Vec<Bucket>, sqlx::Error> {
-    key.bind(sqlx::query_as(
-        "SELECT (day::timestamp AT TIME ZONE 'UTC') AS t, n, sum / n AS mean, min, max, median,
-                NULL::uuid AS result_id, NULL::uuid AS run_id
+    sqlx::query_as!(
+        Bucket,
+        r#"SELECT (day::timestamp AT TIME ZONE 'UTC') AS "t!", n, sum / n AS "mean!", min, max, median,
+                NULL::uuid AS "result_id?", NULL::uuid AS "run_id?"
          FROM series_daily
          WHERE node_id = $1 AND test = $2 AND metric = $3 AND band = $4 AND world_size = $5 AND pair = $6
            AND day >= $7 AND day <= $8
-         ORDER BY day",
-    ))
-    .bind(first)
-    .bind(last)
+         ORDER BY day"#,
+        key.node_id,
+        key.test,
+        key.metric,
+        key.band,
+        key.world_size,
+        key.pair,
+        first,
+        last,
+    )
     .fetch_all(db)
     .await
 }

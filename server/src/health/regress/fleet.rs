@@ -19,7 +19,6 @@ const MAX_PEERS: i64 = 5000;
 /// rest are refreshed when their own series next changes.
 const MAX_COHORT: i64 = 50;
 
-#[derive(sqlx::FromRow)]
 struct Subject {
     node_id: Uuid,
     test: String,
@@ -33,7 +32,6 @@ struct Subject {
     facts_changes: sqlx::types::Json<Vec<FactChange>>,
 }
 
-#[derive(sqlx::FromRow)]
 struct Moved {
     node_id: Uuid,
     hostname: String,
@@ -44,74 +42,79 @@ struct Moved {
 /// Refreshes the fleet view of change `id` and of the other changes the same way of its
 /// cohort (same series key, GPU pair included, within [`FLEET_WINDOW_DAYS`]).
 pub async fn refresh_cohort(db: &PgPool, id: Uuid) -> Result<(), HealthError> {
-    let cohort: Vec<(Uuid,)> = sqlx::query_as(
+    let cohort = sqlx::query_scalar!(
         "SELECT o.id FROM change_points c JOIN change_points o
            ON o.test = c.test AND o.metric = c.metric AND o.size_band = c.size_band AND o.world_size = c.world_size
           AND o.pair = c.pair AND o.worse = c.worse AND o.t BETWEEN c.t - make_interval(days => $2) AND c.t + make_interval(days => $2)
          WHERE c.id = $1 ORDER BY (o.id = $1) DESC, o.t DESC LIMIT $3",
+        id,
+        FLEET_WINDOW_DAYS as i32,
+        MAX_COHORT,
     )
-    .bind(id)
-    .bind(FLEET_WINDOW_DAYS as i32)
-    .bind(MAX_COHORT)
     .fetch_all(db)
     .await?;
-    for (member,) in cohort {
+    for member in cohort {
         refresh(db, member).await?;
     }
     Ok(())
 }
 
 async fn refresh(db: &PgPool, id: Uuid) -> Result<(), HealthError> {
-    let Some(s): Option<Subject> = sqlx::query_as(
-        "SELECT node_id, test, metric, size_band, world_size, pair, t, worse, facts_changes FROM change_points WHERE id = $1",
+    let Some(s) = sqlx::query_as!(
+        Subject,
+        r#"SELECT node_id, test, metric, size_band, world_size, pair, t, worse,
+                facts_changes AS "facts_changes: sqlx::types::Json<Vec<FactChange>>"
+         FROM change_points WHERE id = $1"#,
+        id,
     )
-    .bind(id)
     .fetch_optional(db)
     .await?
     else {
         return Ok(());
     };
     let window = Duration::days(FLEET_WINDOW_DAYS);
-    let moved: Vec<Moved> = sqlx::query_as(
-        "SELECT DISTINCT ON (c.node_id) c.node_id, n.hostname, c.relative_change, c.facts_changes
+    let moved = sqlx::query_as!(
+        Moved,
+        r#"SELECT DISTINCT ON (c.node_id) c.node_id, n.hostname, c.relative_change,
+                c.facts_changes AS "facts_changes: sqlx::types::Json<Vec<FactChange>>"
          FROM change_points c JOIN nodes n ON n.id = c.node_id
          WHERE c.test = $1 AND c.metric = $2 AND c.size_band = $3 AND c.world_size = $4 AND c.worse = $5
            AND c.t BETWEEN $6 AND $7 AND c.pair = $9
-         ORDER BY c.node_id, abs(extract(epoch FROM c.t - $8))",
+         ORDER BY c.node_id, abs(extract(epoch FROM c.t - $8))"#,
+        s.test,
+        s.metric,
+        s.size_band,
+        s.world_size,
+        s.worse,
+        s.t - window,
+        s.t + window,
+        s.t,
+        s.pair,
     )
-    .bind(&s.test)
-    .bind(&s.metric)
-    .bind(s.size_band)
-    .bind(s.world_size)
-    .bind(s.worse)
-    .bind(s.t - window)
-    .bind(s.t + window)
-    .bind(s.t)
-    .bind(&s.pair)
     .fetch_all(db)
     .await?;
     // Nodes with comparable figures on both sides of the change.
-    let peers: Vec<(Uuid,)> = sqlx::query_as(
+    let peers = sqlx::query_scalar!(
         "SELECT node_id FROM series_points
          WHERE world_size = $1 AND test = $2 AND metric = $3 AND band = $4 AND pair = $8
-           AND t BETWEEN $5 - make_interval(days => $6) AND $5 + make_interval(days => $6)
+           AND t BETWEEN $5::timestamptz - make_interval(days => $6)
+                     AND $5::timestamptz + make_interval(days => $6)
          GROUP BY node_id HAVING min(t) < $5 AND max(t) >= $5
          LIMIT $7",
+        s.world_size,
+        s.test,
+        s.metric,
+        s.size_band,
+        s.t,
+        PEER_WINDOW_DAYS as i32,
+        MAX_PEERS,
+        s.pair,
     )
-    .bind(s.world_size)
-    .bind(&s.test)
-    .bind(&s.metric)
-    .bind(s.size_band)
-    .bind(s.t)
-    .bind(PEER_WINDOW_DAYS as i32)
-    .bind(MAX_PEERS)
-    .bind(&s.pair)
     .fetch_all(db)
     .await?;
     let moved_ids: HashSet<Uuid> = moved.iter().map(|m| m.node_id).collect();
     let unmoved: Vec<Uuid> = peers
-        .iter()
-        .map(|p| p.0)
+        .into_iter()
         .filter(|p| !moved_ids.contains(p) && *p != s.node_id)
         .collect();
     let unmoved_changes = facts_changes_around(db, &unmoved, s.t, window).await?;
@@ -120,11 +123,13 @@ async fn refresh(db: &PgPool, id: Uuid) -> Result<(), HealthError> {
         what: "fleet view",
         source,
     })?;
-    sqlx::query("UPDATE change_points SET fleet = $2 WHERE id = $1")
-        .bind(id)
-        .bind(json)
-        .execute(db)
-        .await?;
+    sqlx::query!(
+        "UPDATE change_points SET fleet = $2 WHERE id = $1",
+        id,
+        json
+    )
+    .execute(db)
+    .await?;
     Ok(())
 }
 
@@ -136,21 +141,21 @@ async fn facts_changes_around(
     t: DateTime<Utc>,
     window: Duration,
 ) -> Result<Vec<Vec<FactChange>>, sqlx::Error> {
-    let rows: Vec<(Option<serde_json::Value>, Option<serde_json::Value>)> = sqlx::query_as(
-        "SELECT coalesce(
+    let rows = sqlx::query!(
+        r#"SELECT coalesce(
                     (SELECT facts FROM node_facts_history h WHERE h.node_id = p.id AND h.collected_at <= $2 ORDER BY h.id DESC LIMIT 1),
-                    (SELECT facts FROM node_facts_history h WHERE h.node_id = p.id ORDER BY h.id LIMIT 1)),
-                (SELECT facts FROM node_facts_history h WHERE h.node_id = p.id AND h.collected_at <= $3 ORDER BY h.id DESC LIMIT 1)
-         FROM unnest($1::uuid[]) AS p(id)",
+                    (SELECT facts FROM node_facts_history h WHERE h.node_id = p.id ORDER BY h.id LIMIT 1)) AS "before?",
+                (SELECT facts FROM node_facts_history h WHERE h.node_id = p.id AND h.collected_at <= $3 ORDER BY h.id DESC LIMIT 1) AS "after?"
+         FROM unnest($1::uuid[]) AS p(id)"#,
+        nodes,
+        t - window,
+        t + window,
     )
-    .bind(nodes)
-    .bind(t - window)
-    .bind(t + window)
     .fetch_all(db)
     .await?;
     Ok(rows
         .into_iter()
-        .map(|(a, b)| match (a, b) {
+        .map(|r| match (r.before, r.after) {
             (Some(a), Some(b)) => {
                 facts_diff::diff(&facts_diff::fields(&a), &facts_diff::fields(&b))
             }

@@ -38,11 +38,10 @@ pub async fn chart(
             "since ({since}) is after until ({until})"
         )));
     }
-    let hostname: Option<(String,)> = sqlx::query_as("SELECT hostname FROM nodes WHERE id = $1")
-        .bind(key.node_id)
+    let hostname = sqlx::query_scalar!("SELECT hostname FROM nodes WHERE id = $1", key.node_id)
         .fetch_optional(db)
         .await?;
-    let Some((hostname,)) = hostname else {
+    let Some(hostname) = hostname else {
         return Err(no_such_series(key));
     };
     let range = history::range(db, key, since, until, MAX_CHART_POINTS).await?;
@@ -102,20 +101,24 @@ async fn facts_markers(
     since: Option<DateTime<Utc>>,
     until: DateTime<Utc>,
 ) -> Result<Vec<FactsMarker>, sqlx::Error> {
-    let mut snapshots: Vec<(DateTime<Utc>, i64, serde_json::Value)> = sqlx::query_as(
-        "(SELECT collected_at, id, facts FROM node_facts_history
+    let mut snapshots: Vec<(DateTime<Utc>, i64, serde_json::Value)> = sqlx::query!(
+        r#"(SELECT collected_at AS "collected_at!", id AS "id!", facts AS "facts!"
+           FROM node_facts_history
            WHERE node_id = $1 AND collected_at < $2 ORDER BY collected_at DESC, id DESC LIMIT 1)
          UNION ALL
          (SELECT collected_at, id, facts FROM node_facts_history
            WHERE node_id = $1 AND collected_at >= coalesce($2, '-infinity') AND collected_at <= $3
-           ORDER BY collected_at, id LIMIT $4)",
+           ORDER BY collected_at, id LIMIT $4)"#,
+        node_id,
+        since,
+        until,
+        MAX_SNAPSHOTS,
     )
-    .bind(node_id)
-    .bind(since)
-    .bind(until)
-    .bind(MAX_SNAPSHOTS)
     .fetch_all(db)
-    .await?;
+    .await?
+    .into_iter()
+    .map(|s| (s.collected_at, s.id, s.facts))
+    .collect();
     snapshots.sort_by_key(|s| (s.0, s.1));
     let mut markers = Vec::new();
     let mut before = None;

@@ -11,16 +11,10 @@ use uuid::Uuid;
 use super::SeriesKey;
 use crate::health::HealthError;
 
-/// What every read of change points selects, into [`Row`].
-const SELECT: &str = "SELECT c.id, c.node_id, n.hostname, c.test, c.metric, c.size_band, c.world_size, c.pair, c.t, c.before,
-        c.after, c.relative_change, c.ci_low, c.ci_high, c.points_before, c.points_after, c.worse, c.latest,
-        c.facts_changes, c.fleet, c.detected_at
-     FROM change_points c JOIN nodes n ON n.id = c.node_id";
-
 /// The most rows one list answers.
 pub const MAX_LIMIT: i64 = 1000;
 
-#[derive(sqlx::FromRow)]
+/// A change point as every read of them selects it.
 struct Row {
     id: Uuid,
     node_id: Uuid,
@@ -91,22 +85,27 @@ pub struct Filter {
 
 /// Regressions newest first: open ones, or every change with `all`.
 pub async fn list(db: &PgPool, f: &Filter) -> Result<Vec<Regression>, HealthError> {
-    let sql = format!(
-        "{SELECT}
+    let rows = sqlx::query_as!(
+        Row,
+        r#"SELECT c.id, c.node_id, n.hostname, c.test, c.metric, c.size_band, c.world_size, c.pair,
+                c.t, c.before, c.after, c.relative_change, c.ci_low, c.ci_high, c.points_before,
+                c.points_after, c.worse, c.latest,
+                c.facts_changes AS "facts_changes: sqlx::types::Json<Vec<FactChange>>",
+                c.fleet AS "fleet: sqlx::types::Json<serde_json::Value>", c.detected_at
+         FROM change_points c JOIN nodes n ON n.id = c.node_id
          WHERE ($1 OR (c.worse AND c.latest))
            AND ($2::uuid IS NULL OR c.node_id = $2)
            AND ($3::timestamptz IS NULL OR c.t >= $3)
            AND ($4::text IS NULL OR c.test = $4 OR c.test LIKE $4 || '.%')
-         ORDER BY c.t DESC, c.id LIMIT $5"
-    );
-    let rows: Vec<Row> = sqlx::query_as(&sql)
-        .bind(f.all)
-        .bind(f.node_id)
-        .bind(f.since)
-        .bind(&f.kind)
-        .bind(f.limit.clamp(1, MAX_LIMIT))
-        .fetch_all(db)
-        .await?;
+         ORDER BY c.t DESC, c.id LIMIT $5"#,
+        f.all,
+        f.node_id,
+        f.since,
+        f.kind,
+        f.limit.clamp(1, MAX_LIMIT),
+    )
+    .fetch_all(db)
+    .await?;
     Ok(rows.into_iter().map(Into::into).collect())
 }
 
@@ -119,19 +118,29 @@ pub async fn of_series(
     since: Option<DateTime<Utc>>,
     until: DateTime<Utc>,
 ) -> Result<Vec<Regression>, HealthError> {
-    let sql = format!(
-        "{SELECT}
+    let rows = sqlx::query_as!(
+        Row,
+        r#"SELECT c.id, c.node_id, n.hostname, c.test, c.metric, c.size_band, c.world_size, c.pair,
+                c.t, c.before, c.after, c.relative_change, c.ci_low, c.ci_high, c.points_before,
+                c.points_after, c.worse, c.latest,
+                c.facts_changes AS "facts_changes: sqlx::types::Json<Vec<FactChange>>",
+                c.fleet AS "fleet: sqlx::types::Json<serde_json::Value>", c.detected_at
+         FROM change_points c JOIN nodes n ON n.id = c.node_id
          WHERE c.node_id = $1 AND c.test = $2 AND c.metric = $3 AND c.size_band = $4 AND c.world_size = $5
            AND c.pair = $6 AND ($7::timestamptz IS NULL OR c.t >= $7) AND c.t <= $8
-         ORDER BY c.t, c.id LIMIT $9"
-    );
-    let rows: Vec<Row> = key
-        .bind(sqlx::query_as(&sql))
-        .bind(since)
-        .bind(until)
-        .bind(MAX_LIMIT)
-        .fetch_all(db)
-        .await?;
+         ORDER BY c.t, c.id LIMIT $9"#,
+        key.node_id,
+        key.test,
+        key.metric,
+        key.band,
+        key.world_size,
+        key.pair,
+        since,
+        until,
+        MAX_LIMIT,
+    )
+    .fetch_all(db)
+    .await?;
     Ok(rows.into_iter().map(Into::into).collect())
 }
 
@@ -168,10 +177,15 @@ pub async fn node_reasons(
 /// Open regressions per node and test, for the fleet view and `/metrics`: a p2p test's
 /// counts every GPU pair's (the list names them).
 pub async fn open_by_node(db: &PgPool) -> Result<Vec<(Uuid, String, String, i64)>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT c.node_id, n.hostname, c.test, count(*) FROM change_points c JOIN nodes n ON n.id = c.node_id
-         WHERE c.worse AND c.latest GROUP BY c.node_id, n.hostname, c.test",
+    let rows = sqlx::query!(
+        r#"SELECT c.node_id, n.hostname, c.test, count(*) AS "open!"
+         FROM change_points c JOIN nodes n ON n.id = c.node_id
+         WHERE c.worse AND c.latest GROUP BY c.node_id, n.hostname, c.test"#,
     )
     .fetch_all(db)
-    .await
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| (r.node_id, r.hostname, r.test, r.open))
+        .collect())
 }
