@@ -54,7 +54,7 @@ pub async fn run(client: &Client, cmd: AgentsCmd, json: bool, server: &str) -> a
                 t.add_row(vec![
                     a.id.to_string(),
                     a.hostname.clone(),
-                    a.health.clone(),
+                    a.state.clone(),
                     table::opt(&a.version),
                     table::ago(a.last_heartbeat_at),
                 ]);

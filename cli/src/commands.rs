@@ -296,7 +296,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 ("site", &site),
                 ("trait", &trait_),
                 // The filter's first name, which servers of every version take.
-                ("health", &liveness),
+                ("liveness", &liveness),
                 ("q", &search),
                 ("problems", &problems),
             ]);
@@ -307,7 +307,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             // Offline first, then stale (`Liveness` orders them so).
             nodes.sort_by_key(|n| {
                 (
-                    n.health,
+                    n.liveness,
                     n.port_states.iter().any(|s| s != "ACTIVE") as u8 ^ 1,
                     n.hostname.clone(),
                 )
@@ -320,7 +320,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     n.traits.iter().map(|(k, v)| format!("{k}={v}")).collect();
                 t.add_row(vec![
                     n.hostname.clone(),
-                    n.health.to_string(),
+                    n.liveness.to_string(),
                     format!(
                         "{} × {}",
                         n.gpu_count,
@@ -348,7 +348,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 "{} ({})  {}  last seen {}",
                 s.hostname,
                 s.id,
-                s.health,
+                s.liveness,
                 table::ago(s.last_seen_at)
             );
             println!(

@@ -107,7 +107,7 @@ const ONLINE_WITHIN_HEARTBEATS: f64 = 2.5;
 const STALE_WITHIN_HEARTBEATS: f64 = 10.0;
 
 /// `online`, `stale` or `offline` from the age of the last heartbeat.
-pub fn health(
+pub fn liveness(
     last_seen: Option<chrono::DateTime<chrono::Utc>>,
     heartbeat: std::time::Duration,
 ) -> Liveness {
@@ -124,19 +124,19 @@ pub fn health(
     }
 }
 
-/// The heartbeat ages in seconds up to which [`health`] says `online`, then `stale`.
-pub fn health_thresholds(heartbeat: std::time::Duration) -> (f64, f64) {
+/// The heartbeat ages in seconds up to which [`liveness`] says `online`, then `stale`.
+pub fn liveness_thresholds(heartbeat: std::time::Duration) -> (f64, f64) {
     let hb = heartbeat.as_secs_f64();
     (hb * ONLINE_WITHIN_HEARTBEATS, hb * STALE_WITHIN_HEARTBEATS)
 }
 
-/// The heartbeat ages in seconds (at least, at most) that [`health`] calls `state`, for
+/// The heartbeat ages in seconds (at least, at most) that [`liveness`] calls `state`, for
 /// filtering in SQL.
-pub fn health_age_bounds(
+pub fn liveness_age_bounds(
     state: Liveness,
     heartbeat: std::time::Duration,
 ) -> (Option<f64>, Option<f64>) {
-    let (online, stale) = health_thresholds(heartbeat);
+    let (online, stale) = liveness_thresholds(heartbeat);
     match state {
         Liveness::Online => (None, Some(online)),
         Liveness::Stale => (Some(online), Some(stale)),
@@ -195,21 +195,21 @@ mod tests {
     }
 
     #[test]
-    fn health_bands() {
+    fn liveness_bands() {
         let hb = std::time::Duration::from_secs(10);
         let now = chrono::Utc::now();
-        assert_eq!(health(None, hb), Liveness::Offline);
-        assert_eq!(health(Some(now), hb), Liveness::Online);
+        assert_eq!(liveness(None, hb), Liveness::Offline);
+        assert_eq!(liveness(Some(now), hb), Liveness::Online);
         assert_eq!(
-            health(Some(now - chrono::Duration::seconds(40)), hb),
+            liveness(Some(now - chrono::Duration::seconds(40)), hb),
             Liveness::Stale
         );
         assert_eq!(
-            health(Some(now - chrono::Duration::seconds(500)), hb),
+            liveness(Some(now - chrono::Duration::seconds(500)), hb),
             Liveness::Offline
         );
         assert_eq!(
-            health_age_bounds(Liveness::Stale, hb),
+            liveness_age_bounds(Liveness::Stale, hb),
             (Some(25.0), Some(100.0))
         );
     }

@@ -43,7 +43,7 @@ impl NodeRow {
     /// The row as the API shows it, its liveness judged against the heartbeat interval.
     pub fn summary(self, heartbeat: Duration) -> NodeSummary {
         NodeSummary {
-            health: db::health(self.last_seen_at, heartbeat),
+            liveness: db::liveness(self.last_seen_at, heartbeat),
             id: self.id,
             hostname: self.hostname,
             site: self.site,

@@ -339,11 +339,16 @@ async fn node_filters_and_counts_agree() {
                "problems": broken.len()})
     );
     let (_, c) = api
+        .get("/api/v1/nodes/counts?problems=true&liveness=online", &admin)
+        .await;
+    // The filter's first name, health, is still read, and means the same.
+    let (_, by_first_name) = api
         .get("/api/v1/nodes/counts?problems=true&health=online", &admin)
         .await;
+    assert_eq!(by_first_name, c);
     let online_broken = all
         .iter()
-        .filter(|n| n.health == heddle_types::nodes::Liveness::Online && !n.problems().is_empty())
+        .filter(|n| n.liveness == heddle_types::nodes::Liveness::Online && !n.problems().is_empty())
         .count();
     assert_eq!(
         (&c["fleet"], &c["total"], &c["problems"], &c["offline"]),
@@ -383,7 +388,9 @@ async fn node_filters_and_counts_agree() {
     // Hostile values are refused with words that say what is wrong, by both routes.
     let long = "a".repeat(201);
     for (query, says) in [
+        ("liveness=broken", "must be online, stale or offline"),
         ("health=broken", "must be online, stale or offline"),
+        ("liveness=online&health=stale", "disagree"),
         ("problems=maybe", "problems"),
         ("q=a%0Ab", "control character"),
         (&format!("q={long}") as &str, "at most 200 characters"),

@@ -152,7 +152,7 @@ pub struct AgentInfo {
     /// wire and, deprecated, `health` ([`AgentStateFields`]).
     #[serde(flatten, with = "agent_state_fields")]
     #[cfg_attr(feature = "openapi", schema(value_type = AgentStateFields))]
-    pub health: String,
+    pub state: String,
 }
 
 /// An agent's state as the JSON carries it: `state`, and the same value under its first
@@ -244,7 +244,7 @@ mod agent_state_tests {
             created_at: Utc::now(),
             last_heartbeat_at: None,
             revoked_at: None,
-            health: "revoked".into(),
+            state: "revoked".into(),
         };
         let json = serde_json::to_value(&agent).unwrap();
         assert_eq!(
@@ -255,7 +255,7 @@ mod agent_state_tests {
             let mut one = json.clone();
             one.as_object_mut().unwrap().remove(key);
             let back: AgentInfo = serde_json::from_value(one).unwrap();
-            assert_eq!(back.health, "revoked", "without {key}");
+            assert_eq!(back.state, "revoked", "without {key}");
         }
     }
 }

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 /// Whether a node's agent is heard from, by the age of its last heartbeat (the server's
-/// `db::health` draws the lines): its liveness, in `heddle nodes` and on the fleet page.
+/// `db::liveness` draws the lines): its liveness, in `heddle nodes` and on the fleet page.
 /// Not its health, which is a verdict (`crate::health`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -98,7 +98,7 @@ pub struct NodeSummary {
     /// `health` ([`LivenessFields`]).
     #[serde(flatten, with = "liveness_fields")]
     #[cfg_attr(feature = "openapi", schema(value_type = LivenessFields))]
-    pub health: Liveness,
+    pub liveness: Liveness,
     pub gpu_model: Option<String>,
     pub gpu_count: i32,
     pub hcas: Vec<String>,
@@ -116,8 +116,8 @@ impl NodeSummary {
     /// (`server/src/api/node_list.rs`); `server/tests/lists.rs` holds the two together.
     pub fn problems(&self) -> Vec<String> {
         let mut out = Vec::new();
-        if self.health != Liveness::Online {
-            out.push(format!("agent {}", self.health));
+        if self.liveness != Liveness::Online {
+            out.push(format!("agent {}", self.liveness));
         }
         if self.facts_updated_at.is_none() {
             out.push("no facts yet".into());
@@ -272,7 +272,7 @@ mod tests {
             id: Uuid::nil(),
             hostname: "n1".into(),
             site: None,
-            health: Liveness::Stale,
+            liveness: Liveness::Stale,
             gpu_model: None,
             gpu_count: 0,
             hcas: vec![],
@@ -295,7 +295,7 @@ mod tests {
             let mut one = json.clone();
             one.as_object_mut().unwrap().remove(key);
             let back: NodeSummary = serde_json::from_value(one).unwrap();
-            assert_eq!(back.health, Liveness::Stale, "without {key}");
+            assert_eq!(back.liveness, Liveness::Stale, "without {key}");
         }
         let detail = NodeDetail {
             summary: summary(),
@@ -307,7 +307,7 @@ mod tests {
         let json = serde_json::to_value(&detail).unwrap();
         assert_eq!(json["liveness"], "stale", "{json}");
         let back: NodeDetail = serde_json::from_value(json).unwrap();
-        assert_eq!(back.summary.health, Liveness::Stale);
+        assert_eq!(back.summary.liveness, Liveness::Stale);
         let mut neither = serde_json::to_value(summary()).unwrap();
         neither.as_object_mut().unwrap().remove("liveness");
         neither.as_object_mut().unwrap().remove("health");

@@ -148,7 +148,7 @@ pub fn Agents() -> impl IntoView {
                 let revoked = a.revoked_at.is_some();
                 view! { <tr data-host=a.hostname.clone()>
                     <td><a href=format!("/nodes/{}", a.node_id)>{a.hostname.clone()}</a></td>
-                    <td>{if revoked { view! { <span class="badge bad">"revoked"</span> }.into_any() } else { liveness_badge(&a.health).into_any() }}</td>
+                    <td>{if revoked { view! { <span class="badge bad">"revoked"</span> }.into_any() } else { liveness_badge(&a.state).into_any() }}</td>
                     <td>{a.version.clone().unwrap_or_default()}</td><td class="muted">{ago(a.last_heartbeat_at)}</td>
                     <td class="muted">{when(Some(a.created_at))}</td>
                     <td>{(!revoked && admin()).then(|| view! { <button class="revoke-agent" on:click=move |_| revoke_at(path.clone(), what.clone())>"Revoke"</button> })}</td>

@@ -38,7 +38,7 @@ impl Filter {
         }
         // The filter's first name, which servers of every version take.
         if !self.liveness.is_empty() {
-            parts.push(format!("health={}", api::seg(&self.liveness)));
+            parts.push(format!("liveness={}", api::seg(&self.liveness)));
         }
         if !self.layer.is_empty() {
             parts.push(format!("link_layer={}", api::seg(&self.layer)));
@@ -365,7 +365,7 @@ fn row(n: &NodeSummary) -> impl IntoView + use<> {
     view! {
         <tr class=class data-host=n.hostname.clone()>
             <td><a href=href>{n.hostname.clone()}</a>{n.site.clone().map(|s| view! { <span class="muted">{format!(" · {s}")}</span> })}</td>
-            <td>{liveness_badge(n.health.as_str())}</td>
+            <td>{liveness_badge(n.liveness.as_str())}</td>
             <td>{gpus}</td>
             <td class="mono">{if n.hcas.is_empty() { "—".to_string() } else { n.hcas.join(" ") }}</td>
             <td>{ports}</td>

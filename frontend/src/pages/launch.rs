@@ -370,7 +370,7 @@ pub fn LaunchForm() -> impl IntoView {
                     });
                 };
                 view! { <label class="node-pick"><input type="checkbox" name="node" value=host.clone() on:change=toggle/>
-                    {format!(" {host} ({})", n.health)}</label> }
+                    {format!(" {host} ({})", n.liveness)}</label> }
             })
             .collect_view()
             .into_any()

@@ -106,7 +106,7 @@ fn NodeBody(node: NodeDetail) -> impl IntoView {
     view! {
         <div class="title-row">
             <h1 id="node-title">{s.hostname.clone()}</h1>
-            {liveness_badge(s.health.as_str())}
+            {liveness_badge(s.liveness.as_str())}
             <span class="muted">{format!("last seen {} · facts {}", ago(s.last_seen_at), ago(s.facts_updated_at))}</span>
         </div>
         <p>{s.site.clone().map(|x| format!("Site {x} · ")).unwrap_or_default()}{traits}</p>

@@ -58,8 +58,8 @@ pub async fn create_fabric_investigation(
     Json(req): Json<FabricInvestigationCreate>,
 ) -> ApiResult<(StatusCode, Json<FabricInvestigation>)> {
     caller.require(Role::Operator)?;
-    // A node is tested while it is online (`db::health`).
-    let (online_s, _) = crate::db::health_thresholds(state.config.heartbeat_interval());
+    // A node is tested while it is online (`db::liveness`).
+    let (online_s, _) = crate::db::liveness_thresholds(state.config.heartbeat_interval());
     let id = investigation::create(&state.db, &caller.actor(), &req, online_s).await?;
     Ok((
         StatusCode::CREATED,

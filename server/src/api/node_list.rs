@@ -40,7 +40,10 @@ pub struct NodeFilter {
     /// `key=value` site trait set by plugins, e.g. `cloud=azure`.
     #[serde(rename = "trait")]
     trait_: Option<String>,
-    /// `online`, `stale` or `offline`.
+    /// The agent's liveness: `online`, `stale` or `offline`.
+    liveness: Option<String>,
+    /// Deprecated: the first name of `liveness`.
+    #[deprecated = "the first name of `liveness`"]
     health: Option<String>,
     /// `true`: only nodes with a problem (agent not online, no facts yet, or a port not
     /// `ACTIVE`); `false`: only nodes without one.
@@ -54,6 +57,7 @@ pub struct NodeFilter {
 
 impl NodeFilter {
     /// The filter as the node list's query, or why it cannot be one.
+    #[allow(deprecated)] // reads `health`, the first name of `liveness`
     fn query(&self) -> Result<NodeQuery<'_>, ApiError> {
         let trait_ = match &self.trait_ {
             None => None,
@@ -61,9 +65,15 @@ impl NodeFilter {
                 ApiError::BadRequest(format!("trait filter {kv:?} must be key=value"))
             })?),
         };
-        let liveness = match self.health.as_deref() {
-            None => None,
-            Some(h) => Some(h.parse().map_err(ApiError::BadRequest)?),
+        let liveness = match (self.liveness.as_deref(), self.health.as_deref()) {
+            (Some(a), Some(b)) if a != b => {
+                return Err(ApiError::BadRequest(format!(
+                    "liveness={a} and health={b} disagree; health is liveness's first name, \
+                     give liveness alone"
+                )));
+            }
+            (Some(l), _) | (None, Some(l)) => Some(l.parse().map_err(ApiError::BadRequest)?),
+            (None, None) => None,
         };
         let text = match self.q.as_deref().map(str::trim) {
             None | Some("") => None,

@@ -264,10 +264,10 @@ pub async fn list_agents(
     Ok(Json(
         rows.into_iter()
             .map(|r| AgentInfo {
-                health: if r.revoked_at.is_some() {
+                state: if r.revoked_at.is_some() {
                     "revoked".into()
                 } else {
-                    db::health(r.last_heartbeat_at, hb).as_str().into()
+                    db::liveness(r.last_heartbeat_at, hb).as_str().into()
                 },
                 id: r.id,
                 node_id: r.node_id,

@@ -87,9 +87,9 @@ impl<'a> Bound<'a> {
     fn new(q: &'a NodeQuery<'a>, heartbeat: Duration) -> Self {
         let (min_age, max_age) = match q.liveness {
             None => (None, None),
-            Some(l) => db::health_age_bounds(l, heartbeat),
+            Some(l) => db::liveness_age_bounds(l, heartbeat),
         };
-        let (online_secs, stale_secs) = db::health_thresholds(heartbeat);
+        let (online_secs, stale_secs) = db::liveness_thresholds(heartbeat);
         Bound {
             q,
             pattern: q.text.map(|t| {
