@@ -47,16 +47,16 @@ pub async fn store(
     actor: &str,
 ) -> Result<FabricSummary, FabricError> {
     let mut tx = db.begin().await?;
-    let (imported_at,): (DateTime<Utc>,) = sqlx::query_as(
+    let imported_at: DateTime<Utc> = sqlx::query_scalar!(
         "INSERT INTO fabric (id, source, document, imported_at, imported_by)
          VALUES (true, $1, $2, now(), $3)
          ON CONFLICT (id) DO UPDATE SET source = EXCLUDED.source, document = EXCLUDED.document,
              imported_at = EXCLUDED.imported_at, imported_by = EXCLUDED.imported_by
          RETURNING imported_at",
+        source.as_str(),
+        Json(fabric) as _,
+        actor,
     )
-    .bind(source.as_str())
-    .bind(Json(fabric))
-    .bind(actor)
     .fetch_one(&mut *tx)
     .await?;
     let summary = FabricSummary::of(fabric, source, imported_at, actor.to_string());
@@ -87,15 +87,17 @@ pub async fn store(
 
 /// The site's fabric, or [`FabricError::NoneYet`].
 pub async fn current<'e>(db: impl sqlx::PgExecutor<'e>) -> Result<StoredFabric, FabricError> {
-    type Row = (String, Json<Fabric>, DateTime<Utc>, String);
-    let row: Option<Row> =
-        sqlx::query_as("SELECT source, document, imported_at, imported_by FROM fabric WHERE id")
-            .fetch_optional(db)
-            .await
-            .map_err(|e| match e {
-                sqlx::Error::ColumnDecode { source, .. } => FabricError::Decode(source.to_string()),
-                other => other.into(),
-            })?;
+    let row = sqlx::query!(
+        r#"SELECT source, document AS "document: Json<Fabric>", imported_at, imported_by
+         FROM fabric WHERE id"#
+    )
+    .fetch_optional(db)
+    .await
+    .map_err(|e| match e {
+        sqlx::Error::ColumnDecode { source, .. } => FabricError::Decode(source.to_string()),
+        other => other.into(),
+    })?
+    .map(|r| (r.source, r.document, r.imported_at, r.imported_by));
     let (source, Json(fabric), imported_at, imported_by) = row.ok_or(FabricError::NoneYet)?;
     let source: FabricSource = source.parse().map_err(FabricError::Decode)?;
     Ok(StoredFabric {

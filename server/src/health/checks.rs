@@ -13,11 +13,13 @@ use super::HealthError;
 
 /// Every check of a node, in the order the rules give them; empty before its first facts.
 pub async fn for_node(db: &PgPool, node_id: Uuid) -> Result<Vec<NodeCheck>, HealthError> {
-    let row: Option<(String, Option<serde_json::Value>, Option<Uuid>)> =
-        sqlx::query_as("SELECT hostname, facts, site_id FROM nodes WHERE id = $1")
-            .bind(node_id)
-            .fetch_optional(db)
-            .await?;
+    let row = sqlx::query!(
+        "SELECT hostname, facts, site_id FROM nodes WHERE id = $1",
+        node_id
+    )
+    .fetch_optional(db)
+    .await?
+    .map(|r| (r.hostname, r.facts, r.site_id));
     let Some((hostname, Some(facts), site_id)) = row else {
         return Ok(Vec::new());
     };
@@ -34,27 +36,27 @@ pub async fn for_node(db: &PgPool, node_id: Uuid) -> Result<Vec<NodeCheck>, Heal
     };
     // The newest history row is these facts (a change is always recorded); the one
     // before it is the previous report.
-    let previous: Option<(serde_json::Value,)> = sqlx::query_as(
+    let previous = sqlx::query_scalar!(
         "SELECT facts FROM node_facts_history WHERE node_id = $1 ORDER BY id DESC OFFSET 1 LIMIT 1",
+        node_id,
     )
-    .bind(node_id)
     .fetch_optional(db)
     .await?;
-    let previous: Option<NodeFacts> = previous.and_then(|(v,)| serde_json::from_value(v).ok());
+    let previous: Option<NodeFacts> = previous.and_then(|v| serde_json::from_value(v).ok());
     let mut checks = node_checks::evaluate(&facts, previous.as_ref());
     if let Some(site) = site_id {
         // Only the interfaces are needed, so the rest of each peer's facts stays in Postgres.
-        let peers: Vec<(String, serde_json::Value)> = sqlx::query_as(
-            "SELECT hostname, jsonb_build_object('network', facts->'network') FROM nodes
-             WHERE site_id = $1 AND id <> $2 AND facts IS NOT NULL",
+        let peers = sqlx::query!(
+            r#"SELECT hostname, jsonb_build_object('network', facts->'network') AS "facts!"
+             FROM nodes WHERE site_id = $1 AND id <> $2 AND facts IS NOT NULL"#,
+            site,
+            node_id,
         )
-        .bind(site)
-        .bind(node_id)
         .fetch_all(db)
         .await?;
         let peers: Vec<(String, NodeFacts)> = peers
             .into_iter()
-            .filter_map(|(h, v)| Some((h, network_only(v)?)))
+            .filter_map(|p| Some((p.hostname, network_only(p.facts)?)))
             .collect();
         let mut site_facts: Vec<(String, &NodeFacts)> =
             peers.iter().map(|(h, f)| (h.clone(), f)).collect();

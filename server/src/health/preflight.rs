@@ -111,21 +111,23 @@ async fn schedule(
     let mut tx = db.begin().await?;
     // Serialises concurrent pre-flights (every replica, every launcher) so that a node gets
     // one check run, not one per caller.
-    sqlx::query("SELECT pg_advisory_xact_lock(727275)")
-        .execute(&mut *tx)
+    sqlx::query_scalar!(r#"SELECT pg_advisory_xact_lock(727275)::text AS "locked?""#)
+        .fetch_one(&mut *tx)
         .await?;
-    let running: Vec<(Uuid, Uuid, Uuid)> = sqlx::query_as(
+    let running = sqlx::query!(
         "SELECT j.node_id, j.run_id, j.id FROM jobs j JOIN runs r ON r.id = j.run_id
          WHERE j.node_id = ANY($1) AND r.label = $2 AND r.spec->>'kind' = $3 AND j.world_size = 1
            AND j.state IN ('queued', 'leased', 'running') AND NOT j.cancel_requested",
+        stale,
+        RUN_LABEL,
+        check.as_str(),
     )
-    .bind(stale)
-    .bind(RUN_LABEL)
-    .bind(check.as_str())
     .fetch_all(&mut *tx)
     .await?;
-    let mut jobs: HashMap<Uuid, (Uuid, Uuid)> =
-        running.into_iter().map(|(n, r, j)| (n, (r, j))).collect();
+    let mut jobs: HashMap<Uuid, (Uuid, Uuid)> = running
+        .into_iter()
+        .map(|r| (r.node_id, (r.run_id, r.id)))
+        .collect();
     for node in stale {
         if jobs.contains_key(node) {
             continue;
@@ -143,8 +145,7 @@ async fn schedule(
             },
         )
         .await?;
-        let (job_id,): (Uuid,) = sqlx::query_as("SELECT id FROM jobs WHERE run_id = $1")
-            .bind(run_id)
+        let job_id = sqlx::query_scalar!("SELECT id FROM jobs WHERE run_id = $1", run_id)
             .fetch_one(&mut *tx)
             .await?;
         jobs.insert(*node, (run_id, job_id));
@@ -163,13 +164,17 @@ async fn wait_for(
     let job_ids: Vec<Uuid> = jobs.values().map(|(_, j)| *j).collect();
     let mut done: HashMap<Uuid, Waited> = HashMap::new();
     loop {
-        let states: Vec<(Uuid, String, Option<String>, Option<Uuid>)> = sqlx::query_as(
-            "SELECT j.id, j.state, j.error, r.id FROM jobs j LEFT JOIN results r ON r.job_id = j.id WHERE j.id = ANY($1)",
+        let states = sqlx::query!(
+            r#"SELECT j.id, j.state, j.error, r.id AS "result?"
+             FROM jobs j LEFT JOIN results r ON r.job_id = j.id WHERE j.id = ANY($1)"#,
+            &job_ids,
         )
-        .bind(&job_ids)
         .fetch_all(db)
         .await?;
-        for (job, state, error, result) in states {
+        for (job, state, error, result) in states
+            .into_iter()
+            .map(|s| (s.id, s.state, s.error, s.result))
+        {
             if done.contains_key(&job) {
                 continue;
             }

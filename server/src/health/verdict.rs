@@ -241,7 +241,6 @@ pub fn decide(
     (verdict, reasons)
 }
 
-#[derive(sqlx::FromRow)]
 struct SubjectRow {
     outcome: String,
     reason: Option<String>,
@@ -257,7 +256,9 @@ struct SubjectRow {
     facts: Option<serde_json::Value>,
 }
 
-#[derive(sqlx::FromRow)]
+/// A result row's labels as stored.
+type Labels = sqlx::types::Json<std::collections::BTreeMap<String, String>>;
+
 struct RowDb {
     size_bytes: i64,
     op: Option<String>,
@@ -265,7 +266,7 @@ struct RowDb {
     algbw_gbs: Option<f64>,
     busbw_gbs: Option<f64>,
     wrong: Option<i64>,
-    labels: sqlx::types::Json<std::collections::BTreeMap<String, String>>,
+    labels: Labels,
 }
 
 /// Judges results of the last day that have no verdict yet: those whose judgement failed
@@ -274,7 +275,7 @@ struct RowDb {
 /// were judged; safe on every replica at once (judging is idempotent). A verdict is looked
 /// for in its result's month only.
 pub async fn judge_pending(db: &PgPool) -> Result<usize, HealthError> {
-    let pending: Vec<(Uuid,)> = sqlx::query_as(
+    let pending = sqlx::query_scalar!(
         "SELECT r.id FROM results r LEFT JOIN verdicts v ON v.result_id = r.id AND v.received_at = r.received_at
          WHERE v.result_id IS NULL AND r.received_at > now() - interval '1 day'
            AND r.received_at < now() - interval '5 seconds'
@@ -282,7 +283,7 @@ pub async fn judge_pending(db: &PgPool) -> Result<usize, HealthError> {
     )
     .fetch_all(db)
     .await?;
-    for (id,) in &pending {
+    for id in &pending {
         judge_result(db, *id).await?;
         super::regress::on_result(db, *id).await?;
     }
@@ -295,13 +296,15 @@ pub async fn judge_pending(db: &PgPool) -> Result<usize, HealthError> {
 /// transaction by [`upload::judge_upload`].)
 pub async fn judge_result(db: &PgPool, result_id: Uuid) -> Result<ResultVerdict, HealthError> {
     let mut tx = db.begin().await?;
-    let subject: Option<SubjectRow> = sqlx::query_as(
-        "SELECT r.outcome, r.reason, r.summary, r.received_at, j.run_id, j.node_id, j.world_size, ru.spec,
+    let subject = sqlx::query_as!(
+        SubjectRow,
+        r#"SELECT r.outcome, r.reason, r.summary, r.received_at, j.run_id, j.node_id, j.world_size,
+                ru.spec AS "spec: sqlx::types::Json<JobSpec>",
                 n.hostname, n.gpu_model, n.gpu_count, n.facts
          FROM results r JOIN jobs j ON j.id = r.job_id JOIN runs ru ON ru.id = j.run_id JOIN nodes n ON n.id = j.node_id
-         WHERE r.id = $1",
+         WHERE r.id = $1"#,
+        result_id,
     )
-    .bind(result_id)
     .fetch_optional(&mut *tx)
     .await?;
     let s = subject.ok_or(HealthError::NoSuchResult(result_id))?;
@@ -319,10 +322,13 @@ pub async fn judge_result(db: &PgPool, result_id: Uuid) -> Result<ResultVerdict,
         gpu_count: s.gpu_count,
         facts: s.facts,
     };
-    let rows: Vec<RowDb> = sqlx::query_as(
-        "SELECT size_bytes, op, time_us, algbw_gbs, busbw_gbs, wrong, labels FROM result_rows WHERE result_id = $1 ORDER BY seq",
+    let rows = sqlx::query_as!(
+        RowDb,
+        r#"SELECT size_bytes, op, time_us, algbw_gbs, busbw_gbs, wrong,
+                labels AS "labels: Labels"
+         FROM result_rows WHERE result_id = $1 ORDER BY seq"#,
+        result_id,
     )
-    .bind(result_id)
     .fetch_all(&mut *tx)
     .await?;
     let rows: Vec<ResultRow> = rows

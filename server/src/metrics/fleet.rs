@@ -24,21 +24,25 @@ impl Metrics {
         heartbeat: Duration,
     ) -> Result<(), sqlx::Error> {
         let online_within = heartbeat.as_secs_f64() * 2.5;
-        let (online,): (i64,) = sqlx::query_as(
-            "SELECT count(*) FROM agents WHERE revoked_at IS NULL
-             AND last_heartbeat_at > now() - make_interval(secs => $1)",
+        let online = sqlx::query_scalar!(
+            r#"SELECT count(*) AS "online!" FROM agents WHERE revoked_at IS NULL
+             AND last_heartbeat_at > now() - make_interval(secs => $1)"#,
+            online_within,
         )
-        .bind(online_within)
         .fetch_one(db)
         .await?;
         self.agents_online.set(online);
 
         let live: Vec<&str> = LIVE_JOB_STATES.iter().map(|s| s.as_str()).collect();
-        let rows: Vec<(String, i64)> =
-            sqlx::query_as("SELECT state, count(*) FROM jobs WHERE state = ANY($1) GROUP BY state")
-                .bind(&live)
-                .fetch_all(db)
-                .await?;
+        let rows: Vec<(String, i64)> = sqlx::query!(
+            r#"SELECT state, count(*) AS "n!" FROM jobs WHERE state = ANY($1) GROUP BY state"#,
+            &live as &[&str],
+        )
+        .fetch_all(db)
+        .await?
+        .into_iter()
+        .map(|r| (r.state, r.n))
+        .collect();
         for st in live {
             let n = rows.iter().find(|(s, _)| s == st).map_or(0, |(_, n)| *n);
             self.jobs
@@ -88,30 +92,33 @@ impl Metrics {
         }
 
         self.heartbeat.clear();
-        let beats: Vec<(String, f64)> = sqlx::query_as(
-            "SELECT n.hostname, extract(epoch FROM max(a.last_heartbeat_at))::float8
+        let beats = sqlx::query!(
+            r#"SELECT n.hostname, extract(epoch FROM max(a.last_heartbeat_at))::float8 AS "at!"
              FROM agents a JOIN nodes n ON n.id = a.node_id
              WHERE a.revoked_at IS NULL AND a.last_heartbeat_at IS NOT NULL
-             GROUP BY n.hostname",
+             GROUP BY n.hostname"#,
         )
         .fetch_all(db)
         .await?;
-        for (host, at) in beats {
+        for (host, at) in beats.into_iter().map(|b| (b.hostname, b.at)) {
             self.heartbeat
                 .get_or_create(&HostLabels { Hostname: host })
                 .set(at);
         }
 
         self.gpus.clear();
-        let gpus: Vec<(String, String, String, String)> = sqlx::query_as(
-            "SELECT n.hostname, coalesce(g->>'index', ''), coalesce(g->>'uuid', ''),
-                    coalesce(g->>'name', '')
+        let gpus = sqlx::query!(
+            r#"SELECT n.hostname, coalesce(g->>'index', '') AS "gpu!",
+                    coalesce(g->>'uuid', '') AS "uuid!", coalesce(g->>'name', '') AS "model!"
              FROM nodes n, jsonb_array_elements(coalesce(n.facts->'gpus', '[]')) g
-             WHERE jsonb_typeof(n.facts->'gpus') = 'array'",
+             WHERE jsonb_typeof(n.facts->'gpus') = 'array'"#,
         )
         .fetch_all(db)
         .await?;
-        for (host, gpu, uuid, model) in gpus {
+        for (host, gpu, uuid, model) in gpus
+            .into_iter()
+            .map(|g| (g.hostname, g.gpu, g.uuid, g.model))
+        {
             self.gpus
                 .get_or_create(&GpuLabels {
                     Hostname: host,
@@ -123,18 +130,23 @@ impl Metrics {
         }
 
         self.rdma_ports.clear();
-        let ports: Vec<(String, String, String, String, bool)> = sqlx::query_as(
-            "SELECT n.hostname, coalesce(d->>'name', ''), coalesce(p->>'port', ''),
-                    coalesce(p->>'link_layer', ''), coalesce(p->>'state' = 'ACTIVE', false)
+        let ports = sqlx::query!(
+            r#"SELECT n.hostname, coalesce(d->>'name', '') AS "device!",
+                    coalesce(p->>'port', '') AS "port!",
+                    coalesce(p->>'link_layer', '') AS "link_layer!",
+                    coalesce(p->>'state' = 'ACTIVE', false) AS "active!"
              FROM nodes n,
                   jsonb_array_elements(coalesce(n.facts->'rdma'->'devices', '[]')) d,
                   jsonb_array_elements(coalesce(d->'ports', '[]')) p
              WHERE jsonb_typeof(n.facts->'rdma'->'devices') = 'array'
-               AND jsonb_typeof(d->'ports') = 'array'",
+               AND jsonb_typeof(d->'ports') = 'array'"#,
         )
         .fetch_all(db)
         .await?;
-        for (host, device, port, link_layer, active) in ports {
+        for (host, device, port, link_layer, active) in ports
+            .into_iter()
+            .map(|p| (p.hostname, p.device, p.port, p.link_layer, p.active))
+        {
             self.rdma_ports
                 .get_or_create(&PortLabels {
                     Hostname: host,
@@ -146,14 +158,14 @@ impl Metrics {
         }
 
         self.plugin_errors.clear();
-        let errors: Vec<(String, i64)> = sqlx::query_as(
-            "SELECT p.name, count(r.node_id) FILTER (WHERE r.error IS NOT NULL)
+        let errors = sqlx::query!(
+            r#"SELECT p.name, count(r.node_id) FILTER (WHERE r.error IS NOT NULL) AS "errors!"
              FROM plugins p LEFT JOIN plugin_results r ON r.plugin_id = p.id
-             WHERE p.enabled GROUP BY p.name",
+             WHERE p.enabled GROUP BY p.name"#,
         )
         .fetch_all(db)
         .await?;
-        for (plugin, n) in errors {
+        for (plugin, n) in errors.into_iter().map(|e| (e.name, e.errors)) {
             self.plugin_errors
                 .get_or_create(&PluginLabels { plugin })
                 .set(n);

@@ -30,32 +30,37 @@ pub async fn reason(
     db: &mut sqlx::PgConnection,
     j: Judged<'_>,
 ) -> Result<Option<Reason>, sqlx::Error> {
-    let ranks: Vec<(String, EnvJson)> = sqlx::query_as(
-        "SELECT n.hostname, j.applied_env FROM jobs j JOIN nodes n ON n.id = j.node_id
-         WHERE j.run_id = $1 ORDER BY j.rank",
+    let ranks: Vec<(String, EnvJson)> = sqlx::query!(
+        r#"SELECT n.hostname, j.applied_env AS "applied_env: sqlx::types::Json<Vec<EnvVar>>"
+         FROM jobs j JOIN nodes n ON n.id = j.node_id
+         WHERE j.run_id = $1 ORDER BY j.rank"#,
+        j.run,
     )
-    .bind(j.run)
     .fetch_all(&mut *db)
-    .await?;
+    .await?
+    .into_iter()
+    .map(|r| (r.hostname, r.applied_env))
+    .collect();
     if ranks.iter().all(|(_, e)| e.is_none()) {
         return Ok(None);
     }
-    let before: Option<(EnvJson,)> = sqlx::query_as(
-        "SELECT j.applied_env FROM verdicts v JOIN results r ON r.id = v.result_id
+    let before: Option<EnvJson> = sqlx::query_scalar!(
+        r#"SELECT j.applied_env AS "applied_env: sqlx::types::Json<Vec<EnvVar>>"
+         FROM verdicts v JOIN results r ON r.id = v.result_id
          JOIN jobs j ON j.id = r.job_id
          WHERE v.node_id = $1 AND v.test = $2 AND v.verdict = 'pass' AND v.result_id <> $3
-         ORDER BY v.judged_at DESC LIMIT 1",
+         ORDER BY v.judged_at DESC LIMIT 1"#,
+        j.node,
+        j.test,
+        j.result,
     )
-    .bind(j.node)
-    .bind(j.test)
-    .bind(j.result)
     .fetch_optional(db)
     .await?;
     let ranks: Vec<(String, Vec<EnvVar>)> = ranks
         .into_iter()
         .map(|(h, e)| (h, e.map(|e| e.0).unwrap_or_default()))
         .collect();
-    let before = before.map(|(e,)| e.map(|e| e.0).unwrap_or_default());
+    let before = before.map(|e| e.map(|e| e.0).unwrap_or_default());
     let quiet =
         ranks.iter().all(|(_, e)| e.is_empty()) && before.as_ref().is_none_or(|b| b.is_empty());
     Ok((!quiet).then(|| describe(&ranks, j.hostname, before.as_deref())))

@@ -22,16 +22,17 @@ pub async fn rank_splits(
     db: &mut sqlx::PgConnection,
     run: Uuid,
 ) -> Result<Vec<Split>, sqlx::Error> {
-    let jobs: Vec<(String, Option<sqlx::types::Json<Vec<EnvVar>>>)> = sqlx::query_as(
-        "SELECT n.hostname, j.applied_env FROM jobs j JOIN nodes n ON n.id = j.node_id
-         WHERE j.run_id = $1 ORDER BY j.rank",
+    let jobs = sqlx::query!(
+        r#"SELECT n.hostname, j.applied_env AS "applied_env: sqlx::types::Json<Vec<EnvVar>>"
+         FROM jobs j JOIN nodes n ON n.id = j.node_id
+         WHERE j.run_id = $1 ORDER BY j.rank"#,
+        run,
     )
-    .bind(run)
     .fetch_all(db)
     .await?;
     let envs: Vec<(String, Vec<EnvVar>)> = jobs
         .into_iter()
-        .map(|(h, e)| (h, e.map(|e| e.0).unwrap_or_default()))
+        .map(|j| (j.hostname, j.applied_env.map(|e| e.0).unwrap_or_default()))
         .collect();
     Ok(must_agree::splits(
         envs.iter().map(|(h, e)| (h.as_str(), e.as_slice())),

@@ -180,8 +180,8 @@ pub(crate) async fn judge(
     let figures_json = serde_json::Value::Array(stored_figures);
     // The verdict and the node's latest verdict of the test, together; then the result's
     // series points with their rollups (`history::points`).
-    let (judged_at,): (DateTime<Utc>,) = sqlx::query_as(
-        "WITH v AS (
+    let judged_at: DateTime<Utc> = sqlx::query_scalar!(
+        r#"WITH v AS (
             INSERT INTO verdicts (result_id, run_id, node_id, test, verdict, reasons, metric, value, judged_at, figures,
                                   world_size, gpu_model, received_at)
             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, clock_timestamp(), $9, $10, $11, $12)
@@ -199,20 +199,20 @@ pub(crate) async fn judge(
                judged_at = EXCLUDED.judged_at, figures = EXCLUDED.figures, world_size = EXCLUDED.world_size,
                gpu_model = EXCLUDED.gpu_model, received_at = EXCLUDED.received_at
             WHERE latest_verdicts.judged_at <= EXCLUDED.judged_at)
-         SELECT judged_at FROM v",
+         SELECT judged_at AS "judged_at!" FROM v"#,
+        result_id,
+        s.run_id,
+        s.node_id,
+        extracted.test,
+        verdict.as_str(),
+        reasons_json,
+        headline.map(|f| f.metric.clone()),
+        headline.map(|f| f.value),
+        figures_json,
+        s.world_size,
+        s.gpu_model,
+        s.received_at,
     )
-    .bind(result_id)
-    .bind(s.run_id)
-    .bind(s.node_id)
-    .bind(&extracted.test)
-    .bind(verdict.as_str())
-    .bind(&reasons_json)
-    .bind(headline.map(|f| f.metric.clone()))
-    .bind(headline.map(|f| f.value))
-    .bind(&figures_json)
-    .bind(s.world_size)
-    .bind(&s.gpu_model)
-    .bind(s.received_at)
     .fetch_one(&mut *conn)
     .await?;
     if s.outcome == "succeeded" {

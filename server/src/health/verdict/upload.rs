@@ -31,7 +31,7 @@ pub async fn judge_upload(
         outcome,
         job,
     } = new;
-    sqlx::query("SAVEPOINT judging").execute(&mut *tx).await?;
+    sqlx::query!("SAVEPOINT judging").execute(&mut *tx).await?;
     let subject = match (job.spec, job.node) {
         (Some(spec), Some(node)) => Some(Subject {
             outcome: outcome.to_string(),
@@ -61,7 +61,7 @@ pub async fn judge_upload(
         Ok(worse) => worse,
         Err(err) => {
             tracing::warn!(%result_id, error = %err, "judging a result failed");
-            sqlx::query("ROLLBACK TO SAVEPOINT judging")
+            sqlx::query!("ROLLBACK TO SAVEPOINT judging")
                 .execute(&mut *tx)
                 .await?;
             Vec::new()
