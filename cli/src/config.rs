@@ -104,7 +104,6 @@ pub fn save(saved: &Saved) -> anyhow::Result<PathBuf> {
 }
 
 fn save_to(p: &Path, saved: &Saved) -> anyhow::Result<()> {
-    use std::io::Write;
     use std::os::unix::fs::DirBuilderExt;
     let dir = p
         .parent()
@@ -115,17 +114,8 @@ fn save_to(p: &Path, saved: &Saved) -> anyhow::Result<()> {
         .mode(0o700)
         .create(dir)
         .with_context(|| format!("creating {}", dir.display()))?;
-    // tempfile creates its file 0600.
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)
-        .with_context(|| format!("writing in {}", dir.display()))?;
-    tmp.write_all(&serde_json::to_vec_pretty(saved)?)?;
-    tmp.as_file()
-        .sync_all()
-        .with_context(|| format!("writing {}", p.display()))?;
-    tmp.persist(p)
-        .map_err(|e| e.error)
-        .with_context(|| format!("writing {}", p.display()))?;
-    Ok(())
+    crate::files::write_atomic(p, &serde_json::to_vec_pretty(saved)?, 0o600)
+        .with_context(|| format!("writing {}", p.display()))
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ mod exit;
 mod explain;
 mod fabric;
 mod fabric_investigate;
+mod files;
 mod health;
 mod investigate;
 mod output;

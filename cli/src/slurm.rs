@@ -105,23 +105,17 @@ impl Notes {
             return;
         }
         let write = || -> std::io::Result<()> {
-            use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-            // `create_new` refuses whatever is at the name, a link included.
+            use std::os::unix::fs::DirBuilderExt;
             std::fs::DirBuilder::new()
                 .recursive(true)
                 .mode(0o755)
                 .create(dir)?;
-            let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o644)
-                .open(&tmp)?;
+            let mut text = String::new();
             for l in &self.lines {
-                writeln!(f, "{l}")?;
+                text.push_str(l);
+                text.push('\n');
             }
-            f.sync_all()?;
-            std::fs::rename(&tmp, &path)
+            crate::files::write_atomic(&path, text.as_bytes(), 0o644)
         };
         if let Err(e) = write() {
             eprintln!("heddle slurm prolog: cannot write {}: {e}", path.display());
