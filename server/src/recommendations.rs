@@ -298,7 +298,8 @@ pub async fn store_plugin_says(
     let said_nodes: Vec<Uuid> = says.iter().map(|s| s.node).collect();
     let said_plugins: Vec<Uuid> = says.iter().map(|s| s.plugin.plugin_id).collect();
     for table in ["recommendations", "node_traits"] {
-        // Run time: one rule for both tables, named at run time (plugins::plugins_turn_facts_into_recommendations).
+        // Run time: one rule for both tables, named at run time
+        // (plugins::plugins_turn_facts_into_recommendations).
         sqlx::query(&format!(
             "DELETE FROM {table} WHERE node_id = ANY($1) AND plugin_id IS NOT NULL
                AND (NOT (plugin_id = ANY($2))

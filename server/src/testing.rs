@@ -53,6 +53,8 @@ impl TestDb {
         let mut conn = sqlx::PgConnection::connect(&admin)
             .await
             .expect("connecting to HEDDLE_TEST_DATABASE_URL");
+        // Run time: these statements manage databases from the maintenance database, most of
+        // them DDL naming a database made at run time (every test that calls `TestDb::create`).
         // Test binaries run in parallel: one of them builds the template, the others wait.
         sqlx::query("SELECT pg_advisory_lock(727274)")
             .execute(&mut conn)

@@ -76,7 +76,8 @@ pub async fn record_first(
     conn: &mut sqlx::PgConnection,
     j: &Judged<'_>,
 ) -> Result<(), sqlx::Error> {
-    // Run time: FIGURES is shared with `record` (history::rollups_equal_the_aggregates_of_their_points).
+    // Run time: FIGURES is shared with `record`
+    // (history::rollups_equal_the_aggregates_of_their_points).
     sqlx::query(&format!(
         "WITH p AS (
             INSERT INTO series_points (node_id, test, metric, band, world_size, pair, t, value, result_id)

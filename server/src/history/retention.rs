@@ -75,8 +75,8 @@ async fn sweep_locked(
         if days == 0 {
             continue;
         }
-        // Run time: sqlx cannot describe it (its EXPLAIN runs the function with NULL, which
-        // fails) (history::retention_drops_an_expired_month_and_keeps_the_latest_verdict_and_open_regression).
+        // Run time: sqlx cannot describe it (its EXPLAIN runs the function with NULL, which fails)
+        // (history::retention_drops_an_expired_month_and_keeps_the_latest_verdict_and_open_regression).
         let expired: Vec<(String, bool, bool)> = sqlx::query_as(
             "SELECT name, attached, detach_pending FROM history_expired_partitions($1, current_date - $2)",
         )

@@ -313,7 +313,8 @@ async fn collect(
         .filter(|e| e.jobs > 0 && e.ok == e.jobs)
         .filter_map(|e| e.run_id)
         .collect();
-    // Run time: the metric column is chosen by kind (investigations::started_by_hand_it_names_the_degraded_node).
+    // Run time: the metric column is chosen by kind
+    // (investigations::started_by_hand_it_names_the_degraded_node).
     let rows: Vec<(Uuid, i64, Option<f64>)> = sqlx::query_as(&format!(
         "SELECT j.run_id, rr.size_bytes, rr.{} FROM result_rows rr
          JOIN results r ON r.id = rr.result_id JOIN jobs j ON j.id = r.job_id WHERE j.run_id = ANY($1)",

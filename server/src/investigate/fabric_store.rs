@@ -331,6 +331,8 @@ pub(super) async fn available(
     online_s: f64,
     busy: bool,
 ) -> Result<Vec<(Uuid, String)>, sqlx::Error> {
+    // Run time: BUSY is shared with `busy`
+    // (fabric_investigations::requests_are_checked_and_the_first_round_runs_on_idle_nodes).
     sqlx::query_as(&format!(
         "SELECT n.id, n.hostname FROM nodes n
          WHERE n.hostname = ANY($1) AND n.last_seen_at >= now() - make_interval(secs => $2)
@@ -348,6 +350,8 @@ pub(super) async fn busy(
     tx: &mut PgConnection,
     names: &[String],
 ) -> Result<Vec<String>, sqlx::Error> {
+    // Run time: BUSY is shared with `available`
+    // (fabric_investigations::a_node_that_becomes_busy_is_left_out_of_the_next_round).
     let rows: Vec<(String,)> = sqlx::query_as(&format!(
         "SELECT n.hostname FROM nodes n WHERE n.hostname = ANY($1) AND {BUSY}"
     ))

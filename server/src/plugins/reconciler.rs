@@ -127,7 +127,8 @@ async fn claim(
     .into_iter()
     .map(|r| (r.id, r.facts_sha256))
     .collect();
-    // Run time: the staleness rule is shared with `sweep` (plugin_replicas::nodes_due_are_flagged_evaluated_and_swept_when_the_flag_is_missed).
+    // Run time: the staleness rule is shared with `sweep`
+    // (plugin_replicas::nodes_due_are_flagged_evaluated_and_swept_when_the_flag_is_missed).
     let stale: Vec<Uuid> = sqlx::query_as::<_, (Uuid,)>(&stale(Among::Listed))
         .bind(&locked)
         .fetch_all(&mut *conn)
@@ -174,7 +175,8 @@ async fn settle(
 
 /// Flags every node the full rule finds stale that is not due; returns how many.
 pub async fn sweep(db: &sqlx::PgPool) -> Result<u64, sqlx::Error> {
-    // Run time: the staleness rule is shared with `claim` (plugin_replicas::nodes_due_are_flagged_evaluated_and_swept_when_the_flag_is_missed).
+    // Run time: the staleness rule is shared with `claim`
+    // (plugin_replicas::nodes_due_are_flagged_evaluated_and_swept_when_the_flag_is_missed).
     let flagged = sqlx::query(&format!(
         "UPDATE nodes SET plugins_due = true
          WHERE id IN ({}) AND id NOT IN (SELECT id FROM plugins_due_nodes)",
