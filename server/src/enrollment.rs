@@ -187,34 +187,35 @@ pub async fn decide(tx: &mut PgConnection, id: Uuid, to: &str, by: &str) -> sqlx
     Ok(())
 }
 
+/// Reads pending enrollments, each with its node's live agent if it has one, with `$tail`
+/// (filter, order, limit) after the join.
+macro_rules! pending_enrollments {
+    ($tail:tt $(, $arg:expr)* $(,)?) => {
+        sqlx::query_as!(
+            PendingEnrollment,
+            r#"SELECT p.id, p.hostname, p.node_id, p.agent_version, p.state, p.requested_at,
+                    p.decided_at, p.decided_by, a.id AS "live_agent_id?",
+                    a.last_heartbeat_at AS "live_agent_last_heartbeat_at?", p.enrollment_token_id
+             FROM pending_enrollments p
+             LEFT JOIN agents a ON a.node_id = p.node_id AND a.revoked_at IS NULL "# + $tail
+            $(, $arg)*
+        )
+    };
+}
+
 /// Enrollments waiting for approval and approved ones not yet collected, oldest first.
 pub async fn waiting(db: &PgPool) -> sqlx::Result<Vec<PendingEnrollment>> {
-    sqlx::query_as!(
-        PendingEnrollment,
-        r#"SELECT p.id, p.hostname, p.node_id, p.agent_version, p.state, p.requested_at,
-                p.decided_at, p.decided_by, a.id AS "live_agent_id?",
-                a.last_heartbeat_at AS "live_agent_last_heartbeat_at?", p.enrollment_token_id
-         FROM pending_enrollments p
-         LEFT JOIN agents a ON a.node_id = p.node_id AND a.revoked_at IS NULL
-         WHERE p.state IN ('pending', 'approved') ORDER BY p.requested_at LIMIT 1000"#
+    pending_enrollments!(
+        "WHERE p.state IN ('pending', 'approved') ORDER BY p.requested_at LIMIT 1000"
     )
     .fetch_all(db)
     .await
 }
 
 pub async fn pending(tx: &mut PgConnection, id: Uuid) -> sqlx::Result<PendingEnrollment> {
-    sqlx::query_as!(
-        PendingEnrollment,
-        r#"SELECT p.id, p.hostname, p.node_id, p.agent_version, p.state, p.requested_at,
-                p.decided_at, p.decided_by, a.id AS "live_agent_id?",
-                a.last_heartbeat_at AS "live_agent_last_heartbeat_at?", p.enrollment_token_id
-         FROM pending_enrollments p
-         LEFT JOIN agents a ON a.node_id = p.node_id AND a.revoked_at IS NULL
-         WHERE p.id = $1"#,
-        id,
-    )
-    .fetch_one(tx)
-    .await
+    pending_enrollments!("WHERE p.id = $1", id)
+        .fetch_one(tx)
+        .await
 }
 
 /// An agent as `GET /api/v1/agents` lists it, before its liveness is judged.

@@ -14,7 +14,7 @@ use heddle_types::kinds::rdma_ab;
 use heddle_types::transport;
 use uuid::Uuid;
 
-pub use operators::{OPERATOR_SELECT, from_operators};
+pub use operators::from_operators;
 
 /// What is known about the run and node a figure was measured on.
 #[derive(Debug, Clone, Default)]

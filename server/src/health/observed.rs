@@ -229,43 +229,45 @@ fn best_figure(c: &ObservedComm, limit: f64) -> String {
 
 /// What [`decide`] needs from the node.
 pub async fn node_context(db: &PgPool, node_id: Uuid) -> Result<NodeContext, sqlx::Error> {
-    let active_rdma_ports: Vec<(String,)> = sqlx::query_as(
-        "SELECT coalesce(d->>'name', '?') || '/' || coalesce(p->>'port', '?') || ' (' || coalesce(p->>'link_layer', '?') || ')'
+    let active_rdma_ports = sqlx::query_scalar!(
+        r#"SELECT coalesce(d->>'name', '?') || '/' || coalesce(p->>'port', '?') || ' (' || coalesce(p->>'link_layer', '?') || ')' AS "port!"
          FROM nodes n,
               jsonb_array_elements(coalesce(n.facts->'rdma'->'devices', '[]')) d,
               jsonb_array_elements(coalesce(d->'ports', '[]')) p
          WHERE n.id = $1 AND jsonb_typeof(n.facts->'rdma'->'devices') = 'array'
            AND jsonb_typeof(d->'ports') = 'array' AND p->>'state' = 'ACTIVE'
-         ORDER BY 1",
+         ORDER BY 1"#,
+        node_id,
     )
-    .bind(node_id)
     .fetch_all(db)
     .await?;
-    let (has_recommendations,): (bool,) =
-        sqlx::query_as("SELECT EXISTS (SELECT 1 FROM recommendations WHERE node_id = $1)")
-            .bind(node_id)
-            .fetch_one(db)
-            .await?;
+    let has_recommendations = sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM recommendations WHERE node_id = $1) AS "exists!""#,
+        node_id,
+    )
+    .fetch_one(db)
+    .await?;
     // The latest passing result's largest-band busbw per test and world size.
     let since: DateTime<Utc> = Utc::now() - Duration::days(BASELINE_WINDOW_DAYS);
-    let rows: Vec<(String, i32, f64)> = sqlx::query_as(
-        "SELECT DISTINCT ON (f->>'test', v.world_size) f->>'test', v.world_size, (f->>'value')::float8
+    let rows = sqlx::query!(
+        r#"SELECT DISTINCT ON (f->>'test', v.world_size) f->>'test' AS "test!", v.world_size,
+                (f->>'value')::float8 AS "value!"
          FROM verdicts v, jsonb_array_elements(v.figures) f
          WHERE v.node_id = $1 AND v.verdict = 'pass' AND v.judged_at >= $2
            AND f->>'metric' = 'busbw_gbs' AND f->>'test' LIKE 'nccl.%' AND (f->>'band')::int >= $3
-         ORDER BY f->>'test', v.world_size, v.judged_at DESC, (f->>'band')::int DESC",
+         ORDER BY f->>'test', v.world_size, v.judged_at DESC, (f->>'band')::int DESC"#,
+        node_id,
+        since,
+        LARGE_BAND as i32,
     )
-    .bind(node_id)
-    .bind(since)
-    .bind(LARGE_BAND as i32)
     .fetch_all(db)
     .await?;
     Ok(NodeContext {
-        active_rdma_ports: active_rdma_ports.into_iter().map(|r| r.0).collect(),
+        active_rdma_ports,
         has_recommendations,
         baselines: rows
             .into_iter()
-            .filter_map(|(t, w, v)| Some(((t, u32::try_from(w).ok()?), v)))
+            .filter_map(|r| Some(((r.test, u32::try_from(r.world_size).ok()?), r.value)))
             .collect(),
     })
 }
@@ -276,8 +278,7 @@ pub async fn judge_job(
     job_id: Uuid,
     below_fraction: f64,
 ) -> Result<(Verdict, Vec<Reason>), super::HealthError> {
-    let (node_id,): (Uuid,) = sqlx::query_as("SELECT node_id FROM observed_jobs WHERE id = $1")
-        .bind(job_id)
+    let node_id = sqlx::query_scalar!("SELECT node_id FROM observed_jobs WHERE id = $1", job_id)
         .fetch_one(db)
         .await?;
     let rows = store::comm_rows(db, job_id).await?;
@@ -383,19 +384,20 @@ pub async fn judge_ranks(
 /// The reasons of a node's observed jobs seen within [`NODE_HEALTH_WINDOW_HOURS`] that
 /// warn or fail, each naming its job, worst first.
 pub async fn node_reasons(db: &PgPool, node_id: Uuid) -> Result<Vec<Reason>, super::HealthError> {
-    let rows: Vec<(String, sqlx::types::Json<Vec<Reason>>)> = sqlx::query_as(
-        "SELECT job_key, reasons FROM observed_jobs
+    let rows = sqlx::query!(
+        r#"SELECT job_key, reasons AS "reasons: sqlx::types::Json<Vec<Reason>>" FROM observed_jobs
          WHERE node_id = $1 AND verdict IN ('warn', 'fail') AND last_seen_at > now() - make_interval(hours => $2)
-         ORDER BY last_seen_at DESC LIMIT 50",
+         ORDER BY last_seen_at DESC LIMIT 50"#,
+        node_id,
+        NODE_HEALTH_WINDOW_HOURS as i32,
     )
-    .bind(node_id)
-    .bind(NODE_HEALTH_WINDOW_HOURS as i32)
     .fetch_all(db)
     .await?;
     let mut out: Vec<Reason> = rows
         .into_iter()
-        .flat_map(|(key, reasons)| {
-            reasons.0.into_iter().map(move |mut r| {
+        .flat_map(|row| {
+            let key = row.job_key;
+            row.reasons.0.into_iter().map(move |mut r| {
                 r.message = format!("observed job {key}: {}", r.message);
                 r
             })
@@ -409,46 +411,55 @@ pub async fn node_reasons(db: &PgPool, node_id: Uuid) -> Result<Vec<Reason>, sup
 /// [`NODE_HEALTH_WINDOW_HOURS`], and how many jobs had each verdict: for the fleet view and
 /// `/metrics`.
 pub async fn recent_by_node(db: &PgPool) -> Result<Vec<(Uuid, String, String, i64)>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT j.node_id, n.hostname, j.verdict, count(*) FROM observed_jobs j JOIN nodes n ON n.id = j.node_id
+    let rows = sqlx::query!(
+        r#"SELECT j.node_id, n.hostname, j.verdict, count(*) AS "n!" FROM observed_jobs j JOIN nodes n ON n.id = j.node_id
          WHERE j.last_seen_at > now() - make_interval(hours => $1)
-         GROUP BY j.node_id, n.hostname, j.verdict",
+         GROUP BY j.node_id, n.hostname, j.verdict"#,
+        NODE_HEALTH_WINDOW_HOURS as i32,
     )
-    .bind(NODE_HEALTH_WINDOW_HOURS as i32)
     .fetch_all(db)
-    .await
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| (r.node_id, r.hostname, r.verdict, r.n))
+        .collect())
 }
 
 /// Per node (hostname), observed jobs seen within [`NODE_HEALTH_WINDOW_HOURS`] that fell
 /// to sockets (`job-socket-fallback`), for `/metrics`; nodes with none are absent.
 pub async fn socket_fallbacks_by_node(db: &PgPool) -> Result<Vec<(String, i64)>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT n.hostname, count(*) FROM observed_jobs j JOIN nodes n ON n.id = j.node_id
+    let rows = sqlx::query!(
+        r#"SELECT n.hostname, count(*) AS "n!" FROM observed_jobs j JOIN nodes n ON n.id = j.node_id
          WHERE j.last_seen_at > now() - make_interval(hours => $1)
-           AND j.reasons @> '[{\"code\": \"job-socket-fallback\"}]'
-         GROUP BY n.hostname",
+           AND j.reasons @> '[{"code": "job-socket-fallback"}]'
+         GROUP BY n.hostname"#,
+        NODE_HEALTH_WINDOW_HOURS as i32,
     )
-    .bind(NODE_HEALTH_WINDOW_HOURS as i32)
     .fetch_all(db)
-    .await
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.hostname, r.n)).collect())
 }
 
 /// Observed jobs judged hung or straggling across their nodes within the last 2 minutes
 /// (a job that stopped uploading drops out): (job and owner, `hung` or `straggler`, a node
 /// of a culprit rank, else of the job), for `/metrics`.
 pub async fn progress_flags(db: &PgPool) -> Result<Vec<(String, String, String)>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT p.job_key || ' (uid ' || p.uid || ')',
-                CASE WHEN p.reasons @> '[{\"code\": \"job-hung\"}]' THEN 'hung' ELSE 'straggler' END,
+    let rows = sqlx::query!(
+        r#"SELECT p.job_key || ' (uid ' || p.uid || ')' AS "job!",
+                CASE WHEN p.reasons @> '[{"code": "job-hung"}]' THEN 'hung' ELSE 'straggler' END AS "flag!",
                 coalesce((SELECT r->>'hostname' FROM jsonb_array_elements(p.ranks) r
-                          ORDER BY (r->>'culprit')::boolean DESC LIMIT 1), '')
+                          ORDER BY (r->>'culprit')::boolean DESC LIMIT 1), '') AS "hostname!"
          FROM observed_progress p
          WHERE p.judged_at > now() - interval '2 minutes' AND p.verdict IN ('warn', 'fail')
-           AND (p.reasons @> '[{\"code\": \"job-hung\"}]' OR p.reasons @> '[{\"code\": \"job-straggler\"}]')
-         ORDER BY 1 LIMIT 1000",
+           AND (p.reasons @> '[{"code": "job-hung"}]' OR p.reasons @> '[{"code": "job-straggler"}]')
+         ORDER BY 1 LIMIT 1000"#
     )
     .fetch_all(db)
-    .await
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| (r.job, r.flag, r.hostname))
+        .collect())
 }
 
 #[cfg(test)]

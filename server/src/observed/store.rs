@@ -19,16 +19,11 @@ use uuid::Uuid;
 
 use super::ObservedError;
 
-/// Most communicator rows (process × communicator) one job may hold across its nodes (by
-/// job key and owner, see [`GROUP_FILTER`]): an upload's rows beyond it are refused and
-/// counted, so that one job's files cannot grow the server's work on it without bound.
+/// Most communicator rows (process × communicator) one job may hold across its nodes (its
+/// group: job key, owner and scope, `observed_jobs.scope`): an upload's rows beyond it are
+/// refused and counted, so that one job's files cannot grow the server's work on it
+/// without bound.
 pub const MAX_ROWS_PER_JOB: i64 = 4096;
-
-/// The rows of one job across nodes: the same job key and owner, and for a job known only
-/// by its process (`pid:` keys, which another node may reuse) the same node. `$1` job
-/// key, `$2` uid, `$3` node.
-pub const GROUP_FILTER: &str =
-    "j.job_key = $1 AND j.uid = $2 AND (j.job_key NOT LIKE 'pid:%' OR j.node_id = $3)";
 
 /// What an upload changed.
 #[derive(Debug, Default)]
@@ -88,34 +83,33 @@ pub async fn store(
     for o in &upload.observations {
         let f = &o.file;
         let j = &f.job;
-        let (job_id, inserted): (Uuid, bool) = sqlx::query_as(
-            "INSERT INTO observed_jobs (node_id, job_key, source, uid, slurm_job_id, k8s_namespace, k8s_pod, comm)
+        let job = sqlx::query!(
+            r#"INSERT INTO observed_jobs (node_id, job_key, source, uid, slurm_job_id, k8s_namespace, k8s_pod, comm)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
              ON CONFLICT (node_id, job_key, uid) DO UPDATE SET last_seen_at = now(), comm = coalesce(EXCLUDED.comm, observed_jobs.comm)
-             RETURNING id, (xmax = 0)",
+             RETURNING id, (xmax = 0) AS "inserted!""#,
+            node_id,
+            workload_key(j),
+            o.source.as_str(),
+            i64::from(j.uid),
+            j.slurm_job_id,
+            j.k8s_namespace,
+            j.k8s_pod,
+            j.comm,
         )
-        .bind(node_id)
-        .bind(workload_key(j))
-        .bind(o.source.as_str())
-        .bind(i64::from(j.uid))
-        .bind(&j.slurm_job_id)
-        .bind(&j.k8s_namespace)
-        .bind(&j.k8s_pod)
-        .bind(&j.comm)
         .fetch_one(&mut *tx)
         .await?;
+        let (job_id, inserted) = (job.id, job.inserted);
         added |= inserted;
         // The job's rows on every node, less this process's own (which it replaces).
-        let (held,): (i64,) = sqlx::query_as(&format!(
-            "SELECT count(*) FROM observed_comms c JOIN observed_jobs j ON j.id = c.job_id
-             WHERE {GROUP_FILTER} AND NOT (c.job_id = $4 AND c.pid = $5 AND c.start_ticks = $6)"
-        ))
-        .bind(workload_key(j))
-        .bind(i64::from(j.uid))
-        .bind(node_id)
-        .bind(job_id)
-        .bind(i64::from(j.pid))
-        .bind(j.start_ticks as i64)
+        let held = sqlx::query_scalar!(
+            r#"SELECT count(*) AS "n!" FROM observed_comms c JOIN observed_jobs j ON j.id = c.job_id
+               JOIN observed_jobs me ON (me.job_key, me.uid, me.scope) = (j.job_key, j.uid, j.scope)
+             WHERE me.id = $1 AND NOT (c.job_id = $1 AND c.pid = $2 AND c.start_ticks = $3)"#,
+            job_id,
+            i64::from(j.pid),
+            j.start_ticks as i64,
+        )
         .fetch_one(&mut *tx)
         .await?;
         if held + f.comms.len() as i64 > MAX_ROWS_PER_JOB {
@@ -134,7 +128,7 @@ pub async fn store(
                 })
             })
             .collect();
-        let done = sqlx::query(
+        let done = sqlx::query!(
             "INSERT INTO observed_comms (job_id, pid, start_ticks, comm_hash, seq, is_final, written_at, env_applied,
                                          name, nranks, nnodes, rank, ops, net, finalized, progress, clock_offset_ns)
              SELECT $1, $2, $3, c.comm_hash, $4, $5, $6, $7, c.name, c.nranks, c.nnodes, c.rank, c.ops, c.net, c.finalized,
@@ -148,16 +142,16 @@ pub async fn store(
                  finalized = EXCLUDED.finalized, progress = EXCLUDED.progress,
                  clock_offset_ns = EXCLUDED.clock_offset_ns, received_at = now()
              WHERE observed_comms.seq < EXCLUDED.seq",
+            job_id,
+            i64::from(j.pid),
+            j.start_ticks as i64,
+            f.seq as i64,
+            f.is_final,
+            f.written_at,
+            f.env_applied,
+            serde_json::Value::Array(comms),
+            upload.clock.map_or(0, |c| c.offset_ns),
         )
-        .bind(job_id)
-        .bind(i64::from(j.pid))
-        .bind(j.start_ticks as i64)
-        .bind(f.seq as i64)
-        .bind(f.is_final)
-        .bind(f.written_at)
-        .bind(&f.env_applied)
-        .bind(serde_json::Value::Array(comms))
-        .bind(upload.clock.map_or(0, |c| c.offset_ns))
         .execute(&mut *tx)
         .await?;
         let stored = u32::try_from(done.rows_affected()).unwrap_or(u32::MAX);
@@ -181,20 +175,20 @@ async fn prune(
     node_id: Uuid,
     keep: u32,
 ) -> Result<u64, sqlx::Error> {
-    let done = sqlx::query(
+    let done = sqlx::query!(
         "DELETE FROM observed_jobs WHERE id IN (
              SELECT id FROM observed_jobs WHERE node_id = $1
              ORDER BY last_seen_at DESC, id DESC OFFSET $2)",
+        node_id,
+        i64::from(keep.max(1)),
     )
-    .bind(node_id)
-    .bind(i64::from(keep.max(1)))
     .execute(&mut **tx)
     .await?;
     if done.rows_affected() > 0 {
         // Verdicts across nodes of jobs no node holds any more.
-        sqlx::query(
+        sqlx::query!(
             "DELETE FROM observed_progress p WHERE NOT EXISTS (
-                 SELECT 1 FROM observed_jobs j WHERE j.job_key = p.job_key AND j.uid = p.uid)",
+                 SELECT 1 FROM observed_jobs j WHERE (j.job_key, j.uid, j.scope) = (p.job_key, p.uid, p.scope))"
         )
         .execute(&mut **tx)
         .await?;
@@ -203,7 +197,7 @@ async fn prune(
 }
 
 /// One process's row of one communicator, as stored.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone)]
 pub struct CommRow {
     pub pid: i64,
     pub start_ticks: i64,
@@ -222,12 +216,13 @@ pub struct CommRow {
 }
 
 pub async fn comm_rows(db: &PgPool, job_id: Uuid) -> Result<Vec<CommRow>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT pid, start_ticks, comm_hash, seq, is_final, written_at, env_applied, name, nranks, nnodes, rank,
-                ops, net, finalized
-         FROM observed_comms WHERE job_id = $1 ORDER BY comm_hash, rank, pid",
+    sqlx::query_as!(
+        CommRow,
+        r#"SELECT pid, start_ticks, comm_hash, seq, is_final, written_at, env_applied, name, nranks, nnodes, rank,
+                ops AS "ops: Json<Vec<OpBand>>", net AS "net: Json<Vec<NetUse>>", finalized
+         FROM observed_comms WHERE job_id = $1 ORDER BY comm_hash, rank, pid"#,
+        job_id,
     )
-    .bind(job_id)
     .fetch_all(db)
     .await
 }
@@ -324,7 +319,7 @@ pub fn merge(rows: &[CommRow]) -> Vec<ObservedComm> {
         .collect()
 }
 
-#[derive(sqlx::FromRow)]
+/// A row of the `observed_job_summaries` view.
 struct SummaryRow {
     id: Uuid,
     node_id: Uuid,
@@ -348,19 +343,24 @@ struct SummaryRow {
     progress_reasons: Option<Json<Vec<Reason>>>,
 }
 
-const SUMMARY: &str = "SELECT j.id, j.node_id, n.hostname, j.job_key, j.source, j.uid, j.slurm_job_id, j.k8s_namespace,
-        j.k8s_pod, j.comm, j.first_seen_at, j.last_seen_at, j.verdict, j.reasons,
-        count(DISTINCT c.pid::text || ':' || c.start_ticks::text) AS processes,
-        count(DISTINCT c.comm_hash) AS communicators,
-        coalesce(bool_and(c.is_final), false) AS finished,
-        CASE WHEN bool_or(c.env_applied IS NULL) THEN NULL ELSE min(c.env_applied) END AS env_applied,
-        p.verdict AS progress_verdict, p.reasons AS progress_reasons
-    FROM observed_jobs j JOIN nodes n ON n.id = j.node_id LEFT JOIN observed_comms c ON c.job_id = j.id
-    LEFT JOIN observed_progress p ON p.job_key = j.job_key AND p.uid = j.uid
-        AND p.scope = CASE WHEN j.job_key LIKE 'pid:%' THEN j.node_id ELSE '00000000-0000-0000-0000-000000000000'::uuid END";
-
-/// What [`SUMMARY`] groups by.
-const GROUP: &str = "GROUP BY j.id, n.hostname, p.job_key, p.uid, p.scope";
+/// Reads `observed_job_summaries` into [`SummaryRow`]s, with `$tail` (the filters, order
+/// and limit) after its `FROM`. A view's columns all read as nullable, so each says here
+/// which it is.
+macro_rules! summaries {
+    ($tail:tt $(, $arg:expr)* $(,)?) => {
+        sqlx::query_as!(
+            SummaryRow,
+            r#"SELECT id AS "id!", node_id AS "node_id!", hostname AS "hostname!", job_key AS "job_key!",
+                      source AS "source!", uid AS "uid!", slurm_job_id, k8s_namespace, k8s_pod, comm,
+                      first_seen_at AS "first_seen_at!", last_seen_at AS "last_seen_at!", verdict AS "verdict!",
+                      reasons AS "reasons!: Json<Vec<Reason>>", processes AS "processes!",
+                      communicators AS "communicators!", finished AS "finished!", env_applied,
+                      progress_verdict, progress_reasons AS "progress_reasons: Json<Vec<Reason>>"
+               FROM observed_job_summaries "# + $tail
+            $(, $arg)*
+        )
+    };
+}
 
 impl SummaryRow {
     fn into_summary(self) -> WorkloadSummary {
@@ -434,27 +434,24 @@ pub async fn list(
     after: Option<(DateTime<Utc>, Uuid)>,
     limit: i64,
 ) -> Result<Vec<WorkloadSummary>, ObservedError> {
-    let rows: Vec<SummaryRow> = sqlx::query_as(&format!(
-        "{SUMMARY} WHERE ($1::uuid IS NULL OR j.node_id = $1)
-           AND ($5::text IS NULL OR j.slurm_job_id = $5)
-           AND ($2::timestamptz IS NULL OR (j.last_seen_at, j.id) < ($2, $3))
-         {GROUP} ORDER BY j.last_seen_at DESC, j.id DESC LIMIT $4"
-    ))
-    .bind(node)
-    .bind(after.map(|a| a.0))
-    .bind(after.map(|a| a.1))
-    .bind(limit + 1)
-    .bind(slurm_job)
+    let rows = summaries!(
+        "WHERE ($1::uuid IS NULL OR node_id = $1)
+           AND ($5::text IS NULL OR slurm_job_id = $5)
+           AND ($2::timestamptz IS NULL OR (last_seen_at, id) < ($2, $3))
+         ORDER BY last_seen_at DESC, id DESC LIMIT $4",
+        node,
+        after.map(|a| a.0),
+        after.map(|a| a.1),
+        limit + 1,
+        slurm_job,
+    )
     .fetch_all(db)
     .await?;
     Ok(rows.into_iter().map(SummaryRow::into_summary).collect())
 }
 
 pub async fn summary(db: &PgPool, id: Uuid) -> Result<WorkloadSummary, ObservedError> {
-    let row: Option<SummaryRow> = sqlx::query_as(&format!("{SUMMARY} WHERE j.id = $1 {GROUP}"))
-        .bind(id)
-        .fetch_optional(db)
-        .await?;
+    let row = summaries!("WHERE id = $1", id).fetch_optional(db).await?;
     row.map(SummaryRow::into_summary)
         .ok_or(ObservedError::NoSuchJob(id))
 }
@@ -462,18 +459,18 @@ pub async fn summary(db: &PgPool, id: Uuid) -> Result<WorkloadSummary, ObservedE
 pub async fn get(db: &PgPool, id: Uuid) -> Result<Workload, ObservedError> {
     let summary = summary(db, id).await?;
     let comms = merge(&comm_rows(db, id).await?);
-    let ranks: Option<(Json<Vec<RankRow>>,)> = sqlx::query_as(
-        "SELECT p.ranks FROM observed_jobs j JOIN observed_progress p ON p.job_key = j.job_key AND p.uid = j.uid
-             AND p.scope = CASE WHEN j.job_key LIKE 'pid:%' THEN j.node_id ELSE '00000000-0000-0000-0000-000000000000'::uuid END
-         WHERE j.id = $1",
+    let ranks = sqlx::query_scalar!(
+        r#"SELECT p.ranks AS "ranks: Json<Vec<RankRow>>"
+         FROM observed_jobs j JOIN observed_progress p ON (p.job_key, p.uid, p.scope) = (j.job_key, j.uid, j.scope)
+         WHERE j.id = $1"#,
+        id,
     )
-    .bind(id)
     .fetch_optional(db)
     .await?;
     Ok(Workload {
         summary,
         comms,
-        ranks: ranks.map(|r| r.0.0).unwrap_or_default(),
+        ranks: ranks.map(|r| r.0).unwrap_or_default(),
     })
 }
 
@@ -483,12 +480,12 @@ pub async fn set_verdict(
     verdict: Verdict,
     reasons: &[Reason],
 ) -> Result<(), sqlx::Error> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE observed_jobs SET verdict = $2, reasons = $3, judged_at = now() WHERE id = $1",
+        id,
+        verdict.as_str(),
+        Json(reasons) as _,
     )
-    .bind(id)
-    .bind(verdict.as_str())
-    .bind(Json(reasons))
     .execute(db)
     .await?;
     Ok(())

@@ -42,13 +42,6 @@ impl From<ExpectationRow> for Expectation {
     }
 }
 
-/// The columns of an operator's expectation (`e`) with its node's host name, for the
-/// verdict's one-statement gather (`health/verdict/gather.rs`).
-pub const OPERATOR_SELECT: &str =
-    "SELECT e.id, e.test, e.metric, e.min_size_bytes, e.value, e.source, e.gpu_model,
-    e.gpu_count, e.world_size, n.hostname, e.created_by, e.created_at
-    FROM expectations e LEFT JOIN nodes n ON n.id = e.node_id";
-
 /// Operator expectations for these tests (all nodes; `applies` filters by node), oldest
 /// first.
 pub async fn from_operators(
