@@ -154,6 +154,66 @@ impl Ctx {
         bail!("no replica answered")
     }
 
+    /// Waits until `host`'s job of the run is in one of `states`, and returns it.
+    async fn job_in(
+        &self,
+        run_id: &str,
+        host: &str,
+        states: &[&str],
+        timeout: Duration,
+    ) -> anyhow::Result<Value> {
+        let what = format!("{host}'s job of run {run_id} to be {}", states.join(" or "));
+        wait_for(&what, timeout, || async {
+            Ok(self
+                .job_state(run_id, host)
+                .await
+                .ok()
+                .filter(|j| states.iter().any(|s| j["state"] == *s)))
+        })
+        .await
+    }
+
+    /// Waits until replica `server` is ready (`/readyz`), and returns its base URL.
+    async fn ready(&self, server: &str, timeout: Duration) -> anyhow::Result<String> {
+        let url = self.url(server)?;
+        wait_for(&format!("{server} ready"), timeout, || async {
+            Ok(self
+                .api
+                .http
+                .get(format!("{url}/readyz"))
+                .send()
+                .await
+                .ok()
+                .filter(|r| r.status().is_success()))
+        })
+        .await?;
+        Ok(url)
+    }
+
+    /// Starts `n` small memcpy runs on every node through `base`.
+    async fn memcpy_runs(&self, base: &str, n: usize) -> anyhow::Result<Vec<String>> {
+        let mut runs = Vec::new();
+        for _ in 0..n {
+            let params = json!({"max_bytes": 1 << 20, "iters": 3});
+            runs.push(
+                self.start_run(base, "memcpy", params, json!({}), &NODES)
+                    .await?,
+            );
+        }
+        Ok(runs)
+    }
+
+    /// Waits for each run to finish with every job succeeded and every result stored once.
+    async fn all_succeed_once(&self, runs: &[String], timeout: Duration) -> anyhow::Result<()> {
+        for id in runs {
+            let run = self.finished(&self.urls(), id, timeout).await?;
+            self.assert_results_once(&run)?;
+            let jobs = run["jobs"].as_array().context("run without jobs")?;
+            ensure!(jobs.iter().all(|j| j["state"] == "succeeded"), "{run}");
+        }
+        Ok(())
+    }
+
     fn spool_entries(&self, node: &str) -> anyhow::Result<usize> {
         let ls = self.fleet.exec(
             node,
@@ -270,18 +330,7 @@ async fn start_postgres_and_two_replicas(
     ctx.fleet.run("srv-a", "heddle-server", &server_env, &[])?;
     ctx.fleet.run("srv-b", "heddle-server", &server_env, &[])?;
     for s in ["srv-a", "srv-b"] {
-        let url = ctx.url(s)?;
-        wait_for(&format!("{s} ready"), Duration::from_secs(60), || async {
-            Ok(ctx
-                .api
-                .http
-                .get(format!("{url}/readyz"))
-                .send()
-                .await
-                .ok()
-                .filter(|r| r.status().is_success()))
-        })
-        .await?;
+        ctx.ready(s, Duration::from_secs(60)).await?;
     }
     step("Postgres and two replicas ready", t0);
     let a = ctx.url("srv-a")?;

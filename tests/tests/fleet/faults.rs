@@ -10,32 +10,18 @@ pub(crate) async fn fault_agent_killed_mid_run(s: &Scenario<'_>) -> anyhow::Resu
     let run_id = ctx
         .start_run(a, "sleep", json!({"seconds": 6}), json!({}), &["node-3"])
         .await?;
-    wait_for(
-        "sleep running on node-3",
-        Duration::from_secs(30),
-        || async {
-            Ok(ctx
-                .job_state(&run_id, "node-3")
-                .await
-                .ok()
-                .filter(|j| j["state"] == "running"))
-        },
-    )
-    .await?;
+    ctx.job_in(&run_id, "node-3", &["running"], Duration::from_secs(30))
+        .await?;
     docker(&["kill", &ctx.fleet.name("node-3")])?;
     let killed = Instant::now();
-    let job = wait_for(
-        "the killed agent's job to be requeued or failed",
-        Duration::from_secs(4 * HEARTBEAT_S + 10),
-        || async {
-            Ok(ctx
-                .job_state(&run_id, "node-3")
-                .await
-                .ok()
-                .filter(|j| j["state"] == "queued" || j["state"] == "failed"))
-        },
-    )
-    .await?;
+    let job = ctx
+        .job_in(
+            &run_id,
+            "node-3",
+            &["queued", "failed"],
+            Duration::from_secs(4 * HEARTBEAT_S + 10),
+        )
+        .await?;
     let noticed = killed.elapsed();
     // The lease is 2 intervals from its last renewal; the reaper ticks every quarter interval.
     ensure!(
@@ -77,18 +63,8 @@ pub(crate) async fn fault_agent_disconnected_with_a_pending_result(
     let run_id = ctx
         .start_run(a, "sleep", json!({"seconds": 2}), json!({}), &["node-2"])
         .await?;
-    wait_for(
-        "sleep running on node-2",
-        Duration::from_secs(30),
-        || async {
-            Ok(ctx
-                .job_state(&run_id, "node-2")
-                .await
-                .ok()
-                .filter(|j| j["state"] == "running"))
-        },
-    )
-    .await?;
+    ctx.job_in(&run_id, "node-2", &["running"], Duration::from_secs(30))
+        .await?;
     docker(&[
         "network",
         "disconnect",
@@ -134,19 +110,7 @@ pub(crate) async fn fault_agent_disconnected_with_a_pending_result(
 /// base URL after the restart.
 pub(crate) async fn fault_replica_restarted_mid_upload(s: &Scenario<'_>) -> anyhow::Result<String> {
     let (ctx, t0, b) = (s.ctx, s.t0, &s.b);
-    let mut runs = Vec::new();
-    for _ in 0..4 {
-        runs.push(
-            ctx.start_run(
-                b,
-                "memcpy",
-                json!({"max_bytes": 1 << 20, "iters": 3}),
-                json!({}),
-                &NODES,
-            )
-            .await?,
-        );
-    }
+    let runs = ctx.memcpy_runs(b, 4).await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     docker(&["stop", "-t", "0", &ctx.fleet.name("srv-a")])?;
     let ready_b = ctx
@@ -165,32 +129,8 @@ pub(crate) async fn fault_replica_restarted_mid_upload(s: &Scenario<'_>) -> anyh
         .context("srv-b serving while srv-a is down")?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     docker(&["start", &ctx.fleet.name("srv-a")])?;
-    for id in &runs {
-        let run = ctx
-            .finished(&ctx.urls(), id, Duration::from_secs(90))
-            .await?;
-        ctx.assert_results_once(&run)?;
-        ensure!(
-            run["jobs"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .all(|j| j["state"] == "succeeded"),
-            "{run}"
-        );
-    }
-    let a = ctx.url("srv-a")?;
-    wait_for("srv-a ready again", Duration::from_secs(30), || async {
-        Ok(ctx
-            .api
-            .http
-            .get(format!("{a}/readyz"))
-            .send()
-            .await
-            .ok()
-            .filter(|r| r.status().is_success()))
-    })
-    .await?;
+    ctx.all_succeed_once(&runs, Duration::from_secs(90)).await?;
+    let a = ctx.ready("srv-a", Duration::from_secs(30)).await?;
     step(
         "fault: replica restarted mid-upload, 12 results once each",
         t0,
@@ -201,56 +141,18 @@ pub(crate) async fn fault_replica_restarted_mid_upload(s: &Scenario<'_>) -> anyh
 /// Fault 4: Postgres restarted under running work.
 pub(crate) async fn fault_postgres_restarted(s: &Scenario<'_>) -> anyhow::Result<()> {
     let (ctx, t0, a) = (s.ctx, s.t0, &s.a);
-    let mut runs = Vec::new();
-    for _ in 0..2 {
-        runs.push(
-            ctx.start_run(
-                a,
-                "memcpy",
-                json!({"max_bytes": 1 << 20, "iters": 3}),
-                json!({}),
-                &NODES,
-            )
-            .await?,
-        );
-    }
+    let mut runs = ctx.memcpy_runs(a, 2).await?;
     runs.push(
         ctx.start_run(a, "sleep", json!({"seconds": 3}), json!({}), &["node-1"])
             .await?,
     );
     docker(&["restart", "-t", "2", &ctx.fleet.name("pg")])?;
     for s in ["srv-a", "srv-b"] {
-        let url = ctx.url(s)?;
-        wait_for(
-            &format!("{s} ready after the Postgres restart"),
-            Duration::from_secs(60),
-            || async {
-                Ok(ctx
-                    .api
-                    .http
-                    .get(format!("{url}/readyz"))
-                    .send()
-                    .await
-                    .ok()
-                    .filter(|r| r.status().is_success()))
-            },
-        )
-        .await?;
+        ctx.ready(s, Duration::from_secs(60))
+            .await
+            .with_context(|| format!("{s} after the Postgres restart"))?;
     }
-    for id in &runs {
-        let run = ctx
-            .finished(&ctx.urls(), id, Duration::from_secs(90))
-            .await?;
-        ctx.assert_results_once(&run)?;
-        ensure!(
-            run["jobs"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .all(|j| j["state"] == "succeeded"),
-            "{run}"
-        );
-    }
+    ctx.all_succeed_once(&runs, Duration::from_secs(90)).await?;
     step("fault: Postgres restarted, every result once", t0);
     Ok(())
 }
