@@ -439,15 +439,7 @@ async fn rendezvous_between_ranks() {
     };
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     // Rank 0 publishes while it holds its job's claim.
-    let (s, _) = api
-        .call(
-            Method::POST,
-            "/api/v1/agent/jobs/claim",
-            Some(&r0.credential),
-            None,
-        )
-        .await;
-    assert_eq!(s, StatusCode::OK);
+    r0.claim(&api).await;
     let blob = json!({"blob_b64": "AAECAwQ="});
     let (s, _) = api
         .call(Method::PUT, &path, Some(&r0.credential), Some(blob.clone()))

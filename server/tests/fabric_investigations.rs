@@ -102,10 +102,7 @@ async fn requests_are_checked_and_the_first_round_runs_on_idle_nodes() {
     let busy = server
         .start_run(json!({"kind": "memcpy", "nodes": ["n0002"]}))
         .await;
-    let (s, lease) = api
-        .post("/api/v1/agent/jobs/claim", &agents[1].credential, json!({}))
-        .await;
-    assert_eq!(s, StatusCode::OK, "{lease}");
+    let lease = agents[1].claim(&api).await;
     assert_eq!(lease["run_id"], json!(busy.id));
 
     let (s, body) = create(
@@ -248,9 +245,7 @@ async fn a_node_that_becomes_busy_is_left_out_of_the_next_round() {
     let own = server
         .start_run(json!({"kind": "memcpy", "nodes": ["n0003"]}))
         .await;
-    let (s, lease) = api
-        .post("/api/v1/agent/jobs/claim", &agents[2].credential, json!({}))
-        .await;
+    let (s, lease) = agents[2].try_claim(&api).await;
     assert_eq!(
         (s, lease["run_id"].clone()),
         (StatusCode::OK, json!(own.id))

@@ -77,15 +77,7 @@ async fn run_once(
     let run = server
         .start_run(json!({"kind": kind, "params": params, "nodes": [host]}))
         .await;
-    let (s, lease) = api
-        .call(
-            Method::POST,
-            "/api/v1/agent/jobs/claim",
-            Some(&agent.credential),
-            None,
-        )
-        .await;
-    assert_eq!(s, StatusCode::OK, "{lease}");
+    let lease = agent.claim(api).await;
     let job = lease["job_id"].as_str().unwrap();
     let (s, up) = api
         .post(

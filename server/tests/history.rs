@@ -51,15 +51,7 @@ async fn upload(api: &Api, server: &TestServer, agent: &FakeAgent, host: &str, b
     server
         .start_run(json!({"kind": "nccl", "params": {"op": "all_reduce"}, "nodes": [host]}))
         .await;
-    let (s, lease) = api
-        .call(
-            reqwest::Method::POST,
-            "/api/v1/agent/jobs/claim",
-            Some(&agent.credential),
-            None,
-        )
-        .await;
-    assert_eq!(s, StatusCode::OK, "{lease}");
+    let lease = agent.claim(api).await;
     let job = lease["job_id"].as_str().unwrap();
     let (s, up) = api
         .post(

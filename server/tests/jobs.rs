@@ -34,40 +34,12 @@ async fn only_its_nodes_agent_claims_it(
     a: &FakeAgent,
     other: &FakeAgent,
 ) -> (Run, String) {
-    assert_eq!(
-        api.call(
-            Method::POST,
-            "/api/v1/agent/jobs/claim",
-            Some(&a.credential),
-            None
-        )
-        .await
-        .0,
-        StatusCode::NO_CONTENT
-    );
+    assert_eq!(a.try_claim(api).await.0, StatusCode::NO_CONTENT);
     let run = server.start_run(json!({"kind": "nccl", "params": {"op": "all_reduce"}, "env": {"NCCL_ALGO": "Ring"}, "nodes": ["life-1"], "label": "t"})).await;
     assert_eq!(run.state, "queued");
     // Another node's agent cannot take it.
-    assert_eq!(
-        api.call(
-            Method::POST,
-            "/api/v1/agent/jobs/claim",
-            Some(&other.credential),
-            None
-        )
-        .await
-        .0,
-        StatusCode::NO_CONTENT
-    );
-    let (s, lease) = api
-        .call(
-            Method::POST,
-            "/api/v1/agent/jobs/claim",
-            Some(&a.credential),
-            None,
-        )
-        .await;
-    assert_eq!(s, StatusCode::OK, "{lease}");
+    assert_eq!(other.try_claim(api).await.0, StatusCode::NO_CONTENT);
+    let lease = a.claim(api).await;
     assert_eq!(lease["spec"]["env"]["NCCL_ALGO"], "Ring");
     assert_eq!(
         (
@@ -231,14 +203,7 @@ async fn cancellation_reaches_queued_and_running_jobs() {
             json!({"kind": "sleep", "params": {"seconds": 60}, "nodes": ["cancel-1", "cancel-2"]}),
         )
         .await;
-    let (_, lease) = api
-        .call(
-            Method::POST,
-            "/api/v1/agent/jobs/claim",
-            Some(&a.credential),
-            None,
-        )
-        .await;
+    let (_, lease) = a.try_claim(&api).await;
     let job = lease["job_id"].as_str().unwrap().to_string();
     let (s, cancelled) = api
         .call(
@@ -296,15 +261,7 @@ async fn expired_leases_are_requeued_then_failed() {
         .await;
 
     // Attempt 1: claimed, then the agent goes silent.
-    let (s, lease) = api
-        .call(
-            Method::POST,
-            "/api/v1/agent/jobs/claim",
-            Some(&a.credential),
-            None,
-        )
-        .await;
-    assert_eq!(s, StatusCode::OK);
+    let lease = a.claim(&api).await;
     let job = lease["job_id"].as_str().unwrap().to_string();
     let claimed = std::time::Instant::now();
     loop {
@@ -335,14 +292,7 @@ async fn expired_leases_are_requeued_then_failed() {
     assert_eq!(hb["cancel_jobs"][0], job.as_str());
 
     // Attempt 2, kept alive by heartbeats for a while, then silence: failed for good.
-    let (_, lease) = api
-        .call(
-            Method::POST,
-            "/api/v1/agent/jobs/claim",
-            Some(&a.credential),
-            None,
-        )
-        .await;
+    let (_, lease) = a.try_claim(&api).await;
     assert_eq!(lease["attempt"], 2);
     for _ in 0..6 {
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -443,17 +393,7 @@ async fn revoked_and_replaced_agents_are_locked_out() {
             .0,
         StatusCode::UNAUTHORIZED
     );
-    assert_eq!(
-        api.call(
-            Method::POST,
-            "/api/v1/agent/jobs/claim",
-            Some(&a2.credential),
-            None
-        )
-        .await
-        .0,
-        StatusCode::UNAUTHORIZED
-    );
+    assert_eq!(a2.try_claim(&api).await.0, StatusCode::UNAUTHORIZED);
     // Enrollment tokens run out and can be revoked.
     let (_, t) = api
         .post("/api/v1/enrollment-tokens", &admin, json!({"max_uses": 1}))

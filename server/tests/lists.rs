@@ -101,15 +101,7 @@ async fn nodes_runs_and_results_come_in_pages() {
         .start_run(json!({"kind": "sleep", "params": {"seconds": 60}, "nodes": want}))
         .await;
     for (i, a) in &agents {
-        let (s, lease) = api
-            .call(
-                Method::POST,
-                "/api/v1/agent/jobs/claim",
-                Some(&a.credential),
-                None,
-            )
-            .await;
-        assert_eq!(s, StatusCode::OK, "{lease}");
+        let lease = a.claim(&api).await;
         let job = lease["job_id"].as_str().unwrap();
         let (s, body) = api
             .post(
@@ -206,14 +198,7 @@ async fn a_decommissioned_node_is_deleted_with_what_is_only_about_it() {
     assert!(body["message"].as_str().unwrap().contains("runs cancel"));
 
     // The other node's job finishes; the run is cancelled, which ends decom-1's job.
-    let (_, lease) = api
-        .call(
-            Method::POST,
-            "/api/v1/agent/jobs/claim",
-            Some(&stays.credential),
-            None,
-        )
-        .await;
+    let (_, lease) = stays.try_claim(&api).await;
     let job = lease["job_id"].as_str().unwrap();
     let (s, _) = api
         .post(

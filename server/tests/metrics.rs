@@ -62,15 +62,7 @@ async fn run_and_upload(
 ) {
     spec["nodes"] = json!(["dgx15"]);
     server.start_run(spec).await;
-    let (s, lease) = api
-        .call(
-            Method::POST,
-            "/api/v1/agent/jobs/claim",
-            Some(&agent.credential),
-            None,
-        )
-        .await;
-    assert_eq!(s, StatusCode::OK, "{lease}");
+    let lease = agent.claim(api).await;
     let job = lease["job_id"].as_str().unwrap();
     let (s, up) = api
         .post(

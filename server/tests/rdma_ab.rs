@@ -87,15 +87,7 @@ async fn judged(
         run.spec.params["op"], "all_reduce",
         "the collective's name is normalised"
     );
-    let (s, lease) = api
-        .call(
-            Method::POST,
-            "/api/v1/agent/jobs/claim",
-            Some(&agent.credential),
-            None,
-        )
-        .await;
-    assert_eq!(s, StatusCode::OK, "{lease}");
+    let lease = agent.claim(api).await;
     let job = lease["job_id"].as_str().unwrap();
     let (s, up) = api
         .post(

@@ -58,15 +58,7 @@ fn sweep_rows() -> Vec<Value> {
 }
 
 async fn upload(api: &Api, agent: &FakeAgent, key: &str, outcome: &str, rows: Vec<Value>) {
-    let (s, lease) = api
-        .call(
-            Method::POST,
-            "/api/v1/agent/jobs/claim",
-            Some(&agent.credential),
-            None,
-        )
-        .await;
-    assert_eq!(s, StatusCode::OK, "{lease}");
+    let lease = agent.claim(api).await;
     let job = lease["job_id"].as_str().unwrap();
     let body = json!({
         "upload_key": key, "outcome": outcome,

@@ -115,14 +115,7 @@ async fn p2_is_checked_by_a_fresh_run(server: &TestServer, api: &Api, admin: &st
         })
     };
     let lease = loop {
-        let (s, lease) = api
-            .call(
-                Method::POST,
-                "/api/v1/agent/jobs/claim",
-                Some(&p2.credential),
-                None,
-            )
-            .await;
+        let (s, lease) = p2.try_claim(api).await;
         if s == StatusCode::OK {
             break lease;
         }

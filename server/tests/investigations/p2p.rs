@@ -11,14 +11,7 @@ async fn p2p_matrix_names_the_bad_gpu() {
     let run = server
         .start_run(json!({"kind": "p2p", "nodes": ["gpu-node"]}))
         .await;
-    let (_, lease) = api
-        .call(
-            reqwest::Method::POST,
-            "/api/v1/agent/jobs/claim",
-            Some(&agent.credential),
-            None,
-        )
-        .await;
+    let (_, lease) = agent.try_claim(&api).await;
     let job = lease["job_id"].as_str().unwrap();
     let mut rows = Vec::new();
     for s in 0..8 {
@@ -81,14 +74,7 @@ async fn p2p_matrix_names_the_bad_gpu() {
     let other = server
         .start_run(json!({"kind": "nccl", "nodes": ["gpu-node"]}))
         .await;
-    let (_, lease) = api
-        .call(
-            reqwest::Method::POST,
-            "/api/v1/agent/jobs/claim",
-            Some(&agent.credential),
-            None,
-        )
-        .await;
+    let (_, lease) = agent.try_claim(&api).await;
     assert_eq!(lease["run_id"], other.id.to_string());
     let (_, up) = api
         .post(
