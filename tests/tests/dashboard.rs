@@ -269,10 +269,7 @@ async fn signed_in(server: &TestServer) -> (Shots, browser::Driver, Client) {
     let shots = Shots(Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard-screenshots"));
     std::fs::create_dir_all(&shots.0).unwrap();
     let (driver, c) = browser().await;
-    c.goto(&server.url).await.unwrap();
-    type_into(&c, "#token", &server.admin_token).await;
-    click(&c, ".signin button[type=submit]").await;
-    wait_text(&c, "#who", "(admin)").await;
+    sign_in_as_admin(&c, &server.url, &server.admin_token).await;
     (shots, driver, c)
 }
 

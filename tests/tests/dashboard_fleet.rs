@@ -85,29 +85,10 @@ async fn fleet_of_50000_nodes_in_chromium() {
     );
 
     let (_driver, c) = browser().await;
-    c.goto(&server.url).await.unwrap();
-    type_into(&c, "#token", &server.admin_token).await;
-    click(&c, ".signin button[type=submit]").await;
-    wait_text(&c, "#who", "(admin)").await;
+    sign_in_as_admin(&c, &server.url, &server.admin_token).await;
 
     // First render from a fresh navigation with the stored session.
-    let t0 = Instant::now();
-    c.goto(&format!("{}/", server.url)).await.unwrap();
-    c.wait()
-        .at_most(Duration::from_secs(20))
-        .for_element(Locator::Css("#fleet-table tbody tr"))
-        .await
-        .unwrap();
-    let seen_ms = t0.elapsed().as_secs_f64() * 1000.0;
-    let mark_ms = c
-        .execute(
-            "return performance.getEntriesByName('heddle:fleet-rendered')[0].startTime",
-            vec![],
-        )
-        .await
-        .unwrap()
-        .as_f64()
-        .expect("the fleet page marks its first render");
+    let (mark_ms, seen_ms) = first_fleet_render(&c, &server.url).await;
     println!(
         "dashboard_fleet: 50,000 nodes, first fleet render {mark_ms:.0} ms after navigation start (browser mark), {seen_ms:.0} ms as seen by WebDriver"
     );

@@ -111,3 +111,40 @@ pub async fn type_into(c: &Client, css: &str, text: &str) {
     el.clear().await.unwrap();
     el.send_keys(text).await.unwrap();
 }
+
+/// Types `token` into the sign-in form on screen and submits it.
+pub async fn submit_token(c: &Client, token: &str) {
+    type_into(c, "#token", token).await;
+    click(c, ".signin button[type=submit]").await;
+}
+
+/// Opens the dashboard at `url` and signs in with the admin's `token`.
+pub async fn sign_in_as_admin(c: &Client, url: &str, token: &str) {
+    c.goto(url).await.unwrap();
+    submit_token(c, token).await;
+    wait_text(c, "#who", "(admin)").await;
+}
+
+/// Opens the fleet page afresh (with the session signed in) and times its first render:
+/// (the page's own `heddle:fleet-rendered` mark after navigation start, when WebDriver
+/// first saw a row), in milliseconds.
+pub async fn first_fleet_render(c: &Client, url: &str) -> (f64, f64) {
+    let t0 = Instant::now();
+    c.goto(&format!("{url}/")).await.unwrap();
+    c.wait()
+        .at_most(Duration::from_secs(20))
+        .for_element(Locator::Css("#fleet-table tbody tr"))
+        .await
+        .unwrap();
+    let seen_ms = t0.elapsed().as_secs_f64() * 1000.0;
+    let mark_ms = c
+        .execute(
+            "return performance.getEntriesByName('heddle:fleet-rendered')[0].startTime",
+            vec![],
+        )
+        .await
+        .unwrap()
+        .as_f64()
+        .expect("the fleet page marks its first render");
+    (mark_ms, seen_ms)
+}

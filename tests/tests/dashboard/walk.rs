@@ -14,12 +14,10 @@ pub(super) async fn sign_in(w: &Walk<'_>) {
         ..
     } = w;
     c.goto(&server.url).await.unwrap();
-    type_into(c, "#token", "hdl_not-a-real-token").await;
-    click(c, ".signin button[type=submit]").await;
+    submit_token(c, "hdl_not-a-real-token").await;
     wait_text(c, ".signin .error", "refused").await;
     shots.take(c, "01-sign-in-refused").await;
-    type_into(c, "#token", admin).await;
-    click(c, ".signin button[type=submit]").await;
+    submit_token(c, admin).await;
     wait_text(c, "#who", "(admin)").await;
 }
 
@@ -28,24 +26,7 @@ pub(super) async fn fleet_page(w: &Walk<'_>) {
     let Walk {
         server, c, shots, ..
     } = w;
-    let t0 = Instant::now();
-    c.goto(&format!("{}/", server.url)).await.unwrap();
-    c.wait()
-        .at_most(Duration::from_secs(20))
-        .for_element(Locator::Css("#fleet-table tbody tr"))
-        .await
-        .unwrap();
-    let seen_ms = t0.elapsed().as_secs_f64() * 1000.0;
-    let mark = c
-        .execute(
-            "return performance.getEntriesByName('heddle:fleet-rendered')[0].startTime",
-            vec![],
-        )
-        .await
-        .unwrap();
-    let mark_ms = mark
-        .as_f64()
-        .expect("the fleet page marks its first render");
+    let (mark_ms, seen_ms) = first_fleet_render(c, &server.url).await;
     println!(
         "dashboard: first fleet render {mark_ms:.0} ms after navigation start (browser mark), {seen_ms:.0} ms as seen by WebDriver"
     );
@@ -249,8 +230,7 @@ pub(super) async fn a_viewer_sees_no_actions(w: &Walk<'_>) {
     } = w;
     let viewer = server.token(heddle_types::auth::Role::Viewer).await;
     click(c, "header button.link").await;
-    type_into(c, "#token", &viewer).await;
-    click(c, ".signin button[type=submit]").await;
+    submit_token(c, &viewer).await;
     wait_text(c, "#who", "(viewer)").await;
     c.goto(&format!("{}/runs", server.url)).await.unwrap();
     wait_text(c, "main", "Your role cannot start runs").await;
