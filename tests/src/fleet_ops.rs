@@ -102,20 +102,17 @@ impl Cluster {
         env
     }
 
-    pub async fn wait_ready(&self, server: &str) -> anyhow::Result<()> {
+    /// Waits up to `timeout` until replica `server` answers `/readyz` with 200.
+    pub async fn wait_ready(&self, server: &str, timeout: Duration) -> anyhow::Result<()> {
         let url = self.url(server)?;
-        wait_for(
-            &format!("{server} ready"),
-            Duration::from_secs(60),
-            || async {
-                Ok(self
-                    .get(&url, "/readyz")
-                    .await
-                    .ok()
-                    .filter(|(s, _)| *s == 200)
-                    .map(|_| ()))
-            },
-        )
+        wait_for(&format!("{server} ready"), timeout, || async {
+            Ok(self
+                .get(&url, "/readyz")
+                .await
+                .ok()
+                .filter(|(s, _)| *s == 200)
+                .map(|_| ()))
+        })
         .await
     }
 

@@ -12,9 +12,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
-use heddle_e2e::fleet::{Fleet, docker, preflight, wait_for};
-use heddle_testkit::Api;
-use reqwest::Method;
+use heddle_e2e::fleet::{docker, preflight, wait_for};
+use heddle_e2e::fleet_ops::{ADMIN, Cluster, REPLICAS, STATE_DIR};
 use serde_json::{Value, json};
 
 #[path = "fleet/faults.rs"]
@@ -25,30 +24,29 @@ mod schemathesis;
 use faults::*;
 use schemathesis::schemathesis_finds_no_server_error;
 
-const ADMIN: &str = "hdl_fleet-admin-token-0000000000000000000000000000";
 const HEARTBEAT_S: u64 = 2;
 const NODES: [&str; 3] = ["node-1", "node-2", "node-3"];
-const STATE_DIR: &str = "/var/lib/heddle-agent";
 
-struct Ctx {
-    fleet: Fleet,
-    /// The admin at no replica in particular: each call names one (`on`).
-    api: Api,
+/// The fleet test's cluster ([`Cluster`]: the fleet, the admin API, runs and replicas),
+/// with what only this test asks of it.
+struct Ctx(Cluster);
+
+impl std::ops::Deref for Ctx {
+    type Target = Cluster;
+    fn deref(&self) -> &Cluster {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Ctx {
+    fn deref_mut(&mut self) -> &mut Cluster {
+        &mut self.0
+    }
 }
 
 impl Ctx {
-    async fn get(&self, base: &str, path: &str) -> anyhow::Result<Value> {
-        self.api.on(base).try_ok(Method::GET, path, None).await
-    }
-
-    async fn post(&self, base: &str, path: &str, body: Value) -> anyhow::Result<Value> {
-        self.api
-            .on(base)
-            .try_ok(Method::POST, path, Some(body))
-            .await
-    }
-
-    async fn start_run(
+    /// Starts a run of `kind` on `nodes` with `env` set for its jobs.
+    async fn start_run_with_env(
         &self,
         base: &str,
         kind: &str,
@@ -60,49 +58,6 @@ impl Ctx {
             .post(base, "/api/v1/runs", json!({"kind": kind, "params": params, "env": env, "nodes": nodes, "timeout_s": 120}))
             .await?;
         Ok(run["id"].as_str().context("run without id")?.to_string())
-    }
-
-    async fn run(&self, base: &str, id: &str) -> anyhow::Result<Value> {
-        self.get(base, &format!("/api/v1/runs/{id}")).await
-    }
-
-    /// Waits until every job of the run is in a terminal state and returns the run.
-    async fn finished(
-        &self,
-        bases: &[String],
-        id: &str,
-        timeout: Duration,
-    ) -> anyhow::Result<Value> {
-        wait_for(&format!("run {id} to finish"), timeout, || async {
-            // Whichever replica answers; the test itself rides out the faults it causes.
-            for base in bases {
-                if let Ok(run) = self.run(base, id).await {
-                    let done = run["jobs"].as_array().is_some_and(|jobs| {
-                        jobs.iter().all(|j| {
-                            matches!(
-                                j["state"].as_str(),
-                                Some("succeeded" | "failed" | "cancelled" | "skipped")
-                            )
-                        })
-                    });
-                    return Ok(done.then_some(run));
-                }
-            }
-            Ok(None)
-        })
-        .await
-    }
-
-    fn url(&self, server: &str) -> anyhow::Result<String> {
-        Ok(format!("http://{}:8080", self.fleet.ip(server)?))
-    }
-
-    /// Base URLs of the replicas that currently have an address.
-    fn urls(&self) -> Vec<String> {
-        ["srv-a", "srv-b"]
-            .iter()
-            .filter_map(|s| self.url(s).ok())
-            .collect()
     }
 
     /// Every job that ended `succeeded` or `skipped` has exactly one row in `results`; no
@@ -131,7 +86,7 @@ impl Ctx {
 
     async fn results(&self, base: &str, id: &str) -> anyhow::Result<Vec<Value>> {
         let r = self
-            .get(base, &format!("/api/v1/runs/{id}/results"))
+            .get_json(base, &format!("/api/v1/runs/{id}/results"))
             .await?;
         Ok(r.as_array()
             .cloned()
@@ -140,8 +95,12 @@ impl Ctx {
     }
 
     async fn job_state(&self, run_id: &str, host: &str) -> anyhow::Result<Value> {
-        for base in self.urls() {
-            if let Ok(run) = self.run(&base, run_id).await {
+        for server in REPLICAS {
+            let Ok(base) = self.url(server) else { continue };
+            if let Ok(run) = self
+                .get_json(&base, &format!("/api/v1/runs/{run_id}"))
+                .await
+            {
                 let job = run["jobs"]
                     .as_array()
                     .unwrap()
@@ -173,30 +132,13 @@ impl Ctx {
         .await
     }
 
-    /// Waits until replica `server` is ready (`/readyz`), and returns its base URL.
-    async fn ready(&self, server: &str, timeout: Duration) -> anyhow::Result<String> {
-        let url = self.url(server)?;
-        wait_for(&format!("{server} ready"), timeout, || async {
-            Ok(self
-                .api
-                .http
-                .get(format!("{url}/readyz"))
-                .send()
-                .await
-                .ok()
-                .filter(|r| r.status().is_success()))
-        })
-        .await?;
-        Ok(url)
-    }
-
     /// Starts `n` small memcpy runs on every node through `base`.
     async fn memcpy_runs(&self, base: &str, n: usize) -> anyhow::Result<Vec<String>> {
         let mut runs = Vec::new();
         for _ in 0..n {
             let params = json!({"max_bytes": 1 << 20, "iters": 3});
             runs.push(
-                self.start_run(base, "memcpy", params, json!({}), &NODES)
+                self.start_run_with_env(base, "memcpy", params, json!({}), &NODES)
                     .await?,
             );
         }
@@ -206,10 +148,9 @@ impl Ctx {
     /// Waits for each run to finish with every job succeeded and every result stored once.
     async fn all_succeed_once(&self, runs: &[String], timeout: Duration) -> anyhow::Result<()> {
         for id in runs {
-            let run = self.finished(&self.urls(), id, timeout).await?;
+            let run = self.finished(id, timeout).await?;
             self.assert_results_once(&run)?;
-            let jobs = run["jobs"].as_array().context("run without jobs")?;
-            ensure!(jobs.iter().all(|j| j["state"] == "succeeded"), "{run}");
+            Cluster::ensure_succeeded(&run)?;
         }
         Ok(())
     }
@@ -227,10 +168,6 @@ impl Ctx {
     }
 }
 
-fn step(name: &str, since: Instant) {
-    eprintln!("fleet: [{:>6.1} s] {name}", since.elapsed().as_secs_f64());
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fleet() {
     if let Err(e) = preflight() {
@@ -244,39 +181,26 @@ async fn fleet() {
         "{schemathesis} is missing; run: scripts/fleet-test.sh --prepare"
     );
 
-    let fleet = Fleet::new().expect("docker network create");
-    let mut ctx = Ctx {
-        fleet,
-        api: Api {
-            base: String::new(),
-            token: ADMIN.into(),
-            http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(10))
-                .build()
-                .unwrap(),
-        },
-    };
+    let mut ctx = Ctx(Cluster::new("fleet").expect("docker network create"));
     let result = scenario(&mut ctx, &schemathesis).await;
     if let Err(e) = result {
         panic!("{e:#}\n\ncontainer logs:{}", ctx.fleet.all_logs());
     }
 }
 
-/// What the scenario's steps share: the fleet, the clock the steps are timed by, and the
-/// replicas' base URLs (A's changes when it restarts).
+/// What the scenario's steps share: the cluster (which times the steps) and the replicas'
+/// base URLs (A's changes when it restarts).
 struct Scenario<'c> {
     ctx: &'c Ctx,
-    t0: Instant,
     a: String,
     b: String,
 }
 
 /// The steps in order; each leaves the fleet as the next expects it.
 async fn scenario(ctx: &mut Ctx, schemathesis: &str) -> anyhow::Result<()> {
-    let t0 = Instant::now();
-    let (a, b) = start_postgres_and_two_replicas(ctx, t0).await?;
-    let nodes = enroll_three_agents(ctx, t0, &a, &b).await?;
-    let mut s = Scenario { ctx, t0, a, b };
+    let (a, b) = start_postgres_and_two_replicas(ctx).await?;
+    let nodes = enroll_three_agents(ctx, &a, &b).await?;
+    let mut s = Scenario { ctx, a, b };
     memcpy_on_every_node(&s).await?;
     ucx_over_tcp(&s).await?;
     rdma_skipped_without_a_device(&s).await?;
@@ -287,64 +211,31 @@ async fn scenario(ctx: &mut Ctx, schemathesis: &str) -> anyhow::Result<()> {
     fault_postgres_restarted(&s).await?;
     schemathesis_finds_no_server_error(&s, schemathesis).await?;
     ensure!(
-        t0.elapsed() < Duration::from_secs(300),
+        ctx.t0.elapsed() < Duration::from_secs(300),
         "the fleet test took {:?}, over its 5-minute budget",
-        t0.elapsed()
+        ctx.t0.elapsed()
     );
     Ok(())
 }
 
 /// Returns replica A's and B's base URLs.
-async fn start_postgres_and_two_replicas(
-    ctx: &mut Ctx,
-    t0: Instant,
-) -> anyhow::Result<(String, String)> {
+async fn start_postgres_and_two_replicas(ctx: &mut Ctx) -> anyhow::Result<(String, String)> {
     ctx.fleet.run("pg", "heddle-postgres", &[], &[])?;
-    wait_for("Postgres", Duration::from_secs(60), || async {
-        Ok(ctx
-            .fleet
-            .exec(
-                "pg",
-                &[
-                    "/usr/lib/postgresql/15/bin/pg_isready",
-                    "-h",
-                    "127.0.0.1",
-                    "-d",
-                    "heddle",
-                    "-U",
-                    "postgres",
-                ],
-            )
-            .ok())
-    })
-    .await?;
-    let server_env = vec![
-        (
-            "HEDDLE_DATABASE_URL",
-            "postgres://postgres@pg:5432/heddle".to_string(),
-        ),
-        ("HEDDLE_ADMIN_TOKEN", ADMIN.to_string()),
-        ("HEDDLE_HEARTBEAT_INTERVAL_S", HEARTBEAT_S.to_string()),
-        ("HEDDLE_LOG_JSON", "false".to_string()),
-    ];
+    ctx.wait_pg().await?;
+    let server_env = Cluster::server_env(HEARTBEAT_S, &[]);
     ctx.fleet.run("srv-a", "heddle-server", &server_env, &[])?;
     ctx.fleet.run("srv-b", "heddle-server", &server_env, &[])?;
-    for s in ["srv-a", "srv-b"] {
-        ctx.ready(s, Duration::from_secs(60)).await?;
+    for s in REPLICAS {
+        ctx.wait_ready(s, Duration::from_secs(60)).await?;
     }
-    step("Postgres and two replicas ready", t0);
+    ctx.step("Postgres and two replicas ready");
     let a = ctx.url("srv-a")?;
     let b = ctx.url("srv-b")?;
     Ok((a, b))
 }
 
 /// Enrollment: one token, three agents; each agent knows both replicas. Returns the nodes.
-async fn enroll_three_agents(
-    ctx: &mut Ctx,
-    t0: Instant,
-    a: &str,
-    b: &str,
-) -> anyhow::Result<Vec<Value>> {
+async fn enroll_three_agents(ctx: &mut Ctx, a: &str, b: &str) -> anyhow::Result<Vec<Value>> {
     let token = ctx
         .post(a, "/api/v1/enrollment-tokens", json!({"max_uses": 3}))
         .await?;
@@ -370,7 +261,7 @@ async fn enroll_three_agents(
         "three nodes online with facts",
         Duration::from_secs(60),
         || async {
-            let list = ctx.get(b, "/api/v1/nodes").await?;
+            let list = ctx.get_json(b, "/api/v1/nodes").await?;
             let list = list
                 .as_array()
                 .cloned()
@@ -392,7 +283,7 @@ async fn enroll_three_agents(
     ensure!(hosts == NODES, "nodes {hosts:?}");
     for n in &nodes {
         let detail = ctx
-            .get(a, &format!("/api/v1/nodes/{}", n["id"].as_str().unwrap()))
+            .get_json(a, &format!("/api/v1/nodes/{}", n["id"].as_str().unwrap()))
             .await?;
         let facts = &detail["facts"];
         ensure!(
@@ -406,15 +297,15 @@ async fn enroll_three_agents(
         .fleet
         .sql("pg", "SELECT count(*) FROM agents WHERE revoked_at IS NULL")?;
     ensure!(agents == "3", "{agents} active agents in Postgres");
-    step("three agents enrolled, facts stored", t0);
+    ctx.step("three agents enrolled, facts stored");
     Ok(nodes)
 }
 
 /// memcpy on every node: three results with their rows.
 async fn memcpy_on_every_node(s: &Scenario<'_>) -> anyhow::Result<()> {
-    let (ctx, t0, a) = (s.ctx, s.t0, &s.a);
+    let (ctx, a) = (s.ctx, &s.a);
     let id = ctx
-        .start_run(
+        .start_run_with_env(
             a,
             "memcpy",
             json!({"max_bytes": 1 << 20, "iters": 5}),
@@ -422,9 +313,7 @@ async fn memcpy_on_every_node(s: &Scenario<'_>) -> anyhow::Result<()> {
             &NODES,
         )
         .await?;
-    let run = ctx
-        .finished(&ctx.urls(), &id, Duration::from_secs(60))
-        .await?;
+    let run = ctx.finished(&id, Duration::from_secs(60)).await?;
     ctx.assert_results_once(&run)?;
     for j in run["jobs"].as_array().unwrap() {
         ensure!(j["state"] == "succeeded", "memcpy job: {j}");
@@ -437,16 +326,16 @@ async fn memcpy_on_every_node(s: &Scenario<'_>) -> anyhow::Result<()> {
                 .all(|r| r["rows"].as_array().is_some_and(|rows| rows.len() >= 5)),
         "memcpy results: {results:?}"
     );
-    step("memcpy on three nodes", t0);
+    ctx.step("memcpy on three nodes");
     Ok(())
 }
 
 /// A UCX perftest between two containers over TCP (rank 0 serves, rank 1 connects; the
 /// address goes through the server's rendezvous).
 async fn ucx_over_tcp(s: &Scenario<'_>) -> anyhow::Result<()> {
-    let (ctx, t0, a) = (s.ctx, s.t0, &s.a);
+    let (ctx, a) = (s.ctx, &s.a);
     let ucx = ctx
-        .start_run(
+        .start_run_with_env(
             a,
             "ucx",
             json!({"iters": 1000, "warmup": 100}),
@@ -454,9 +343,7 @@ async fn ucx_over_tcp(s: &Scenario<'_>) -> anyhow::Result<()> {
             &["node-1", "node-2"],
         )
         .await?;
-    let run = ctx
-        .finished(&ctx.urls(), &ucx, Duration::from_secs(90))
-        .await?;
+    let run = ctx.finished(&ucx, Duration::from_secs(90)).await?;
     ctx.assert_results_once(&run)?;
     for j in run["jobs"].as_array().unwrap() {
         ensure!(
@@ -471,19 +358,17 @@ async fn ucx_over_tcp(s: &Scenario<'_>) -> anyhow::Result<()> {
             .any(|r| r["rows"].as_array().is_some_and(|rows| !rows.is_empty())),
         "ucx run without rows: {results:?}"
     );
-    step("ucx perftest over TCP between node-1 and node-2", t0);
+    ctx.step("ucx perftest over TCP between node-1 and node-2");
     Ok(())
 }
 
 /// RDMA on containers without an HCA: skipped, saying so.
 async fn rdma_skipped_without_a_device(s: &Scenario<'_>) -> anyhow::Result<()> {
-    let (ctx, t0, a) = (s.ctx, s.t0, &s.a);
+    let (ctx, a) = (s.ctx, &s.a);
     let rdma = ctx
-        .start_run(a, "rdma", json!({}), json!({}), &["node-1", "node-2"])
+        .start_run_with_env(a, "rdma", json!({}), json!({}), &["node-1", "node-2"])
         .await?;
-    let run = ctx
-        .finished(&ctx.urls(), &rdma, Duration::from_secs(60))
-        .await?;
+    let run = ctx.finished(&rdma, Duration::from_secs(60)).await?;
     ctx.assert_results_once(&run)?;
     ensure!(
         run["jobs"]
@@ -503,13 +388,13 @@ async fn rdma_skipped_without_a_device(s: &Scenario<'_>) -> anyhow::Result<()> {
         reasons.len() == 2 && reasons.iter().all(|r| r.starts_with("no RDMA device")),
         "rdma skip reasons: {reasons:?}"
     );
-    step("rdma skipped: no RDMA device", t0);
+    ctx.step("rdma skipped: no RDMA device");
     Ok(())
 }
 
 /// A first-party plugin, uploaded and enabled through the API, has an outcome per node.
 async fn plugin_outcome_on_every_node(s: &Scenario<'_>, nodes: &[Value]) -> anyhow::Result<()> {
-    let (ctx, t0, a, b) = (s.ctx, s.t0, &s.a, &s.b);
+    let (ctx, a, b) = (s.ctx, &s.a, &s.b);
     let wasm = std::fs::read(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../plugins/dist/runai-roce.wasm"
@@ -542,7 +427,9 @@ async fn plugin_outcome_on_every_node(s: &Scenario<'_>, nodes: &[Value]) -> anyh
             &format!("runai-roce outcome on {}", n["hostname"]),
             Duration::from_secs(60),
             || async {
-                let list = ctx.get(a, &format!("/api/v1/nodes/{id}/plugins")).await?;
+                let list = ctx
+                    .get_json(a, &format!("/api/v1/nodes/{id}/plugins"))
+                    .await?;
                 let list = list.as_array().cloned().unwrap_or_default();
                 Ok(list.into_iter().find(|o| o["plugin"] == "runai-roce"))
             },
@@ -554,6 +441,6 @@ async fn plugin_outcome_on_every_node(s: &Scenario<'_>, nodes: &[Value]) -> anyh
             n["hostname"]
         );
     }
-    step("runai-roce plugin outcome on every node", t0);
+    ctx.step("runai-roce plugin outcome on every node");
     Ok(())
 }

@@ -47,8 +47,8 @@ async fn scenario(c: &mut Cluster) -> anyhow::Result<()> {
         .run_also_on("srv-a", "heddle-server", &env, &[], &[&db_net])?;
     c.fleet
         .run_also_on("srv-b", "heddle-server", &env, &[], &[&db_net])?;
-    c.wait_ready("srv-a").await?;
-    c.wait_ready("srv-b").await?;
+    c.wait_ready("srv-a", Duration::from_secs(60)).await?;
+    c.wait_ready("srv-b", Duration::from_secs(60)).await?;
     let agents = NODES
         .iter()
         .map(|node| AgentSpec {
@@ -126,8 +126,8 @@ async fn postgres_restart_under_a_held_batch(c: &Cluster) -> anyhow::Result<()> 
     );
     c.wait_pg().await?;
     let back = held.elapsed();
-    c.wait_ready("srv-a").await?;
-    c.wait_ready("srv-b").await?;
+    c.wait_ready("srv-a", Duration::from_secs(60)).await?;
+    c.wait_ready("srv-b", Duration::from_secs(60)).await?;
     let rows = plugins_settled(c).await?;
     let settled = held.elapsed();
     let leftovers = c.sql(&format!(
@@ -225,7 +225,7 @@ async fn replica_cut_from_postgres(c: &Cluster, db_net: &str) -> anyhow::Result<
     }
     c.fleet.connect(db_net, "srv-a")?;
     let rejoined = Instant::now();
-    c.wait_ready("srv-a").await?;
+    c.wait_ready("srv-a", Duration::from_secs(60)).await?;
     let ready_after = rejoined.elapsed();
     let (status, body) = c.get(&a, "/api/v1/nodes").await?;
     ensure!(status == 200, "srv-a after the cut: {status}: {body}");

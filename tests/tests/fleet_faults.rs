@@ -53,8 +53,8 @@ async fn scenario(c: &mut Cluster) -> anyhow::Result<()> {
     let env = Cluster::server_env(HEARTBEAT_S, &[]);
     c.fleet.run("srv-a", "heddle-server", &env, &[])?;
     c.fleet.run("srv-b", "heddle-server", &env, &[])?;
-    c.wait_ready("srv-a").await?;
-    c.wait_ready("srv-b").await?;
+    c.wait_ready("srv-a", Duration::from_secs(60)).await?;
+    c.wait_ready("srv-b", Duration::from_secs(60)).await?;
     let tmpfs = format!("type=tmpfs,destination={STATE_DIR},tmpfs-size=4m");
     c.start_agents(vec![
         AgentSpec {
@@ -238,7 +238,7 @@ async fn replica_killed_mid_upload(c: &Cluster, a: &str) -> anyhow::Result<()> {
     let served = killed.elapsed();
     let after: u64 = c.sql("SELECT count(*) FROM results")?.parse()?;
     docker(&["start", &c.fleet.name("srv-a")])?;
-    c.wait_ready("srv-a").await?;
+    c.wait_ready("srv-a", Duration::from_secs(60)).await?;
     c.assert_all_results_once()?;
     c.step(&format!(
         "srv-a SIGKILLed among 18 uploads ({} stored after the kill, all done {:.1} s after it), once each",
@@ -296,7 +296,7 @@ async fn replica_killed_mid_investigation(c: &Cluster) -> anyhow::Result<()> {
         "pairs left: {end}"
     );
     docker(&["start", &c.fleet.name("srv-a")])?;
-    c.wait_ready("srv-a").await?;
+    c.wait_ready("srv-a", Duration::from_secs(60)).await?;
     c.assert_all_results_once()?;
     c.step(&format!(
         "srv-a SIGKILLed mid-investigation: it ended {} {:.1} s later, 3 pairs ({} done, {} failed)",

@@ -6,9 +6,9 @@ use super::*;
 /// Fault 1: an agent killed during a sleep run; the lease lapses and the job is requeued
 /// (or failed with a reason) within two heartbeat intervals, then runs to one result.
 pub(crate) async fn fault_agent_killed_mid_run(s: &Scenario<'_>) -> anyhow::Result<()> {
-    let (ctx, t0, a) = (s.ctx, s.t0, &s.a);
+    let (ctx, a) = (s.ctx, &s.a);
     let run_id = ctx
-        .start_run(a, "sleep", json!({"seconds": 6}), json!({}), &["node-3"])
+        .start_run_with_env(a, "sleep", json!({"seconds": 6}), json!({}), &["node-3"])
         .await?;
     ctx.job_in(&run_id, "node-3", &["running"], Duration::from_secs(30))
         .await?;
@@ -38,19 +38,14 @@ pub(crate) async fn fault_agent_killed_mid_run(s: &Scenario<'_>) -> anyhow::Resu
         noticed.as_secs_f64()
     );
     docker(&["start", &ctx.fleet.name("node-3")])?;
-    let run = ctx
-        .finished(&ctx.urls(), &run_id, Duration::from_secs(60))
-        .await?;
+    let run = ctx.finished(&run_id, Duration::from_secs(60)).await?;
     ctx.assert_results_once(&run)?;
     let job = &run["jobs"][0];
     ensure!(
         job["state"] == "succeeded" && job["attempts"].as_i64() >= Some(2),
         "after restart: {job}"
     );
-    step(
-        "fault: agent killed mid-run, requeued, rerun, one result",
-        t0,
-    );
+    ctx.step("fault: agent killed mid-run, requeued, rerun, one result");
     Ok(())
 }
 
@@ -59,9 +54,9 @@ pub(crate) async fn fault_agent_killed_mid_run(s: &Scenario<'_>) -> anyhow::Resu
 pub(crate) async fn fault_agent_disconnected_with_a_pending_result(
     s: &Scenario<'_>,
 ) -> anyhow::Result<()> {
-    let (ctx, t0, a) = (s.ctx, s.t0, &s.a);
+    let (ctx, a) = (s.ctx, &s.a);
     let run_id = ctx
-        .start_run(a, "sleep", json!({"seconds": 2}), json!({}), &["node-2"])
+        .start_run_with_env(a, "sleep", json!({"seconds": 2}), json!({}), &["node-2"])
         .await?;
     ctx.job_in(&run_id, "node-2", &["running"], Duration::from_secs(30))
         .await?;
@@ -88,9 +83,7 @@ pub(crate) async fn fault_agent_disconnected_with_a_pending_result(
         &ctx.fleet.network,
         &ctx.fleet.name("node-2"),
     ])?;
-    let run = ctx
-        .finished(&ctx.urls(), &run_id, Duration::from_secs(60))
-        .await?;
+    let run = ctx.finished(&run_id, Duration::from_secs(60)).await?;
     ctx.assert_results_once(&run)?;
     ensure!(run["jobs"][0]["state"] == "succeeded", "{run}");
     wait_for(
@@ -99,17 +92,14 @@ pub(crate) async fn fault_agent_disconnected_with_a_pending_result(
         || async { Ok((ctx.spool_entries("node-2")? == 0).then_some(())) },
     )
     .await?;
-    step(
-        "fault: agent disconnected with a pending result, spooled, uploaded once",
-        t0,
-    );
+    ctx.step("fault: agent disconnected with a pending result, spooled, uploaded once");
     Ok(())
 }
 
 /// Fault 3: replica A restarted while results are uploaded; B keeps serving. Returns A's
 /// base URL after the restart.
 pub(crate) async fn fault_replica_restarted_mid_upload(s: &Scenario<'_>) -> anyhow::Result<String> {
-    let (ctx, t0, b) = (s.ctx, s.t0, &s.b);
+    let (ctx, b) = (s.ctx, &s.b);
     let runs = ctx.memcpy_runs(b, 4).await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     docker(&["stop", "-t", "0", &ctx.fleet.name("srv-a")])?;
@@ -124,35 +114,33 @@ pub(crate) async fn fault_replica_restarted_mid_upload(s: &Scenario<'_>) -> anyh
         ready_b.is_success(),
         "srv-b not ready while srv-a is down: {ready_b}"
     );
-    ctx.get(b, "/api/v1/runs")
+    ctx.get_json(b, "/api/v1/runs")
         .await
         .context("srv-b serving while srv-a is down")?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     docker(&["start", &ctx.fleet.name("srv-a")])?;
     ctx.all_succeed_once(&runs, Duration::from_secs(90)).await?;
-    let a = ctx.ready("srv-a", Duration::from_secs(30)).await?;
-    step(
-        "fault: replica restarted mid-upload, 12 results once each",
-        t0,
-    );
+    ctx.wait_ready("srv-a", Duration::from_secs(30)).await?;
+    let a = ctx.url("srv-a")?;
+    ctx.step("fault: replica restarted mid-upload, 12 results once each");
     Ok(a)
 }
 
 /// Fault 4: Postgres restarted under running work.
 pub(crate) async fn fault_postgres_restarted(s: &Scenario<'_>) -> anyhow::Result<()> {
-    let (ctx, t0, a) = (s.ctx, s.t0, &s.a);
+    let (ctx, a) = (s.ctx, &s.a);
     let mut runs = ctx.memcpy_runs(a, 2).await?;
     runs.push(
-        ctx.start_run(a, "sleep", json!({"seconds": 3}), json!({}), &["node-1"])
+        ctx.start_run_with_env(a, "sleep", json!({"seconds": 3}), json!({}), &["node-1"])
             .await?,
     );
     docker(&["restart", "-t", "2", &ctx.fleet.name("pg")])?;
     for s in ["srv-a", "srv-b"] {
-        ctx.ready(s, Duration::from_secs(60))
+        ctx.wait_ready(s, Duration::from_secs(60))
             .await
             .with_context(|| format!("{s} after the Postgres restart"))?;
     }
     ctx.all_succeed_once(&runs, Duration::from_secs(90)).await?;
-    step("fault: Postgres restarted, every result once", t0);
+    ctx.step("fault: Postgres restarted, every result once");
     Ok(())
 }

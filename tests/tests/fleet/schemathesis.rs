@@ -31,7 +31,7 @@ pub(crate) async fn schemathesis_finds_no_server_error(
     s: &Scenario<'_>,
     schemathesis: &str,
 ) -> anyhow::Result<()> {
-    let (ctx, t0, a) = (s.ctx, s.t0, &s.a);
+    let (ctx, a) = (s.ctx, &s.a);
     let agent_token = ctx
         .post(a, "/api/v1/enrollment-tokens", json!({"max_uses": 1}))
         .await?;
@@ -125,6 +125,6 @@ pub(crate) async fn schemathesis_finds_no_server_error(
     }
     let _ = std::fs::remove_dir_all(&hooks);
     ensure!(failures.is_empty(), "{}", failures.join("\n"));
-    step("schemathesis: no 5xx", t0);
+    ctx.step("schemathesis: no 5xx");
     Ok(())
 }
