@@ -44,12 +44,15 @@ PREPARE held(uuid, bigint, bigint) AS
  SELECT count(*) FROM observed_comms c JOIN observed_jobs j ON j.id = c.job_id
    JOIN observed_jobs me ON (me.job_key, me.uid, me.scope) = (j.job_key, j.uid, j.scope)
  WHERE me.id = $1 AND NOT (c.job_id = $1 AND c.pid = $2 AND c.start_ticks = $3);
--- observed/store.rs: summaries! for one job and for a page of the list.
+-- observed/store.rs: summaries! for one job, a node's page and a page of every job.
 PREPARE one(uuid) AS SELECT * FROM observed_job_summaries WHERE id = $1;
-PREPARE page(uuid, timestamptz, uuid, bigint, text) AS SELECT * FROM observed_job_summaries
- WHERE ($1::uuid IS NULL OR node_id = $1) AND ($5::text IS NULL OR slurm_job_id = $5)
+PREPARE node_page(uuid, timestamptz, uuid, bigint, text) AS SELECT * FROM observed_job_summaries
+ WHERE node_id = $1 AND ($5::text IS NULL OR slurm_job_id = $5)
    AND ($2::timestamptz IS NULL OR (last_seen_at, id) < ($2, $3))
  ORDER BY last_seen_at DESC, id DESC LIMIT $4;
+PREPARE page(timestamptz, uuid, bigint) AS SELECT * FROM observed_job_summaries
+ WHERE ($1::timestamptz IS NULL OR (last_seen_at, id) < ($1, $2))
+ ORDER BY last_seen_at DESC, id DESC LIMIT $3;
 \timing on
 \o /dev/null
 SQL
@@ -62,6 +65,6 @@ echo "observed workloads: $nodes nodes, $((nodes * 5)) jobs, $((nodes * 80)) com
 time_it "held rows, a Slurm job of 100 nodes" "EXECUTE held(:'sid', 1, 1);" 200
 time_it "held rows, a pid: job on every node" "EXECUTE held(:'pidj', 1, 1);" 200
 time_it "summary of one job" "EXECUTE one(:'sid');" 100
-time_it "a node's page of 51" "EXECUTE page(:'snode', NULL, NULL, 51, NULL);" 100
-time_it "the first page of 51, no filter" "EXECUTE page(NULL, NULL, NULL, 51, NULL);" 20
+time_it "a node's page of 51" "EXECUTE node_page(:'snode', NULL, NULL, 51, NULL);" 100
+time_it "the first page of 51, no filter" "EXECUTE page(NULL, NULL, 51);" 100
 rm -f "$setup"

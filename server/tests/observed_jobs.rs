@@ -185,6 +185,46 @@ async fn uploads_are_idempotent_checked_paged_and_judged() {
         )
         .await;
     assert_eq!(rest[0]["job_key"], "slurm:1", "{rest}");
+    // One Slurm job, alone, on its node, and paged: each filter is its own statement.
+    for (query, want) in [
+        ("slurm_job=7", vec!["slurm:7"]),
+        ("slurm_job=7&node=obs-1", vec!["slurm:7"]),
+        ("slurm_job=1&node=obs-1", vec!["slurm:1"]),
+        ("slurm_job=404", vec![]),
+        ("node=obs-1&limit=1", vec!["slurm:8"]),
+    ] {
+        let (s, rows) = api
+            .get(&format!("/api/v1/workloads?{query}"), &server.admin_token)
+            .await;
+        assert_eq!(s, StatusCode::OK, "{query}: {rows}");
+        let keys: Vec<&str> = rows
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|j| j["job_key"].as_str().unwrap())
+            .collect();
+        assert_eq!(keys, want, "{query}");
+    }
+    let page = http
+        .get(format!(
+            "{}/api/v1/workloads?node=obs-1&limit=1",
+            server.url
+        ))
+        .bearer_auth(&server.admin_token)
+        .send()
+        .await
+        .unwrap();
+    let cursor = page.headers()["x-next-cursor"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let (_, next) = api
+        .get(
+            &format!("/api/v1/workloads?node=obs-1&limit=1&cursor={cursor}"),
+            &server.admin_token,
+        )
+        .await;
+    assert_eq!(next[0]["job_key"], "slurm:7", "{next}");
     let (s, _) = api
         .get("/api/v1/workloads?cursor=bogus", &server.admin_token)
         .await;
