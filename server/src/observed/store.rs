@@ -456,16 +456,19 @@ pub async fn list(
             .fetch_all(db)
             .await?
         }
-        (None, Some(slurm_job)) => summaries!(
-            "WHERE slurm_job_id = $1 AND ($2::timestamptz IS NULL OR (last_seen_at, id) < ($2, $3))
+        (None, Some(slurm_job)) => {
+            summaries!(
+                "WHERE slurm_job_id = $1
+                   AND ($2::timestamptz IS NULL OR (last_seen_at, id) < ($2, $3))
                  ORDER BY last_seen_at DESC, id DESC LIMIT $4",
-            slurm_job,
-            at,
-            id,
-            limit + 1,
-        )
-        .fetch_all(db)
-        .await?,
+                slurm_job,
+                at,
+                id,
+                limit + 1,
+            )
+            .fetch_all(db)
+            .await?
+        }
         (None, None) => {
             summaries!(
                 "WHERE ($1::timestamptz IS NULL OR (last_seen_at, id) < ($1, $2))
